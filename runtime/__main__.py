@@ -1,0 +1,9 @@
+"""``python -m runtime`` is the ``trio-agents`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from runtime._cli import main
+
+sys.exit(main())

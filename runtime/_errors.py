@@ -1,0 +1,83 @@
+"""The runtime's exceptions.
+
+One root, shallow subclasses::
+
+    AgentsError
+    ├── ConfigError          bad options, agent-type files, limits
+    ├── ScenarioError        a scripted-provider scenario file is malformed
+    ├── ProviderError        a model provider failed (after its retries)
+    ├── ToolError            a tool failed; becomes an ``error`` tool result
+    │   └── ToolInputError   arguments did not match the tool's schema
+    ├── SubtreeCancelled     a tool's sub-agent was cancelled; the call ends ``cancelled``
+    ├── TraceError           a trace file cannot be read
+    │   └── EventDecodeError one line or object is not a valid event
+    │       └── UnknownEventType  a well-formed event of a type this version does not know
+    └── SessionError         a chat session file is corrupt or from a newer version
+
+Third-party errors are wrapped at the boundary with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+
+class AgentsError(Exception):
+    """Root of every error the runtime raises on purpose."""
+
+
+class ConfigError(AgentsError):
+    """An option, a limit or an agent-type definition is invalid."""
+
+
+class ScenarioError(AgentsError):
+    """A scenario file is malformed; the message starts with the JSON path of the fault."""
+
+
+class ProviderError(AgentsError):
+    """A model provider failed; the agent that called it ends ``failed``."""
+
+
+class ToolError(AgentsError):
+    """A tool failed; the message becomes the ``error`` result the model reads."""
+
+
+class ToolInputError(ToolError):
+    """The model's arguments do not match the tool's input schema."""
+
+
+class TraceError(AgentsError):
+    """A trace file cannot be read."""
+
+
+class EventDecodeError(TraceError):
+    """One JSON line or object is not a valid event.
+
+    Attributes:
+        line: 1-based line number in the file, when decoding a file.
+    """
+
+    def __init__(self, message: str, *, line: int | None = None) -> None:
+        super().__init__(f"line {line}: {message}" if line is not None else message)
+        self.line = line
+
+
+class UnknownEventType(EventDecodeError):
+    """A well-formed event whose ``type`` this version does not know (a newer writer)."""
+
+    def __init__(self, type_name: str, *, line: int | None = None) -> None:
+        super().__init__(f"unknown event type {type_name!r}", line=line)
+        self.type_name = type_name
+
+
+class SessionError(AgentsError):
+    """A chat session file is corrupt or was written by a newer version."""
+
+
+class SubtreeCancelled(AgentsError):
+    """Raised by a tool whose work was cancelled from inside (a sub-agent cancelled by id).
+
+    The tool call then ends with status ``cancelled`` and the model reads ``cancelled: <reason>``.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,249 @@
+"""Events: the one flat stream every consumer reads (SPEC §2).
+
+Every event is a frozen attrs class. On the wire (the JSONL trace, ``--json`` output) an event is
+one JSON object whose ``type`` key names its class; :data:`converter` is the one cattrs converter
+that turns events into such objects and back. :func:`encode_event` / :func:`decode_event` are the
+fast paths used by the trace writer and readers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, TypeAlias
+
+import attrs
+import cattrs
+import orjson
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
+from cattrs.preconf.orjson import make_converter
+
+from ._errors import EventDecodeError, UnknownEventType
+
+ToolStatus: TypeAlias = Literal["ok", "error", "cancelled", "denied"]
+AgentStatus: TypeAlias = Literal["completed", "cancelled", "failed", "max_turns", "budget_exceeded"]
+StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens"]
+CancelBy: TypeAlias = Literal["user", "control", "budget", "runtime"]
+
+TOOL_STATUSES: tuple[str, ...] = ("ok", "error", "cancelled", "denied")
+AGENT_STATUSES: tuple[str, ...] = ("completed", "cancelled", "failed", "max_turns", "budget_exceeded")
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """Fields every event has. Not emitted itself."""
+
+    type: ClassVar[str] = ""
+    seq: int
+    ts: float
+    run_id: str
+    agent_id: str | None
+    parent_tool_use_id: str | None
+
+
+@attrs.frozen(kw_only=True)
+class RunStarted(Event):
+    type: ClassVar[str] = "run_started"
+    version: str
+    config: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class AgentStarted(Event):
+    type: ClassVar[str] = "agent_started"
+    name: str
+    parent_agent_id: str | None
+    depth: int
+    prompt: str
+
+
+@attrs.frozen(kw_only=True)
+class TextDelta(Event):
+    type: ClassVar[str] = "text_delta"
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ThinkingDelta(Event):
+    type: ClassVar[str] = "thinking_delta"
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ToolStarted(Event):
+    type: ClassVar[str] = "tool_started"
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+    summary: str
+
+
+@attrs.frozen(kw_only=True)
+class PermissionRequested(Event):
+    type: ClassVar[str] = "permission_requested"
+    request_id: str
+    tool_use_id: str
+    name: str
+    summary: str
+
+
+@attrs.frozen(kw_only=True)
+class PermissionResolved(Event):
+    type: ClassVar[str] = "permission_resolved"
+    request_id: str
+    tool_use_id: str
+    granted: bool
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class ToolFinished(Event):
+    type: ClassVar[str] = "tool_finished"
+    tool_use_id: str
+    name: str
+    status: ToolStatus
+    output: str
+    duration_s: float
+
+
+@attrs.frozen(kw_only=True)
+class TurnFinished(Event):
+    type: ClassVar[str] = "turn_finished"
+    turn: int
+    stop_reason: StopReason
+    input_tokens: int
+    output_tokens: int
+
+
+@attrs.frozen(kw_only=True)
+class UserMessage(Event):
+    type: ClassVar[str] = "user_message"
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class CancelRequested(Event):
+    type: ClassVar[str] = "cancel_requested"
+    target: str
+    reason: str
+    by: CancelBy
+
+
+@attrs.frozen(kw_only=True)
+class AgentFinished(Event):
+    type: ClassVar[str] = "agent_finished"
+    status: AgentStatus
+    result: str | None
+    error: str | None
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    duration_s: float
+
+
+@attrs.frozen(kw_only=True)
+class RunFinished(Event):
+    type: ClassVar[str] = "run_finished"
+    status: AgentStatus
+    duration_s: float
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        RunStarted,
+        AgentStarted,
+        TextDelta,
+        ThinkingDelta,
+        ToolStarted,
+        PermissionRequested,
+        PermissionResolved,
+        ToolFinished,
+        TurnFinished,
+        UserMessage,
+        CancelRequested,
+        AgentFinished,
+        RunFinished,
+    )
+}
+
+converter: cattrs.Converter = make_converter(forbid_extra_keys=False)
+
+
+def _make_unstructure(cls: type[Event]) -> Any:
+    inner = make_dict_unstructure_fn(cls, converter)
+    tag = cls.type
+
+    def unstructure(event: Event) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": tag}
+        out.update(inner(event))
+        return out
+
+    return unstructure
+
+
+_STRUCTURE: dict[str, Any] = {}
+for _tag, _cls in EVENT_TYPES.items():
+    _STRUCTURE[_tag] = make_dict_structure_fn(_cls, converter)
+    converter.register_unstructure_hook(_cls, _make_unstructure(_cls))
+
+
+def _structure_event(obj: Any, _: Any) -> Event:
+    if not isinstance(obj, dict):
+        raise EventDecodeError(f"an event is a JSON object, not {type(obj).__name__}")
+    tag = obj.get("type")
+    if not isinstance(tag, str):
+        raise EventDecodeError("field 'type': missing or not a string")
+    structure = _STRUCTURE.get(tag)
+    if structure is None:
+        raise UnknownEventType(tag)
+    try:
+        event: Event = structure(obj, EVENT_TYPES[tag])
+        return event
+    except cattrs.BaseValidationError as exc:
+        detail = "; ".join(cattrs.transform_error(exc, path=tag))
+        raise EventDecodeError(f"invalid {tag} event: {detail}") from exc
+    except (TypeError, ValueError) as exc:
+        raise EventDecodeError(f"invalid {tag} event: {exc}") from exc
+
+
+for _tag, _cls in EVENT_TYPES.items():
+    converter.register_structure_hook(_cls, _STRUCTURE[_tag])
+converter.register_structure_hook(Event, _structure_event)
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """The JSON object of *event* (``type`` first)."""
+    result: dict[str, Any] = converter.unstructure(event, type(event))
+    return result
+
+
+def event_from_dict(obj: Any) -> Event:
+    """Build an event from its JSON object.
+
+    Raises:
+        UnknownEventType: the ``type`` is not one this version knows.
+        EventDecodeError: anything else is wrong; the message names the field.
+    """
+    return _structure_event(obj, Event)
+
+
+def encode_event(event: Event) -> bytes:
+    """One JSONL line (with its newline) for *event*."""
+    return orjson.dumps(event_to_dict(event), option=orjson.OPT_APPEND_NEWLINE)
+
+
+def decode_event(line: bytes | str, *, lineno: int | None = None) -> Event:
+    """Decode one JSON line into an event.
+
+    Raises:
+        EventDecodeError: naming *lineno* and the faulty field.
+    """
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise EventDecodeError(f"not JSON: {exc}", line=lineno) from exc
+    try:
+        return _structure_event(obj, Event)
+    except UnknownEventType as exc:
+        raise UnknownEventType(exc.type_name, line=lineno) from None
+    except EventDecodeError as exc:
+        raise EventDecodeError(str(exc), line=lineno) from exc.__cause__

@@ -1,0 +1,95 @@
+"""The provider protocol: how the agent loop talks to a model.
+
+A provider streams one assistant turn as :data:`StreamItem` values: text and thinking deltas as
+they arrive, each tool call once it is complete, and exactly one :class:`TurnEnd` last. The loop
+consumes :meth:`Provider.stream` under ``contextlib.aclosing`` so a cancelled turn closes the
+underlying connection at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+import attrs
+
+from ._events import StopReason
+from ._messages import Message
+
+
+@attrs.frozen(kw_only=True)
+class ToolSpec:
+    """A tool as the model sees it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class ModelRequest:
+    """One call to the model.
+
+    Attributes:
+        agent_type: the agent type's name (the scripted provider picks its script by it).
+        agent_id: the calling agent, for logs.
+    """
+
+    model: str
+    system: str
+    messages: Sequence[Message]
+    tools: Sequence[ToolSpec]
+    agent_type: str
+    agent_id: str
+    max_tokens: int = 4096
+
+
+@attrs.frozen
+class TextChunk:
+    text: str
+
+
+@attrs.frozen
+class ThinkingChunk:
+    text: str
+    signature: str | None = None
+
+
+@attrs.frozen
+class ToolCall:
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class TurnEnd:
+    stop_reason: StopReason
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+StreamItem: TypeAlias = TextChunk | ThinkingChunk | ToolCall | TurnEnd
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A model behind a streaming API.
+
+    ``name`` and :meth:`describe` go into ``run_started.config``; neither may hold a secret.
+    """
+
+    name: str
+
+    def describe(self) -> dict[str, Any]:
+        """Public settings (model, base URL, limits); never a key."""
+        ...
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        """Stream one assistant turn.
+
+        An async generator. Raises :class:`~runtime.ProviderError` on failure (after any
+        retries); a partial turn is then discarded by the caller. Cancellation closes the
+        request at once.
+        """
+        ...

@@ -1,0 +1,1 @@
+"""Actor primitives: spawn, mailbox, supervision, registry, subtree cancel."""

@@ -1,0 +1,163 @@
+"""The tool interface: what every built-in and user tool implements.
+
+A tool is a :class:`Tool` subclass: a name, a description, a JSON Schema for its input, flags that
+tell the runtime how it may be scheduled and whether it needs permission, a one-line
+:meth:`Tool.summary` for events and views, and an async :meth:`Tool.call`.
+
+The runtime validates the model's arguments against :attr:`Tool.input_schema` before
+:meth:`Tool.call` runs; a mismatch is an ``error`` result naming the field. ``call`` returns the
+text the model reads, or raises :class:`~runtime.ToolError` for an ``error`` result. Any other
+exception is also turned into an ``error`` result (a bug in a tool never crashes the agent).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import attrs
+
+from runtime._errors import ToolInputError
+
+if TYPE_CHECKING:
+    import structlog
+
+
+class SubAgentSpawner(Protocol):
+    """What the ``agent`` tool needs from the runtime (given in :class:`ToolContext`)."""
+
+    async def run_subagent(
+        self,
+        *,
+        agent_type: str,
+        prompt: str,
+        description: str,
+        budget: Mapping[str, Any] | None,
+    ) -> str:
+        """Run a sub-agent to its end inside the calling tool call's scope.
+
+        Returns:
+            The sub-agent's final text.
+
+        Raises:
+            ToolError: it failed, ran out of turns or budget, or could not start.
+            SubtreeCancelled: it was cancelled by id.
+        """
+        ...
+
+
+@attrs.frozen(kw_only=True)
+class ToolLimits:
+    """Caps every tool honours; users set them on the runtime."""
+
+    max_output_chars: int = 30_000
+    bash_default_timeout_s: float = 120.0
+    bash_max_timeout_s: float = 600.0
+    read_max_bytes: int = 2_000_000
+    read_default_lines: int = 2_000
+    glob_max_results: int = 1_000
+    grep_max_matches: int = 500
+
+
+@attrs.frozen(kw_only=True)
+class ToolContext:
+    """Everything a tool call may use.
+
+    Attributes:
+        workspace: the resolved workspace folder; file tools stay inside it.
+        env: the environment for subprocesses, with secrets already removed.
+        spawner: runs sub-agents (the ``agent`` tool); ``None`` where sub-agents are not allowed.
+    """
+
+    workspace: Path
+    agent_id: str
+    tool_use_id: str
+    depth: int
+    env: Mapping[str, str]
+    limits: ToolLimits
+    log: structlog.typing.FilteringBoundLogger
+    spawner: SubAgentSpawner | None = None
+
+
+class Tool(abc.ABC):
+    """Base class of every tool.
+
+    Class attributes:
+        read_only: never changes anything; never asks permission by default.
+        concurrency_safe: may run at the same time as other calls of the same turn.
+        needs_permission: asks (in ``ask`` mode) before running.
+        edits_files: allowed without asking in ``auto-edit`` mode.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    input_schema: ClassVar[dict[str, Any]]
+    read_only: ClassVar[bool] = False
+    concurrency_safe: ClassVar[bool] = False
+    needs_permission: ClassVar[bool] = True
+    edits_files: ClassVar[bool] = False
+
+    def summary(self, args: Mapping[str, Any]) -> str:
+        """One line for events and views, e.g. ``bash: ls -la``."""
+        first = next(iter(args.values()), "") if args else ""
+        return _one_line(f"{self.name}: {first}")
+
+    def permission_target(self, args: Mapping[str, Any]) -> str:
+        """The argument permission rules match against (``bash(git *)`` matches the command)."""
+        return ""
+
+    @abc.abstractmethod
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        """Do the work.
+
+        Returns:
+            The text the model reads.
+
+        Raises:
+            ToolError: an ``error`` result with this message.
+
+        Cancellation: the runtime cancels the call's scope; the tool must leave nothing
+        behind (``bash`` kills its process group).
+        """
+
+
+def _one_line(text: str, limit: int = 120) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def one_line(text: str, limit: int = 120) -> str:
+    """*text* folded onto one line and cut to *limit* characters."""
+    return _one_line(text, limit)
+
+
+_VALIDATORS: dict[int, Any] = {}
+
+
+def validate_input(tool: Tool, args: Any) -> None:
+    """Check *args* against the tool's schema.
+
+    Raises:
+        ToolInputError: naming the first faulty field, e.g. ``input.command: required``.
+    """
+    import jsonschema  # noqa: PLC0415 - imported on first use: keeps start-up fast
+
+    key = id(type(tool))
+    validator = _VALIDATORS.get(key)
+    if validator is None:
+        cls = jsonschema.validators.validator_for(tool.input_schema)
+        validator = cls(tool.input_schema)
+        _VALIDATORS[key] = validator
+    error = jsonschema.exceptions.best_match(validator.iter_errors(args))
+    if error is None:
+        return
+    path = "input" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.path)
+    if error.validator == "required" and isinstance(error.validator_value, list):
+        missing = [f for f in error.validator_value if isinstance(error.instance, dict) and f not in error.instance]
+        if missing:
+            raise ToolInputError(f"{path}.{missing[0]}: required field missing")
+    if error.validator == "additionalProperties":
+        raise ToolInputError(f"{path}: {error.message}")
+    raise ToolInputError(f"{path}: {error.message}")
