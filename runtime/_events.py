@@ -24,7 +24,13 @@ StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens"]
 CancelBy: TypeAlias = Literal["user", "control", "budget", "runtime"]
 
 TOOL_STATUSES: tuple[str, ...] = ("ok", "error", "cancelled", "denied")
-AGENT_STATUSES: tuple[str, ...] = ("completed", "cancelled", "failed", "max_turns", "budget_exceeded")
+AGENT_STATUSES: tuple[str, ...] = (
+    "completed",
+    "cancelled",
+    "failed",
+    "max_turns",
+    "budget_exceeded",
+)
 
 
 @attrs.frozen(kw_only=True)

@@ -106,7 +106,7 @@ def _structure_block(obj: Any, _: Any) -> Block:
     return block
 
 
-state_converter.register_unstructure_hook(Block, _unstructure_block)  # type: ignore[arg-type]
-state_converter.register_structure_hook(Block, _structure_block)  # type: ignore[arg-type]
+state_converter.register_unstructure_hook(Block, _unstructure_block)
+state_converter.register_structure_hook(Block, _structure_block)
 for _c in _BLOCKS.values():
     state_converter.register_unstructure_hook(_c, _unstructure_block)

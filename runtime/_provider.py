@@ -8,7 +8,7 @@ underlying connection at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
@@ -85,7 +85,7 @@ class Provider(Protocol):
         """Public settings (model, base URL, limits); never a key."""
         ...
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
         """Stream one assistant turn.
 
         An async generator. Raises :class:`~runtime.ProviderError` on failure (after any

@@ -9,4 +9,6 @@ from ._base import ToolLimits as ToolLimits
 from ._base import one_line as one_line
 from ._base import validate_input as validate_input
 
-__all__ = sorted(["SubAgentSpawner", "Tool", "ToolContext", "ToolLimits", "one_line", "validate_input"])
+__all__ = sorted(
+    ["SubAgentSpawner", "Tool", "ToolContext", "ToolLimits", "one_line", "validate_input"]
+)

@@ -142,7 +142,7 @@ def validate_input(tool: Tool, args: Any) -> None:
     Raises:
         ToolInputError: naming the first faulty field, e.g. ``input.command: required``.
     """
-    import jsonschema  # noqa: PLC0415 - imported on first use: keeps start-up fast
+    import jsonschema  # imported on first use: keeps start-up fast
 
     key = id(type(tool))
     validator = _VALIDATORS.get(key)
@@ -155,7 +155,11 @@ def validate_input(tool: Tool, args: Any) -> None:
         return
     path = "input" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.path)
     if error.validator == "required" and isinstance(error.validator_value, list):
-        missing = [f for f in error.validator_value if isinstance(error.instance, dict) and f not in error.instance]
+        missing = [
+            f
+            for f in error.validator_value
+            if isinstance(error.instance, dict) and f not in error.instance
+        ]
         if missing:
             raise ToolInputError(f"{path}.{missing[0]}: required field missing")
     if error.validator == "additionalProperties":

@@ -1,0 +1,116 @@
+"""Budgets as a layer that watches the stream and acts (not flags threaded through the loop).
+
+:class:`BudgetLayer` is a bus tap: it keeps the agent tree (from ``agent_started``), adds each
+``turn_finished``'s tokens and each ``tool_started`` to the agent and every ancestor, and when a
+subtree with a budget goes over it, asks the runtime to cancel that subtree ``by="budget"``. The
+cancel itself runs in the layer's own task, because a tap must not emit. Wall-clock budgets are a
+deadline on the agent's cancel scope, set by the runtime when the agent starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import attrs
+import structlog
+import trio
+
+from ._events import AgentFinished, AgentStarted, Event, ToolStarted, TurnFinished
+from ._limits import Budget
+
+_log = structlog.get_logger("trio_agents.budget")
+
+CancelFn = Callable[[str, str], Awaitable[bool]]
+
+
+@attrs.define(eq=False)
+class _Usage:
+    parent: str | None
+    budget: Budget | None = None
+    tokens: int = 0
+    tool_calls: int = 0
+    tripped: bool = False
+
+
+class BudgetLayer:
+    """Tracks subtree usage and cancels subtrees that exceed their budget.
+
+    Args:
+        cancel: ``await cancel(agent_id, reason)`` — cancels that subtree ``by="budget"``.
+    """
+
+    def __init__(self, cancel: CancelFn, *, queue_size: int = 1024) -> None:
+        self._cancel = cancel
+        self._agents: dict[str, _Usage] = {}
+        self._pending: dict[str, Budget] = {}
+        self._send, self._recv = trio.open_memory_channel[tuple[str, str]](queue_size)
+
+    def set_budget(self, agent_id: str, budget: Budget | None) -> None:
+        """Give *agent_id* (about to start) a token / tool-call allowance for its subtree."""
+        if budget is not None and (budget.tokens is not None or budget.tool_calls is not None):
+            self._pending[agent_id] = budget
+
+    def usage(self, agent_id: str) -> tuple[int, int]:
+        """(tokens, tool calls) of *agent_id*'s subtree so far."""
+        u = self._agents.get(agent_id)
+        return (u.tokens, u.tool_calls) if u else (0, 0)
+
+    def __call__(self, event: Event) -> None:
+        """The tap."""
+        if isinstance(event, AgentStarted):
+            assert event.agent_id is not None
+            self._agents[event.agent_id] = _Usage(
+                parent=event.parent_agent_id, budget=self._pending.pop(event.agent_id, None)
+            )
+        elif isinstance(event, TurnFinished):
+            self._add(event.agent_id, tokens=event.input_tokens + event.output_tokens)
+        elif isinstance(event, ToolStarted):
+            self._add(event.agent_id, tool_calls=1)
+        elif isinstance(event, AgentFinished) and event.agent_id is not None:
+            u = self._agents.get(event.agent_id)
+            # Keep finished agents only while an ancestor may still need their parent link.
+            if u is not None and u.parent is None:
+                self._forget_tree(event.agent_id)
+
+    def _forget_tree(self, root: str) -> None:
+        # A finished root ends its whole tree: drop every agent that chains up to it.
+        doomed = {root}
+        for aid in list(self._agents):
+            chain = []
+            cur: str | None = aid
+            while cur is not None and cur not in doomed and cur in self._agents:
+                chain.append(cur)
+                cur = self._agents[cur].parent
+            if cur in doomed:
+                doomed.update(chain)
+        for aid in doomed:
+            self._agents.pop(aid, None)
+
+    def _add(self, agent_id: str | None, *, tokens: int = 0, tool_calls: int = 0) -> None:
+        cur = agent_id
+        while cur is not None:
+            u = self._agents.get(cur)
+            if u is None:
+                return
+            u.tokens += tokens
+            u.tool_calls += tool_calls
+            b = u.budget
+            if b is not None and not u.tripped:
+                why = None
+                if b.tokens is not None and u.tokens > b.tokens:
+                    why = f"budget exceeded: {u.tokens} tokens > {b.tokens}"
+                elif b.tool_calls is not None and u.tool_calls > b.tool_calls:
+                    why = f"budget exceeded: {u.tool_calls} tool calls > {b.tool_calls}"
+                if why is not None:
+                    u.tripped = True
+                    try:
+                        self._send.send_nowait((cur, why))
+                    except trio.WouldBlock:
+                        _log.error("budget queue full; cancel dropped", agent_id=cur, reason=why)
+            cur = u.parent
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Carry out the cancels the tap asked for. Runs until cancelled."""
+        task_status.started()
+        async for agent_id, reason in self._recv:
+            await self._cancel(agent_id, reason)

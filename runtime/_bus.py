@@ -1,0 +1,276 @@
+"""The event bus: where every agent's events merge into ONE flat stream.
+
+``seq`` is assigned here, at the merge point, so it is strictly increasing with no gaps. An event
+reaches consumers two ways:
+
+* **taps** — synchronous callables run for every event in ``seq`` order, inside
+  :meth:`EventBus.emit`
+  (the trace file writer, the live view's tree, budget accounting). They must be cheap and must not
+  emit themselves.
+* **subscriptions** — bounded per-subscriber buffers read by a consumer task. Each chooses what a
+  full buffer means: ``block`` (backpressure: emitters wait — for consumers that must see
+  everything) or ``lag`` (the subscription is dropped and its reader gets
+  :class:`SubscriberLagged` — a slow or stuck consumer never blocks the agents). A subscriber that
+  closes simply disappears.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+import trio
+
+from ._errors import AgentsError
+from ._events import Event
+
+E = TypeVar("E", bound=Event)
+Tap = Callable[[Event], None]
+Policy = Literal["block", "lag"]
+
+
+class SubscriberLagged(AgentsError):
+    """A ``lag`` subscription fell more than its buffer behind and was dropped."""
+
+
+class Subscription:
+    """One consumer's view of the stream; iterate it with ``async for``.
+
+    Ends with :class:`trio.EndOfChannel` (ending the ``async for``) once the bus closes and the
+    buffer is drained.
+    """
+
+    def __init__(self, bus: EventBus, buffer: int, policy: Policy) -> None:
+        if buffer < 1:
+            raise ValueError("a subscription buffers at least one event")
+        self._bus = bus
+        self._buffer: deque[Event] = deque()
+        self.max_buffer = buffer
+        self.policy = policy
+        self._readers = trio.lowlevel.ParkingLot()
+        self._writers = trio.lowlevel.ParkingLot()
+        self._ended = False
+        self._lagged = False
+        self._closed = False
+
+    # -- bus side ---------------------------------------------------------------
+    def _full(self) -> bool:
+        return len(self._buffer) >= self.max_buffer
+
+    def _push(self, event: Event) -> None:
+        if self._full():
+            # Only ``lag`` subscriptions get here: ``block`` ones made the emitter wait first.
+            self._lagged = True
+            self._buffer.clear()
+            self._bus._drop(self)
+        else:
+            self._buffer.append(event)
+        if self._readers:
+            self._readers.unpark_all()
+
+    def _end(self) -> None:
+        self._ended = True
+        self._readers.unpark_all()
+        self._writers.unpark_all()
+
+    # -- consumer side ----------------------------------------------------------
+    async def receive(self) -> Event:
+        """The next event.
+
+        Raises:
+            trio.EndOfChannel: the run is over and everything was read.
+            SubscriberLagged: this ``lag`` subscription fell too far behind.
+            trio.ClosedResourceError: :meth:`close` was called.
+
+        Cancellation: a checkpoint; a cancelled receive loses no event.
+        """
+        while not self._buffer:
+            if self._closed:
+                raise trio.ClosedResourceError("subscription closed")
+            if self._lagged:
+                raise SubscriberLagged(f"subscriber fell more than {self.max_buffer} events behind")
+            if self._ended:
+                raise trio.EndOfChannel
+            await self._readers.park()
+        await trio.lowlevel.checkpoint()
+        event = self._buffer.popleft()
+        if self._writers:
+            self._writers.unpark_all()
+        return event
+
+    def receive_nowait(self) -> Event:
+        """The next event if one is buffered, else :class:`trio.WouldBlock`."""
+        if self._buffer:
+            event = self._buffer.popleft()
+            if self._writers:
+                self._writers.unpark_all()
+            return event
+        if self._lagged:
+            raise SubscriberLagged(f"subscriber fell more than {self.max_buffer} events behind")
+        if self._ended:
+            raise trio.EndOfChannel
+        raise trio.WouldBlock
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> Event:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+    def close(self) -> None:
+        """Stop receiving; the bus forgets this subscription at once and never waits for it."""
+        self._closed = True
+        self._buffer.clear()
+        self._bus._drop(self)
+        self._readers.unpark_all()
+        self._writers.unpark_all()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EventBus:
+    """The merge point of a run's events. Create one per run."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._seq = 0
+        self._taps: list[Tap] = []
+        self._subs: list[Subscription] = []
+        self._blocking: list[Subscription] = []
+        # A snapshot iterated by emit, so a subscription dropped mid-delivery does not skip another.
+        self._fanout: tuple[Subscription, ...] = ()
+        self._closed = False
+
+    @property
+    def last_seq(self) -> int:
+        """The ``seq`` of the last event emitted (0 before the first)."""
+        return self._seq
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def add_tap(self, tap: Tap) -> None:
+        """Run *tap* synchronously on every later event, in ``seq`` order."""
+        self._taps.append(tap)
+
+    def remove_tap(self, tap: Tap) -> None:
+        if tap in self._taps:
+            self._taps.remove(tap)
+
+    def subscribe(self, *, buffer: int = 10_000, policy: Policy = "lag") -> Subscription:
+        """A new subscription that sees every event emitted from now on."""
+        sub = Subscription(self, buffer, policy)
+        if self._closed:
+            sub._end()
+            return sub
+        self._subs.append(sub)
+        if policy == "block":
+            self._blocking.append(sub)
+        self._fanout = tuple(self._subs)
+        return sub
+
+    def _drop(self, sub: Subscription) -> None:
+        if sub in self._subs:
+            self._subs.remove(sub)
+            self._fanout = tuple(self._subs)
+        if sub in self._blocking:
+            self._blocking.remove(sub)
+            sub._writers.unpark_all()
+
+    async def emit(
+        self,
+        cls: type[E],
+        /,
+        *,
+        agent_id: str | None,
+        parent_tool_use_id: str | None,
+        **fields: Any,
+    ) -> E:
+        """Build an event of *cls*, give it the next ``seq``, and deliver it.
+
+        Waits only while a ``block`` subscription is full; otherwise it completes without
+        yielding, so events an agent emits back to back stay together.
+
+        Raises:
+            trio.ClosedResourceError: the bus is closed (the run has finished).
+
+        Cancellation: cancelled only while waiting on a full ``block`` subscription, in which case
+        the event was not emitted and no ``seq`` was used.
+        """
+        while self._blocking:
+            full = next((s for s in self._blocking if s._full()), None)
+            if full is None:
+                break
+            await full._writers.park()
+        return self.emit_nowait(
+            cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
+        )
+
+    def emit_nowait(
+        self,
+        cls: type[E],
+        /,
+        *,
+        agent_id: str | None,
+        parent_tool_use_id: str | None,
+        **fields: Any,
+    ) -> E:
+        """Like :meth:`emit`, never waiting: a full ``block`` subscription gets the event anyway
+        (its buffer briefly exceeds its bound). For the few events that must go out right now
+        (the end of a run)."""
+        if self._closed:
+            raise trio.ClosedResourceError("the event bus is closed: the run has finished")
+        self._seq += 1
+        event = cls(
+            seq=self._seq,
+            ts=time.time(),
+            run_id=self.run_id,
+            agent_id=agent_id,
+            parent_tool_use_id=parent_tool_use_id,
+            **fields,
+        )
+        for tap in self._taps:
+            tap(event)
+        for sub in self._fanout:
+            if sub.policy == "block":
+                sub._buffer.append(event)
+                if sub._readers:
+                    sub._readers.unpark_all()
+            else:
+                sub._push(event)
+        return event
+
+    def forward(self, event: Event) -> Event:
+        """Re-emit an event built elsewhere (another process) with this bus's next ``seq``."""
+        import attrs  # only remote runs forward events
+
+        fields = attrs.asdict(event, recurse=False)
+        for key in ("seq", "ts", "run_id", "agent_id", "parent_tool_use_id"):
+            fields.pop(key)
+        return self.emit_nowait(
+            type(event),
+            agent_id=event.agent_id,
+            parent_tool_use_id=event.parent_tool_use_id,
+            **fields,
+        )
+
+    def close(self) -> None:
+        """End the stream: subscribers drain what they have, then see the end."""
+        if self._closed:
+            return
+        self._closed = True
+        for sub in list(self._subs):
+            sub._end()
+        self._subs.clear()
+        self._blocking.clear()
+        self._fanout = ()

@@ -1,0 +1,61 @@
+"""What every agent of one run shares (internal)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import structlog
+import trio
+
+from ._agent_types import AgentTypes
+from ._approvals import PermissionBroker
+from ._budget import BudgetLayer
+from ._bus import EventBus
+from ._limits import Limits
+from ._provider import Provider
+from .actors import ActorHandle, Registry
+
+if TYPE_CHECKING:
+    from tools import Tool, ToolLimits
+
+
+@attrs.frozen
+class Owner:
+    """Who owns a registered node: the agent that emits its ``cancel_requested``."""
+
+    agent_id: str
+    parent_tool_use_id: str | None
+
+
+@attrs.define(eq=False, kw_only=True)
+class RunContext:
+    """The run-wide state agents read: one per :func:`~runtime.open_runtime`."""
+
+    run_id: str
+    bus: EventBus
+    registry: Registry
+    provider: Provider
+    model: str
+    agent_types: AgentTypes
+    tools: Mapping[str, Tool]
+    tool_limits: ToolLimits
+    limits: Limits
+    workspace: Path
+    env: Mapping[str, str]
+    secrets: tuple[str, ...]
+    broker: PermissionBroker
+    budget: BudgetLayer
+    limiter: trio.CapacityLimiter
+    log: Any = attrs.Factory(lambda: structlog.get_logger("trio_agents"))
+    handles: dict[str, ActorHandle[Any]] = attrs.Factory(dict)
+    agents_started: int = 0
+    running_agents: int = 0
+    peak_running_agents: int = 0
+    _ids: itertools.count[int] = attrs.Factory(lambda: itertools.count(1))
+
+    def new_agent_id(self) -> str:
+        return f"agent-{next(self._ids)}"

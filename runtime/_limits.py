@@ -1,0 +1,102 @@
+"""Limits a user can set: nothing in a run is unbounded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ._errors import ConfigError
+
+
+@attrs.frozen(kw_only=True)
+class Budget:
+    """A subtree's allowance. ``None`` means no limit on that measure.
+
+    Attributes:
+        tokens: input + output tokens of the agent and every agent under it.
+        seconds: wall-clock seconds from the agent's start.
+        tool_calls: tool calls made by the agent and every agent under it.
+    """
+
+    tokens: int | None = None
+    seconds: float | None = None
+    tool_calls: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        for name in ("tokens", "seconds", "tool_calls"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value <= 0):
+                raise ConfigError(f"budget.{name}: expected a positive number, got {value!r}")
+
+    @property
+    def empty(self) -> bool:
+        return self.tokens is None and self.seconds is None and self.tool_calls is None
+
+    def tighter(self, other: Budget | None) -> Budget:
+        """The stricter of the two on every measure."""
+        if other is None:
+            return self
+
+        def pick(a: Any, b: Any) -> Any:
+            return b if a is None else a if b is None else min(a, b)
+
+        return Budget(
+            tokens=pick(self.tokens, other.tokens),
+            seconds=pick(self.seconds, other.seconds),
+            tool_calls=pick(self.tool_calls, other.tool_calls),
+        )
+
+    @classmethod
+    def from_mapping(cls, obj: Mapping[str, Any], *, where: str = "budget") -> Budget:
+        """Build from ``{"tokens": …, "seconds": …, "tool_calls": …}``.
+
+        Raises:
+            ConfigError: an unknown key or a bad value, naming it.
+        """
+        for key in obj:
+            if key not in ("tokens", "seconds", "tool_calls"):
+                raise ConfigError(f"{where}.{key}: unknown key (tokens, seconds, tool_calls)")
+        for key, value in obj.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
+        return cls(
+            tokens=int(obj["tokens"]) if "tokens" in obj else None,
+            seconds=float(obj["seconds"]) if "seconds" in obj else None,
+            tool_calls=int(obj["tool_calls"]) if "tool_calls" in obj else None,
+        )
+
+
+def _positive(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{attribute.name}: expected a positive number, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Limits:
+    """Run-wide limits.
+
+    Attributes:
+        max_turns: model turns per agent before it ends ``max_turns``.
+        max_depth: deepest sub-agent (the root is depth 0); deeper ``agent`` calls fail.
+        max_parallel: sub-agents running at once in the whole run; the rest wait their turn.
+        max_agents: sub-agents started in the whole run.
+        mailbox_size: user messages waiting for one agent.
+        max_tool_output_chars: a tool result longer than this is cut (with a note).
+        max_result_chars: an agent's final text kept in events and results.
+        finish_grace_s: how long a cancelled node may take to report that it finished.
+    """
+
+    max_turns: int = attrs.field(default=50, validator=_positive)
+    max_depth: int = attrs.field(default=4, validator=_positive)
+    max_parallel: int = attrs.field(default=16, validator=_positive)
+    max_agents: int = attrs.field(default=100_000, validator=_positive)
+    mailbox_size: int = attrs.field(default=16, validator=_positive)
+    max_tool_output_chars: int = attrs.field(default=30_000, validator=_positive)
+    max_result_chars: int = attrs.field(default=100_000, validator=_positive)
+    finish_grace_s: float = attrs.field(default=10.0, validator=_positive)
+
+    def public(self) -> dict[str, Any]:
+        """For ``run_started.config``."""
+        return attrs.asdict(self)

@@ -1,0 +1,12 @@
+"""The built-in tool set (SPEC §5)."""
+
+from __future__ import annotations
+
+from ._agent import AgentTool
+from ._base import Tool
+from ._builtins import file_and_shell_tools
+
+
+def builtin_tools() -> list[Tool]:
+    """One fresh instance of every built-in tool: bash, read, write, edit, glob, grep, agent."""
+    return [*file_and_shell_tools(), AgentTool()]
