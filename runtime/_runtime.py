@@ -374,7 +374,9 @@ async def open_runtime(
                     f"agent type {t.name!r} names unknown tool {name!r}; "
                     f"known tools: {', '.join(sorted(tool_map))}"
                 )
-    policy = PermissionPolicy(mode=permission_mode, allow=tuple(allow), deny=tuple(deny))
+    policy = PermissionPolicy(
+        mode=permission_mode, allow=tuple(allow), deny=tuple(deny), workspace=ws
+    )
     base_env = dict(os.environ if env is None else env)
     allow_env = tuple(allow_env)
     run_env = filter_env(base_env, allow_env)

@@ -147,7 +147,11 @@ async def _run_actor(
 ) -> None:
     scope = trio.CancelScope()
     mailbox: Mailbox[Any] = Mailbox(mailbox_size)
-    node = registry.register(actor_id, scope, parent_id=parent_id, data=data) if registry else None
+    node = (
+        registry.register(actor_id, scope, parent_id=parent_id, data=data)
+        if registry is not None
+        else None
+    )
     handle: ActorHandle[Any] = ActorHandle(actor_id, scope, mailbox, node, registry)
     exit_: ActorExit | None = None
     try:

@@ -1,0 +1,157 @@
+"""Actor primitives: spawn, mailbox, supervision, registry, subtree cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from runtime.actors import ActorContext, Mailbox, Registry, start_actor
+
+
+async def _sleeper(ctx: ActorContext[Any]) -> str:
+    await trio.sleep_forever()
+    return "never"  # pragma: no cover
+
+
+async def test_an_actor_returns_its_value_through_its_handle() -> None:
+    async def work(ctx: ActorContext[Any]) -> int:
+        return 42
+
+    async with trio.open_nursery() as nursery:
+        handle = await start_actor(nursery, work, actor_id="a")
+        exit_ = await handle.wait()
+    assert (exit_.kind, exit_.value, exit_.actor_id) == ("returned", 42, "a")
+
+
+async def test_a_failing_actor_becomes_a_message_and_its_siblings_keep_running(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def boom(ctx: ActorContext[Any]) -> None:
+        raise RuntimeError("bug")
+
+    finished = []
+
+    async def steady(ctx: ActorContext[Any]) -> None:
+        await trio.sleep(1)
+        finished.append(ctx.actor_id)
+
+    supervisor_send, supervisor = trio.open_memory_channel[Any](10)
+    async with trio.open_nursery() as nursery:
+        await start_actor(nursery, steady, actor_id="s1", supervisor=supervisor_send)
+        bad = await start_actor(nursery, boom, actor_id="bad", supervisor=supervisor_send)
+        await start_actor(nursery, steady, actor_id="s2", supervisor=supervisor_send)
+        exit_ = await bad.wait()
+    assert exit_.kind == "failed"
+    assert isinstance(exit_.error, RuntimeError)
+    assert sorted(finished) == ["s1", "s2"]
+    messages = [supervisor.receive_nowait() for _ in range(3)]
+    assert sorted(m.actor_id for m in messages) == ["bad", "s1", "s2"]
+
+
+async def test_the_registry_cancels_exactly_one_subtree() -> None:
+    registry = Registry()
+    outcomes: dict[str, str] = {}
+
+    async def parent(ctx: ActorContext[Any]) -> None:
+        async with trio.open_nursery() as nursery:
+            for name in ("child-1", "child-2"):
+                await start_actor(nursery, _sleeper, actor_id=name, registry=registry,
+                                  parent_id=ctx.actor_id)
+
+    async def record(handle_wait: Any, name: str) -> None:
+        outcomes[name] = (await handle_wait()).kind
+
+    async with trio.open_nursery() as nursery:
+        p = await start_actor(nursery, parent, actor_id="parent", registry=registry)
+        await trio.testing.wait_all_tasks_blocked()
+        assert set(registry.ids()) == {"parent", "child-1", "child-2"}
+        assert registry.cancel("child-1", "too slow", by="user")
+        await trio.testing.wait_all_tasks_blocked()
+        assert set(registry.ids()) == {"parent", "child-2"}
+        assert not p.done
+        assert registry.cancel("parent", "stop all")
+    exit_ = await p.wait()
+    assert exit_.kind == "cancelled"
+    assert exit_.reason == "stop all"
+    assert registry.ids() == []
+
+
+async def test_cancelling_an_unknown_or_finished_node_returns_false() -> None:
+    registry = Registry()
+    assert not registry.cancel("nobody", "x")
+    scope = trio.CancelScope()
+    with registry.registered("n", scope):
+        pass
+    assert not registry.cancel("n", "x")
+    assert not scope.cancel_called
+
+
+def test_a_node_cancelled_from_above_learns_the_ancestor_reason() -> None:
+    registry = Registry()
+    registry.register("root", trio.CancelScope())
+    registry.register("tool", trio.CancelScope(), parent_id="root")
+    leaf = registry.register("leaf", trio.CancelScope(), parent_id="tool")
+    assert Registry.cancel_reason(leaf) == (None, None)
+    registry.cancel("root", "abort", by="user")
+    assert Registry.cancel_reason(leaf) == ("abort", "user")
+
+
+def test_node_ids_are_unique_while_live() -> None:
+    registry = Registry()
+    registry.register("x", trio.CancelScope())
+    with pytest.raises(ValueError, match="already live"):
+        registry.register("x", trio.CancelScope())
+
+
+async def test_commands_reach_the_actor_through_its_bounded_mailbox() -> None:
+    got: list[str] = []
+
+    async def listener(ctx: ActorContext[str]) -> None:
+        for _ in range(3):
+            got.append(await ctx.mailbox.receive())
+
+    async with trio.open_nursery() as nursery:
+        handle = await start_actor(nursery, listener, actor_id="l", mailbox_size=2)
+        for word in ("a", "b", "c"):
+            await handle.send(word)
+    assert got == ["a", "b", "c"]
+    with pytest.raises(trio.ClosedResourceError):
+        handle.send_nowait("late")
+
+
+async def test_a_full_mailbox_refuses_send_nowait() -> None:
+    box: Mailbox[int] = Mailbox(2)
+    box.send_nowait(1)
+    box.send_nowait(2)
+    with pytest.raises(trio.WouldBlock):
+        box.send_nowait(3)
+    assert box.pending() == 2
+    assert box.drain() == [1, 2]
+    assert box.drain() == []
+
+
+def test_a_mailbox_needs_room_for_one_command() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        Mailbox(0)
+
+
+async def test_the_handle_cancel_reports_whether_it_did_anything() -> None:
+    async with trio.open_nursery() as nursery:
+        handle = await start_actor(nursery, _sleeper, actor_id="z")
+        assert handle.cancel("stop")
+    assert (await handle.wait()).kind == "cancelled"
+    assert not handle.cancel("again")
+
+
+async def test_an_actor_leaves_no_task_behind_when_it_returns() -> None:
+    async def spawner(ctx: ActorContext[Any]) -> str:
+        ctx.nursery.start_soon(trio.sleep_forever)
+        return "done"
+
+    with trio.fail_after(1):
+        async with trio.open_nursery() as nursery:
+            handle = await start_actor(nursery, spawner, actor_id="sp")
+    assert (await handle.wait()).value == "done"

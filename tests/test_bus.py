@@ -1,0 +1,158 @@
+"""The event bus: one stream, seq assigned at the merge point, bounded subscribers."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from runtime import Event, EventBus, SubscriberLagged, TextDelta
+
+
+async def _emit(bus: EventBus, agent: str, text: str) -> Event:
+    return await bus.emit(TextDelta, agent_id=agent, parent_tool_use_id=None, text=text)
+
+
+async def test_seq_strictly_increases_with_no_gaps_across_concurrent_emitters() -> None:
+    bus = EventBus("r")
+    seen: list[Event] = []
+    bus.add_tap(seen.append)
+
+    async def agent(name: str) -> None:
+        for i in range(50):
+            await _emit(bus, name, str(i))
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        for name in "abcde":
+            nursery.start_soon(agent, name)
+    assert [e.seq for e in seen] == list(range(1, 251))
+    assert all(e.run_id == "r" for e in seen)
+
+
+async def test_every_subscriber_sees_every_event_in_order_then_the_end() -> None:
+    bus = EventBus("r")
+    subs = [bus.subscribe(buffer=100) for _ in range(3)]
+    for i in range(10):
+        await _emit(bus, "a", str(i))
+    bus.close()
+    for sub in subs:
+        assert [e.seq async for e in sub] == list(range(1, 11))
+
+
+async def test_a_subscriber_only_sees_events_after_it_subscribed() -> None:
+    bus = EventBus("r")
+    await _emit(bus, "a", "early")
+    sub = bus.subscribe()
+    await _emit(bus, "a", "late")
+    bus.close()
+    assert [e.text async for e in sub] == ["late"]  # type: ignore[attr-defined]
+
+
+async def test_a_lagging_subscriber_is_dropped_and_never_blocks_the_agents() -> None:
+    bus = EventBus("r")
+    slow = bus.subscribe(buffer=5, policy="lag")
+    fast = bus.subscribe(buffer=1000)
+    with trio.fail_after(1):
+        for i in range(100):
+            await _emit(bus, "a", str(i))
+    with pytest.raises(SubscriberLagged):
+        await slow.receive()
+    bus.close()
+    assert len([e async for e in fast]) == 100
+
+
+async def test_a_blocking_subscriber_applies_backpressure_and_loses_nothing() -> None:
+    bus = EventBus("r")
+    sub = bus.subscribe(buffer=3, policy="block")
+    got: list[int] = []
+
+    async def producer() -> None:
+        for i in range(20):
+            await _emit(bus, "a", str(i))
+        bus.close()
+
+    async def consumer() -> None:
+        async for event in sub:
+            assert len(sub._buffer) <= 3
+            got.append(event.seq)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(producer)
+        nursery.start_soon(consumer)
+    assert got == list(range(1, 21))
+
+
+async def test_a_producer_waits_while_a_blocking_subscriber_is_full() -> None:
+    bus = EventBus("r")
+    sub = bus.subscribe(buffer=2, policy="block")
+    await _emit(bus, "a", "1")
+    await _emit(bus, "a", "2")
+    with trio.move_on_after(0.05) as waited:
+        await _emit(bus, "a", "3")
+    assert waited.cancelled_caught
+    assert bus.last_seq == 2, "a cancelled emit uses no seq"
+    await sub.receive()
+    await _emit(bus, "a", "3")
+    assert bus.last_seq == 3
+
+
+async def test_a_closed_subscriber_is_forgotten_and_unblocks_producers() -> None:
+    bus = EventBus("r")
+    sub = bus.subscribe(buffer=1, policy="block")
+    await _emit(bus, "a", "1")
+
+    async def blocked() -> None:
+        await _emit(bus, "a", "2")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(blocked)
+        await trio.testing.wait_all_tasks_blocked()
+        assert bus.last_seq == 1
+        sub.close()
+    assert bus.last_seq == 2
+    with pytest.raises(trio.ClosedResourceError):
+        await sub.receive()
+
+
+async def test_a_subscription_used_as_context_manager_closes_on_exit() -> None:
+    bus = EventBus("r")
+    with bus.subscribe(buffer=1, policy="block") as sub:
+        await _emit(bus, "a", "1")
+        assert (await sub.receive()).seq == 1
+    with trio.fail_after(1):
+        for _ in range(5):
+            await _emit(bus, "a", "more")
+
+
+async def test_emitting_after_close_is_refused() -> None:
+    bus = EventBus("r")
+    bus.close()
+    with pytest.raises(trio.ClosedResourceError):
+        await _emit(bus, "a", "late")
+
+
+async def test_subscribing_after_close_gives_an_ended_stream() -> None:
+    bus = EventBus("r")
+    bus.close()
+    assert [e async for e in bus.subscribe()] == []
+
+
+async def test_receive_nowait_reports_empty_lagged_and_ended() -> None:
+    bus = EventBus("r")
+    sub = bus.subscribe(buffer=1)
+    with pytest.raises(trio.WouldBlock):
+        sub.receive_nowait()
+    await _emit(bus, "a", "1")
+    assert sub.receive_nowait().seq == 1
+    bus.close()
+    with pytest.raises(trio.EndOfChannel):
+        sub.receive_nowait()
+
+
+def test_forward_gives_a_foreign_event_this_bus_seq() -> None:
+    bus = EventBus("r")
+    foreign = TextDelta(seq=99, ts=1.0, run_id="other", agent_id="x", parent_tool_use_id="tu-9",
+                        text="hi")
+    out = bus.forward(foreign)
+    assert (out.seq, out.run_id, out.agent_id, out.parent_tool_use_id) == (1, "r", "x", "tu-9")

@@ -1,0 +1,267 @@
+"""The agent loop: turns, tools, history order, and every fault ending as a result or a status."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import trio
+import trio.testing
+
+from runtime import (
+    AgentFinished,
+    Limits,
+    Message,
+    TextDelta,
+    ThinkingDelta,
+    ToolFinished,
+    ToolResultBlock,
+    ToolStarted,
+    ToolUseBlock,
+    TurnFinished,
+    UserMessage,
+    open_runtime,
+)
+from tests.harness import run_scenario, turns
+from tests.invariants import by_type, check_invariants
+from runtime import ToolError
+from tools import Tool, ToolContext, builtin_tools
+
+
+async def test_a_plain_answer_streams_deltas_and_completes(workspace: Path) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"thinking": "let me think", "text": "Hello there world",
+         "usage": {"input_tokens": 7, "output_tokens": 3}}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    check_invariants(events)
+    assert (outcome.status, outcome.result, outcome.turns) == ("completed", "Hello there world", 1)
+    assert (outcome.input_tokens, outcome.output_tokens) == (7, 3)
+    assert "".join(e.text for e in by_type(events, TextDelta)) == "Hello there world"  # type: ignore[attr-defined]
+    assert len(by_type(events, TextDelta)) == 3
+    assert "".join(e.text for e in by_type(events, ThinkingDelta)) == "let me think"  # type: ignore[attr-defined]
+    [turn] = by_type(events, TurnFinished)
+    assert (turn.turn, turn.stop_reason, turn.input_tokens) == (1, "end_turn", 7)  # type: ignore[attr-defined]
+
+
+async def test_the_assistant_message_precedes_its_results_which_come_in_call_order(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    (workspace / "a.txt").write_text("alpha\n")
+    (workspace / "b.txt").write_text("beta\n")
+    scenario = {"agents": {"main": {"turns": [
+        {"text": "Reading.", "tool_calls": [
+            {"name": "read", "input": {"path": "a.txt"}},
+            {"name": "glob", "input": {"pattern": "*.txt"}},
+            {"name": "read", "input": {"path": "b.txt"}}]},
+        {"text": "Done."}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    check_invariants(events)
+    history = outcome.state.messages
+    assert [m.role for m in history] == ["user", "assistant", "user", "assistant"]
+    uses = history[1].tool_uses
+    results = [b for b in history[2].content if isinstance(b, ToolResultBlock)]
+    assert [r.tool_use_id for r in results] == [u.id for u in uses]
+    assert "alpha" in results[0].content and "beta" in results[2].content
+    assert not any(r.is_error for r in results)
+
+
+async def test_read_only_calls_of_one_turn_run_concurrently(workspace: Path) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "glob", "input": {"pattern": "*"}} for _ in range(3)]},
+        {"text": "ok"}]}}}
+    _, events = await run_scenario(scenario, workspace)
+    kinds = [e.type for e in events if e.type in ("tool_started", "tool_finished")]
+    assert kinds[:3] == ["tool_started"] * 3
+
+
+async def test_calls_that_change_things_run_one_after_another(workspace: Path) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [
+            {"name": "write", "input": {"path": "x.txt", "content": "1"}},
+            {"name": "read", "input": {"path": "x.txt"}},
+            {"name": "edit", "input": {"path": "x.txt", "old": "1", "new": "2"}}]},
+        {"text": "ok"}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    kinds = [e.type for e in events if e.type in ("tool_started", "tool_finished")]
+    assert kinds == ["tool_started", "tool_finished"] * 3
+    assert (workspace / "x.txt").read_text() == "2"
+    assert outcome.status == "completed"
+
+
+async def test_an_unknown_tool_is_an_error_result_the_model_reads(workspace: Path) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "teleport", "input": {}}]}, {"text": "oh well"}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    check_invariants(events)
+    [finished] = by_type(events, ToolFinished)
+    assert finished.status == "error"  # type: ignore[attr-defined]
+    assert "unknown tool 'teleport'" in finished.output  # type: ignore[attr-defined]
+    assert "bash" in finished.output  # type: ignore[attr-defined]
+    assert outcome.status == "completed"
+
+
+async def test_arguments_failing_the_schema_are_an_error_naming_the_field(workspace: Path) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "read", "input": {"file": "x"}},
+                        {"name": "bash", "input": {"command": 5}}]},
+        {"text": "oh well"}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    outputs = [e.output for e in by_type(events, ToolFinished)]  # type: ignore[attr-defined]
+    assert "input.path: required field missing" in outputs[0]
+    assert "input.command" in outputs[1]
+    assert outcome.status == "completed"
+
+
+class _Exploding(Tool):
+    name: ClassVar[str] = "explode"
+    description: ClassVar[str] = "raises"
+    input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+    needs_permission: ClassVar[bool] = False
+
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        if args.get("polite"):
+            raise ToolError("nothing to explode")
+        raise ZeroDivisionError("a bug in the tool")
+
+
+async def test_a_tool_raising_becomes_an_error_result_not_a_crash(workspace: Path) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "explode", "input": {}},
+                        {"name": "explode", "input": {"polite": True}}]},
+        {"text": "recovered"}]}}}
+    outcome, events = await run_scenario(scenario, workspace, extra_tools=[_Exploding()])
+    check_invariants(events)
+    outputs = [(e.status, e.output) for e in by_type(events, ToolFinished)]  # type: ignore[attr-defined]
+    assert outputs == [("error", "explode failed: ZeroDivisionError: a bug in the tool"),
+                       ("error", "nothing to explode")]
+    assert (outcome.status, outcome.result) == ("completed", "recovered")
+
+
+async def test_a_provider_error_mid_stream_fails_the_agent_and_discards_the_partial_turn(
+    workspace: Path,
+) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"text": "Looking", "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+        {"text": "half a sentence", "error": "connection reset by peer"}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    check_invariants(events)
+    assert outcome.status == "failed"
+    assert outcome.error == "connection reset by peer"
+    assert [m.role for m in outcome.state.messages] == ["user", "assistant", "user"]
+    assert outcome.turns == 1
+    [finished] = by_type(events, AgentFinished)
+    assert finished.status == "failed"  # type: ignore[attr-defined]
+
+
+async def test_running_past_the_last_scripted_turn_fails_naming_the_agent_type(
+    workspace: Path,
+) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    check_invariants(events)
+    assert outcome.status == "failed"
+    assert "'main' ran past its last turn" in (outcome.error or "")
+
+
+async def test_max_turns_ends_the_agent_with_that_status(workspace: Path) -> None:
+    loop_turn = {"text": "again", "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]}
+    scenario = {"agents": {"main": {"turns": [loop_turn] * 5}}}
+    outcome, events = await run_scenario(scenario, workspace, limits=Limits(max_turns=3))
+    check_invariants(events)
+    assert (outcome.status, outcome.turns) == ("max_turns", 3)
+    assert "max_turns" in (outcome.error or "")
+
+
+async def test_a_message_sent_while_working_arrives_at_the_next_turn_boundary(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "true"}}], "delay_s": 1},
+        {"text": "noted", "delay_s": 1}]}}}
+    events: list[Any] = []
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            permission_mode="allow-all", on_event=events.append) as rt:
+        handle = await rt.start("go")
+        assert handle.send("also check the tests")
+        outcome = await handle.wait()
+        assert not handle.send("too late")
+    check_invariants(events)
+    [msg] = by_type(events, UserMessage)
+    assert msg.text == "also check the tests"  # type: ignore[attr-defined]
+    first, second = by_type(events, TurnFinished)
+    assert first.seq < msg.seq < second.seq, "delivered between the two turns"
+    results = outcome.state.messages[2]
+    assert results.role == "user"
+    assert isinstance(results.content[0], ToolResultBlock)
+    assert results.text == "also check the tests", "joined to the tool results, after them"
+
+
+async def test_a_message_arriving_as_the_model_stops_makes_it_go_round_again(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"text": "first", "delay_s": 1}, {"text": "second answer", "delay_s": 1}]}}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False) as rt:
+        handle = await rt.start("go")
+        await trio.sleep(0.5)  # inside the first turn, after its messages were delivered
+        assert handle.send("one more thing")
+        outcome = await handle.wait()
+    assert (outcome.status, outcome.result, outcome.turns) == ("completed", "second answer", 2)
+    assert [m.role for m in outcome.state.messages] == ["user", "assistant", "user", "assistant"]
+
+
+async def test_cancelling_the_root_mid_tool_call_finishes_every_node(
+    workspace: Path,
+) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "sleep 30"}}]},
+        {"text": "never"}]}}}
+    events: list[Any] = []
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            permission_mode="allow-all", on_event=events.append) as rt:
+        handle = await rt.start("go")
+        with trio.fail_after(5):
+            while not by_type(events, ToolStarted):
+                await trio.sleep(0.01)
+            assert await rt.cancel(handle.agent_id, "stop")
+            outcome = await handle.wait()
+    check_invariants(events)
+    assert outcome.status == "cancelled"
+    assert outcome.error == "cancelled: stop"
+    [finished] = by_type(events, ToolFinished)
+    assert (finished.status, finished.output) == ("cancelled", "cancelled: stop")  # type: ignore[attr-defined]
+    history = outcome.state.messages
+    assert isinstance(history[-1].content[0], ToolResultBlock), "every tool call has a result"
+    assert events[-1].status == "cancelled"  # type: ignore[attr-defined]
+
+
+async def test_history_given_at_start_is_continued(workspace: Path) -> None:
+    earlier = [Message(role="user", content=()), Message(role="assistant", content=())]
+    scenario = {"agents": {"main": turns("one", "two")}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False) as rt:
+        outcome = await rt.run("next", history=earlier[1:])
+    # One assistant message was already there, so the script plays its second turn.
+    assert outcome.result == "two"
+
+
+async def test_every_tool_call_in_history_gets_a_result_even_on_cancel(workspace: Path) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "sleep 30"}},
+                        {"name": "bash", "input": {"command": "sleep 30"}}]}]}}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            permission_mode="allow-all") as rt:
+        handle = await rt.start("go")
+        await trio.sleep(0.2)
+        await handle.cancel()
+        outcome = await handle.wait()
+    uses = [b for m in outcome.state.messages for b in m.content if isinstance(b, ToolUseBlock)]
+    results = [b for m in outcome.state.messages for b in m.content
+               if isinstance(b, ToolResultBlock)]
+    assert {u.id for u in uses} == {r.tool_use_id for r in results}
+
+
+def test_builtin_tools_are_the_spec_set() -> None:
+    assert [t.name for t in builtin_tools()] == [
+        "bash", "read", "write", "edit", "glob", "grep", "agent"]
