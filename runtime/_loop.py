@@ -150,7 +150,9 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
         run.running_agents -= 1
         if status is None:
             reason, by = Registry.cancel_reason(ctx.node) if ctx.node else (None, None)
-            if by == "budget":
+            # Only the subtree whose budget ran out ends budget_exceeded; agents under it
+            # were cancelled because of it, and say so in their reason.
+            if by == "budget" and ctx.node is not None and ctx.node.cancel_by == "budget":
                 status, error = "budget_exceeded", reason
             elif (
                 reason is None and seconds is not None and trio.current_time() >= ctx.scope.deadline
@@ -172,6 +174,8 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
             state=state,
         )
         spec.box.append(outcome)
+        # Finished from now on: a cancel arriving while the end is reported changes nothing.
+        run.registry.unregister(spec.agent_id)
         with trio.move_on_after(run.limits.finish_grace_s, shield=True):
             await emit(
                 AgentFinished,

@@ -19,8 +19,15 @@ async def run_scenario(
     events: list[Event] = []
     kwargs.setdefault("trace", False)
     kwargs.setdefault("permission_mode", "allow-all")
+    extra = kwargs.pop("on_event", None)
+
+    def tap(event: Event) -> None:
+        events.append(event)
+        if extra is not None:
+            extra(event)
+
     async with open_runtime(
-        scenario=dict(scenario), workspace=workspace, on_event=events.append, **kwargs
+        scenario=dict(scenario), workspace=workspace, on_event=tap, **kwargs
     ) as rt:
         outcome = await rt.run(prompt)
     return outcome, events

@@ -1,0 +1,110 @@
+"""Budgets per subtree: tokens, wall-clock seconds and tool calls; usage rolls up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from runtime import AgentFinished, AgentStarted, AgentType, Budget, CancelRequested, ConfigError
+from tests.harness import agent_call, run_scenario
+from tests.invariants import by_type, check_invariants
+
+_SPEND = {"text": "spending", "usage": {"input_tokens": 40, "output_tokens": 10},
+          "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]}
+
+
+def _statuses(events: list[Any]) -> dict[str, str]:
+    names = {e.agent_id: e.name for e in by_type(events, AgentStarted)}
+    return {names[e.agent_id]: e.status for e in by_type(events, AgentFinished)}
+
+
+async def test_a_token_budget_ends_only_that_subtree_and_tells_the_parent_why(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [
+            agent_call("greedy", "spender", budget={"tokens": 120}),
+            agent_call("calm", "calm")]}, {"text": "coped"}]},
+        "spender": {"turns": [{**_SPEND, "delay_s": 1}] * 10},
+        "calm": {"turns": [{"text": "calm done", "delay_s": 5}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    check_invariants(events)
+    assert _statuses(events) == {"main": "completed", "spender": "budget_exceeded",
+                                 "calm": "completed"}
+    results = [b for b in outcome.state.messages[2].content]
+    assert results[0].is_error  # type: ignore[union-attr]
+    assert "budget exceeded: 150 tokens > 120" in results[0].content  # type: ignore[union-attr]
+    [cancel] = by_type(events, CancelRequested)
+    assert cancel.by == "budget"  # type: ignore[attr-defined]
+
+
+async def test_usage_of_grandchildren_counts_against_an_ancestor_budget(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("team", "lead")]}, {"text": "ok"}]},
+        "lead": {"turns": [
+            {"tool_calls": [agent_call("w1", "worker"), agent_call("w2", "worker")]},
+            {"text": "lead done"}]},
+        "worker": {"turns": [{**_SPEND, "delay_s": 1}] * 10}}}
+    outcome, events = await run_scenario(
+        scenario, workspace, agent_types=[AgentType(name="lead", budget=Budget(tool_calls=7))])
+    check_invariants(events)
+    statuses = _statuses(events)
+    assert statuses["lead"] == "budget_exceeded"
+    assert statuses["main"] == "completed"
+    finished = {e.agent_id: e for e in by_type(events, AgentFinished)}
+    lead = next(e for e in by_type(events, AgentStarted) if e.name == "lead")  # type: ignore[attr-defined]
+    assert "tool calls > 7" in (finished[lead.agent_id].error or "")  # type: ignore[attr-defined]
+    workers = [e for e in by_type(events, AgentStarted) if e.name == "worker"]  # type: ignore[attr-defined]
+    assert {finished[w.agent_id].status for w in workers} == {"cancelled"}  # type: ignore[attr-defined]
+
+
+async def test_a_wall_clock_budget_ends_the_subtree_at_its_deadline(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("slow", "slow", budget={"seconds": 3})]},
+                           {"text": "ok"}]},
+        "slow": {"turns": [{"text": "late", "delay_s": 60}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    check_invariants(events)
+    assert _statuses(events)["slow"] == "budget_exceeded"
+    assert trio.current_time() == pytest.approx(3.0)
+    result = outcome.state.messages[2].content[0]
+    assert "budget exceeded: 3 s of wall time" in result.content  # type: ignore[union-attr]
+
+
+async def test_the_tighter_of_type_and_call_budget_applies(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("x", "slow", budget={"seconds": 50})]},
+                           {"text": "ok"}]},
+        "slow": {"turns": [{"text": "late", "delay_s": 60}]}}}
+    _, events = await run_scenario(
+        scenario, workspace, agent_types=[AgentType(name="slow", budget=Budget(seconds=2))])
+    assert _statuses(events)["slow"] == "budget_exceeded"
+    assert trio.current_time() == pytest.approx(2.0)
+
+
+async def test_a_bad_budget_in_the_call_is_an_error_result(workspace: Path) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("x", "general", budget={"tokens": 0})]},
+                           {"text": "ok"}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    result = outcome.state.messages[2].content[0]
+    assert result.is_error and "input.budget" in result.content  # type: ignore[union-attr]
+    assert len(by_type(events, AgentStarted)) == 1
+
+
+def test_budgets_reject_nonsense() -> None:
+    with pytest.raises(ConfigError, match=r"budget\.tokens"):
+        Budget(tokens=-5)
+    with pytest.raises(ConfigError, match=r"budget\.speed: unknown key"):
+        Budget.from_mapping({"speed": 1})
+    assert Budget(tokens=5).tighter(Budget(tokens=3, seconds=1)) == Budget(tokens=3, seconds=1)

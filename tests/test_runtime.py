@@ -1,0 +1,307 @@
+"""The public runtime: trace files, subscribers, permissions, secrets, configuration errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from runtime import (
+    AgentFinished,
+    AgentStarted,
+    AgentType,
+    ConfigError,
+    Event,
+    PermissionRequested,
+    PermissionResolved,
+    RunFinished,
+    RunStarted,
+    ScenarioError,
+    SubscriberLagged,
+    ToolFinished,
+    decode_event,
+    open_runtime,
+)
+from tests.harness import agent_call, run_scenario, turns
+from tests.invariants import by_type, check_invariants
+
+_SIMPLE = {"agents": {"main": turns("hello")}}
+
+
+def _read_trace(path: Path) -> list[Event]:
+    return [decode_event(line) for line in path.read_bytes().splitlines()]
+
+
+async def test_every_run_writes_a_complete_jsonl_trace(workspace: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "t" / "run.jsonl"
+    live: list[Event] = []
+    async with open_runtime(scenario=_SIMPLE, workspace=workspace, trace=trace,
+                            on_event=live.append) as rt:
+        assert rt.trace_path == trace
+        await rt.run("go")
+    written = _read_trace(trace)
+    assert written == live
+    check_invariants(written)
+    assert isinstance(written[0], RunStarted) and isinstance(written[-1], RunFinished)
+
+
+async def test_the_default_trace_goes_under_dot_trio_agents(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    async with open_runtime(scenario=_SIMPLE, workspace=workspace) as rt:
+        await rt.run("go")
+    assert rt.trace_path is not None
+    assert rt.trace_path.parent == Path(".trio-agents/traces")
+    assert rt.trace_path.name == f"{rt.run_id}.jsonl"
+    check_invariants(_read_trace(tmp_path / rt.trace_path))
+
+
+async def test_a_cancelled_run_still_ends_its_trace(
+    workspace: Path, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    trace = tmp_path / "run.jsonl"
+    scenario = {"agents": {"main": {"turns": [{"text": "slow", "delay_s": 100}]}}}
+    with trio.move_on_after(1):
+        async with open_runtime(scenario=scenario, workspace=workspace, trace=trace) as rt:
+            await rt.run("go")
+    written = _read_trace(trace)
+    check_invariants(written)
+    assert written[-1].status == "cancelled"  # type: ignore[attr-defined]
+
+
+async def test_a_key_in_the_environment_never_reaches_a_tool_or_the_trace(
+    workspace: Path, tmp_path: Path
+) -> None:
+    secret = "sk-test-1234567890abcdef"
+    env = {"OPENAI_API_KEY": secret, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    (workspace / "leaked.txt").write_text(f"token={secret}\n")
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "echo key=$OPENAI_API_KEY; env"}}]},
+        {"tool_calls": [{"name": "read", "input": {"path": "leaked.txt"}}]},
+        {"text": "done"}]}}}
+    trace = tmp_path / "run.jsonl"
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=trace, env=env,
+                            permission_mode="allow-all") as rt:
+        outcome = await rt.run("go")
+    raw = trace.read_text()
+    assert secret not in raw
+    bash, read = by_type(_read_trace(trace), ToolFinished)
+    assert "key=\n" in bash.output  # type: ignore[attr-defined]
+    assert "OPENAI_API_KEY" not in bash.output  # type: ignore[attr-defined]
+    assert "token=***" in read.output, "a secret read from a file is masked"  # type: ignore[attr-defined]
+    assert outcome.status == "completed"
+
+
+async def test_a_subscriber_that_stops_reading_never_blocks_the_run(
+    workspace: Path, tmp_path: Path
+) -> None:
+    scenario = {"agents": {"main": turns(" ".join(["word"] * 500))}}
+    trace = tmp_path / "run.jsonl"
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=trace) as rt:
+        stuck = rt.subscribe(buffer=10)
+        with trio.fail_after(5):
+            outcome = await rt.run("go")
+        with pytest.raises(SubscriberLagged):
+            while True:
+                await stuck.receive()
+    assert outcome.status == "completed"
+    check_invariants(_read_trace(trace))
+
+
+async def test_a_subscriber_that_closes_goes_away_quietly(workspace: Path, tmp_path: Path) -> None:
+    scenario = {"agents": {"main": turns(" ".join(["word"] * 200))}}
+    trace = tmp_path / "run.jsonl"
+    seen = []
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=trace) as rt:
+        sub = rt.subscribe(buffer=5, policy="block")
+
+        async def reader() -> None:
+            async for event in sub:
+                seen.append(event)
+                if len(seen) == 3:
+                    sub.close()
+                    return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            with trio.fail_after(5):
+                await rt.run("go")
+    assert len(seen) == 3
+    check_invariants(_read_trace(trace))
+
+
+async def test_a_live_subscriber_sees_the_whole_run_in_order(workspace: Path) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("a", "w"), agent_call("b", "w")]},
+                           {"text": "done"}]},
+        "w": turns("w done")}}
+    got: list[Event] = []
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False) as rt:
+        sub = rt.subscribe(policy="block")
+
+        async def reader() -> None:
+            async for event in sub:
+                got.append(event)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            await rt.run("go")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    assert [e.seq for e in got] == list(range(2, 2 + len(got)))
+    assert len(by_type(got, AgentFinished)) == 3
+
+
+# -- permissions ---------------------------------------------------------------
+
+
+def _three_writers() -> dict[str, Any]:
+    return {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("a", "quick"), agent_call("w", "writer"),
+                                           agent_call("b", "quick")]},
+                           {"text": "done"}]},
+        "writer": {"turns": [
+            {"tool_calls": [{"name": "write", "input": {"path": "out.txt", "content": "x"}}]},
+            {"text": "tried"}]},
+        "quick": {"turns": [{"text": "quick done", "delay_s": 0.05},
+                            ]}}}
+
+
+async def test_a_permission_prompt_pauses_only_the_asking_call(workspace: Path) -> None:
+    events: list[Event] = []
+    async with open_runtime(scenario=_three_writers(), workspace=workspace, trace=False,
+                            permission_mode="ask", on_event=events.append) as rt:
+        with rt.permission_answerer():
+            handle = await rt.start("go")
+            with trio.fail_after(5):
+                while not by_type(events, PermissionRequested):
+                    await trio.sleep(0.01)
+                # The two other sub-agents finish while the question waits.
+                while len([e for e in by_type(events, AgentFinished)]) < 2:
+                    await trio.sleep(0.01)
+            [request] = by_type(events, PermissionRequested)
+            assert request.parent_tool_use_id is not None, "the request says which subtree asks"
+            assert [p.request_id for p in rt.pending_permissions()] == [request.request_id]  # type: ignore[attr-defined]
+            assert rt.resolve_permission(request.request_id, False)  # type: ignore[attr-defined]
+            assert not rt.resolve_permission(request.request_id, True), "answered already"  # type: ignore[attr-defined]
+            outcome = await handle.wait()
+    check_invariants(events)
+    [resolved] = by_type(events, PermissionResolved)
+    assert (resolved.granted, resolved.reason) == (False, "denied by user")  # type: ignore[attr-defined]
+    write = next(e for e in by_type(events, ToolFinished) if e.name == "write")  # type: ignore[attr-defined]
+    assert (write.status, write.output) == ("denied", "permission denied: denied by user")  # type: ignore[attr-defined]
+    assert not (workspace / "out.txt").exists()
+    assert outcome.status == "completed"
+
+
+async def test_with_nobody_to_answer_a_call_is_denied_at_once(workspace: Path) -> None:
+    outcome, events = await run_scenario(_three_writers(), workspace, permission_mode="ask")
+    check_invariants(events)
+    [resolved] = by_type(events, PermissionResolved)
+    assert not resolved.granted and "nobody can answer" in resolved.reason  # type: ignore[attr-defined]
+    assert outcome.status == "completed"
+
+
+async def test_an_unanswered_request_is_denied_after_the_timeout(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    events: list[Event] = []
+    async with open_runtime(scenario=_three_writers(), workspace=workspace, trace=False,
+                            permission_mode="ask", permission_timeout_s=30,
+                            on_event=events.append) as rt:
+        with rt.permission_answerer():
+            await rt.run("go")
+    [resolved] = by_type(events, PermissionResolved)
+    assert resolved.reason == "no answer within 30 s"  # type: ignore[attr-defined]
+    assert trio.current_time() == pytest.approx(30, abs=1)
+
+
+async def test_remember_grants_later_calls_of_the_same_kind(workspace: Path) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "echo one"}}]},
+        {"tool_calls": [{"name": "bash", "input": {"command": "echo one"}}]},
+        {"tool_calls": [{"name": "bash", "input": {"command": "echo two"}}]},
+        {"text": "done"}]}}}
+    events: list[Event] = []
+    answered = 0
+
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            permission_mode="ask", on_event=events.append) as rt:
+        with rt.permission_answerer():
+            handle = await rt.start("go")
+            with trio.fail_after(5):
+                while not handle.done:
+                    for pending in rt.pending_permissions():
+                        rt.resolve_permission(pending.request_id, answered == 0,
+                                              remember=answered == 0)
+                        answered += 1
+                    await trio.sleep(0.01)
+    statuses = [e.status for e in by_type(events, ToolFinished)]  # type: ignore[attr-defined]
+    assert statuses == ["ok", "ok", "denied"]
+    assert len(by_type(events, PermissionRequested)) == 2, "the remembered call did not ask"
+
+
+async def test_deny_rules_win_over_allow_all(workspace: Path) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "rm -rf build"}}]},
+        {"text": "done"}]}}}
+    _, events = await run_scenario(scenario, workspace, deny=["bash(rm *)"])
+    [finished] = by_type(events, ToolFinished)
+    assert finished.status == "denied"  # type: ignore[attr-defined]
+    assert "bash(rm *)" in finished.output  # type: ignore[attr-defined]
+
+
+# -- configuration errors --------------------------------------------------------
+
+
+async def test_a_missing_workspace_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="is not a folder"):
+        async with open_runtime(scenario=_SIMPLE, workspace=tmp_path / "nope"):
+            pass  # pragma: no cover
+
+
+async def test_an_agent_type_naming_an_unknown_tool_is_refused_before_running(
+    workspace: Path,
+) -> None:
+    with pytest.raises(ConfigError, match="names unknown tool 'hammer'"):
+        async with open_runtime(scenario=_SIMPLE, workspace=workspace, trace=False,
+                                agent_types=[AgentType(name="x", tools=("hammer",))]):
+            pass  # pragma: no cover
+
+
+async def test_a_malformed_scenario_is_refused_before_anything_runs(
+    workspace: Path, tmp_path: Path
+) -> None:
+    trace = tmp_path / "run.jsonl"
+    with pytest.raises(ScenarioError, match=r"agents\.main\.turns: missing"):
+        async with open_runtime(scenario={"agents": {"main": {}}}, workspace=workspace,
+                                trace=trace):
+            pass  # pragma: no cover
+    assert not trace.exists()
+
+
+async def test_the_scripted_provider_needs_a_scenario(workspace: Path) -> None:
+    with pytest.raises(ConfigError, match="needs a scenario"):
+        async with open_runtime("scripted", workspace=workspace, trace=False):
+            pass  # pragma: no cover
+
+
+async def test_an_unknown_root_agent_type_is_a_config_error(workspace: Path) -> None:
+    async with open_runtime(scenario=_SIMPLE, workspace=workspace, trace=False) as rt:
+        with pytest.raises(ConfigError, match="unknown agent type 'boss'"):
+            await rt.start("go", agent_type="boss")
+
+
+async def test_several_root_agents_share_one_run(workspace: Path) -> None:
+    events: list[Event] = []
+    async with open_runtime(scenario={"agents": {"main": turns("a", "b")}},
+                            workspace=workspace, trace=False, on_event=events.append) as rt:
+        first = await rt.run("one")
+        second = await rt.run("two", history=first.state.messages)
+    assert (first.result, second.result) == ("a", "b")
+    check_invariants(events)
+    assert len(by_type(events, AgentStarted)) == 2
