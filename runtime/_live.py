@@ -1,0 +1,410 @@
+"""What a command-line run shows: the live tree on a terminal, plain lines otherwise.
+
+Both views are fed by a tap (:meth:`LiveView.tap`, :meth:`PlainView.tap`), called for every event
+inside the emitting agent's task. A tap must never slow the agents, so it only updates the
+:class:`~runtime._tree.TraceTree` (O(1) per event) and notes what changed; the drawing happens in
+the view's own task (:meth:`LiveView.run`).
+
+:class:`LiveView` redraws on a timer, not per event: at most :data:`MAX_FPS` frames a second,
+and fewer when a frame is expensive (the time between frames is at least :data:`RENDER_SHARE`⁻¹
+times the cost of the last one), so drawing takes a bounded share of the one trio thread however
+many agents run — 100 parallel sub-agents streaming text cost the same frames as one. The frame
+shows the tree (drawn by :mod:`runtime._render`), then the root agent's current turn streaming
+below it. A root turn that ends with tool calls is printed above the live region for good; the
+final turn stays at the bottom and is printed after the final tree when the run ends.
+
+:class:`PlainView` (stdout not a terminal) prints one line per significant event — an agent
+started or finished, a tool call started or finished, a permission asked or answered, a cancel —
+and the root agent's text once each turn completes. Lines are queued by the tap and written by
+the view's task, so a slow pipe reader delays the lines, not the agents (up to a bound, past
+which the tap writes itself: backpressure rather than unbounded memory).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Generator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+import trio
+
+from ._events import (
+    AgentFinished,
+    AgentStarted,
+    CancelRequested,
+    Event,
+    PermissionRequested,
+    PermissionResolved,
+    RunFinished,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+)
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.live import Live
+
+    from ._tree import TraceTree
+
+MAX_FPS = 12.0
+"""The most frames a second the live view draws (spinners and clocks look smooth at 10-12)."""
+RENDER_SHARE = 0.2
+"""The largest share of the trio thread's time the live view may spend drawing."""
+ROOT_TEXT_LINES = 8
+"""How many lines of the root's streaming text the live region shows."""
+
+
+def _path(tree: TraceTree, agent_id: str | None) -> str:
+    from ._picker import agent_path
+
+    return agent_path(tree, agent_id)
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,}"
+
+
+def trace_hint(trace_path: Path | None) -> list[str]:
+    """The closing lines naming the trace and the command that shows it."""
+    if trace_path is None:
+        return []
+    return [f"Trace: {trace_path}", f"Inspect it: trio-agents trace show {trace_path}"]
+
+
+class _RootText:
+    """The root agents' text, turn by turn: what is streaming now, and what is complete."""
+
+    def __init__(self) -> None:
+        self.current: list[str] = []
+        self.completed: list[str] = []  # whole turns not shown yet
+        self.last_turn = ""  # the latest completed turn, whatever it was
+
+    def delta(self, text: str) -> None:
+        self.current.append(text)
+
+    def turn_done(self) -> str:
+        text = "".join(self.current).strip()
+        self.current.clear()
+        if text:
+            self.last_turn = text
+        return text
+
+
+class LiveView:
+    """The live tree on a terminal (rich), redrawn by :meth:`run` on a timer.
+
+    Args:
+        tree: the run's tree; this view feeds it in :meth:`tap`.
+        console: the terminal console (``NO_COLOR`` and ``TERM`` are honoured by rich).
+    """
+
+    def __init__(self, tree: TraceTree, console: Console) -> None:
+        self.tree = tree
+        self.console = console
+        self._text = _RootText()
+        self._to_print: list[str] = []
+        self._live: Live | None = None
+        self._paused = 0
+        self._dirty = True
+        self.frames = 0
+        self.render_s = 0.0
+        self._root_done: str | None = None
+
+    # -- in the agents' tasks: cheap --------------------------------------------------------
+
+    def tap(self, event: Event) -> None:
+        """Apply *event* to the tree and note what to draw (never draws)."""
+        self.tree.apply(event)
+        self._dirty = True
+        if event.parent_tool_use_id is None and event.agent_id is not None:
+            if isinstance(event, TextDelta):
+                self._text.delta(event.text)
+            elif isinstance(event, TurnFinished):
+                text = self._text.turn_done()
+                if text and event.stop_reason == "tool_use":
+                    self._to_print.append(text)  # more turns follow: this text is history now
+
+    # -- the drawing task -------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Draw the live region until cancelled.
+
+        Cancellation: the way to stop it; the live region is cleared (the final tree is printed
+        by :meth:`finish`).
+        """
+        self._start_live()
+        task_status.started()
+        try:
+            while True:
+                cost = self._frame()
+                await trio.sleep(max(1.0 / MAX_FPS, cost / RENDER_SHARE))
+        finally:
+            self._stop_live()
+
+    def _start_live(self) -> None:
+        from rich.live import Live
+
+        # Our task refreshes: rich's own refresh thread would read the tree while trio
+        # tasks change it. Transient: a pause or the end clears the region, and what stays on
+        # screen is printed on purpose.
+        self._live = Live(
+            console=self.console,
+            auto_refresh=False,
+            transient=True,
+            redirect_stdout=True,
+            redirect_stderr=True,
+            vertical_overflow="crop",
+        )
+        self._live.start()
+        self._dirty = True
+
+    def _stop_live(self) -> None:
+        live = self._live
+        if live is None:
+            return
+        self._live = None
+        from rich.text import Text
+
+        # Stop redraws the last frame uncropped before clearing it: make that frame empty, so a
+        # tree taller than the screen leaves nothing behind.
+        live.update(Text(""), refresh=False)
+        live.stop()
+
+    def _frame(self) -> float:
+        """Draw one frame if anything can have changed; return what it cost in seconds."""
+        live = self._live
+        if live is None or self._paused:
+            return 0.0
+        t0 = time.perf_counter()
+        if self._to_print:
+            for text in self._to_print:
+                live.console.print(text, markup=False, highlight=False)
+            self._to_print.clear()
+        # Running nodes show clocks and spinners, so a live tree changes every frame.
+        if self._dirty or self.tree.running_subtrees() or not self.tree.ended:
+            self._dirty = False
+            live.update(self.renderable(), refresh=True)
+            self.frames += 1
+        cost = time.perf_counter() - t0
+        self.render_s += cost
+        return cost
+
+    def renderable(self, *, final: bool = False) -> RenderableType:
+        """The frame: the tree, then the root's streaming text."""
+        from rich.console import Group
+        from rich.text import Text
+
+        height = max(6, self.console.size.height - 1)
+        streaming = "".join(self._text.current).rstrip()
+        parts: list[RenderableType] = []
+        text_lines: list[str] = []
+        if streaming and not final:
+            text_lines = _tail_lines(streaming, self.console.size.width, ROOT_TEXT_LINES)
+        tree_height = None if final else max(3, height - len(text_lines) - (1 if text_lines else 0))
+        parts.append(render_tree(self.tree, time.time(), max_lines=tree_height))
+        if text_lines:
+            parts.append(Text(""))
+            parts.append(Text("\n".join(text_lines)))
+        return Group(*parts)
+
+    @contextmanager
+    def paused(self) -> Generator[None, None, None]:
+        """Clear the live region while the caller talks to the terminal; agents keep running.
+
+        Nested pauses are fine; the view comes back when the outermost ends.
+        """
+        self._paused += 1
+        if self._paused == 1:
+            self._stop_live()
+        try:
+            yield
+        finally:
+            self._paused -= 1
+            if self._paused == 0:
+                self._start_live()
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def finish(self, *, trace_path: Path | None) -> None:
+        """Print what stays on screen: the final tree, the answer, the trace and how to read it."""
+        self._stop_live()
+        console = self.console
+        for text in self._to_print:
+            console.print(text, markup=False, highlight=False)
+        self._to_print.clear()
+        console.print(render_tree(self.tree, time.time(), max_lines=None, final=True))
+        answer = self._text.turn_done() or self._text.last_turn
+        if answer:
+            console.print()
+            console.print(answer, markup=False, highlight=False)
+        console.print()
+        console.print(summary_line(self.tree), highlight=False)
+        for line in trace_hint(trace_path):
+            console.print(f"[dim]{line}[/]", highlight=False)
+
+
+class PlainView:
+    """One plain line per significant event, for a pipe or a file (no terminal).
+
+    Args:
+        tree: the run's tree; this view feeds it in :meth:`tap`.
+        out: where the lines go (stdout).
+        max_queued: lines queued before the tap writes them itself.
+    """
+
+    def __init__(self, tree: TraceTree, out: TextIO, *, max_queued: int = 2000) -> None:
+        self.tree = tree
+        self.out = out
+        self._lines: list[str] = []
+        self._max = max_queued
+        self._wake: trio.Event | None = None
+        self._text = _RootText()
+        self.console = None
+        # A pipe to a program that cannot decode some character must not crash the run.
+        with contextlib.suppress(AttributeError, ValueError):
+            out.reconfigure(errors="replace")  # type: ignore[attr-defined]
+
+    def tap(self, event: Event) -> None:
+        """Apply *event* to the tree and queue its line, if it has one."""
+        tree = self.tree
+        tree.apply(event)
+        line = self._line(event)
+        if line is None:
+            return
+        self._lines.append(line)
+        if len(self._lines) >= self._max:
+            self.flush()
+        elif self._wake is not None:
+            self._wake.set()
+
+    def _line(self, event: Event) -> str | None:
+        tree = self.tree
+        if isinstance(event, TextDelta):
+            if event.parent_tool_use_id is None:
+                self._text.delta(event.text)
+            return None
+        if isinstance(event, TurnFinished):
+            if event.parent_tool_use_id is None:
+                text = self._text.turn_done()
+                if text:
+                    return text
+            return None
+        who = f"[{_path(tree, event.agent_id)}]"
+        if isinstance(event, AgentStarted):
+            node = tree.agents.get(event.agent_id or "")
+            call = node.parent if node is not None else None
+            desc = call.input.get("description") if call is not None else None
+            return f"{who} agent started" + (f": {desc}" if isinstance(desc, str) else "")
+        if isinstance(event, AgentFinished):
+            tokens = event.input_tokens + event.output_tokens
+            detail = f"{event.duration_s:.2f}s, {tokens:,} tokens"
+            extra = f": {event.error}" if event.error and event.status != "completed" else ""
+            return f"{who} agent {event.status} ({detail}){extra}"
+        if isinstance(event, ToolStarted):
+            return f"{who} tool started: {event.summary} ({event.tool_use_id})"
+        if isinstance(event, ToolFinished):
+            extra = ""
+            if event.status != "ok":
+                first = event.output.strip().splitlines()[0] if event.output.strip() else ""
+                extra = f": {first[:200]}" if first else ""
+            return (
+                f"{who} tool {event.status}: {event.name} "
+                f"({event.tool_use_id}, {event.duration_s:.2f}s){extra}"
+            )
+        if isinstance(event, PermissionRequested):
+            return f"{who} permission requested: {event.summary} ({event.request_id})"
+        if isinstance(event, PermissionResolved):
+            verdict = "granted" if event.granted else "denied"
+            return f"{who} permission {verdict} ({event.request_id}): {event.reason}"
+        if isinstance(event, CancelRequested):
+            return f"{who} cancel requested: {event.target} by {event.by}: {event.reason}"
+        if isinstance(event, RunFinished):
+            return None
+        return None
+
+    def flush(self) -> None:
+        """Write the queued lines now (a blocking write)."""
+        if not self._lines:
+            return
+        lines, self._lines = self._lines, []
+        try:
+            self.out.write("\n".join(lines) + "\n")
+            self.out.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # the reader went away (| head): the run goes on without an audience
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write queued lines as they come (batched every few ms) until cancelled.
+
+        Cancellation: the way to stop it; queued lines are written first.
+        """
+        self._wake = trio.Event()
+        task_status.started()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                await trio.sleep(0.01)  # batch a burst of events into one write
+                self.flush()
+        finally:
+            self.flush()
+
+    @contextmanager
+    def paused(self) -> Generator[None, None, None]:
+        """Nothing to pause in plain lines."""
+        yield
+
+    def finish(self, *, trace_path: Path | None) -> None:
+        """Print the end of the run: its status and the trace."""
+        self.flush()
+        text = self._text.turn_done()
+        lines = [text] if text else []
+        lines.append(summary_line(self.tree, rich=False))
+        lines.extend(trace_hint(trace_path))
+        try:
+            self.out.write("\n".join(lines) + "\n")
+            self.out.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+
+def summary_line(tree: TraceTree, *, rich: bool = True) -> str:
+    """``completed in 6.1s · 5 agents · 12.3k tokens`` for the run's end."""
+    status = tree.status
+    roots = tree.roots
+    if roots and tree.run_status is None:
+        status = roots[-1].status
+    duration = tree.duration_s or 0.0
+    tokens = tree.total_input_tokens + tree.total_output_tokens
+    agents = len(tree.agents)
+    plural = "s" * (agents != 1)
+    body = f"{status} in {duration:.1f}s · {agents} agent{plural} · {_tokens(tokens)} tokens"
+    if not rich:
+        return f"run {body}"
+    style = {"completed": "bold green", "cancelled": "bold yellow"}.get(status, "bold red")
+    return f"[{style}]{body}[/]"
+
+
+def _tail_lines(text: str, width: int, count: int) -> list[str]:
+    lines: list[str] = []
+    for raw in text.splitlines() or [""]:
+        raw = raw.expandtabs()
+        while len(raw) > width:
+            lines.append(raw[:width])
+            raw = raw[width:]
+        lines.append(raw)
+    return lines[-count:]
+
+
+def render_tree(
+    tree: TraceTree, now: float, *, max_lines: int | None, final: bool = False
+) -> RenderableType:
+    """The tree as a rich renderable (drawn by :mod:`runtime._render`)."""
+    from . import _render
+
+    return _render.render_tree(tree, now=now, max_lines=max_lines)  # type: ignore[no-any-return]
