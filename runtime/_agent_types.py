@@ -127,6 +127,8 @@ def agent_types_from_scenario(scenario: Scenario) -> list[AgentType]:
             kwargs["model"] = script.model
         if script.max_turns is not None:
             kwargs["max_turns"] = script.max_turns
+        if script.placement is not None:
+            kwargs["placement"] = script.placement
         out.append(AgentType(**kwargs))
     return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import structlog
@@ -22,6 +22,8 @@ from .actors import ActorHandle, Registry
 if TYPE_CHECKING:
     from tools import Tool, ToolLimits
 
+    from ._loop import AgentOutcome, AgentSpec
+
 
 @attrs.frozen
 class Owner:
@@ -29,6 +31,17 @@ class Owner:
 
     agent_id: str
     parent_tool_use_id: str | None
+
+
+class SubtreeRunner(Protocol):
+    """Runs a sub-agent's whole subtree somewhere other than this process (a placement)."""
+
+    async def run_subtree(self, run: RunContext, spec: AgentSpec) -> AgentOutcome | None:
+        """Run *spec* to its end and return its outcome; its events go into ``run.bus``.
+
+        Cancellation: cancels the remote subtree, whose ``cancelled`` events still arrive.
+        """
+        ...
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -51,6 +64,7 @@ class RunContext:
     budget: BudgetLayer
     limiter: trio.CapacityLimiter
     log: Any = attrs.Factory(lambda: structlog.get_logger("trio_agents"))
+    placements: dict[str, SubtreeRunner] = attrs.Factory(dict)
     handles: dict[str, ActorHandle[Any]] = attrs.Factory(dict)
     agents_started: int = 0
     running_agents: int = 0

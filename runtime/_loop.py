@@ -492,7 +492,13 @@ class _Spawner:
             budget=None if effective.empty else effective,
         )
         async with run.limiter:
-            outcome = await run_agent_actor(run, spec)
+            if atype.placement == "local":
+                outcome = await run_agent_actor(run, spec)
+            else:
+                runner = run.placements.get(atype.placement)
+                if runner is None:
+                    raise ToolError(f"placement {atype.placement!r} is not available in this run")
+                outcome = await runner.run_subtree(run, spec)
         if outcome is None:  # pragma: no cover - the agent always reports, even when cancelled
             raise ToolError(f"sub-agent {spec.agent_id} ended without an outcome")
         if outcome.status == "completed":

@@ -312,6 +312,7 @@ async def open_runtime(
     allow_env: Iterable[str] = (),
     run_id: str | None = None,
     on_event: Callable[[Any], None] | None = None,
+    ray_address: str | None = None,
 ) -> AsyncGenerator[Runtime, None]:
     """Open a run: its bus, trace file, provider and root nursery.
 
@@ -327,6 +328,8 @@ async def open_runtime(
         env: the environment tools see (default ``os.environ``), secrets removed unless named
             in *allow_env*.
         on_event: a tap installed before ``run_started`` (sees every event of the run).
+        ray_address: the Ray cluster for agent types placed on ``ray`` (default
+            ``RAY_ADDRESS``; with neither, a local cluster is started for the run).
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -401,6 +404,13 @@ async def open_runtime(
                 )
         else:
             prov = provider
+        placements: dict[str, Any] = {}
+        if any(t.placement == "ray" for t in types.values()):
+            from ._ray import open_ray_placement  # Ray is heavy: only for runs that use it
+
+            placements["ray"] = await stack.enter_async_context(
+                open_ray_placement(address=ray_address or base_env.get("RAY_ADDRESS"))
+            )
         bus = EventBus(run_id)
         if on_event is not None:
             bus.add_tap(on_event)
@@ -443,6 +453,7 @@ async def open_runtime(
             budget=budget,
             limiter=trio.CapacityLimiter(limits.max_parallel),
             log=structlog.get_logger("trio_agents").bind(run_id=run_id),
+            placements=placements,
         )
         config = {
             **prov.describe(),

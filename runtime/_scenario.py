@@ -20,7 +20,9 @@ from ._errors import ScenarioError
 _TURN_KEYS = frozenset(
     {"text", "thinking", "tool_calls", "delay_s", "chunk_delay_s", "error", "usage", "stop_reason"}
 )
-_AGENT_KEYS = frozenset({"turns", "system", "tools", "description", "model", "max_turns"})
+_AGENT_KEYS = frozenset(
+    {"turns", "system", "tools", "description", "model", "max_turns", "placement"}
+)
 _STOP_REASONS = ("end_turn", "tool_use", "max_tokens")
 
 
@@ -56,6 +58,7 @@ class ScriptedAgent:
     description: str = ""
     model: str | None = None
     max_turns: int | None = None
+    placement: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -141,8 +144,12 @@ def _parse_agent(path: str, name: str, spec: Any) -> ScriptedAgent:
         not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1
     ):
         raise ScenarioError(f"{path}.max_turns: expected a whole number >= 1")
+    placement = spec.get("placement")
+    if placement is not None and placement not in ("local", "ray"):
+        raise ScenarioError(f"{path}.placement: expected 'local' or 'ray'")
     return ScriptedAgent(
         name=name,
+        placement=placement,
         turns=turns,
         system=_opt_str(f"{path}.system", spec.get("system")),
         tools=tools,
