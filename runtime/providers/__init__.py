@@ -1,0 +1,24 @@
+"""Model providers that call real APIs over HTTP: ``openai`` and ``anthropic``.
+
+Both stream over one shared ``httpx.AsyncClient`` and parse server-sent events with
+``httpx-sse``; both retry 429, 5xx and lost connections (honouring ``Retry-After``) until the
+first item has been yielded, and never show the API key. Open one with :func:`open_provider`.
+"""
+
+from __future__ import annotations
+
+from ._anthropic import AnthropicProvider as AnthropicProvider
+from ._factory import DEFAULT_MODELS as DEFAULT_MODELS
+from ._factory import PROVIDER_NAMES as PROVIDER_NAMES
+from ._factory import open_provider as open_provider
+from ._http import RetryPolicy as RetryPolicy
+from ._openai import OpenAIProvider as OpenAIProvider
+
+__all__ = [
+    "AnthropicProvider",
+    "DEFAULT_MODELS",
+    "OpenAIProvider",
+    "PROVIDER_NAMES",
+    "RetryPolicy",
+    "open_provider",
+]

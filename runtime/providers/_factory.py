@@ -1,0 +1,154 @@
+"""Opening a model provider by name, configured from the environment.
+
+===========  ======================  ===============================  ==================
+provider     key variable            base URL variable (default)      default model
+===========  ======================  ===============================  ==================
+openai       ``OPENAI_API_KEY``      ``OPENAI_BASE_URL``              ``gpt-4.1``
+                                     (``https://api.openai.com/v1``)
+anthropic    ``ANTHROPIC_API_KEY``   ``ANTHROPIC_BASE_URL``           ``claude-sonnet-4-5``
+                                     (``https://api.anthropic.com``)
+===========  ======================  ===============================  ==================
+
+A key is required, except when the base URL's host is loopback (``localhost``, ``127.0.0.1``,
+``::1``): local servers such as Ollama, llama.cpp or vLLM usually take none, and whatever key
+is set is still sent.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import asynccontextmanager
+from typing import Final
+
+import attrs
+import httpx
+
+from .._errors import ConfigError
+from .._provider import Provider
+from . import _anthropic, _openai
+from ._http import RetryPolicy, public_url
+
+
+@attrs.frozen
+class _Wiring:
+    key_var: str
+    url_var: str
+    default_url: str
+    default_model: str
+
+
+_WIRING: Final = {
+    "anthropic": _Wiring(
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        _anthropic.DEFAULT_BASE_URL,
+        _anthropic.DEFAULT_MODEL,
+    ),
+    "openai": _Wiring(
+        "OPENAI_API_KEY", "OPENAI_BASE_URL", _openai.DEFAULT_BASE_URL, _openai.DEFAULT_MODEL
+    ),
+}
+PROVIDER_NAMES: Final = tuple(sorted(_WIRING))
+DEFAULT_MODELS: Final = {name: wiring.default_model for name, wiring in _WIRING.items()}
+
+
+@asynccontextmanager
+async def open_provider(
+    name: str,
+    *,
+    model: str | None = None,
+    env: Mapping[str, str] | None = None,
+    max_retries: int = 4,
+    call_deadline_s: float | None = 600.0,
+    connect_timeout_s: float = 10.0,
+    read_timeout_s: float = 120.0,
+    thinking_budget: int | None = None,
+) -> AsyncGenerator[Provider, None]:
+    """Open the HTTP client for provider ``name`` and yield the provider; close it on exit.
+
+    One provider (and so one connection pool) serves every agent of a runtime; parallel calls
+    each take a connection of their own.
+
+    Args:
+        name: ``"openai"`` or ``"anthropic"``.
+        model: the model to ask for; default :data:`DEFAULT_MODELS` [name].
+        env: where to read the key and base URL (see the module docstring); default
+            ``os.environ``.
+        max_retries: retries after a transient failure (429, 5xx, lost connection).
+        call_deadline_s: bound on each whole ``stream()`` call, retries included; ``None`` for
+            none.
+        connect_timeout_s: bound on each connection attempt.
+        read_timeout_s: bound on each wait for more of a reply (a silent server).
+        thinking_budget: Anthropic only: enable extended thinking with this token budget.
+
+    Raises:
+        ConfigError: an unknown name, a missing key (naming the variable), a bad base URL or
+            a bad limit; raised before anything is opened.
+
+    Cancellation: entering does no I/O. Leaving, even cancelled, closes every pooled
+    connection (httpcore shields that close).
+    """
+    wiring = _WIRING.get(name)
+    if wiring is None:
+        raise ConfigError(f"unknown provider {name!r}: choose one of {', '.join(PROVIDER_NAMES)}")
+    env = os.environ if env is None else env
+    base_url = (env.get(wiring.url_var) or "").strip() or wiring.default_url
+    host = _check_url(base_url, wiring.url_var)
+    api_key = (env.get(wiring.key_var) or "").strip() or None
+    if api_key is None and not _is_loopback(host):
+        raise ConfigError(
+            f"{name}: set {wiring.key_var} (no key is needed only for a server on localhost)"
+        )
+    if max_retries < 0:
+        raise ConfigError(f"max_retries must be 0 or more, not {max_retries}")
+    if call_deadline_s is not None and call_deadline_s <= 0:
+        raise ConfigError(f"call_deadline_s must be positive, not {call_deadline_s}")
+    if thinking_budget is not None and name != "anthropic":
+        raise ConfigError(f"thinking_budget is an anthropic setting, not {name}'s")
+    retry = RetryPolicy(max_retries=max_retries)
+    # Writes are small JSON bodies; the pool wait is left to the call deadline, since many
+    # parallel agents may queue for a connection.
+    timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=30.0, pool=None)
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        provider: Provider
+        if name == "openai":
+            provider = _openai.OpenAIProvider(
+                client=client,
+                model=model or wiring.default_model,
+                base_url=base_url,
+                api_key=api_key,
+                retry=retry,
+                call_deadline_s=call_deadline_s,
+            )
+        else:
+            provider = _anthropic.AnthropicProvider(
+                client=client,
+                model=model or wiring.default_model,
+                base_url=base_url,
+                api_key=api_key,
+                retry=retry,
+                call_deadline_s=call_deadline_s,
+                thinking_budget=thinking_budget,
+            )
+        yield provider
+
+
+def _check_url(url: str, variable: str) -> str:
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"{variable} is not a valid URL: {exc}") from exc
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(f"{variable} must be an http(s) URL with a host, not {public_url(url)!r}")
+    return parsed.host
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

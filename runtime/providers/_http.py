@@ -1,0 +1,416 @@
+"""HTTP plumbing shared by the model providers: one try, retries, error messages, key redaction.
+
+A provider call is a loop of *tries*. :func:`open_event_stream` makes one try: it POSTs the
+request, turns an error status into an exception carrying the server's own message, and hands
+back the server-sent events (parsed by ``httpx-sse``). :class:`Retrier` keeps count: it
+retries a :class:`TransientError` (429, 5xx, connection failures, a stream cut short) with
+exponential backoff and jitter, honouring ``Retry-After``, as long as nothing has reached the
+caller yet; once an item has been yielded a failure is final, because the caller may already have
+shown it. Every retry is logged; no log line or error message holds the API key
+(:func:`redact`).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import random
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Collection, Mapping
+from contextlib import asynccontextmanager
+from datetime import UTC
+from typing import Any, Final, cast
+
+import attrs
+import httpx
+import httpx_sse
+import orjson
+import structlog
+import trio
+from structlog.typing import FilteringBoundLogger
+
+from .._errors import ProviderError
+
+REDACTED: Final = "[redacted]"
+# Shorter "keys" (``x``, ``-``) are placeholders for local servers, not secrets; replacing every
+# such letter in a message would make it unreadable.
+_MIN_SECRET_LEN: Final = 4
+_MESSAGE_LIMIT: Final = 500
+
+_log: FilteringBoundLogger = structlog.get_logger("trio_agents.providers")
+_END: Final[Any] = object()
+
+
+class TransientError(ProviderError):
+    """A failure worth another try (rate limit, overload, lost connection), if nothing was yielded.
+
+    Attributes:
+        retry_after_s: the wait the server asked for, if it said.
+        status: the HTTP status, if the failure was one.
+    """
+
+    def __init__(
+        self, message: str, *, retry_after_s: float | None = None, status: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.status = status
+
+
+def redact(text: str, secrets: Collection[str]) -> str:
+    """Replace every occurrence of each secret in ``text`` with ``[redacted]``."""
+    for secret in secrets:
+        if len(secret) >= _MIN_SECRET_LEN and secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def public_url(url: str) -> str:
+    """``url`` without user info, query or fragment: safe for logs and ``describe()``."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return "<invalid url>"
+    return str(parsed.copy_with(username=None, password=None, query=None, fragment=None))
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """The wait, in seconds, a response asks for; ``None`` if it does not say (or says nonsense).
+
+    Reads ``retry-after-ms`` (OpenAI) first, then ``Retry-After`` as seconds or an HTTP date
+    (RFC 9110 §10.2.3). A date in the past means "now" (0 s).
+
+    Args:
+        headers: the response headers (case-insensitive, like :class:`httpx.Headers`).
+        now: the current unix time, for tests; default :func:`time.time` (an HTTP date is
+            wall-clock time, so this is the one place wall-clock time is right).
+    """
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        seconds = _non_negative_float(ms)
+        if seconds is not None:
+            return seconds / 1000
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _non_negative_float(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _non_negative_float(text: str) -> float | None:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def error_message(body: bytes) -> str:
+    """The human message in an API error body.
+
+    Understands ``{"error": {"message": ..., "type": ...}}`` (OpenAI, Anthropic and most
+    compatible servers), ``{"error": "..."}`` (Ollama), ``{"message": ...}`` and
+    ``{"detail": ...}``; falls back to the body's text, shortened.
+    """
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        text = body.decode("utf-8", "replace").strip()
+        return shorten(" ".join(text.split())) if text else "(empty body)"
+    return shorten(message_in(obj))
+
+
+def message_in(obj: Any) -> str:
+    """The human message in a decoded error object (see :func:`error_message`)."""
+    if isinstance(obj, dict):
+        error = obj.get("error")
+        if isinstance(error, dict):
+            message = error.get("message")
+            kind = error.get("type") or error.get("code")
+            if isinstance(message, str) and message:
+                return f"{message} ({kind})" if isinstance(kind, str) and kind else message
+        elif isinstance(error, str) and error:
+            return error
+        for key in ("message", "detail"):
+            value = obj.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return orjson.dumps(obj).decode()
+
+
+def shorten(text: str) -> str:
+    """``text`` cut to a length fit for one line of an error message."""
+    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 1] + "…"
+
+
+@attrs.frozen(kw_only=True)
+class RetryPolicy:
+    """How a failed call is tried again.
+
+    The n-th retry waits ``min(max_delay_s, base_delay_s * 2**(n-1))``, less a random fraction
+    of up to ``jitter`` of it (so that many agents hit by one outage do not come back in step),
+    unless the server asked for a wait with ``Retry-After``, which is then honoured as given.
+
+    Attributes:
+        max_retries: tries after the first; ``0`` never retries.
+        base_delay_s: the first backoff.
+        max_delay_s: the longest backoff (``Retry-After`` may ask for more).
+        jitter: the largest fraction taken off a backoff at random; ``0`` gives an exact schedule.
+    """
+
+    max_retries: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    base_delay_s: float = attrs.field(default=0.5, validator=attrs.validators.ge(0))
+    max_delay_s: float = attrs.field(default=8.0, validator=attrs.validators.ge(0))
+    jitter: float = attrs.field(
+        default=0.25, validator=[attrs.validators.ge(0), attrs.validators.le(1)]
+    )
+
+    def backoff_s(self, retry: int, rng: random.Random | None = None) -> float:
+        """The wait before retry number ``retry`` (1-based) when the server did not say."""
+        delay: float = min(self.max_delay_s, self.base_delay_s * 2 ** (retry - 1))
+        if self.jitter:
+            delay *= 1 - self.jitter * (rng or random).random()
+        return delay
+
+
+class DeadlineExceeded(ProviderError):
+    """The call deadline passed; :func:`retrying_stream` words the final message."""
+
+
+@asynccontextmanager
+async def open_event_stream(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    body: bytes,
+    provider: str,
+    deadline: float = math.inf,
+    secrets: Collection[str] = (),
+) -> AsyncGenerator[AsyncGenerator[httpx_sse.ServerSentEvent, None], None]:
+    """POST ``body`` to ``url`` and yield an iterator over the reply's server-sent events.
+
+    One try, no retries. Failures, both on entry and while iterating inside the block, come out
+    as :class:`TransientError` (429, 5xx, connection and timeout errors),
+    :class:`DeadlineExceeded` (past ``deadline``, a :func:`trio.current_time` value) or
+    :class:`~runtime.ProviderError` (any other status, a reply that is not an event stream),
+    with the server's own message and never a secret.
+
+    The deadline is applied to each network read (a cancel scope per read, not per event, so
+    it costs nothing per event and is never open across a ``yield``).
+
+    Cancellation: leaving the block for any reason closes the response; a response not read to
+    its end closes its connection at once (httpcore shields that close from the cancellation).
+    """
+    request = client.build_request(
+        "POST",
+        url,
+        headers={**headers, "accept": "text/event-stream", "cache-control": "no-store"},
+        content=body,
+    )
+    try:
+        response: httpx.Response | None = None
+        with trio.move_on_at(deadline):
+            response = await client.send(request, stream=True)
+        if response is None:
+            raise DeadlineExceeded(provider)
+        if not response.is_success:
+            try:
+                with trio.move_on_at(deadline):
+                    await _raise_for_status(response, provider, secrets)
+                raise DeadlineExceeded(provider)
+            finally:
+                await response.aclose()
+        # The same reply, its bytes read through the deadline; httpx-sse parses it.
+        timed = httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_DeadlineStream(cast(httpx.AsyncByteStream, response.stream), deadline),
+            request=request,
+        )
+        events = httpx_sse.EventSource(timed).aiter_sse()
+        try:
+            yield events
+        finally:
+            await response.aclose()
+            await _finish(events)
+    except httpx_sse.SSEError as exc:
+        # httpx-sse raises this (a TransportError) for a reply that is not text/event-stream:
+        # a misconfigured server, not a passing fault.
+        raise ProviderError(
+            redact(f"{provider}: the reply is not an event stream: {exc}", secrets)
+        ) from exc
+    except httpx.TimeoutException as exc:
+        kind = type(exc).__name__
+        raise TransientError(f"{provider}: {_TIMEOUTS.get(kind, 'timed out')} ({kind})") from exc
+    except httpx.TransportError as exc:
+        detail = str(exc) or type(exc).__name__
+        raise TransientError(redact(f"{provider}: connection failed: {detail}", secrets)) from exc
+
+
+class _DeadlineStream(httpx.AsyncByteStream):
+    """A response body whose every read must finish before ``deadline``."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, deadline: float) -> None:
+        self._stream = stream
+        self._deadline = deadline
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        chunks = aiter(self._stream)
+        while True:
+            chunk: Any = None
+            with trio.move_on_at(self._deadline):
+                chunk = await anext(chunks, _END)
+            if chunk is None:
+                raise DeadlineExceeded("the call deadline passed")
+            if chunk is _END:
+                return
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+async def _finish(events: AsyncGenerator[httpx_sse.ServerSentEvent, None]) -> None:
+    """End ``events`` and the chain of httpx generators under it; call after closing the reply.
+
+    httpx and httpx-sse read a body through nested async generators and close only the outer
+    one, so a reply left before its end leaves the inner ones suspended, for trio to find
+    unclosed when they are garbage collected (a ResourceWarning each; encode/httpx#3686).
+    Reading on from the closed reply instead makes the innermost read fail, and that error
+    ends every generator of the chain on its way out.
+    """
+    if getattr(events, "ag_frame", None) is None:
+        return  # read to its end, or ended by an error: nothing is left suspended
+    try:
+        while True:
+            await anext(events)
+    except Exception:
+        pass  # whatever the closed reply fails with, the chain has ended
+
+
+_TIMEOUTS: Final = {
+    "ConnectTimeout": "could not connect in time",
+    "ReadTimeout": "the server sent nothing for too long",
+    "WriteTimeout": "could not send the request in time",
+    "PoolTimeout": "no free connection in time",
+}
+
+
+async def _raise_for_status(
+    response: httpx.Response, provider: str, secrets: Collection[str]
+) -> None:
+    status = response.status_code
+    # Error bodies are small; a huge one is still bounded by the read timeout and the deadline.
+    body = await response.aread()
+    message = redact(
+        f"{provider}: HTTP {status} {response.reason_phrase}: {error_message(body)}",
+        secrets,
+    )
+    retryable = status == 429 or status >= 500
+    # OpenAI and Anthropic tell their SDKs explicitly when a retry is (not) worth it.
+    should_retry = response.headers.get("x-should-retry")
+    if should_retry in ("true", "false"):
+        retryable = should_retry == "true"
+    if retryable:
+        raise TransientError(
+            message, retry_after_s=parse_retry_after(response.headers), status=status
+        )
+    if 300 <= status < 400:
+        message += " (redirects are not followed: check the base URL)"
+    raise ProviderError(message)
+
+
+@attrs.define
+class Retrier:
+    """The tries of one provider call: its deadline, its count, the wait before the next.
+
+    A provider's ``stream()`` runs its tries in a loop and hands each failure to
+    :meth:`failed`, which either waits out the backoff (the loop then tries again) or raises
+    the final :class:`~runtime.ProviderError`::
+
+        retrier = Retrier(...)                  # in the generator body: the clock starts here
+        while True:
+            yielded = False
+            try:
+                async with open_event_stream(..., deadline=retrier.deadline) as events:
+                    ...                         # set yielded = True before each yield
+                return
+            except ProviderError as exc:
+                await retrier.failed(exc, yielded=yielded)
+
+    (The loop lives in the provider's own generator rather than in a wrapping one: a
+    generator layer costs as much per streamed item as the rest of the parsing.)
+
+    A :class:`TransientError` before the first item is retried, up to ``policy.max_retries``
+    times, after the server's ``Retry-After`` or else the policy's backoff; after an item, or
+    once the retries are spent, it is final. Each retry is logged as ``provider.retry``.
+
+    Attributes:
+        deadline: when the whole call must be over (:func:`trio.current_time`), backoffs and
+            the consumer's time between items included; ``inf`` without ``call_deadline_s``.
+    """
+
+    provider: str
+    policy: RetryPolicy
+    call_deadline_s: float | None
+    log: FilteringBoundLogger = _log
+    secrets: Collection[str] = ()
+    rng: random.Random | None = None
+    tries: int = attrs.field(default=1, init=False)
+    deadline: float = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        now = trio.current_time()
+        self.deadline = math.inf if self.call_deadline_s is None else now + self.call_deadline_s
+
+    async def failed(self, exc: ProviderError, *, yielded: bool) -> None:
+        """Wait before the next try, or raise the call's final error.
+
+        Raises:
+            ProviderError: ``exc`` itself when it is not transient; a new one, worded for the
+                user and caused by ``exc``, when it cannot be retried.
+
+        Cancellation: cancelled during the wait, nothing is retried.
+        """
+        if isinstance(exc, DeadlineExceeded):
+            raise ProviderError(
+                f"{self.provider}: no complete reply within the call deadline"
+                f" of {self.call_deadline_s:g} s"
+            ) from exc
+        if not isinstance(exc, TransientError):
+            raise exc
+        reason = redact(str(exc), self.secrets)
+        if yielded:
+            raise ProviderError(
+                f"{reason} (the reply had started streaming, so it is not retried)"
+            ) from exc
+        if self.tries > self.policy.max_retries:
+            raise ProviderError(f"{reason} (gave up after {self.tries} tries)") from exc
+        delay = exc.retry_after_s
+        if delay is None:
+            delay = self.policy.backoff_s(self.tries, self.rng)
+        if trio.current_time() + delay > self.deadline:
+            raise ProviderError(
+                f"{reason} (a retry in {delay:g} s would pass the call deadline"
+                f" of {self.call_deadline_s:g} s)"
+            ) from exc
+        self.log.warning(
+            "provider.retry",
+            provider=self.provider,
+            failed_try=self.tries,
+            max_tries=self.policy.max_retries + 1,
+            delay_s=round(delay, 3),
+            status=exc.status,
+            reason=reason,
+        )
+        await trio.sleep(delay)
+        self.tries += 1

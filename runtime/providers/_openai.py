@@ -1,0 +1,376 @@
+"""The ``openai`` provider: Chat Completions, streamed, against OpenAI or any compatible server.
+
+Compatible servers (vLLM, llama.cpp's server, Ollama, OpenRouter, LM Studio, DeepSeek) differ in
+small ways; this module takes the lenient reading of each:
+
+* The request asks for ``stream: true`` with ``stream_options.include_usage``, so the last
+  chunk carries the token counts; a server that sends none reports 0.
+* Text arrives as ``delta.content``; reasoning as ``delta.reasoning_content`` (DeepSeek, vLLM)
+  or ``delta.reasoning`` (OpenRouter, newer vLLM, Ollama) and becomes
+  :class:`~runtime._provider.ThinkingChunk`.
+* Tool calls arrive as fragments keyed by ``index``: the id and name once, the JSON arguments
+  split anywhere, even inside a character (the bytes are decoded incrementally by httpx, the
+  fragments are joined as text). Each call is yielded whole, its arguments parsed, when the
+  choice finishes. A server that omits ``index`` or ``id`` gets the position and a fresh id.
+* ``finish_reason`` maps ``stop`` to ``end_turn``, ``tool_calls``/``function_call`` to
+  ``tool_use`` and ``length`` to ``max_tokens``; a turn that made tool calls is ``tool_use``
+  whatever the server says (some send ``stop``).
+* The turn ends at ``data: [DONE]``, or at the end of the body for servers that skip it; a
+  stream that ends before any ``finish_reason`` is a failure.
+
+History goes out as system, user, assistant (``tool_calls`` with JSON-encoded arguments) and
+``tool`` messages; a user message's tool results come first, as ``tool`` messages in call order,
+then its text. Chat Completions has no error flag on a tool result, so an error result's content
+is prefixed with ``Error:``. Thinking blocks are not sent back: the API has no field for them and
+DeepSeek rejects them.
+"""
+
+# ASYNC119 (a yield inside ``async with`` in an async generator): streaming an httpx response
+# needs exactly that; the caller consumes the generator under ``contextlib.aclosing`` (STYLE.md),
+# which runs the cleanup at once.
+# ruff: noqa: ASYNC119
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any, Final
+
+import attrs
+import httpx
+import orjson
+import structlog
+from structlog.typing import FilteringBoundLogger
+
+from .._errors import ProviderError
+from .._events import StopReason
+from .._messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from .._provider import ModelRequest, StreamItem, TextChunk, ThinkingChunk, ToolCall, TurnEnd
+from ._http import (
+    Retrier,
+    RetryPolicy,
+    TransientError,
+    message_in,
+    open_event_stream,
+    public_url,
+    redact,
+    shorten,
+)
+
+DEFAULT_MODEL: Final = "gpt-4.1"
+DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
+
+_FINISH: Final[dict[str, StopReason]] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "end_turn",
+}
+_log: FilteringBoundLogger = structlog.get_logger("trio_agents.providers")
+# The stream loop runs once per token; a module-level name is a cheaper lookup there.
+_loads = orjson.loads
+
+
+def _default_max_tokens_param(provider: OpenAIProvider) -> str:
+    # OpenAI's own endpoint deprecated max_tokens (its reasoning models refuse it); compatible
+    # servers mostly know only max_tokens.
+    try:
+        host = httpx.URL(provider.base_url).host
+    except httpx.InvalidURL:
+        return "max_tokens"
+    return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
+
+
+@attrs.define(kw_only=True, eq=False)
+class OpenAIProvider:
+    """A model behind the Chat Completions API.
+
+    Build it with :func:`~runtime.providers.open_provider`, which owns the HTTP client, or
+    directly with a client you own (tests do).
+
+    Attributes:
+        client: the shared connection pool; its timeouts apply to each connect and read.
+        model: used when a request names none.
+        base_url: up to and including ``/v1``; ``/chat/completions`` is appended.
+        api_key: sent as a bearer token; may be ``None`` for a local server. Never shown.
+        retry: how transient failures are retried.
+        call_deadline_s: bound on a whole :meth:`stream` call, retries included; ``None``
+            for none.
+        max_tokens_param: the request field for ``max_tokens`` (``max_completion_tokens`` on
+            api.openai.com, ``max_tokens`` elsewhere).
+    """
+
+    client: httpx.AsyncClient = attrs.field(repr=False)
+    model: str = DEFAULT_MODEL
+    base_url: str = DEFAULT_BASE_URL
+    api_key: str | None = attrs.field(default=None, repr=False)
+    retry: RetryPolicy = attrs.Factory(RetryPolicy)
+    call_deadline_s: float | None = 600.0
+    max_tokens_param: str = attrs.field(
+        default=attrs.Factory(_default_max_tokens_param, takes_self=True)
+    )
+    name: str = attrs.field(default="openai", init=False)
+
+    def describe(self) -> dict[str, Any]:
+        """Public settings for ``run_started.config``; never the key."""
+        return {
+            "provider": self.name,
+            "model": self.model,
+            "base_url": public_url(self.base_url),
+            "max_retries": self.retry.max_retries,
+            "call_deadline_s": self.call_deadline_s,
+        }
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+        """Stream one assistant turn (see :class:`~runtime._provider.Provider`).
+
+        An async generator; consume it under ``contextlib.aclosing``. Raises
+        :class:`~runtime.ProviderError` once retries are spent, or at once for a failure after
+        an item was yielded. Cancellation closes the HTTP connection at once; nothing is retried.
+        """
+        model = request.model or self.model
+        log = _log.bind(provider=self.name, model=model, agent_id=request.agent_id)
+        headers = {"content-type": "application/json"}
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        body = orjson.dumps(self.payload(request))
+        url = self.base_url.rstrip("/") + "/chat/completions"
+        secrets = self._secrets
+        retrier = Retrier(self.name, self.retry, self.call_deadline_s, log, secrets)
+        while True:
+            # Set before every yield: a failure after output is final, before it is retried.
+            yielded = False
+            try:
+                calls: dict[int, _PartialCall] = {}
+                finish: str | None = None
+                done = False
+                input_tokens = output_tokens = 0
+                async with open_event_stream(
+                    self.client,
+                    url,
+                    headers=headers,
+                    body=body,
+                    provider=self.name,
+                    deadline=retrier.deadline,
+                    secrets=secrets,
+                ) as events:
+                    async for sse in events:
+                        data = sse.data
+                        if done or not data:
+                            # Read on to the end, so the connection goes back to the pool.
+                            continue
+                        if data == "[DONE]":
+                            done = True
+                            continue
+                        try:
+                            chunk = _loads(data)
+                            # Compatible servers (vLLM, OpenRouter) report failures mid-stream.
+                            error = chunk.get("error")
+                            if error:
+                                raise _stream_error(error, secrets)
+                            usage = chunk.get("usage")
+                            if usage:
+                                input_tokens = usage.get("prompt_tokens") or input_tokens
+                                output_tokens = usage.get("completion_tokens") or output_tokens
+                            choices = chunk.get("choices")
+                            if not choices:
+                                continue
+                            # n is never asked for, so there is one choice.
+                            choice = choices[0]
+                            delta = choice.get("delta")
+                            if delta:
+                                # Plain text deltas are by far the most common: test for them.
+                                if len(delta) > 1 or "content" not in delta:
+                                    reasoning = delta.get("reasoning_content") or delta.get(
+                                        "reasoning"
+                                    )
+                                    if reasoning and isinstance(reasoning, str):
+                                        yielded = True
+                                        yield ThinkingChunk(reasoning)
+                                    fragments = delta.get("tool_calls")
+                                    if fragments:
+                                        _add_fragments(calls, fragments)
+                                content = delta.get("content")
+                                if content and isinstance(content, str):
+                                    yielded = True
+                                    yield TextChunk(content)
+                            reason = choice.get("finish_reason")
+                            if reason and finish is None:
+                                finish = reason
+                                for call in _complete_calls(calls, reason, log):
+                                    yielded = True
+                                    yield call
+                        except orjson.JSONDecodeError as exc:
+                            raise ProviderError(
+                                redact(
+                                    f"openai: invalid JSON in the stream ({exc}): {data[:80]!r}",
+                                    secrets,
+                                )
+                            ) from exc
+                        except (AttributeError, TypeError, IndexError) as exc:
+                            # A chunk (or part of one) that is not the object it should be.
+                            raise ProviderError(
+                                redact(f"openai: malformed chunk: {data[:80]!r}", secrets)
+                            ) from exc
+                if finish is None:
+                    raise TransientError("openai: the stream ended before the model finished")
+                if calls and finish != "length":
+                    stop: StopReason = "tool_use"
+                else:
+                    stop = _FINISH.get(finish, "end_turn")
+                    if finish not in _FINISH or finish == "content_filter":
+                        log.warning("provider.finish_reason", finish_reason=finish, stop=stop)
+                yielded = True
+                yield TurnEnd(
+                    stop_reason=stop, input_tokens=input_tokens, output_tokens=output_tokens
+                )
+                return
+            except ProviderError as exc:
+                await retrier.failed(exc, yielded=yielded)
+
+    @property
+    def _secrets(self) -> tuple[str, ...]:
+        return (self.api_key,) if self.api_key else ()
+
+    def payload(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body for ``request``."""
+        body: dict[str, Any] = {
+            "model": request.model or self.model,
+            "messages": wire_messages(request.system, request.messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            self.max_tokens_param: request.max_tokens,
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.input_schema,
+                    },
+                }
+                for tool in request.tools
+            ]
+        return body
+
+
+@attrs.define
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = attrs.Factory(list)
+
+
+def _add_fragments(calls: dict[int, _PartialCall], fragments: Any) -> None:
+    if not isinstance(fragments, list):
+        raise ProviderError(f"openai: tool_calls is not a list: {shorten(repr(fragments))}")
+    for position, fragment in enumerate(fragments):
+        if not isinstance(fragment, dict):
+            raise ProviderError(f"openai: a tool call fragment is not an object: {fragment!r:.80}")
+        index = fragment.get("index", position)
+        call = calls.get(index)
+        if call is None:
+            call = calls[index] = _PartialCall()
+        if not call.id and fragment.get("id"):
+            call.id = fragment["id"]
+        function = fragment.get("function")
+        if not function:
+            continue
+        # First name wins: OpenAI sends it once, a few servers repeat it in every fragment.
+        if not call.name and function.get("name"):
+            call.name = function["name"]
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            if arguments:
+                call.arguments.append(arguments)
+        elif isinstance(arguments, dict):
+            # Some servers send the arguments already decoded, in one piece.
+            call.arguments.append(orjson.dumps(arguments).decode())
+
+
+def _complete_calls(
+    calls: dict[int, _PartialCall], finish: str, log: FilteringBoundLogger
+) -> list[ToolCall]:
+    complete = []
+    for index in sorted(calls):
+        call = calls[index]
+        text = "".join(call.arguments)
+        try:
+            arguments = orjson.loads(text) if text.strip() else {}
+        except orjson.JSONDecodeError as exc:
+            if finish == "length":
+                # Cut off by max_tokens mid-call: the turn ends max_tokens without it.
+                log.warning("provider.truncated_tool_call", tool=call.name)
+                continue
+            raise ProviderError(
+                f"openai: the model's arguments for tool {call.name!r} are not valid JSON ({exc})"
+            ) from exc
+        if not isinstance(arguments, dict):
+            raise ProviderError(
+                f"openai: the model's arguments for tool {call.name!r} are not a JSON object"
+            )
+        if not call.name:
+            raise ProviderError("openai: the model made a tool call without a name")
+        complete.append(ToolCall(call.id or f"call_{uuid.uuid4().hex}", call.name, arguments))
+    return complete
+
+
+def _stream_error(error: Any, secrets: Sequence[str]) -> ProviderError:
+    """An ``error`` object sent inside the stream (vLLM, OpenRouter do) as an exception."""
+    message = redact(
+        f"openai: error in the stream: {shorten(message_in({'error': error}))}", secrets
+    )
+    code = error.get("code") if isinstance(error, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    status = code if isinstance(code, int) else None
+    if (status is not None and (status == 429 or status >= 500)) or kind in (
+        "server_error",
+        "overloaded_error",
+    ):
+        return TransientError(message, status=status)
+    return ProviderError(message)
+
+
+def wire_messages(system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The neutral history as Chat Completions messages (see the module docstring)."""
+    wire: list[dict[str, Any]] = []
+    if system:
+        wire.append({"role": "system", "content": system})
+    for message in messages:
+        texts = [b.text for b in message.content if isinstance(b, TextBlock)]
+        if message.role == "assistant":
+            calls = [
+                {
+                    "id": b.id,
+                    "type": "function",
+                    "function": {"name": b.name, "arguments": orjson.dumps(b.input).decode()},
+                }
+                for b in message.content
+                if isinstance(b, ToolUseBlock)
+            ]
+            if not texts and not calls:
+                continue
+            entry: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) or None}
+            if calls:
+                entry["tool_calls"] = calls
+            wire.append(entry)
+            continue
+        # Tool messages must follow the assistant message that made the calls directly, so a
+        # user message's results go first, whatever its block order.
+        wire.extend(
+            {"role": "tool", "tool_call_id": b.tool_use_id, "content": _result_text(b)}
+            for b in message.content
+            if isinstance(b, ToolResultBlock)
+        )
+        if texts:
+            wire.append({"role": "user", "content": "\n\n".join(texts)})
+    return wire
+
+
+def _result_text(block: ToolResultBlock) -> str:
+    if block.is_error and not block.content.lower().startswith("error"):
+        return f"Error: {block.content}"
+    return block.content
