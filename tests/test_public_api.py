@@ -1,0 +1,53 @@
+"""The public surface: each package's ``__all__`` is exactly what it exports, sorted."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", ["runtime", "runtime.actors", "tools"])
+def test_all_lists_exactly_the_public_names_sorted(name: str) -> None:
+    module = importlib.import_module(name)
+    public = {
+        n for n, v in vars(module).items()
+        if not n.startswith("_") and not isinstance(v, type(sys)) and n != "annotations"
+    }
+    assert list(module.__all__) == sorted(module.__all__)
+    assert set(module.__all__) == public
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"```sh\n(.+?)\n```", readme)
+    assert "trio-agents demo" in commands[0]
+    assert "pytest" in commands[1]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert commands[1] in ci
+
+
+def test_python_m_runtime_is_the_cli() -> None:
+    out = subprocess.run([sys.executable, "-m", "runtime", "--help"], capture_output=True,
+                         text=True, check=False, timeout=60)
+    assert out.returncode == 0
+    assert "trio-agents" in out.stdout
+
+
+def test_the_readme_python_example_runs(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"```python\n(.+?)\n```", readme, re.S)
+    assert code is not None
+    script = tmp_path / "example.py"
+    script.write_text(code.group(1))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         cwd=tmp_path, check=False, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("completed Both parts are done.")
+    assert (tmp_path / "run.jsonl").exists()
