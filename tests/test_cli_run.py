@@ -1,0 +1,357 @@
+"""The command line without a terminal: options, --help, exit codes, plain lines, --json, SIGINT.
+
+Every test runs the real command in a subprocess (``python -m runtime`` or the console script);
+waits are on the process's output, bounded by ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from runtime import Event, decode_event
+from tests.invariants import check_invariants
+
+SCENARIOS = Path(__file__).parent / "scenarios"
+CONSOLE_SCRIPT = Path(sys.executable).parent / "trio-agents"
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "runtime", *args]
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("NO_COLOR", None)
+    env["COLUMNS"] = "120"
+    return env
+
+
+async def run_cli(args: Sequence[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    with trio.fail_after(20):
+        return await trio.run_process(
+            list(args),
+            cwd=cwd,
+            env=child_env(),
+            stdin=subprocess.DEVNULL,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+
+
+def read_trace(path: Path) -> list[Event]:
+    return [decode_event(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def err_lines(proc: subprocess.CompletedProcess[bytes]) -> list[str]:
+    return proc.stderr.decode().strip().splitlines()
+
+
+class Lines:
+    """Lines of a byte stream, as they come."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+        self._buf = b""
+        self.seen: list[bytes] = []
+
+    async def next(self) -> bytes | None:
+        """The next line, or None at the end of the stream."""
+        while b"\n" not in self._buf:
+            data = await self._stream.receive_some(65536)
+            if not data:
+                rest, self._buf = self._buf, b""
+                if rest:
+                    self.seen.append(rest)
+                    return rest
+                return None
+            self._buf += data
+        line, _, self._buf = self._buf.partition(b"\n")
+        self.seen.append(line)
+        return line
+
+    async def until(self, predicate: Callable[[bytes], bool]) -> bytes:
+        """Read lines up to the first one *predicate* accepts."""
+        while (line := await self.next()) is not None:
+            if predicate(line):
+                return line
+        raise AssertionError(f"never came; saw {self.seen[-5:]!r}")
+
+    async def drain(self) -> None:
+        while await self.next() is not None:
+            pass
+
+
+# -- usage (in-process: argparse and input checks need no subprocess) ------------------------
+
+
+def main_code(args: list[str]) -> int:
+    from runtime._cli import main
+
+    try:
+        return main(args)
+    except SystemExit as exc:  # argparse exits by itself for --help and bad usage
+        return int(exc.code or 0)
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["demo"], ["chat"], ["cancel"]])
+def test_help_works_for_every_command(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main_code([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: trio-agents")
+    if command in (["run"], ["demo"], ["chat"]):
+        for option in ("--provider", "--scenario", "--json", "--permission-mode", "--control"):
+            assert option in out
+
+
+@pytest.mark.parametrize(
+    ("args", "fault"),
+    [
+        (["run", "hello", "--bogus"], "unrecognized arguments: --bogus"),
+        (["run"], "the following arguments are required: PROMPT"),
+        (["run", "x", "--max-turns", "0"], "--max-turns: expected a whole number >= 1"),
+        (["run", "x", "--permission-mode", "maybe"], "--permission-mode: invalid choice"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["run", "x", "--scenario", "s.json", "--provider", "openai"], "--scenario runs"),
+        (["run", "x", "--scenario", "missing.json"], "--scenario missing.json: no such file"),
+        (["run", "   "], "the prompt is empty"),
+        (["chat"], "chat is not available yet"),
+    ],
+)
+def test_bad_usage_exits_2_with_one_line(
+    args: list[str],
+    fault: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.json").write_text("{}")
+    assert main_code(args) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert fault in lines[0]
+    assert captured.out == ""
+
+
+def test_malformed_scenario_exits_2_naming_the_json_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main_code(["run", "go", "--scenario", str(SCENARIOS / "malformed.json")]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "agents.main.turns[0].tool_calls[0].name: missing" in lines[0]
+    assert captured.out == ""
+    assert not (tmp_path / ".trio-agents").exists()  # refused before anything ran
+
+
+def test_debug_shows_the_traceback_of_a_bad_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "go", "--debug", "--scenario", str(SCENARIOS / "malformed.json")]
+    assert main_code(args) == 2
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_bad_agents_file_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "agents.toml").write_text("[agents.x]\nbogus = 1\n")
+    args = ["run", "go", "--scenario", str(SCENARIOS / "simple.json"), "--agents", "agents.toml"]
+    assert main_code(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "agents.x.bogus: unknown key" in lines[0]
+
+
+def test_missing_api_key_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert main_code(["run", "go", "--provider", "openai", "--no-trace"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "OPENAI_API_KEY" in lines[0]
+
+
+# -- runs without a terminal (in-process: stdout is pytest's capture, not a tty) ---------------
+
+
+def test_plain_lines_without_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main_code(["run", "look", "--scenario", str(SCENARIOS / "simple.json")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "[main] agent started"
+    assert any(line.startswith("[main] tool started: glob: *") for line in out)
+    assert any(line.startswith("[main] tool ok: glob") for line in out)
+    assert "Looking around." in out
+    assert "Nothing to worry about." in out
+    assert any(line.startswith("[main] agent completed") for line in out)
+    # The default trace goes under .trio-agents/traces/ of the current folder.
+    traces = list((tmp_path / ".trio-agents" / "traces").glob("*.jsonl"))
+    assert len(traces) == 1
+    assert f"Inspect it: trio-agents trace show {traces[0].relative_to(tmp_path)}" in out
+    check_invariants(read_trace(traces[0]))
+
+
+def test_a_failed_root_exits_1_with_an_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "go", "--no-trace", "--scenario", str(SCENARIOS / "failing.json")]
+    assert main_code(args) == 1
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (
+        "trio-agents: error: the main agent ended failed: the model fell over"
+    )
+    assert "Traceback" not in err
+
+
+def test_max_turns_ends_the_root_with_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "run",
+        "go",
+        "--no-trace",
+        "--max-turns",
+        "1",
+        "--scenario",
+        str(SCENARIOS / "simple.json"),
+    ]
+    assert main_code(args) == 1
+    assert "ended max_turns" in capsys.readouterr().err
+
+
+def test_json_puts_only_events_on_stdout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    trace = tmp_path / "t.jsonl"
+    args = [
+        "run",
+        "look",
+        "--json",
+        "--trace",
+        str(trace),
+        "--scenario",
+        str(SCENARIOS / "simple.json"),
+    ]
+    assert main_code(args) == 0
+    captured = capsysbinary.readouterr()
+    events = [decode_event(line) for line in captured.out.splitlines()]
+    check_invariants(events)
+    assert [e.seq for e in events] == [e.seq for e in read_trace(trace)]
+    assert captured.err == b""
+
+
+def test_prompt_from_stdin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    import io
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the prompt from a pipe\n"))
+    args = ["run", "-", "--json", "--no-trace", "--scenario", str(SCENARIOS / "simple.json")]
+    assert main_code(args) == 0
+    started: list[dict[str, Any]] = [
+        json.loads(line)
+        for line in capsysbinary.readouterr().out.splitlines()
+        if b'"agent_started"' in line
+    ]
+    assert started[0]["prompt"] == "the prompt from a pipe\n"
+
+
+# -- the real command in a subprocess ---------------------------------------------------------
+
+
+async def test_console_script_and_module_both_run(tmp_path: Path) -> None:
+    simple = str(SCENARIOS / "simple.json")
+    script, module, bad = await _gather(
+        run_cli([str(CONSOLE_SCRIPT), "run", "look", "--no-trace", "--scenario", simple], tmp_path),
+        run_cli(cli("run", "look", "--no-trace", "--scenario", simple), tmp_path),
+        run_cli(cli("run", "look", "--frobnicate"), tmp_path),
+    )
+    for proc in (script, module):
+        assert proc.returncode == 0, proc.stderr
+        assert b"Nothing to worry about." in proc.stdout
+    assert bad.returncode == 2
+    assert len(err_lines(bad)) == 1
+
+
+async def _gather(*calls: Any) -> list[Any]:
+    results: list[Any] = [None] * len(calls)
+
+    async def one(i: int, call: Any) -> None:
+        results[i] = await call
+
+    async with trio.open_nursery() as nursery:
+        for i, call in enumerate(calls):
+            nursery.start_soon(one, i, call)
+    return results
+
+
+async def test_sigint_aborts_a_json_run_without_a_terminal(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    proc = await trio.lowlevel.open_process(
+        cli(
+            "run",
+            "go",
+            "--json",
+            "--permission-mode",
+            "allow-all",
+            "--trace",
+            str(trace),
+            "--scenario",
+            str(SCENARIOS / "three_parallel.json"),
+        ),
+        cwd=tmp_path,
+        env=child_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    lines = Lines(proc.stdout)
+    try:
+        with trio.fail_after(20):
+            await lines.until(lambda line: b'"command":"sleep 30"' in line)
+            proc.send_signal(signal.SIGINT)
+            await lines.drain()
+            code = await proc.wait()
+            err = await proc.stderr.receive_some(65536)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert code == 130, err
+    events = [decode_event(line) for line in lines.seen]  # every line is a valid event
+    check_invariants(events)
+    assert events[-1].type == "run_finished"
+    assert events[-1].status == "cancelled"  # type: ignore[attr-defined]
+    statuses = {e.agent_id: e.status for e in events if e.type == "agent_finished"}  # type: ignore[attr-defined]
+    assert set(statuses.values()) <= {"cancelled", "completed"}
+    assert "cancelled" in statuses.values()
+    check_invariants(read_trace(trace))
