@@ -12,19 +12,34 @@ connection after N body bytes, or hang up without answering at all. While a repl
 server watches the socket: a client that goes away is recorded in ``server.disconnects`` with
 the (trio) time it was seen.
 
-The ``openai_*`` and ``anthropic_*`` helpers build event streams shaped like the real services'.
+The ``openai_*`` and ``anthropic_*`` helpers build event streams shaped like the real services';
+the client-side helpers at the end consume a provider the way the agent loop does.
 """
 
 from __future__ import annotations
 
+import http
 from collections import deque
 from collections.abc import Iterable, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import attrs
 import h11
 import orjson
 import trio
+
+from runtime._errors import ProviderError
+from runtime._messages import Block, Message, TextBlock, ThinkingBlock, ToolUseBlock
+from runtime._provider import (
+    ModelRequest,
+    Provider,
+    StreamItem,
+    TextChunk,
+    ThinkingChunk,
+    ToolCall,
+    ToolSpec,
+)
 
 # -- scripted replies ------------------------------------------------------------------------
 
@@ -216,7 +231,11 @@ class LLMServer:
         finished = False
         try:
             await stream.send_all(
-                conn.send(h11.Response(status_code=reply.status, headers=headers))
+                conn.send(
+                    h11.Response(
+                        status_code=reply.status, headers=headers, reason=_reason(reply.status)
+                    )
+                )
             )
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch, stream, nursery.cancel_scope, index, lambda: sent)
@@ -259,6 +278,13 @@ class LLMServer:
                 Disconnect(index=index, at=trio.current_time(), body_bytes_sent=sent)
             )
             self._notify()
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return http.HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
 
 
 _NO_REPLY = Reply.error(500, "llm_server: no scripted reply left", kind="server_error")
@@ -416,3 +442,73 @@ def split_inside(data: bytes, char: str, *, delay_s: float = 0.01) -> list[Piece
     assert len(encoded) > 1, "split_inside needs a character of more than one byte"
     at = data.index(encoded) + 1
     return [Piece(data[:at]), Piece(data[at:], delay_s=delay_s)]
+
+
+# -- client side -------------------------------------------------------------------------------
+
+
+def user(text: str) -> Message:
+    return Message(role="user", content=(TextBlock(text=text),))
+
+
+def make_request(
+    *messages: Message, system: str = "", tools: Sequence[ToolSpec] = (), model: str = ""
+) -> ModelRequest:
+    return ModelRequest(
+        model=model,
+        system=system,
+        messages=messages or (user("hi"),),
+        tools=tools,
+        agent_type="main",
+        agent_id="agent-1",
+    )
+
+
+async def collect(provider: Provider, request: ModelRequest) -> list[StreamItem]:
+    """Every item of one turn, consumed the way the agent loop does (under ``aclosing``)."""
+    async with aclosing(provider.stream(request)) as stream:
+        return [item async for item in stream]
+
+
+async def collect_until_error(
+    provider: Provider, request: ModelRequest
+) -> tuple[list[StreamItem], ProviderError]:
+    """The items yielded before the turn failed, and the error; fails the test if it did not."""
+    items: list[StreamItem] = []
+    try:
+        async with aclosing(provider.stream(request)) as stream:
+            async for item in stream:
+                items.append(item)  # noqa: PERF401 - the items before the failure are the point
+    except ProviderError as exc:
+        return items, exc
+    raise AssertionError(f"the turn did not fail; it yielded {items}")
+
+
+def assemble(items: Sequence[StreamItem]) -> Message:
+    """The assistant message the agent loop makes of a turn's items (as ``runtime._loop``)."""
+    thinking = "".join(i.text for i in items if isinstance(i, ThinkingChunk))
+    signatures = [i.signature for i in items if isinstance(i, ThinkingChunk) and i.signature]
+    text = "".join(i.text for i in items if isinstance(i, TextChunk))
+    content: list[Block] = []
+    if thinking or signatures:
+        content.append(
+            ThinkingBlock(text=thinking, signature=signatures[-1] if signatures else None)
+        )
+    if text:
+        content.append(TextBlock(text=text))
+    content.extend(
+        ToolUseBlock(id=i.id, name=i.name, input=i.input) for i in items if isinstance(i, ToolCall)
+    )
+    return Message(role="assistant", content=tuple(content))
+
+
+def error_chain(exc: BaseException) -> str:
+    """The text of an exception and of every exception it was raised from or during."""
+    parts = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)

@@ -311,10 +311,9 @@ async def _raise_for_status(
     status = response.status_code
     # Error bodies are small; a huge one is still bounded by the read timeout and the deadline.
     body = await response.aread()
-    message = redact(
-        f"{provider}: HTTP {status} {response.reason_phrase}: {error_message(body)}",
-        secrets,
-    )
+    # Some servers send no reason phrase; the standard one reads better than none.
+    reason = response.reason_phrase or httpx.codes.get_reason_phrase(status)
+    message = redact(f"{provider}: HTTP {status} {reason}: {error_message(body)}", secrets)
     retryable = status == 429 or status >= 500
     # OpenAI and Anthropic tell their SDKs explicitly when a retry is (not) worth it.
     should_retry = response.headers.get("x-should-retry")
