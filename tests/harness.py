@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from runtime import AgentOutcome, Event, open_runtime
+
+
+class EventLog(list[Event]):
+    """A tap that keeps every event and lets a test wait for a condition on them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = trio.Event()
+
+    def __call__(self, event: Event) -> None:
+        self.append(event)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_for(self, predicate: Callable[[list[Event]], Any]) -> Any:
+        """Wait (at most 10 s) until ``predicate(events)`` is true; return its value."""
+        with trio.fail_after(10):
+            while not (value := predicate(self)):
+                await self._changed.wait()
+            return value
 
 
 async def run_scenario(

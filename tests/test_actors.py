@@ -110,8 +110,7 @@ async def test_commands_reach_the_actor_through_its_bounded_mailbox() -> None:
     got: list[str] = []
 
     async def listener(ctx: ActorContext[str]) -> None:
-        for _ in range(3):
-            got.append(await ctx.mailbox.receive())
+        got.extend(await ctx.mailbox.receive() for _ in range(3))
 
     async with trio.open_nursery() as nursery:
         handle = await start_actor(nursery, listener, actor_id="l", mailbox_size=2)

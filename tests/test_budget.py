@@ -35,7 +35,7 @@ async def test_a_token_budget_ends_only_that_subtree_and_tells_the_parent_why(
     check_invariants(events)
     assert _statuses(events) == {"main": "completed", "spender": "budget_exceeded",
                                  "calm": "completed"}
-    results = [b for b in outcome.state.messages[2].content]
+    results = list(outcome.state.messages[2].content)
     assert results[0].is_error  # type: ignore[union-attr]
     assert "budget exceeded: 150 tokens > 120" in results[0].content  # type: ignore[union-attr]
     [cancel] = by_type(events, CancelRequested)
@@ -51,7 +51,7 @@ async def test_usage_of_grandchildren_counts_against_an_ancestor_budget(
             {"tool_calls": [agent_call("w1", "worker"), agent_call("w2", "worker")]},
             {"text": "lead done"}]},
         "worker": {"turns": [{**_SPEND, "delay_s": 1}] * 10}}}
-    outcome, events = await run_scenario(
+    _outcome, events = await run_scenario(
         scenario, workspace, agent_types=[AgentType(name="lead", budget=Budget(tool_calls=7))])
     check_invariants(events)
     statuses = _statuses(events)
@@ -98,7 +98,8 @@ async def test_a_bad_budget_in_the_call_is_an_error_result(workspace: Path) -> N
                            {"text": "ok"}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     result = outcome.state.messages[2].content[0]
-    assert result.is_error and "input.budget" in result.content  # type: ignore[union-attr]
+    assert result.is_error
+    assert "input.budget" in result.content
     assert len(by_type(events, AgentStarted)) == 1
 
 

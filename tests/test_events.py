@@ -56,7 +56,8 @@ def test_every_event_round_trips_through_its_json_line(type_name: str) -> None:
     assert type(event).type == type_name
     assert event_to_dict(event) == obj
     line = encode_event(event)
-    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert line.endswith(b"\n")
+    assert line.count(b"\n") == 1
     assert decode_event(line) == event
 
 

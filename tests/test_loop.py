@@ -15,6 +15,7 @@ from runtime import (
     Message,
     TextDelta,
     ThinkingDelta,
+    ToolError,
     ToolFinished,
     ToolResultBlock,
     ToolStarted,
@@ -23,9 +24,8 @@ from runtime import (
     UserMessage,
     open_runtime,
 )
-from tests.harness import run_scenario, turns
+from tests.harness import EventLog, run_scenario, turns
 from tests.invariants import by_type, check_invariants
-from runtime import ToolError
 from tools import Tool, ToolContext, builtin_tools
 
 
@@ -62,7 +62,8 @@ async def test_the_assistant_message_precedes_its_results_which_come_in_call_ord
     uses = history[1].tool_uses
     results = [b for b in history[2].content if isinstance(b, ToolResultBlock)]
     assert [r.tool_use_id for r in results] == [u.id for u in uses]
-    assert "alpha" in results[0].content and "beta" in results[2].content
+    assert "alpha" in results[0].content
+    assert "beta" in results[2].content
     assert not any(r.is_error for r in results)
 
 
@@ -218,13 +219,12 @@ async def test_cancelling_the_root_mid_tool_call_finishes_every_node(
     scenario = {"agents": {"main": {"turns": [
         {"tool_calls": [{"name": "bash", "input": {"command": "sleep 30"}}]},
         {"text": "never"}]}}}
-    events: list[Any] = []
+    events = EventLog()
     async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
-                            permission_mode="allow-all", on_event=events.append) as rt:
+                            permission_mode="allow-all", on_event=events) as rt:
         handle = await rt.start("go")
+        await events.wait_for(lambda evs: by_type(evs, ToolStarted))
         with trio.fail_after(5):
-            while not by_type(events, ToolStarted):
-                await trio.sleep(0.01)
             assert await rt.cancel(handle.agent_id, "stop")
             outcome = await handle.wait()
     check_invariants(events)

@@ -29,7 +29,7 @@ def test_the_spec_example_parses() -> None:
     assert set(scenario.agents) == {"main", "sleeper", "worker"}
     assert scenario.agents["sleeper"].tools == ("bash",)
     assert scenario.agents["main"].turns[0].tool_calls[1].input["agent"] == "worker"
-    assert scenario.agents["worker"].turns[0].delay_s == 0.1
+    assert scenario.agents["worker"].turns[0].delay_s == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize(

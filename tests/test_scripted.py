@@ -1,0 +1,123 @@
+"""The scripted provider plays scenario turns exactly, in virtual time."""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from runtime import (
+    Message,
+    ModelRequest,
+    ProviderError,
+    Scenario,
+    ScriptedProvider,
+    TextBlock,
+    TextChunk,
+    ThinkingChunk,
+    ToolCall,
+    TurnEnd,
+)
+from runtime._scripted import chunk_text
+
+
+def _request(agent_type: str = "main", assistant_turns: int = 0) -> ModelRequest:
+    messages = [Message(role="user", content=(TextBlock(text="go"),))]
+    for _ in range(assistant_turns):
+        messages += [Message(role="assistant", content=(TextBlock(text="x"),)),
+                     Message(role="user", content=(TextBlock(text="more"),))]
+    return ModelRequest(model="m", system="sys", messages=messages, tools=[],
+                        agent_type=agent_type, agent_id="agent-1")
+
+
+async def _play(provider: ScriptedProvider, request: ModelRequest) -> list[Any]:
+    async with aclosing(provider.stream(request)) as stream:
+        return [item async for item in stream]
+
+
+def _provider(**agents: Any) -> ScriptedProvider:
+    return ScriptedProvider(Scenario.from_obj({"agents": {"main": {"turns": []}, **agents}}))
+
+
+def test_text_is_split_into_word_sized_deltas_that_join_back() -> None:
+    text = "Hello,  world!\nNext line "
+    assert "".join(chunk_text(text)) == text
+    assert chunk_text("a b c") == ["a ", "b ", "c"]
+
+
+async def test_a_turn_streams_thinking_then_text_then_tool_calls_then_its_end() -> None:
+    provider = _provider(w={"turns": [{
+        "thinking": "hmm ok", "text": "doing it",
+        "tool_calls": [{"name": "bash", "input": {"command": "ls"}},
+                       {"name": "read", "input": {"path": "a"}}],
+        "usage": {"input_tokens": 11, "output_tokens": 22}}]})
+    items = await _play(provider, _request("w"))
+    assert items == [
+        ThinkingChunk("hmm "), ThinkingChunk("ok"), TextChunk("doing "), TextChunk("it"),
+        ToolCall("tu-1", "bash", {"command": "ls"}), ToolCall("tu-2", "read", {"path": "a"}),
+        TurnEnd(stop_reason="tool_use", input_tokens=11, output_tokens=22),
+    ]
+
+
+async def test_tool_call_ids_are_unique_across_agents_of_the_run() -> None:
+    turn = {"tool_calls": [{"name": "glob", "input": {}}]}
+    provider = _provider(w={"turns": [turn]})
+    ids = []
+    for _ in range(3):
+        items = await _play(provider, _request("w"))
+        ids.append(items[0].id)
+    assert len(set(ids)) == 3
+
+
+async def test_delays_happen_in_virtual_time(autojump_clock: trio.testing.MockClock) -> None:
+    provider = _provider(w={"turns": [{"text": "a b c", "delay_s": 2, "chunk_delay_s": 0.5}]})
+    start = trio.current_time()
+    await _play(provider, _request("w"))
+    assert trio.current_time() - start == pytest.approx(3.5)
+
+
+async def test_each_instance_plays_from_the_first_turn_by_its_history() -> None:
+    provider = _provider(w={"turns": [{"text": "first"}, {"text": "second"}]})
+    first = await _play(provider, _request("w", 0))
+    second = await _play(provider, _request("w", 1))
+    assert first[0] == TextChunk("first")
+    assert second[0] == TextChunk("second")
+
+
+async def test_an_error_turn_streams_its_text_then_fails() -> None:
+    provider = _provider(w={"turns": [{"text": "partial", "error": "HTTP 500"}]})
+    seen: list[Any] = []
+    with pytest.raises(ProviderError, match="HTTP 500"):
+        async with aclosing(provider.stream(_request("w"))) as stream:
+            # One at a time on purpose: what came before the error must be kept.
+            async for item in stream:  # noqa: PERF401
+                seen.append(item)
+    assert seen == [TextChunk("partial")]
+
+
+async def test_running_past_the_last_turn_names_the_agent_type() -> None:
+    provider = _provider(w={"turns": [{"text": "only"}]})
+    with pytest.raises(ProviderError, match=r"agent type 'w' ran past its last turn \(it has 1"):
+        await _play(provider, _request("w", 1))
+
+
+async def test_an_unknown_agent_type_lists_the_scripted_ones() -> None:
+    with pytest.raises(ProviderError, match=r"no agent type 'zz' \(it has: main, w\)"):
+        await _play(_provider(w={"turns": []}), _request("zz"))
+
+
+async def test_usage_is_estimated_when_the_script_gives_none() -> None:
+    items = await _play(_provider(w={"turns": [{"text": "four score and seven"}]}), _request("w"))
+    end = items[-1]
+    assert end.stop_reason == "end_turn"
+    assert end.output_tokens >= 1
+    assert end.input_tokens >= 1
+
+
+async def test_a_scripted_stop_reason_is_used() -> None:
+    items = await _play(_provider(w={"turns": [{"text": "cut", "stop_reason": "max_tokens"}]}),
+                        _request("w"))
+    assert items[-1].stop_reason == "max_tokens"
