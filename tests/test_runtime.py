@@ -145,8 +145,8 @@ async def test_a_live_subscriber_sees_the_whole_run_in_order(workspace: Path) ->
 
         async def reader() -> None:
             # One at a time on purpose: the reader is cancelled before the stream ends.
-            async for event in sub:  # noqa: PERF401
-                got.append(event)
+            async for event in sub:
+                got.append(event)  # noqa: PERF401
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reader)

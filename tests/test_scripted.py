@@ -90,11 +90,15 @@ async def test_each_instance_plays_from_the_first_turn_by_its_history() -> None:
 async def test_an_error_turn_streams_its_text_then_fails() -> None:
     provider = _provider(w={"turns": [{"text": "partial", "error": "HTTP 500"}]})
     seen: list[Any] = []
-    with pytest.raises(ProviderError, match="HTTP 500"):
+
+    async def consume() -> None:
         async with aclosing(provider.stream(_request("w"))) as stream:
             # One at a time on purpose: what came before the error must be kept.
-            async for item in stream:  # noqa: PERF401
-                seen.append(item)
+            async for item in stream:
+                seen.append(item)  # noqa: PERF401
+
+    with pytest.raises(ProviderError, match="HTTP 500"):
+        await consume()
     assert seen == [TextChunk("partial")]
 
 
