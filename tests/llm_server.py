@@ -227,18 +227,18 @@ class LLMServer:
         headers = [("content-type", reply.content_type), *reply.headers]
         if not reply.content_type.startswith("text/event-stream"):
             headers.append(("content-length", str(sum(len(p.data) for p in reply.pieces))))
+        head = h11.Response(status_code=reply.status, headers=headers, reason=_reason(reply.status))
+        try:
+            await stream.send_all(conn.send(head))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._disconnected(index, 0)
+            return False
         sent = 0
         finished = False
-        try:
-            await stream.send_all(
-                conn.send(
-                    h11.Response(
-                        status_code=reply.status, headers=headers, reason=_reason(reply.status)
-                    )
-                )
-            )
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watch, stream, nursery.cancel_scope, index, lambda: sent)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch, stream, nursery.cancel_scope, index, lambda: sent)
+            # Errors are caught here, in the body: leaving the nursery they would be grouped.
+            try:
                 for piece in reply.pieces:
                     if piece.delay_s:
                         await trio.sleep(piece.delay_s)
@@ -253,10 +253,9 @@ class LLMServer:
                 else:
                     await stream.send_all(conn.send(h11.EndOfMessage()))
                     finished = True
-                nursery.cancel_scope.cancel()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._disconnected(index, sent)
-            return False
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._disconnected(index, sent)
+            nursery.cancel_scope.cancel()
         return finished
 
     async def _watch(

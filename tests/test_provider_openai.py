@@ -6,7 +6,7 @@ import email.utils
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
@@ -68,13 +68,14 @@ async def provider(server: LLMServer) -> AsyncIterator[OpenAIProvider]:
 
 
 @pytest.fixture
-def logs() -> Iterator[list[dict[str, Any]]]:
+def logs() -> list[dict[str, Any]]:
     """Every structlog entry, at every level (the shared conftest keeps only errors)."""
     capture = structlog.testing.LogCapture()
     structlog.configure(
         processors=[capture], wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG)
     )
-    yield capture.entries
+    # The shared conftest resets structlog after each test.
+    return capture.entries
 
 
 def text_of(items: list[Any]) -> str:
@@ -368,9 +369,9 @@ async def test_500_twice_then_success_backs_off_exponentially(
 
     assert text_of(items) == "ok"
     times = [r.at for r in server.requests]
-    # RetryPolicy(jitter=0): 0.5 s, then 1 s.
-    assert times[1] == times[0] + 0.5
-    assert times[2] == times[1] + 1.0
+    # RetryPolicy(jitter=0): 0.5 s, then 1 s; the virtual clock lands exactly on each wake-up.
+    assert times[1] == times[0] + 0.5  # noqa: RUF069
+    assert times[2] == times[1] + 1.0  # noqa: RUF069
 
 
 async def test_retries_are_bounded(
