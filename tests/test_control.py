@@ -1,0 +1,387 @@
+"""The control socket: cancel, permission and message over JSON lines, from one or many clients.
+
+In-process tests run a scripted runtime and a :class:`ControlServer` in the test's trio loop and
+talk to it over a real unix socket; the last tests drive the real command and
+``trio-agents cancel`` from other processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import trio
+import trio.testing
+
+from runtime import ConfigError, Event, Runtime, decode_event, open_runtime
+from runtime._control import MAX_LINE, ControlServer, control_request
+from tests.invariants import check_invariants
+
+SCENARIOS = Path(__file__).parent / "scenarios"
+
+
+@pytest.fixture
+def sock_path(tmp_path: Path) -> Iterator[Path]:
+    # Unix socket paths are short (~100 bytes): pytest's tmp_path can be too deep.
+    short = Path(f"/tmp/ta-{os.getpid()}-{abs(hash(str(tmp_path))) % 10**8}.sock")
+    yield short
+    short.unlink(missing_ok=True)
+
+
+class Client:
+    """A control client: one request line out, one answer line back."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self._buf = b""
+
+    async def send_raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def answer(self) -> dict[str, Any]:
+        while b"\n" not in self._buf:
+            data = await self.stream.receive_some(65536)
+            assert data, "the server closed the connection"
+            self._buf += data
+        line, _, self._buf = self._buf.partition(b"\n")
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    async def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        await self.send_raw(orjson.dumps(request) + b"\n")
+        return await self.answer()
+
+
+@asynccontextmanager
+async def connect(path: Path) -> AsyncGenerator[Client, None]:
+    stream = await trio.open_unix_socket(str(path))
+    async with stream:
+        yield Client(stream)
+
+
+class Run:
+    """A scripted run with a control server, and its events so far."""
+
+    def __init__(self, server: ControlServer) -> None:
+        self.server = server
+        self.rt: Runtime
+        self.events: list[Event] = []
+        self._changed = trio.Event()
+
+    def tap(self, event: Event) -> None:
+        self.events.append(event)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_for(self, predicate: Callable[[Event], bool]) -> Event:
+        while True:
+            for event in self.events:
+                if predicate(event):
+                    return event
+            await self._changed.wait()
+
+
+@asynccontextmanager
+async def control_run(
+    scenario: str, path: Path, workspace: Path, **kwargs: Any
+) -> AsyncGenerator[Run, None]:
+    kwargs.setdefault("permission_mode", "allow-all")
+    server = await ControlServer.bind(str(path))
+    run = Run(server)
+    try:
+        async with open_runtime(
+            scenario=SCENARIOS / scenario,
+            workspace=workspace,
+            trace=False,
+            on_event=run.tap,
+            **kwargs,
+        ) as rt:
+            run.rt = rt
+            async with trio.open_nursery() as nursery:
+                await nursery.start(server.serve, rt)
+                yield run
+                nursery.cancel_scope.cancel()
+    finally:
+        server.close()
+
+
+def _sleeper_call(e: Event) -> bool:
+    return e.type == "tool_started" and e.input.get("agent") == "sleeper"  # type: ignore[attr-defined]
+
+
+def _sleep_started(e: Event) -> bool:
+    return e.type == "tool_started" and e.input.get("command") == "sleep 30"  # type: ignore[attr-defined]
+
+
+async def test_cancel_over_the_socket_cancels_only_that_subtree(
+    sock_path: Path, workspace: Path
+) -> None:
+    with trio.fail_after(15):
+        async with control_run("three_parallel.json", sock_path, workspace) as run:
+            handle = await run.rt.start("go")
+            call = await run.wait_for(_sleeper_call)
+            await run.wait_for(_sleep_started)
+            async with connect(sock_path) as client:
+                answer = await client.ask({"op": "cancel", "target": call.tool_use_id})  # type: ignore[attr-defined]
+                assert answer == {"ok": True}
+                again = await client.ask({"op": "cancel", "target": call.tool_use_id})  # type: ignore[attr-defined]
+                assert again["ok"] is False
+                assert "already finished" in again["error"]
+            outcome = await handle.wait()
+    assert outcome.status == "completed"
+    events = run.events
+    check_invariants(events)
+    cancels = [e for e in events if e.type == "cancel_requested"]
+    assert [(e.target, e.by) for e in cancels] == [(call.tool_use_id, "control")]  # type: ignore[attr-defined]
+    finished = {e.agent_id: e for e in events if e.type == "agent_finished"}
+    by_name = {
+        e.name: finished[e.agent_id].status  # type: ignore[attr-defined]
+        for e in events
+        if e.type == "agent_started"
+    }
+    assert by_name == {
+        "main": "completed",
+        "sleeper": "cancelled",
+        "worker": "completed",
+        "medium": "completed",
+    }
+    assert not await trio.Path(sock_path).exists()  # the file goes with the server
+
+
+async def test_bad_lines_get_error_answers_and_the_run_goes_on(
+    sock_path: Path, workspace: Path
+) -> None:
+    with trio.fail_after(15):
+        async with control_run("three_parallel.json", sock_path, workspace) as run:
+            handle = await run.rt.start("go")
+            call = await run.wait_for(_sleeper_call)
+            async with connect(sock_path) as client:
+                bad: list[tuple[bytes, str]] = [
+                    (b"not json\n", "not JSON"),
+                    (b"[1, 2]\n", "expected a JSON object"),
+                    (b"\n", "empty line"),
+                    (b'{"target": "x"}\n', "op: missing"),
+                    (b'{"op": "explode"}\n', "op: unknown 'explode'"),
+                    (b'{"op": "cancel"}\n', "target: missing"),
+                    (b'{"op": "cancel", "target": 7}\n', "target: expected"),
+                    (b'{"op": "cancel", "target": "nope"}\n', "no running node 'nope'"),
+                    (
+                        b'{"op": "permission", "request_id": "perm-9", "granted": "yes"}\n',
+                        "granted: expected true or false",
+                    ),
+                    (
+                        b'{"op": "permission", "request_id": "perm-9", "granted": true}\n',
+                        "no pending permission request 'perm-9'",
+                    ),
+                    (
+                        b'{"op": "message", "agent_id": "agent-99", "text": "hi"}\n',
+                        "agent 'agent-99' is not running",
+                    ),
+                ]
+                for line, error in bad:
+                    await client.send_raw(line)
+                    answer = await client.answer()
+                    assert answer["ok"] is False, line
+                    assert error in answer["error"], (line, answer)
+                # An over-long line is refused once, skipped to its end, and the connection
+                # still works afterwards.
+                await client.send_raw(b"x" * (MAX_LINE + 10))
+                answer = await client.answer()
+                assert "longer than" in answer["error"]
+                await client.send_raw(b"yyy" * 1000 + b"\n")
+                answer = await client.ask({"op": "cancel", "target": call.tool_use_id})  # type: ignore[attr-defined]
+                assert answer == {"ok": True}
+            outcome = await handle.wait()
+    assert outcome.status == "completed"
+    check_invariants(run.events)
+
+
+async def test_several_clients_at_once(sock_path: Path, workspace: Path) -> None:
+    with trio.fail_after(15):
+        async with control_run("three_parallel.json", sock_path, workspace) as run:
+            handle = await run.rt.start("go")
+            call = await run.wait_for(_sleeper_call)
+            started = await run.wait_for(
+                lambda e: e.type == "agent_started" and e.name == "sleeper"  # type: ignore[attr-defined]
+            )
+            async with connect(sock_path) as a, connect(sock_path) as b, connect(sock_path) as c:
+                await trio.testing.wait_all_tasks_blocked()
+                assert run.server.clients == 3
+                # A half-sent line on one client does not hold up the others.
+                await a.send_raw(b'{"op": "pend')
+                assert (await b.ask({"op": "pending"})) == {"ok": True, "pending": []}
+                msg = {"op": "message", "agent_id": started.agent_id, "text": "hurry up"}
+                assert (await c.ask(msg)) == {"ok": True}
+                await a.send_raw(b'ing"}\n')
+                assert (await a.answer()) == {"ok": True, "pending": []}
+                answer = await b.ask({"op": "cancel", "target": call.tool_use_id})  # type: ignore[attr-defined]
+                assert answer == {"ok": True}
+            outcome = await handle.wait()
+    assert outcome.status == "completed"
+
+
+async def test_control_clients_answer_permission_questions_in_ask_mode(
+    sock_path: Path, workspace: Path
+) -> None:
+    with trio.fail_after(15):
+        async with (
+            control_run("permission.json", sock_path, workspace, permission_mode="ask") as run,
+            connect(sock_path) as client,
+        ):
+            handle = await run.rt.start("go")
+            asked = await run.wait_for(lambda e: e.type == "permission_requested")
+            pending = await client.ask({"op": "pending"})
+            assert pending["ok"] is True
+            assert [p["request_id"] for p in pending["pending"]] == [asked.request_id]  # type: ignore[attr-defined]
+            assert pending["pending"][0]["name"] == "bash"
+            answer = await client.ask(
+                {"op": "permission", "request_id": asked.request_id, "granted": False}  # type: ignore[attr-defined]
+            )
+            assert answer == {"ok": True}
+            outcome = await handle.wait()
+    assert outcome.status == "completed"
+    resolved = [e for e in run.events if e.type == "permission_resolved"]
+    assert [(e.granted, e.reason) for e in resolved] == [  # type: ignore[attr-defined]
+        (False, "denied through the control socket")
+    ]
+    bash = [e for e in run.events if e.type == "tool_finished" and e.name == "bash"]  # type: ignore[attr-defined]
+    assert [e.status for e in bash] == ["denied"]  # type: ignore[attr-defined]
+    assert not (workspace / "asked.txt").exists()
+
+
+async def test_ask_mode_without_any_client_is_denied_at_once(
+    sock_path: Path, workspace: Path
+) -> None:
+    with trio.fail_after(15):
+        async with control_run(
+            "permission.json", sock_path, workspace, permission_mode="ask"
+        ) as run:
+            outcome = await run.rt.run("go")
+    assert outcome.status == "completed"
+    resolved = [e for e in run.events if e.type == "permission_resolved"]
+    assert len(resolved) == 1
+    assert resolved[0].granted is False  # type: ignore[attr-defined]
+    assert "nobody can answer" in resolved[0].reason  # type: ignore[attr-defined]
+
+
+async def test_a_stale_socket_file_is_replaced_and_a_live_one_refused(
+    sock_path: Path, tmp_path: Path
+) -> None:
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(sock_path))
+    stale.close()  # the file stays, nobody listens: what a killed run leaves
+    server = await ControlServer.bind(str(sock_path))
+    try:
+        with pytest.raises(ConfigError, match="another run is already listening"):
+            await ControlServer.bind(str(sock_path))
+        assert oct(os.stat(sock_path).st_mode & 0o777) == oct(0o600)
+    finally:
+        server.close()
+    assert not await trio.Path(sock_path).exists()
+    not_a_socket = tmp_path / "file"
+    not_a_socket.write_text("x")
+    with pytest.raises(ConfigError, match="exists and is not a socket"):
+        await ControlServer.bind(str(not_a_socket))
+
+
+def test_the_blocking_client_reports_a_missing_socket(tmp_path: Path) -> None:
+    from runtime._control import ControlConnectError
+
+    with pytest.raises(ControlConnectError):
+        control_request(str(tmp_path / "none.sock"), {"op": "pending"})
+
+
+# -- from other processes ----------------------------------------------------------------------
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "runtime", *args]
+
+
+async def test_trio_agents_cancel_from_another_process(sock_path: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    env = dict(os.environ)
+    proc = await trio.lowlevel.open_process(
+        _cli(
+            "run",
+            "go",
+            "--json",
+            "--permission-mode",
+            "allow-all",
+            "--trace",
+            str(trace),
+            "--control",
+            str(sock_path),
+            "--scenario",
+            str(SCENARIOS / "three_parallel.json"),
+        ),
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    buf = b""
+    try:
+        with trio.fail_after(20):
+            # The sleeper's bash call carries, as parent_tool_use_id, the id of the agent call
+            # that started the sleeper: the subtree to cancel.
+            target = None
+            while target is None:
+                data = await proc.stdout.receive_some(65536)
+                assert data, "the run ended early"
+                buf += data
+                for line in buf.split(b"\n")[:-1]:
+                    event = json.loads(line)
+                    if event["type"] == "tool_started" and event["input"].get("command") == (
+                        "sleep 30"
+                    ):
+                        target = event["parent_tool_use_id"]
+
+            async def cancel(*ids: str) -> subprocess.CompletedProcess[bytes]:
+                return await trio.run_process(
+                    _cli("cancel", "--control", str(sock_path), *ids),
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                )
+
+            refused = await cancel("no-such-node")
+            assert refused.returncode == 1
+            assert refused.stderr.decode().strip() == (
+                "trio-agents: error: no running node 'no-such-node' (unknown or already finished)"
+            )
+            done = await cancel(target)
+            assert done.returncode == 0, done.stderr
+            while data := await proc.stdout.receive_some(65536):
+                buf += data
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert code == 0
+    events = [decode_event(line) for line in buf.splitlines()]
+    check_invariants(events)
+    cancels = [(e.target, e.by) for e in events if e.type == "cancel_requested"]  # type: ignore[attr-defined]
+    assert cancels == [(target, "control")]
+    assert not await trio.Path(sock_path).exists()
+    # Nobody listens any more: exit 2, one line.
+    gone = await trio.run_process(
+        _cli("cancel", "--control", str(sock_path), target),
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert gone.returncode == 2
+    assert len(gone.stderr.decode().strip().splitlines()) == 1
+    assert "cannot connect" in gone.stderr.decode()
