@@ -110,7 +110,8 @@ async def test_commands_reach_the_actor_through_its_bounded_mailbox() -> None:
     got: list[str] = []
 
     async def listener(ctx: ActorContext[str]) -> None:
-        got.extend(await ctx.mailbox.receive() for _ in range(3))
+        for _ in range(3):
+            got.append(await ctx.mailbox.receive())  # noqa: PERF401 - one await at a time
 
     async with trio.open_nursery() as nursery:
         handle = await start_actor(nursery, listener, actor_id="l", mailbox_size=2)
