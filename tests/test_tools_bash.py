@@ -1,0 +1,241 @@
+"""The bash tool: output, exit codes, limits, timeouts, and no process left behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import trio
+from _toolkit import call, is_running, make_ctx, read_fifo, running_in_group
+
+from runtime._errors import ToolError, ToolInputError
+from tools._bash import BashTool, _Capture
+
+
+async def test_output_and_exit_code_zero(workspace: Path) -> None:
+    out = await call(BashTool(), {"command": "echo hello"}, make_ctx(workspace))
+    assert out == "hello\n[exit code 0]"
+
+
+async def test_nonzero_exit_is_an_ok_result_with_the_code_and_stderr(workspace: Path) -> None:
+    out = await call(
+        BashTool(), {"command": "echo out; echo oops >&2; exit 3"}, make_ctx(workspace)
+    )
+    assert out == "out\noops\n[exit code 3]"
+
+
+async def test_command_without_output_says_so(workspace: Path) -> None:
+    assert await call(BashTool(), {"command": "true"}, make_ctx(workspace)) == (
+        "(no output)\n[exit code 0]"
+    )
+
+
+async def test_output_without_final_newline_gets_one_before_the_status(workspace: Path) -> None:
+    out = await call(BashTool(), {"command": "printf abc"}, make_ctx(workspace))
+    assert out == "abc\n[exit code 0]"
+
+
+async def test_killed_by_signal_is_reported(workspace: Path) -> None:
+    out = await call(BashTool(), {"command": "kill -KILL $$"}, make_ctx(workspace))
+    assert out.endswith("[killed by signal SIGKILL]")
+
+
+async def test_runs_in_the_workspace(workspace: Path) -> None:
+    out = await call(BashTool(), {"command": "pwd; echo x > made.txt"}, make_ctx(workspace))
+    assert out.splitlines()[0] == str(workspace.resolve())
+    assert (workspace / "made.txt").read_text() == "x\n"
+
+
+async def test_gets_exactly_the_context_env(workspace: Path) -> None:
+    env = {"PATH": os.environ["PATH"], "GREETING": "hi there"}
+    out = await call(
+        BashTool(), {"command": 'echo "$GREETING/${HOME-unset}"'}, make_ctx(workspace, env=env)
+    )
+    assert out.splitlines()[0] == "hi there/unset"
+
+
+async def test_stdin_is_empty_so_reading_it_does_not_hang(workspace: Path) -> None:
+    with trio.fail_after(5):
+        out = await call(BashTool(), {"command": "cat; echo end"}, make_ctx(workspace))
+    assert out == "end\n[exit code 0]"
+
+
+async def test_runs_in_its_own_session_and_process_group(workspace: Path) -> None:
+    # /proc/PID/stat: pid (comm) state ppid pgrp session ...
+    out = await call(
+        BashTool(), {"command": "cut -d' ' -f1,5,6 /proc/$$/stat"}, make_ctx(workspace)
+    )
+    pid, pgrp, session = out.splitlines()[0].split()
+    assert pid == pgrp == session
+    assert int(session) != os.getsid(0)
+
+
+async def test_long_output_keeps_head_and_tail_and_says_how_much_was_cut(
+    workspace: Path,
+) -> None:
+    command = "printf START; head -c 100000 /dev/zero | tr '\\0' x; printf END"
+    out = await call(BashTool(), {"command": command}, make_ctx(workspace, max_output_chars=1000))
+    body, status = out.rsplit("\n", 1)
+    assert status == "[exit code 0]"
+    assert body.startswith("START" + "x" * 495 + "\n")
+    assert body.endswith("x" * 497 + "END")
+    assert "[... 99008 characters cut from the middle of the output ...]" in body
+    assert len(body) < 1100
+
+
+def test_capture_counts_characters_not_bytes_across_split_utf8() -> None:
+    capture = _Capture(10)
+    data = "é" * 30  # 2 bytes each
+    raw = data.encode()
+    for i in range(0, len(raw), 3):  # chunks that cut characters in half
+        capture.feed(raw[i : i + 3])
+    capture.flush()
+    assert capture.text() == "ééééé\n[... 20 characters cut from the middle of the output ...]\nééééé"
+
+
+def test_capture_keeps_output_that_fits_whole() -> None:
+    capture = _Capture(10)
+    capture.feed(b"0123456789")
+    capture.flush()
+    assert capture.text() == "0123456789"
+
+
+def test_capture_memory_stays_bounded() -> None:
+    capture = _Capture(100)
+    for _ in range(1000):
+        capture.feed(b"y" * 4096)
+    assert len(capture._head) <= 100
+    assert len(capture._tail) <= 100
+
+
+async def test_timeout_is_an_error_naming_the_seconds(workspace: Path) -> None:
+    start = trio.current_time()
+    with pytest.raises(ToolError, match=r"^timed out after 0\.5 s") as info:
+        await call(
+            BashTool(), {"command": "echo before; sleep 30", "timeout_s": 0.5}, make_ctx(workspace)
+        )
+    assert "output so far:\nbefore" in str(info.value)
+    assert trio.current_time() - start < 2.5
+
+
+async def test_timeout_kills_background_grandchildren(workspace: Path) -> None:
+    with pytest.raises(ToolError, match="timed out"):
+        await call(
+            BashTool(),
+            {"command": 'sleep 300 & echo "$$ $!" > pids; wait', "timeout_s": 0.5},
+            make_ctx(workspace),
+        )
+    bash_pid, child_pid = map(int, (workspace / "pids").read_text().split())
+    assert not is_running(child_pid)
+    assert running_in_group(bash_pid) == []
+
+
+async def test_timeout_escalates_to_sigkill_when_sigterm_is_ignored(workspace: Path) -> None:
+    # An ignored signal stays ignored across fork and exec, so the grandchild ignores it too.
+    command = "trap '' TERM; sleep 300 & echo $! > child.pid; while :; do sleep 0.05; done"
+    start = trio.current_time()
+    with pytest.raises(ToolError, match="timed out"):
+        await call(
+            BashTool(kill_grace_s=0.3), {"command": command, "timeout_s": 0.3}, make_ctx(workspace)
+        )
+    child = int((workspace / "child.pid").read_text())
+    assert not is_running(child)
+    assert trio.current_time() - start < 2.5
+
+
+async def _start_then_cancel(workspace: Path, tool: BashTool, command: str) -> tuple[int, int]:
+    """Run *command* (which writes "$$ $!" to the FIFO `ready`), cancel the call once it has.
+
+    Returns the pids of bash and of its background child.
+    """
+    fifo = workspace / "ready"
+    os.mkfifo(fifo)
+    result: list[str] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+
+            async def run() -> None:
+                result.append(await call(tool, {"command": command}, make_ctx(workspace)))
+
+            nursery.start_soon(run)
+            bash_pid, child_pid = map(int, (await read_fifo(fifo)).split())
+            assert is_running(child_pid)
+            nursery.cancel_scope.cancel(reason="test cancels the call")
+    assert result == []  # the call did not finish; it was cancelled
+    return bash_pid, child_pid
+
+
+async def test_cancel_kills_the_whole_process_group(workspace: Path) -> None:
+    bash_pid, child_pid = await _start_then_cancel(
+        workspace, BashTool(), 'sleep 300 & echo "$$ $!" > ready; sleep 300'
+    )
+    assert not is_running(bash_pid)
+    assert not is_running(child_pid)
+    assert running_in_group(bash_pid) == []
+
+
+async def test_cancel_escalates_to_sigkill_when_sigterm_is_ignored(workspace: Path) -> None:
+    start = trio.current_time()
+    bash_pid, child_pid = await _start_then_cancel(
+        workspace,
+        BashTool(kill_grace_s=0.3),
+        "trap '' TERM; sleep 300 & echo \"$$ $!\" > ready; while :; do sleep 0.05; done",
+    )
+    assert not is_running(child_pid)
+    assert running_in_group(bash_pid) == []
+    assert trio.current_time() - start < 2.5
+
+
+async def test_background_jobs_are_stopped_when_the_command_ends(workspace: Path) -> None:
+    with trio.fail_after(5):
+        out = await call(
+            BashTool(), {"command": "sleep 300 & echo $! > child.pid; echo done"}, make_ctx(workspace)
+        )
+    assert out == (
+        "done\n[exit code 0]\n[background processes the command left running were stopped]"
+    )
+    assert not is_running(int((workspace / "child.pid").read_text()))
+
+
+async def test_timeout_above_the_maximum_is_an_error_naming_the_field(workspace: Path) -> None:
+    with pytest.raises(ToolError, match=r"^input\.timeout_s: 700 s is above the maximum of 600 s"):
+        await call(BashTool(), {"command": "true", "timeout_s": 700}, make_ctx(workspace))
+
+
+async def test_maximum_timeout_follows_the_limits(workspace: Path) -> None:
+    with pytest.raises(ToolError, match="above the maximum of 5 s"):
+        await call(
+            BashTool(), {"command": "true", "timeout_s": 6}, make_ctx(workspace, bash_max_timeout_s=5)
+        )
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({}, "input.command"),
+        ({"command": ""}, "input.command"),
+        ({"command": 1}, "input.command"),
+        ({"command": "true", "timeout_s": 0}, "input.timeout_s"),
+        ({"command": "true", "timeout_s": "5"}, "input.timeout_s"),
+        ({"command": "true", "shell": "zsh"}, "shell"),
+    ],
+)
+async def test_bad_input_is_refused_naming_the_field(
+    workspace: Path, args: dict[str, object], field: str
+) -> None:
+    with pytest.raises(ToolInputError, match=field.replace(".", r"\.")):
+        await call(BashTool(), args, make_ctx(workspace))
+
+
+def test_flags_summary_and_permission_target() -> None:
+    tool = BashTool()
+    assert (tool.name, tool.needs_permission, tool.read_only, tool.edits_files) == (
+        "bash",
+        True,
+        False,
+        False,
+    )
+    assert tool.summary({"command": "ls -la\n  | wc -l"}) == "bash: ls -la | wc -l"
+    assert len(tool.summary({"command": "x" * 500})) <= 120
+    assert tool.permission_target({"command": "  git status  "}) == "git status"

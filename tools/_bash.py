@@ -1,0 +1,291 @@
+"""The ``bash`` tool: a shell command in the workspace, in its own process group.
+
+Lifecycle of one call:
+
+1. ``bash -c COMMAND`` starts in a new session (so a new process group, and no controlling
+   terminal: a Ctrl+C typed at the user's terminal never reaches it), in the workspace, with
+   ``ctx.env``, stdin from ``/dev/null``, stdout and stderr on one pipe.
+2. A reader task drains the pipe as output arrives, keeping only the head and the tail
+   (:class:`_Capture`), so memory stays bounded whatever the command prints.
+3. The call ends when ``bash`` exits. Whatever it left in its process group (background jobs) is
+   then stopped too: a tool call leaves nothing behind. The result says so.
+4. On timeout or cancellation the whole group gets SIGTERM (and SIGCONT, so stopped jobs see
+   it), then SIGKILL after a grace period. The cleanup is shielded and bounded in time.
+
+A non-zero exit code is an ``ok`` result that states the code, like a terminal would: a failing
+``grep`` or ``test`` is information for the model, not a tool failure. Only a timeout (or a
+command that cannot start) is an ``error`` result.
+
+Limits: a process that leaves the group on purpose (``setsid``, a daemon) escapes the cleanup.
+Dead members of the group whose parent does not reap them (zombies under a PID 1 that does not
+reap) are not counted as left behind.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import trio
+
+from runtime._errors import ToolError
+
+from ._base import Tool, ToolContext, one_line
+
+__all__ = ["BashTool"]
+
+_CHUNK_BYTES = 65_536
+# After SIGKILL the kernel needs a moment to tear processes down; we wait at most this long.
+_KILL_WAIT_S = 1.0
+# After bash exits and its group is stopped, the pipe should hit EOF at once. A process that left
+# the group (setsid) may still hold it open: we stop reading after this long rather than hang.
+_DRAIN_S = 0.5
+_POLL_S = 0.02
+
+
+class BashTool(Tool):
+    """``bash``: run a shell command in the workspace.
+
+    Args:
+        kill_grace_s: time between SIGTERM and SIGKILL when the process group is stopped.
+    """
+
+    name: ClassVar[str] = "bash"
+    description: ClassVar[str] = (
+        "Run a bash command in the workspace folder and return its combined stdout and stderr "
+        "followed by its exit code. Default timeout 120 s ('timeout_s' up to 600). Long output "
+        "keeps its beginning and end. No stdin; background jobs are stopped when the command "
+        "ends."
+    )
+    input_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "minLength": 1, "description": "the bash command"},
+            "timeout_s": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "description": "seconds before the command is killed (default 120, max 600)",
+            },
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    }
+    needs_permission: ClassVar[bool] = True
+    permission_target_kind: ClassVar[str] = "command"
+
+    def __init__(self, *, kill_grace_s: float = 2.0) -> None:
+        self.kill_grace_s = kill_grace_s
+
+    def summary(self, args: Mapping[str, Any]) -> str:
+        """``bash: <command>``."""
+        return one_line(f"bash: {args.get('command', '')}")
+
+    def permission_target(self, args: Mapping[str, Any]) -> str:
+        """The command, without surrounding whitespace."""
+        return str(args.get("command", "")).strip()
+
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        """Run the command to its end and return its output and exit code.
+
+        Raises:
+            ToolError: ``timeout_s`` above the maximum, bash cannot start, or the command timed
+                out (the message says ``timed out after N s`` and holds the output so far).
+
+        Cancellation: the whole process group is stopped (SIGTERM, SIGKILL after the grace
+        period) under a shielded, bounded scope before ``Cancelled`` propagates, so no process
+        of the command outlives the call.
+        """
+        command = str(args["command"])
+        timeout = float(args.get("timeout_s", ctx.limits.bash_default_timeout_s))
+        if timeout > ctx.limits.bash_max_timeout_s:
+            raise ToolError(
+                f"input.timeout_s: {timeout:g} s is above the maximum of "
+                f"{ctx.limits.bash_max_timeout_s:g} s"
+            )
+        capture = _Capture(ctx.limits.max_output_chars)
+        try:
+            proc = await trio.lowlevel.open_process(
+                [shutil.which("bash") or "/bin/bash", "-c", command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=ctx.workspace,
+                env=dict(ctx.env),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ToolError(f"cannot start bash: {exc}") from exc
+        ctx.log.debug("bash.started", pid=proc.pid)
+        stdout = proc.stdout
+        assert stdout is not None  # stdout=PIPE
+        leftovers = False
+        try:
+            async with trio.open_nursery() as nursery:
+                eof = trio.Event()
+                nursery.start_soon(_pump, stdout, capture, eof)
+                with trio.move_on_after(timeout) as deadline:
+                    await proc.wait()
+                leftovers = await _stop_group(proc, self.kill_grace_s)
+                with trio.move_on_after(_DRAIN_S):
+                    await eof.wait()
+                nursery.cancel_scope.cancel(reason="bash finished; stop reading its pipe")
+        finally:
+            # Cancelled or failed above: the group may still be running. Shielded so the
+            # cleanup itself is not cancelled, bounded so it cannot hang the caller.
+            with trio.move_on_after(self.kill_grace_s + _KILL_WAIT_S + 0.5, shield=True):
+                await _stop_group(proc, self.kill_grace_s)
+            with trio.move_on_after(_DRAIN_S, shield=True):
+                await stdout.aclose()
+        output = capture.text()
+        if deadline.cancelled_caught:
+            ctx.log.info("bash.timed_out", pid=proc.pid, timeout_s=timeout)
+            message = f"timed out after {timeout:g} s; the command and its processes were killed"
+            raise ToolError(f"{message}\noutput so far:\n{output}" if output else message)
+        return _result(output, proc.returncode, leftovers=leftovers)
+
+
+def _result(output: str, returncode: int | None, *, leftovers: bool) -> str:
+    text = output if output else "(no output)\n"
+    if not text.endswith("\n"):
+        text += "\n"
+    if returncode is not None and returncode < 0:
+        try:
+            status = f"[killed by signal {signal.Signals(-returncode).name}]"
+        except ValueError:
+            status = f"[killed by signal {-returncode}]"
+    else:
+        status = f"[exit code {returncode}]"
+    if leftovers:
+        status += "\n[background processes the command left running were stopped]"
+    return text + status
+
+
+async def _pump(stream: trio.abc.ReceiveStream, capture: _Capture, eof: trio.Event) -> None:
+    try:
+        while data := await stream.receive_some(_CHUNK_BYTES):
+            capture.feed(data)
+    except (trio.ClosedResourceError, trio.BrokenResourceError):
+        pass
+    finally:
+        capture.flush()
+        eof.set()
+
+
+class _Capture:
+    """The output of a command, bounded: its first and last *limit* characters.
+
+    Bytes are decoded as they arrive (UTF-8, invalid bytes replaced) so the count of characters
+    cut is exact. Memory stays around ``2 * limit`` characters plus one chunk.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(limit, 2)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._head = ""
+        self._tail = ""
+        self._total = 0
+
+    def feed(self, data: bytes | bytearray) -> None:
+        self._add(self._decoder.decode(data))
+
+    def flush(self) -> None:
+        self._add(self._decoder.decode(b"", final=True))
+
+    def _add(self, text: str) -> None:
+        if not text:
+            return
+        self._total += len(text)
+        room = self.limit - len(self._head)
+        if room > 0:
+            self._head += text[:room]
+            text = text[room:]
+        if text:
+            self._tail = (self._tail + text)[-self.limit :]
+
+    def text(self) -> str:
+        """The output, or its head and tail around a note saying how many characters were cut."""
+        if self._total <= self.limit:
+            return self._head
+        keep_head = self.limit // 2
+        rest = self._head[keep_head:] + self._tail
+        tail = rest[-(self.limit - keep_head) :]
+        cut = self._total - keep_head - len(tail)
+        head = self._head[:keep_head]
+        sep = "" if head.endswith("\n") else "\n"
+        return f"{head}{sep}[... {cut} characters cut from the middle of the output ...]\n{tail}"
+
+
+async def _stop_group(proc: trio.Process, grace_s: float) -> bool:
+    """Stop every process of *proc*'s group: SIGTERM, then SIGKILL after *grace_s*.
+
+    Returns:
+        Whether any process was still running.
+
+    Cancellation: a checkpoint while waiting; signals already sent stay sent. Callers that must
+    finish the job run this under a shielded ``move_on_after``.
+    """
+    pgid = proc.pid  # start_new_session: bash leads its own group
+    running = _group_alive(proc)
+    if running:
+        _signal_group(pgid, signal.SIGTERM)
+        _signal_group(pgid, signal.SIGCONT)  # a stopped process only acts on SIGTERM once resumed
+        # Polling: nothing signals when the last process of a group is gone (only the leader,
+        # our child, can be waited for), so we look every few milliseconds.
+        with trio.move_on_after(grace_s) as grace:
+            while _group_alive(proc):  # noqa: ASYNC110 - no event exists to wait on, see above
+                await trio.sleep(_POLL_S)
+        if grace.cancelled_caught:
+            _signal_group(pgid, signal.SIGKILL)
+            with trio.move_on_after(_KILL_WAIT_S):
+                while _group_alive(proc):  # noqa: ASYNC110 - as above
+                    await trio.sleep(_POLL_S)
+    # bash may have died between two looks and be a zombie not reaped yet (zombies do not count
+    # as running); reap it, so no zombie and no open pidfd is left.
+    with trio.move_on_after(_KILL_WAIT_S):
+        await proc.wait()
+    return running
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already gone
+        os.killpg(pgid, sig)
+
+
+def _group_alive(proc: trio.Process) -> bool:
+    """Whether a process of the group still runs (zombies do not count)."""
+    _ = proc.returncode  # reaps bash if it has exited, so it stops counting as a member
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # The group id still exists, but possibly only through zombies that nobody reaps (bash's
+    # orphans under a PID 1 that does not reap). Look for a member that is really running.
+    running = _running_members(proc.pid)
+    return True if running is None else running
+
+
+def _running_members(pgid: int) -> bool | None:
+    """Whether /proc lists a non-zombie process in group *pgid*; ``None`` without /proc."""
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue  # exited meanwhile
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
