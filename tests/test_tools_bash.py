@@ -42,8 +42,9 @@ async def test_killed_by_signal_is_reported(workspace: Path) -> None:
 
 
 async def test_runs_in_the_workspace(workspace: Path) -> None:
-    out = await call(BashTool(), {"command": "pwd; echo x > made.txt"}, make_ctx(workspace))
-    assert out.splitlines()[0] == str(workspace.resolve())
+    ctx = make_ctx(workspace)
+    out = await call(BashTool(), {"command": "pwd; echo x > made.txt"}, ctx)
+    assert out.splitlines()[0] == str(ctx.workspace)
     assert (workspace / "made.txt").read_text() == "x\n"
 
 

@@ -1,0 +1,269 @@
+"""The ``glob`` tool, and the glob patterns and file walk it shares with ``grep`` and permissions.
+
+Pattern syntax (:func:`glob_regex`), for paths:
+
+* ``*`` any run of characters except ``/``; ``?`` one character except ``/``;
+* ``**`` as a whole path component, any number of folders (zero included): ``**/*.py``,
+  ``src/**/test_*.py``, ``docs/**``; elsewhere it means ``*``;
+* ``[abc]``, ``[a-z]``, ``[!abc]`` character classes; ``{a,b}`` alternatives (not nested);
+* wildcards match dot files too (``*`` matches ``.env``).
+
+For free text (a ``bash`` command in a permission rule) ``/`` is an ordinary character, ``*``
+matches anything (or anything but the given stop characters) and braces are literal.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any, ClassVar, TypeVar, TypeVarTuple
+
+import trio
+
+from runtime._errors import ToolError
+
+from ._base import Tool, ToolContext, one_line
+from ._workspace import is_inside, normalise_target, relative, resolve_in_workspace
+
+__all__ = ["GlobTool", "escape_glob", "glob_regex", "iter_files"]
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+def glob_regex(pattern: str, *, paths: bool = True, stop_chars: str = "") -> re.Pattern[str]:
+    """Compile a glob *pattern* to a regex to be used with ``fullmatch``.
+
+    Args:
+        pattern: the glob.
+        paths: path semantics (``/`` is special, ``**`` crosses folders, braces alternate);
+            otherwise free text, where ``*`` matches any run of characters.
+        stop_chars: characters no wildcard may match, on top of ``/`` for paths.
+    """
+    return re.compile(_translate(pattern, paths=paths, stop_chars=stop_chars), re.DOTALL)
+
+
+def _translate(pattern: str, *, paths: bool, stop_chars: str) -> str:
+    stops = ("/" if paths else "") + stop_chars
+    star = f"[^{re.escape(stops)}]*" if stops else ".*"
+    one = f"[^{re.escape(stops)}]" if stops else "."
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "*":
+            j = i
+            while j < n and pattern[j] == "*":
+                j += 1
+            whole_component = (i == 0 or pattern[i - 1] == "/") and (j == n or pattern[j] == "/")
+            if paths and j - i >= 2 and whole_component:
+                if j == n:
+                    out.append(".*")
+                else:
+                    out.append("(?:.*/)?")  # zero or more folders, each ending with "/"
+                    j += 1
+            else:
+                out.append(star)
+            i = j
+        elif c == "?":
+            out.append(one)
+            i += 1
+        elif c == "[":
+            cls, i = _char_class(pattern, i, stops)
+            out.append(cls)
+        elif c == "{" and paths and (end := pattern.find("}", i)) != -1:
+            alternatives = pattern[i + 1 : end].split(",")
+            inner = "|".join(
+                _translate(alt, paths=paths, stop_chars=stop_chars) for alt in alternatives
+            )
+            out.append(f"(?:{inner})")
+            i = end + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return "".join(out)
+
+
+def _char_class(pattern: str, start: int, stops: str) -> tuple[str, int]:
+    """Translate the class opening at *start*; an unclosed ``[`` is literal, as in fnmatch."""
+    j = start + 1
+    if j < len(pattern) and pattern[j] == "!":
+        j += 1
+    if j < len(pattern) and pattern[j] == "]":
+        j += 1  # a "]" first in the class is a member, not the end
+    end = pattern.find("]", j)
+    if end == -1:
+        return re.escape("["), start + 1
+    body = pattern[start + 1 : end]
+    negate = body.startswith("!")
+    if negate:
+        body = body[1:]
+    members = body.replace("\\", "\\\\").replace("^", "\\^").replace("[", "\\[")
+    if negate:
+        # A negated class must not match a separator or stop character either.
+        return f"[^{members}{re.escape(stops)}]", end + 1
+    return f"[{members}]", end + 1
+
+
+def escape_glob(text: str, *, paths: bool = True) -> str:
+    """A glob that matches exactly *text* (wildcards and, for paths, braces made literal)."""
+    specials = "*?[{" if paths else "*?["
+    return "".join(f"[{c}]" if c in specials else c for c in text)
+
+
+def iter_files(
+    root: Path, start: Path, *, skip_git: bool = True, stop: threading.Event | None = None
+) -> Iterator[Path]:
+    """Regular files under the folder *start*, never leaving the workspace *root*.
+
+    Folders are visited in name order, a folder's files before its sub-folders. Symlinked
+    folders are not entered (no loops, no escapes, no duplicates); a symlinked file is yielded
+    only if it resolves to a regular file inside *root*. FIFOs, sockets and devices are skipped,
+    so a reader never blocks on one. Unreadable folders are skipped.
+
+    Args:
+        root: the resolved workspace.
+        start: a resolved folder inside *root*.
+        skip_git: leave out ``.git`` folders.
+        stop: when set, the walk ends early (a cancelled call running in a thread).
+
+    Yields:
+        Paths under *start*, not resolved (a symlinked file keeps its own name).
+    """
+    stack = [start]
+    while stack:
+        if stop is not None and stop.is_set():
+            return
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        subfolders: list[Path] = []
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if not (skip_git and entry.name == ".git"):
+                        subfolders.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    yield Path(entry.path)
+                elif entry.is_symlink():
+                    real = Path(os.path.realpath(entry.path))
+                    if is_inside(root, real) and real.is_file():
+                        yield Path(entry.path)
+            except OSError:
+                continue  # vanished or unreadable while we looked: not our business
+        stack.extend(reversed(subfolders))
+
+
+def resolve_folder(workspace: Path, path: str) -> Path:
+    """The folder *path* resolved inside the workspace; a ToolError if it is not a folder."""
+    real = resolve_in_workspace(workspace, path)
+    if not real.exists():
+        raise ToolError(f"no such folder: {path}")
+    if not real.is_dir():
+        raise ToolError(f"not a folder: {path}")
+    return real
+
+
+async def run_in_thread_with_stop(
+    work: Callable[[*Ts, threading.Event], T], *args: *Ts
+) -> T:
+    """Run ``work(*args, stop)`` in a worker thread; cancelling the call abandons the thread.
+
+    Abandoning keeps the event loop responsive however big the tree; *stop* is set so the
+    abandoned thread notices soon and ends instead of walking on for nothing.
+    """
+    stop = threading.Event()
+    try:
+        return await trio.to_thread.run_sync(work, *args, stop, abandon_on_cancel=True)
+    finally:
+        stop.set()
+
+
+class GlobTool(Tool):
+    """``glob``: files whose paths match a pattern, sorted, relative to the workspace."""
+
+    name: ClassVar[str] = "glob"
+    description: ClassVar[str] = (
+        "Find files by path pattern, e.g. '**/*.py' or 'src/**/test_*.py'. '*' matches within one "
+        "folder, '**' across folders, '{a,b}' either. Matches files (not folders) relative to "
+        "'path' (default: the workspace); results are sorted paths relative to the workspace. "
+        ".git folders are skipped unless the pattern names them."
+    )
+    input_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "minLength": 1, "description": "the glob pattern"},
+            "path": {"type": "string", "description": "folder to search in (default: workspace)"},
+        },
+        "required": ["pattern"],
+        "additionalProperties": False,
+    }
+    read_only: ClassVar[bool] = True
+    concurrency_safe: ClassVar[bool] = True
+    needs_permission: ClassVar[bool] = False
+    permission_target_kind: ClassVar[str] = "path"
+
+    def summary(self, args: Mapping[str, Any]) -> str:
+        """``glob: <pattern>``."""
+        return one_line(f"glob: {args.get('pattern', '')}")
+
+    def permission_target(self, args: Mapping[str, Any]) -> str:
+        """The folder searched, normalised (``.`` for the workspace)."""
+        return normalise_target(str(args.get("path") or "."))
+
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        """List the matching files.
+
+        The walk runs in a worker thread. Cancellation: immediate; the abandoned thread stops at
+        its next folder. Nothing is changed on disk.
+        """
+        pattern = str(args["pattern"])
+        if pattern.startswith("/"):
+            raise ToolError(
+                "input.pattern: must be relative to 'path' (give the folder in 'path')"
+            )
+        if ".." in PurePosixPath(pattern).parts:
+            raise ToolError("input.pattern: '..' is not allowed")
+        pattern = pattern.removeprefix("./")
+        folder = str(args.get("path") or ".")
+        limit = ctx.limits.glob_max_results
+        found, total = await run_in_thread_with_stop(
+            _glob, ctx.workspace, folder, pattern, limit
+        )
+        if not found:
+            return f"no files match {pattern!r}"
+        lines = "\n".join(found)
+        if total > len(found):
+            lines += (
+                f"\n[showing the first {len(found)} of {total} matches; "
+                "narrow the pattern or the path]"
+            )
+        return lines
+
+
+def _glob(
+    workspace: Path, folder: str, pattern: str, limit: int, stop: threading.Event
+) -> tuple[list[str], int]:
+    root = Path(os.path.realpath(workspace))
+    start = resolve_folder(root, folder)
+    regex = glob_regex(pattern)
+    skip_git = ".git" not in PurePosixPath(pattern).parts and ".git" not in start.parts
+    total = 0
+
+    def matches() -> Iterator[str]:
+        nonlocal total
+        for path in iter_files(root, start, skip_git=skip_git, stop=stop):
+            if regex.fullmatch(path.relative_to(start).as_posix()):
+                total += 1
+                yield relative(root, path)
+
+    # nsmallest keeps only `limit` paths in memory, however many files match.
+    found = heapq.nsmallest(limit, matches())
+    return found, total

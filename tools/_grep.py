@@ -1,0 +1,147 @@
+"""The ``grep`` tool: search file contents with a Python regex."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from runtime._errors import ToolError
+
+from ._base import Tool, ToolContext, one_line
+from ._glob import glob_regex, iter_files, run_in_thread_with_stop
+from ._read import looks_binary
+from ._workspace import normalise_target, relative, resolve_in_workspace
+
+__all__ = ["GrepTool"]
+
+# A matching line longer than this is cut in the output: minified files would drown the model.
+_MAX_LINE_CHARS = 500
+
+
+class GrepTool(Tool):
+    """``grep``: lines matching a regex, as ``path:line:text``."""
+
+    name: ClassVar[str] = "grep"
+    description: ClassVar[str] = (
+        "Search file contents with a Python regular expression. Prints matching lines as "
+        "'path:line_number:line', paths relative to the workspace. 'path' is a file or folder "
+        "(default: the workspace); 'include' keeps only files whose name matches a glob, e.g. "
+        "'*.py' or '*.{ts,tsx}'. Binary files and .git folders are skipped."
+    )
+    input_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "pattern": {"type": "string", "minLength": 1, "description": "a Python regex"},
+            "path": {"type": "string", "description": "file or folder (default: workspace)"},
+            "include": {"type": "string", "description": "glob on file names, e.g. '*.py'"},
+        },
+        "required": ["pattern"],
+        "additionalProperties": False,
+    }
+    read_only: ClassVar[bool] = True
+    concurrency_safe: ClassVar[bool] = True
+    needs_permission: ClassVar[bool] = False
+    permission_target_kind: ClassVar[str] = "path"
+
+    def summary(self, args: Mapping[str, Any]) -> str:
+        """``grep: <pattern>``."""
+        return one_line(f"grep: {args.get('pattern', '')}")
+
+    def permission_target(self, args: Mapping[str, Any]) -> str:
+        """The file or folder searched, normalised (``.`` for the workspace)."""
+        return normalise_target(str(args.get("path") or "."))
+
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        """Search and return the matching lines.
+
+        The search runs in a worker thread. Cancellation: immediate; the abandoned thread stops
+        at its next file. Nothing is changed on disk.
+        """
+        pattern = str(args["pattern"])
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ToolError(f"input.pattern: invalid regex {pattern!r}: {exc}") from exc
+        include = args.get("include")
+        if include is not None and (include.startswith("/") or ".." in include.split("/")):
+            raise ToolError("input.include: must be a relative glob without '..'")
+        return await run_in_thread_with_stop(
+            _grep, ctx, regex, str(args.get("path") or "."), include
+        )
+
+
+def _grep(
+    ctx: ToolContext, regex: re.Pattern[str], path: str, include: str | None, stop: threading.Event
+) -> str:
+    root = Path(os.path.realpath(ctx.workspace))
+    start = resolve_in_workspace(root, path)
+    if not start.exists():
+        raise ToolError(f"no such file or folder: {path}")
+    # Without a "/", an include glob matches the file name; with one, the path under `start`.
+    by_name = include is not None and "/" not in include
+    include_re = glob_regex(include.removeprefix("./")) if include else None
+    files: Iterator[Path]
+    if start.is_dir():
+        files = iter_files(root, start, skip_git=".git" not in start.parts, stop=stop)
+    elif start.is_file():
+        files = iter((start,))
+    else:
+        raise ToolError(f"not a regular file or folder: {path}")
+
+    max_matches = ctx.limits.grep_max_matches
+    max_chars = ctx.limits.max_output_chars
+    out: list[str] = []
+    size = 0
+    cut_short = ""
+    for file in files:
+        if include_re is not None:
+            subject = file.name if by_name or file == start else file.relative_to(start).as_posix()
+            if not include_re.fullmatch(subject):
+                continue
+        shown = relative(root, file)
+        for lineno, line in _matching_lines(file, regex, stop):
+            if len(out) >= max_matches:
+                cut_short = (
+                    f"[stopped after {max_matches} matches; narrow the pattern, path or include]"
+                )
+                break
+            text = line if len(line) <= _MAX_LINE_CHARS else line[:_MAX_LINE_CHARS] + "…"
+            entry = f"{shown}:{lineno}:{text}"
+            if size + len(entry) + 1 > max_chars:
+                cut_short = (
+                    f"[stopped after {len(out)} matches: output limit of {max_chars} characters;"
+                    " narrow the pattern, path or include]"
+                )
+                break
+            out.append(entry)
+            size += len(entry) + 1
+        if cut_short or stop.is_set():
+            break
+    if not out:
+        return f"no matches for {regex.pattern!r}"
+    if cut_short:
+        out.append(cut_short)
+    return "\n".join(out)
+
+
+def _matching_lines(
+    file: Path, regex: re.Pattern[str], stop: threading.Event
+) -> Iterator[tuple[int, str]]:
+    """(line number, line) pairs of *file* that match; nothing for binary or unreadable files."""
+    try:
+        with file.open("rb") as fh:
+            if looks_binary(fh.read(8192)):
+                return
+            fh.seek(0)
+            for lineno, raw in enumerate(fh, start=1):
+                if lineno % 4096 == 0 and stop.is_set():
+                    return
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                if regex.search(line):
+                    yield lineno, line
+    except OSError:
+        return
