@@ -6,7 +6,7 @@ import email.utils
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import aclosing
 from typing import Any
 
@@ -68,7 +68,7 @@ async def provider(server: LLMServer) -> AsyncIterator[OpenAIProvider]:
 
 
 @pytest.fixture
-def logs() -> list[dict[str, Any]]:
+def logs() -> list[MutableMapping[str, Any]]:
     """Every structlog entry, at every level (the shared conftest keeps only errors)."""
     capture = structlog.testing.LogCapture()
     structlog.configure(
@@ -319,7 +319,7 @@ async def test_429_waits_for_retry_after_then_succeeds(
     autojump_clock: trio.testing.MockClock,
     server: LLMServer,
     provider: OpenAIProvider,
-    logs: list[dict[str, Any]],
+    logs: list[MutableMapping[str, Any]],
 ) -> None:
     server.push(
         Reply.error(
@@ -388,7 +388,7 @@ async def test_retries_are_bounded(
 
 
 async def test_401_fails_at_once_with_the_server_message_and_never_the_key(
-    server: LLMServer, provider: OpenAIProvider, logs: list[dict[str, Any]]
+    server: LLMServer, provider: OpenAIProvider, logs: list[MutableMapping[str, Any]]
 ) -> None:
     # Some servers echo the key they were given; it must not get through.
     server.push(Reply.error(401, f"Incorrect API key provided: {KEY}.", kind="invalid_api_key"))
@@ -405,7 +405,7 @@ async def test_401_fails_at_once_with_the_server_message_and_never_the_key(
 
 
 async def test_connect_error_is_retried(
-    autojump_clock: trio.testing.MockClock, logs: list[dict[str, Any]]
+    autojump_clock: trio.testing.MockClock, logs: list[MutableMapping[str, Any]]
 ) -> None:
     # A port nobody listens on: the connection is refused each time.
     with trio.socket.socket() as sock:
@@ -721,7 +721,7 @@ async def test_the_key_appears_in_no_log_line_and_no_error(
     autojump_clock: trio.testing.MockClock,
     server: LLMServer,
     provider: OpenAIProvider,
-    logs: list[dict[str, Any]],
+    logs: list[MutableMapping[str, Any]],
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
