@@ -46,7 +46,7 @@ from ._events import (
 )
 
 if TYPE_CHECKING:
-    from rich.console import Console, RenderableType
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.live import Live
 
     from ._tree import TraceTree
@@ -66,7 +66,7 @@ def _path(tree: TraceTree, agent_id: str | None) -> str:
 
 
 def _tokens(n: int) -> str:
-    return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,}"
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
 
 
 def trace_hint(trace_path: Path | None) -> list[str]:
@@ -206,7 +206,9 @@ class LiveView:
         if streaming and not final:
             text_lines = _tail_lines(streaming, self.console.size.width, ROOT_TEXT_LINES)
         tree_height = None if final else max(3, height - len(text_lines) - (1 if text_lines else 0))
-        parts.append(render_tree(self.tree, time.time(), max_lines=tree_height))
+        # One line per node, cut at the edge: the region's height is then known, and a long
+        # label never pushes running nodes off the screen.
+        parts.append(_NoWrap(render_tree(self.tree, time.time(), max_lines=tree_height)))
         if text_lines:
             parts.append(Text(""))
             parts.append(Text("\n".join(text_lines)))
@@ -237,15 +239,29 @@ class LiveView:
         for text in self._to_print:
             console.print(text, markup=False, highlight=False)
         self._to_print.clear()
-        console.print(render_tree(self.tree, time.time(), max_lines=None, final=True))
+        console.print(render_tree(self.tree, time.time(), max_lines=None))
         answer = self._text.turn_done() or self._text.last_turn
         if answer:
+            from rich.markdown import Markdown
+
             console.print()
-            console.print(answer, markup=False, highlight=False)
+            console.print(Markdown(answer))
         console.print()
         console.print(summary_line(self.tree), highlight=False)
         for line in trace_hint(trace_path):
             console.print(f"[dim]{line}[/]", highlight=False)
+
+
+class _NoWrap:
+    """Render its content without wrapping: long lines end in an ellipsis."""
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from console.render(
+            self.renderable, options.update(no_wrap=True, overflow="ellipsis")
+        )
 
 
 class PlainView:
@@ -401,10 +417,24 @@ def _tail_lines(text: str, width: int, count: int) -> list[str]:
     return lines[-count:]
 
 
-def render_tree(
-    tree: TraceTree, now: float, *, max_lines: int | None, final: bool = False
-) -> RenderableType:
-    """The tree as a rich renderable (drawn by :mod:`runtime._render`)."""
-    from . import _render
+def render_tree(tree: TraceTree, now: float, *, max_lines: int | None) -> RenderableType:
+    """The tree as drawn by :func:`runtime._render.render_tree`, fitted to *max_lines*.
 
-    return _render.render_tree(tree, now=now, max_lines=max_lines)  # type: ignore[no-any-return]
+    A tree taller than the space the live region has shows only the running nodes and the paths
+    to them (what is finished is in the final tree, and in the trace), with a line saying how
+    many nodes are left out; what still does not fit is cropped by the live region.
+    """
+    from rich.console import Group
+    from rich.text import Text
+
+    from ._render import render_tree as draw
+
+    nodes = len(tree.agents) + len(tree.tools)
+    if max_lines is None or nodes + 1 <= max_lines or tree.ended:
+        return draw(tree, now=now)
+    running = draw(tree, now=now, status="running")
+    hidden = sum(1 for a in tree.agents.values() if a.finished) + sum(
+        1 for t in tree.tools.values() if t.finished
+    )
+    note = Text(f"… {hidden} finished nodes not shown (all of them at the end)", style="dim")
+    return Group(running, note)

@@ -217,10 +217,17 @@ class TerminalPrompts:
                 self.console.print()  # the cursor sits after the question (or after ^C)
         return None
 
+    def _running_in_tree_order(self) -> list[RunningSubtree]:
+        # The tree's own order (depth first), so a sub-agent's children follow it.
+        subtrees = {s.tool_use_id: s for s in self.tree.running_subtrees()}
+        if len(subtrees) < 2:
+            return list(subtrees.values())
+        return [subtrees[n.id] for n in self.tree.iter_nodes() if n.id in subtrees]
+
     async def _picker(self, session: Session) -> None:
-        subtrees = self.tree.running_subtrees()
+        subtrees = self._running_in_tree_order()
         if not subtrees:
-            await session.abort("run aborted by user (Ctrl+C)")
+            await session.abort("run aborted with Ctrl+C")
             return
         with self.view.paused():
             self.console.print(
@@ -276,9 +283,7 @@ class TerminalPrompts:
         return None
 
     async def _cancel_one(self, session: Session, sub: RunningSubtree) -> None:
-        done = await session.rt.cancel(
-            sub.tool_use_id, f"cancelled by user (Ctrl+C): {sub.agent_name}", by="user"
-        )
+        done = await session.rt.cancel(sub.tool_use_id, "picked with Ctrl+C", by="user")
         if done:
             self.console.print(
                 f"Cancelling {sub.agent_name} {sub.tool_use_id} and everything under it.",
@@ -299,13 +304,13 @@ class TerminalPrompts:
         top = [s for s in subtrees if s.caller_id in roots] or subtrees
         count = 0
         for sub in top:
-            if await session.rt.cancel(sub.tool_use_id, "cancelled by user (Ctrl+C: all)"):
+            if await session.rt.cancel(sub.tool_use_id, "Ctrl+C: all sub-agents"):
                 count += 1
         self.console.print(f"Cancelling {count} running subtree(s).", highlight=False)
 
     async def _say_abort(self, session: Session) -> None:
         self.console.print("[bold]Aborting the run…[/]", highlight=False)
-        await session.abort("run aborted by user (Ctrl+C)")
+        await session.abort("run aborted with Ctrl+C")
 
     async def _ask_permission(self, session: Session, req: PermissionRequested) -> None:
         if not any(p.request_id == req.request_id for p in session.rt.pending_permissions()):
