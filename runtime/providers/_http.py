@@ -221,12 +221,12 @@ async def open_event_stream(
         with trio.move_on_at(deadline):
             response = await client.send(request, stream=True)
         if response is None:
-            raise DeadlineExceeded(provider)
+            raise DeadlineExceeded("the call deadline passed")
         if not response.is_success:
             try:
                 with trio.move_on_at(deadline):
                     await _raise_for_status(response, provider, secrets)
-                raise DeadlineExceeded(provider)
+                raise DeadlineExceeded("the call deadline passed")
             finally:
                 await response.aclose()
         # The same reply, its bytes read through the deadline; httpx-sse parses it.
@@ -240,8 +240,12 @@ async def open_event_stream(
         try:
             yield events
         finally:
-            await response.aclose()
-            await _finish(events)
+            # Neither await can hang: httpcore closes under a shield, and once the reply is
+            # closed every read fails at once. Cancelled, each still ends what it must.
+            try:
+                await response.aclose()
+            finally:
+                await _finish(events)
     except httpx_sse.SSEError as exc:
         # httpx-sse raises this (a TransportError) for a reply that is not text/event-stream:
         # a misconfigured server, not a passing fault.

@@ -165,7 +165,34 @@ class OpenAIProvider:
                             continue
                         try:
                             chunk = _loads(data)
-                            # Compatible servers (vLLM, OpenRouter) report failures mid-stream.
+                            choices = chunk.get("choices")
+                            reason = None
+                            if choices:
+                                # n is never asked for, so there is one choice.
+                                choice = choices[0]
+                                delta = choice.get("delta")
+                                if delta:
+                                    # Plain text deltas are by far the most common: test first.
+                                    if len(delta) > 1 or "content" not in delta:
+                                        reasoning = delta.get("reasoning_content") or delta.get(
+                                            "reasoning"
+                                        )
+                                        if reasoning and isinstance(reasoning, str):
+                                            yielded = True
+                                            yield ThinkingChunk(reasoning)
+                                        fragments = delta.get("tool_calls")
+                                        if fragments:
+                                            _add_fragments(calls, fragments)
+                                    content = delta.get("content")
+                                    if content and isinstance(content, str):
+                                        yielded = True
+                                        yield TextChunk(content)
+                                reason = choice.get("finish_reason")
+                                if reason is None:
+                                    # A delta and nothing else: the one case per token.
+                                    continue
+                            # The rarer chunks: the finish (which may carry an error, as on
+                            # OpenRouter), usage, errors (vLLM, OpenRouter report them so).
                             error = chunk.get("error")
                             if error:
                                 raise _stream_error(error, secrets)
@@ -173,29 +200,6 @@ class OpenAIProvider:
                             if usage:
                                 input_tokens = usage.get("prompt_tokens") or input_tokens
                                 output_tokens = usage.get("completion_tokens") or output_tokens
-                            choices = chunk.get("choices")
-                            if not choices:
-                                continue
-                            # n is never asked for, so there is one choice.
-                            choice = choices[0]
-                            delta = choice.get("delta")
-                            if delta:
-                                # Plain text deltas are by far the most common: test for them.
-                                if len(delta) > 1 or "content" not in delta:
-                                    reasoning = delta.get("reasoning_content") or delta.get(
-                                        "reasoning"
-                                    )
-                                    if reasoning and isinstance(reasoning, str):
-                                        yielded = True
-                                        yield ThinkingChunk(reasoning)
-                                    fragments = delta.get("tool_calls")
-                                    if fragments:
-                                        _add_fragments(calls, fragments)
-                                content = delta.get("content")
-                                if content and isinstance(content, str):
-                                    yielded = True
-                                    yield TextChunk(content)
-                            reason = choice.get("finish_reason")
                             if reason and finish is None:
                                 finish = reason
                                 for call in _complete_calls(calls, reason, log):
