@@ -17,7 +17,7 @@ from ._budget import BudgetLayer
 from ._bus import EventBus
 from ._limits import Limits
 from ._provider import Provider
-from .actors import ActorHandle, Registry
+from .actors import Mailbox, Registry
 
 if TYPE_CHECKING:
     from tools import Tool, ToolLimits
@@ -65,7 +65,8 @@ class RunContext:
     limiter: trio.CapacityLimiter
     log: Any = attrs.Factory(lambda: structlog.get_logger("trio_agents"))
     placements: dict[str, SubtreeRunner] = attrs.Factory(dict)
-    handles: dict[str, ActorHandle[Any]] = attrs.Factory(dict)
+    # Running agents' mailboxes, by agent id: where user messages for them go.
+    mailboxes: dict[str, Mailbox[str]] = attrs.Factory(dict)
     agents_started: int = 0
     running_agents: int = 0
     peak_running_agents: int = 0

@@ -129,6 +129,7 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
     status: AgentStatus | None = None
     result: str | None = None
     error: str | None = None
+    run.mailboxes[spec.agent_id] = ctx.mailbox
     try:
         await emit(
             AgentStarted,
@@ -148,6 +149,7 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
         log.exception("agent crashed")
     finally:
         run.running_agents -= 1
+        run.mailboxes.pop(spec.agent_id, None)
         if status is None:
             reason, by = Registry.cancel_reason(ctx.node) if ctx.node else (None, None)
             # Only the subtree whose budget ran out ends budget_exceeded; agents under it
@@ -521,18 +523,14 @@ async def run_agent_actor(run: RunContext, spec: AgentSpec) -> AgentOutcome | No
     Cancellation: cancels the agent, which still reports how it ended.
     """
     run.budget.set_budget(spec.agent_id, spec.budget)
-    try:
-        async with trio.open_nursery() as nursery:
-            handle = await start_actor(
-                nursery,
-                functools.partial(agent_main, run, spec),
-                actor_id=spec.agent_id,
-                registry=run.registry,
-                parent_id=spec.parent_tool_use_id,
-                data=Owner(spec.agent_id, spec.parent_tool_use_id),
-                mailbox_size=run.limits.mailbox_size,
-            )
-            run.handles[spec.agent_id] = handle
-    finally:
-        run.handles.pop(spec.agent_id, None)
+    async with trio.open_nursery() as nursery:
+        await start_actor(
+            nursery,
+            functools.partial(agent_main, run, spec),
+            actor_id=spec.agent_id,
+            registry=run.registry,
+            parent_id=spec.parent_tool_use_id,
+            data=Owner(spec.agent_id, spec.parent_tool_use_id),
+            mailbox_size=run.limits.mailbox_size,
+        )
     return spec.box[0] if spec.box else None

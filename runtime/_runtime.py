@@ -156,7 +156,6 @@ class Runtime:
             data=Owner(spec.agent_id, None),
             mailbox_size=run.limits.mailbox_size,
         )
-        run.handles[spec.agent_id] = actor
         handle = AgentHandle(spec.agent_id, self, actor, spec)
         self._roots.append(handle)
         return handle
@@ -222,11 +221,11 @@ class Runtime:
         Returns:
             ``False`` when the agent is unknown, finished, or its mailbox is full.
         """
-        handle = self._run.handles.get(agent_id)
-        if handle is None or handle.done:
+        mailbox = self._run.mailboxes.get(agent_id)
+        if mailbox is None:
             return False
         try:
-            handle.send_nowait(text)
+            mailbox.send_nowait(text)
         except (trio.WouldBlock, trio.ClosedResourceError):
             return False
         return True

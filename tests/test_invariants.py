@@ -112,12 +112,14 @@ async def test_random_trees_with_faults_and_cancels_keep_the_invariants(
         cancelled_roots[agent] = request.seq
 
     def cancelled_ancestor(agent_id: str) -> int | None:
+        """The earliest cancel that reached *agent_id* (its own or an ancestor's)."""
+        seqs = []
         cur: str | None = agent_id
         while cur is not None:
             if cur in cancelled_roots:
-                return cancelled_roots[cur]
+                seqs.append(cancelled_roots[cur])
             cur = parent_of.get(cur)
-        return None
+        return min(seqs, default=None)
 
     event(f"subtrees cancelled: {min(len(cancelled_roots), 2)}+")
     event(f"agents: {'1' if len(started) == 1 else '2-9' if len(started) < 10 else '10+'}")

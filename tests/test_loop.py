@@ -11,6 +11,7 @@ import trio.testing
 
 from runtime import (
     AgentFinished,
+    AgentStarted,
     Limits,
     Message,
     TextDelta,
@@ -265,3 +266,41 @@ async def test_every_tool_call_in_history_gets_a_result_even_on_cancel(workspace
 def test_builtin_tools_are_the_spec_set() -> None:
     assert [t.name for t in builtin_tools()] == [
         "bash", "read", "write", "edit", "glob", "grep", "agent"]
+
+
+async def test_the_agent_state_serialises_and_round_trips(workspace: Path) -> None:
+    from runtime import AgentState
+    from runtime._messages import state_converter
+
+    scenario = {"agents": {"main": {"turns": [
+        {"thinking": "hmm", "text": "Reading.",
+         "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+        {"text": "Done."}]}}}
+    outcome, _ = await run_scenario(scenario, workspace)
+    state = outcome.state
+    data = state_converter.unstructure(state)
+    assert data["turns"] == 2
+    assert data["continue_reason"] is None
+    assert data["messages"][1]["content"][0] == {"kind": "thinking", "text": "hmm",
+                                                 "signature": None}
+    assert state_converter.structure(data, AgentState) == state
+
+
+async def test_a_message_can_be_sent_to_a_running_sub_agent(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [{"name": "agent", "input": {
+            "description": "w", "prompt": "p", "agent": "w"}}]}, {"text": "ok"}]},
+        "w": {"turns": [{"tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
+                         "delay_s": 1}, {"text": "w done"}]}}}
+    events = EventLog()
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            on_event=events) as rt:
+        handle = await rt.start("go")
+        [child] = await events.wait_for(
+            lambda evs: [e for e in evs if isinstance(e, AgentStarted) and e.depth == 1])
+        assert rt.send_message(child.agent_id, "focus on tests")
+        await handle.wait()
+    [msg] = by_type(events, UserMessage)
+    assert (msg.agent_id, msg.parent_tool_use_id) == (child.agent_id, child.parent_tool_use_id)
