@@ -5,7 +5,7 @@ sockets, with ``h11`` for the HTTP framing, so the providers go through their wh
 httpx, the connection pool, chunked transfer, SSE parsing.
 
 Each request takes the next :class:`Reply` from the queue (``server.push(...)``), whatever the
-path, and is recorded (:class:`RecordedRequest`: path, headers, body) so a test can check the
+path, unless ``server.route`` picks one by the request's content, and is recorded (:class:`RecordedRequest`: path, headers, body) so a test can check the
 wire format. A reply is a status, headers and body pieces (:class:`Piece`), each sent after an
 optional delay, so a test controls exactly where the bytes split. A reply can also cut the
 connection after N body bytes, or hang up without answering at all. While a reply streams, the
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import http
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -142,6 +142,9 @@ class LLMServer:
         self.disconnects: list[Disconnect] = []
         self.connections = 0
         self.port = 0
+        # Picks a reply by the request's content; for agents calling in parallel, whose
+        # requests arrive in any order. Returning None falls back to the queue.
+        self.route: Callable[[RecordedRequest], Reply | None] | None = None
         self._changed = trio.Event()
 
     @property
@@ -178,7 +181,9 @@ class LLMServer:
                 request = await self._read_request(stream, conn)
                 if request is None:
                     return
-                reply = self.replies.popleft() if self.replies else _NO_REPLY
+                reply = self.route(request) if self.route else None
+                if reply is None:
+                    reply = self.replies.popleft() if self.replies else _NO_REPLY
                 if not await self._send_reply(stream, conn, reply, request.index):
                     return
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:

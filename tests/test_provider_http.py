@@ -14,7 +14,7 @@ import structlog
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
-from llm_server import LLMServer, Reply, collect, make_request, openai_text_stream
+from llm_server import LLMServer, Reply, collect, make_request, openai_text_stream, user
 
 import runtime.providers
 from runtime._errors import ConfigError, ProviderError
@@ -295,3 +295,25 @@ async def test_open_provider_streams_from_a_local_server(nursery: trio.Nursery) 
     assert items[0] == TextChunk("hello")
     assert server.requests[0].json["model"] == "llama3"
     assert "authorization" not in server.requests[0].headers
+
+
+async def test_server_routes_parallel_requests_by_content(nursery: trio.Nursery) -> None:
+    # What an end-to-end run with parallel sub-agents needs: each gets its own script,
+    # whatever order their requests arrive in.
+    server = LLMServer()
+    await nursery.start(server.serve)
+    server.route = lambda request: Reply.stream(
+        openai_text_stream([request.json["messages"][-1]["content"].upper()])
+    )
+    results: dict[str, str] = {}
+    async with open_provider("openai", env={"OPENAI_BASE_URL": server.url + "/v1"}) as provider:
+
+        async def ask(text: str) -> None:
+            items = await collect(provider, make_request(user(text)))
+            results[text] = "".join(i.text for i in items if isinstance(i, TextChunk))
+
+        async with trio.open_nursery() as inner:
+            for text in ("left", "right", "middle"):
+                inner.start_soon(ask, text)
+
+    assert results == {"left": "LEFT", "right": "RIGHT", "middle": "MIDDLE"}
