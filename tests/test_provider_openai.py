@@ -404,6 +404,20 @@ async def test_401_fails_at_once_with_the_server_message_and_never_the_key(
     assert not [e for e in logs if e["event"] == "provider.retry"]
 
 
+async def test_404_hints_at_the_base_url_and_model(
+    server: LLMServer, provider: OpenAIProvider
+) -> None:
+    server.push(Reply.error(404, "The model `gpt-test` does not exist", kind="not_found"))
+
+    _, error = await collect_until_error(provider, make_request())
+
+    assert str(error) == (
+        "openai: HTTP 404 Not Found: The model `gpt-test` does not exist (not_found)"
+        f" (check the base URL and the model name; asked {server.url}/v1/chat/completions)"
+    )
+    assert len(server.requests) == 1
+
+
 async def test_connect_error_is_retried(
     autojump_clock: trio.testing.MockClock, logs: list[MutableMapping[str, Any]]
 ) -> None:
@@ -419,7 +433,7 @@ async def test_connect_error_is_retried(
         )
         _, error = await collect_until_error(provider, make_request())
 
-    assert "connection failed" in str(error)
+    assert f"connection failed (http://127.0.0.1:{port}/v1/chat/completions)" in str(error)
     assert "gave up after 3 tries" in str(error)
     assert len([e for e in logs if e["event"] == "provider.retry"]) == 2
 

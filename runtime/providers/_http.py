@@ -257,7 +257,10 @@ async def open_event_stream(
         raise TransientError(f"{provider}: {_TIMEOUTS.get(kind, 'timed out')} ({kind})") from exc
     except httpx.TransportError as exc:
         detail = str(exc) or type(exc).__name__
-        raise TransientError(redact(f"{provider}: connection failed: {detail}", secrets)) from exc
+        where = public_url(url)
+        raise TransientError(
+            redact(f"{provider}: connection failed ({where}): {detail}", secrets)
+        ) from exc
 
 
 class _DeadlineStream(httpx.AsyncByteStream):
@@ -329,6 +332,10 @@ async def _raise_for_status(
         )
     if 300 <= status < 400:
         message += " (redirects are not followed: check the base URL)"
+    elif status == 404:
+        message += (
+            f" (check the base URL and the model name; asked {public_url(str(response.url))})"
+        )
     raise ProviderError(message)
 
 
