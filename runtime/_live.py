@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 MAX_FPS = 12.0
 """The most frames a second the live view draws (spinners and clocks look smooth at 10-12)."""
-RENDER_SHARE = 0.2
+RENDER_SHARE = 0.15
 """The largest share of the trio thread's time the live view may spend drawing."""
 ROOT_TEXT_LINES = 8
 """How many lines of the root's streaming text the live region shows."""
@@ -112,8 +112,11 @@ class LiveView:
         self._paused = 0
         self._dirty = True
         self.frames = 0
+        """Frames drawn so far."""
         self.render_s = 0.0
-        self._root_done: str | None = None
+        """Time spent drawing so far, in seconds (the view's whole cost to the trio thread)."""
+        self.max_frame_s = 0.0
+        """The most expensive frame so far, in seconds."""
 
     # -- in the agents' tasks: cheap --------------------------------------------------------
 
@@ -185,13 +188,14 @@ class LiveView:
             for text in self._to_print:
                 live.console.print(text, markup=False, highlight=False)
             self._to_print.clear()
-        # Running nodes show clocks and spinners, so a live tree changes every frame.
-        if self._dirty or self.tree.running_subtrees() or not self.tree.ended:
+        # Running nodes show clocks and spinners: until the run ends, every frame changes.
+        if self._dirty or not self.tree.ended:
             self._dirty = False
             live.update(self.renderable(), refresh=True)
             self.frames += 1
         cost = time.perf_counter() - t0
         self.render_s += cost
+        self.max_frame_s = max(self.max_frame_s, cost)
         return cost
 
     def renderable(self, *, final: bool = False) -> RenderableType:
@@ -208,7 +212,13 @@ class LiveView:
         tree_height = None if final else max(3, height - len(text_lines) - (1 if text_lines else 0))
         # One line per node, cut at the edge: the region's height is then known, and a long
         # label never pushes running nodes off the screen.
-        parts.append(_NoWrap(render_tree(self.tree, time.time(), max_lines=tree_height)))
+        parts.append(
+            _Fitted(
+                render_tree(self.tree, time.time(), max_lines=tree_height),
+                tree_height,
+                "… more below (the whole tree is printed at the end)",
+            )
+        )
         if text_lines:
             parts.append(Text(""))
             parts.append(Text("\n".join(text_lines)))
@@ -252,16 +262,37 @@ class LiveView:
             console.print(f"[dim]{line}[/]", highlight=False)
 
 
-class _NoWrap:
-    """Render its content without wrapping: long lines end in an ellipsis."""
+class _Fitted:
+    """Its content drawn one line per line (long lines end in an ellipsis), at most *max_lines*.
 
-    def __init__(self, renderable: RenderableType) -> None:
+    The content is rendered lazily and dropped past the limit, so a tree of a thousand nodes
+    costs what the screen shows, not what it would take to draw it all (rich builds a tree's
+    lines as they are consumed).
+    """
+
+    def __init__(self, renderable: RenderableType, max_lines: int | None, note: str) -> None:
         self.renderable = renderable
+        self.max_lines = max_lines
+        self.note = note
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield from console.render(
-            self.renderable, options.update(no_wrap=True, overflow="ellipsis")
-        )
+        from rich.segment import Segment
+
+        opts = options.update(no_wrap=True, overflow="ellipsis")
+        if self.max_lines is None:
+            yield from console.render(self.renderable, opts)
+            return
+        budget = max(1, self.max_lines - 1)  # keep a line for the note
+        lines = 0
+        segments = iter(console.render(self.renderable, opts))
+        for segment in segments:
+            if lines >= budget:
+                # More is coming: say so instead of drawing it.
+                yield Segment(self.note, console.get_style("dim"))
+                yield Segment.line()
+                return
+            yield segment
+            lines += segment.text.count("\n")
 
 
 class PlainView:
@@ -421,20 +452,11 @@ def render_tree(tree: TraceTree, now: float, *, max_lines: int | None) -> Render
     """The tree as drawn by :func:`runtime._render.render_tree`, fitted to *max_lines*.
 
     A tree taller than the space the live region has shows only the running nodes and the paths
-    to them (what is finished is in the final tree, and in the trace), with a line saying how
-    many nodes are left out; what still does not fit is cropped by the live region.
+    to them (what is finished is in the final tree, and in the trace).
     """
-    from rich.console import Group
-    from rich.text import Text
-
     from ._render import render_tree as draw
 
     nodes = len(tree.agents) + len(tree.tools)
     if max_lines is None or nodes + 1 <= max_lines or tree.ended:
         return draw(tree, now=now)
-    running = draw(tree, now=now, status="running")
-    hidden = sum(1 for a in tree.agents.values() if a.finished) + sum(
-        1 for t in tree.tools.values() if t.finished
-    )
-    note = Text(f"… {hidden} finished nodes not shown (all of them at the end)", style="dim")
-    return Group(running, note)
+    return draw(tree, now=now, status="running")
