@@ -229,7 +229,12 @@ class TraceLoader:
         raise TraceError(f"{self.name}: empty trace file")
 
 
-def _open(path: str | os.PathLike[str]) -> BinaryIO:
+def open_trace(path: str | os.PathLike[str]) -> BinaryIO:
+    """Open a trace file for :meth:`TraceLoader.load`.
+
+    Raises:
+        TraceError: one line saying why it cannot be opened.
+    """
     try:
         return open(path, "rb")
     except FileNotFoundError:
@@ -262,7 +267,7 @@ def load_traces(
         TraceError: the file is missing, empty or not a trace.
     """
     traces = TraceSet(keep_text=keep_text)
-    with _open(path) as f:
+    with open_trace(path) as f:
         TraceLoader(traces, name=os.fspath(path), on_error=on_error).load(f)
     if not live:
         traces.end()
@@ -285,7 +290,7 @@ def read_events(
     seen_types: set[str] = set()
     report: OnError = on_error if on_error is not None else (lambda _: None)
     good = bad = 0
-    with _open(path) as f:
+    with open_trace(path) as f:
         if b"\0" in f.read(_SNIFF_BYTES):
             raise TraceError(f"{name}: not a trace file (binary data)")
         f.seek(0)
