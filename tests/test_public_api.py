@@ -13,7 +13,28 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", ["runtime", "runtime.actors", "tools"])
+def test_runtime_exports_its_all_lazily_and_nothing_else() -> None:
+    import runtime
+
+    assert list(runtime.__all__) == sorted(runtime.__all__)
+    for name in runtime.__all__:
+        assert getattr(runtime, name) is not None
+    assert sorted(dir(runtime)) == sorted([*runtime.__all__, "__version__"])
+    source = (ROOT / "runtime" / "__init__.py").read_text()
+    typed = set(re.findall(r"^    from \.[\w.]+ import (\w+) as \1$", source, re.M))
+    assert typed == set(runtime.__all__), "type checkers see the same names"
+    with pytest.raises(AttributeError):
+        _ = runtime.not_a_name  # type: ignore[attr-defined]
+
+
+def test_importing_runtime_does_not_import_trio() -> None:
+    code = "import runtime, sys; print('trio' in sys.modules, 'httpx' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.parametrize("name", ["runtime.actors", "runtime.providers", "tools"])
 def test_all_lists_exactly_the_public_names_sorted(name: str) -> None:
     module = importlib.import_module(name)
     public = {
