@@ -1,0 +1,132 @@
+"""``trio-agents demo``: no key, no network, parallel sub-agents doing real work, in ~7 seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from runtime import Event, Scenario, decode_event
+from runtime._demo import demo_scenario_text
+from tests.invariants import check_invariants
+
+ANGLE = "\N{SINGLE RIGHT-POINTING ANGLE QUOTATION MARK}"
+
+
+def read_trace(path: Path) -> list[Event]:
+    return [decode_event(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def test_the_demo_scenario_is_package_data_and_splits_the_work() -> None:
+    scenario = Scenario.from_obj(json.loads(demo_scenario_text()))
+    first_split = [
+        c for t in scenario.agents["main"].turns for c in t.tool_calls if c.name == "agent"
+    ]
+    assert len(first_split) >= 3
+    nested = [
+        c for t in scenario.agents["scanner"].turns for c in t.tool_calls if c.name == "agent"
+    ]
+    assert nested
+
+
+def test_demo_without_a_terminal_does_real_work_in_parallel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runtime._cli import main
+
+    monkeypatch.chdir(tmp_path)
+    t0 = time.monotonic()
+    assert main(["demo"]) == 0
+    wall = time.monotonic() - t0
+    out = capsys.readouterr().out.splitlines()
+    print(f"\ndemo wall time: {wall:.1f}s")
+    assert wall < 12
+    workspace = Path(out[0].rsplit(" ", 1)[1])
+    assert not workspace.exists()  # the demo cleans up its project
+    assert f"[main {ANGLE} scanner {ANGLE} triager] agent started: triage cart.py" in out
+    traces = list((tmp_path / ".trio-agents" / "traces").glob("*.jsonl"))
+    assert len(traces) == 1
+    assert out[-2:] == [
+        f"Trace: {traces[0].relative_to(tmp_path)}",
+        f"Inspect it: trio-agents trace show {traces[0].relative_to(tmp_path)}",
+    ]
+    events = read_trace(traces[0])
+    check_invariants(events)
+    started = [e for e in events if e.type == "agent_started"]
+    children = [e for e in started if e.depth == 1]  # type: ignore[attr-defined]
+    assert len(children) >= 3
+    first_end = min(e.seq for e in events if e.type == "agent_finished")
+    assert all(e.seq < first_end for e in children)  # all three ran at the same time
+    assert any(e.depth == 2 for e in started)  # type: ignore[attr-defined]
+    outputs = {
+        (e.name, e.status): e.output  # type: ignore[attr-defined]
+        for e in events
+        if e.type == "tool_finished"
+    }
+    assert {name for name, status in outputs if status == "ok"} >= {"glob", "grep", "read", "bash"}
+    assert "src/shop/cart.py" in outputs["grep", "ok"]
+    bash = [e.output for e in events if e.type == "tool_finished" and e.name == "bash"]  # type: ignore[attr-defined]
+    assert any("OK" in o for o in bash)  # the project's unit tests ran, and passed
+    assert any("integration check passed" in o for o in bash)
+    assert [e.status for e in events if e.type == "agent_finished"] == ["completed"] * len(started)  # type: ignore[attr-defined]
+
+
+def test_demo_refuses_a_workspace_that_is_not_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runtime._cli import main
+
+    (tmp_path / "precious.txt").write_text("keep me")
+    assert main(["demo", "--workspace", str(tmp_path)]) == 2
+    assert "the demo needs an empty or new folder" in capsys.readouterr().err
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
+
+
+def test_demo_on_a_terminal_ctrl_c_cancels_the_slow_tester_alone(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env["TERM"] = "xterm-256color"
+    env.pop("NO_COLOR", None)
+    trace = tmp_path / "demo.jsonl"
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "runtime", "demo", "--trace", str(trace)],
+        cwd=str(tmp_path),
+        env=env,
+        dimensions=(50, 160),
+        encoding="utf-8",
+        codec_errors="replace",
+        timeout=20,
+    )
+    try:
+        child.expect("while the tester runs")
+        child.expect("bash: sh scripts/integration.sh")  # the slow part is under way
+        child.sendintr()
+        child.expect(r"\[(\d+)\] tester (tu-\d+) run unit \+ integration tests")
+        number, tool_use_id = child.match.group(1), child.match.group(2)
+        child.expect("cancel> ")
+        child.sendline(number)
+        child.expect(f"Cancelling tester {tool_use_id}")
+        child.expect("Review of")  # the final answer, under the final tree
+        child.expect(re.escape(f"Inspect it: trio-agents trace show {trace}"))
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    events = read_trace(trace)
+    check_invariants(events)
+    finished = {e.agent_id: e.status for e in events if e.type == "agent_finished"}  # type: ignore[attr-defined]
+    names = {e.agent_id: e.name for e in events if e.type == "agent_started"}  # type: ignore[attr-defined]
+    by_name = {names[a]: s for a, s in finished.items()}
+    assert by_name == {
+        "main": "completed",
+        "scanner": "completed",
+        "triager": "completed",
+        "tester": "cancelled",
+        "reader": "completed",
+    }
