@@ -30,10 +30,35 @@ from hypothesis import strategies as st
 
 from runtime._events import Event, event_from_dict
 
-_WORDS = (
-    "scan the repository for failing tests and summarise what broke in each module "
-    "then propose a fix with the smallest diff that keeps the public api stable"
-).split()
+_WORDS = [
+    "scan",
+    "the",
+    "repository",
+    "for",
+    "failing",
+    "tests",
+    "and",
+    "summarise",
+    "what",
+    "broke",
+    "in",
+    "each",
+    "module",
+    "then",
+    "propose",
+    "a",
+    "fix",
+    "with",
+    "the",
+    "smallest",
+    "diff",
+    "that",
+    "keeps",
+    "the",
+    "public",
+    "api",
+    "stable",
+]
 
 
 @attrs.define
@@ -162,6 +187,7 @@ def _agent_stream(
         prompt=" ".join(_WORDS[depth % words :]) + f" ({spec.name})",
     )
     turn_no = 0
+    calls_made = 0
     answer = ""
     for turn in [*spec.turns, []]:
         turn_no += 1
@@ -187,7 +213,9 @@ def _agent_stream(
             break
         calls: list[tuple[ToolSpec, str]] = []
         for call in turn:
-            tid = ids.next("toolu_")
+            calls_made += 1
+            # Ids follow the position in the tree, so every order of the stream names alike.
+            tid = f"toolu_{agent_id.removeprefix('agent_')}.{calls_made}"
             calls.append((call, tid))
             if call.child is not None:
                 tool_input: dict[str, Any] = {
@@ -249,7 +277,7 @@ def _call_stream(
 ) -> Iterator[dict[str, Any]]:
     start = t
     if call.permission is not None:
-        rid = ids.next("perm_")
+        rid = f"perm_{tid.removeprefix('toolu_')}"
         yield _ev(
             "permission_requested",
             t,
@@ -285,7 +313,7 @@ def _call_stream(
             by=call.cancel_by,
         )
     if call.permission is not False and call.child is not None:
-        child_id = ids.next("agent_")
+        child_id = f"agent_{tid.removeprefix('toolu_')}"
         yield from _agent_stream(
             call.child,
             ids,
@@ -358,7 +386,7 @@ def run_events(
                 spec,
                 ids,
                 t,
-                agent_id=ids.next("agent_"),
+                agent_id=f"agent_{ids.next('')}",
                 ptu=None,
                 parent_agent_id=None,
                 depth=0,
