@@ -1,0 +1,133 @@
+"""End to end against the loopback LLM server: a main agent and two parallel sub-agents driven
+by the real OpenAI and Anthropic providers, checked through the whole event stream and tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+import trio
+
+from runtime import AgentStarted, Event, TextDelta, ToolFinished, open_runtime
+from runtime._tree import TraceTree
+from tests.invariants import by_type, check_invariants
+from tests.llm_server import (
+    OPENAI_DONE,
+    LLMServer,
+    RecordedRequest,
+    Reply,
+    anthropic_end,
+    anthropic_event,
+    anthropic_message_start,
+    anthropic_text_block,
+    anthropic_text_stream,
+    openai_chunk,
+    openai_text_stream,
+)
+
+KEY = "sk-e2e-secret-0123456789abcdef"
+_CALLS = [
+    {"description": "count the files", "prompt": "COUNT the files in the workspace", "agent": "general"},
+    {"description": "read the notes", "prompt": "READ notes.txt", "agent": "general"},
+]
+
+
+@pytest.fixture
+async def server(nursery: trio.Nursery) -> LLMServer:
+    server = LLMServer()
+    await nursery.start(server.serve)
+    return server
+
+
+def _openai_route(request: RecordedRequest) -> Reply:
+    body = request.json
+    messages = body["messages"]
+    first_user = next(m["content"] for m in messages if m["role"] == "user")
+    first_user = first_user if isinstance(first_user, str) else str(first_user)
+    if "COUNT" in first_user:
+        return Reply.stream(openai_text_stream(["There are ", "2 files."]))
+    if "READ" in first_user:
+        return Reply.stream(openai_text_stream(["The notes say ", "hi."]))
+    if any(m["role"] == "tool" for m in messages):
+        return Reply.stream(openai_text_stream(["Both sub-agents ", "reported back."]))
+    calls = [
+        {"index": i, "id": f"call_{i}", "type": "function",
+         "function": {"name": "agent", "arguments": orjson.dumps(c).decode()}}
+        for i, c in enumerate(_CALLS)
+    ]
+    return Reply.stream([
+        openai_chunk({"role": "assistant", "content": "Splitting."}),
+        openai_chunk({"tool_calls": calls}),
+        openai_chunk({}, finish="tool_calls"),
+        OPENAI_DONE,
+    ])
+
+
+def _anthropic_route(request: RecordedRequest) -> Reply:
+    body = request.json
+    messages = body["messages"]
+    first = messages[0]["content"]
+    first_text = first if isinstance(first, str) else " ".join(
+        b.get("text", "") for b in first if isinstance(b, dict))
+    if "COUNT" in first_text:
+        return Reply.stream(anthropic_text_stream(["There are ", "2 files."]))
+    if "READ" in first_text:
+        return Reply.stream(anthropic_text_stream(["The notes say ", "hi."]))
+    if len(messages) > 1:
+        return Reply.stream(anthropic_text_stream(["Both sub-agents ", "reported back."]))
+    events = [anthropic_message_start(), *anthropic_text_block(0, ["Splitting."])]
+    for i, call in enumerate(_CALLS, start=1):
+        events += [
+            anthropic_event("content_block_start", index=i,
+                            content_block={"type": "tool_use", "id": f"toolu_{i}",
+                                           "name": "agent", "input": {}}),
+            anthropic_event("content_block_delta", index=i,
+                            delta={"type": "input_json_delta",
+                                   "partial_json": orjson.dumps(call).decode()}),
+            anthropic_event("content_block_stop", index=i),
+        ]
+    events += anthropic_end("tool_use")
+    return Reply.stream(events)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_main_agent_with_two_parallel_sub_agents_over_http(
+    provider: str, server: LLMServer, tmp_path: Path
+) -> None:
+    server.route = _openai_route if provider == "openai" else _anthropic_route
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {
+        "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1",
+        "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.url,
+        "PATH": "/usr/bin:/bin",
+    }
+    trace = tmp_path / "run.jsonl"
+    events: list[Event] = []
+    with trio.fail_after(20):
+        async with open_runtime(provider, model="test-model", env=env, workspace=workspace,
+                                trace=trace, on_event=events.append) as rt:
+            outcome = await rt.run("Review the workspace")
+    check_invariants(events)
+    assert (outcome.status, outcome.result) == ("completed", "Both sub-agents reported back.")
+    children = [e for e in by_type(events, AgentStarted) if e.parent_tool_use_id is not None]
+    assert sorted(e.prompt for e in children) == sorted(c["prompt"] for c in _CALLS)  # type: ignore[attr-defined]
+    results = sorted(e.output for e in by_type(events, ToolFinished))  # type: ignore[attr-defined]
+    assert results == ["The notes say hi.", "There are 2 files."]
+    answers = [b.content for b in outcome.state.messages[2].content]  # type: ignore[union-attr]
+    assert answers == ["There are 2 files.", "The notes say hi."], "results in call order"
+    text = "".join(e.text for e in by_type(events, TextDelta) if e.agent_id == outcome.agent_id)  # type: ignore[attr-defined]
+    assert text == "Splitting.Both sub-agents reported back."
+    assert len(server.requests) == 4
+    assert KEY not in trace.read_text()
+
+    tree = TraceTree.from_events(events)
+    [root] = tree.roots
+    assert root.status == "completed"
+    calls = root.children
+    assert [c.name for c in calls] == ["agent", "agent"]
+    assert [c.children[0].status for c in calls] == ["completed", "completed"]
+    last = server.requests[-1].body.decode()
+    assert "There are 2 files." in last, "the main agent's second call carries both results"
+    assert "The notes say hi." in last
