@@ -44,7 +44,7 @@ from ._messages import (
     ToolUseBlock,
 )
 from ._provider import ModelRequest, TextChunk, ThinkingChunk, ToolCall, ToolSpec, TurnEnd
-from .actors import ActorContext, Registry, start_actor
+from .actors import ActorContext, Registry, start_actor_soon
 
 if TYPE_CHECKING:
     from tools import Tool
@@ -178,17 +178,19 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
         spec.box.append(outcome)
         # Finished from now on: a cancel arriving while the end is reported changes nothing.
         run.registry.unregister(spec.agent_id)
-        with trio.move_on_after(run.limits.finish_grace_s, shield=True):
-            await emit(
-                AgentFinished,
-                status=outcome.status,
-                result=outcome.result,
-                error=outcome.error,
-                turns=outcome.turns,
-                input_tokens=outcome.input_tokens,
-                output_tokens=outcome.output_tokens,
-                duration_s=outcome.duration_s,
-            )
+        await run.bus.emit_final(
+            AgentFinished,
+            grace_s=run.limits.finish_grace_s,
+            agent_id=spec.agent_id,
+            parent_tool_use_id=spec.parent_tool_use_id,
+            status=outcome.status,
+            result=outcome.result,
+            error=outcome.error,
+            turns=outcome.turns,
+            input_tokens=outcome.input_tokens,
+            output_tokens=outcome.output_tokens,
+            duration_s=outcome.duration_s,
+        )
     return outcome
 
 
@@ -399,15 +401,17 @@ async def _run_tool_call(
         results[index] = ToolResultBlock(
             tool_use_id=call.id, content=output, is_error=status != "ok"
         )
-        with trio.move_on_after(run.limits.finish_grace_s, shield=True):
-            await emit(
-                ToolFinished,
-                tool_use_id=call.id,
-                name=call.name,
-                status=status,
-                output=output,
-                duration_s=trio.current_time() - t0,
-            )
+        await run.bus.emit_final(
+            ToolFinished,
+            grace_s=run.limits.finish_grace_s,
+            agent_id=spec.agent_id,
+            parent_tool_use_id=spec.parent_tool_use_id,
+            tool_use_id=call.id,
+            name=call.name,
+            status=status,
+            output=output,
+            duration_s=trio.current_time() - t0,
+        )
 
 
 async def _execute(
@@ -418,6 +422,8 @@ async def _execute(
     if tool is None:
         known = ", ".join(sorted(_tools_for(run, spec.agent_type)))
         return "error", f"unknown tool {call.name!r}; available tools: {known}"
+    if call.error is not None:
+        return "error", f"invalid input for {tool.name}: {call.error}"
     try:
         validate_input(tool, call.input)
     except ToolInputError as exc:
@@ -524,7 +530,7 @@ async def run_agent_actor(run: RunContext, spec: AgentSpec) -> AgentOutcome | No
     """
     run.budget.set_budget(spec.agent_id, spec.budget)
     async with trio.open_nursery() as nursery:
-        await start_actor(
+        start_actor_soon(
             nursery,
             functools.partial(agent_main, run, spec),
             actor_id=spec.agent_id,

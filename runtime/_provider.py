@@ -57,9 +57,17 @@ class ThinkingChunk:
 
 @attrs.frozen
 class ToolCall:
+    """A complete tool call.
+
+    Attributes:
+        error: set when the model's arguments could not be decoded (``input`` is then empty):
+            the call becomes an ``error`` result the model reads, not a failed turn.
+    """
+
     id: str
     name: str
     input: dict[str, Any]
+    error: str | None = None
 
 
 @attrs.frozen(kw_only=True)

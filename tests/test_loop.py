@@ -14,13 +14,16 @@ from runtime import (
     AgentStarted,
     Limits,
     Message,
+    TextChunk,
     TextDelta,
     ThinkingDelta,
+    ToolCall,
     ToolError,
     ToolFinished,
     ToolResultBlock,
     ToolStarted,
     ToolUseBlock,
+    TurnEnd,
     TurnFinished,
     UserMessage,
     open_runtime,
@@ -304,3 +307,35 @@ async def test_a_message_can_be_sent_to_a_running_sub_agent(
         await handle.wait()
     [msg] = by_type(events, UserMessage)
     assert (msg.agent_id, msg.parent_tool_use_id) == (child.agent_id, child.parent_tool_use_id)
+
+
+class _GarbledArgsProvider:
+    """A model that sends undecodable arguments once, then answers."""
+
+    name = "garbled"
+
+    def describe(self) -> dict[str, Any]:
+        return {"provider": self.name}
+
+    async def stream(self, request: Any) -> Any:
+        await trio.lowlevel.checkpoint()
+        if len(request.messages) == 1:
+            yield ToolCall("c1", "read", {}, error="the arguments are not valid JSON (x)")
+            yield TurnEnd(stop_reason="tool_use")
+        else:
+            yield TextChunk("fixed it")
+            yield TurnEnd(stop_reason="end_turn")
+
+
+async def test_arguments_the_provider_could_not_decode_are_an_error_result(
+    workspace: Path,
+) -> None:
+    events: list[Any] = []
+    async with open_runtime(_GarbledArgsProvider(), workspace=workspace, trace=False,
+                            on_event=events.append) as rt:
+        outcome = await rt.run("go")
+    check_invariants(events)
+    [finished] = by_type(events, ToolFinished)
+    assert finished.status == "error"  # type: ignore[attr-defined]
+    assert finished.output == "invalid input for read: the arguments are not valid JSON (x)"  # type: ignore[attr-defined]
+    assert outcome.result == "fixed it"

@@ -278,17 +278,27 @@ async def test_tool_call_cut_off_by_max_tokens_is_dropped(
     assert await collect(provider, make_request()) == [TurnEnd(stop_reason="max_tokens")]
 
 
-async def test_invalid_tool_arguments_fail_the_turn(
+async def test_invalid_tool_arguments_become_a_call_the_model_is_told_about(
     server: LLMServer, provider: OpenAIProvider
 ) -> None:
-    call = {"index": 0, "id": "c1", "function": {"name": "write", "arguments": "{not json"}}
+    calls = [
+        {"index": 0, "id": "c1", "function": {"name": "write", "arguments": "{not json"}},
+        {"index": 1, "id": "c2", "function": {"name": "read", "arguments": "[1, 2]"}},
+    ]
     server.push(
-        Reply.stream([openai_chunk({"tool_calls": [call]}), openai_chunk({}, finish="tool_calls")])
+        Reply.stream([openai_chunk({"tool_calls": calls}), openai_chunk({}, finish="tool_calls")])
     )
 
-    _, error = await collect_until_error(provider, make_request())
+    items = await collect(provider, make_request())
 
-    assert "arguments for tool 'write' are not valid JSON" in str(error)
+    bad_json, not_object = items[0], items[1]
+    assert isinstance(bad_json, ToolCall)
+    assert isinstance(not_object, ToolCall)
+    assert (bad_json.id, bad_json.input) == ("c1", {})
+    assert bad_json.error is not None
+    assert bad_json.error.startswith("the arguments are not valid JSON")
+    assert not_object.error == "the arguments are not a JSON object"
+    assert items[-1] == TurnEnd(stop_reason="tool_use")
     assert len(server.requests) == 1
 
 

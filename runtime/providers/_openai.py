@@ -309,16 +309,18 @@ def _complete_calls(
                 # Cut off by max_tokens mid-call: the turn ends max_tokens without it.
                 log.warning("provider.truncated_tool_call", tool=call.name)
                 continue
-            raise ProviderError(
-                f"openai: the model's arguments for tool {call.name!r} are not valid JSON ({exc})"
-            ) from exc
+            # The model's mistake, not the server's: it reads an error result and can retry.
+            error: str | None = f"the arguments are not valid JSON ({exc})"
+            arguments = {}
+        else:
+            error = None
         if not isinstance(arguments, dict):
-            raise ProviderError(
-                f"openai: the model's arguments for tool {call.name!r} are not a JSON object"
-            )
+            error, arguments = "the arguments are not a JSON object", {}
         if not call.name:
             raise ProviderError("openai: the model made a tool call without a name")
-        complete.append(ToolCall(call.id or f"call_{uuid.uuid4().hex}", call.name, arguments))
+        complete.append(
+            ToolCall(call.id or f"call_{uuid.uuid4().hex}", call.name, arguments, error)
+        )
     return complete
 
 
