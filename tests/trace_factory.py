@@ -121,7 +121,7 @@ class _Ids:
         self._n = itertools.count(1)
 
     def next(self, prefix: str) -> str:
-        return f"{prefix}{next(self._n):06d}"
+        return f"{prefix}{next(self._n)}"
 
 
 def _ev(
