@@ -184,10 +184,7 @@ class LiveView:
         if live is None or self._paused:
             return 0.0
         t0 = time.perf_counter()
-        if self._to_print:
-            for text in self._to_print:
-                live.console.print(text, markup=False, highlight=False)
-            self._to_print.clear()
+        self._print_pending()
         # Running nodes show clocks and spinners: until the run ends, every frame changes.
         if self._dirty or not self.tree.ended:
             self._dirty = False
@@ -197,6 +194,13 @@ class LiveView:
         self.render_s += cost
         self.max_frame_s = max(self.max_frame_s, cost)
         return cost
+
+    def _print_pending(self) -> None:
+        """Print the root's finished turns above the live region (or above a prompt)."""
+        if self._to_print:
+            for text in self._to_print:
+                self.console.print(text, markup=False, highlight=False)
+            self._to_print.clear()
 
     def renderable(self, *, final: bool = False) -> RenderableType:
         """The frame: the tree, then the root's streaming text."""
@@ -233,6 +237,7 @@ class LiveView:
         self._paused += 1
         if self._paused == 1:
             self._stop_live()
+            self._print_pending()
         try:
             yield
         finally:
@@ -246,9 +251,7 @@ class LiveView:
         """Print what stays on screen: the final tree, the answer, the trace and how to read it."""
         self._stop_live()
         console = self.console
-        for text in self._to_print:
-            console.print(text, markup=False, highlight=False)
-        self._to_print.clear()
+        self._print_pending()
         console.print(render_tree(self.tree, time.time(), max_lines=None))
         answer = self._text.turn_done() or self._text.last_turn
         if answer:

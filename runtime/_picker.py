@@ -318,7 +318,8 @@ class TerminalPrompts:
         who = agent_path(self.tree, req.agent_id)
         with self.view.paused():
             self.console.print(
-                f"[bold yellow]Permission[/] [bold]{_escape(who)}[/] wants to run "
+                f"[bold yellow]Permission[/] [bold]{_escape(who)}[/]"
+                f"[dim]{_escape(self._which(req.agent_id))}[/] wants to run "
                 f"[bold]{_escape(req.summary)}[/]",
                 highlight=False,
             )
@@ -353,8 +354,28 @@ class TerminalPrompts:
                         markup=False,
                         highlight=False,
                     )
+                    self._grant_queued_like(session, req)
                     return
                 self.console.print("Please answer y, n or a.", highlight=False)
+
+    def _grant_queued_like(self, session: Session, req: PermissionRequested) -> None:
+        # Questions asked before the "always" answer wait already; the remembered rule covers
+        # only later calls. The same call asked again is answered now rather than asked twice.
+        for queued in list(self._requests):
+            if queued.name == req.name and queued.summary == req.summary:
+                self._requests.remove(queued)
+                session.rt.resolve_permission(
+                    queued.request_id, True, reason=f"granted: as {req.request_id} (always)"
+                )
+
+    def _which(self, agent_id: str | None) -> str:
+        # Sibling agents of one type share a path: their task and id tell them apart.
+        node = self.tree.agents.get(agent_id or "")
+        if node is None:
+            return ""
+        call = node.parent
+        desc = call.input.get("description") if call is not None else None
+        return f" ({desc}, {node.id})" if isinstance(desc, str) and desc else f" ({node.id})"
 
 
 def _escape(text: str) -> str:
