@@ -38,7 +38,7 @@ async def call(tool: Tool, args: Mapping[str, Any], ctx: ToolContext) -> str:
 def is_running(pid: int) -> bool:
     """Whether *pid* is a live process (a zombie is dead: it only waits to be reaped)."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
 

@@ -129,7 +129,7 @@ def test_policy_parses_rules_and_refuses_bad_ones() -> None:
 @pytest.mark.parametrize("mode", ["", "ASK", "auto_edit", "yolo"])
 def test_unknown_mode_is_refused(mode: str) -> None:
     with pytest.raises(ConfigError, match="unknown permission mode"):
-        PermissionPolicy(mode)  # type: ignore[arg-type]
+        PermissionPolicy(mode)
 
 
 def test_decision_is_frozen() -> None:
@@ -199,7 +199,7 @@ def test_deny_rules_then_allow_rules_then_read_only_then_mode(
     action: str,
     reason: str,
 ) -> None:
-    policy = PermissionPolicy(mode, allow=allow, deny=deny)  # type: ignore[arg-type]
+    policy = PermissionPolicy(mode, allow=allow, deny=deny)
     tool, args = tool_args
     assert policy.decide(tool, args) == Decision(action=action, reason=reason)  # type: ignore[arg-type]
 
@@ -396,7 +396,7 @@ def test_remembered_rules_lose_to_deny_rules() -> None:
 
 
 _COMMANDS = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=40
+    alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=40
 ).filter(lambda s: s.strip() != "")
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import psutil
 import pytest
 import trio
 from _toolkit import call, is_running, make_ctx, read_fifo, running_in_group
 
 from runtime._errors import ToolError, ToolInputError
-from tools._bash import BashTool, _Capture
+from tools._bash import BashTool, _Capture, _ProcessGroup
 
 
 async def test_output_and_exit_code_zero(workspace: Path) -> None:
@@ -240,3 +241,51 @@ def test_flags_summary_and_permission_target() -> None:
     assert tool.summary({"command": "ls -la\n  | wc -l"}) == "bash: ls -la | wc -l"
     assert len(tool.summary({"command": "x" * 500})) <= 120
     assert tool.permission_target({"command": "  git status  "}) == "git status"
+
+
+@pytest.fixture
+def no_pidfd(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pretend the platform has no pidfds (not Linux): bash is reaped as soon as it exits."""
+
+    def missing(pid: int) -> int:
+        raise AttributeError("pidfd_open")
+
+    monkeypatch.setattr(os, "pidfd_open", missing)
+
+
+@pytest.mark.usefixtures("no_pidfd")
+async def test_without_pidfd_exit_codes_and_background_cleanup_still_work(workspace: Path) -> None:
+    with trio.fail_after(5):
+        out = await call(
+            BashTool(), {"command": "sleep 300 & echo $! > child.pid; exit 4"}, make_ctx(workspace)
+        )
+    assert out == (
+        "(no output)\n[exit code 4]\n[background processes the command left running were stopped]"
+    )
+    assert not is_running(int((workspace / "child.pid").read_text()))
+
+
+@pytest.mark.usefixtures("no_pidfd")
+async def test_without_pidfd_cancel_still_kills_the_group(workspace: Path) -> None:
+    bash_pid, child_pid = await _start_then_cancel(
+        workspace, BashTool(), 'sleep 300 & echo "$$ $!" > ready; sleep 300'
+    )
+    assert not is_running(child_pid)
+    assert running_in_group(bash_pid) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfds (Linux)")
+async def test_bash_stays_unreaped_so_its_group_id_stays_reserved_until_stopped() -> None:
+    proc = await trio.lowlevel.open_process(["bash", "-c", "exit 3"], start_new_session=True)
+    group = _ProcessGroup(proc)
+    try:
+        with trio.fail_after(5):
+            await group.leader_exited()
+        # Exited but not reaped: the pid, which is the group id, is still taken.
+        assert psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+        assert await group.stop(0.1) is False  # a zombie leader is not a running member
+    finally:
+        with trio.fail_after(5):
+            await group.reap()
+        group.close()
+    assert proc.returncode == 3

@@ -11,6 +11,8 @@ Lifecycle of one call:
    then stopped too: a tool call leaves nothing behind. The result says so.
 4. On timeout or cancellation the whole group gets SIGTERM (and SIGCONT, so stopped jobs see
    it), then SIGKILL after a grace period. The cleanup is shielded and bounded in time.
+5. Only then is bash reaped: until that moment its pid, which is also the group id, cannot be
+   recycled, so a signal never reaches an unrelated group (:class:`_ProcessGroup`).
 
 A non-zero exit code is an ``ok`` result that states the code, like a terminal would: a failing
 ``grep`` or ``test`` is information for the model, not a tool failure. Only a timeout (or a
@@ -122,6 +124,7 @@ class BashTool(Tool):
         except OSError as exc:
             raise ToolError(f"cannot start bash: {exc}") from exc
         ctx.log.debug("bash.started", pid=proc.pid)
+        group = _ProcessGroup(proc)
         stdout = proc.stdout
         assert stdout is not None  # stdout=PIPE
         leftovers = False
@@ -130,8 +133,8 @@ class BashTool(Tool):
                 eof = trio.Event()
                 nursery.start_soon(_pump, stdout, capture, eof)
                 with trio.move_on_after(timeout) as deadline:
-                    await proc.wait()
-                leftovers = await _stop_group(proc, self.kill_grace_s)
+                    await group.leader_exited()
+                leftovers = await group.stop(self.kill_grace_s)
                 with trio.move_on_after(_DRAIN_S):
                     await eof.wait()
                 nursery.cancel_scope.cancel(reason="bash finished; stop reading its pipe")
@@ -139,7 +142,10 @@ class BashTool(Tool):
             # Cancelled or failed above: the group may still be running. Shielded so the
             # cleanup itself is not cancelled, bounded so it cannot hang the caller.
             with trio.move_on_after(self.kill_grace_s + _KILL_WAIT_S + 0.5, shield=True):
-                await _stop_group(proc, self.kill_grace_s)
+                await group.stop(self.kill_grace_s)
+            with trio.move_on_after(_KILL_WAIT_S, shield=True):
+                await group.reap()
+            group.close()
             with trio.move_on_after(_DRAIN_S, shield=True):
                 await stdout.aclose()
         output = capture.text()
@@ -221,55 +227,89 @@ class _Capture:
         return f"{head}{sep}[... {cut} characters cut from the middle of the output ...]\n{tail}"
 
 
-async def _stop_group(proc: trio.Process, grace_s: float) -> bool:
-    """Stop every process of *proc*'s group: SIGTERM, then SIGKILL after *grace_s*.
+class _ProcessGroup:
+    """The process group bash leads (``start_new_session``: its id is bash's pid).
 
-    Returns:
-        Whether any process was still running.
-
-    Cancellation: a checkpoint while waiting; signals already sent stay sent. Callers that must
-    finish the job run this under a shielded ``move_on_after``.
+    The group id is a pid number; once bash is reaped and the group is empty, the kernel may give
+    that number to an unrelated process, and signalling the "group" would hit a stranger. So
+    bash is not reaped until the group has been stopped: a zombie bash keeps its pid, and with
+    it the group id, reserved. Its exit is watched through a pidfd, which does not reap. Where
+    pidfds do not exist (not Linux), bash is reaped at once and the tiny race is accepted.
     """
-    pgid = proc.pid  # start_new_session: bash leads its own group
-    running = _group_alive(proc)
-    if running:
-        _signal_group(pgid, signal.SIGTERM)
-        _signal_group(pgid, signal.SIGCONT)  # a stopped process only acts on SIGTERM once resumed
+
+    def __init__(self, proc: trio.Process) -> None:
+        self.proc = proc
+        self.pgid = proc.pid
+        self._pidfd: int | None
+        try:
+            self._pidfd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+
+    async def leader_exited(self) -> None:
+        """Return when bash has exited (still unreaped where a pidfd exists)."""
+        if self._pidfd is None:
+            await self.proc.wait()
+        else:
+            await trio.lowlevel.wait_readable(self._pidfd)
+
+    def running(self) -> bool:
+        """Whether a process of the group still runs (zombies do not count)."""
+        if self._pidfd is None:
+            _ = self.proc.returncode  # reaps bash if it has exited: a zombie is not running
+        try:
+            os.killpg(self.pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        # The group still exists, but maybe only through zombies: bash itself (on purpose, see
+        # above) or orphans under a PID 1 that does not reap. Look for a member really running.
+        found = _running_members(self.pgid)
+        return True if found is None else found
+
+    async def stop(self, grace_s: float) -> bool:
+        """Stop every process of the group: SIGTERM, then SIGKILL after *grace_s*.
+
+        Returns:
+            Whether any process was still running.
+
+        Cancellation: a checkpoint while waiting; signals already sent stay sent. Callers that
+        must finish the job run this under a shielded ``move_on_after``.
+        """
+        if not self.running():
+            return False
+        self._signal(signal.SIGTERM)
+        self._signal(signal.SIGCONT)  # a stopped process only acts on SIGTERM once resumed
         # Polling: nothing signals when the last process of a group is gone (only the leader,
         # our child, can be waited for), so we look every few milliseconds.
         with trio.move_on_after(grace_s) as grace:
-            while _group_alive(proc):  # noqa: ASYNC110 - no event exists to wait on, see above
+            while self.running():  # noqa: ASYNC110 - no event exists to wait on, see above
                 await trio.sleep(_POLL_S)
         if grace.cancelled_caught:
-            _signal_group(pgid, signal.SIGKILL)
+            self._signal(signal.SIGKILL)
             with trio.move_on_after(_KILL_WAIT_S):
-                while _group_alive(proc):  # noqa: ASYNC110 - as above
+                while self.running():  # noqa: ASYNC110 - as above
                     await trio.sleep(_POLL_S)
-    # bash may have died between two looks and be a zombie not reaped yet (zombies do not count
-    # as running); reap it, so no zombie and no open pidfd is left.
-    with trio.move_on_after(_KILL_WAIT_S):
-        await proc.wait()
-    return running
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):  # already gone
-        os.killpg(pgid, sig)
-
-
-def _group_alive(proc: trio.Process) -> bool:
-    """Whether a process of the group still runs (zombies do not count)."""
-    _ = proc.returncode  # reaps bash if it has exited, so it stops counting as a member
-    try:
-        os.killpg(proc.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
         return True
-    # The group id still exists, but possibly only through zombies that nobody reaps (bash's
-    # orphans under a PID 1 that does not reap). Look for a member that is really running.
-    running = _running_members(proc.pid)
-    return True if running is None else running
+
+    async def reap(self) -> None:
+        """Collect bash's exit status (it has exited once :meth:`stop` has run).
+
+        Cancellation: a checkpoint; bash stays unreaped if cancelled before it exits.
+        """
+        with trio.move_on_after(_KILL_WAIT_S):
+            await self.proc.wait()
+
+    def close(self) -> None:
+        """Release the pidfd."""
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def _signal(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):  # already gone
+            os.killpg(self.pgid, sig)
 
 
 def _running_members(pgid: int) -> bool | None:
