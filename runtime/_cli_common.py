@@ -236,9 +236,20 @@ def stdio_is_terminal() -> bool:
 def is_interactive(opts: RunOptions) -> bool:
     """Whether this run talks to a person: a terminal on stdin and stdout, and not ``--json``.
 
-    Only then is there a live view, a Ctrl+C picker and permission questions on the terminal.
+    Only then is there a Ctrl+C picker and permission questions on the terminal.
     """
     return not opts.json and stdio_is_terminal()
+
+
+def shows_live_view(opts: RunOptions) -> bool:
+    """Whether the live tree is drawn: stdout is a terminal and not ``--json`` (stdin may be a
+    pipe, as with ``run -``: then there is a view but nobody to ask)."""
+    if opts.json:
+        return False
+    try:
+        return os.isatty(sys.stdout.fileno())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def permission_mode(opts: RunOptions) -> str:
@@ -506,7 +517,7 @@ async def open_session(
     view: LiveView | PlainView | None = None
     if opts.json:
         kwargs["json_out"] = sys.stdout.buffer
-    elif interactive:
+    elif interactive or shows_live_view(opts):
         view = LiveView(tree, console or make_console())
     else:
         view = PlainView(tree, sys.stdout)

@@ -29,6 +29,7 @@ from ._cli_common import (
     is_interactive,
     run_command,
     setup_logging,
+    shows_live_view,
 )
 
 DEMO_PROMPT = (
@@ -223,7 +224,7 @@ def run_demo(opts: RunOptions) -> int:
             permission_mode=opts.permission_mode or "allow-all",
         )
         if not opts.json:
-            _intro(folder, interactive=is_interactive(opts))
+            _intro(folder, live=shows_live_view(opts), picker=is_interactive(opts))
         return run_command(lambda: run_prompt(demo_opts, DEMO_PROMPT), debug=opts.debug)
     finally:
         shutil.rmtree(scenario_dir, ignore_errors=True)
@@ -231,17 +232,23 @@ def run_demo(opts: RunOptions) -> int:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _intro(folder: Path, *, interactive: bool) -> None:
-    if interactive:
+def _intro(folder: Path, *, live: bool, picker: bool) -> None:
+    if live:
+        from rich.markup import escape
+
         from ._cli_common import make_console
 
-        console = make_console()
-        console.print(
+        hint = (
+            "[dim]Try [/][bold]Ctrl+C[/][dim] while the tester runs: pick its number to cancel "
+            "that sub-agent alone; the others carry on.[/]\n"
+            if picker
+            else ""
+        )
+        make_console().print(
             "[bold]trio-agents demo[/] — a scripted main agent reviews a small project with "
             "parallel sub-agents\n"
-            f"[dim]workspace {folder} · scripted provider: no key, no network[/]\n"
-            "[dim]Try [/][bold]Ctrl+C[/][dim] while the tester runs: pick its number to cancel "
-            "that sub-agent alone; the others carry on.[/]\n",
+            f"[dim]workspace {escape(str(folder))} · scripted provider: no key, no network[/]\n"
+            + hint,
             highlight=False,
         )
     else:

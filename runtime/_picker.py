@@ -326,10 +326,11 @@ class TerminalPrompts:
             while True:
                 prompt = _Prompt("permission", req.request_id)
                 line = await self._read_line(prompt, "Allow? [y]es / [n]o / [a]lways this run: ")
-                if prompt.resolved_elsewhere is not None:
-                    verdict = "granted" if prompt.resolved_elsewhere.granted else "denied"
+                done = prompt.resolved_elsewhere
+                if done is not None:  # a control client, the timeout, or a cancel was first
+                    verdict = "granted" if done.granted else "denied"
                     self.console.print(
-                        f"(answered elsewhere: {verdict})", markup=False, highlight=False
+                        f"({verdict} meanwhile: {done.reason})", markup=False, highlight=False
                     )
                     return
                 if prompt.interrupted or line is None:

@@ -234,3 +234,29 @@ def test_permission_always_allows_the_call(spawn: object, tmp_path: Path) -> Non
     assert (tmp_path / "asked.txt").read_text() == "permitted\n"
     resolved = [e for e in read_trace(trace) if e.type == "permission_resolved"]
     assert [e.granted for e in resolved] == [True]  # type: ignore[attr-defined]
+
+
+def test_a_control_client_may_answer_while_the_terminal_asks(spawn: object, tmp_path: Path) -> None:
+    from runtime._control import control_request
+
+    sock = f"/tmp/ta-pty-{os.getpid()}.sock"
+    child = spawn(  # type: ignore[operator]
+        "run",
+        "go",
+        "--no-trace",
+        "--control",
+        sock,
+        "--scenario",
+        str(SCENARIOS / "permission.json"),
+    )
+    child.expect(re.escape("Allow? [y]es / [n]o / [a]lways this run: "))
+    pending = control_request(sock, {"op": "pending"})
+    [request] = pending["pending"]
+    answer = control_request(
+        sock, {"op": "permission", "request_id": request["request_id"], "granted": True}
+    )
+    assert answer == {"ok": True}
+    child.expect(re.escape("(granted meanwhile: granted through the control socket)"))
+    assert finish(child) == 0
+    assert (tmp_path / "asked.txt").read_text() == "permitted\n"
+    assert not os.path.exists(sock)
