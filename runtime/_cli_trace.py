@@ -15,7 +15,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -182,12 +182,17 @@ def _silence_stdout() -> None:
 
 
 class _Warnings:
-    """Prints bad-line warnings to stderr: the first :data:`MAX_WARNINGS`, then a count."""
+    """Bad-line warnings for stderr: the first :data:`MAX_WARNINGS`, then a count.
 
-    def __init__(self, path: str, stream: TextIO | None = None) -> None:
+    Deferred (the default) they are printed by :meth:`finish`, once the file has proved to be
+    a trace: a file that is not one gets its one-line error, not a warning per line first.
+    """
+
+    def __init__(self, path: str, *, defer: bool = True) -> None:
         self.path = path
-        self.stream = stream
+        self.defer = defer
         self.count = 0
+        self._held: list[str] = []
 
     def __call__(self, error: EventDecodeError) -> None:
         from ._errors import UnknownEventType
@@ -195,7 +200,6 @@ class _Warnings:
         self.count += 1
         if self.count > MAX_WARNINGS:
             return
-        stream = self.stream or sys.stderr
         if isinstance(error, UnknownEventType):
             message = (
                 f"line {error.line}: unknown event type {error.type_name!r} (a newer version?); "
@@ -203,20 +207,26 @@ class _Warnings:
             )
         else:
             message = str(error)
-        print(f"{PROG}: warning: {self.path}: {message}", file=stream)
+        line = f"{PROG}: warning: {self.path}: {message}"
+        if self.defer:
+            self._held.append(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def finish(self, loader: TraceLoader | None = None) -> None:
-        stream = self.stream or sys.stderr
-        bad = self.count - (len(loader.unknown_types) if loader else 0)
+        for line in self._held:
+            print(line, file=sys.stderr)
+        self._held.clear()
         if self.count > MAX_WARNINGS:
-            print(f"{PROG}: warning: {self.path}: {self.count - MAX_WARNINGS} more", file=stream)
+            print(
+                f"{PROG}: warning: {self.path}: {self.count - MAX_WARNINGS} more", file=sys.stderr
+            )
         if loader is not None and loader.truncated:
             print(
                 f"{PROG}: note: {self.path}: the last line is cut short (the writer was killed?); "
                 "unfinished nodes are shown as interrupted",
-                file=stream,
+                file=sys.stderr,
             )
-        del bad
 
 
 def _load(path: str, *, keep_text: bool) -> list[TraceTree]:
@@ -620,7 +630,7 @@ async def _tail(args: argparse.Namespace) -> int:
     console = _console(args)
     color = _color(args, console)
     traces = TraceSet()
-    warnings = _Warnings(args.file)
+    warnings = _Warnings(args.file, defer=False)
     loader = TraceLoader(traces, name=args.file, on_error=warnings)
     outcome = 130
     live_view = console.is_terminal
