@@ -533,6 +533,11 @@ async def test_grep_no_match_is_an_ok_result(tree: Path) -> None:
     assert out == "no matches for 'zzz+'"
 
 
+async def test_grep_a_single_binary_file_is_an_error(tree: Path) -> None:
+    with pytest.raises(ToolError, match=r"^data\.bin looks like a binary file"):
+        await call(GrepTool(), {"pattern": "needle", "path": "data.bin"}, make_ctx(tree))
+
+
 async def test_grep_missing_path(tree: Path) -> None:
     with pytest.raises(ToolError, match=r"^no such file or folder: nope$"):
         await call(GrepTool(), {"pattern": "x", "path": "nope"}, make_ctx(tree))

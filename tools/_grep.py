@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,7 +14,7 @@ from runtime._errors import ToolError
 
 from ._base import Tool, ToolContext, one_line
 from ._glob import glob_regex, iter_files, run_in_thread_with_stop
-from ._read import looks_binary
+from ._read import BINARY_SNIFF_BYTES, looks_binary
 from ._workspace import normalise_target, relative, resolve_in_workspace
 
 __all__ = ["GrepTool"]
@@ -88,6 +89,15 @@ def _grep(
     if start.is_dir():
         files = iter_files(root, start, skip_git=".git" not in start.parts, stop=stop)
     elif start.is_file():
+        try:
+            with start.open("rb") as fh:
+                binary = looks_binary(fh.read(BINARY_SNIFF_BYTES))
+        except OSError as exc:
+            raise ToolError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        if binary:
+            raise ToolError(
+                f"{path} looks like a binary file (it has NUL bytes); grep searches text"
+            )
         files = iter((start,))
     else:
         raise ToolError(f"not a regular file or folder: {path}")
@@ -103,22 +113,25 @@ def _grep(
             if not include_re.fullmatch(subject):
                 continue
         shown = relative(root, file)
-        for lineno, line in _matching_lines(file, regex, stop):
-            if len(out) >= max_matches:
-                cut_short = (
-                    f"[stopped after {max_matches} matches; narrow the pattern, path or include]"
-                )
-                break
-            text = line if len(line) <= _MAX_LINE_CHARS else line[:_MAX_LINE_CHARS] + "…"
-            entry = f"{shown}:{lineno}:{text}"
-            if size + len(entry) + 1 > max_chars:
-                cut_short = (
-                    f"[stopped after {len(out)} matches: output limit of {max_chars} characters;"
-                    " narrow the pattern, path or include]"
-                )
-                break
-            out.append(entry)
-            size += len(entry) + 1
+        # closing(): leaving the loop early must close the file now, not when collected.
+        with contextlib.closing(_matching_lines(file, regex, stop)) as matches:
+            for lineno, line in matches:
+                if len(out) >= max_matches:
+                    cut_short = (
+                        f"[stopped after {max_matches} matches; "
+                        "narrow the pattern, path or include]"
+                    )
+                    break
+                text = line if len(line) <= _MAX_LINE_CHARS else line[:_MAX_LINE_CHARS] + "…"
+                entry = f"{shown}:{lineno}:{text}"
+                if size + len(entry) + 1 > max_chars:
+                    cut_short = (
+                        f"[stopped after {len(out)} matches: output limit of {max_chars} "
+                        "characters; narrow the pattern, path or include]"
+                    )
+                    break
+                out.append(entry)
+                size += len(entry) + 1
         if cut_short or stop.is_set():
             break
     if not out:
@@ -130,11 +143,11 @@ def _grep(
 
 def _matching_lines(
     file: Path, regex: re.Pattern[str], stop: threading.Event
-) -> Iterator[tuple[int, str]]:
+) -> Generator[tuple[int, str]]:
     """(line number, line) pairs of *file* that match; nothing for binary or unreadable files."""
     try:
         with file.open("rb") as fh:
-            if looks_binary(fh.read(8192)):
+            if looks_binary(fh.read(BINARY_SNIFF_BYTES)):
                 return
             fh.seek(0)
             for lineno, raw in enumerate(fh, start=1):
