@@ -109,6 +109,7 @@ class LiveView:
         self._text = _RootText()
         self._to_print: list[str] = []
         self._live: Live | None = None
+        self._running = False
         self._paused = 0
         self._dirty = True
         self.frames = 0
@@ -140,6 +141,7 @@ class LiveView:
         Cancellation: the way to stop it; the live region is cleared (the final tree is printed
         by :meth:`finish`).
         """
+        self._running = True
         self._start_live()
         task_status.started()
         try:
@@ -147,6 +149,7 @@ class LiveView:
                 cost = self._frame()
                 await trio.sleep(max(1.0 / MAX_FPS, cost / RENDER_SHARE))
         finally:
+            self._running = False
             self._stop_live()
 
     def _start_live(self) -> None:
@@ -242,7 +245,7 @@ class LiveView:
             yield
         finally:
             self._paused -= 1
-            if self._paused == 0:
+            if self._paused == 0 and self._running:  # not when the run ended meanwhile
                 self._start_live()
 
     # -- the end ----------------------------------------------------------------------------

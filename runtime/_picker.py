@@ -200,21 +200,24 @@ class TerminalPrompts:
             termios.tcflush(self._fd, termios.TCIFLUSH)
         self.console.print(question, end="", markup=False, highlight=False)
         self._active = prompt
+        answered = False
         try:
             with prompt.scope:
                 while b"\n" not in self._pending:
                     data = await self._stream.receive_some(1024)
                     if not data:
-                        self.console.print()
                         return None
                     self._pending += data
                 line, _, self._pending = self._pending.partition(b"\n")
+                answered = True  # the terminal echoed the newline
                 return line.decode(errors="replace").strip()
         finally:
             self._active = None
-            if prompt.scope.cancelled_caught:
+            if not answered:
+                # Cut short (Ctrl+C, answered elsewhere, the run ended) or end of input: the
+                # cursor still sits after the question.
                 self._pending = b""
-                self.console.print()  # the cursor sits after the question (or after ^C)
+                self.console.print()
         return None
 
     def _running_in_tree_order(self) -> list[RunningSubtree]:
