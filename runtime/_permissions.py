@@ -242,8 +242,11 @@ class PermissionPolicy:
         if self.workspace is not None and not given.startswith("/"):
             # The file the call would really touch, seen through symlinks. Touches the disk
             # (a realpath); small enough to do on the event loop.
-            root = Path(os.path.realpath(self.workspace))
-            real = Path(os.path.realpath(root / given))
+            try:
+                root = Path(os.path.realpath(self.workspace))
+                real = Path(os.path.realpath(root / given))
+            except (OSError, ValueError):  # a NUL byte, say: the tool itself will refuse it
+                return forms
             if real != root / given and real.is_relative_to(root):
                 forms.append(_normalise(str(real), root))
         return forms

@@ -342,6 +342,12 @@ def test_deny_rule_catches_the_real_path_behind_a_symlink(ws: Path) -> None:
     )
 
 
+def test_unresolvable_paths_are_decided_on_the_path_as_given(ws: Path) -> None:
+    policy = PermissionPolicy("ask", allow=("write(docs/**)",), workspace=ws)
+    assert policy.decide(*wr("docs/a\0b")).action == "allow"  # the tool refuses it later
+    assert policy.decide(*wr("../outside")).action == "ask"
+
+
 # --- remember ---------------------------------------------------------------------------------
 
 
