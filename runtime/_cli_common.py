@@ -28,8 +28,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import AsyncGenerator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
@@ -432,7 +432,7 @@ class Session:
         opts: RunOptions,
         view: LiveView | PlainView | None,
         prompts: TerminalPrompts | None,
-        on_abort: Callable[[Session, str], Any] | None = None,
+        on_abort: Callable[[Session, str], Awaitable[None]] | None = None,
     ) -> None:
         self.rt = rt
         self.opts = opts
@@ -477,7 +477,7 @@ async def open_session(
     opts: RunOptions,
     *,
     console: Console | None = None,
-    on_abort: Callable[[Session, str], Any] | None = None,
+    on_abort: Callable[[Session, str], Awaitable[None]] | None = None,
     interactive: bool | None = None,
     final_summary: bool = True,
 ) -> AsyncGenerator[Session, None]:
@@ -522,17 +522,19 @@ async def open_session(
     else:
         view = PlainView(tree, sys.stdout)
 
+    prompts: TerminalPrompts | None = None
+    if interactive and isinstance(view, LiveView):
+        prompts = TerminalPrompts.open_for_stdin(tree, view)
+
     def tap(event: Any) -> None:
+        # Runs inside whichever agent emitted the event: tree updates and queueing only.
         if view is not None:
             view.tap(event)
         else:
             tree.apply(event)
         if prompts is not None:
-            prompts.tap(event)
+            prompts.tap(event)  # after the tree: a question names the agent by its path
 
-    prompts: TerminalPrompts | None = None
-    if interactive and isinstance(view, LiveView):
-        prompts = TerminalPrompts.open_for_stdin(tree, view)
     control: ControlServer | None = None
     trace_path = None
     try:
@@ -553,7 +555,8 @@ async def open_session(
                         nursery.start_soon(serve_sigint, sigint, session)
                         if control is not None:
                             await nursery.start(control.serve, rt)
-                        with rt.permission_answerer() if prompts is not None else _nothing():
+                        answerer = rt.permission_answerer() if prompts else nullcontext()
+                        with answerer:
                             yield session
                 finally:
                     nursery.cancel_scope.cancel(reason="the run is over")
@@ -586,14 +589,6 @@ def report_outcome(session: Session, outcome: AgentOutcome | None, code: int) ->
             error_line(f"the {outcome.name} agent ended {outcome.status}{detail}")
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def check_control_path(path: str) -> None:
     """Refuse a ``--control`` path that cannot be a unix socket (too long for the OS).
 
@@ -611,10 +606,3 @@ def existing_file(path: str | None, option: str) -> None:
     """Fail early, with one line, when an input file does not exist."""
     if path is not None and not Path(path).is_file():
         raise UsageError(f"{option} {path}: no such file")
-
-
-def print_lines(lines: Sequence[str], *, file: TextIO | None = None) -> None:
-    out = file or sys.stdout
-    for line in lines:
-        print(line, file=out)
-    out.flush()
