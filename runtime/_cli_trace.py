@@ -286,14 +286,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
         if not trees:
             raise _UsageError(f"no agent or tool call with id {args.subtree!r} in {args.file}")
     if args.json:
-        import orjson
-
         _write_bytes(
-            orjson.dumps(
-                tree.to_json(subtree=args.subtree, max_depth=args.max_depth, status=args.status),
-                option=orjson.OPT_APPEND_NEWLINE,
-            )
+            piece
             for tree in trees
+            for piece in tree.iter_json(
+                subtree=args.subtree, max_depth=args.max_depth, status=args.status
+            )
         )
         return 0
     from ._render import render_header, render_timeline, render_tree

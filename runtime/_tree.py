@@ -686,6 +686,21 @@ class TraceTree:
             out["roots"] = [_subtree_json(r, at, max_depth, keep) for r in roots]
         return out
 
+    def iter_json(self, *, levels: int = 3, **kwargs: Any) -> Iterator[bytes]:
+        """:meth:`to_json` encoded, in pieces: one JSON document (and a newline) in all.
+
+        The top *levels* of nodes are written one by one and each deeper subtree in one piece,
+        so a huge tree never exists as one huge string. Takes :meth:`to_json`'s arguments.
+        """
+        obj = self.to_json(**kwargs)
+        roots = obj.pop("roots")
+        yield orjson.dumps(obj)[:-1] + b',"roots":['
+        for i, root in enumerate(roots):
+            if i:
+                yield b","
+            yield from _json_pieces(root, levels)
+        yield b"]}\n"
+
     def to_plain_json(self, **kwargs: Any) -> dict[str, Any]:
         """:meth:`to_json` with every node converted to a dict (for ``json`` or comparisons)."""
         result: dict[str, Any] = orjson.loads(orjson.dumps(self.to_json(**kwargs)))
@@ -899,13 +914,29 @@ class TraceTree:
         if summary.__class__ is not str:
             raise _invalid(kind, "summary")
         owner = self.agents.get(fields["agent_id"]) or self._agent_for(fields, kind)
+        if ts > self.last_ts:
+            self.last_ts = ts
         tool = self.tools.get(tool_use_id)
+        if tool is None and not self._pending_cancel:
+            # The common case, inlined (a new call, nothing pointed at it yet): the hot path
+            # of reading a big file.
+            tool = ToolNode(tool_use_id)
+            self.tools[tool_use_id] = tool
+            tool.name = name
+            tool.summary = summary
+            tool.started_ts = ts
+            tool._seen_start = True
+            tool._input = tool_input
+            tool._parent = owner
+            tool._agent_id = owner.id
+            owner.children.append(tool)
+            if name == "agent":
+                self._agent_calls[tool_use_id] = tool
+            return
         if tool is None:
             tool = self._new_tool(tool_use_id)
         elif tool._seen_start:
             return  # a duplicate line: the first one stands
-        if ts > self.last_ts:
-            self.last_ts = ts
         tool._seen_start = True
         tool.name = name
         tool._input = tool_input
@@ -1069,6 +1100,32 @@ class TraceTree:
         agent.input_tokens = input_tokens
         agent.output_tokens = output_tokens
         self._dirty = True
+
+
+def _json_pieces(node: Node | dict[str, Any], levels: int) -> Iterator[bytes]:
+    # Iterative, like _subtree_json: a stack of (node, levels left) and closing brackets.
+    stack: list[tuple[Node | dict[str, Any], int] | bytes] = [(node, levels)]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bytes):
+            yield item
+            continue
+        current, left = item
+        if isinstance(current, dict):
+            children = current["children"]
+            head = {k: v for k, v in current.items() if k != "children"}
+        else:
+            children = current.children
+            head = node_json(current)
+        if left <= 0 or not children:
+            yield orjson.dumps(current)
+            continue
+        yield orjson.dumps(head)[:-1] + b',"children":['
+        stack.append(b"]}")
+        for i in range(len(children) - 1, -1, -1):
+            stack.append((children[i], left - 1))
+            if i:
+                stack.append(b",")
 
 
 def _subtree_json(
