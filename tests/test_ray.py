@@ -1,0 +1,414 @@
+"""The ``ray`` placement: sub-agent subtrees on a real local Ray cluster (loopback), with the same
+events, tree and cancellation as in-process ones.
+
+One cluster serves the whole module (starting one takes seconds); each run starts its own host
+actor on it and kills it at the end.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import psutil
+import pytest
+import trio
+
+from runtime import (
+    AgentFinished,
+    AgentStarted,
+    AgentType,
+    CancelRequested,
+    ConfigError,
+    Event,
+    Limits,
+    PermissionRequested,
+    PermissionResolved,
+    Scenario,
+    ToolFinished,
+    ToolStarted,
+    open_runtime,
+)
+from runtime._tree import TraceTree
+from tests.harness import EventLog, agent_call, run_scenario, turns
+from tests.invariants import by_type, check_invariants
+
+ray = pytest.importorskip(
+    "ray",
+    reason="Ray is not installed: install the 'ray' extra (pip install -e '.[dev,ray]') "
+    "to run the Ray placement tests",
+)
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """One local Ray cluster on loopback for every test here; runs find it initialised."""
+    from runtime._ray import _init_ray
+
+    if ray.is_initialized():  # someone else's cluster: use it, leave it
+        yield
+        return
+    try:
+        _init_ray(ray, None, 2)
+    except ConfigError as exc:
+        pytest.skip(f"a local Ray cluster cannot start on this machine: {exc}")
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _remote(script: dict[str, Any]) -> dict[str, Any]:
+    return {**script, "placement": "ray"}
+
+
+def _shape(events: list[Event]) -> Any:
+    """The tree as JSON with everything that differs between two equal runs left out."""
+    tree = TraceTree.from_events(events).to_plain_json()
+
+    def strip(node: dict[str, Any]) -> dict[str, Any]:
+        children = [strip(c) for c in node.get("children", [])]
+        return {
+            "kind": node["kind"],
+            "name": node["name"],
+            "status": node["status"],
+            "tokens": (node.get("input_tokens"), node.get("output_tokens")),
+            # Parallel siblings may finish in any order, here as in-process.
+            "children": sorted(children, key=repr),
+        }
+
+    return {"status": tree["status"], "roots": [strip(r) for r in tree["roots"]]}
+
+
+def _tree_scenario(placement: str) -> dict[str, Any]:
+    return {"agents": {
+        "main": {"turns": [
+            {"text": "Splitting the work.", "tool_calls": [
+                agent_call("files", "filer"), agent_call("shell", "sheller"),
+                agent_call("doomed", "doomed")]},
+            {"text": "All parts are done."}]},
+        "filer": {"placement": placement, "turns": [
+            {"tool_calls": [{"name": "write", "input": {"path": "f.txt", "content": "x\n"}}]},
+            {"tool_calls": [{"name": "read", "input": {"path": "f.txt"}},
+                            {"name": "glob", "input": {"pattern": "*.txt"}}]},
+            {"tool_calls": [agent_call("deeper", "leaf"), agent_call("deeper 2", "leaf")]},
+            {"text": "filed"}]},
+        "sheller": {"placement": placement, "turns": [
+            {"thinking": "hmm", "text": "running", "tool_calls": [
+                {"name": "bash", "input": {"command": "echo hi"}}]},
+            {"tool_calls": [{"name": "read", "input": {"path": "missing.txt"}}]},
+            {"text": "shelled"}]},
+        "doomed": {"placement": placement, "turns": [{"text": "oops", "error": "model exploded"}]},
+        "leaf": turns("leaf done")}}
+
+
+async def test_the_same_scenario_gives_the_same_tree_locally_and_on_ray(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # Same path length: estimated input tokens count the paths in tool results.
+    (tmp_path / "wl").mkdir()
+    local_outcome, local = await run_scenario(_tree_scenario("local"), tmp_path / "wl")
+    outcome, remote = await run_scenario(_tree_scenario("ray"), workspace)
+    check_invariants(local)
+    check_invariants(remote)
+    assert _shape(remote) == _shape(local)
+    assert len(remote) == len(local)
+    assert (outcome.status, outcome.result) == (local_outcome.status, local_outcome.result)
+    assert (workspace / "f.txt").read_text() == "x\n", "tools ran in the shared workspace"
+    # Ids made on the worker carry the call's prefix, so they are unique in the run.
+    started = by_type(remote, AgentStarted)
+    deep = [e.agent_id for e in started if e.depth == 2]  # type: ignore[attr-defined]
+    assert len(deep) == 2
+    assert all(a is not None and a.startswith("h1.") for a in deep)
+    doomed = next(e for e in by_type(remote, AgentFinished) if "exploded" in (e.error or ""))  # type: ignore[attr-defined]
+    assert doomed.status == "failed"  # type: ignore[attr-defined]
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def _wait_for_file(path: Path) -> str:
+    # The bash tool starts its process after tool_started; the file says it is running. It is
+    # written by a process on the Ray worker, so no trio event can tell the test: poll.
+    apath = trio.Path(path)
+    with trio.fail_after(10):
+        while not (await apath.exists() and (text := (await apath.read_text()).strip())):  # noqa: ASYNC110
+            await trio.sleep(0.01)
+    return text
+
+
+def _sleeper_scenario(pidfile: Path) -> dict[str, Any]:
+    return {"agents": {
+        "main": {"turns": [
+            {"tool_calls": [agent_call("sleepy", "sleeper"), agent_call("steady", "steady")]},
+            {"text": "carried on"}]},
+        "sleeper": _remote({"tools": ["bash"], "turns": [
+            {"tool_calls": [{"name": "bash",
+                             "input": {"command": f"echo $$ > {pidfile}; exec sleep 30"}}]},
+            {"text": "slept"}]}),
+        "steady": _remote({"turns": [{"text": "steady result", "delay_s": 1.0}]})}}
+
+
+@pytest.mark.parametrize("target", ["remote agent", "remote bash call", "local agent call"])
+async def test_cancelling_one_remote_subtree_mid_bash_leaves_its_siblings_running(
+    workspace: Path, target: str
+) -> None:
+    pidfile = workspace / "pid"
+    events = EventLog()
+    async with open_runtime(scenario=_sleeper_scenario(pidfile), workspace=workspace,
+                            trace=False, permission_mode="allow-all", on_event=events) as rt:
+        handle = await rt.start("go")
+        pid = int(await _wait_for_file(pidfile))
+        await events.wait_for(lambda evs: [e for e in by_type(evs, ToolStarted) if e.name == "bash"])  # type: ignore[attr-defined]
+        await events.wait_for(lambda evs: len(by_type(evs, AgentStarted)) == 3)
+        agents = {e.name: e for e in by_type(events, AgentStarted)}  # type: ignore[attr-defined]
+        sleeper = agents["sleeper"]
+        bash = next(e for e in by_type(events, ToolStarted) if e.name == "bash")  # type: ignore[attr-defined]
+        node = {"remote agent": sleeper.agent_id, "remote bash call": bash.tool_use_id,  # type: ignore[attr-defined]
+                "local agent call": sleeper.parent_tool_use_id}[target]
+        assert node is not None
+        t0 = trio.current_time()
+        assert await rt.cancel(node, "enough sleeping")
+        ended = await events.wait_for(
+            lambda evs: [e for e in by_type(evs, ToolFinished) if e.tool_use_id == bash.tool_use_id])  # type: ignore[attr-defined]
+        cancel_latency = trio.current_time() - t0
+        assert not [e for e in by_type(events, AgentFinished)
+                    if e.agent_id == agents["steady"].agent_id], "the sibling still runs"
+        outcome = await handle.wait()
+    check_invariants(events)
+    assert ended[0].status == "cancelled"
+    assert cancel_latency < 2.0
+    [request] = by_type(events, CancelRequested)
+    assert (request.target, request.reason) == (node, "enough sleeping")  # type: ignore[attr-defined]
+    finished = {e.agent_id: e for e in by_type(events, AgentFinished)}
+    calls = {e.tool_use_id: e for e in by_type(events, ToolFinished)}  # type: ignore[attr-defined]
+    steady = finished[agents["steady"].agent_id]
+    assert (steady.status, steady.result) == ("completed", "steady result")  # type: ignore[attr-defined]
+    sleeper_end = finished[sleeper.agent_id]
+    if target == "remote bash call":
+        # Only the bash call was cancelled: the sleeper reads the result and carries on.
+        assert (sleeper_end.status, sleeper_end.result) == ("completed", "slept")  # type: ignore[attr-defined]
+        assert calls[sleeper.parent_tool_use_id].status == "ok"  # type: ignore[index]
+    else:
+        assert sleeper_end.status == "cancelled"  # type: ignore[attr-defined]
+        assert "enough sleeping" in sleeper_end.error  # type: ignore[attr-defined]
+        assert calls[sleeper.parent_tool_use_id].status == "cancelled"  # type: ignore[index]
+        assert events.index(sleeper_end) < events.index(steady), "cancelled while steady ran"
+    assert outcome.status == "completed"
+    assert outcome.result == "carried on"
+    assert _pid_gone(pid), "the cancelled bash left its process behind"
+
+
+async def test_killing_the_host_mid_run_ends_its_nodes_failed_and_the_run_completes(
+    workspace: Path,
+) -> None:
+    pidfile = workspace / "pid"
+    scenario = _sleeper_scenario(pidfile)
+    scenario["agents"]["steady"] = turns("steady result")  # local: not on the doomed host
+    # The sleeper's own sub-agent runs the bash, on the same worker.
+    scenario["agents"]["inner"] = {"tools": ["bash"],
+                                   "turns": scenario["agents"]["sleeper"]["turns"]}
+    scenario["agents"]["sleeper"]["tools"] = ["agent"]
+    scenario["agents"]["sleeper"]["turns"] = [{"tool_calls": [agent_call("inner", "inner")]},
+                                              {"text": "never"}]
+    events = EventLog()
+    pid = None
+    try:
+        async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                                permission_mode="allow-all", on_event=events) as rt:
+            handle = await rt.start("go")
+            pid = int(await _wait_for_file(pidfile))
+            await events.wait_for(
+                lambda evs: [e for e in by_type(evs, ToolStarted) if e.name == "bash"])  # type: ignore[attr-defined]
+            [host] = rt._run.placements["ray"].hosts  # type: ignore[attr-defined]
+            ray.kill(host)
+            outcome = await handle.wait()
+    finally:
+        if pid is not None and not _pid_gone(pid):
+            # A killed worker cannot end its tools' processes; the test cleans up after it.
+            psutil.Process(pid).kill()
+    check_invariants(events)
+    assert (outcome.status, outcome.result) == ("completed", "carried on")
+    started = {e.agent_id: e.name for e in by_type(events, AgentStarted)}  # type: ignore[attr-defined]
+    ends = {started[e.agent_id]: e for e in by_type(events, AgentFinished)}
+    for name in ("sleeper", "inner"):
+        assert ends[name].status == "failed", name  # type: ignore[attr-defined]
+        assert "ray host h1 lost" in ends[name].error  # type: ignore[attr-defined]
+    assert ends["steady"].status == "completed"  # type: ignore[attr-defined]
+    statuses = {e.name: e.status for e in by_type(events, ToolFinished)  # type: ignore[attr-defined]
+                if e.agent_id != handle.agent_id}
+    assert statuses == {"bash": "error", "agent": "error"}
+    call = next(e for e in by_type(events, ToolFinished)
+                if e.agent_id == handle.agent_id and "sleeper" in e.output)  # type: ignore[attr-defined]
+    assert call.status == "error"  # type: ignore[attr-defined]
+    assert "lost" in call.output  # type: ignore[attr-defined]
+
+
+async def test_a_budget_exceeded_remotely_ends_only_that_subtree(workspace: Path) -> None:
+    glob = {"name": "glob", "input": {"pattern": "*"}}
+    scenario = {"agents": {
+        "main": {"turns": [
+            {"tool_calls": [agent_call("greedy", "greedy", budget={"tool_calls": 2}),
+                            agent_call("modest", "modest")]},
+            {"text": "done anyway"}]},
+        "greedy": _remote({"tools": ["glob"], "turns": [
+            {"tool_calls": [glob]}, {"tool_calls": [glob]}, {"tool_calls": [glob]},
+            *[{"tool_calls": [glob], "delay_s": 0.5}] * 20, {"text": "never"}]}),
+        "modest": _remote({"turns": [{"text": "modest result", "delay_s": 0.5}]})}}
+    outcome, events = await run_scenario(scenario, workspace)
+    check_invariants(events)
+    started = {e.agent_id: e.name for e in by_type(events, AgentStarted)}  # type: ignore[attr-defined]
+    ends = {started[e.agent_id]: e for e in by_type(events, AgentFinished)}
+    assert ends["greedy"].status == "budget_exceeded"  # type: ignore[attr-defined]
+    assert "3 tool calls > 2" in ends["greedy"].error  # type: ignore[attr-defined]
+    assert (ends["modest"].status, ends["modest"].result) == ("completed", "modest result")  # type: ignore[attr-defined]
+    [request] = by_type(events, CancelRequested)
+    assert (request.by, started[request.target]) == ("budget", "greedy")  # type: ignore[attr-defined]
+    assert outcome.result == "done anyway"
+
+
+def _asker_scenario() -> dict[str, Any]:
+    return {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("ask", "asker")]}, {"text": "asked"}]},
+        "asker": _remote({"tools": ["bash"], "turns": [
+            {"tool_calls": [{"name": "bash", "input": {"command": "echo granted-ran"}}]},
+            {"text": "asker done"}]})}}
+
+
+async def test_a_remote_permission_question_is_answered_through_the_parent(
+    workspace: Path,
+) -> None:
+    events = EventLog()
+    async with open_runtime(scenario=_asker_scenario(), workspace=workspace, trace=False,
+                            permission_mode="ask", on_event=events) as rt:
+        with rt.permission_answerer():
+            handle = await rt.start("go")
+            [request] = await events.wait_for(lambda evs: by_type(evs, PermissionRequested))
+            assert [p.request_id for p in rt.pending_permissions()] == [request.request_id]
+            assert rt.resolve_permission(request.request_id, True)
+            await handle.wait()
+    check_invariants(events)
+    asker = next(e for e in by_type(events, AgentStarted) if e.name == "asker")  # type: ignore[attr-defined]
+    assert (request.agent_id, request.parent_tool_use_id) == (asker.agent_id, asker.parent_tool_use_id)
+    [resolved] = by_type(events, PermissionResolved)
+    assert resolved.granted  # type: ignore[attr-defined]
+    bash = next(e for e in by_type(events, ToolFinished) if e.name == "bash")  # type: ignore[attr-defined]
+    assert (bash.status, bash.output.splitlines()[0]) == ("ok", "granted-ran")  # type: ignore[attr-defined]
+    assert events.index(resolved) < events.index(bash)
+
+
+async def test_a_remote_question_with_nobody_to_answer_is_denied(workspace: Path) -> None:
+    outcome, events = await run_scenario(_asker_scenario(), workspace, permission_mode="ask")
+    check_invariants(events)
+    [resolved] = by_type(events, PermissionResolved)
+    assert not resolved.granted  # type: ignore[attr-defined]
+    assert "nobody can answer" in resolved.reason  # type: ignore[attr-defined]
+    bash = next(e for e in by_type(events, ToolFinished) if e.name == "bash")  # type: ignore[attr-defined]
+    assert bash.status == "denied"  # type: ignore[attr-defined]
+    assert outcome.result == "asked"
+
+
+async def test_a_worker_that_cannot_see_the_workspace_fails_the_subtree_clearly(
+    tmp_path: Path,
+) -> None:
+    ws = tmp_path / "vanishing"
+    ws.mkdir()
+    scenario = {"agents": {
+        "main": {"turns": [
+            # The workspace disappears before the remote subtree starts: as on a worker
+            # that does not mount it.
+            {"tool_calls": [{"name": "bash", "input": {"command": f"cd / && rmdir {ws}"}}]},
+            {"tool_calls": [agent_call("remote", "far")]},
+            {"text": "noted"}]},
+        "far": _remote(turns("never"))}}
+    outcome, events = await run_scenario(scenario, ws)
+    check_invariants(events)
+    far = next(e for e in by_type(events, AgentFinished) if e.agent_id != events[1].agent_id)
+    assert far.status == "failed"  # type: ignore[attr-defined]
+    assert f"workspace {str(ws)!r} is not reachable on Ray worker" in far.error  # type: ignore[attr-defined]
+    assert outcome.result == "noted"
+
+
+async def test_max_parallel_applies_to_remote_subtrees(workspace: Path) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call(f"w{i}", "w") for i in range(6)]},
+                           {"text": "ok"}]},
+        "w": _remote({"turns": [{"text": "w", "delay_s": 0.2}]})}}
+    peak = 0
+    running = 0
+
+    def count(event: Event) -> None:
+        nonlocal peak, running
+        if isinstance(event, AgentStarted) and event.depth == 1:
+            running += 1
+            peak = max(peak, running)
+        elif isinstance(event, AgentFinished) and event.parent_tool_use_id is not None:
+            running -= 1
+
+    outcome, events = await run_scenario(scenario, workspace, limits=Limits(max_parallel=2),
+                                         on_event=count)
+    check_invariants(events)
+    assert outcome.status == "completed"
+    assert peak == 2
+
+
+def test_an_exception_in_one_subtree_leaves_the_others_on_its_host_running(
+    tmp_path: Path,
+) -> None:
+    from runtime._loop import AgentSpec
+    from runtime._permissions import PermissionPolicy
+    from runtime._ray_host import ProviderConfig, RayHost, SubtreeCall
+    from tools import ToolLimits, builtin_tools
+
+    scenario = Scenario.from_obj({"agents": {"main": turns("x"),
+                                             "w": {"turns": [{"text": "fine", "delay_s": 0.3}]}}})
+    spec = AgentSpec(agent_id="agent-2", agent_type=AgentType(name="w"), prompt="go", depth=1,
+                     parent_tool_use_id="tu-1", parent_agent_id="agent-1")
+    good = SubtreeCall(
+        call_id="t.1", id_prefix="t.1.", run_id="run", spec=spec,
+        agent_types=(AgentType(name="w"),),
+        provider=ProviderConfig(kind="scripted", name="scripted", scenario=scenario),
+        tools=tuple(builtin_tools()), tool_limits=ToolLimits(), limits=Limits(),
+        workspace=str(tmp_path), env={}, policy=PermissionPolicy(mode="deny"))
+    # Not a tool at all: the subtree breaks while it is set up on the worker.
+    bad = attrs.evolve(good, call_id="t.2", id_prefix="t.2.", tools=(functools.partial(print),))
+    host = ray.remote(RayHost).options(num_cpus=0, max_concurrency=100).remote("t")
+    try:
+        streams = [host.run_subtree.options(num_returns="streaming").remote(c)
+                   for c in (good, bad)]
+        batches = [[ray.get(ref, timeout=30) for ref in s] for s in streams]
+        assert ray.get(host.ping.remote(), timeout=30).startswith("t pid")
+    finally:
+        ray.kill(host)
+    good_end, bad_end = batches[0][-1], batches[1][-1]
+    assert bad_end.final
+    assert "crashed" in bad_end.error
+    assert bad_end.outcome is None
+    assert good_end.final
+    assert good_end.error is None
+    assert (good_end.outcome.status, good_end.outcome.result) == ("completed", "fine")
+    good_events = [e for b in batches[0] for e in b.events]
+    assert good_events[0].type == "agent_started"
+    assert good_events[-1].type == "agent_finished"
+
+
+def test_ray_runs_in_a_separate_process() -> None:
+    # Sanity: the host really is another process (so the tests above cross a boundary).
+    host = ray.remote(__import__("runtime._ray_host", fromlist=["RayHost"]).RayHost).options(
+        num_cpus=0).remote("p")
+    try:
+        where = ray.get(host.ping.remote(), timeout=30)
+    finally:
+        ray.kill(host)
+    assert where.startswith("p pid ")
+    assert int(where.split()[2]) != os.getpid()
