@@ -60,6 +60,10 @@ if TYPE_CHECKING:
     from ._messages import ThinkingBlock as ThinkingBlock
     from ._messages import ToolResultBlock as ToolResultBlock
     from ._messages import ToolUseBlock as ToolUseBlock
+    from ._permissions import Decision as Decision
+    from ._permissions import PermissionPolicy as PermissionPolicy
+    from ._permissions import Rule as Rule
+    from ._permissions import parse_rule as parse_rule
     from ._provider import ModelRequest as ModelRequest
     from ._provider import Provider as Provider
     from ._provider import TextChunk as TextChunk
@@ -72,6 +76,9 @@ if TYPE_CHECKING:
     from ._runtime import open_runtime as open_runtime
     from ._scenario import Scenario as Scenario
     from ._scripted import ScriptedProvider as ScriptedProvider
+    from ._secrets import filter_env as filter_env
+    from ._secrets import redact as redact
+    from ._secrets import secret_values as secret_values
     from .providers import AnthropicProvider as AnthropicProvider
     from .providers import OpenAIProvider as OpenAIProvider
     from .providers import RetryPolicy as RetryPolicy
@@ -90,6 +97,7 @@ _LAZY: dict[str, str] = {
     "Budget": "._limits",
     "CancelRequested": "._events",
     "ConfigError": "._errors",
+    "Decision": "._permissions",
     "Event": "._events",
     "EventBus": "._bus",
     "EventDecodeError": "._errors",
@@ -97,11 +105,13 @@ _LAZY: dict[str, str] = {
     "Message": "._messages",
     "ModelRequest": "._provider",
     "OpenAIProvider": ".providers",
+    "PermissionPolicy": "._permissions",
     "PermissionRequested": "._events",
     "PermissionResolved": "._events",
     "Provider": "._provider",
     "ProviderError": "._errors",
     "RetryPolicy": ".providers",
+    "Rule": "._permissions",
     "RunFinished": "._events",
     "RunStarted": "._events",
     "Runtime": "._runtime",
@@ -135,9 +145,13 @@ _LAZY: dict[str, str] = {
     "encode_event": "._events",
     "event_from_dict": "._events",
     "event_to_dict": "._events",
+    "filter_env": "._secrets",
     "load_agent_types": "._agent_types",
     "open_provider": ".providers",
     "open_runtime": "._runtime",
+    "parse_rule": "._permissions",
+    "redact": "._secrets",
+    "secret_values": "._secrets",
 }
 
 __all__ = sorted(_LAZY)

@@ -253,7 +253,7 @@ class PermissionPolicy:
 
 
 def _kind(tool: Tool) -> str:
-    return str(getattr(tool, "permission_target_kind", "text"))
+    return tool.permission_target_kind
 
 
 # `tools` imports `runtime` (for the errors); importing `tools` at the top of a module that

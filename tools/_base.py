@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
 
 import attrs
 
@@ -23,6 +23,9 @@ from runtime._errors import ToolInputError
 
 if TYPE_CHECKING:
     import structlog
+
+
+TargetKind: TypeAlias = Literal["command", "path", "text"]
 
 
 class SubAgentSpawner(Protocol):
@@ -89,6 +92,8 @@ class Tool(abc.ABC):
         concurrency_safe: may run at the same time as other calls of the same turn.
         needs_permission: asks (in ``ask`` mode) before running.
         edits_files: allowed without asking in ``auto-edit`` mode.
+        permission_target_kind: how permission rules read :meth:`permission_target`:
+            ``command`` (shell syntax aware), ``path`` (glob over folders) or ``text``.
     """
 
     name: ClassVar[str]
@@ -98,6 +103,7 @@ class Tool(abc.ABC):
     concurrency_safe: ClassVar[bool] = False
     needs_permission: ClassVar[bool] = True
     edits_files: ClassVar[bool] = False
+    permission_target_kind: ClassVar[TargetKind] = "text"
 
     def summary(self, args: Mapping[str, Any]) -> str:
         """One line for events and views, e.g. ``bash: ls -la``."""

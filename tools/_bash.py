@@ -38,7 +38,7 @@ import trio
 
 from runtime._errors import ToolError
 
-from ._base import Tool, ToolContext, one_line
+from ._base import TargetKind, Tool, ToolContext, one_line
 
 __all__ = ["BashTool"]
 
@@ -79,7 +79,7 @@ class BashTool(Tool):
         "additionalProperties": False,
     }
     needs_permission: ClassVar[bool] = True
-    permission_target_kind: ClassVar[str] = "command"
+    permission_target_kind: ClassVar[TargetKind] = "command"
 
     def __init__(self, *, kill_grace_s: float = 2.0) -> None:
         self.kill_grace_s = kill_grace_s

@@ -9,7 +9,7 @@ import trio
 
 from runtime._errors import ToolError
 
-from ._base import Tool, ToolContext, one_line
+from ._base import TargetKind, Tool, ToolContext, one_line
 from ._read import looks_binary, read_file_bytes
 from ._workspace import normalise_target, resolve_in_workspace
 from ._write import atomic_write
@@ -42,7 +42,7 @@ class EditTool(Tool):
     }
     needs_permission: ClassVar[bool] = True
     edits_files: ClassVar[bool] = True
-    permission_target_kind: ClassVar[str] = "path"
+    permission_target_kind: ClassVar[TargetKind] = "path"
 
     def summary(self, args: Mapping[str, Any]) -> str:
         """``edit: <path>``."""

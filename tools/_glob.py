@@ -26,7 +26,7 @@ import trio
 
 from runtime._errors import ToolError
 
-from ._base import Tool, ToolContext, one_line
+from ._base import TargetKind, Tool, ToolContext, one_line
 from ._workspace import is_inside, normalise_target, relative, resolve_in_workspace
 
 __all__ = ["GlobTool", "escape_glob", "glob_regex", "iter_files"]
@@ -208,7 +208,7 @@ class GlobTool(Tool):
     read_only: ClassVar[bool] = True
     concurrency_safe: ClassVar[bool] = True
     needs_permission: ClassVar[bool] = False
-    permission_target_kind: ClassVar[str] = "path"
+    permission_target_kind: ClassVar[TargetKind] = "path"
 
     def summary(self, args: Mapping[str, Any]) -> str:
         """``glob: <pattern>``."""

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from runtime._errors import ToolError
 
-from ._base import Tool, ToolContext, one_line
+from ._base import TargetKind, Tool, ToolContext, one_line
 from ._glob import glob_regex, iter_files, run_in_thread_with_stop
 from ._read import BINARY_SNIFF_BYTES, looks_binary
 from ._workspace import normalise_target, relative, resolve_in_workspace
@@ -46,7 +46,7 @@ class GrepTool(Tool):
     read_only: ClassVar[bool] = True
     concurrency_safe: ClassVar[bool] = True
     needs_permission: ClassVar[bool] = False
-    permission_target_kind: ClassVar[str] = "path"
+    permission_target_kind: ClassVar[TargetKind] = "path"
 
     def summary(self, args: Mapping[str, Any]) -> str:
         """``grep: <pattern>``."""

@@ -11,7 +11,7 @@ import trio
 
 from runtime._errors import ToolError
 
-from ._base import Tool, ToolContext, one_line
+from ._base import TargetKind, Tool, ToolContext, one_line
 from ._workspace import normalise_target, resolve_in_workspace
 
 __all__ = ["ReadTool", "looks_binary", "read_file_bytes", "read_text_file"]
@@ -49,7 +49,7 @@ class ReadTool(Tool):
     read_only: ClassVar[bool] = True
     concurrency_safe: ClassVar[bool] = True
     needs_permission: ClassVar[bool] = False
-    permission_target_kind: ClassVar[str] = "path"
+    permission_target_kind: ClassVar[TargetKind] = "path"
 
     def summary(self, args: Mapping[str, Any]) -> str:
         """``read: <path>``."""

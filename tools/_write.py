@@ -15,7 +15,7 @@ import trio
 
 from runtime._errors import ToolError
 
-from ._base import Tool, ToolContext, one_line
+from ._base import TargetKind, Tool, ToolContext, one_line
 from ._workspace import normalise_target, resolve_in_workspace
 
 __all__ = ["WriteTool", "atomic_write", "count_lines"]
@@ -93,7 +93,7 @@ class WriteTool(Tool):
     }
     needs_permission: ClassVar[bool] = True
     edits_files: ClassVar[bool] = True
-    permission_target_kind: ClassVar[str] = "path"
+    permission_target_kind: ClassVar[TargetKind] = "path"
 
     def summary(self, args: Mapping[str, Any]) -> str:
         """``write: <path>``."""
