@@ -110,6 +110,15 @@ def test_ctrl_c_then_a_number_cancels_only_that_subtree(spawn: object, tmp_path:
     assert cancels == [(tool_use_id, "user")]
     calls = {e.tool_use_id: e.status for e in events if e.type == "tool_finished"}  # type: ignore[attr-defined]
     assert calls[tool_use_id] == "cancelled"
+    # The terminal's SIGINT went to the runtime only: the medium agent's `sleep 1`, running in
+    # its own session, was not interrupted.
+    medium_bash = [
+        e.output  # type: ignore[attr-defined]
+        for e in events
+        if e.type == "tool_finished" and e.name == "bash" and e.status == "ok"  # type: ignore[attr-defined]
+    ]
+    assert len(medium_bash) == 1
+    assert medium_bash[0].endswith("[exit code 0]")
 
 
 def test_ctrl_c_twice_aborts_with_130_and_a_complete_trace(spawn: object, tmp_path: Path) -> None:
