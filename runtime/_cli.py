@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from ._cli_common import (
+    EXIT_ABORTED,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
@@ -130,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         error_line(str(exc))
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        # Only outside a run (start-up, `cancel` waiting on its socket): inside one, SIGINT is
+        # a message to the session, never an exception.
+        return EXIT_ABORTED
     parser.error(f"unknown command {ns.command!r}")
 
 
