@@ -265,7 +265,8 @@ class LiveView:
         console.print()
         console.print(summary_line(self.tree), highlight=False)
         for line in trace_hint(trace_path):
-            console.print(f"[dim]{line}[/]", highlight=False)
+            # Not wrapped by us: the terminal wraps it, and a copied command stays one line.
+            console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
 
 
 class _Fitted:
