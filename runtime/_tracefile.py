@@ -39,8 +39,14 @@ if TYPE_CHECKING:
 SNIFF_LINES: Final = 20
 """A file whose first this-many lines hold no valid event is not a trace."""
 _SNIFF_BYTES: Final = 4096
-# How encode_event starts a delta line (the type first, then seq); see TraceLoader._load_lines.
-_DELTA_PREFIXES: Final = (b'{"type":"text_delta","seq":', b'{"type":"thinking_delta","seq":')
+# How encode_event starts the lines a report can do without (the type first, then seq); see
+# TraceLoader._load_lines.
+_TURN_PREFIX: Final = b'{"type":"turn_finished","seq":'
+_REPORT_SKIPS: Final = (
+    b'{"type":"text_delta","seq":',
+    b'{"type":"thinking_delta","seq":',
+    _TURN_PREFIX,
+)
 
 OnError = Callable[[EventDecodeError], None]
 """Called with each skipped line's error (its ``line`` attribute is the line number)."""
@@ -94,10 +100,34 @@ class TraceLoader:
         gc.disable()
         try:
             self._load_lines(enumerate(f, 1))
+            if not self.traces.keep_details and self._unfinished_agents():
+                # Their usage is only in the turn_finished lines the first pass skipped.
+                f.seek(0)
+                self._load_turns(enumerate(f, 1))
         finally:
             if enabled:
                 gc.enable()
         self.finish()
+
+    def _unfinished_agents(self) -> bool:
+        return any(
+            agent.finished_ts is None
+            for tree in self.traces.by_run.values()
+            for agent in tree.agents.values()
+        )
+
+    def _load_turns(self, lines: Iterable[tuple[int, bytes]]) -> None:
+        loads = orjson.loads
+        traces = self.traces
+        for lineno, line in lines:
+            if not line.startswith(_TURN_PREFIX):
+                continue
+            try:
+                fields = loads(line)
+                traces.tree_for(fields["run_id"]).handlers["turn_finished"](fields)
+            except Exception:
+                if not self._slow(lineno, line):
+                    break
 
     def _load_lines(self, lines: Iterable[tuple[int, bytes]]) -> None:
         # The hot loop: decode, pick the run's handler table, dispatch. Anything unusual (a bad
@@ -107,14 +137,14 @@ class TraceLoader:
         run_id: object = None
         handlers: dict[str, Callable[[Any], None]] = {}
         lineno = self.lines
-        # Trees that keep no text need nothing from a delta line but its shape: the writer's
-        # layout (type first, text last) is checked without decoding it. Most lines of a trace
-        # are deltas, so this is where a report beats decoding every line.
-        skip = () if traces.keep_text else _DELTA_PREFIXES
-        skipped = 0
+        # A report (trees without details) needs nothing from a delta line, nor from a
+        # turn_finished line of an agent that finishes (agent_finished has its totals): their
+        # shape in the writer's layout is checked, not decoded. Most lines of a trace are
+        # deltas, so this is where a report beats decoding every line; turns of agents that
+        # never finished are read by a second pass, only when there are such agents.
+        skip = () if traces.keep_details else _REPORT_SKIPS
         for lineno, line in lines:
-            if line.startswith(skip) and line.endswith(b'"}\n'):
-                skipped += 1
+            if line.startswith(skip) and line.endswith(b"}\n"):
                 continue
             try:
                 fields = loads(line)
@@ -250,7 +280,7 @@ def load_traces(
     *,
     on_error: OnError | None = None,
     live: bool = False,
-    keep_text: bool = True,
+    keep_details: bool = True,
 ) -> list[TraceTree]:
     """The tree of every run in the trace file at *path*, in the order runs first appear.
 
@@ -260,13 +290,14 @@ def load_traces(
         path: the JSONL trace.
         on_error: called for each skipped line (see the module docstring).
         live: the file is still being written (unfinished nodes stay ``running``).
-        keep_text: keep the agents' streamed text. Without it, loading is faster: delta lines
-            in the writer's layout are checked for shape only, not decoded.
+        keep_details: keep the agents' streamed text and every tool input (see TraceTree).
+            Without them, loading is faster: delta lines, and the turn_finished lines of agents
+            that finish, are checked for shape only, not decoded.
 
     Raises:
         TraceError: the file is missing, empty or not a trace.
     """
-    traces = TraceSet(keep_text=keep_text)
+    traces = TraceSet(keep_details=keep_details)
     with open_trace(path) as f:
         TraceLoader(traces, name=os.fspath(path), on_error=on_error).load(f)
     if not live:

@@ -48,8 +48,10 @@ _TEXT_COMPACT: Final = 2 * TEXT_KEEP
 # imported from there, so reading a trace file never pays for building the cattrs converter.
 AGENT_STATUSES: Final = ("completed", "cancelled", "failed", "max_turns", "budget_exceeded")
 TOOL_STATUSES: Final = ("ok", "error", "cancelled", "denied")
-_AGENT_STATUS_SET: Final = frozenset(AGENT_STATUSES)
-_TOOL_STATUS_SET: Final = frozenset(TOOL_STATUSES)
+# Lookups that also hand back one shared string per status: a million-event file then holds
+# a handful of status strings, not one per node.
+_AGENT_STATUS: Final = {status: status for status in AGENT_STATUSES}
+_TOOL_STATUS: Final = {status: status for status in TOOL_STATUSES}
 
 Fields: TypeAlias = Mapping[str, Any]
 Node: TypeAlias = "AgentNode | ToolNode"
@@ -240,7 +242,7 @@ class AgentNode(_AgentInternals):
 class _ToolInternals:
     _parent: AgentNode | None = None
     _agent_id: str | None = None
-    _input: dict[str, Any] = {}  # noqa: RUF012 - a shared read-only default, never mutated
+    _input: dict[str, Any] = {}  # noqa: RUF012 - a shared default, never mutated
     _seen_start: bool = False
     _finished_ts: float | None = None
     _output_len: int = 0
@@ -327,9 +329,9 @@ class ToolNode(_ToolInternals):
         return bool(self._permission_pending)
 
     @property
-    def permission_intervals(self) -> list[tuple[float, float]]:
+    def permission_intervals(self) -> tuple[tuple[float, float], ...]:
         """``(asked, answered)`` times of each answered permission request."""
-        return list(self._permission_intervals or ())
+        return tuple(self._permission_intervals) if self._permission_intervals else ()
 
     @property
     def permission_granted(self) -> bool | None:
@@ -343,6 +345,9 @@ class ToolNode(_ToolInternals):
         if self.started_ts is None:
             return None
         return max(0.0, now - self.started_ts)
+
+
+_NO_INPUT: Final[dict[str, Any]] = {}
 
 
 def node_json(node: AgentNode | ToolNode) -> dict[str, Any]:
@@ -382,8 +387,9 @@ class TraceTree:
 
     Args:
         run_id: the run this tree is for (default: the first event's).
-        keep_text: keep each agent's streamed text (the live view shows it); a report that does
-            not show it says False, and a file reader may then skip decoding text deltas.
+        keep_details: keep what the live view shows but a report does not: each agent's
+            streamed text and the input of every tool call (without it, only ``agent`` calls
+            keep their input). A file reader may then skip decoding text deltas.
 
     Attributes:
         run_id: the run's id (None until the first event).
@@ -397,9 +403,9 @@ class TraceTree:
         handlers: the per-type handlers, for loops that already know an event's run.
     """
 
-    def __init__(self, run_id: str | None = None, *, keep_text: bool = True) -> None:
+    def __init__(self, run_id: str | None = None, *, keep_details: bool = True) -> None:
         self.run_id = run_id
-        self.keep_text = keep_text
+        self.keep_details = keep_details
         self.agents: dict[str, AgentNode] = {}
         self.tools: dict[str, ToolNode] = {}
         self.ended = False
@@ -420,11 +426,13 @@ class TraceTree:
         self._pending_cancel: dict[str, CancelInfo] = {}
         # Usage changed since the last rollup (totals are summed lazily, once per read).
         self._dirty = False
+        # One string per tool name / agent type, shared by every node that has it.
+        self._names: dict[str, str] = {}
         self.handlers: dict[str, _Handler] = {
             "run_started": self._run_started,
             "agent_started": self._agent_started,
-            "text_delta": self._text_delta if keep_text else self._delta_no_text,
-            "thinking_delta": self._thinking_delta if keep_text else self._delta_no_text,
+            "text_delta": self._text_delta if keep_details else self._delta_no_text,
+            "thinking_delta": self._thinking_delta if keep_details else self._delta_no_text,
             "tool_started": self._tool_started,
             "permission_requested": self._permission_requested,
             "permission_resolved": self._permission_resolved,
@@ -440,7 +448,7 @@ class TraceTree:
 
     @classmethod
     def from_events(
-        cls, events: Iterable[Event], *, live: bool = False, keep_text: bool = True
+        cls, events: Iterable[Event], *, live: bool = False, keep_details: bool = True
     ) -> TraceTree:
         """Build the tree of the (first) run in *events*.
 
@@ -448,9 +456,9 @@ class TraceTree:
             events: the stream, in any interleaving.
             live: the stream goes on after *events* (unfinished nodes stay ``running``);
                 otherwise it is over and they become ``interrupted``.
-            keep_text: see the class.
+            keep_details: see the class.
         """
-        tree = cls(keep_text=keep_text)
+        tree = cls(keep_details=keep_details)
         for event in events:
             tree.apply(event)
         if not live:
@@ -566,7 +574,14 @@ class TraceTree:
         if not self._dirty:
             return
         self._dirty = False
-        order = [n for n in self.iter_nodes() if isinstance(n, AgentNode)]
+        order: list[AgentNode] = []
+        stack = list(self.roots)
+        while stack:  # agents only, parents before children
+            agent = stack.pop()
+            order.append(agent)
+            for call in agent.children:
+                if call.children:
+                    stack.extend(call.children)
         for agent in reversed(order):  # children before parents
             total_in = agent.input_tokens
             total_out = agent.output_tokens
@@ -756,6 +771,7 @@ class TraceTree:
                 tool = self._new_tool(parent_tool_use_id)
                 self._unattached[parent_tool_use_id] = tool
             agent._parent = tool
+            agent.parent_tool_use_id = tool.id  # the same string, not a copy per agent
             tool.children.append(agent)
             owner = tool._parent
             if owner is not None:
@@ -823,7 +839,8 @@ class TraceTree:
         duration = fields["duration_s"]
         if not _num(ts):
             raise _invalid("run_finished", "ts")
-        if status not in _AGENT_STATUS_SET:
+        status = _AGENT_STATUS.get(status) if status.__class__ is str else None
+        if status is None:
             raise _invalid("run_finished", "status")
         if not _num(duration):
             raise _invalid("run_finished", "duration_s")
@@ -857,7 +874,7 @@ class TraceTree:
         if ts > self.last_ts:
             self.last_ts = ts
         agent._seen_start = True
-        agent.name = name
+        agent.name = self._names.setdefault(name, name)
         agent._parent_agent_id = parent_agent_id
         agent.depth = depth
         agent._prompt = prompt[:PROMPT_KEEP]
@@ -916,6 +933,9 @@ class TraceTree:
         owner = self.agents.get(fields["agent_id"]) or self._agent_for(fields, kind)
         if ts > self.last_ts:
             self.last_ts = ts
+        name = self._names.setdefault(name, name)
+        if not self.keep_details and name != "agent":
+            tool_input = _NO_INPUT
         tool = self.tools.get(tool_use_id)
         if tool is None and not self._pending_cancel:
             # The common case, inlined (a new call, nothing pointed at it yet): the hot path
@@ -960,7 +980,8 @@ class TraceTree:
             raise _invalid(kind, "ts")
         if name.__class__ is not str:
             raise _invalid(kind, "name")
-        if status not in _TOOL_STATUS_SET:
+        status = _TOOL_STATUS.get(status) if status.__class__ is str else None
+        if status is None:
             raise _invalid(kind, "status")
         if output.__class__ is not str:
             raise _invalid(kind, "output")
@@ -972,13 +993,14 @@ class TraceTree:
         if ts > self.last_ts:
             self.last_ts = ts
         if tool.name == "?":
-            tool.name = name
+            tool.name = self._names.setdefault(name, name)
         tool.status = status
         tool.output = output[:OUTPUT_KEEP]
         tool._output_len = len(output)
         tool.duration_s = duration
         tool._finished_ts = ts
-        tool._permission_pending = None
+        if tool._permission_pending is not None:
+            tool._permission_pending = None
         if name == "agent":
             self._agent_calls.pop(tool.id, None)
 
@@ -1071,7 +1093,8 @@ class TraceTree:
         duration = fields["duration_s"]
         if not _num(ts):
             raise _invalid(kind, "ts")
-        if status not in _AGENT_STATUS_SET:
+        status = _AGENT_STATUS.get(status) if status.__class__ is str else None
+        if status is None:
             raise _invalid(kind, "status")
         if not _opt_str(result):
             raise _invalid(kind, "result")
@@ -1158,19 +1181,19 @@ class TraceSet:
     """The trees of every run in one stream (a trace file may hold several), in first-seen order.
 
     Args:
-        keep_text: passed to every :class:`TraceTree`.
+        keep_details: passed to every :class:`TraceTree`.
     """
 
-    def __init__(self, *, keep_text: bool = True) -> None:
-        self.keep_text = keep_text
+    def __init__(self, *, keep_details: bool = True) -> None:
+        self.keep_details = keep_details
         self.by_run: dict[str, TraceTree] = {}
 
     @classmethod
     def from_events(
-        cls, events: Iterable[Event], *, live: bool = False, keep_text: bool = True
+        cls, events: Iterable[Event], *, live: bool = False, keep_details: bool = True
     ) -> TraceSet:
         """Split *events* into runs and build each run's tree (as :meth:`TraceTree.from_events`)."""
-        traces = cls(keep_text=keep_text)
+        traces = cls(keep_details=keep_details)
         for event in events:
             traces.apply(event)
         if not live:
@@ -1192,7 +1215,7 @@ class TraceSet:
         if tree is None:
             if run_id.__class__ is not str:
                 raise EventDecodeError("field 'run_id': missing or not a string")
-            tree = self.by_run[run_id] = TraceTree(run_id, keep_text=self.keep_text)
+            tree = self.by_run[run_id] = TraceTree(run_id, keep_details=self.keep_details)
         return tree
 
     def apply(self, event: Event) -> None:
@@ -1213,7 +1236,7 @@ class TraceSet:
 
 
 def split_runs(
-    events: Iterable[Event], *, live: bool = False, keep_text: bool = True
+    events: Iterable[Event], *, live: bool = False, keep_details: bool = True
 ) -> list[TraceTree]:
     """One tree per run in *events*, in the order runs first appear."""
-    return TraceSet.from_events(events, live=live, keep_text=keep_text).trees
+    return TraceSet.from_events(events, live=live, keep_details=keep_details).trees

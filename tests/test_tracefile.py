@@ -39,9 +39,22 @@ def test_the_fast_path_builds_the_same_trees_as_full_decoding(tmp_path: Path) ->
     slow = TraceTree.from_events(read_events(path))
     assert [t.to_plain_json() for t in fast] == [slow.to_plain_json()]
     assert fast[0].roots[0].text == slow.roots[0].text
-    without_text, _ = collect(path, keep_text=False)
+    without_text, _ = collect(path, keep_details=False)
     assert without_text[0].to_plain_json() == slow.to_plain_json()
     assert without_text[0].roots[0].text == ""
+
+
+def test_a_report_of_a_truncated_trace_still_counts_unfinished_agents_turns(tmp_path: Path) -> None:
+    # A report skips turn_finished lines when agent_finished has the totals; agents that never
+    # finished get theirs from a second pass.
+    lines = lines_of(list(run_events(wide_deep([3, 2]), order="time")))
+    path = write(tmp_path / "t.jsonl", lines[: len(lines) * 2 // 3])
+    report, errors = collect(path, keep_details=False)
+    assert errors == []
+    full = TraceTree.from_events(read_events(path))
+    unfinished = [a for a in full.agents.values() if not a.finished and a.turns]
+    assert unfinished
+    assert report[0].to_plain_json() == full.to_plain_json()
 
 
 def test_a_truncated_last_line_ends_the_file_quietly(tmp_path: Path) -> None:
@@ -155,7 +168,7 @@ def test_delta_lines_are_only_skipped_when_well_formed(tmp_path: Path) -> None:
     lines = lines_of(dicts)
     i = next(n for n, line in enumerate(lines) if b'"text_delta"' in line)
     lines.insert(i + 1, lines[i][:40] + b"\n")  # a delta cut in the middle of the file
-    _, errors = collect(write(tmp_path / "t.jsonl", lines), keep_text=False)
+    _, errors = collect(write(tmp_path / "t.jsonl", lines), keep_details=False)
     assert [e.line for e in errors] == [i + 2]
 
 
