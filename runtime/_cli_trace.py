@@ -315,7 +315,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    from ._render import render_header, render_timeline, render_tree
+    from ._render import render_header, render_timeline, tree_lines
 
     console = _console(args)
     color = _color(args, console)
@@ -325,17 +325,25 @@ def _cmd_show(args: argparse.Namespace) -> int:
         if args.timeline:
             console.print(render_header(tree, color=color))
             console.print(render_timeline(tree, color=color, max_depth=args.max_depth))
+            continue
+        lines = tree_lines(
+            tree,
+            subtree=args.subtree,
+            max_depth=args.max_depth,
+            status=args.status,
+            color=color,
+            spinner=False,
+        )
+        if console.is_terminal:
+            for line in lines:
+                console.print(line)
         else:
-            console.print(
-                render_tree(
-                    tree,
-                    subtree=args.subtree,
-                    max_depth=args.max_depth,
-                    status=args.status,
-                    color=color,
-                    spinner=False,
-                )
-            )
+            # Piped: plain text as it comes (rich would only strip what it added).
+            out = sys.stdout
+            for line in lines:
+                out.write(line.plain)
+                out.write("\n")
+            out.flush()
     return 0
 
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from rich.console import Group, RenderableType
 from rich.text import Text
-from rich.tree import Tree
 
 from ._tree import INTERRUPTED, RUNNING, AgentNode, ToolNode, TraceTree
 
@@ -121,6 +120,9 @@ class _Painter:
         self._cancel(label, node.cancel)
         return label
 
+    def label(self, node: AgentNode | ToolNode) -> Text:
+        return self.agent(node) if isinstance(node, AgentNode) else self.tool(node)
+
     def tool(self, node: ToolNode) -> Text:
         mark, style = status_mark(node.status, tool=True, now=self.spin_at)
         label = Text()
@@ -160,8 +162,12 @@ def render_tree(
     color: bool = True,
     spinner: bool = True,
     title: bool = True,
-) -> RenderableType:
-    """The tree as a rich renderable.
+) -> Group:
+    """The tree as a rich renderable: one line per node, guides as ``├──``, ``│``, ``└──``.
+
+    Lines longer than the console are cut with ``…``, not wrapped, so each node stays one line
+    (a live view can count them). Built line by line (:func:`tree_lines`) rather than with
+    rich's ``Tree``, which takes seconds on a hundred thousand nodes.
 
     Args:
         tree: what to draw.
@@ -177,6 +183,38 @@ def render_tree(
     Raises:
         KeyError: no node has the id *subtree*.
     """
+    lines = tree_lines(
+        tree,
+        now=now,
+        subtree=subtree,
+        max_depth=max_depth,
+        status=status,
+        color=color,
+        spinner=spinner,
+        title=title,
+    )
+    return Group(*lines)
+
+
+def tree_lines(
+    tree: TraceTree,
+    *,
+    now: float | None = None,
+    subtree: str | None = None,
+    max_depth: int | None = None,
+    status: str | None = None,
+    color: bool = True,
+    spinner: bool = True,
+    title: bool = True,
+) -> Iterator[Text]:
+    """The lines of :func:`render_tree` (same arguments), one :class:`~rich.text.Text` each.
+
+    A generator: ``trace show`` writes the ``plain`` text of each line as it comes when the
+    output is not a terminal, so a huge tree is never held as one renderable.
+
+    Raises:
+        KeyError: no node has the id *subtree* (when the first line is asked for).
+    """
     tree.rollup()
     at = tree.last_ts if now is None else now
     if not math.isfinite(at):
@@ -184,38 +222,57 @@ def render_tree(
     roots, keep = tree.select(subtree=subtree, status=status)
     painter = _Painter(color=color, now=at, spinner=spinner)
     limit = math.inf if max_depth is None else max_depth
-    parts: list[RenderableType] = []
+    guide = painter.style("dim")
     if title:
-        parts.append(_header(tree, painter))
-    for root in roots:
-        top = Tree(
-            painter.agent(root) if isinstance(root, AgentNode) else painter.tool(root),
-            guide_style=painter.style("dim"),
-        )
-        # Iterative: rich draws deep trees fine, but building them recursively would not be.
-        stack: list[tuple[AgentNode | ToolNode, Tree, int]] = [(root, top, 0)]
-        while stack:
-            node, branch, level = stack.pop()
-            if isinstance(node, ToolNode):
-                level += 1
-            children = [c for c in node.children if keep is None or c in keep]
-            if isinstance(node, ToolNode) and level > limit and children:
-                branch.add(
-                    Text(f"… {_count(children)} below --max-depth", painter.style("dim italic"))
-                )
-                continue
-            pending = []
-            for child in children:
-                label = (
-                    painter.agent(child) if isinstance(child, AgentNode) else painter.tool(child)
-                )
-                pending.append((child, branch.add(label), level))
-            stack.extend(reversed(pending))
-        parts.append(top)
+        yield _header(tree, painter)
     if not roots:
         what = f"no node with status {status!r}" if status else "no agents yet"
-        parts.append(Text(f"({what})", painter.style("dim")))
-    return Group(*parts)
+        yield _line(Text(f"({what})", painter.style("dim")))
+    for root in roots:
+        yield _line(painter.label(root))
+        # Iterative, so a pathologically deep tree cannot hit the recursion limit. Entries are
+        # (node or elision note, guide prefix, last among its siblings, agent level).
+        stack: list[tuple[AgentNode | ToolNode | Text, str, bool, int]] = []
+        _push_children(stack, root, "", 0, keep, limit, painter)
+        while stack:
+            node, prefix, last, level = stack.pop()
+            line = Text(prefix + ("└── " if last else "├── "), guide)
+            line.append_text(node if isinstance(node, Text) else painter.label(node))
+            yield _line(line)
+            if not isinstance(node, Text):
+                _push_children(
+                    stack, node, prefix + ("    " if last else "│   "), level, keep, limit, painter
+                )
+
+
+def _line(text: Text) -> Text:
+    text.no_wrap = True
+    text.overflow = "ellipsis"
+    return text
+
+
+def _push_children(
+    stack: list[tuple[AgentNode | ToolNode | Text, str, bool, int]],
+    node: AgentNode | ToolNode,
+    prefix: str,
+    level: int,
+    keep: set[AgentNode | ToolNode] | None,
+    limit: float,
+    painter: _Painter,
+) -> None:
+    children: list[AgentNode | ToolNode] = [c for c in node.children if keep is None or c in keep]
+    if not children:
+        return
+    if isinstance(node, ToolNode):
+        level += 1
+        if level > limit:
+            note = Text(f"… {_count(children)} below --max-depth", painter.style("dim italic"))
+            stack.append((note, prefix, True, level))
+            return
+    last = len(children) - 1
+    stack.extend(
+        (child, prefix, i == last, level) for i, child in reversed(list(enumerate(children)))
+    )
 
 
 def _count(agents: Iterable[AgentNode | ToolNode]) -> str:
