@@ -68,6 +68,7 @@ from ._ray_host import (
     PermissionWithdrawn,
     ProviderConfig,
     RayHost,
+    RunConfig,
     SubtreeCall,
     failed_outcome,
 )
@@ -237,6 +238,7 @@ class RayPlacement:
         self._call_ids = itertools.count(1)
         self._provider: tuple[ProviderConfig, dict[str, str]] | None = None
         self._cache_run: RunContext | None = None
+        self._config: tuple[RunContext, Any] | None = None
 
     @property
     def hosts(self) -> list[Any]:
@@ -302,6 +304,32 @@ class RayPlacement:
         self._provider, self._cache_run = (config, env_vars), run
         return config, env_vars
 
+    def _config_ref(self, run: RunContext) -> Any:
+        """The run's :class:`RunConfig` in Ray's object store (put once, resolved once per
+        host)."""
+        import ray
+
+        if self._config is not None and self._config[0] is run:
+            return self._config[1]
+        config, _ = self._provider_config(run)
+        ref = ray.put(
+            RunConfig(
+                run_id=run.run_id,
+                agent_types=tuple(run.agent_types.values()),
+                provider=config,
+                tools=tuple(run.tools.values()),
+                tool_limits=run.tool_limits,
+                limits=run.limits,
+                workspace=str(run.workspace),
+                env=dict(run.env),
+                policy=run.broker.policy,
+                batch_interval_s=self._batch_interval_s,
+                batch_max=self._batch_max,
+            )
+        )
+        self._config = (run, ref)
+        return ref
+
     async def run_subtree(self, run: RunContext, spec: AgentSpec) -> AgentOutcome | None:
         """Run *spec*'s whole subtree on a host actor; its events go into ``run.bus``.
 
@@ -314,7 +342,6 @@ class RayPlacement:
         """
         host = self._pick_host(run)
         call_id = f"{host.name}.{next(self._call_ids)}"
-        config, _ = self._provider_config(run)
         remote_budget = None
         if spec.budget is not None and spec.budget.seconds is not None:
             # Token and tool-call budgets of the root are kept HERE, by the run's budget
@@ -324,20 +351,9 @@ class RayPlacement:
         call = SubtreeCall(
             call_id=call_id,
             id_prefix=f"{call_id}.",
-            run_id=run.run_id,
             spec=attrs.evolve(spec, budget=remote_budget, box=[]),
-            agent_types=tuple(run.agent_types.values()),
-            provider=config,
-            tools=tuple(run.tools.values()),
-            tool_limits=run.tool_limits,
-            limits=attrs.evolve(
-                run.limits, max_agents=max(1, run.limits.max_agents - run.agents_started)
-            ),
-            workspace=str(run.workspace),
-            env=dict(run.env),
-            policy=run.broker.policy,
-            batch_interval_s=self._batch_interval_s,
-            batch_max=self._batch_max,
+            config=self._config_ref(run),
+            max_agents=max(1, run.limits.max_agents - run.agents_started),
         )
         run.budget.set_budget(spec.agent_id, spec.budget)
         stream = _Stream(self, run, spec, host, call)

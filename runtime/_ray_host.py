@@ -37,6 +37,7 @@ the host nursery or the other subtrees.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
 import socket
@@ -103,13 +104,12 @@ class ProviderConfig:
 
 
 @attrs.frozen(kw_only=True)
-class SubtreeCall:
-    """One remote subtree: everything the worker needs to run it (no secrets)."""
+class RunConfig:
+    """What every subtree of one run shares (no secrets). Sent once per host: the parent puts
+    it in Ray's object store and each call carries the reference, which the host resolves once
+    and keeps (unpickling the tools, agent types and scenario on every call would dominate)."""
 
-    call_id: str
-    id_prefix: str
     run_id: str
-    spec: AgentSpec
     agent_types: tuple[AgentType, ...]
     provider: ProviderConfig
     tools: tuple[Tool, ...]
@@ -120,6 +120,22 @@ class SubtreeCall:
     policy: PermissionPolicy
     batch_interval_s: float = 0.01
     batch_max: int = 512
+
+
+@attrs.frozen(kw_only=True)
+class SubtreeCall:
+    """One remote subtree.
+
+    Attributes:
+        config: the run's :class:`RunConfig`, or a Ray object reference to one.
+        max_agents: how many more agents the run may start (the run-wide ``max_agents``).
+    """
+
+    call_id: str
+    id_prefix: str
+    spec: AgentSpec
+    config: Any
+    max_agents: int
 
 
 @attrs.frozen(kw_only=True)
@@ -250,6 +266,7 @@ class _CallState:
     """One subtree on this host, as the control calls see it."""
 
     call: SubtreeCall
+    config: RunConfig
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     registry: Registry = attrs.Factory(Registry)
     broker: _ForwardingBroker | None = None
@@ -338,6 +355,7 @@ class RayHost:
         self._calls: dict[str, _CallState] = {}
         self._early: dict[str, list[tuple[str, str, str | None]]] = {}
         self._outboxes: dict[str, _Outbox] = {}
+        self._configs: dict[str, RunConfig] = {}
 
     # -- the guest loop ---------------------------------------------------------------------
     async def _ensure_trio(self) -> trio.lowlevel.TrioToken:
@@ -396,9 +414,10 @@ class RayHost:
         here; the subtree's scope is then cancelled and nothing more is streamed.
         """
         token = await self._ensure_trio()
+        config = await self._config(call)
         outbox = _Outbox(token, self._max_pending)
         self._outboxes[call.call_id] = outbox
-        token.run_sync_soon(self._start_call, call, outbox)
+        token.run_sync_soon(self._start_call, call, config, outbox)
         finished = False
         try:
             while True:
@@ -413,6 +432,18 @@ class RayHost:
                 # Cancelled through Ray, or the consumer went away: stop the subtree.
                 token.run_sync_soon(self._abort_call, call.call_id)
 
+    async def _config(self, call: SubtreeCall) -> RunConfig:
+        if isinstance(call.config, RunConfig):
+            return call.config
+        key = call.config.hex()
+        config = self._configs.get(key)
+        if config is None:
+            config = await call.config
+            if len(self._configs) >= 8:  # one per run; a host serves one run
+                self._configs.pop(next(iter(self._configs)))
+            self._configs[key] = config
+        return config
+
     async def cancel(self, call_id: str, node_id: str, reason: str, by: str | None) -> None:
         """Cancel node *node_id* of subtree *call_id* (an agent, a tool call, or the boundary:
         the parent's agent call). Unknown or finished nodes are ignored."""
@@ -425,9 +456,9 @@ class RayHost:
         token.run_sync_soon(self._answer_in_trio, call_id, question_id, granted, reason)
 
     # -- trio side ----------------------------------------------------------------------------
-    def _start_call(self, call: SubtreeCall, outbox: _Outbox) -> None:
+    def _start_call(self, call: SubtreeCall, config: RunConfig, outbox: _Outbox) -> None:
         assert self._nursery is not None
-        state = _CallState(call)
+        state = _CallState(call, config)
         state.early.extend(self._early.pop(call.call_id, ()))
         self._calls[call.call_id] = state
         self._nursery.start_soon(self._serve_call, state, outbox, name=f"subtree {call.call_id}")
@@ -471,14 +502,14 @@ class RayHost:
 
 async def _run_call(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
     """Run the subtree of *state*, shipping its events; return the root agent's outcome."""
-    call = state.call
-    bus = EventBus(call.run_id)
+    config = state.config
+    bus = EventBus(config.run_id)
     # ``block``: agents wait for the shipper rather than buffering without bound.
-    events = bus.subscribe(buffer=max(2 * call.batch_max, 64), policy="block")
+    events = bus.subscribe(buffer=max(2 * config.batch_max, 64), policy="block")
     flush_now = trio.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(
-            _ship_events, events, outbox, flush_now, call.batch_interval_s, call.batch_max
+            _ship_events, events, outbox, flush_now, config.batch_interval_s, config.batch_max
         )
         try:
             return await _run_root(state, bus)
@@ -527,16 +558,16 @@ def _drain(events: Subscription, batch: list[Event], batch_max: int) -> bool:
 
 
 async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
-    call = state.call
+    call, config = state.call, state.config
     spec = call.spec
     registry = state.registry
     async with AsyncExitStack() as stack:
         try:
-            workspace = _check_workspace(call.workspace)
-            provider = await _open_provider(stack, call.provider, call.id_prefix)
+            workspace = _check_workspace(config.workspace)
+            provider = await _open_provider(stack, config.provider, call.id_prefix)
         except AgentsError as exc:
             return await _fail_root(bus, spec, str(exc))
-        broker = _ForwardingBroker(bus, call.policy, call.id_prefix)
+        broker = _ForwardingBroker(bus, config.policy, call.id_prefix)
         state.broker = broker
 
         async def budget_cancel(agent_id: str, reason: str) -> bool:
@@ -557,24 +588,24 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
 
         budget = BudgetLayer(budget_cancel)
         bus.add_tap(budget)
-        types = AgentTypes(attrs.evolve(t, placement="local") for t in call.agent_types)
+        types = AgentTypes(attrs.evolve(t, placement="local") for t in config.agent_types)
         run = _RemoteRunContext(
-            run_id=call.run_id,
+            run_id=config.run_id,
             bus=bus,
             registry=registry,
             provider=provider,
             model=getattr(provider, "model", None) or "scripted",
             agent_types=types,
-            tools={t.name: t for t in call.tools},
-            tool_limits=call.tool_limits,
-            limits=call.limits,
+            tools={t.name: t for t in config.tools},
+            tool_limits=config.tool_limits,
+            limits=attrs.evolve(config.limits, max_agents=call.max_agents),
             workspace=workspace,
-            env=dict(call.env),
+            env=dict(config.env),
             secrets=_secret_values(),
             broker=broker,
             budget=budget,
-            limiter=trio.CapacityLimiter(call.limits.max_parallel),
-            log=_log.bind(run_id=call.run_id, call_id=call.call_id),
+            limiter=trio.CapacityLimiter(config.limits.max_parallel),
+            log=_log.bind(run_id=config.run_id, call_id=call.call_id),
             id_prefix=call.id_prefix,
         )
         boundary = trio.CancelScope()
@@ -627,7 +658,9 @@ async def _open_provider(stack: AsyncExitStack, config: ProviderConfig, prefix: 
     )
 
 
+@functools.cache
 def _secret_values() -> tuple[str, ...]:
+    # The worker's environment is fixed for its life (keys come from Ray's runtime_env).
     from ._secrets import secret_values
 
     return tuple(secret_values(os.environ))

@@ -367,21 +367,23 @@ def test_an_exception_in_one_subtree_leaves_the_others_on_its_host_running(
 ) -> None:
     from runtime._loop import AgentSpec
     from runtime._permissions import PermissionPolicy
-    from runtime._ray_host import ProviderConfig, RayHost, SubtreeCall
+    from runtime._ray_host import ProviderConfig, RayHost, RunConfig, SubtreeCall
     from tools import ToolLimits, builtin_tools
 
     scenario = Scenario.from_obj({"agents": {"main": turns("x"),
                                              "w": {"turns": [{"text": "fine", "delay_s": 0.3}]}}})
     spec = AgentSpec(agent_id="agent-2", agent_type=AgentType(name="w"), prompt="go", depth=1,
                      parent_tool_use_id="tu-1", parent_agent_id="agent-1")
-    good = SubtreeCall(
-        call_id="t.1", id_prefix="t.1.", run_id="run", spec=spec,
-        agent_types=(AgentType(name="w"),),
+    config = RunConfig(
+        run_id="run", agent_types=(AgentType(name="w"),),
         provider=ProviderConfig(kind="scripted", name="scripted", scenario=scenario),
         tools=tuple(builtin_tools()), tool_limits=ToolLimits(), limits=Limits(),
         workspace=str(tmp_path), env={}, policy=PermissionPolicy(mode="deny"))
+    good = SubtreeCall(call_id="t.1", id_prefix="t.1.", spec=spec, config=ray.put(config),
+                       max_agents=100)
     # Not a tool at all: the subtree breaks while it is set up on the worker.
-    bad = attrs.evolve(good, call_id="t.2", id_prefix="t.2.", tools=(functools.partial(print),))
+    broken = attrs.evolve(config, tools=(functools.partial(print),))
+    bad = SubtreeCall(call_id="t.2", id_prefix="t.2.", spec=spec, config=broken, max_agents=100)
     host = ray.remote(RayHost).options(num_cpus=0, max_concurrency=100).remote("t")
     try:
         streams = [host.run_subtree.options(num_returns="streaming").remote(c)
