@@ -67,24 +67,18 @@ class BudgetLayer:
         elif isinstance(event, ToolStarted):
             self._add(event.agent_id, tool_calls=1)
         elif isinstance(event, AgentFinished) and event.agent_id is not None:
-            u = self._agents.get(event.agent_id)
-            # Keep finished agents only while an ancestor may still need their parent link.
-            if u is not None and u.parent is None:
-                self._forget_tree(event.agent_id)
+            # Every agent under it has finished already (SPEC §2 ordering) and its usage was
+            # added to its ancestors as it came, so it can go: memory follows the live agents.
+            self._agents.pop(event.agent_id, None)
+            self._pending.pop(event.agent_id, None)
 
-    def _forget_tree(self, root: str) -> None:
-        # A finished root ends its whole tree: drop every agent that chains up to it.
-        doomed = {root}
-        for aid in list(self._agents):
-            chain = []
-            cur: str | None = aid
-            while cur is not None and cur not in doomed and cur in self._agents:
-                chain.append(cur)
-                cur = self._agents[cur].parent
-            if cur in doomed:
-                doomed.update(chain)
-        for aid in doomed:
-            self._agents.pop(aid, None)
+    def forget(self, agent_id: str) -> None:
+        """Drop a budget set for an agent that never started (cancelled while waiting)."""
+        self._pending.pop(agent_id, None)
+
+    def __len__(self) -> int:
+        """Agents tracked now (the live ones)."""
+        return len(self._agents)
 
     def _add(self, agent_id: str | None, *, tokens: int = 0, tool_calls: int = 0) -> None:
         cur = agent_id

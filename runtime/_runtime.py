@@ -157,6 +157,9 @@ class Runtime:
             mailbox_size=run.limits.mailbox_size,
         )
         handle = AgentHandle(spec.agent_id, self, actor, spec)
+        # Keep running roots and the last one (its status is the run's); a long chat session
+        # must not keep every earlier turn's whole history alive here.
+        self._roots = [h for h in self._roots if not h.done]
         self._roots.append(handle)
         return handle
 
@@ -273,8 +276,9 @@ class Runtime:
         self._run.bus.remove_tap(tap)
 
     async def _wait_roots(self) -> None:
-        for handle in list(self._roots):
-            await handle._actor.wait()
+        # Roots may be started while we wait (from another task): wait until none is running.
+        while running := [h for h in self._roots if not h.done]:
+            await running[0]._actor.wait()
 
     def _final_status(self) -> AgentStatus:
         for handle in reversed(self._roots):
@@ -411,8 +415,6 @@ async def open_runtime(
                 open_ray_placement(address=ray_address or base_env.get("RAY_ADDRESS"))
             )
         bus = EventBus(run_id)
-        if on_event is not None:
-            bus.add_tap(on_event)
         sinks: list[JsonlSink] = []
         if trace_path is not None:
             try:
@@ -426,7 +428,12 @@ async def open_runtime(
         if json_out is not None:
             sinks.append(JsonlSink(json_out, name="json", interval_s=0.005))
         for sink in sinks:
+            # Sinks first: they see every event even if a user's tap misbehaves; and they are
+            # closed (flushed) by the exit stack whatever happens below.
             bus.add_tap(sink)
+            stack.callback(sink.close)
+        if on_event is not None:
+            bus.add_tap(on_event)
         registry = Registry()
         runtime_box: list[Runtime] = []
 
@@ -486,16 +493,16 @@ async def open_runtime(
         finally:
             status = runtime_box[0]._final_status() if runtime_box else "cancelled"
             if not bus.closed:
-                bus.emit_nowait(
-                    RunFinished,
-                    agent_id=None,
-                    parent_tool_use_id=None,
-                    status=status,
-                    duration_s=trio.current_time() - t0,
-                )
-                bus.close()
-            for sink in sinks:
-                sink.close()
+                try:
+                    bus.emit_nowait(
+                        RunFinished,
+                        agent_id=None,
+                        parent_tool_use_id=None,
+                        status=status,
+                        duration_s=trio.current_time() - t0,
+                    )
+                finally:
+                    bus.close()
 
 
 def _version() -> str:

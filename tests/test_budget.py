@@ -9,7 +9,16 @@ import pytest
 import trio
 import trio.testing
 
-from runtime import AgentFinished, AgentStarted, AgentType, Budget, CancelRequested, ConfigError
+from runtime import (
+    AgentFinished,
+    AgentStarted,
+    AgentType,
+    Budget,
+    CancelRequested,
+    ConfigError,
+    Limits,
+    open_runtime,
+)
 from tests.harness import agent_call, run_scenario
 from tests.invariants import by_type, check_invariants
 
@@ -109,3 +118,14 @@ def test_budgets_reject_nonsense() -> None:
     with pytest.raises(ConfigError, match=r"budget\.speed: unknown key"):
         Budget.from_mapping({"speed": 1})
     assert Budget(tokens=5).tighter(Budget(tokens=3, seconds=1)) == Budget(tokens=3, seconds=1)
+
+
+async def test_the_budget_layer_only_remembers_live_agents(workspace: Path) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call(f"n{i}", "w") for i in range(50)]},
+                           {"text": "ok"}]},
+        "w": {"turns": [{"text": "done"}]}}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            limits=Limits(max_parallel=50)) as rt:
+        await rt.run("go")
+        assert len(rt._run.budget) == 0
