@@ -661,13 +661,23 @@ async def _tail(args: argparse.Namespace) -> int:
     loader = TraceLoader(traces, name=args.file, on_error=warnings)
     outcome = 130
     live_view = console.is_terminal
+    arrived = time.monotonic()
 
     def draw() -> Any:
         from rich.console import Group
 
-        now = time.time()
-        parts = [render_tree(t, now=now, color=color) for t in traces.trees]
-        return Group(*parts) if parts else "waiting for events…"
+        trees = traces.trees
+        # Running nodes tick from the last event's time by the time since it arrived: right
+        # for a live run, and no "26000h running" for an old file that stopped growing.
+        last = max((t.last_ts for t in trees), default=-math.inf)
+        now = last + (time.monotonic() - arrived) if math.isfinite(last) else time.time()
+        room = console.height - 1
+        parts = []
+        for t in trees:
+            # Too tall for the screen while running: only what runs, and the paths to it.
+            tall = len(t.agents) + len(t.tools) + 1 > room and not t.ended
+            parts.append(render_tree(t, now=now, color=color, status="running" if tall else None))
+        return Group(*parts) if parts else f"waiting for events in {args.file}…"
 
     def finished() -> bool:
         trees = traces.trees
@@ -675,8 +685,10 @@ async def _tail(args: argparse.Namespace) -> int:
 
     async def follow(cancel_scope: trio.CancelScope, live: Any) -> None:
         nonlocal outcome
+        nonlocal arrived
         async with follow_lines(args.file, poll_s=args.poll) as batches:
             async for batch in batches:
+                arrived = time.monotonic()
                 for lineno, line in batch:
                     fields = loader.feed(lineno, line)
                     if fields is None or live is not None:

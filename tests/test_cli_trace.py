@@ -429,3 +429,47 @@ def test_tail_exits_130_on_ctrl_c_without_a_traceback(tmp_path: Path) -> None:
 def test_tail_a_missing_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tail", str(tmp_path / "nope.jsonl")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- tail on a terminal
+
+
+def test_tail_on_a_terminal_shows_the_live_tree_until_the_run_finishes(tmp_path: Path) -> None:
+    pexpect = pytest.importorskip("pexpect")
+    dicts = list(run_events(small_run()))
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(lines_of(dicts[:30]))
+    child = pexpect.spawn(
+        str(CLI),
+        ["trace", "tail", "--poll", "0.02", str(path)],
+        encoding="utf-8",
+        dimensions=(40, 160),
+        timeout=20,
+    )
+    try:
+        child.expect("run run_0001")
+        child.expect("agent_1")
+        with path.open("ab") as f:
+            f.write(lines_of(dicts[30:]))
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    assert "Traceback" not in (child.before or "")
+
+
+def test_tail_on_a_terminal_exits_130_on_ctrl_c(tmp_path: Path) -> None:
+    pexpect = pytest.importorskip("pexpect")
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(lines_of(list(run_events(small_run()))[:30]))
+    child = pexpect.spawn(
+        str(CLI), ["trace", "tail", str(path)], encoding="utf-8", dimensions=(40, 160), timeout=20
+    )
+    try:
+        child.expect("agent_1")
+        child.sendintr()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 130
+    assert "Traceback" not in (child.before or "")
