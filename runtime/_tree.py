@@ -881,10 +881,10 @@ class TraceTree:
         agent.started_ts = ts
 
     def _text_delta(self, fields: Fields) -> None:
-        agent = self.agents.get(fields["agent_id"]) or self._agent_for(fields, "text_delta")
         text = fields["text"]
         if text.__class__ is not str:
             raise _invalid("text_delta", "text")
+        agent = self.agents.get(fields["agent_id"]) or self._agent_for(fields, "text_delta")
         chunks = agent._chunks
         if chunks is None:
             agent._chunks = [text]
@@ -895,10 +895,10 @@ class TraceTree:
             agent._compact()
 
     def _thinking_delta(self, fields: Fields) -> None:
-        agent = self.agents.get(fields["agent_id"]) or self._agent_for(fields, "thinking_delta")
         text = fields["text"]
         if text.__class__ is not str:
             raise _invalid("thinking_delta", "text")
+        agent = self.agents.get(fields["agent_id"]) or self._agent_for(fields, "thinking_delta")
         agent._thinking_len += len(text)
 
     def _delta_no_text(self, fields: Fields) -> None:
@@ -908,9 +908,9 @@ class TraceTree:
             self._agent_for(fields, str(fields["type"]))
 
     def _user_message(self, fields: Fields) -> None:
-        agent = self.agents.get(fields["agent_id"]) or self._agent_for(fields, "user_message")
         if fields["text"].__class__ is not str:
             raise _invalid("user_message", "text")
+        agent = self.agents.get(fields["agent_id"]) or self._agent_for(fields, "user_message")
         agent._user_messages += 1
 
     def _tool_started(self, fields: Fields) -> None:

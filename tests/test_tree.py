@@ -397,3 +397,24 @@ def test_a_truncated_stream_leaves_every_unfinished_node_interrupted(
         live.apply_dict(d)
     live.end()
     assert plain(live) == plain(tree_of(dicts))
+
+
+def test_a_rejected_event_creates_no_placeholder() -> None:
+    tree = TraceTree()
+    base = {"seq": 1, "ts": 1.0, "run_id": "r", "agent_id": "ghost", "parent_tool_use_id": None}
+    for kind in ("text_delta", "thinking_delta", "user_message"):
+        with pytest.raises(EventDecodeError, match="'text'"):
+            tree.apply_dict({"type": kind, **base, "text": 42})
+    with pytest.raises(EventDecodeError, match="'input_tokens'"):
+        tree.apply_dict(
+            {
+                "type": "turn_finished",
+                **base,
+                "turn": 1,
+                "stop_reason": "end_turn",
+                "input_tokens": "many",
+                "output_tokens": 1,
+            }
+        )
+    assert tree.agents == {}
+    assert tree.roots == []
