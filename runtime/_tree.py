@@ -544,6 +544,11 @@ class TraceTree:
         return INTERRUPTED
 
     @property
+    def empty(self) -> bool:
+        """Whether no event has left a mark on the tree yet."""
+        return not (self.agents or self.tools or self.version is not None or self.run_status)
+
+    @property
     def roots(self) -> list[AgentNode]:
         """Root agents in start order, then agents whose parent tool call never appeared."""
         if not self._unattached:
@@ -1202,8 +1207,12 @@ class TraceSet:
 
     @property
     def trees(self) -> list[TraceTree]:
-        """One tree per run, in the order runs first appear."""
-        return list(self.by_run.values())
+        """One tree per run, in the order runs first appear.
+
+        A run named only by events that were then rejected (a garbage line with a ``run_id``)
+        has an empty tree, which is left out.
+        """
+        return [tree for tree in self.by_run.values() if not tree.empty]
 
     def tree_for(self, run_id: str) -> TraceTree:
         """The tree of *run_id*, created empty if new.

@@ -124,6 +124,14 @@ def test_unknown_event_types_are_skipped_with_one_warning_per_type(tmp_path: Pat
     assert len(slow_errors) == 2
 
 
+def test_a_rejected_line_does_not_invent_a_run(tmp_path: Path) -> None:
+    lines = lines_of(list(run_events(small_run())))
+    lines.insert(4, b'{"type": "tool_started", "run_id": "bogus", "seq": 1}\n')
+    trees, errors = collect(write(tmp_path / "t.jsonl", lines))
+    assert [t.run_id for t in trees] == ["run_0001"]
+    assert [e.line for e in errors] == [5]
+
+
 def test_two_runs_in_one_file_give_two_trees(tmp_path: Path) -> None:
     one = list(run_events(small_run(), run_id="run_a"))
     two = list(run_events(AgentSpec(name="solo"), run_id="run_b"))
