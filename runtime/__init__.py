@@ -79,6 +79,17 @@ if TYPE_CHECKING:
     from ._secrets import filter_env as filter_env
     from ._secrets import redact as redact
     from ._secrets import secret_values as secret_values
+    from ._tracefile import TraceLoader as TraceLoader
+    from ._tracefile import follow_lines as follow_lines
+    from ._tracefile import load_traces as load_traces
+    from ._tracefile import read_events as read_events
+    from ._tree import AgentNode as AgentNode
+    from ._tree import CancelInfo as CancelInfo
+    from ._tree import RunningSubtree as RunningSubtree
+    from ._tree import ToolNode as ToolNode
+    from ._tree import TraceSet as TraceSet
+    from ._tree import TraceTree as TraceTree
+    from ._tree import split_runs as split_runs
     from .providers import AnthropicProvider as AnthropicProvider
     from .providers import OpenAIProvider as OpenAIProvider
     from .providers import RetryPolicy as RetryPolicy
@@ -87,6 +98,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "AgentFinished": "._events",
     "AgentHandle": "._runtime",
+    "AgentNode": "._tree",
     "AgentOutcome": "._loop",
     "AgentStarted": "._events",
     "AgentState": "._messages",
@@ -95,6 +107,7 @@ _LAZY: dict[str, str] = {
     "AgentsError": "._errors",
     "AnthropicProvider": ".providers",
     "Budget": "._limits",
+    "CancelInfo": "._tree",
     "CancelRequested": "._events",
     "ConfigError": "._errors",
     "Decision": "._permissions",
@@ -114,6 +127,7 @@ _LAZY: dict[str, str] = {
     "Rule": "._permissions",
     "RunFinished": "._events",
     "RunStarted": "._events",
+    "RunningSubtree": "._tree",
     "Runtime": "._runtime",
     "Scenario": "._scenario",
     "ScenarioError": "._errors",
@@ -132,11 +146,15 @@ _LAZY: dict[str, str] = {
     "ToolError": "._errors",
     "ToolFinished": "._events",
     "ToolInputError": "._errors",
+    "ToolNode": "._tree",
     "ToolResultBlock": "._messages",
     "ToolSpec": "._provider",
     "ToolStarted": "._events",
     "ToolUseBlock": "._messages",
     "TraceError": "._errors",
+    "TraceLoader": "._tracefile",
+    "TraceSet": "._tree",
+    "TraceTree": "._tree",
     "TurnEnd": "._provider",
     "TurnFinished": "._events",
     "UnknownEventType": "._errors",
@@ -146,12 +164,16 @@ _LAZY: dict[str, str] = {
     "event_from_dict": "._events",
     "event_to_dict": "._events",
     "filter_env": "._secrets",
+    "follow_lines": "._tracefile",
     "load_agent_types": "._agent_types",
+    "load_traces": "._tracefile",
     "open_provider": ".providers",
     "open_runtime": "._runtime",
     "parse_rule": "._permissions",
+    "read_events": "._tracefile",
     "redact": "._secrets",
     "secret_values": "._secrets",
+    "split_runs": "._tree",
 }
 
 __all__ = sorted(_LAZY)
