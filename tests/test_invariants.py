@@ -6,12 +6,22 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import orjson
 import trio
 import trio.testing
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from runtime import AgentFinished, AgentStarted, CancelRequested, Event, Limits, open_runtime
+from runtime import (
+    AgentFinished,
+    AgentStarted,
+    CancelRequested,
+    Event,
+    Limits,
+    TraceTree,
+    open_runtime,
+    read_events,
+)
 from tests.invariants import by_type, check_invariants
 
 
@@ -79,7 +89,9 @@ async def test_random_trees_with_faults_and_cancels_keep_the_invariants(
     events: list[Event] = []
     workspace = tmp_path
     names: dict[str, str] = {}
-    async with open_runtime(scenario=_scenario(root), workspace=workspace, trace=False,
+    trace = tmp_path / "run.jsonl"
+    trace.unlink(missing_ok=True)
+    async with open_runtime(scenario=_scenario(root), workspace=workspace, trace=trace,
                             limits=Limits(max_parallel=50), on_event=events.append) as rt:
         handle = await rt.start("go")
         start = trio.current_time()
@@ -97,6 +109,9 @@ async def test_random_trees_with_faults_and_cancels_keep_the_invariants(
             await rt.cancel(node_id, f"random cancel at {at:.2f}")
         await handle.wait()
     check_invariants(events)
+    live_tree = orjson.dumps(TraceTree.from_events(events).to_json())
+    assert orjson.dumps(TraceTree.from_events(read_events(trace)).to_json()) == live_tree, (
+        "the tree from the trace file is the tree from the live stream")
 
     started = {e.agent_id: e for e in by_type(events, AgentStarted)}
     finished = {e.agent_id: e for e in by_type(events, AgentFinished)}
