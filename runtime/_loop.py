@@ -129,7 +129,7 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
     status: AgentStatus | None = None
     result: str | None = None
     error: str | None = None
-    run.mailboxes[spec.agent_id] = ctx.mailbox
+    announced = False
     try:
         await emit(
             AgentStarted,
@@ -138,6 +138,9 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
             depth=spec.depth,
             prompt=spec.prompt,
         )
+        announced = True
+        # Reachable by messages (and by Runtime.cancel) only once it has been announced.
+        run.mailboxes[spec.agent_id] = ctx.mailbox
         if seconds is not None:
             ctx.scope.deadline = trio.current_time() + seconds
         status, result, error = await _loop(run, spec, state, ctx, log)
@@ -178,19 +181,20 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
         spec.box.append(outcome)
         # Finished from now on: a cancel arriving while the end is reported changes nothing.
         run.registry.unregister(spec.agent_id)
-        await run.bus.emit_final(
-            AgentFinished,
-            grace_s=run.limits.finish_grace_s,
-            agent_id=spec.agent_id,
-            parent_tool_use_id=spec.parent_tool_use_id,
-            status=outcome.status,
-            result=outcome.result,
-            error=outcome.error,
-            turns=outcome.turns,
-            input_tokens=outcome.input_tokens,
-            output_tokens=outcome.output_tokens,
-            duration_s=outcome.duration_s,
-        )
+        if announced:  # an agent cancelled before it was announced leaves no trace at all
+            await run.bus.emit_final(
+                AgentFinished,
+                grace_s=run.limits.finish_grace_s,
+                agent_id=spec.agent_id,
+                parent_tool_use_id=spec.parent_tool_use_id,
+                status=outcome.status,
+                result=outcome.result,
+                error=outcome.error,
+                turns=outcome.turns,
+                input_tokens=outcome.input_tokens,
+                output_tokens=outcome.output_tokens,
+                duration_s=outcome.duration_s,
+            )
     return outcome
 
 
@@ -224,6 +228,9 @@ async def _loop(
     )
     last_text = ""
     while True:
+        if spec.depth > 0 and spec.agent_id not in run.active_children:
+            # A slot lent to its children while it waited for them comes back here.
+            await run.acquire_slot(spec.agent_id)
         await _deliver_messages(ctx, state, emit)
         if state.turns >= max_turns:
             return "max_turns", last_text or None, f"stopped after {state.turns} turns (max_turns)"
@@ -249,8 +256,7 @@ async def _loop(
             output_tokens=end.output_tokens,
         )
         if calls:
-            results = await _run_tool_calls(run, spec, tools, calls, log)
-            state.messages.append(Message(role="user", content=tuple(results)))
+            await _run_tool_calls(run, spec, state, tools, calls, log)
             state.continue_reason = "tool_use"
             continue
         if ctx.mailbox.pending():
@@ -263,13 +269,14 @@ async def _loop(
 async def _deliver_messages(ctx: ActorContext[str], state: AgentState, emit: Any) -> None:
     """Messages injected while the agent worked join the history at this turn boundary."""
     for text in ctx.mailbox.drain():
-        await emit(UserMessage, text=text)
+        # Into the history first: a cancel while the event waits must not lose the message.
         block = TextBlock(text=text)
         last = state.messages[-1] if state.messages else None
         if last is not None and last.role == "user":
             state.messages[-1] = Message(role="user", content=(*last.content, block))
         else:
             state.messages.append(Message(role="user", content=(block,)))
+        await emit(UserMessage, text=text)
 
 
 async def _stream_turn(
@@ -326,11 +333,14 @@ def _tool_spec(run: RunContext, tool: Tool) -> ToolSpec:
 async def _run_tool_calls(
     run: RunContext,
     spec: AgentSpec,
+    state: AgentState,
     tools: Mapping[str, Tool],
     calls: list[ToolCall],
     log: Any,
-) -> list[ToolResultBlock]:
-    """Run one turn's tool calls; results come back in call order, whatever order they end in.
+) -> None:
+    """Run one turn's tool calls and add their results to the history, in call order whatever
+    order they end in — also when the agent is cancelled half-way (the calls that did not
+    finish read ``cancelled``), so the history stays valid for another turn.
 
     The calls run at the same time when every one of them is concurrency-safe (read-only tools,
     ``agent``), else one after another.
@@ -339,14 +349,20 @@ async def _run_tool_calls(
     parallel = len(calls) > 1 and all(
         (t := tools.get(c.name)) is None or t.concurrency_safe for c in calls
     )
-    if parallel:
-        async with trio.open_nursery() as nursery:
+    try:
+        if parallel:
+            async with trio.open_nursery() as nursery:
+                for i, call in enumerate(calls):
+                    nursery.start_soon(_run_tool_call, run, spec, tools, call, i, results, log)
+        else:
             for i, call in enumerate(calls):
-                nursery.start_soon(_run_tool_call, run, spec, tools, call, i, results, log)
-    else:
-        for i, call in enumerate(calls):
-            await _run_tool_call(run, spec, tools, call, i, results, log)
-    return [r for r in results if r is not None]
+                await _run_tool_call(run, spec, tools, call, i, results, log)
+    finally:
+        blocks = tuple(
+            r or ToolResultBlock(tool_use_id=c.id, content="cancelled", is_error=True)
+            for r, c in zip(results, calls, strict=True)
+        )
+        state.messages.append(Message(role="user", content=blocks))
 
 
 def _summary(tool: Tool | None, call: ToolCall) -> str:
@@ -390,7 +406,12 @@ async def _run_tool_call(
             status, output = "error", f"duplicate tool_use_id {call.id!r} in this run"
         else:
             with scope:
-                status, output = await _execute(run, spec, tool, call, summary, log)
+                try:
+                    status, output = await _execute(run, spec, tool, call, summary, log)
+                except Exception as exc:  # validation, permissions, context: a bug here is
+                    # this call's error, never a crash of the agent and its other calls
+                    log.exception("tool call failed", tool=call.name, tool_use_id=call.id)
+                    status, output = "error", f"internal error: {type(exc).__name__}: {exc}"
     finally:
         if node is not None:
             run.registry.unregister(call.id)
@@ -487,8 +508,9 @@ class _Spawner:
                 f"max depth {run.limits.max_depth} reached: a sub-agent here would be at "
                 f"depth {depth}; do this work yourself"
             )
-        if run.agents_started >= run.limits.max_agents:
+        if run.agents_reserved >= run.limits.max_agents:
             raise ToolError(f"max agents {run.limits.max_agents} reached for this run")
+        run.agents_reserved += 1
         effective = (atype.budget or Budget()).tighter(call_budget)
         spec = AgentSpec(
             agent_id=run.new_agent_id(),
@@ -499,14 +521,25 @@ class _Spawner:
             parent_agent_id=self._parent.agent_id,
             budget=None if effective.empty else effective,
         )
-        async with run.limiter:
-            if atype.placement == "local":
-                outcome = await run_agent_actor(run, spec)
-            else:
-                runner = run.placements.get(atype.placement)
+        runner = None
+        if atype.placement != "local":
+            runner = run.placements.get(atype.placement)
+            if runner is None:
+                raise ToolError(f"placement {atype.placement!r} is not available in this run")
+        parent_id = self._parent.agent_id
+        run.child_starting(parent_id)
+        try:
+            # Waits visibly: this call's tool_started is out; agent_started comes when it runs.
+            await run.acquire_slot(spec.agent_id)
+            try:
                 if runner is None:
-                    raise ToolError(f"placement {atype.placement!r} is not available in this run")
-                outcome = await runner.run_subtree(run, spec)
+                    outcome = await run_agent_actor(run, spec)
+                else:
+                    outcome = await runner.run_subtree(run, spec)
+            finally:
+                run.release_slot(spec.agent_id)
+        finally:
+            run.child_finished(parent_id)
         if outcome is None:  # pragma: no cover - the agent always reports, even when cancelled
             raise ToolError(f"sub-agent {spec.agent_id} ended without an outcome")
         if outcome.status == "completed":
@@ -529,6 +562,14 @@ async def run_agent_actor(run: RunContext, spec: AgentSpec) -> AgentOutcome | No
     Cancellation: cancels the agent, which still reports how it ended.
     """
     run.budget.set_budget(spec.agent_id, spec.budget)
+    try:
+        await _run_in_own_nursery(run, spec)
+    finally:
+        run.budget.forget(spec.agent_id)
+    return spec.box[0] if spec.box else None
+
+
+async def _run_in_own_nursery(run: RunContext, spec: AgentSpec) -> None:
     async with trio.open_nursery() as nursery:
         start_actor_soon(
             nursery,
@@ -539,4 +580,3 @@ async def run_agent_actor(run: RunContext, spec: AgentSpec) -> AgentOutcome | No
             data=Owner(spec.agent_id, spec.parent_tool_use_id),
             mailbox_size=run.limits.mailbox_size,
         )
-    return spec.box[0] if spec.box else None

@@ -191,17 +191,24 @@ class Runtime:
         ``cancelled: <reason>`` and the parent carries on. Cancelling a root agent ends it.
 
         Returns:
-            ``False``, changing nothing, when the id is unknown or already finished.
+            ``False``, changing nothing, when the id is unknown, not yet announced (no
+            ``agent_started`` yet) or already finished or cancelled.
 
-        Cancellation: a checkpoint only while the stream applies backpressure.
+        Cancellation: a checkpoint before anything happens; the cancel itself is not
+        interruptible, and never waits for a slow subscriber (an abort must not hang on one).
         """
         if by not in _CANCEL_BY:
             raise ValueError(f"by must be one of {', '.join(_CANCEL_BY)}")
+        await trio.lowlevel.checkpoint()
+        # From here to the end nothing yields, so the node cannot finish in between: the
+        # cancel_requested event always precedes the node's end.
         node = self._run.registry.get(node_id)
         if node is None or node.cancel_reason is not None:
             return False
         owner: Owner = node.data
-        await self._run.bus.emit(
+        if owner.agent_id == node_id and node_id not in self._run.announced:
+            return False
+        self._run.bus.emit_nowait(
             CancelRequested,
             agent_id=owner.agent_id,
             parent_tool_use_id=owner.parent_tool_use_id,
@@ -461,6 +468,7 @@ async def open_runtime(
             log=structlog.get_logger("trio_agents").bind(run_id=run_id),
             placements=placements,
         )
+        bus.add_tap(run.track_announced)
         config = {
             **prov.describe(),
             "provider": prov.name,

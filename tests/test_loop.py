@@ -339,3 +339,50 @@ async def test_arguments_the_provider_could_not_decode_are_an_error_result(
     assert finished.status == "error"  # type: ignore[attr-defined]
     assert finished.output == "invalid input for read: the arguments are not valid JSON (x)"  # type: ignore[attr-defined]
     assert outcome.result == "fixed it"
+
+
+class _TypoSchema(Tool):
+    name: ClassVar[str] = "lookup"
+    description: ClassVar[str] = "a user tool whose schema has a typo"
+    input_schema: ClassVar[dict[str, Any]] = {"type": "objekt"}
+    read_only: ClassVar[bool] = True
+    concurrency_safe: ClassVar[bool] = True
+    needs_permission: ClassVar[bool] = False
+
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        return "found"
+
+
+async def test_a_failure_before_the_tool_runs_is_that_calls_error_only(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [
+            {"name": "agent", "input": {"description": "slow", "prompt": "p", "agent": "w"}},
+            {"name": "lookup", "input": {}}]}, {"text": "done"}]},
+        "w": {"turns": [{"text": "w done", "delay_s": 5}]}}}
+    outcome, events = await run_scenario(scenario, workspace, extra_tools=[_TypoSchema()])
+    check_invariants(events)
+    statuses = {e.name: e.status for e in by_type(events, ToolFinished)}  # type: ignore[attr-defined]
+    assert statuses == {"agent": "ok", "lookup": "error"}
+    assert outcome.status == "completed"
+
+
+async def test_a_call_that_finished_keeps_its_result_when_the_agent_is_cancelled(
+    workspace: Path,
+) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "echo hi"}},
+                        {"name": "bash", "input": {"command": "sleep 30"}}]},
+        {"text": "done"}]}}}
+    events = EventLog()
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            permission_mode="allow-all", on_event=events) as rt:
+        handle = await rt.start("go")
+        await events.wait_for(lambda evs: by_type(evs, ToolFinished))
+        await handle.cancel()
+        outcome = await handle.wait()
+    results = outcome.state.messages[-1].content
+    assert [r.is_error for r in results] == [False, True]  # type: ignore[union-attr]
+    assert "hi" in results[0].content  # type: ignore[union-attr]
+    assert results[1].content == "cancelled: cancelled by user"  # type: ignore[union-attr]

@@ -316,3 +316,63 @@ async def test_leaving_the_runtime_block_by_cancellation_still_closes_every_node
             await rt.run("go")
     check_invariants(events)
     assert events[-1].status == "cancelled"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("max_parallel", "fanout"), [(1, 1), (2, 2), (16, 16), (3, 10)])
+async def test_sub_agents_waiting_for_their_own_sub_agents_never_deadlock(
+    workspace: Path, autojump_clock: trio.testing.MockClock, max_parallel: int, fanout: int
+) -> None:
+    # An agent waiting for its children lends them its slot; holding it would let waiting
+    # parents take every slot and the run would hang.
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call(f"m{i}", "mid") for i in range(fanout)]},
+                           {"text": "done"}]},
+        "mid": {"turns": [{"tool_calls": [agent_call("leaf", "leaf")]},
+                          {"text": "mid done", "delay_s": 1}]},
+        "leaf": {"turns": [{"text": "leaf done", "delay_s": 1}]}}}
+    events: list[Any] = []
+    peak = 0
+    with trio.move_on_after(3600) as deadline:
+        async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                                limits=Limits(max_parallel=max_parallel),
+                                on_event=events.append) as rt:
+
+            def count(_: Any) -> None:
+                # Running = holding a slot; a mid waiting for its leaf has lent its slot.
+                nonlocal peak
+                peak = max(peak, len(rt._run.slot_holders))
+
+            rt.add_tap(count)
+            outcome = await rt.run("go")
+    assert not deadline.cancelled_caught, "the run never finished"
+    assert outcome.status == "completed"
+    check_invariants(events)
+    assert peak == min(max_parallel, fanout)
+
+
+async def test_max_agents_caps_the_sub_agents_started_in_a_run(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call(f"n{i}", "w") for i in range(10)]},
+                           {"text": "done"}]},
+        "w": {"turns": [{"text": "ok", "delay_s": 1}]}}}
+    outcome, events = await run_scenario(
+        scenario, workspace, limits=Limits(max_parallel=2, max_agents=5))
+    check_invariants(events)
+    assert len([e for e in by_type(events, AgentStarted) if e.depth == 1]) == 5  # type: ignore[attr-defined]
+    refused = [r for r in _results(outcome) if "max agents 5" in r.content]
+    assert len(refused) == 5
+
+
+async def test_an_agent_not_yet_announced_cannot_be_cancelled_by_id(workspace: Path) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("w", "w")]}, {"text": "ok"}]},
+        "w": turns("w done")}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            limits=Limits(max_parallel=1)) as rt:
+        handle = await rt.start("go")
+        # agent-2 is the next id: registered for an instant before it announces itself.
+        assert not await rt.cancel("agent-2", "too early")
+        outcome = await handle.wait()
+    assert outcome.status == "completed"
