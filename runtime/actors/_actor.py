@@ -134,6 +134,29 @@ async def start_actor(
     return handle
 
 
+def start_actor_soon(
+    nursery: trio.Nursery,
+    fn: ActorFn,
+    *,
+    actor_id: str,
+    registry: Registry | None = None,
+    parent_id: str | None = None,
+    data: Any = None,
+    mailbox_size: int = 16,
+    supervisor: trio.MemorySendChannel[ActorExit] | None = None,
+) -> None:
+    """Like :func:`start_actor`, but return at once, without a handle.
+
+    For a caller that only waits for the actor to end (by leaving *nursery*): it saves
+    :meth:`trio.Nursery.start`'s hand-over — a temporary nursery and a round trip through the
+    scheduler per actor — which matters when a turn starts a thousand sub-agents. The actor is
+    registered (under *parent_id*) when its task starts, exactly as with :func:`start_actor`.
+    """
+    nursery.start_soon(
+        _run_actor, fn, actor_id, registry, parent_id, data, mailbox_size, supervisor
+    )
+
+
 async def _run_actor(
     fn: ActorFn,
     actor_id: str,
