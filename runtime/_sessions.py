@@ -323,15 +323,12 @@ class SessionStore:
         except OSError as exc:
             raise SessionError(f"cannot read session {path}: {exc.strerror}") from exc
         try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            obj = None
-        version = obj.get("format_version") if isinstance(obj, dict) else None
-        if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+            decode_session(data, where=str(path))
+        except SessionError as exc:
             raise SessionError(
                 f"session {path}: will not overwrite a file this version cannot read; "
                 "move it away first"
-            )
+            ) from exc
 
     def list_sessions(self) -> list[SessionInfo]:
         """Every session in the folder, the latest first; unreadable files carry an *error*."""
