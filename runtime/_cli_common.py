@@ -37,10 +37,12 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ._keyboard import Keyboard
     from ._live import LiveView, PlainView
     from ._loop import AgentOutcome
     from ._picker import TerminalPrompts
     from ._runtime import Runtime
+    from ._tree import TraceTree
 
 PROG = "trio-agents"
 PERMISSION_MODES = ("ask", "auto-edit", "allow-all", "deny")
@@ -421,6 +423,7 @@ class Session:
     Attributes:
         rt: the runtime.
         view: the live view (terminal) or plain-line view, None with ``--json``.
+        tree: the run's tree, fed by every event (whatever the view).
         prompts: the terminal's question asker, None without a terminal.
         aborted: Ctrl+C (or ``q`` in the picker) aborted the run.
         interactive: a person is at the terminal (see :func:`is_interactive`).
@@ -433,13 +436,19 @@ class Session:
         view: LiveView | PlainView | None,
         prompts: TerminalPrompts | None,
         on_abort: Callable[[Session, str], Awaitable[None]] | None = None,
+        tree: TraceTree | None = None,
     ) -> None:
+        from ._tree import TraceTree
+
         self.rt = rt
         self.opts = opts
         self.view = view
+        self.tree = tree if tree is not None else view.tree if view is not None else TraceTree()
         self.prompts = prompts
         self.aborted = False
         self.interactive = prompts is not None
+        self.abort_noun = "the run"
+        """What an abort ends, in the picker's words (``chat``: the turn)."""
         self._on_abort = on_abort
 
     async def abort(self, reason: str = "run aborted by user (Ctrl+C)") -> None:
@@ -480,6 +489,8 @@ async def open_session(
     on_abort: Callable[[Session, str], Awaitable[None]] | None = None,
     interactive: bool | None = None,
     final_summary: bool = True,
+    keyboard: Keyboard | None = None,
+    view_held: bool = False,
 ) -> AsyncGenerator[Session, None]:
     """Open a runtime for *opts* with everything a command-line run needs around it.
 
@@ -494,6 +505,10 @@ async def open_session(
         on_abort: what an abort does instead of ending the run (``chat``: cancel the turn).
         interactive: force (or deny) the terminal behaviour; default :func:`is_interactive`.
         final_summary: print the final tree, the answer and the trace path when done.
+        keyboard: the chat's line editor, which already reads the terminal: the picker and the
+            permission prompts ask through it instead of reading the terminal themselves.
+        view_held: the live view starts held (no live region until ``view.release()``): the
+            chat shows it only while a turn runs.
 
     Raises:
         ConfigError, ScenarioError: bad options or input files, before anything runs.
@@ -518,13 +533,16 @@ async def open_session(
     if opts.json:
         kwargs["json_out"] = sys.stdout.buffer
     elif interactive or shows_live_view(opts):
-        view = LiveView(tree, console or make_console())
+        view = LiveView(tree, console or make_console(), held=view_held)
     else:
         view = PlainView(tree, sys.stdout)
 
     prompts: TerminalPrompts | None = None
     if interactive and isinstance(view, LiveView):
-        prompts = TerminalPrompts.open_for_stdin(tree, view)
+        if keyboard is not None:
+            prompts = TerminalPrompts(tree, view, None, keyboard=keyboard)
+        else:
+            prompts = TerminalPrompts.open_for_stdin(tree, view)
 
     def tap(event: Any) -> None:
         # Runs inside whichever agent emitted the event: tree updates and queueing only.
@@ -547,7 +565,7 @@ async def open_session(
                 try:
                     async with open_runtime(on_event=tap, **kwargs) as rt:
                         trace_path = rt.trace_path
-                        session = Session(rt, opts, view, prompts, on_abort)
+                        session = Session(rt, opts, view, prompts, on_abort, tree)
                         if view is not None:
                             await nursery.start(view.run)
                         if prompts is not None:

@@ -18,13 +18,20 @@ started or finished, a tool call started or finished, a permission asked or answ
 and the root agent's text once each turn completes. Lines are queued by the tap and written by
 the view's task, so a slow pipe reader delays the lines, not the agents (up to a bound, past
 which the tap writes itself: backpressure rather than unbounded memory).
+
+``chat`` uses one view for a whole session, one turn at a time: the view starts *held* (no live
+region while the prompt waits), :attr:`LiveView.focus` draws only the current turn's root agent,
+:attr:`LiveView.footer` adds the chat line under it, :meth:`LiveView.poke` redraws soon after a
+key, and :meth:`LiveView.finish_turn` prints what stays of a turn. A message given to a root agent
+while it works (``user_message``) is printed above the region, after an angle quote, when it
+arrives.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -43,6 +50,7 @@ from ._events import (
     ToolFinished,
     ToolStarted,
     TurnFinished,
+    UserMessage,
 )
 
 if TYPE_CHECKING:
@@ -82,7 +90,7 @@ class _RootText:
     def __init__(self) -> None:
         self.current: list[str] = []
         self.completed: list[str] = []  # whole turns not shown yet
-        self.last_turn = ""  # the latest completed turn, whatever it was
+        self.last_turn = ""  # the latest completed turn not printed yet
 
     def delta(self, text: str) -> None:
         self.current.append(text)
@@ -101,17 +109,23 @@ class LiveView:
     Args:
         tree: the run's tree; this view feeds it in :meth:`tap`.
         console: the terminal console (``NO_COLOR`` and ``TERM`` are honoured by rich).
+        held: start held (see :meth:`hold`): no live region until :meth:`release`.
     """
 
-    def __init__(self, tree: TraceTree, console: Console) -> None:
+    def __init__(self, tree: TraceTree, console: Console, *, held: bool = False) -> None:
         self.tree = tree
         self.console = console
         self._text = _RootText()
         self._to_print: list[str] = []
         self._live: Live | None = None
         self._running = False
-        self._paused = 0
+        self._paused = 1 if held else 0
         self._dirty = True
+        self._poked: trio.Event | None = None
+        self.focus: str | None = None
+        """Draw only this node's subtree (the chat's current turn); None: every root."""
+        self.footer: Callable[[int], Sequence[RenderableType]] | None = None
+        """Lines drawn at the bottom of the region, given the width (the chat line)."""
         self.frames = 0
         """Frames drawn so far."""
         self.render_s = 0.0
@@ -132,6 +146,11 @@ class LiveView:
                 text = self._text.turn_done()
                 if text and event.stop_reason == "tool_use":
                     self._to_print.append(text)  # more turns follow: this text is history now
+                    self._text.last_turn = ""  # printed: the end must not repeat it
+            elif isinstance(event, UserMessage):
+                self._to_print.append(
+                    f"\N{SINGLE RIGHT-POINTING ANGLE QUOTATION MARK} {event.text}"
+                )  # the conversation, in its order
 
     # -- the drawing task -------------------------------------------------------------------
 
@@ -142,12 +161,18 @@ class LiveView:
         by :meth:`finish`).
         """
         self._running = True
-        self._start_live()
+        if not self._paused:
+            self._start_live()
         task_status.started()
         try:
             while True:
                 cost = self._frame()
-                await trio.sleep(max(1.0 / MAX_FPS, cost / RENDER_SHARE))
+                poked = self._poked = trio.Event()
+                spacing = cost / RENDER_SHARE
+                await trio.sleep(spacing)
+                if not poked.is_set():
+                    with trio.move_on_after(max(0.0, 1.0 / MAX_FPS - spacing)):
+                        await poked.wait()
         finally:
             self._running = False
             self._stop_live()
@@ -180,6 +205,12 @@ class LiveView:
         # tree taller than the screen leaves nothing behind.
         live.update(Text(""), refresh=False)
         live.stop()
+
+    def poke(self) -> None:
+        """Redraw soon (a key was typed), still no faster than :data:`RENDER_SHARE` allows."""
+        self._dirty = True
+        if self._poked is not None:
+            self._poked.set()
 
     def _frame(self) -> float:
         """Draw one frame if anything can have changed; return what it cost in seconds."""
@@ -214,14 +245,18 @@ class LiveView:
         streaming = "".join(self._text.current).rstrip()
         parts: list[RenderableType] = []
         text_lines: list[str] = []
+        footer: Sequence[RenderableType] = ()
         if streaming and not final:
             text_lines = _tail_lines(streaming, self.console.size.width, ROOT_TEXT_LINES)
-        tree_height = None if final else max(3, height - len(text_lines) - (1 if text_lines else 0))
+        if self.footer is not None and not final:
+            footer = self.footer(self.console.size.width)
+        below = len(text_lines) + (1 if text_lines else 0) + len(footer) + (1 if footer else 0)
+        tree_height = None if final else max(3, height - below)
         # One line per node, cut at the edge: the region's height is then known, and a long
         # label never pushes running nodes off the screen.
         parts.append(
             _Fitted(
-                render_tree(self.tree, time.time(), max_lines=tree_height),
+                render_tree(self.tree, time.time(), max_lines=tree_height, subtree=self.focus),
                 tree_height,
                 "… more below (the whole tree is printed at the end)",
             )
@@ -229,6 +264,9 @@ class LiveView:
         if text_lines:
             parts.append(Text(""))
             parts.append(Text("\n".join(text_lines)))
+        if footer:
+            parts.append(Text(""))
+            parts.extend(footer)
         return Group(*parts)
 
     @contextmanager
@@ -237,18 +275,42 @@ class LiveView:
 
         Nested pauses are fine; the view comes back when the outermost ends.
         """
+        self.hold()
+        try:
+            yield
+        finally:
+            self.release()
+
+    def hold(self) -> None:
+        """Clear the live region until the matching :meth:`release` (holds nest)."""
         self._paused += 1
         if self._paused == 1:
             self._stop_live()
             self._print_pending()
-        try:
-            yield
-        finally:
-            self._paused -= 1
-            if self._paused == 0 and self._running:  # not when the run ended meanwhile
-                self._start_live()
+
+    def release(self) -> None:
+        """End one :meth:`hold`; the live region comes back when the last one ends."""
+        self._paused -= 1
+        if self._paused == 0 and self._running:  # not when the run ended meanwhile
+            self._start_live()
 
     # -- the end ----------------------------------------------------------------------------
+
+    def finish_turn(self, root_id: str) -> None:
+        """Print what stays of one chat turn: its tree (when it did more than answer), its
+        answer and a summary line. Call it while the view is held."""
+        console = self.console
+        self._print_pending()
+        node = self.tree.agents.get(root_id)
+        if node is not None and node.children:
+            console.print(render_tree(self.tree, time.time(), max_lines=None, subtree=root_id))
+        answer = self._text.turn_done() or self._text.last_turn
+        self._text.last_turn = ""
+        if answer:
+            from rich.markdown import Markdown
+
+            console.print(Markdown(answer))
+        console.print(turn_summary(self.tree, root_id), highlight=False)
 
     def finish(self, *, trace_path: Path | None) -> None:
         """Print what stays on screen: the final tree, the answer, the trace and how to read it."""
@@ -377,6 +439,8 @@ class PlainView:
             return f"{who} permission {verdict} ({event.request_id}): {event.reason}"
         if isinstance(event, CancelRequested):
             return f"{who} cancel requested: {event.target} by {event.by}: {event.reason}"
+        if isinstance(event, UserMessage):
+            return f"{who} user message: {event.text}"
         if isinstance(event, RunFinished):
             return None
         return None
@@ -413,6 +477,18 @@ class PlainView:
         """Nothing to pause in plain lines."""
         yield
 
+    def finish_turn(self, root_id: str) -> None:
+        """Print the end of one chat turn: its text not printed yet, and a summary line."""
+        self.flush()
+        text = self._text.turn_done()
+        lines = [text] if text else []
+        lines.append(turn_summary(self.tree, root_id, rich=False))
+        try:
+            self.out.write("\n".join(lines) + "\n")
+            self.out.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
     def finish(self, *, trace_path: Path | None) -> None:
         """Print the end of the run: its status and the trace."""
         self.flush()
@@ -444,6 +520,23 @@ def summary_line(tree: TraceTree, *, rich: bool = True) -> str:
     return f"[{style}]{body}[/]"
 
 
+def turn_summary(tree: TraceTree, root_id: str, *, rich: bool = True) -> str:
+    """``turn completed in 2.1s · 3 agents · 1.2k tokens`` for one root agent's subtree."""
+    node = tree.agents.get(root_id)
+    if node is None:
+        return "turn: no agent started"
+    tree.rollup()
+    agents = sum(1 for n in tree.iter_nodes([node]) if n.kind == "agent")
+    tokens = node.total_input_tokens + node.total_output_tokens
+    duration = node.elapsed(time.time()) or 0.0
+    plural = "s" * (agents != 1)
+    body = f"{node.status} in {duration:.1f}s · {agents} agent{plural} · {_tokens(tokens)} tokens"
+    if not rich:
+        return f"turn {body}"
+    style = {"completed": "green", "cancelled": "yellow"}.get(node.status, "red")
+    return f"[{style}]{body}[/]"
+
+
 def _tail_lines(text: str, width: int, count: int) -> list[str]:
     lines: list[str] = []
     for raw in text.splitlines() or [""]:
@@ -455,15 +548,28 @@ def _tail_lines(text: str, width: int, count: int) -> list[str]:
     return lines[-count:]
 
 
-def render_tree(tree: TraceTree, now: float, *, max_lines: int | None) -> RenderableType:
+def render_tree(
+    tree: TraceTree, now: float, *, max_lines: int | None, subtree: str | None = None
+) -> RenderableType:
     """The tree as drawn by :func:`runtime._render.render_tree`, fitted to *max_lines*.
 
     A tree taller than the space the live region has shows only the running nodes and the paths
-    to them (what is finished is in the final tree, and in the trace).
+    to them (what is finished is in the final tree, and in the trace). With *subtree*, only that
+    node's subtree, without the run's header line.
     """
     from ._render import render_tree as draw
 
-    nodes = len(tree.agents) + len(tree.tools)
-    if max_lines is None or nodes + 1 <= max_lines or tree.ended:
-        return draw(tree, now=now)
-    return draw(tree, now=now, status="running")
+    if subtree is None:
+        nodes = len(tree.agents) + len(tree.tools)
+        ended = tree.ended
+    else:
+        node = tree.find(subtree)
+        if node is None:  # started, but its first event has not come yet
+            from rich.text import Text
+
+            return Text("starting…", style="dim")
+        nodes = sum(1 for _ in tree.iter_nodes([node]))
+        ended = tree.ended or node.finished
+    if max_lines is None or nodes + 1 <= max_lines or ended:
+        return draw(tree, now=now, subtree=subtree, title=subtree is None)
+    return draw(tree, now=now, status="running", subtree=subtree, title=subtree is None)

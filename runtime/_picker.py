@@ -28,6 +28,11 @@ leaks to fd 0 (which the shell shares after we exit); a thread blocked in ``read
 outlive a cancelled prompt and swallow the next line. The terminal stays in canonical mode
 (line editing, echo and Ctrl+C work as usual); type-ahead is discarded before each question so a
 stray line typed while agents worked does not answer it.
+
+In ``chat`` the keyboard is already read by the chat's line editor (:mod:`runtime._keyboard`),
+which must see every key; there the questions are asked through it (the ``keyboard`` argument
+of :class:`TerminalPrompts`) instead of a second reader, with the same answers and the same
+Ctrl+C behaviour.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import sys
 import termios
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -81,6 +86,17 @@ def agent_path(tree: TraceTree, agent_id: str | None) -> str:
     return SEP.join(reversed(names))
 
 
+class LineAsker(Protocol):
+    """Something that asks the terminal a question and reads one line (the chat's keyboard)."""
+
+    async def ask(self, question: str) -> str | None:
+        """Ask *question*; the line, or None at end of input.
+
+        Cancellation: cuts the question short (the cursor ends on a fresh line).
+        """
+        ...
+
+
 class _Prompt:
     """One question on the terminal: its read can be cut short from outside."""
 
@@ -99,11 +115,19 @@ class TerminalPrompts:
     :meth:`run`. Made by :meth:`open_for_stdin`; :meth:`close` releases the terminal.
     """
 
-    def __init__(self, tree: TraceTree, view: LiveView, fd: int) -> None:
+    def __init__(
+        self,
+        tree: TraceTree,
+        view: LiveView,
+        fd: int | None,
+        *,
+        keyboard: LineAsker | None = None,
+    ) -> None:
         self.tree = tree
         self.view = view
         self.console = view.console
         self._fd = fd
+        self._keyboard = keyboard
         self._stream: trio.lowlevel.FdStream | None = None
         self._pending = b""
         self._requests: deque[PermissionRequested] = deque()
@@ -125,7 +149,7 @@ class TerminalPrompts:
 
     def close(self) -> None:
         """Release the terminal fd if :meth:`run` never took it over (it closes it itself)."""
-        if not self._closed and self._stream is None:
+        if not self._closed and self._stream is None and self._fd is not None:
             os.close(self._fd)
         self._closed = True
 
@@ -174,6 +198,10 @@ class TerminalPrompts:
         call then waits for another answerer or its timeout, or is cancelled with the run).
         """
         self._wake = trio.Event()
+        if self._fd is None:  # the questions go through the keyboard
+            task_status.started()
+            await self._serve(session)
+            return
         # FdStream restores the fd's blocking mode and closes it when the block ends; its close
         # happens before its checkpoint, so a cancelled exit closes it too.
         async with trio.lowlevel.FdStream(self._fd) as self._stream:
@@ -195,7 +223,10 @@ class TerminalPrompts:
     async def _read_line(self, prompt: _Prompt, question: str) -> str | None:
         """Print *question* and read one line; None when cut short (Ctrl+C, answered elsewhere)
         or at end of input."""
+        if self._keyboard is not None:
+            return await self._ask_keyboard(self._keyboard, prompt, question)
         assert self._stream is not None
+        assert self._fd is not None
         with contextlib.suppress(termios.error):
             termios.tcflush(self._fd, termios.TCIFLUSH)
         self.console.print(question, end="", markup=False, highlight=False)
@@ -218,6 +249,20 @@ class TerminalPrompts:
                 # cursor still sits after the question.
                 self._pending = b""
                 self.console.print()
+        return None
+
+    async def _ask_keyboard(
+        self, keyboard: LineAsker, prompt: _Prompt, question: str
+    ) -> str | None:
+        # The keyboard has read whatever was typed before: type-ahead went to the chat line,
+        # and the question starts empty, as after the tcflush above.
+        self._active = prompt
+        try:
+            with prompt.scope:
+                line = await keyboard.ask(question)
+                return None if line is None else line.strip()
+        finally:
+            self._active = None
         return None
 
     def _running_in_tree_order(self) -> list[RunningSubtree]:
@@ -244,7 +289,7 @@ class TerminalPrompts:
                     highlight=False,
                 )
             self.console.print(
-                "[dim]N: cancel that subtree · a: cancel all · q: abort the run · "
+                f"[dim]N: cancel that subtree · a: cancel all · q: abort {session.abort_noun} · "
                 "Enter: resume · Ctrl+C: abort[/]",
                 highlight=False,
             )
@@ -312,7 +357,7 @@ class TerminalPrompts:
         self.console.print(f"Cancelling {count} running subtree(s).", highlight=False)
 
     async def _say_abort(self, session: Session) -> None:
-        self.console.print("[bold]Aborting the run…[/]", highlight=False)
+        self.console.print(f"[bold]Aborting {session.abort_noun}…[/]", highlight=False)
         await session.abort("run aborted with Ctrl+C")
 
     async def _ask_permission(self, session: Session, req: PermissionRequested) -> None:
