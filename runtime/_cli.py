@@ -1,6 +1,6 @@
 """The ``trio-agents`` command line (SPEC §6).
 
-Commands: ``run PROMPT``, ``demo``, ``chat`` (not yet), ``trace …`` (its own module) and
+Commands: ``run PROMPT``, ``demo``, ``chat`` (its own module), ``trace …`` (its own module) and
 ``cancel --control SOCK ID``. Exit codes: 0 the root agent completed; 1 it ended otherwise;
 2 bad usage or a bad input file; 130 aborted by the user.
 
@@ -37,6 +37,14 @@ exit codes: 0 the root agent completed, 1 it ended otherwise (failed, max turns,
 
 Ctrl+C while sub-agents run (on a terminal) lists them: type a number to cancel that
 subtree only, a to cancel them all, q to abort the run, Enter to resume."""
+_CHAT_EPILOG = """\
+keys: Enter sends (during a turn: queued for the agent's next step); Ctrl+C picks running
+      sub-agents to cancel, or cancels the turn (at the prompt: clears the line);
+      Ctrl+D at the prompt leaves; Up/Down recall earlier lines; Tab completes /commands.
+
+exit codes: 0 the chat ended (Ctrl+D, /exit, end of stdin); 1 without a terminal, when a
+            turn did not complete; 2 bad usage or a bad session file; 130 aborted (SIGINT
+            without a terminal)"""
 
 
 def build_parser() -> CliParser:
@@ -74,10 +82,34 @@ def build_parser() -> CliParser:
 
     chat = sub.add_parser(
         "chat",
-        help="an interactive session (not yet available)",
-        description="An interactive session (REPL). Not yet available.",
+        help="an interactive session: one turn per message, sessions saved and resumed",
+        description="An interactive session with the main agent: each message runs a turn "
+        "(live tree on a terminal) with the conversation so far. Type while the agent works: "
+        "the line reaches it at its next step. Slash commands: /help, /tree, /cancel ID, "
+        "/agents, /trace, /save, /clear, /exit. The conversation is saved after every turn "
+        "(.trio-agents/sessions/) and continued with --resume. Without a terminal, one message "
+        "per line of stdin, plain output.",
+        epilog=_CHAT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common_options(chat)
+    g = chat.add_argument_group("sessions")
+    which = g.add_mutually_exclusive_group()
+    which.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        metavar="ID",
+        help="continue session ID, or the latest one without ID",
+    )
+    which.add_argument(
+        "--list", action="store_true", help="list the sessions (date, turns, first prompt)"
+    )
+    g.add_argument(
+        "--sessions-dir",
+        metavar="DIR",
+        help="where sessions are kept (default: .trio-agents/sessions in this folder)",
+    )
 
     sub.add_parser(
         "trace",
@@ -126,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_demo(opts)
         if ns.command == "chat":
-            error_line("chat is not available yet; use 'trio-agents run PROMPT'")
-            return EXIT_USAGE
+            from ._chat import cmd_chat
+
+            return cmd_chat(opts, resume=ns.resume, list_only=ns.list, sessions_dir=ns.sessions_dir)
     except UsageError as exc:
         error_line(str(exc))
         return EXIT_USAGE

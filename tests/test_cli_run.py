@@ -127,7 +127,7 @@ def test_help_works_for_every_command(
         (["run", "x", "--scenario", "s.json", "--provider", "openai"], "--scenario runs"),
         (["run", "x", "--scenario", "missing.json"], "--scenario missing.json: no such file"),
         (["run", "   "], "the prompt is empty"),
-        (["chat"], "chat is not available yet"),
+        (["chat", "--list", "--resume"], "argument --resume: not allowed with argument --list"),
     ],
 )
 def test_bad_usage_exits_2_with_one_line(
