@@ -88,10 +88,9 @@ COMMANDS: dict[str, str] = {
 }
 _ALIASES = {"/quit": "/exit", "/q": "/exit", "/?": "/help"}
 _KEYS_HELP = (
-    "While the agent works, type a message and press Enter: it reaches the agent at its next "
-    "step. Ctrl+C: pick running sub-agents to cancel, or cancel the turn. At the prompt: Ctrl+C "
-    "clears the line, Up/Down recall earlier lines, Tab completes a command, and a line "
-    "starting with // sends a message that begins with /."
+    "Keys: Enter sends; while the agent works, the line reaches it at its next step.",
+    "  Ctrl+C: pick running sub-agents to cancel, or cancel the turn (at the prompt: clear it).",
+    "  Up/Down: earlier lines · Tab: complete a command · Ctrl+D: leave · //text sends /text.",
 )
 MAX_QUEUED_SHOWN = 5
 """Queued lines the live view lists (the rest are counted)."""
@@ -446,7 +445,11 @@ class Chat:
             self._turn_tokens[1] += event.output_tokens
         elif isinstance(event, UserMessage):
             current = self.current
-            if current is not None and event.agent_id == current.agent_id:
+            waiting = self.sent[self.delivered :]
+            # The mailbox keeps our lines in order; a message from a --control client in
+            # between is not one of them.
+            mine = current is not None and event.agent_id == current.agent_id
+            if mine and waiting and event.text == waiting[0]:
                 self.delivered += 1
 
     async def _on_abort(self, session: Session, reason: str) -> None:
@@ -503,7 +506,8 @@ class Chat:
         width = max(len(c) for c in COMMANDS)
         for cmd, what in COMMANDS.items():
             self._say(f"  {cmd:<{width}}  {what}")
-        self._say(_KEYS_HELP)
+        for line in _KEYS_HELP:
+            self._say(line)
 
     def _show_tree(self) -> None:
         root = self.current.agent_id if self.current is not None else self.last_root

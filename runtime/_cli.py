@@ -37,6 +37,12 @@ exit codes: 0 the root agent completed, 1 it ended otherwise (failed, max turns,
 
 Ctrl+C while sub-agents run (on a terminal) lists them: type a number to cancel that
 subtree only, a to cancel them all, q to abort the run, Enter to resume."""
+_CHAT_DESCRIPTION = """\
+An interactive session with the main agent: each message runs a turn, with the live tree on a
+terminal, and with the conversation so far. Type while the agent works: the line reaches it at
+its next step. Slash commands: /help, /tree, /cancel ID, /agents, /trace, /save, /clear, /exit.
+The conversation is saved after every turn (in .trio-agents/sessions/) and continued with
+--resume. Without a terminal: one message per line of stdin, plain output."""
 _CHAT_EPILOG = """\
 keys: Enter sends (during a turn: queued for the agent's next step); Ctrl+C picks running
       sub-agents to cancel, or cancels the turn (at the prompt: clears the line);
@@ -83,12 +89,7 @@ def build_parser() -> CliParser:
     chat = sub.add_parser(
         "chat",
         help="an interactive session: one turn per message, sessions saved and resumed",
-        description="An interactive session with the main agent: each message runs a turn "
-        "(live tree on a terminal) with the conversation so far. Type while the agent works: "
-        "the line reaches it at its next step. Slash commands: /help, /tree, /cancel ID, "
-        "/agents, /trace, /save, /clear, /exit. The conversation is saved after every turn "
-        "(.trio-agents/sessions/) and continued with --resume. Without a terminal, one message "
-        "per line of stdin, plain output.",
+        description=_CHAT_DESCRIPTION,
         epilog=_CHAT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

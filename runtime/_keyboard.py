@@ -574,6 +574,7 @@ class Keyboard:
         finally:
             self._closed = True
             self._running = False
+            self._send.close()  # the chat sees the end of input
             question = self._question
             if question is not None:
                 question.done.set()

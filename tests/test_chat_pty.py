@@ -206,6 +206,29 @@ def test_a_line_typed_mid_run_reaches_the_agent_at_its_next_turn(
     assert history[2]["content"][-1] == {"kind": "text", "text": "also check the tests"}
 
 
+def test_a_line_the_agent_never_took_becomes_the_next_message(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    child = spawn("--scenario", str(SCENARIOS / "chat_late.json"), "--trace", str(trace))
+    prompt(child)
+    child.sendline("start")
+    child.expect_exact("type to add to the conversation")  # the turn runs
+    # Typed while the model thinks; the turn fails before the agent takes it (or, on a slow
+    # machine, ends before the line is sent: the line is the next message either way).
+    child.sendline("late line")
+    child.expect_exact("failed in ")
+    child.expect_exact("it finished before taking it: sent now")
+    child.expect_exact("failed in ")
+    child.expect_exact(PROMPT)
+    child.sendcontrol("d")
+    assert finish(child) == 0  # on a terminal, a failed turn does not end the chat
+    events = read_trace(trace)
+    check_invariants(events)
+    assert roots(events) == [("start", "failed"), ("late line", "failed")]
+    assert not [e for e in events if e.type == "user_message"]
+
+
 def test_ctrl_c_picks_a_sub_agent_cancels_a_turn_and_clears_the_prompt(
     spawn: Spawn, tmp_path: Path
 ) -> None:
@@ -234,11 +257,13 @@ def test_ctrl_c_picks_a_sub_agent_cancels_a_turn_and_clears_the_prompt(
 
     child.sendline("work alone")
     child.expect_exact("bash: sleep 30")
+    child.sendline("late thought")
+    child.expect(styled("queued ", f"{PROMPT}late thought"))
     child.sendintr()  # no sub-agent: the turn is cancelled, the chat goes on
-    turn_done(child, "cancelled")
-
-    child.send("never sent")
-    child.expect_exact("never sent")
+    child.expect_exact("cancelled in ")
+    # The queued line was never delivered: it comes back to the prompt, not sent.
+    child.expect_exact("(your message was not delivered; it is back in the prompt)")
+    child.expect_exact(f"{PROMPT}late thought")
     child.sendintr()  # at the prompt: the line is dropped
     child.expect_exact("^C")
     child.expect_exact(PROMPT)
@@ -247,6 +272,7 @@ def test_ctrl_c_picks_a_sub_agent_cancels_a_turn_and_clears_the_prompt(
     events = read_trace(trace)
     check_invariants(events)
     assert roots(events) == [("split it", "completed"), ("work alone", "cancelled")]
+    assert not [e for e in events if e.type == "user_message"]
     assert statuses(events, "sleeper") == ["cancelled"]
     assert statuses(events, "worker") == ["completed"]
     cancels = [(e.target, e.by) for e in events if e.type == "cancel_requested"]  # type: ignore[attr-defined]
