@@ -206,9 +206,7 @@ def test_a_line_typed_mid_run_reaches_the_agent_at_its_next_turn(
     assert history[2]["content"][-1] == {"kind": "text", "text": "also check the tests"}
 
 
-def test_a_line_the_agent_never_took_becomes_the_next_message(
-    spawn: Spawn, tmp_path: Path
-) -> None:
+def test_a_line_the_agent_never_took_becomes_the_next_message(spawn: Spawn, tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     child = spawn("--scenario", str(SCENARIOS / "chat_late.json"), "--trace", str(trace))
     prompt(child)
