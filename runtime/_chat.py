@@ -207,6 +207,7 @@ class Chat:
         self._stdin = b""
         self._stdin_eof = False
         self.trace_path: Path | None = None
+        self._moved_from: str | None = None
 
     # -- the whole chat ---------------------------------------------------------------------
 
@@ -263,6 +264,8 @@ class Chat:
     def _begin(self, session: Session) -> None:
         rt = session.rt
         rec = self.record
+        if rec.workspace is not None and rec.workspace != str(rt.workspace):
+            self._moved_from = rec.workspace
         rec.workspace = str(rt.workspace)
         rec.provider = self.opts.provider or ("scripted" if self.opts.scenario else "openai")
         rec.model = self.opts.model or rec.model
@@ -635,6 +638,11 @@ class Chat:
                 self._say(f"  you: {_one_line(last_user, 100)}")
             if last_answer:
                 self._say(f"  agent: {_one_line(last_answer, 100)}")
+            if self._moved_from is not None:
+                self._say(
+                    f"Note: this session worked in {self._moved_from}; the tools now work in "
+                    f"{rec.workspace}."
+                )
         if self.interactive:
             self._say(
                 f"{PROG} chat · session {rec.id} · /help for commands · Ctrl+D to leave",

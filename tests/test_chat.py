@@ -235,6 +235,20 @@ async def test_session_usage_errors(tmp_path: Path) -> None:
     none = await chat(tmp_path, "--list", "--sessions-dir", "elsewhere")
     assert none.returncode == 0
     assert none.stdout.decode() == "No sessions in elsewhere.\n"
+    made = await chat(
+        tmp_path,
+        "--scenario",
+        str(SCENARIOS / "chat_resume.json"),
+        "--no-trace",
+        "--sessions-dir",
+        "elsewhere",
+        stdin=b"one\n",
+    )
+    assert made.returncode == 0, made.stderr
+    listed = await chat(tmp_path, "--list", "--json", "--sessions-dir", "elsewhere")
+    [row] = [orjson.loads(line) for line in listed.stdout.splitlines()]
+    assert (row["turns"], row["first_prompt"], row["error"]) == (1, "one", None)
+    assert row["path"].startswith("elsewhere/")
     for args, fault in (
         (("--resume",), "no session to resume in .trio-agents/sessions"),
         (("--resume", "nope"), "no session 'nope' in .trio-agents/sessions"),
