@@ -298,7 +298,8 @@ class Chat:
             self.pending.clear()
             self._say(f"{PROMPT}{text}")
             self._say("(typed while the agent worked; it finished before taking it: sent now)")
-            return text
+            # A message, never a command: one that starts with / goes on escaped.
+            return f"/{text.lstrip()}" if text.lstrip().startswith("/") else text
         with trio.CancelScope() as self._wait_scope:
             try:
                 if self.kb is not None:
