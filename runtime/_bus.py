@@ -6,7 +6,7 @@ reaches consumers two ways:
 * **taps** — synchronous callables run for every event in ``seq`` order, inside
   :meth:`EventBus.emit`
   (the trace file writer, the live view's tree, budget accounting). They must be cheap and must not
-  emit themselves.
+  emit themselves; one that raises is removed, and the stream goes on without it.
 * **subscriptions** — bounded per-subscriber buffers read by a consumer task. Each chooses what a
   full buffer means: ``block`` (backpressure: emitters wait — for consumers that must see
   everything) or ``lag`` (the subscription is dropped and its reader gets
@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
+import structlog
 import trio
 
 from ._errors import AgentsError
@@ -29,6 +30,8 @@ from ._events import Event
 E = TypeVar("E", bound=Event)
 Tap = Callable[[Event], None]
 Policy = Literal["block", "lag"]
+
+_log = structlog.get_logger("trio_agents.bus")
 
 
 class SubscriberLagged(AgentsError):
@@ -146,6 +149,8 @@ class EventBus:
         self.run_id = run_id
         self._seq = 0
         self._taps: list[Tap] = []
+        #: Taps removed because they raised, with the error (see :meth:`add_tap`).
+        self.failed_taps: list[str] = []
         self._subs: list[Subscription] = []
         self._blocking: list[Subscription] = []
         # A snapshot iterated by emit, so a subscription dropped mid-delivery does not skip another.
@@ -162,7 +167,11 @@ class EventBus:
         return self._closed
 
     def add_tap(self, tap: Tap) -> None:
-        """Run *tap* synchronously on every later event, in ``seq`` order."""
+        """Run *tap* synchronously on every later event, in ``seq`` order.
+
+        A tap that raises an :class:`Exception` is removed (and logged, and listed in
+        :attr:`failed_taps`); the event still goes to every other tap and subscriber.
+        """
         self._taps.append(tap)
 
     def remove_tap(self, tap: Tap) -> None:
@@ -286,7 +295,10 @@ class EventBus:
             **fields,
         )
         for tap in self._taps:
-            tap(event)
+            try:
+                tap(event)
+            except Exception as exc:  # a broken observer must not break the stream
+                self._tap_failed(tap, exc)
         for sub in self._fanout:
             if sub.policy == "block":
                 sub._buffer.append(event)
@@ -295,6 +307,15 @@ class EventBus:
             else:
                 sub._push(event)
         return event
+
+    def _tap_failed(self, tap: Tap, exc: Exception) -> None:
+        # The event has already reached the taps before this one (the trace writer first), so
+        # letting the exception out of emit would leave an event on record that its emitter
+        # thinks never happened (an agent_started with no agent_finished). Drop the tap instead,
+        # as a lagging subscription is dropped, and say so.
+        self._taps = [t for t in self._taps if t is not tap]
+        self.failed_taps.append(f"{tap!r}: {type(exc).__name__}: {exc}")
+        _log.error("event tap raised; removed", tap=repr(tap), error=repr(exc))
 
     def forward(self, event: Event) -> Event:
         """Re-emit an event built elsewhere (another process) with this bus's next ``seq``."""
