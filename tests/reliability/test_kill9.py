@@ -1,0 +1,222 @@
+"""kill -9: a real ``trio-agents run`` process killed mid-run, and a session writer killed
+mid-write.
+
+The trace of a killed run reads back: every complete line decodes, ``seq`` runs from 1 with no
+gap, only the last line may be cut, everything that was on disk before the kill is still there,
+and the tree shows every node that had not finished as ``interrupted`` and every other node as
+it ended. A session file is always the old one or the new one, never half of either.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from runtime import EventDecodeError, load_traces, read_events
+from tests.harness import agent_call
+from tests.reliability._checks import STATS, child_processes
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="kill -9 needs POSIX signals")
+
+ROOT = Path(__file__).resolve().parents[2]
+_SCRIPT = Path(sys.executable).parent / "trio-agents"
+CLI = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "runtime"]
+
+
+def slow_scenario() -> dict[str, Any]:
+    """A root with four streaming sub-agents, one of which has a sub-agent: about 3 s."""
+    words = " ".join(f"w{i}" for i in range(40))
+    stream = {"text": words, "chunk_delay_s": 0.03}
+    return {
+        "agents": {
+            "main": {
+                "tools": ["agent"],
+                "turns": [
+                    {
+                        "text": "Splitting the work.",
+                        "tool_calls": [
+                            agent_call(f"part {i}", "worker" if i else "lead") for i in range(4)
+                        ],
+                    },
+                    {"text": "All parts are done."},
+                ],
+            },
+            "lead": {
+                "tools": ["agent"],
+                "turns": [{"tool_calls": [agent_call("deeper", "worker")]}, stream],
+            },
+            "worker": {"tools": [], "turns": [{**stream, "delay_s": 0.2}]},
+        }
+    }
+
+
+def _wait_for_lines(path: Path, count: int, proc: subprocess.Popen[bytes], limit_s: float) -> int:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the run ended before it could be killed"
+        if path.exists():
+            lines = path.read_bytes().count(b"\n")
+            if lines >= count:
+                return lines
+        time.sleep(0.005)
+    raise AssertionError(f"the trace never reached {count} lines")
+
+
+# The events of this scenario: root 9 + 4 sub-agent calls' starts; each worker about 45.
+@pytest.mark.parametrize("kill_after_lines", [12, 60, 150])
+def test_a_run_killed_mid_run_leaves_a_trace_that_reads_back(
+    kill_after_lines: int, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "scenario.json"
+    scenario.write_bytes(orjson.dumps(slow_scenario()))
+    trace = tmp_path / "trace.jsonl"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "go",
+            "--scenario",
+            str(scenario),
+            "--trace",
+            str(trace),
+            "--json",
+            "--workspace",
+            str(workspace),
+            "--permission-mode",
+            "allow-all",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    try:
+        seen = _wait_for_lines(trace, kill_after_lines, proc, limit_s=30)
+        before_kill = trace.read_bytes()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        stdout = proc.stdout.read() if proc.stdout else b""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+    assert proc.returncode == -signal.SIGKILL
+    data = trace.read_bytes()
+    # Nothing that was on disk before the kill is lost or changed.
+    assert data.startswith(before_kill[: before_kill.rfind(b"\n") + 1])
+    assert data.count(b"\n") >= seen
+
+    errors: list[EventDecodeError] = []
+    events = list(read_events(trace, on_error=errors.append))
+    assert errors == [], errors
+    assert [e.seq for e in events] == list(range(1, len(events) + 1)), "a gap in seq"
+    assert len(events) == data.count(b"\n"), "only a cut last line may be skipped"
+
+    # The tree: what finished says how; everything else is interrupted.
+    (tree,) = load_traces(trace)
+    finished_agents = {e.agent_id: e.status for e in events if e.type == "agent_finished"}
+    finished_tools = {e.tool_use_id: e.status for e in events if e.type == "tool_finished"}  # type: ignore[attr-defined]
+    interrupted = 0
+    for e in events:
+        if e.type == "agent_started":
+            node = tree.find(e.agent_id or "")
+            expected = finished_agents.get(e.agent_id, "interrupted")
+        elif e.type == "tool_started":
+            node = tree.find(e.tool_use_id)  # type: ignore[attr-defined]
+            expected = finished_tools.get(e.tool_use_id, "interrupted")  # type: ignore[attr-defined]
+        else:
+            continue
+        assert node is not None
+        assert node.status == expected, (node, expected)
+        interrupted += expected == "interrupted"
+    assert interrupted >= 1, "killed mid-run: something was still running"
+    assert tree.status == "interrupted"
+
+    # The --json stream on stdout, cut at its own point, agrees with the trace line for line.
+    lines = stdout.splitlines(keepends=True)
+    if lines and not lines[-1].endswith(b"\n"):
+        lines.pop()
+    trace_lines = data.splitlines(keepends=True)
+    common = min(len(lines), len(trace_lines))
+    assert lines[:common] == trace_lines[:common]
+    STATS["kill -9 runs read back"] += 1
+    STATS["events checked"] += len(events)
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {root!r})
+    from runtime._messages import Message, TextBlock
+    from runtime._sessions import SessionStore, new_session
+    store = SessionStore({folder!r})
+    session = new_session(workspace="ws", provider="scripted")
+    session.id = "kill9"
+    n = 0
+    print("ready", flush=True)
+    while True:
+        n += 1
+        session.turns = n
+        session.messages.append(Message(role="user", content=(TextBlock(text="x" * 5000),)))
+        store.save(session)
+    """
+)
+
+
+def test_a_session_writer_killed_mid_write_never_leaves_half_a_file(tmp_path: Path) -> None:
+    from runtime._sessions import SessionStore
+
+    rng = random.Random(9)
+    folder = tmp_path / "sessions"
+    store = SessionStore(folder)
+    last_turns = 0
+    kills = 6
+    for _ in range(kills):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER.format(root=str(ROOT), folder=str(folder))],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"ready\n", proc.stderr.read() if proc.stderr else ""
+            time.sleep(rng.uniform(0.05, 0.4))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe:
+                    pipe.close()
+        if not store.path_for("kill9").exists():
+            continue  # killed before its first save
+        session = store.load("kill9")  # raises SessionError on half a file
+        assert session.turns >= 1
+        assert len(session.messages) == session.turns
+        last_turns = session.turns
+    assert last_turns >= 1, "no save happened before any kill"
+    assert not child_processes()
+    STATS["kill -9 session writes survived"] += kills
+
+
+def test_the_cli_run_command_is_there() -> None:
+    # If `run` ever disappears the kill tests would fail for the wrong reason; say so plainly.
+    out = subprocess.run([*CLI, "run", "--help"], capture_output=True, check=False, timeout=60)
+    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    assert b"--trace" in out.stdout
+    assert b"--scenario" in out.stdout
