@@ -56,6 +56,8 @@ class AgentOutcome:
 
     Attributes:
         state: the agent's whole state at the end (history, totals); valid for another turn.
+        undelivered: messages sent to the agent that it ended before taking (a chat makes
+            them the next message).
     """
 
     agent_id: str
@@ -68,6 +70,7 @@ class AgentOutcome:
     output_tokens: int
     duration_s: float
     state: AgentState
+    undelivered: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -120,7 +123,7 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
         name=atype.name,
         depth=spec.depth,
         system=atype.system,
-        messages=[*spec.history, Message(role="user", content=(TextBlock(text=spec.prompt),))],
+        messages=_with_prompt(spec.history, spec.prompt),
     )
     seconds = spec.budget.seconds if spec.budget is not None else None
     run.agents_started += 1
@@ -153,6 +156,10 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
     finally:
         run.running_agents -= 1
         run.mailboxes.pop(spec.agent_id, None)
+        # Take what is still queued and refuse more, with no yield in between: a message is
+        # either in the history or handed back in the outcome, never lost.
+        undelivered = tuple(ctx.mailbox.drain())
+        ctx.mailbox.close()
         if status is None:
             reason, by = Registry.cancel_reason(ctx.node) if ctx.node else (None, None)
             # Only the subtree whose budget ran out ends budget_exceeded; agents under it
@@ -177,6 +184,7 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
             output_tokens=state.output_tokens,
             duration_s=trio.current_time() - t0,
             state=state,
+            undelivered=undelivered,
         )
         spec.box.append(outcome)
         # Finished from now on: a cancel arriving while the end is reported changes nothing.
@@ -196,6 +204,15 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
                 duration_s=outcome.duration_s,
             )
     return outcome
+
+
+def _with_prompt(history: tuple[Message, ...], prompt: str) -> list[Message]:
+    """*history* with *prompt* as the next user message (joined to a trailing user message:
+    the APIs want roles to alternate, and an earlier turn may have ended on one)."""
+    block = TextBlock(text=prompt)
+    if history and history[-1].role == "user":
+        return [*history[:-1], Message(role="user", content=(*history[-1].content, block))]
+    return [*history, Message(role="user", content=(block,))]
 
 
 def _close_open_tool_calls(state: AgentState) -> None:

@@ -386,3 +386,32 @@ async def test_a_call_that_finished_keeps_its_result_when_the_agent_is_cancelled
     assert [r.is_error for r in results] == [False, True]  # type: ignore[union-attr]
     assert "hi" in results[0].content  # type: ignore[union-attr]
     assert results[1].content == "cancelled: cancelled by user"  # type: ignore[union-attr]
+
+
+async def test_a_prompt_after_a_history_ending_with_a_user_message_joins_it(
+    workspace: Path,
+) -> None:
+    from runtime import TextBlock
+
+    earlier = [Message(role="user", content=(TextBlock(text="first ask"),))]
+    async with open_runtime(scenario={"agents": {"main": turns("answer")}},
+                            workspace=workspace, trace=False) as rt:
+        outcome = await rt.run("second ask", history=earlier)
+    first = outcome.state.messages[0]
+    assert [m.role for m in outcome.state.messages] == ["user", "assistant"]
+    assert first.text == "first asksecond ask"
+    assert len(first.content) == 2
+
+
+async def test_messages_the_agent_never_took_come_back_in_its_outcome(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    scenario = {"agents": {"main": {"turns": [{"text": "slow", "delay_s": 10}]}}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False) as rt:
+        handle = await rt.start("go")
+        await trio.sleep(1)
+        assert handle.send("are you there?")
+        await handle.cancel("stop")
+        outcome = await handle.wait()
+        assert not handle.send("too late")
+    assert outcome.undelivered == ("are you there?",)
