@@ -78,6 +78,7 @@ def read_trace(path: Path) -> list[Event]:
 def check_trace_matches(live: Sequence[Event], path: Path) -> None:
     """The trace file holds exactly the live stream: nothing lost, nothing added."""
     written = read_trace(path)
+    STATS["events lost"] += len({e.seq for e in live} - {e.seq for e in written})
     assert [e.seq for e in written] == [e.seq for e in live], "trace and live stream differ"
     assert written == list(live), "an event reads back different from what was emitted"
     STATS["events checked"] += len(live)
@@ -147,6 +148,7 @@ async def checked_runtime(
             check_trace_matches(seen, trace)
         elif not record and emitted:
             written = read_trace(trace)
+            STATS["events lost"] += max(0, emitted - len(written))
             assert [e.seq for e in written] == list(range(1, emitted + 1)), "events lost"
             check_invariants(written)
             STATS["events checked"] += emitted

@@ -108,18 +108,21 @@ def random_faulty_tree(rng: random.Random) -> tuple[dict[str, Any], dict[str, st
     return {"agents": agents}, expected, faults
 
 
-SEEDS = list(range(12))
+SEEDS = list(range(24))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_random_provider_and_tool_faults_stay_in_their_agent(
-    seed: int, workspace: Path, tmp_path: Path, autojump_clock: trio.testing.MockClock
+    seed: int, long: bool, workspace: Path, tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
+    for s in [seed] + ([seed + 1000 * k for k in range(1, 10)] if long else []):
+        await _random_faults(s, workspace, tmp_path / f"trace-{s}.jsonl")
+
+
+async def _random_faults(seed: int, workspace: Path, trace: Path) -> None:
     rng = random.Random(seed)
     scenario, expected, faults = random_faulty_tree(rng)
-    outcome, events = await run_checked(
-        scenario, workspace, tmp_path / "trace.jsonl", extra_tools=[FaultyTool()]
-    )
+    outcome, events = await run_checked(scenario, workspace, trace, extra_tools=[FaultyTool()])
     assert outcome.status == "completed"
     names = started_names(events)
     agents = finished(events, "agent")
