@@ -718,7 +718,7 @@ async def open_ray_placement(
 
     Args:
         address: a Ray cluster (``ray://…`` or ``host:port``); default ``RAY_ADDRESS``; with
-            neither, a local cluster on loopback is started for the run and stopped after it.
+            neither, a local cluster on this machine is started for the run and stopped after it.
             If Ray is already initialised in this process (a test session, a notebook), that
             connection is used as it is and left open.
         hosts: host actors to spread subtrees over (default ``TRIO_AGENTS_RAY_HOSTS`` or 1);
@@ -784,13 +784,14 @@ def _init_ray(ray_mod: Any, address: str | None, num_cpus: int | None) -> None:
         if address:
             ray_mod.init(address=address, **kwargs)
         else:
-            # A private cluster for this run: loopback only, no dashboard, no usage report.
+            # A private cluster for this run, on this machine only: no dashboard, no usage
+            # report. (Ray refuses a loopback node address and listens on every interface;
+            # its token authentication guards those ports.)
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             ray_mod.init(
                 num_cpus=num_cpus or min(os.cpu_count() or 1, 4),
                 include_dashboard=False,
                 object_store_memory=256 * 1024 * 1024,
-                _node_ip_address="127.0.0.1",
                 **kwargs,
             )
     except Exception as exc:  # Ray raises many kinds; the user needs one clear line

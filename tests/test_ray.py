@@ -8,6 +8,7 @@ actor on it and kills it at the end.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -414,3 +415,61 @@ def test_ray_runs_in_a_separate_process() -> None:
         ray.kill(host)
     assert where.startswith("p pid ")
     assert int(where.split()[2]) != os.getpid()
+
+
+async def test_http_provider_sub_agents_on_ray_get_the_key_through_the_runtime_env(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    from tests.llm_server import LLMServer
+    from tests.test_provider_e2e import KEY, _openai_route
+
+    server = LLMServer()
+    await nursery.start(server.serve)
+    server.route = _openai_route
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1", "PATH": "/usr/bin:/bin"}
+    trace = tmp_path / "run.jsonl"
+    events: list[Event] = []
+    with trio.fail_after(30):
+        async with open_runtime("openai", model="test-model", env=env, workspace=workspace,
+                                trace=trace, on_event=events.append,
+                                agent_types=[AgentType(name="general", placement="ray")]) as rt:
+            outcome = await rt.run("Review the workspace")
+    check_invariants(events)
+    assert (outcome.status, outcome.result) == ("completed", "Both sub-agents reported back.")
+    results = sorted(e.output for e in by_type(events, ToolFinished))  # type: ignore[attr-defined]
+    assert results == ["The notes say hi.", "There are 2 files."]
+    children = [e for e in by_type(events, AgentStarted) if e.parent_tool_use_id is not None]
+    assert len(children) == 2
+    # Every request, the two made on the worker included, carried the key.
+    assert len(server.requests) == 4
+    assert all(r.headers.get("authorization") == f"Bearer {KEY}" for r in server.requests)
+    assert KEY not in trace.read_text()
+
+
+def test_the_cli_starts_its_own_cluster_and_keeps_stdout_to_events(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from runtime import decode_event
+
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("far", "far")]}, {"text": "done"}]},
+        "far": _remote({"tools": ["bash"], "turns": [
+            {"tool_calls": [{"name": "bash", "input": {"command": "echo from-the-worker"}}]},
+            {"text": "far done"}]})}}))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "runtime", "run", "go", "--scenario", str(scenario), "--json",
+         "--permission-mode", "allow-all", "--workspace", str(workspace)],
+        capture_output=True, timeout=120, env=env, check=False, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr.decode()
+    events = [decode_event(line) for line in out.stdout.splitlines()]
+    check_invariants(events)
+    bash = next(e for e in by_type(events, ToolFinished) if e.name == "bash")  # type: ignore[attr-defined]
+    assert bash.output.startswith("from-the-worker")  # type: ignore[attr-defined]
+    assert events[-1].status == "completed"  # type: ignore[attr-defined]
