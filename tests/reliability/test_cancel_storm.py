@@ -95,12 +95,20 @@ async def _storm(seed: int, workspace: Path, trace: Path) -> None:
     ) as rt:
         handle = await rt.start("Storm.")
         await all_started.wait()
+        registry = rt._run.registry
         while cancelled < CANCELS and not handle.done:
-            await trio.sleep(rng.uniform(0, 0.25))
-            live = [n for n in rt._run.registry.ids() if n != handle.agent_id]
+            await trio.sleep(rng.uniform(0, 0.05))
+            live = [n for n in registry.ids() if n != handle.agent_id]
             if not live:
                 break
-            if await rt.cancel(rng.choice(live), f"storm {cancelled}"):
+            target = rng.choice(live)
+            # Any node, at any depth, unless its subtree is most of what is left: the storm must
+            # be able to go on to its 200th cancel (a leaf's cancel takes about three nodes with
+            # it: the agent, its tool call, and its parent's agent call).
+            doomed = sum(1 for n in live if _under(registry.get(n), target))
+            if len(live) - doomed < 4 * (CANCELS - cancelled):
+                continue
+            if await rt.cancel(target, f"storm {cancelled}"):
                 cancelled += 1
         outcome = await handle.wait()
     assert outcome.status == "completed"
@@ -110,6 +118,14 @@ async def _storm(seed: int, workspace: Path, trace: Path) -> None:
     _check_tree(trace, events)
     STATS["cancels survived"] += cancelled
     STATS["agents in cancel storms"] += started
+
+
+def _under(node: Any, target: str) -> bool:
+    while node is not None:
+        if node.id == target:
+            return True
+        node = node.parent
+    return False
 
 
 def _check_storm(events: list[Event], root: str) -> None:
