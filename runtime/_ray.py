@@ -51,7 +51,7 @@ import structlog
 import trio
 
 from ._context import Owner, RunContext
-from ._errors import ConfigError
+from ._errors import ConfigError, ToolError
 from ._events import (
     AgentFinished,
     AgentStarted,
@@ -312,21 +312,26 @@ class RayPlacement:
         if self._config is not None and self._config[0] is run:
             return self._config[1]
         config, _ = self._provider_config(run)
-        ref = ray.put(
-            RunConfig(
-                run_id=run.run_id,
-                agent_types=tuple(run.agent_types.values()),
-                provider=config,
-                tools=tuple(run.tools.values()),
-                tool_limits=run.tool_limits,
-                limits=run.limits,
-                workspace=str(run.workspace),
-                env=dict(run.env),
-                policy=run.broker.policy,
-                batch_interval_s=self._batch_interval_s,
-                batch_max=self._batch_max,
-            )
+        settings = RunConfig(
+            run_id=run.run_id,
+            agent_types=tuple(run.agent_types.values()),
+            provider=config,
+            tools=tuple(run.tools.values()),
+            tool_limits=run.tool_limits,
+            limits=run.limits,
+            workspace=str(run.workspace),
+            env=dict(run.env),
+            policy=run.broker.policy,
+            batch_interval_s=self._batch_interval_s,
+            batch_max=self._batch_max,
         )
+        try:
+            ref = ray.put(settings)
+        except Exception as exc:  # a custom tool or provider Ray cannot pickle, most likely
+            raise ToolError(
+                f"cannot send this run's settings (provider, tools) to Ray: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         self._config = (run, ref)
         return ref
 
@@ -399,7 +404,6 @@ class _Stream:
         self._open: dict[str, _Open] = {}
         self._asks: dict[str, _Ask] = {}
         self._root_finished: AgentFinished | None = None
-        self._root_started = False
         self.outcome: AgentOutcome | None = None
         self.ended = False
         self._nursery: trio.Nursery | None = None
@@ -492,9 +496,7 @@ class _Stream:
         now = trio.current_time()
         if isinstance(event, AgentStarted):
             assert event.agent_id is not None
-            if event.agent_id == self.spec.agent_id:
-                self._root_started = True
-            else:
+            if event.agent_id != self.spec.agent_id:  # the root was registered at the start
                 self._register(
                     event.agent_id,
                     event.parent_tool_use_id,
