@@ -138,6 +138,12 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         metavar="SOCK",
         help="serve a control socket (JSON lines: cancel, permission, message) at this path",
     )
+    g.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="the Ray cluster for agent types placed on ray (default RAY_ADDRESS, else a local "
+        "cluster started for the run)",
+    )
     g.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
     g = parser.add_argument_group("permissions")
     g.add_argument(
@@ -189,6 +195,7 @@ class RunOptions:
     max_depth: int | None = None
     max_parallel: int | None = None
     control: str | None = None
+    ray_address: str | None = None
     debug: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     """More :func:`~runtime.open_runtime` keyword arguments (a command's own)."""
@@ -223,6 +230,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         max_depth=ns.max_depth,
         max_parallel=ns.max_parallel,
         control=ns.control,
+        ray_address=ns.ray_address,
         debug=ns.debug,
     )
 
@@ -289,6 +297,7 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         "allow": opts.allow,
         "deny": opts.deny,
         "permission_timeout_s": opts.permission_timeout_s,
+        "ray_address": opts.ray_address,
     }
     kwargs.update(opts.extra)
     return kwargs

@@ -355,3 +355,13 @@ async def test_sigint_aborts_a_json_run_without_a_terminal(tmp_path: Path) -> No
     assert set(statuses.values()) <= {"cancelled", "completed"}
     assert "cancelled" in statuses.values()
     check_invariants(read_trace(trace))
+
+
+def test_ray_address_reaches_the_runtime() -> None:
+    from runtime._cli import build_parser
+    from runtime._cli_common import options_from_args, runtime_kwargs
+
+    ns = build_parser().parse_args(["run", "x", "--ray-address", "10.0.0.5:6379"])
+    assert runtime_kwargs(options_from_args(ns))["ray_address"] == "10.0.0.5:6379"
+    ns = build_parser().parse_args(["run", "x"])
+    assert runtime_kwargs(options_from_args(ns))["ray_address"] is None
