@@ -14,10 +14,11 @@ Scenarios (scripted provider, zero delays, in-process, trace file on):
   that each then send the same finishing events.
 * ``demo_wall`` / ``demo_peak_rss`` / ``startup_help`` — the console script end to end.
 
-Each figure is the median of ``--reps`` repetitions; runtime and floor alternate so drift hits
-both alike. Prints one JSON object per benchmark, one a line.
+Each timing is the median of ``--reps`` repetitions (memory: of up to 3, it hardly varies);
+runtime and floor alternate so drift hits both alike. Prints one JSON object per benchmark, one
+a line.
 
-Usage: ``python bench/bench_core.py [--reps N] [--only NAME[,NAME…]] [--quick]``
+Usage: ``python bench/bench_core.py [--reps N] [--only fanout,stream,cancel,scale,e2e]``
 """
 
 from __future__ import annotations
@@ -543,13 +544,11 @@ def bench_end_to_end(reps: int) -> list[Result]:
     argv = [str(script)] if script.exists() else [sys.executable, "-m", "runtime"]
     out: list[Result] = []
     help_walls: list[float] = []
-    help_cpu: list[float] = []
     for _ in range(max(reps, 5)):
         wall, _peak, rc = floors.timed_process([*argv, "--help"])
         assert rc == 0, rc
         help_walls.append(wall)
-    floor_wall, floor_peak = floors.process_floor("pass")
-    del help_cpu
+    floor_wall, _ = floors.process_floor("pass")
     help_ms = floors.median(help_walls) * 1000
     out.append(
         {
@@ -573,7 +572,7 @@ def bench_end_to_end(reps: int) -> list[Result]:
             assert rc == 0, f"demo exited {rc}"
             demo_walls.append(wall)
             demo_peaks.append(peak)
-    trio_wall, trio_peak = floors.process_floor(
+    _, trio_peak = floors.process_floor(
         "import trio, orjson, attrs, cattrs, structlog; trio.run(trio.sleep, 0)"
     )
     demo_wall = floors.median(demo_walls)
@@ -599,7 +598,6 @@ def bench_end_to_end(reps: int) -> list[Result]:
             "target": "report",
         }
     )
-    del floor_peak, trio_wall
     return out
 
 
