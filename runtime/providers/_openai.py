@@ -212,7 +212,7 @@ class OpenAIProvider:
                                     secrets,
                                 )
                             ) from exc
-                        except (AttributeError, TypeError, IndexError) as exc:
+                        except (AttributeError, TypeError, IndexError, KeyError) as exc:
                             # A chunk (or part of one) that is not the object it should be.
                             raise ProviderError(
                                 redact(f"openai: malformed chunk: {data[:80]!r}", secrets)

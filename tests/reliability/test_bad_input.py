@@ -518,14 +518,9 @@ async def _provider_outcome(provider: Provider) -> str:
     return "turn"
 
 
-# Found by this corpus: ``choices`` as an object (not a list) escapes as a KeyError from
-# runtime/providers/_openai.py (it catches AttributeError, TypeError and IndexError). Reported;
-# strict, so this turns into a failure to remove the mark once it is fixed.
-_OPENAI_KNOWN = {
-    "choices-not-a-list": pytest.mark.xfail(
-        strict=True, reason="openai provider: KeyError on non-list choices"
-    )
-}
+# Streams a provider once mishandled are listed here with an xfail mark until fixed (this
+# corpus found one: ``choices`` as an object escaped as a KeyError; now a ProviderError).
+_OPENAI_KNOWN: dict[str, pytest.MarkDecorator] = {}
 
 
 @pytest.mark.parametrize(
