@@ -137,16 +137,17 @@ class PermissionBroker:
                 else:
                     granted, reason = False, f"no answer within {self.timeout_s:g} s"
         finally:
-            with trio.move_on_after(5, shield=True):
-                await self.bus.emit(
-                    PermissionResolved,
-                    agent_id=agent_id,
-                    parent_tool_use_id=parent_tool_use_id,
-                    request_id=request_id,
-                    tool_use_id=tool_use_id,
-                    granted=granted,
-                    reason=reason,
-                )
+            # Every request ends with its answer on the stream, even when the call is cancelled.
+            await self.bus.emit_final(
+                PermissionResolved,
+                grace_s=5,
+                agent_id=agent_id,
+                parent_tool_use_id=parent_tool_use_id,
+                request_id=request_id,
+                tool_use_id=tool_use_id,
+                granted=granted,
+                reason=reason,
+            )
         return granted, reason
 
     def resolve(

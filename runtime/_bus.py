@@ -56,6 +56,9 @@ class Subscription:
         self._writers = trio.lowlevel.ParkingLot()
         self._ended = False
         self._lagged = False
+        # A block reader that made a finishing event wait its whole grace period: not waited
+        # for again (by emit_final) until it reads.
+        self._stalled = False
         self._closed = False
 
     # -- bus side ---------------------------------------------------------------
@@ -89,6 +92,9 @@ class Subscription:
 
         Cancellation: a checkpoint; a cancelled receive loses no event.
         """
+        # The checkpoint comes first: between finding an event and taking it there is no
+        # yield, so two readers of one subscription never both take the same last event.
+        await trio.lowlevel.checkpoint()
         while not self._buffer:
             if self._closed:
                 raise trio.ClosedResourceError("subscription closed")
@@ -97,8 +103,8 @@ class Subscription:
             if self._ended:
                 raise trio.EndOfChannel
             await self._readers.park()
-        await trio.lowlevel.checkpoint()
         event = self._buffer.popleft()
+        self._stalled = False
         if self._writers:
             # One slot freed: wake one waiting emitter, not all of them (with a thousand agents
             # waiting, waking all on every read made a blocking reader quadratic).
@@ -248,23 +254,24 @@ class EventBus:
         agent_id: str | None,
         parent_tool_use_id: str | None,
         **fields: Any,
-    ) -> E | None:
+    ) -> E:
         """Emit an event that reports an end (``*_finished``), typically from a ``finally``.
 
-        Like :meth:`emit`, but it goes out even in a cancelled scope: when it must wait for a
-        full ``block`` subscription, it waits under a shield for at most *grace_s* seconds.
-
-        Returns:
-            The event, or ``None`` if the grace period ran out first (nothing was emitted).
+        Like :meth:`emit`, but it goes out even in a cancelled scope, and it always goes out:
+        when a ``block`` subscription is full it waits under a shield for at most *grace_s*
+        seconds, then delivers anyway (that reader's buffer briefly exceeds its bound). An end
+        is never lost; a reader that stalled is not waited for again until it reads.
 
         Cancellation: not a checkpoint; shielded, bounded by *grace_s*.
         """
-        if self._blocking and any(s._full() for s in self._blocking):
+        if self._blocking and any(s._full() and not s._stalled for s in self._blocking):
             with trio.move_on_after(grace_s, shield=True):
                 return await self.emit(
                     cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
                 )
-            return None
+            for s in self._blocking:
+                if s._full():
+                    s._stalled = True
         # Nothing to wait for: no cancel scope needed (this is the common case, and a scope
         # per finished node is a measurable share of a 10,000-agent run).
         return self.emit_nowait(
@@ -294,6 +301,10 @@ class EventBus:
             parent_tool_use_id=parent_tool_use_id,
             **fields,
         )
+        self._deliver(event)
+        return event
+
+    def _deliver(self, event: Event) -> None:
         for tap in self._taps:
             try:
                 tap(event)
@@ -306,7 +317,6 @@ class EventBus:
                     sub._readers.unpark_all()
             else:
                 sub._push(event)
-        return event
 
     def _tap_failed(self, tap: Tap, exc: Exception) -> None:
         # The event has already reached the taps before this one (the trace writer first), so
@@ -318,18 +328,16 @@ class EventBus:
         _log.error("event tap raised; removed", tap=repr(tap), error=repr(exc))
 
     def forward(self, event: Event) -> Event:
-        """Re-emit an event built elsewhere (another process) with this bus's next ``seq``."""
+        """Re-emit an event built elsewhere (another process) with this bus's next ``seq`` and
+        run id, keeping its own ``ts`` (when it happened, not when it arrived here)."""
         import attrs  # only remote runs forward events
 
-        fields = attrs.asdict(event, recurse=False)
-        for key in ("seq", "ts", "run_id", "agent_id", "parent_tool_use_id"):
-            fields.pop(key)
-        return self.emit_nowait(
-            type(event),
-            agent_id=event.agent_id,
-            parent_tool_use_id=event.parent_tool_use_id,
-            **fields,
-        )
+        if self._closed:
+            raise trio.ClosedResourceError("the event bus is closed: the run has finished")
+        self._seq += 1
+        forwarded = attrs.evolve(event, seq=self._seq, run_id=self.run_id)
+        self._deliver(forwarded)
+        return forwarded
 
     def close(self) -> None:
         """End the stream: subscribers drain what they have, then see the end."""

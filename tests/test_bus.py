@@ -156,3 +156,40 @@ def test_forward_gives_a_foreign_event_this_bus_seq() -> None:
                         text="hi")
     out = bus.forward(foreign)
     assert (out.seq, out.run_id, out.agent_id, out.parent_tool_use_id) == (1, "r", "x", "tu-9")
+    assert out.ts == pytest.approx(1.0), "when it happened, not when it arrived"
+
+
+async def test_two_readers_of_one_subscription_never_take_the_same_event() -> None:
+    bus = EventBus("r")
+    sub = bus.subscribe(buffer=10)
+    got: list[int] = []
+
+    async def reader() -> None:
+        with trio.move_on_after(1):
+            got.append((await sub.receive()).seq)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader)
+        nursery.start_soon(reader)
+        await trio.testing.wait_all_tasks_blocked()
+        await _emit(bus, "a", "only one")
+    assert got == [1]
+
+
+async def test_a_finishing_event_goes_out_even_past_a_stalled_blocking_reader(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    bus = EventBus("r")
+    seen: list[Event] = []
+    bus.add_tap(seen.append)
+    stalled = bus.subscribe(buffer=1, policy="block")
+    await _emit(bus, "a", "fills it")
+    start = trio.current_time()
+    first = await bus.emit_final(TextDelta, grace_s=2, agent_id="a", parent_tool_use_id=None,
+                                 text="end 1")
+    assert trio.current_time() - start == 2, "waited its grace period, then went out anyway"
+    second = await bus.emit_final(TextDelta, grace_s=2, agent_id="a", parent_tool_use_id=None,
+                                  text="end 2")
+    assert trio.current_time() - start == 2, "a stalled reader is not waited for twice"
+    assert [e.seq for e in seen] == [1, first.seq, second.seq] == [1, 2, 3]
+    assert len(stalled._buffer) == 3
