@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
 import trio
 import trio.testing
 
@@ -415,3 +416,25 @@ async def test_messages_the_agent_never_took_come_back_in_its_outcome(
         outcome = await handle.wait()
         assert not handle.send("too late")
     assert outcome.undelivered == ("are you there?",)
+
+
+class _OwnSchema(Tool):
+    name: ClassVar[str] = "pick"
+    description: ClassVar[str] = "one class, schemas per instance"
+    input_schema: ClassVar[dict[str, Any]] = {}
+    needs_permission: ClassVar[bool] = False
+
+    def __init__(self, required: str) -> None:
+        self.input_schema = {"type": "object", "required": [required]}  # type: ignore[misc]
+
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        return "ok"
+
+
+def test_each_tool_object_is_validated_against_its_own_schema() -> None:
+    from runtime import ToolInputError
+    from tools import validate_input
+
+    validate_input(_OwnSchema("a"), {"a": 1})
+    with pytest.raises(ToolInputError, match=r"input\.b: required"):
+        validate_input(_OwnSchema("b"), {"a": 1})

@@ -13,6 +13,7 @@ exception is also turned into an ``error`` result (a bug in a tool never crashes
 from __future__ import annotations
 
 import abc
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
@@ -139,7 +140,9 @@ def one_line(text: str, limit: int = 120) -> str:
     return _one_line(text, limit)
 
 
-_VALIDATORS: dict[int, Any] = {}
+# One compiled validator per tool object, dropped with it. Keyed by the object, not its class:
+# a tool may carry its own schema, and a class id can be reused once the class is gone.
+_VALIDATORS: weakref.WeakKeyDictionary[Tool, Any] = weakref.WeakKeyDictionary()
 
 
 def validate_input(tool: Tool, args: Any) -> None:
@@ -150,12 +153,11 @@ def validate_input(tool: Tool, args: Any) -> None:
     """
     import jsonschema  # imported on first use: keeps start-up fast
 
-    key = id(type(tool))
-    validator = _VALIDATORS.get(key)
+    validator = _VALIDATORS.get(tool)
     if validator is None:
         cls = jsonschema.validators.validator_for(tool.input_schema)
         validator = cls(tool.input_schema)
-        _VALIDATORS[key] = validator
+        _VALIDATORS[tool] = validator
     error = jsonschema.exceptions.best_match(validator.iter_errors(args))
     if error is None:
         return
