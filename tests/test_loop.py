@@ -438,3 +438,20 @@ def test_each_tool_object_is_validated_against_its_own_schema() -> None:
     validate_input(_OwnSchema("a"), {"a": 1})
     with pytest.raises(ToolInputError, match=r"input\.b: required"):
         validate_input(_OwnSchema("b"), {"a": 1})
+
+
+async def test_a_message_arriving_for_a_turn_past_max_turns_is_handed_back(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    loop_turn = {"tool_calls": [{"name": "glob", "input": {"pattern": "*"}}], "delay_s": 1}
+    events = EventLog()
+    async with open_runtime(scenario={"agents": {"main": {"turns": [loop_turn] * 3}}},
+                            workspace=workspace, trace=False, limits=Limits(max_turns=1),
+                            on_event=events) as rt:
+        handle = await rt.start("go")
+        await trio.sleep(0.5)
+        assert handle.send("one more thing")
+        outcome = await handle.wait()
+    assert outcome.status == "max_turns"
+    assert outcome.undelivered == ("one more thing",)
+    assert not by_type(events, UserMessage), "never announced as delivered"
