@@ -380,8 +380,8 @@ class Chat:
             view.finish_turn(handle.agent_id)
         self._record_turn(outcome)
         await self._save(quiet=True)
-        # Lines the agent never took, in the order they were typed.
-        self.pending[:0] = self.sent[self.delivered :]
+        # Lines the agent never took, in the order they were sent: the runtime hands them back.
+        self.pending[:0] = list(outcome.undelivered)
         self.sent = []
         if outcome.status == "cancelled" and self.pending and kb is not None:
             # The turn was stopped on purpose: give the lines back rather than send them.
