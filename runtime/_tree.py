@@ -432,6 +432,10 @@ class TraceTree:
         self._pending_cancel: dict[str, CancelInfo] = {}
         # Usage changed since the last rollup (totals are summed lazily, once per read).
         self._dirty = False
+        # Every agent's parent agent came into `agents` before it (so a reversed pass over
+        # `agents` sums children before parents); false once a tool call with sub-agents is
+        # attached to its caller after the fact (the caller may be newer, or a cycle formed).
+        self._agents_in_order = True
         # One string per tool name / agent type, shared by every node that has it.
         self._names: dict[str, str] = {}
         self.handlers: dict[str, _Handler] = {
@@ -585,6 +589,21 @@ class TraceTree:
         if not self._dirty:
             return
         self._dirty = False
+        if self._agents_in_order:
+            # Children before parents without a walk over every tool call: each agent adds its
+            # subtree's totals into the agent above it.
+            agents = list(self.agents.values())
+            for agent in agents:
+                agent.total_input_tokens = agent.input_tokens
+                agent.total_output_tokens = agent.output_tokens
+            for agent in reversed(agents):
+                call = agent._parent
+                if call is not None:
+                    owner = call._parent
+                    if owner is not None:
+                        owner.total_input_tokens += agent.total_input_tokens
+                        owner.total_output_tokens += agent.total_output_tokens
+            return
         order: list[AgentNode] = []
         stack = list(self.roots)
         while stack:  # agents only, parents before children
@@ -826,6 +845,7 @@ class TraceTree:
         owner.children.append(tool)
         if tool.children:
             self._dirty = True
+            self._agents_in_order = False
             for child in tool.children:
                 child._parent_agent_id = owner.id
                 if not child._seen_start:
