@@ -272,14 +272,20 @@ class ToolNode(_ToolInternals):
     cancel: CancelInfo | None
     children: list[AgentNode]
 
-    def __init__(self, tool_use_id: str) -> None:
+    def __init__(
+        self,
+        tool_use_id: str,
+        name: str = "?",
+        summary: str = "",
+        started_ts: float | None = None,
+    ) -> None:
         self.kind = "tool"
         self.id = tool_use_id
-        self.name = "?"
+        self.name = name
         self.status = RUNNING
         self.duration_s = None
-        self.summary = ""
-        self.started_ts = None
+        self.summary = summary
+        self.started_ts = started_ts
         self.output = ""
         self.permission_wait_s = 0.0
         self.cancel = None
@@ -426,6 +432,10 @@ class TraceTree:
         self._pending_cancel: dict[str, CancelInfo] = {}
         # Usage changed since the last rollup (totals are summed lazily, once per read).
         self._dirty = False
+        # Every agent's parent agent came into `agents` before it (so a reversed pass over
+        # `agents` sums children before parents); false once a tool call with sub-agents is
+        # attached to its caller after the fact (the caller may be newer, or a cycle formed).
+        self._agents_in_order = True
         # One string per tool name / agent type, shared by every node that has it.
         self._names: dict[str, str] = {}
         self.handlers: dict[str, _Handler] = {
@@ -579,6 +589,21 @@ class TraceTree:
         if not self._dirty:
             return
         self._dirty = False
+        if self._agents_in_order:
+            # Children before parents without a walk over every tool call: each agent adds its
+            # subtree's totals into the agent above it.
+            agents = list(self.agents.values())
+            for agent in agents:
+                agent.total_input_tokens = agent.input_tokens
+                agent.total_output_tokens = agent.output_tokens
+            for agent in reversed(agents):
+                call = agent._parent
+                if call is not None:
+                    owner = call._parent
+                    if owner is not None:
+                        owner.total_input_tokens += agent.total_input_tokens
+                        owner.total_output_tokens += agent.total_output_tokens
+            return
         order: list[AgentNode] = []
         stack = list(self.roots)
         while stack:  # agents only, parents before children
@@ -754,10 +779,14 @@ class TraceTree:
     # ------------------------------------------------------------------ node plumbing
 
     def _agent_for(self, fields: Fields, kind: str) -> AgentNode:
-        agent_id = fields["agent_id"]
-        agent = self.agents.get(agent_id)
+        agent = self.agents.get(fields["agent_id"])
         if agent is not None:
             return agent
+        return self._agent_missing(fields, kind)
+
+    def _agent_missing(self, fields: Fields, kind: str) -> AgentNode:
+        """A placeholder for the agent an event names, known not to be in ``agents`` yet."""
+        agent_id = fields["agent_id"]
         parent_tool_use_id = fields["parent_tool_use_id"]
         if agent_id.__class__ is not str:
             raise _invalid(kind, "agent_id")
@@ -795,10 +824,14 @@ class TraceTree:
 
     def _tool_for(self, fields: Fields, kind: str) -> ToolNode:
         """The tool call an event names, created (and attached to the emitting agent) if new."""
-        tool_use_id = fields["tool_use_id"]
-        tool = self.tools.get(tool_use_id)
+        tool = self.tools.get(fields["tool_use_id"])
         if tool is not None:
             return tool
+        return self._tool_missing(fields, kind)
+
+    def _tool_missing(self, fields: Fields, kind: str) -> ToolNode:
+        """As :meth:`_tool_for`, for a call known not to be in ``tools`` yet."""
+        tool_use_id = fields["tool_use_id"]
         if tool_use_id.__class__ is not str:
             raise _invalid(kind, "tool_use_id")
         owner = self._agent_for(fields, kind)
@@ -812,6 +845,7 @@ class TraceTree:
         owner.children.append(tool)
         if tool.children:
             self._dirty = True
+            self._agents_in_order = False
             for child in tool.children:
                 child._parent_agent_id = owner.id
                 if not child._seen_start:
@@ -873,7 +907,7 @@ class TraceTree:
             raise _invalid(kind, "depth")
         if prompt.__class__ is not str:
             raise _invalid(kind, "prompt")
-        agent = self.agents.get(fields["agent_id"]) or self._agent_for(fields, kind)
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, kind)
         if agent._seen_start:
             return  # a duplicate line: the first one stands
         if ts > self.last_ts:
@@ -889,7 +923,7 @@ class TraceTree:
         text = fields["text"]
         if text.__class__ is not str:
             raise _invalid("text_delta", "text")
-        agent = self.agents.get(fields["agent_id"]) or self._agent_for(fields, "text_delta")
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "text_delta")
         chunks = agent._chunks
         if chunks is None:
             agent._chunks = [text]
@@ -903,19 +937,19 @@ class TraceTree:
         text = fields["text"]
         if text.__class__ is not str:
             raise _invalid("thinking_delta", "text")
-        agent = self.agents.get(fields["agent_id"]) or self._agent_for(fields, "thinking_delta")
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "thinking_delta")
         agent._thinking_len += len(text)
 
     def _delta_no_text(self, fields: Fields) -> None:
         if fields["text"].__class__ is not str:
             raise _invalid(str(fields["type"]), "text")
         if fields["agent_id"] not in self.agents:
-            self._agent_for(fields, str(fields["type"]))
+            self._agent_missing(fields, str(fields["type"]))
 
     def _user_message(self, fields: Fields) -> None:
         if fields["text"].__class__ is not str:
             raise _invalid("user_message", "text")
-        agent = self.agents.get(fields["agent_id"]) or self._agent_for(fields, "user_message")
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "user_message")
         agent._user_messages += 1
 
     def _tool_started(self, fields: Fields) -> None:
@@ -935,29 +969,31 @@ class TraceTree:
             raise _invalid(kind, "input")
         if summary.__class__ is not str:
             raise _invalid(kind, "summary")
-        owner = self.agents.get(fields["agent_id"]) or self._agent_for(fields, kind)
+        owner = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, kind)
         if ts > self.last_ts:
             self.last_ts = ts
         name = self._names.setdefault(name, name)
         if not self.keep_details and name != "agent":
             tool_input = _NO_INPUT
-        tool = self.tools.get(tool_use_id)
-        if tool is None and not self._pending_cancel:
+        tools = self.tools
+        tool: ToolNode | None
+        if not self._pending_cancel:
             # The common case, inlined (a new call, nothing pointed at it yet): the hot path
-            # of reading a big file.
-            tool = ToolNode(tool_use_id)
-            self.tools[tool_use_id] = tool
-            tool.name = name
-            tool.summary = summary
-            tool.started_ts = ts
-            tool._seen_start = True
-            tool._input = tool_input
-            tool._parent = owner
-            tool._agent_id = owner.id
-            owner.children.append(tool)
-            if name == "agent":
-                self._agent_calls[tool_use_id] = tool
-            return
+            # of reading a big file. One probe of the big dict: the node is made first, and
+            # dropped if the id was already there.
+            new = ToolNode(tool_use_id, name, summary, ts)
+            tool = tools.setdefault(tool_use_id, new)
+            if tool is new:
+                new._seen_start = True
+                new._input = tool_input
+                new._parent = owner
+                new._agent_id = owner.id
+                owner.children.append(new)
+                if name == "agent":
+                    self._agent_calls[tool_use_id] = new
+                return
+        else:
+            tool = tools.get(tool_use_id)
         if tool is None:
             tool = self._new_tool(tool_use_id)
         elif tool._seen_start:
@@ -992,7 +1028,7 @@ class TraceTree:
             raise _invalid(kind, "output")
         if not _num(duration):
             raise _invalid(kind, "duration_s")
-        tool = self.tools.get(fields["tool_use_id"]) or self._tool_for(fields, kind)
+        tool = self.tools.get(fields["tool_use_id"]) or self._tool_missing(fields, kind)
         if tool._finished_ts is not None:
             return  # a duplicate line: the first one stands
         if ts > self.last_ts:
@@ -1056,7 +1092,7 @@ class TraceTree:
             raise _invalid("turn_finished", "input_tokens")
         if output_tokens.__class__ is not int:
             raise _invalid("turn_finished", "output_tokens")
-        agent = self.agents.get(fields["agent_id"]) or self._agent_for(fields, "turn_finished")
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "turn_finished")
         if agent._finished_ts is not None:
             return  # agent_finished already set the totals
         agent.turns = turn
@@ -1113,7 +1149,7 @@ class TraceTree:
             raise _invalid(kind, "output_tokens")
         if not _num(duration):
             raise _invalid(kind, "duration_s")
-        agent = self.agents.get(fields["agent_id"]) or self._agent_for(fields, kind)
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, kind)
         if agent._finished_ts is not None:
             return  # a duplicate line: the first one stands
         if ts > self.last_ts:
