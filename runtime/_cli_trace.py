@@ -158,6 +158,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        # show/stats/export run without trio, so Ctrl+C arrives bare here (tail handles its
+        # own, under trio, with except* and a signal receiver).
         return 130
     except BrokenPipeError:
         # `trace show x | head`: the reader left; say nothing, and stop Python's own complaint.

@@ -75,6 +75,7 @@ class ControlServer:
         """
         await _clear_stale(path)
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listening = False
         try:
             # Created 0600 from the start: between bind and chmod another user could connect.
             old_umask = os.umask(0o177)
@@ -84,14 +85,14 @@ class ControlServer:
                 os.umask(old_umask)
             sock.listen(64)
             inode = os.stat(path).st_ino
+            listening = True
         except OSError as exc:
-            sock.close()
             raise ConfigError(
                 f"--control {path}: cannot listen there: {exc.strerror or exc}"
             ) from exc
-        except BaseException:
-            sock.close()
-            raise
+        finally:
+            if not listening:  # failed or cancelled: no socket left open
+                sock.close()
         return cls(path, sock, inode)
 
     async def serve(

@@ -298,18 +298,20 @@ class SessionStore:
             fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{session_id}.", suffix=".tmp")
         except OSError as exc:
             raise SessionError(f"cannot write session {path}: {exc.strerror}") from exc
+        replaced = False
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-        except BaseException as exc:
-            with suppress(OSError):
-                os.unlink(tmp)
-            if isinstance(exc, OSError):
-                raise SessionError(f"cannot write session {path}: {exc.strerror}") from exc
-            raise
+            replaced = True
+        except OSError as exc:
+            raise SessionError(f"cannot write session {path}: {exc.strerror}") from exc
+        finally:
+            if not replaced:  # whatever stopped us (an error, Ctrl+C): no temp file left
+                with suppress(OSError):
+                    os.unlink(tmp)
         _fsync_dir(self.root)
         return path
 
