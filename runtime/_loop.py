@@ -44,6 +44,7 @@ from ._messages import (
     ToolUseBlock,
 )
 from ._provider import ModelRequest, TextChunk, ThinkingChunk, ToolCall, ToolSpec, TurnEnd
+from ._secrets import redact
 from .actors import ActorContext, Registry, start_actor_soon
 
 if TYPE_CHECKING:
@@ -96,13 +97,6 @@ def _cut(text: str, limit: int) -> str:
     return f"{text[:head]}\n… [{len(text) - limit} characters cut] …\n{text[-tail:]}"
 
 
-def _redact(text: str, secrets: tuple[str, ...]) -> str:
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, "***")
-    return text
-
-
 async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -> AgentOutcome:
     """Run one agent to its end; the body of an agent actor.
 
@@ -148,7 +142,7 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
             ctx.scope.deadline = trio.current_time() + seconds
         status, result, error = await _loop(run, spec, state, ctx, log)
     except ProviderError as exc:
-        status, error = "failed", _redact(str(exc), run.secrets)
+        status, error = "failed", redact(str(exc), run.secrets)
         log.warning("provider failed", error=error)
     except Exception as exc:  # a bug must end this agent only, never its siblings
         status, error = "failed", f"internal error: {type(exc).__name__}: {exc}"
@@ -436,7 +430,7 @@ async def _run_tool_call(
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
             status, output = "cancelled", f"cancelled: {reason or 'cancelled'}"
-        output = _cut(_redact(output, run.secrets), run.limits.max_tool_output_chars)
+        output = _cut(redact(output, run.secrets), run.limits.max_tool_output_chars)
         results[index] = ToolResultBlock(
             tool_use_id=call.id, content=output, is_error=status != "ok"
         )

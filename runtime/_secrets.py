@@ -19,6 +19,7 @@ of innocent-looking names (``DATABASE_URL=postgres://user:pw@host``) are not det
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -94,16 +95,22 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
     return sorted((v for v in values if len(v) >= _MIN_SECRET_LEN), key=lambda v: (-len(v), v))
 
 
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """*text* with every occurrence of each value in *secrets* replaced by ``***``.
+def redact(text: str, secrets: Sequence[str], *, mask: str = "***") -> str:
+    """*text* with every occurrence of each value in *secrets* replaced by *mask*.
 
     Longer secrets are replaced first, so a secret that contains another is masked whole.
-    Empty strings in *secrets* are ignored.
+    Empty strings in *secrets* are ignored. The pattern is compiled once per set of secrets
+    (a run has one), so this is cheap enough for every tool result.
     """
+    pattern = _secrets_pattern(tuple(secrets))
+    return text if pattern is None else pattern.sub(mask, text)
+
+
+@functools.lru_cache(maxsize=32)
+def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
     wanted = sorted({s for s in secrets if s}, key=len, reverse=True)
     if not wanted:
-        return text
+        return None
     # One alternation, one pass: replacing secrets one by one could create a new match across
     # the boundary of an earlier replacement.
-    pattern = re.compile("|".join(re.escape(s) for s in wanted))
-    return pattern.sub("***", text)
+    return re.compile("|".join(re.escape(s) for s in wanted))

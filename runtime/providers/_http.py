@@ -30,6 +30,7 @@ import trio
 from structlog.typing import FilteringBoundLogger
 
 from .._errors import ProviderError
+from .._secrets import redact as _redact
 
 REDACTED: Final = "[redacted]"
 # Shorter "keys" (``x``, ``-``) are placeholders for local servers, not secrets; replacing every
@@ -59,10 +60,7 @@ class TransientError(ProviderError):
 
 def redact(text: str, secrets: Collection[str]) -> str:
     """Replace every occurrence of each secret in ``text`` with ``[redacted]``."""
-    for secret in secrets:
-        if len(secret) >= _MIN_SECRET_LEN and secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
+    return _redact(text, tuple(s for s in secrets if len(s) >= _MIN_SECRET_LEN), mask=REDACTED)
 
 
 def public_url(url: str) -> str:
