@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
+from tools import one_line
+
 from ._cli_common import (
     EXIT_ABORTED,
     EXIT_FAILED,
@@ -157,14 +159,9 @@ def print_sessions(store: SessionStore, *, as_json: bool = False) -> int:
             print(f"{info.id}  {date}  (unreadable: {info.error})")
             continue
         turns = f"{info.turns} turn" + ("" if info.turns == 1 else "s")
-        print(f"{info.id}  {date}  {turns:>9}  {_one_line(info.first_prompt or '', 70)}")
+        print(f"{info.id}  {date}  {turns:>9}  {one_line(info.first_prompt or '', 70)}")
     print(f"Resume one: {PROG} chat --resume ID (or --resume alone for the latest)")
     return EXIT_OK
-
-
-def _one_line(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _with_note(messages: list[Message], note: str) -> list[Message]:
@@ -537,7 +534,7 @@ class Chat:
         rt = self._session().rt
         for name, atype in sorted(rt.agent_types.items()):
             tools = "all tools" if atype.tools is None else ", ".join(atype.tools) or "no tools"
-            desc = _one_line(atype.description, 70) or "(no description)"
+            desc = one_line(atype.description, 70) or "(no description)"
             self._say(f"  {name}: {desc} [{tools}]")
 
     def _trace(self) -> None:
@@ -591,7 +588,7 @@ class Chat:
         for text in queued[-MAX_QUEUED_SHOWN:]:
             line = Text(no_wrap=True, overflow="ellipsis")
             line.append("queued ", style="yellow")
-            line.append(f"{PROMPT}{_one_line(text, max(10, width - 10))}", style="dim")
+            line.append(f"{PROMPT}{one_line(text, max(10, width - 10))}", style="dim")
             lines.append(line)
         if len(queued) > MAX_QUEUED_SHOWN:
             lines.insert(0, Text(f"… {len(queued) - MAX_QUEUED_SHOWN} more queued", style="dim"))
@@ -636,9 +633,9 @@ class Chat:
             self._say(f"Resumed session {rec.id}: {turns} since {since}.")
             last_user, last_answer = _last_exchange(rec.messages)
             if last_user:
-                self._say(f"  you: {_one_line(last_user, 100)}")
+                self._say(f"  you: {one_line(last_user, 100)}")
             if last_answer:
-                self._say(f"  agent: {_one_line(last_answer, 100)}")
+                self._say(f"  agent: {one_line(last_answer, 100)}")
             if self._moved_from is not None:
                 self._say(
                     f"Note: this session worked in {self._moved_from}; the tools now work in "
@@ -657,7 +654,7 @@ class Chat:
             lines.append(f"Resume it: {PROG} chat --resume {rec.id}")
         undelivered = self.sent[self.delivered :] + self.pending
         if undelivered:
-            lines.append("Not sent: " + " / ".join(_one_line(t, 60) for t in undelivered))
+            lines.append("Not sent: " + " / ".join(one_line(t, 60) for t in undelivered))
         if self.trace_path is not None:
             lines.append(f"Trace: {self.trace_path}")
         if self.aborted:

@@ -109,7 +109,7 @@ class Tool(abc.ABC):
     def summary(self, args: Mapping[str, Any]) -> str:
         """One line for events and views, e.g. ``bash: ls -la``."""
         first = next(iter(args.values()), "") if args else ""
-        return _one_line(f"{self.name}: {first}")
+        return one_line(f"{self.name}: {first}")
 
     def permission_target(self, args: Mapping[str, Any]) -> str:
         """The argument permission rules match against (``bash(git *)`` matches the command)."""
@@ -130,14 +130,10 @@ class Tool(abc.ABC):
         """
 
 
-def _one_line(text: str, limit: int = 120) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
 def one_line(text: str, limit: int = 120) -> str:
     """*text* folded onto one line and cut to *limit* characters."""
-    return _one_line(text, limit)
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 # One compiled validator per tool object, dropped with it. Keyed by the object, not its class:
