@@ -589,7 +589,8 @@ async def open_session(
                     nursery.cancel_scope.cancel(reason="the run is over")
     except BaseExceptionGroup as group:
         # The session's nursery wraps whatever the body or the runtime raised; a lone error
-        # (a bad scenario, the caller's own exception) goes on as itself.
+        # (a bad scenario, the caller's own exception) goes on as itself, so run_command maps
+        # it to one clear line. Several errors stay a group (run_command reports the first).
         leaves = _leaves(group)
         if len(leaves) == 1:
             raise leaves[0] from None

@@ -1,12 +1,12 @@
 """``trio-agents demo``: a scripted run doing real work in a small project it makes for itself.
 
 No key, no network: the scripted provider plays ``runtime/demo/demo.json``. A main agent looks at
-the project, then splits a review over three parallel sub-agents — a scanner that greps TODOs
-and starts a sub-agent of its own to triage the worst file, a tester that runs the unit tests
-and a slow integration script (a few seconds: the one to try Ctrl+C on), and a reader that reads
-the README and the code — and ends with the answer, the trace path and the command to inspect
-it. Every tool call is real (glob, grep, read, bash) and runs in a temporary folder filled with
-the project below, removed at the end; the trace stays under ``.trio-agents/traces/``.
+the project, then splits a review over three parallel sub-agents — a scanner that greps the to-do
+markers and starts a sub-agent of its own to triage the worst file, a tester that runs the unit
+tests and a slow integration script (a few seconds: the one to try Ctrl+C on), and a reader that
+reads the README and the code — and ends with the answer, the trace path and the command to inspect
+it. Every tool call is real (glob, grep, read, bash) and runs in a temporary folder filled with the
+project below, removed at the end; the trace stays under ``.trio-agents/traces/``.
 
 It runs in ``allow-all`` mode (its script only reads, and runs its own scripts, in its own
 folder), so it works the same without a terminal.
@@ -33,11 +33,12 @@ from ._cli_common import (
 )
 
 DEMO_PROMPT = (
-    "Review the project in this workspace: find the open TODOs and triage the worst file, "
+    "Review the project in this workspace: find the open to-do markers and triage the worst file, "
     "run the tests, and say what the code does. Split the work over parallel sub-agents."
 )
 
-# A small, realistic project: a shopping-cart library with a few TODOs, unit tests, and an
+# A small, realistic project: a shopping-cart library with a few to-do markers (each naming
+# its ticket, as house styles ask), unit tests, and an
 # integration script that waits on a (pretend) service.
 PROJECT: dict[str, str] = {
     "README.md": """\
@@ -76,7 +77,7 @@ def price_of(product: str) -> int:
 
 
 def apply_discount(amount: int, percent: int) -> int:
-    # TODO: round half to even, like the accounting system does
+    # TODO(#31): round half to even, like the accounting system does
     return amount - amount * percent // 100
 ''',
     "src/shop/cart.py": '''\
@@ -91,16 +92,16 @@ class Cart:
         self.discount = 0
 
     def add(self, product: str, quantity: int = 1) -> None:
-        # TODO: refuse quantity <= 0 (a negative quantity currently refunds money)
+        # TODO(#12): refuse quantity <= 0 (a negative quantity currently refunds money)
         self.lines[product] = self.lines.get(product, 0) + quantity
 
     def set_discount(self, percent: int) -> None:
-        # TODO: discounts do not stack; decide whether a second code replaces the first
+        # TODO(#17): discounts do not stack; decide whether a second code replaces the first
         self.discount = percent
 
     def total(self) -> int:
         gross = sum(price_of(p) * q for p, q in self.lines.items())
-        # TODO: add VAT per product category
+        # TODO(#22): add VAT per product category
         return apply_discount(gross, self.discount)
 ''',
     "src/shop/stock.py": '''\
@@ -111,7 +112,7 @@ STOCK = {"apple": 120, "pear": 0, "bread": 14, "coffee": 7}
 
 def reserve(product: str, quantity: int) -> bool:
     """Take *quantity* out of stock if there is enough."""
-    # FIXME: two carts can reserve the last item at once (no lock)
+    # TODO(#9): two carts can reserve the last item at once (no lock)
     if STOCK.get(product, 0) < quantity:
         return False
     STOCK[product] -= quantity

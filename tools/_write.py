@@ -56,6 +56,7 @@ def atomic_write(real: Path, data: bytes) -> None:
         mode = 0o666 & ~_UMASK
     # Keep the temporary name well under NAME_MAX whatever the file's own name is.
     fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name[:100]}.", suffix=".tmp")
+    replaced = False
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -63,10 +64,11 @@ def atomic_write(real: Path, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, real)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        replaced = True
+    finally:
+        if not replaced:  # whatever stopped us: no temporary file left behind
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def count_lines(text: str) -> int:
