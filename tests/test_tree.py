@@ -418,3 +418,27 @@ def test_a_rejected_event_creates_no_placeholder() -> None:
         )
     assert tree.agents == {}
     assert tree.roots == []
+
+
+@pytest.mark.parametrize("keep_details", [True, False])
+def test_a_node_never_gains_an_attribute_after_it_is_made(keep_details: bool) -> None:
+    # CPython stores the attributes of a class's instances compactly only while they are the
+    # ones set when the instance was made; one set later can turn the instance into a full
+    # dict, which made updating nodes many times slower on big traces. Every start event comes
+    # first here (a wide fan-out): the order in which that hurt most.
+    dicts = list(run_events(small_run(), order="random", rng=random.Random(3)))
+    starts = [d for d in dicts if d["type"].endswith("_started")]
+    rest = [d for d in dicts if not d["type"].endswith("_started")]
+    tree = TraceTree(keep_details=keep_details)
+    for d in [*starts, *rest]:
+        tree.apply_dict(d)
+    tree.end()
+    tree.rollup()
+    assert any(t.permission_intervals for t in tree.tools.values())
+    assert any(a.cancel is not None for a in tree.agents.values()) or any(
+        t.cancel is not None for t in tree.tools.values()
+    )
+    agent_keys = list(vars(AgentNode("a", None)))
+    tool_keys = list(vars(ToolNode("t")))
+    assert all(list(vars(agent)) == agent_keys for agent in tree.agents.values())
+    assert all(list(vars(tool)) == tool_keys for tool in tree.tools.values())
