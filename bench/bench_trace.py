@@ -50,9 +50,59 @@ os.write(out, ('{"wall": %f, "cpu": %f, "rss_mb": %f, "rc": %d}\\n' % (wall, cpu
 FLOOR = """
 import orjson
 loads = orjson.loads
-with open(PATH, "rb") as f:
+with open(PATH, "rb", buffering=BUFFER) as f:
     for line in f:
         loads(line)
+rc = 0
+"""
+# A reference, not a target: the least a tree builder in CPython can do. It reads and decodes
+# only the lines a report needs (the reader's own skip rule), keeps each node as a bare list of
+# its SPEC section 3 values (no node objects, no checks of the fields, no rollup, no placeholders
+# for out-of-order events) and writes the tree as nested arrays, without the keys. Whatever the
+# real command costs above this figure is the price of correctness and of the SPEC's output;
+# this figure's own ratio is what no Python implementation of the tree beats on this machine.
+BOUND = """
+import gc
+import orjson
+gc.disable()  # as the reader does while it builds
+SKIPS = (b'{"type":"text_delta","seq":', b'{"type":"thinking_delta","seq":',
+         b'{"type":"turn_finished","seq":')
+loads = orjson.loads
+tools = {}
+agents = {}
+roots = []
+with open(PATH, "rb", buffering=BUFFER) as f:
+    for line in f:
+        if line.startswith(SKIPS) and line.endswith(b"}\\n"):
+            continue
+        d = loads(line)
+        t = d["type"]
+        if t == "tool_started":
+            node = ["tool", d["tool_use_id"], d["name"], "running", None, d["summary"], d["ts"],
+                    "", 0.0, None, []]
+            tools[d["tool_use_id"]] = node
+            agents[d["agent_id"]][-1].append(node)
+        elif t == "tool_finished":
+            node = tools[d["tool_use_id"]]
+            node[3] = d["status"]
+            node[4] = d["duration_s"]
+            node[7] = d["output"][:2000]
+        elif t == "agent_started":
+            parent = d["parent_tool_use_id"]
+            node = ["agent", d["agent_id"], d["name"], "running", parent, None, 0, 0, 0, 0,
+                    d["depth"], 0, d["ts"], None, None, None, []]
+            agents[d["agent_id"]] = node
+            (roots if parent is None else tools[parent][-1]).append(node)
+        elif t == "agent_finished":
+            node = agents[d["agent_id"]]
+            node[3] = d["status"]
+            node[5] = d["duration_s"]
+            node[6] = d["input_tokens"]
+            node[7] = d["output_tokens"]
+            node[11] = d["turns"]
+            node[13] = d["result"]
+            node[14] = d["error"]
+sys.stdout.buffer.write(orjson.dumps(roots))
 rc = 0
 """
 COMMAND = """
@@ -152,8 +202,12 @@ def main() -> None:
         "trace stats": ["stats", str(path)],
         "trace stats --json": ["stats", "--json", str(path)],
     }
-    jobs: dict[str, tuple[str, dict[str, object]]] = {"floor": (FLOOR, {"PATH": str(path)})}
+    from runtime._tracefile import READ_BUFFER  # the floor reads the file as the reader does
+
+    files = {"PATH": str(path), "BUFFER": READ_BUFFER}
+    jobs: dict[str, tuple[str, dict[str, object]]] = {"floor": (FLOOR, files)}
     jobs.update({name: (COMMAND, {"ARGV": argv}) for name, argv in commands.items()})
+    jobs["bound: bare list tree, no checks"] = (BOUND, files)
     results = measure(path, args.repeat, jobs)
     floor = results.pop("floor")
     print(

