@@ -217,8 +217,12 @@ async def test_killing_the_host_mid_run_ends_its_nodes_failed_and_the_run_comple
     scenario = _sleeper_scenario(pidfile)
     scenario["agents"]["steady"] = turns("steady result")  # local: not on the doomed host
     # The sleeper's own sub-agent runs the bash, on the same worker.
-    scenario["agents"]["inner"] = {"tools": ["bash"],
-                                   "turns": scenario["agents"]["sleeper"]["turns"]}
+    # Its bash leaves a background job, a grandchild of the worker in bash's own group: Ray
+    # ends a dead worker's children, not what they started.
+    scenario["agents"]["inner"] = {"tools": ["bash"], "turns": [
+        {"tool_calls": [{"name": "bash", "input": {
+            "command": f"sleep 30 & echo $! > {pidfile}; wait"}}]},
+        {"text": "slept"}]}
     scenario["agents"]["sleeper"]["tools"] = ["agent"]
     scenario["agents"]["sleeper"]["turns"] = [{"tool_calls": [agent_call("inner", "inner")]},
                                               {"text": "never"}]
@@ -234,10 +238,16 @@ async def test_killing_the_host_mid_run_ends_its_nodes_failed_and_the_run_comple
             [host] = rt._run.placements["ray"].hosts  # type: ignore[attr-defined]
             ray.kill(host)
             outcome = await handle.wait()
+            # The worker could not stop its bash call's process group; its warden does, once
+            # the worker is gone (SIGTERM, so well before the 2 s grace).
+            with trio.move_on_after(10):
+                while not _pid_gone(pid):  # noqa: ASYNC110 - another process's pid: poll
+                    await trio.sleep(0.02)
+            bash_outlived_the_worker = not _pid_gone(pid)
     finally:
         if pid is not None and not _pid_gone(pid):
-            # A killed worker cannot end its tools' processes; the test cleans up after it.
             psutil.Process(pid).kill()
+    assert not bash_outlived_the_worker
     check_invariants(events)
     assert (outcome.status, outcome.result) == ("completed", "carried on")
     started = {e.agent_id: e.name for e in by_type(events, AgentStarted)}  # type: ignore[attr-defined]

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -12,6 +17,7 @@ from _toolkit import call, is_running, make_ctx, read_fifo, running_in_group
 
 from runtime._errors import ToolError, ToolInputError
 from tools._bash import BashTool, _Capture, _ProcessGroup
+from tools._warden import Warden
 
 
 async def test_output_and_exit_code_zero(workspace: Path) -> None:
@@ -289,3 +295,116 @@ async def test_bash_stays_unreaped_so_its_group_id_stays_reserved_until_stopped(
             await group.reap()
         group.close()
     assert proc.returncode == 3
+
+
+# ---------------------------------------------------------------------------- the warden
+
+
+def _wait_until_stopped(pids: list[int], limit_s: float = 5.0) -> list[int]:
+    """The pids among *pids* still running after *limit_s* (polling)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if is_running(pid)]
+        if not left:
+            return []
+        time.sleep(0.02)
+    return [pid for pid in pids if is_running(pid)]
+
+
+def _group_with_background_child(trap_term: bool = False) -> tuple[subprocess.Popen[bytes], int]:
+    """bash leading its own group, with a background sleep; and that sleep's pid."""
+    trap = "trap '' TERM; " if trap_term else ""
+    proc = subprocess.Popen(
+        ["bash", "-c", f"{trap}sleep 60 & echo $!; wait"],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    background = int(proc.stdout.readline())
+    proc.stdout.close()
+    return proc, background
+
+
+def test_the_warden_stops_guarded_groups_once_its_pipe_closes() -> None:
+    warden = Warden(grace_s=0.5)
+    guarded, background = _group_with_background_child()
+    released = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        warden.guard(guarded.pid)
+        warden.guard(released.pid)
+        warden.release(released.pid)
+        assert warden.pid is not None
+        warden.close()  # what the death of this process does: end of file for the warden
+        assert guarded.wait(timeout=5) == -signal.SIGTERM
+        assert _wait_until_stopped([background]) == []
+        assert released.poll() is None, "a released group is left alone"
+    finally:
+        for proc in (guarded, released):
+            proc.kill()
+            proc.wait()
+
+
+def test_the_warden_escalates_to_sigkill_when_sigterm_is_ignored() -> None:
+    warden = Warden(grace_s=0.3)
+    guarded, background = _group_with_background_child(trap_term=True)
+    try:
+        warden.guard(guarded.pid)
+        warden.close()
+        assert guarded.wait(timeout=5) == -signal.SIGKILL
+        assert _wait_until_stopped([background]) == []
+    finally:
+        guarded.kill()
+        guarded.wait()
+
+
+_DIE_HOLDING_A_GROUP = """
+import os, signal, subprocess, sys, time
+from tools._warden import warden
+group = subprocess.Popen(["sleep", "60"], start_new_session=True)
+warden().guard(group.pid)
+forked = os.fork() if sys.argv[1] == "fork" else 0
+if forked == 0 and sys.argv[1] == "fork":
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # so the test's pipe reaches end of file when the parent dies
+    os.dup2(devnull, 2)
+    time.sleep(30)  # a forked child that outlives its parent
+    os._exit(0)
+print(group.pid, forked, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("fork", ["fork", "no-fork"])
+def test_a_process_killed_with_sigkill_leaves_no_guarded_group_behind(fork: str) -> None:
+    # The at-fork hook closes a forked child's copy of the pipe: the warden sees its owner die
+    # even while that child lives on.
+    proc = subprocess.run(
+        [sys.executable, "-c", _DIE_HOLDING_A_GROUP, fork],
+        capture_output=True,
+        timeout=30,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    group, forked = map(int, proc.stdout.splitlines()[-1].split())
+    try:
+        assert _wait_until_stopped([group]) == []
+    finally:
+        for pid in (group, forked):
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+async def test_bash_guards_its_group_while_it_runs_and_releases_it_after(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[str] = []
+    monkeypatch.setattr(Warden, "guard", lambda self, pgid: seen.append(f"+{pgid}"))
+    monkeypatch.setattr(Warden, "release", lambda self, pgid: seen.append(f"-{pgid}"))
+    out = await call(BashTool(), {"command": "echo $$"}, make_ctx(workspace))
+    pid = int(out.split()[0])
+    assert seen == [f"+{pid}", f"-{pid}"]
+    seen.clear()
+    await call(BashTool(orphan_guard=False), {"command": "true"}, make_ctx(workspace))
+    assert seen == []

@@ -8,7 +8,8 @@ Lifecycle of one call:
 2. A reader task drains the pipe as output arrives, keeping only the head and the tail
    (:class:`_Capture`), so memory stays bounded whatever the command prints.
 3. The call ends when ``bash`` exits. Whatever it left in its process group (background jobs) is
-   then stopped too: a tool call leaves nothing behind. The result says so.
+   then stopped too: a tool call leaves nothing behind. The result says so. If this process dies
+   before it can do that, the warden (``tools/_warden.py``) stops the group instead.
 4. On timeout or cancellation the whole group gets SIGTERM (and SIGCONT, so stopped jobs see
    it), then SIGKILL after a grace period. The cleanup is shielded and bounded in time.
 5. Only then is bash reaped: until that moment its pid, which is also the group id, cannot be
@@ -39,6 +40,7 @@ import trio
 from runtime._errors import ToolError
 
 from ._base import TargetKind, Tool, ToolContext, one_line
+from ._warden import warden
 
 __all__ = ["BashTool"]
 
@@ -56,6 +58,9 @@ class BashTool(Tool):
 
     Args:
         kill_grace_s: time between SIGTERM and SIGKILL when the process group is stopped.
+        orphan_guard: register each call's process group with the warden
+            (``tools/_warden.py``), a helper process that stops the group if this process dies
+            before the call could (``kill -9``, a lost Ray worker).
     """
 
     name: ClassVar[str] = "bash"
@@ -81,8 +86,9 @@ class BashTool(Tool):
     needs_permission: ClassVar[bool] = True
     permission_target_kind: ClassVar[TargetKind] = "command"
 
-    def __init__(self, *, kill_grace_s: float = 2.0) -> None:
+    def __init__(self, *, kill_grace_s: float = 2.0, orphan_guard: bool = True) -> None:
         self.kill_grace_s = kill_grace_s
+        self.orphan_guard = orphan_guard
 
     def summary(self, args: Mapping[str, Any]) -> str:
         """``bash: <command>``."""
@@ -111,6 +117,10 @@ class BashTool(Tool):
                 f"{ctx.limits.bash_max_timeout_s:g} s"
             )
         capture = _Capture(ctx.limits.max_output_chars)
+        guard = warden() if self.orphan_guard else None
+        if guard is not None and not guard.started:
+            # Once per process: the warden is up before the first group exists.
+            await trio.to_thread.run_sync(guard.start)
         try:
             proc = await trio.lowlevel.open_process(
                 [shutil.which("bash") or "/bin/bash", "-c", command],
@@ -125,6 +135,8 @@ class BashTool(Tool):
             raise ToolError(f"cannot start bash: {exc}") from exc
         ctx.log.debug("bash.started", pid=proc.pid)
         group = _ProcessGroup(proc)
+        if guard is not None:
+            guard.guard(group.pgid)
         stdout = proc.stdout
         assert stdout is not None  # stdout=PIPE
         leftovers = False
@@ -143,6 +155,8 @@ class BashTool(Tool):
             # cleanup itself is not cancelled, bounded so it cannot hang the caller.
             with trio.move_on_after(self.kill_grace_s + _KILL_WAIT_S + 0.5, shield=True):
                 await group.stop(self.kill_grace_s)
+            if guard is not None:
+                guard.release(group.pgid)  # before the reap: the number is still this group's
             with trio.move_on_after(_KILL_WAIT_S, shield=True):
                 await group.reap()
             group.close()

@@ -9,6 +9,7 @@ it ended. A session file is always the old one or the new one, never half of eit
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -23,6 +24,7 @@ import orjson
 import pytest
 
 from runtime import EventDecodeError, load_traces, read_events
+from tests._toolkit import is_running
 from tests.harness import agent_call
 from tests.reliability._checks import STATS, child_processes
 
@@ -220,3 +222,69 @@ def test_the_cli_run_command_is_there() -> None:
     assert out.returncode == 0, out.stderr.decode(errors="replace")
     assert b"--trace" in out.stdout
     assert b"--scenario" in out.stdout
+
+
+def test_a_run_killed_mid_bash_call_leaves_no_process_of_it_running(tmp_path: Path) -> None:
+    # bash runs in its own session, out of reach of the terminal's signals; when the run dies
+    # without stopping it, the warden must. The command's background job is in its group too.
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    command = "sleep 300 & echo $! > bg.pid; echo $$ > bash.pid; wait"
+    scenario = tmp_path / "scenario.json"
+    scenario.write_bytes(
+        orjson.dumps(
+            {
+                "agents": {
+                    "main": {
+                        "tools": ["bash"],
+                        "turns": [
+                            {"tool_calls": [{"name": "bash", "input": {"command": command}}]},
+                            {"text": "done"},
+                        ],
+                    }
+                }
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "go",
+            "--scenario",
+            str(scenario),
+            "--no-trace",
+            "--json",
+            "--workspace",
+            str(workspace),
+            "--permission-mode",
+            "allow-all",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(pids) < 2:
+            assert time.monotonic() < deadline, "bash never started"
+            assert proc.poll() is None, "the run ended before it could be killed"
+            try:
+                pids = [int((workspace / name).read_text()) for name in ("bash.pid", "bg.pid")]
+            except (FileNotFoundError, ValueError):
+                time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(is_running(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not [pid for pid in pids if is_running(pid)], "bash outlived the killed run"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    STATS["kill -9 runs without orphans"] += 1

@@ -1,0 +1,243 @@
+"""The warden: a helper process that stops the bash calls' process groups if this process dies.
+
+A ``bash`` call runs in its own session, so a Ctrl+C at the terminal never reaches it, and the
+tool stops its whole process group when the call ends, times out or is cancelled. That cleanup
+runs in this process. When this process dies without running it (``kill -9``, the OOM killer, a
+Ray worker torn down), bash and what it started would be left running, re-parented to init.
+
+The warden closes that gap. It is a small Python process (``python -I -S``, standard library
+only) started on the first ``bash`` call and shared by every later one. It reads one line per
+event on its stdin, a pipe whose only write end this process holds:
+
+- ``+PGID``: a bash call's process group started;
+- ``-PGID``: that call has stopped its group (bash is not reaped yet, so the number is still
+  that group's, see ``tools/_bash.py``).
+
+End of file on that pipe means this process is gone (or closed the pipe). The warden then sends
+SIGTERM (and SIGCONT) to every group still listed, SIGKILL to those still there after *grace_s*,
+and exits. It detaches at start (it forks and the first process exits, so it is not this
+process's child: whatever ends a dead process's children, as Ray does for a worker's, does not
+end the warden with them), runs in its own session and ignores SIGINT and SIGHUP, so the
+terminal's signals do not take it down with the run. It holds nothing but the pipe.
+
+Limits: a process that leaves its group on purpose (``setsid``) escapes, as it does the tool's
+own cleanup. A child made with ``os.fork`` closes its copy of the pipe at once (an at-fork hook),
+so the warden still sees its parent die. The window between bash starting and its group being
+guarded is a few microseconds: the warden is started before the first group exists. A group
+whose last process exits while the warden waits could in principle be renumbered by then; the
+grace is short (seconds) and pids are handed out in sequence, so this is not guarded against.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+from typing import Final
+
+import structlog
+
+__all__ = ["Warden", "warden"]
+
+_log = structlog.get_logger("trio_agents.warden")
+
+# The warden's own program. Only the standard library, no site packages (-I -S): it starts in
+# milliseconds and nothing from the user's environment runs in it.
+_PROGRAM: Final = """
+import os, signal, sys, time
+# Detach: the process started exits at once and its child carries on, re-parented to init. What
+# ends the owner's children with it (Ray ends a dead worker's) must not end the warden too.
+if os.fork():
+    os._exit(0)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+os.write(1, b"%d\\n" % os.getpid())
+os.close(1)
+grace = float(sys.argv[1])
+groups = set()
+for line in sys.stdin.buffer:
+    try:
+        pgid = int(line[1:])
+    except ValueError:
+        continue
+    if line[:1] == b"+":
+        groups.add(pgid)
+    elif line[:1] == b"-":
+        groups.discard(pgid)
+
+def signal_all(sig):
+    for pgid in list(groups):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            groups.discard(pgid)
+        except OSError:
+            pass
+
+signal_all(signal.SIGTERM)
+signal_all(signal.SIGCONT)
+deadline = time.monotonic() + grace
+while groups and time.monotonic() < deadline:
+    time.sleep(0.02)
+    signal_all(0)
+signal_all(signal.SIGKILL)
+"""
+
+
+class Warden:
+    """One warden process and the pipe to it.
+
+    Args:
+        grace_s: what the warden waits between SIGTERM and SIGKILL once this process is gone.
+
+    Writing to the pipe never blocks in practice (a line is a few bytes; the warden reads as they
+    come). If the warden cannot be started or has died, :meth:`guard` and :meth:`release` log
+    one warning and do nothing: bash calls still run, without the protection.
+    """
+
+    def __init__(self, *, grace_s: float = 2.0) -> None:
+        self.grace_s = grace_s
+        self._pid: int | None = None
+        self._fd: int | None = None
+        self._owner = os.getpid()
+        self._failed = False
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The warden process's pid, once started (it is not a child of this process)."""
+        return self._pid
+
+    @property
+    def started(self) -> bool:
+        """Whether this process has a warden running (or gave up trying to start one)."""
+        return self._owner == os.getpid() and (self._fd is not None or self._failed)
+
+    def start(self) -> None:
+        """Start the warden now if it is not running (a blocking ~20-50 ms, once per process).
+
+        :meth:`guard` starts it too; calling this first keeps the gap between starting a
+        process group and guarding it down to microseconds.
+        """
+        if self._owner != os.getpid() or self._fd is None:
+            self._start()
+
+    def guard(self, pgid: int) -> None:
+        """Have the warden stop process group *pgid* if this process dies before :meth:`release`."""
+        self._send(b"+%d\n" % pgid)
+
+    def release(self, pgid: int) -> None:
+        """The group *pgid* has been stopped by its call: forget it."""
+        self._send(b"-%d\n" % pgid)
+
+    def close(self) -> None:
+        """Close the pipe: the warden stops any group still guarded, then exits. Idempotent.
+
+        Does not wait for it (it is not this process's child); a later :meth:`guard` starts a
+        new one.
+        """
+        with self._lock:
+            fd, self._fd = self._fd, None
+            self._pid = None
+        _close(fd)
+
+    def _send(self, line: bytes) -> None:
+        fd = self._fd if self._owner == os.getpid() else None
+        if fd is None:
+            fd = self._start()
+            if fd is None:
+                return
+        try:
+            os.write(fd, line)
+        except OSError as exc:
+            self._give_up(f"the warden process is gone ({exc.strerror})")
+
+    def _forget_after_fork(self) -> None:
+        fd, self._fd = self._fd, None
+        _close(fd)
+        self._owner = os.getpid()
+        self._pid = None
+        self._failed = False
+        self._lock = threading.Lock()
+
+    def _start(self) -> int | None:
+        if self._owner != os.getpid():  # forked without the at-fork hook having run
+            self._forget_after_fork()
+        with self._lock:
+            if self._fd is not None or self._failed:
+                return self._fd
+            if not sys.executable:
+                self._failed = True
+                _log.warning("warden.unavailable", reason="no Python executable to start it with")
+                return None
+            # Python opens pipes close-on-exec: no bash call inherits the write end.
+            read_end, write_end = os.pipe()
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-c", _PROGRAM, repr(self.grace_s)],
+                    stdin=read_end,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                    env={},
+                )
+                with proc:  # the launcher exits as soon as the warden is on its own
+                    assert proc.stdout is not None  # stdout=PIPE
+                    line = proc.stdout.readline()
+                self._pid = int(line)
+            except (OSError, ValueError) as exc:
+                _close(write_end)
+                self._failed = True
+                _log.warning("warden.unavailable", reason=f"cannot start it: {exc}")
+                return None
+            finally:
+                _close(read_end)
+            self._fd = write_end
+            _log.debug("warden.started", pid=self._pid)
+            return self._fd
+
+    def _give_up(self, reason: str) -> None:
+        with self._lock:
+            if self._failed:
+                return
+            self._failed = True
+            fd, self._fd = self._fd, None
+        _close(fd)
+        _log.warning("warden.unavailable", reason=reason)
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):  # already closed: nothing left to do
+            os.close(fd)
+
+
+_warden: Warden | None = None
+_warden_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # The child of an os.fork() holds a copy of the pipe's write end: close it at once, or the
+    # parent's warden would not see the parent die while the child lives. The child starts its
+    # own warden if it runs bash.
+    if _warden is not None:
+        _warden._forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def warden() -> Warden:
+    """The process's warden, shared by every bash call (started on first use).
+
+    There is nothing to close at exit: the kernel closes the pipe when this process ends, however
+    it ends, and that is the warden's cue.
+    """
+    global _warden
+    with _warden_lock:
+        if _warden is None:
+            _warden = Warden()
+        return _warden
