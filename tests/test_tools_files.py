@@ -617,3 +617,36 @@ def test_schemas_refuse_unknown_fields() -> None:
     for tool in file_and_shell_tools():
         assert tool.input_schema["additionalProperties"] is False
         assert tool.input_schema["type"] == "object"
+
+
+# A pattern that backtracks without end on this line (every split of the a's into a and aa is
+# tried before the '!' fails the match): with re, one search holds the GIL for hours.
+_BACKTRACKING = {"pattern": "(a|aa)+$"}
+
+
+async def test_grep_stops_a_pattern_that_backtracks_at_its_time_limit(workspace: Path) -> None:
+    (workspace / "f.txt").write_text("a" * 60 + "!\n")
+    with trio.fail_after(10), pytest.raises(ToolError, match="time limit"):
+        await call(GrepTool(), _BACKTRACKING, make_ctx(workspace, grep_timeout_s=0.3))
+
+
+async def test_a_backtracking_grep_leaves_the_event_loop_free(workspace: Path) -> None:
+    # The other agents (here: a task ticking) run on while the search grinds, and cancelling it
+    # works at once: the match runs without the GIL.
+    (workspace / "f.txt").write_text("a" * 60 + "!\n")
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await trio.sleep(0.01)
+            ticks += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        with trio.fail_after(5):
+            with trio.move_on_after(0.5) as scope:
+                await call(GrepTool(), _BACKTRACKING, make_ctx(workspace, grep_timeout_s=3.0))
+        nursery.cancel_scope.cancel()
+    assert scope.cancelled_caught, "the search ended on its own"
+    assert ticks >= 10, f"the event loop stalled during the search ({ticks} ticks in 0.5 s)"

@@ -63,6 +63,9 @@ class ToolLimits:
     read_default_lines: int = 2_000
     glob_max_results: int = 1_000
     grep_max_matches: int = 500
+    grep_timeout_s: float = 30.0
+    """The most one ``grep`` call may search for (a pattern that backtracks without end, such
+    as ``(a|aa)+$``, is stopped by it, and never holds up the other agents meanwhile)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -1,14 +1,24 @@
-"""The ``grep`` tool: search file contents with a Python regex."""
+"""The ``grep`` tool: search file contents with a Python regex.
+
+The pattern comes from a model, so it may backtrack without end (``(a|aa)+$`` on a long line).
+Python's ``re`` holds the GIL for the whole of one match: such a pattern, even in a worker
+thread, would freeze the event loop and every agent with it, Ctrl+C included. So patterns are
+compiled with the ``regex`` module (the same syntax as ``re``, in its default ``VERSION0``
+mode), which releases the GIL while it matches (``concurrent=True``) and stops a match at a
+deadline (``timeout``): one call searches for at most ``ToolLimits.grep_timeout_s``.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
+import time
 from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
+
+import regex
 
 from runtime._errors import ToolError
 
@@ -59,24 +69,34 @@ class GrepTool(Tool):
     async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
         """Search and return the matching lines.
 
-        The search runs in a worker thread. Cancellation: immediate; the abandoned thread stops
-        at its next file. Nothing is changed on disk.
+        The search runs in a worker thread, matching without the GIL, for at most
+        ``ctx.limits.grep_timeout_s``. Cancellation: immediate; the abandoned thread stops at
+        its next file, or at the deadline within a match. Nothing is changed on disk.
+
+        Raises:
+            ToolError: an invalid pattern, path or include, or the search hit its deadline.
         """
         pattern = str(args["pattern"])
         try:
-            regex = re.compile(pattern)
-        except re.error as exc:
+            compiled = regex.compile(pattern)
+        except regex.error as exc:
             raise ToolError(f"input.pattern: invalid regex {pattern!r}: {exc}") from exc
         include = args.get("include")
         if include is not None and (include.startswith("/") or ".." in include.split("/")):
             raise ToolError("input.include: must be a relative glob without '..'")
+        deadline = time.monotonic() + ctx.limits.grep_timeout_s
         return await run_in_thread_with_stop(
-            _grep, ctx, regex, str(args.get("path") or "."), include
+            _grep, ctx, compiled, str(args.get("path") or "."), include, deadline
         )
 
 
 def _grep(
-    ctx: ToolContext, regex: re.Pattern[str], path: str, include: str | None, stop: threading.Event
+    ctx: ToolContext,
+    compiled: regex.Pattern[str],
+    path: str,
+    include: str | None,
+    deadline: float,
+    stop: threading.Event,
 ) -> str:
     root = Path(os.path.realpath(ctx.workspace))
     start = resolve_in_workspace(root, path)
@@ -114,7 +134,7 @@ def _grep(
                 continue
         shown = relative(root, file)
         # closing(): leaving the loop early must close the file now, not when collected.
-        with contextlib.closing(_matching_lines(file, regex, stop)) as matches:
+        with contextlib.closing(_matching_lines(file, compiled, stop, deadline)) as matches:
             for lineno, line in matches:
                 if len(out) >= max_matches:
                     cut_short = (
@@ -135,16 +155,21 @@ def _grep(
         if cut_short or stop.is_set():
             break
     if not out:
-        return f"no matches for {regex.pattern!r}"
+        return f"no matches for {compiled.pattern!r}"
     if cut_short:
         out.append(cut_short)
     return "\n".join(out)
 
 
 def _matching_lines(
-    file: Path, regex: re.Pattern[str], stop: threading.Event
+    file: Path, compiled: regex.Pattern[str], stop: threading.Event, deadline: float
 ) -> Generator[tuple[int, str]]:
-    """(line number, line) pairs of *file* that match; nothing for binary or unreadable files."""
+    """(line number, line) pairs of *file* that match; nothing for binary or unreadable files.
+
+    Raises:
+        ToolError: *deadline* (a ``time.monotonic()`` value) passed.
+    """
+    monotonic = time.monotonic
     try:
         with file.open("rb") as fh:
             if looks_binary(fh.read(BINARY_SNIFF_BYTES)):
@@ -154,7 +179,22 @@ def _matching_lines(
                 if lineno % 4096 == 0 and stop.is_set():
                     return
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                if regex.search(line):
+                left = deadline - monotonic()
+                try:
+                    if left <= 0:
+                        raise TimeoutError
+                    found = compiled.search(line, concurrent=True, timeout=left)
+                except TimeoutError:
+                    raise ToolError(_too_long(compiled.pattern)) from None
+                if found:
                     yield lineno, line
     except OSError:
         return
+
+
+def _too_long(pattern: str) -> str:
+    return (
+        f"the search for {pattern!r} was stopped at its time limit (grep_timeout_s); a pattern "
+        "with nested repeats such as (a|aa)+ can take forever on some lines: simplify it, or "
+        "narrow the path or include"
+    )
