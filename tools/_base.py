@@ -22,6 +22,8 @@ import attrs
 
 from runtime._errors import ToolInputError
 
+from ._schema import compile_check
+
 if TYPE_CHECKING:
     import structlog
 
@@ -139,24 +141,42 @@ def one_line(text: str, limit: int = 120) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-# One compiled validator per tool object, dropped with it. Keyed by the object, not its class:
+class _Validation:
+    """A tool's compiled checks: the fast yes (tools/_schema.py), then jsonschema, made on need."""
+
+    __slots__ = ("fast", "schema", "validator")
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+        self.fast = compile_check(schema)
+        self.validator: Any = None
+
+
+# One compiled validation per tool object, dropped with it. Keyed by the object, not its class:
 # a tool may carry its own schema, and a class id can be reused once the class is gone.
-_VALIDATORS: weakref.WeakKeyDictionary[Tool, Any] = weakref.WeakKeyDictionary()
+_VALIDATIONS: weakref.WeakKeyDictionary[Tool, _Validation] = weakref.WeakKeyDictionary()
 
 
 def validate_input(tool: Tool, args: Any) -> None:
     """Check *args* against the tool's schema.
 
+    Valid input of a simple schema is recognised by a compiled check; anything else, and every
+    error, goes through jsonschema.
+
     Raises:
         ToolInputError: naming the first faulty field, e.g. ``input.command: required``.
     """
+    validation = _VALIDATIONS.get(tool)
+    if validation is None or validation.schema is not tool.input_schema:
+        validation = _VALIDATIONS[tool] = _Validation(tool.input_schema)
+    if validation.fast is not None and validation.fast(args):
+        return
     import jsonschema  # imported on first use: keeps start-up fast
 
-    validator = _VALIDATORS.get(tool)
+    validator = validation.validator
     if validator is None:
         cls = jsonschema.validators.validator_for(tool.input_schema)
-        validator = cls(tool.input_schema)
-        _VALIDATORS[tool] = validator
+        validator = validation.validator = cls(tool.input_schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(args))
     if error is None:
         return
