@@ -74,34 +74,28 @@ def _wait_for_lines(path: Path, count: int, proc: subprocess.Popen[bytes], limit
     raise AssertionError(f"the trace never reached {count} lines")
 
 
+def _start_run(
+    tmp_path: Path, scenario: dict[str, Any], *options: str, stdout: int
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A real ``trio-agents run --json`` of *scenario* in a fresh workspace; and the workspace."""
+    path = tmp_path / "scenario.json"
+    path.write_bytes(orjson.dumps(scenario))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    command = [*CLI, "run", "go", "--scenario", str(path), *options, "--json"]
+    command += ["--workspace", str(workspace), "--permission-mode", "allow-all"]
+    proc = subprocess.Popen(command, stdout=stdout, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    return proc, workspace
+
+
 # The events of this scenario: root 9 + 4 sub-agent calls' starts; each worker about 45.
 @pytest.mark.parametrize("kill_after_lines", [12, 60, 150])
 def test_a_run_killed_mid_run_leaves_a_trace_that_reads_back(
     kill_after_lines: int, tmp_path: Path
 ) -> None:
-    scenario = tmp_path / "scenario.json"
-    scenario.write_bytes(orjson.dumps(slow_scenario()))
     trace = tmp_path / "trace.jsonl"
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    proc = subprocess.Popen(
-        [
-            *CLI,
-            "run",
-            "go",
-            "--scenario",
-            str(scenario),
-            "--trace",
-            str(trace),
-            "--json",
-            "--workspace",
-            str(workspace),
-            "--permission-mode",
-            "allow-all",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd=tmp_path,
+    proc, _ = _start_run(
+        tmp_path, slow_scenario(), "--trace", str(trace), stdout=subprocess.PIPE
     )
     try:
         seen = _wait_for_lines(trace, kill_after_lines, proc, limit_s=30)
@@ -227,43 +221,12 @@ def test_the_cli_run_command_is_there() -> None:
 def test_a_run_killed_mid_bash_call_leaves_no_process_of_it_running(tmp_path: Path) -> None:
     # bash runs in its own session, out of reach of the terminal's signals; when the run dies
     # without stopping it, the warden must. The command's background job is in its group too.
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
     command = "sleep 300 & echo $! > bg.pid; echo $$ > bash.pid; wait"
-    scenario = tmp_path / "scenario.json"
-    scenario.write_bytes(
-        orjson.dumps(
-            {
-                "agents": {
-                    "main": {
-                        "tools": ["bash"],
-                        "turns": [
-                            {"tool_calls": [{"name": "bash", "input": {"command": command}}]},
-                            {"text": "done"},
-                        ],
-                    }
-                }
-            }
-        )
-    )
-    proc = subprocess.Popen(
-        [
-            *CLI,
-            "run",
-            "go",
-            "--scenario",
-            str(scenario),
-            "--no-trace",
-            "--json",
-            "--workspace",
-            str(workspace),
-            "--permission-mode",
-            "allow-all",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=tmp_path,
-    )
+    call = {"name": "bash", "input": {"command": command}}
+    scenario = {
+        "agents": {"main": {"tools": ["bash"], "turns": [{"tool_calls": [call]}, {"text": "ok"}]}}
+    }
+    proc, workspace = _start_run(tmp_path, scenario, "--no-trace", stdout=subprocess.DEVNULL)
     pids: list[int] = []
     try:
         deadline = time.monotonic() + 30
