@@ -650,3 +650,84 @@ async def test_a_backtracking_grep_leaves_the_event_loop_free(workspace: Path) -
         nursery.cancel_scope.cancel()
     assert scope.cancelled_caught, "the search ended on its own"
     assert ticks >= 10, f"the event loop stalled during the search ({ticks} ticks in 0.5 s)"
+
+
+async def test_a_cancelled_burst_of_slow_greps_does_not_starve_other_threads(
+    workspace: Path,
+) -> None:
+    # An abandoned thread keeps its limiter slot until its match ends (at the deadline here);
+    # the file tools have a limiter of their own, so trio's default one stays free.
+    (workspace / "f.txt").write_text("a" * 60 + "!\n")
+    ctx = make_ctx(workspace, grep_timeout_s=1.0)
+    with trio.move_on_after(0.2):
+        async with trio.open_nursery() as nursery:
+            for _ in range(45):
+                nursery.start_soon(call, GrepTool(), _BACKTRACKING, ctx)
+    # The abandoned searches still run (until their deadline), on the file tools' own slots.
+    assert trio.to_thread.current_default_thread_limiter().borrowed_tokens == 0
+    with trio.fail_after(0.5):
+        assert await trio.to_thread.run_sync(lambda: 42) == 42
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        ("(a{1000}){1000}", "too big once its counted repeats"),
+        ("x{30000}", "too big once its counted repeats"),
+        (r"\p{L}+", "invalid regex"),  # regex syntax that re does not have
+        ("(unclosed", "invalid regex"),
+    ],
+)
+async def test_grep_refuses_patterns_re_refuses_or_too_big_to_compile(
+    workspace: Path, pattern: str, reason: str
+) -> None:
+    (workspace / "f.txt").write_text("x\n")
+    with pytest.raises(ToolError, match=reason):
+        await call(GrepTool(), {"pattern": pattern}, make_ctx(workspace))
+
+
+_CORPUS = [
+    "def main(argv):",
+    "    return run(argv)  # TODO: tidy",
+    "class Foo(Base):",
+    "import os, sys",
+    "from re import compile",
+    "x = 'def' + 'ine'",
+    "DEF UPPER",
+    "café au lait",
+    "tab\tseparated\tline",
+    "",
+    "trailing spaces   ",
+    "todo: lower",
+]
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"def \w+\(",
+        r"^class \w+",
+        r"(?i)todo",
+        r"import (os|sys)",
+        r"os|sys",
+        r"\bre\b",
+        r"(?<=x = )'def'",
+        r"def(?!ine)",
+        r"\s+$",
+        r"^$",
+        r"caf\u00e9",
+        r"[A-Z]{3} UPPER",
+        r"t\w+\tline",
+        r"(\w+)\(\1\)",
+        r"run\(argv\)",
+    ],
+)
+async def test_grep_finds_exactly_the_lines_re_finds(workspace: Path, pattern: str) -> None:
+    # The prefilter (a literal every match contains) and the regex engine together must give
+    # what re.search line by line gives.
+    import re
+
+    (workspace / "src.py").write_text("\n".join(_CORPUS) + "\n")
+    expected = [f"src.py:{i}:{line}" for i, line in enumerate(_CORPUS, 1) if re.search(pattern, line)]
+    out = await call(GrepTool(), {"pattern": pattern}, make_ctx(workspace))
+    assert out == ("\n".join(expected) if expected else f"no matches for {pattern!r}")

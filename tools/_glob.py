@@ -171,17 +171,35 @@ def resolve_folder(workspace: Path, path: str) -> Path:
     return real
 
 
+# The worker threads of glob and grep: their own limiter, not trio's default one, because an
+# abandoned thread keeps its slot until it really ends (a grep inside one long match, up to its
+# deadline): a burst of cancelled searches must not hold up every other to_thread call.
+_FILE_TOOL_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar(
+    "file_tool_threads"
+)
+FILE_TOOL_THREADS = 8
+"""How many glob and grep searches run at once per trio run (each in a worker thread)."""
+
+
 async def run_in_thread_with_stop(
     work: Callable[[*Ts, threading.Event], T], *args: *Ts
 ) -> T:
     """Run ``work(*args, stop)`` in a worker thread; cancelling the call abandons the thread.
 
     Abandoning keeps the event loop responsive however big the tree; *stop* is set so the
-    abandoned thread notices soon and ends instead of walking on for nothing.
+    abandoned thread notices soon and ends instead of walking on for nothing. The threads have
+    a limiter of their own (:data:`FILE_TOOL_THREADS`).
     """
+    try:
+        limiter = _FILE_TOOL_THREADS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(FILE_TOOL_THREADS)
+        _FILE_TOOL_THREADS.set(limiter)
     stop = threading.Event()
     try:
-        return await trio.to_thread.run_sync(work, *args, stop, abandon_on_cancel=True)
+        return await trio.to_thread.run_sync(
+            work, *args, stop, abandon_on_cancel=True, limiter=limiter
+        )
     finally:
         stop.set()
 

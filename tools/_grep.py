@@ -2,16 +2,23 @@
 
 The pattern comes from a model, so it may backtrack without end (``(a|aa)+$`` on a long line).
 Python's ``re`` holds the GIL for the whole of one match: such a pattern, even in a worker
-thread, would freeze the event loop and every agent with it, Ctrl+C included. So patterns are
-compiled with the ``regex`` module (the same syntax as ``re``, in its default ``VERSION0``
-mode), which releases the GIL while it matches (``concurrent=True``) and stops a match at a
-deadline (``timeout``): one call searches for at most ``ToolLimits.grep_timeout_s``.
+thread, would freeze the event loop and every agent with it, Ctrl+C included. So:
+
+- the pattern must be valid ``re`` syntax (what the tool promises the model), checked with ``re``;
+- it must not be huge once its counted repeats are written out (``(a{1000}){1000}`` is a
+  million): the ``regex`` module compiles repeats that way, and would take the process's memory;
+- lines are matched with ``regex`` (the same semantics as ``re`` in its default ``VERSION0``
+  mode), which releases the GIL while it matches (``concurrent=True``) and stops a match at a
+  deadline (``timeout``): one call searches for at most ``ToolLimits.grep_timeout_s``;
+- a literal every match must contain (``def `` in ``def \\w+\\(``) is looked for first with
+  ``in``: most lines of a search never reach the regex engine, which costs ~2 us a call here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 from collections.abc import Generator, Iterator, Mapping
@@ -31,6 +38,8 @@ __all__ = ["GrepTool"]
 
 # A matching line longer than this is cut in the output: minified files would drown the model.
 _MAX_LINE_CHARS = 500
+# The most items a pattern may have with its counted repeats written out (see the docstring).
+_MAX_PATTERN_UNITS = 20_000
 
 
 class GrepTool(Tool):
@@ -77,26 +86,98 @@ class GrepTool(Tool):
             ToolError: an invalid pattern, path or include, or the search hit its deadline.
         """
         pattern = str(args["pattern"])
-        try:
-            compiled = regex.compile(pattern)
-        except regex.error as exc:
-            raise ToolError(f"input.pattern: invalid regex {pattern!r}: {exc}") from exc
+        needle = _check_pattern(pattern)
         include = args.get("include")
         if include is not None and (include.startswith("/") or ".." in include.split("/")):
             raise ToolError("input.include: must be a relative glob without '..'")
         deadline = time.monotonic() + ctx.limits.grep_timeout_s
-        return await run_in_thread_with_stop(
-            _grep, ctx, compiled, str(args.get("path") or "."), include, deadline
+        search = _Search(pattern, needle, deadline)
+        path = str(args.get("path") or ".")
+        return await run_in_thread_with_stop(_grep, ctx, search, path, include)
+
+
+class _Search:
+    """What one call looks for: the pattern (compiled in the worker thread), needle, deadline."""
+
+    def __init__(self, pattern: str, needle: str | None, deadline: float) -> None:
+        self.pattern = pattern
+        self.needle = needle
+        self.deadline = deadline
+        self._compiled: regex.Pattern[str] | None = None
+
+    def compiled(self) -> regex.Pattern[str]:
+        if self._compiled is None:
+            try:
+                self._compiled = regex.compile(self.pattern, cache_pattern=False)
+            except (regex.error, RecursionError) as exc:  # re accepted it: should not happen
+                raise ToolError(f"input.pattern: invalid regex {self.pattern!r}: {exc}") from exc
+        return self._compiled
+
+
+def _check_pattern(pattern: str) -> str | None:
+    """Check *pattern* (see the module docstring); returns a literal every match contains.
+
+    Raises:
+        ToolError: not valid ``re`` syntax, or too big once its counted repeats are expanded.
+    """
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise ToolError(f"input.pattern: invalid regex {pattern!r}: {exc}") from exc
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        parsed = _parser.parse(pattern)
+    except (ImportError, AttributeError, re.error, RecursionError):  # a future Python
+        return None
+    units = _units(_parser, parsed)
+    if units > _MAX_PATTERN_UNITS:
+        raise ToolError(
+            f"input.pattern: {pattern!r} is too big once its counted repeats are written out "
+            f"(over {_MAX_PATTERN_UNITS} items); use smaller {{n}} counts"
         )
+    if parsed.state.flags & re.IGNORECASE:
+        return None
+    best: list[int] = []
+    run: list[int] = []
+    for op, value in [*parsed, (None, None)]:
+        if op is _parser.LITERAL:
+            run.append(value)
+            continue
+        if len(run) > len(best):
+            best = run
+        run = []
+    return "".join(map(chr, best)) or None
+
+
+def _units(parser: Any, items: Any) -> int:
+    """The size of a parsed pattern with its counted repeats written out (stops past the limit)."""
+    total = 0
+    repeats = (parser.MAX_REPEAT, parser.MIN_REPEAT, getattr(parser, "POSSESSIVE_REPEAT", None))
+    for op, value in items:
+        if op in repeats:
+            low, high, body = value
+            copies = low + 1 if high == parser.MAXREPEAT else high
+            total += max(copies, 1) * _units(parser, body)
+        elif op is parser.SUBPATTERN:
+            total += _units(parser, value[-1])
+        elif op is parser.BRANCH:
+            total += sum(_units(parser, branch) for branch in value[1])
+        elif op in (parser.ASSERT, parser.ASSERT_NOT):
+            total += _units(parser, value[1])
+        elif op is getattr(parser, "ATOMIC_GROUP", None):
+            total += _units(parser, value)
+        elif op is parser.GROUPREF_EXISTS:
+            total += _units(parser, value[1]) + (_units(parser, value[2]) if value[2] else 0)
+        else:
+            total += 1
+        if total > _MAX_PATTERN_UNITS:
+            break
+    return total
 
 
 def _grep(
-    ctx: ToolContext,
-    compiled: regex.Pattern[str],
-    path: str,
-    include: str | None,
-    deadline: float,
-    stop: threading.Event,
+    ctx: ToolContext, search: _Search, path: str, include: str | None, stop: threading.Event
 ) -> str:
     root = Path(os.path.realpath(ctx.workspace))
     start = resolve_in_workspace(root, path)
@@ -134,7 +215,7 @@ def _grep(
                 continue
         shown = relative(root, file)
         # closing(): leaving the loop early must close the file now, not when collected.
-        with contextlib.closing(_matching_lines(file, compiled, stop, deadline)) as matches:
+        with contextlib.closing(_matching_lines(file, search, stop)) as matches:
             for lineno, line in matches:
                 if len(out) >= max_matches:
                     cut_short = (
@@ -155,37 +236,42 @@ def _grep(
         if cut_short or stop.is_set():
             break
     if not out:
-        return f"no matches for {compiled.pattern!r}"
+        return f"no matches for {search.pattern!r}"
     if cut_short:
         out.append(cut_short)
     return "\n".join(out)
 
 
 def _matching_lines(
-    file: Path, compiled: regex.Pattern[str], stop: threading.Event, deadline: float
+    file: Path, search: _Search, stop: threading.Event
 ) -> Generator[tuple[int, str]]:
     """(line number, line) pairs of *file* that match; nothing for binary or unreadable files.
 
     Raises:
-        ToolError: *deadline* (a ``time.monotonic()`` value) passed.
+        ToolError: the search's deadline passed.
     """
     monotonic = time.monotonic
+    needle = search.needle
+    deadline = search.deadline
+    compiled = search.compiled()
     try:
         with file.open("rb") as fh:
             if looks_binary(fh.read(BINARY_SNIFF_BYTES)):
                 return
             fh.seek(0)
             for lineno, raw in enumerate(fh, start=1):
-                if lineno % 4096 == 0 and stop.is_set():
+                if lineno % 64 == 0 and stop.is_set():
                     return
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                if needle is not None and needle not in line:
+                    continue
                 left = deadline - monotonic()
                 try:
                     if left <= 0:
                         raise TimeoutError
                     found = compiled.search(line, concurrent=True, timeout=left)
                 except TimeoutError:
-                    raise ToolError(_too_long(compiled.pattern)) from None
+                    raise ToolError(_too_long(search.pattern)) from None
                 if found:
                     yield lineno, line
     except OSError:
