@@ -408,3 +408,44 @@ async def test_bash_guards_its_group_while_it_runs_and_releases_it_after(
     seen.clear()
     await call(BashTool(orphan_guard=False), {"command": "true"}, make_ctx(workspace))
     assert seen == []
+
+
+async def test_bash_releases_its_group_even_when_stopping_it_fails(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A group still listed after its bash is reaped would let the warden signal whatever
+    # process group gets that number next.
+    seen: list[str] = []
+    monkeypatch.setattr(Warden, "guard", lambda self, pgid: seen.append(f"+{pgid}"))
+    monkeypatch.setattr(Warden, "release", lambda self, pgid: seen.append(f"-{pgid}"))
+
+    async def broken_stop(self: _ProcessGroup, grace_s: float) -> bool:
+        raise RuntimeError("cannot stop")
+
+    monkeypatch.setattr(_ProcessGroup, "stop", broken_stop)
+    with pytest.raises(RuntimeError, match="cannot stop"):
+        await call(BashTool(), {"command": "true"}, make_ctx(workspace))
+    assert len(seen) == 2
+    assert seen[1] == "-" + seen[0][1:]
+
+
+def test_a_warden_that_died_is_replaced_and_told_every_group_still_guarded() -> None:
+    warden = Warden(grace_s=0.3)
+    first, background = _group_with_background_child()
+    second = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        warden.guard(first.pid)
+        old = warden.pid
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        assert _wait_until_stopped([old]) == []
+        warden.guard(second.pid)  # the write fails; a new warden gets both groups
+        assert warden.pid not in (None, old)
+        warden.close()
+        assert first.wait(timeout=5) == -signal.SIGTERM
+        assert second.wait(timeout=5) == -signal.SIGTERM
+        assert _wait_until_stopped([background]) == []
+    finally:
+        for proc in (first, second):
+            proc.kill()
+            proc.wait()

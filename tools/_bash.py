@@ -135,12 +135,12 @@ class BashTool(Tool):
             raise ToolError(f"cannot start bash: {exc}") from exc
         ctx.log.debug("bash.started", pid=proc.pid)
         group = _ProcessGroup(proc)
-        if guard is not None:
-            guard.guard(group.pgid)
         stdout = proc.stdout
         assert stdout is not None  # stdout=PIPE
         leftovers = False
         try:
+            if guard is not None:
+                guard.guard(group.pgid)
             async with trio.open_nursery() as nursery:
                 eof = trio.Event()
                 nursery.start_soon(_pump, stdout, capture, eof)
@@ -153,15 +153,17 @@ class BashTool(Tool):
         finally:
             # Cancelled or failed above: the group may still be running. Shielded so the
             # cleanup itself is not cancelled, bounded so it cannot hang the caller.
-            with trio.move_on_after(self.kill_grace_s + _KILL_WAIT_S + 0.5, shield=True):
-                await group.stop(self.kill_grace_s)
-            if guard is not None:
-                guard.release(group.pgid)  # before the reap: the number is still this group's
-            with trio.move_on_after(_KILL_WAIT_S, shield=True):
-                await group.reap()
-            group.close()
-            with trio.move_on_after(_DRAIN_S, shield=True):
-                await stdout.aclose()
+            try:
+                with trio.move_on_after(self.kill_grace_s + _KILL_WAIT_S + 0.5, shield=True):
+                    await group.stop(self.kill_grace_s)
+            finally:
+                if guard is not None:
+                    guard.release(group.pgid)  # before the reap: the number is still its group's
+                with trio.move_on_after(_KILL_WAIT_S, shield=True):
+                    await group.reap()
+                group.close()
+                with trio.move_on_after(_DRAIN_S, shield=True):
+                    await stdout.aclose()
         output = capture.text()
         if deadline.cancelled_caught:
             ctx.log.info("bash.timed_out", pid=proc.pid, timeout_s=timeout)
@@ -328,7 +330,8 @@ class _ProcessGroup:
             self._pidfd = None
 
     def _signal(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):  # already gone
+        # Gone already; or not ours to signal (a setuid member): :meth:`running` still sees it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
 
 

@@ -15,10 +15,12 @@ event on its stdin, a pipe whose only write end this process holds:
 
 End of file on that pipe means this process is gone (or closed the pipe). The warden then sends
 SIGTERM (and SIGCONT) to every group still listed, SIGKILL to those still there after *grace_s*,
-and exits. It detaches at start (it forks and the first process exits, so it is not this
-process's child: whatever ends a dead process's children, as Ray does for a worker's, does not
-end the warden with them), runs in its own session and ignores SIGINT and SIGHUP, so the
-terminal's signals do not take it down with the run. It holds nothing but the pipe.
+and exits. It detaches at start (it forks and the first process exits, so it is re-parented to
+init, or to the nearest subreaper, and is not this process's child: whatever ends a dead
+process's children, as Ray does for a worker's, does not end the warden with them), runs in its
+own session from ``/`` and ignores SIGINT and SIGHUP, so the terminal's signals do not take it
+down with the run. It holds nothing but the pipe. If it dies, or stops reading, the next bash
+call starts another and hands it the list (at most ``max_starts`` in all).
 
 Limits: a process that leaves its group on purpose (``setsid``) escapes, as it does the tool's
 own cleanup. A child made with ``os.fork`` closes its copy of the pipe at once (an at-fork hook),
@@ -43,6 +45,9 @@ __all__ = ["Warden", "warden"]
 
 _log = structlog.get_logger("trio_agents.warden")
 
+# How long the launcher may take to hand over to the warden (it forks and exits at once).
+_LAUNCH_TIMEOUT_S: Final = 10.0
+
 # The warden's own program. Only the standard library, no site packages (-I -S): it starts in
 # milliseconds and nothing from the user's environment runs in it.
 _PROGRAM: Final = """
@@ -51,6 +56,7 @@ import os, signal, sys, time
 # ends the owner's children with it (Ray ends a dead worker's) must not end the warden too.
 if os.fork():
     os._exit(0)
+os.chdir("/")
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 os.write(1, b"%d\\n" % os.getpid())
@@ -91,18 +97,21 @@ class Warden:
 
     Args:
         grace_s: what the warden waits between SIGTERM and SIGKILL once this process is gone.
+        max_starts: how many wardens one process starts at most (the first, then one after each
+            that died or stopped reading); past that, bash calls run unguarded.
 
-    Writing to the pipe never blocks in practice (a line is a few bytes; the warden reads as they
-    come). If the warden cannot be started or has died, :meth:`guard` and :meth:`release` log
-    one warning and do nothing: bash calls still run, without the protection.
+    Writing never blocks: the write end is non-blocking, and a warden that died or stopped
+    reading (its pipe full) is replaced by a new one, which is told every group still guarded.
     """
 
-    def __init__(self, *, grace_s: float = 2.0) -> None:
+    def __init__(self, *, grace_s: float = 2.0, max_starts: int = 5) -> None:
         self.grace_s = grace_s
+        self.max_starts = max_starts
         self._pid: int | None = None
         self._fd: int | None = None
         self._owner = os.getpid()
-        self._failed = False
+        self._starts = 0
+        self._guarded: set[int] = set()
         self._lock = threading.Lock()
 
     @property
@@ -112,25 +121,31 @@ class Warden:
 
     @property
     def started(self) -> bool:
-        """Whether this process has a warden running (or gave up trying to start one)."""
-        return self._owner == os.getpid() and (self._fd is not None or self._failed)
+        """Whether this process has a warden (or has given up starting them)."""
+        return self._owner == os.getpid() and (
+            self._pid is not None or self._starts >= self.max_starts
+        )
 
     def start(self) -> None:
-        """Start the warden now if it is not running (a blocking ~20-50 ms, once per process).
+        """Start the warden now if there is none (a blocking ~20-50 ms, once per process).
 
         :meth:`guard` starts it too; calling this first keeps the gap between starting a
         process group and guarding it down to microseconds.
         """
-        if self._owner != os.getpid() or self._fd is None:
-            self._start()
+        with self._lock:
+            self._ensure()
 
     def guard(self, pgid: int) -> None:
         """Have the warden stop process group *pgid* if this process dies before :meth:`release`."""
-        self._send(b"+%d\n" % pgid)
+        with self._lock:
+            self._guarded.add(pgid)
+            self._send(b"+%d\n" % pgid)
 
     def release(self, pgid: int) -> None:
         """The group *pgid* has been stopped by its call: forget it."""
-        self._send(b"-%d\n" % pgid)
+        with self._lock:
+            self._guarded.discard(pgid)
+            self._send(b"-%d\n" % pgid)
 
     def close(self) -> None:
         """Close the pipe: the warden stops any group still guarded, then exits. Idempotent.
@@ -139,73 +154,95 @@ class Warden:
         new one.
         """
         with self._lock:
-            fd, self._fd = self._fd, None
-            self._pid = None
+            self._drop()
+            self._guarded.clear()
+
+    # The methods below run with the lock held.
+
+    def _drop(self) -> None:
+        fd, self._fd = self._fd, None
+        self._pid = None
         _close(fd)
 
-    def _send(self, line: bytes) -> None:
-        fd = self._fd if self._owner == os.getpid() else None
-        if fd is None:
-            fd = self._start()
-            if fd is None:
-                return
-        try:
-            os.write(fd, line)
-        except OSError as exc:
-            self._give_up(f"the warden process is gone ({exc.strerror})")
-
     def _forget_after_fork(self) -> None:
+        # In a child of os.fork(): the pipe, the guarded groups and the lock are the parent's.
         fd, self._fd = self._fd, None
         _close(fd)
         self._owner = os.getpid()
         self._pid = None
-        self._failed = False
+        self._starts = 0
+        self._guarded = set()
         self._lock = threading.Lock()
 
-    def _start(self) -> int | None:
-        if self._owner != os.getpid():  # forked without the at-fork hook having run
-            self._forget_after_fork()
-        with self._lock:
-            if self._fd is not None or self._failed:
-                return self._fd
-            if not sys.executable:
-                self._failed = True
-                _log.warning("warden.unavailable", reason="no Python executable to start it with")
-                return None
-            # Python opens pipes close-on-exec: no bash call inherits the write end.
-            read_end, write_end = os.pipe()
-            try:
-                proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", _PROGRAM, repr(self.grace_s)],
-                    stdin=read_end,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,
-                    env={},
-                )
-                with proc:  # the launcher exits as soon as the warden is on its own
-                    assert proc.stdout is not None  # stdout=PIPE
-                    line = proc.stdout.readline()
-                self._pid = int(line)
-            except (OSError, ValueError) as exc:
-                _close(write_end)
-                self._failed = True
-                _log.warning("warden.unavailable", reason=f"cannot start it: {exc}")
-                return None
-            finally:
-                _close(read_end)
-            self._fd = write_end
-            _log.debug("warden.started", pid=self._pid)
-            return self._fd
+    def _send(self, line: bytes) -> None:
+        if not self._ensure():
+            return
+        assert self._fd is not None
+        try:
+            os.write(self._fd, line)
+            return
+        except BlockingIOError:
+            reason = "the warden stopped reading its pipe"
+        except OSError as exc:
+            reason = f"the warden is gone ({exc.strerror})"
+        _log.warning("warden.lost", pid=self._pid, reason=reason)
+        self._drop()
+        # A new warden gets the whole list (this line's change is already in it).
+        self._ensure()
 
-    def _give_up(self, reason: str) -> None:
-        with self._lock:
-            if self._failed:
-                return
-            self._failed = True
-            fd, self._fd = self._fd, None
-        _close(fd)
-        _log.warning("warden.unavailable", reason=reason)
+    def _ensure(self) -> bool:
+        """A warden is running and knows every guarded group; False if none can be had."""
+        if self._owner != os.getpid():  # forked, and the at-fork hook did not run
+            self._forget_after_fork()
+        if self._fd is not None:
+            return True
+        if self._starts >= self.max_starts:
+            return False
+        self._starts += 1
+        fd = self._launch()
+        if fd is None:
+            return False
+        try:
+            os.write(fd, b"".join(b"+%d\n" % pgid for pgid in self._guarded))
+        except OSError as exc:
+            _log.warning("warden.lost", pid=self._pid, reason=f"at start: {exc.strerror}")
+            self._drop()
+            return False
+        return True
+
+    def _launch(self) -> int | None:
+        if not sys.executable:
+            self._starts = self.max_starts
+            _log.warning("warden.unavailable", reason="no Python executable to start it with")
+            return None
+        # Python makes pipes close-on-exec: no bash call inherits the write end. It is kept in
+        # self._fd from the start, so a fork meanwhile (another thread) closes the child's copy.
+        read_end, write_end = os.pipe()
+        self._fd = write_end
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _PROGRAM, repr(self.grace_s)],
+                stdin=read_end,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                cwd="/",
+                start_new_session=True,
+                env={},
+            )
+            with proc:  # the launcher exits as soon as the warden is on its own
+                proc.wait(timeout=_LAUNCH_TIMEOUT_S)
+                assert proc.stdout is not None  # stdout=PIPE
+                self._pid = int(proc.stdout.readline())
+        except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            # TimeoutExpired: sys.executable is not a Python that runs -c (an embedding app).
+            self._drop()
+            _log.warning("warden.unavailable", reason=f"cannot start it: {exc}")
+            return None
+        finally:
+            _close(read_end)
+        os.set_blocking(write_end, False)
+        _log.debug("warden.started", pid=self._pid)
+        return write_end
 
 
 def _close(fd: int | None) -> None:
