@@ -156,3 +156,30 @@ def test_errors_still_come_from_jsonschema_naming_the_field() -> None:
         validate_input(bash, {})
     with pytest.raises(ToolInputError, match=r"^input: Additional properties"):
         validate_input(bash, {"command": "ls", "shell": "zsh"})
+
+
+def test_values_a_json_decoder_never_makes_are_left_to_jsonschema() -> None:
+    # validate_input is public: a caller may pass a dict subclass, a str subclass, a Decimal.
+    from collections import OrderedDict
+    from decimal import Decimal
+
+    class Text(str):
+        pass
+
+    cases: list[tuple[Any, Any]] = [
+        ({"properties": {"a": {}}, "required": ["a"]}, OrderedDict()),
+        ({"minLength": 3}, Text("a")),
+        ({"minItems": 2}, type("Items", (list,), {})([1])),
+        ({"minimum": 5}, Decimal(1)),
+        ({"type": "object", "properties": {"n": {"minimum": 5}}}, {"n": Decimal(1)}),
+    ]
+    for schema, value in cases:
+        check = compile_check(schema)
+        assert check is not None
+        assert not check(value), (schema, value)
+        assert not jsonschema.validators.validator_for(schema)(schema).is_valid(value)
+
+
+@pytest.mark.parametrize("schema", [{"type": None}, {"maxLength": None}, {"minItems": -1}])
+def test_a_malformed_schema_gets_no_fast_check(schema: Any) -> None:
+    assert compile_check(schema) is None

@@ -94,6 +94,8 @@ class Tool(abc.ABC):
     """Base class of every tool.
 
     Class attributes:
+        input_schema: the JSON Schema of the input. It is compiled on the tool object's first
+            call and kept: replace it (a new dict) rather than change it in place.
         read_only: never changes anything; never asks permission by default.
         concurrency_safe: may run at the same time as other calls of the same turn.
         needs_permission: asks (in ``ask`` mode) before running.

@@ -23,6 +23,9 @@ from typing import Any, Final
 Check = Callable[[Any], bool]
 
 _ANNOTATIONS: Final = frozenset({"description", "title", "default", "examples", "format"})
+# The classes a JSON decoder makes. Anything else (a subclass, a Decimal, an enum) is left to
+# jsonschema, which applies its keywords by isinstance and numbers.Number.
+_PLAIN: Final = frozenset({str, int, float, bool, type(None), dict, list})
 _NUMERIC: Final[dict[str, Callable[[Any, Any], bool]]] = {
     "minimum": lambda v, bound: v >= bound,
     "maximum": lambda v, bound: v <= bound,
@@ -89,16 +92,15 @@ def _compile(schema: Any) -> Check:
     if schema.__class__ is not dict or not set(schema) <= _KNOWN:
         raise _Unsupported("a keyword the fast check does not know")
     checks: list[Check] = []
-    kind = schema.get("type")
-    if kind is not None:
+    if "type" in schema:
+        kind = schema["type"]
         names = kind if kind.__class__ is list else [kind]
         tests = [_is_type(name) for name in names]
         checks.append(tests[0] if len(tests) == 1 else lambda v: any(t(v) for t in tests))
     # Each keyword below applies only to values of its kind (JSON Schema ignores it otherwise).
     if "minLength" in schema or "maxLength" in schema:
         low = _count(schema.get("minLength", 0))
-        high = schema.get("maxLength")
-        top = None if high is None else _count(high)
+        top = _count(schema["maxLength"]) if "maxLength" in schema else None
         checks.append(
             lambda v: v.__class__ is not str or (low <= len(v) and (top is None or len(v) <= top))
         )
@@ -109,9 +111,12 @@ def _compile(schema: Any) -> Check:
         checks.append(_object_check(schema))
     if "items" in schema or "minItems" in schema or "maxItems" in schema:
         checks.append(_array_check(schema))
+    if not checks:
+        return lambda v: True  # annotations only: anything is valid, as for jsonschema
     if len(checks) == 1:
-        return checks[0]
-    return lambda v: all(check(v) for check in checks)
+        (only,) = checks
+        return lambda v: v.__class__ in _PLAIN and only(v)
+    return lambda v: v.__class__ in _PLAIN and all(check(v) for check in checks)
 
 
 def _numeric_check(compare: Callable[[Any, Any], bool], bound: int | float) -> Check:
@@ -151,8 +156,7 @@ def _object_check(schema: dict[str, Any]) -> Check:
 def _array_check(schema: dict[str, Any]) -> Check:
     items = _compile(schema.get("items", True))
     low = _count(schema.get("minItems", 0))
-    high = schema.get("maxItems")
-    top = None if high is None else _count(high)
+    top = _count(schema["maxItems"]) if "maxItems" in schema else None
 
     def check(value: Any) -> bool:
         if value.__class__ is not list:
