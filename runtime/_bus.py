@@ -111,6 +111,14 @@ class Subscription:
             self._writers.unpark()
         return event
 
+    def stall(self) -> None:
+        """Say this reader cannot keep up for now (its output is blocked): ends emitted from now
+        on (:meth:`EventBus.emit_final`) do not wait for it, until it next reads. Plain emits
+        still wait: that is the backpressure."""
+        self._stalled = True
+        # Ends already waiting re-check (plain emits find it still full and wait on).
+        self._writers.unpark_all()
+
     def receive_nowait(self) -> Event:
         """The next event if one is buffered, else :class:`trio.WouldBlock`."""
         if self._buffer:
@@ -264,19 +272,26 @@ class EventBus:
 
         Cancellation: not a checkpoint; shielded, bounded by *grace_s*.
         """
-        if self._blocking and any(s._full() and not s._stalled for s in self._blocking):
+        if self._blocking and self._waits_for_final() is not None:
             with trio.move_on_after(grace_s, shield=True):
-                return await self.emit(
-                    cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
-                )
+                # Re-checked on every wake-up: a reader may have been marked stalled meanwhile.
+                while (sub := self._waits_for_final()) is not None:
+                    await sub._writers.park()
             for s in self._blocking:
                 if s._full():
                     s._stalled = True
         # Nothing to wait for: no cancel scope needed (this is the common case, and a scope
         # per finished node is a measurable share of a 10,000-agent run).
-        return self.emit_nowait(
+        event = self.emit_nowait(
             cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
         )
+        if self._blocking:
+            self._pass_turn()
+        return event
+
+    def _waits_for_final(self) -> Subscription | None:
+        """A full ``block`` subscription whose reader is not known to be stalled."""
+        return next((s for s in self._blocking if s._full() and not s._stalled), None)
 
     def emit_nowait(
         self,

@@ -35,7 +35,7 @@ from ._messages import Message
 from ._provider import Provider
 from ._scenario import Scenario
 from ._scripted import ScriptedProvider
-from ._sinks import JsonlSink
+from ._sinks import JsonlSink, PipeSink, is_pipe
 from .actors import ActorHandle, Registry, start_actor
 
 if TYPE_CHECKING:
@@ -432,13 +432,19 @@ async def open_runtime(
                     f"cannot write trace {str(trace_path)!r}: {exc.strerror}"
                 ) from exc
             sinks.append(JsonlSink(trace_file, name="trace", close_file=True))
-        if json_out is not None:
+        if json_out is not None and not is_pipe(json_out):
             sinks.append(JsonlSink(json_out, name="json", interval_s=0.005))
         for sink in sinks:
             # Sinks first: they see every event even if a user's tap misbehaves; and they are
             # closed (flushed) by the exit stack whatever happens below.
             bus.add_tap(sink)
             stack.callback(sink.close)
+        writers: list[JsonlSink | PipeSink] = list(sinks)
+        if json_out is not None and is_pipe(json_out):
+            # A subscriber, not a tap: a stalled reader makes the agents wait, not the loop.
+            pipe_sink = PipeSink(json_out, bus, name="json")
+            stack.callback(pipe_sink.close)
+            writers.append(pipe_sink)
         if on_event is not None:
             bus.add_tap(on_event)
         registry = Registry()
@@ -487,8 +493,8 @@ async def open_runtime(
                 config=config,
             )
             async with trio.open_nursery() as nursery:
-                for sink in sinks:
-                    nursery.start_soon(sink.run)
+                for writer in writers:
+                    nursery.start_soon(writer.run)
                 nursery.start_soon(budget.run)
                 rt = Runtime(run, nursery, trace_path)
                 runtime_box.append(rt)

@@ -8,17 +8,30 @@ synchronous, so even a cancelled run ends its trace with its last event.
 
 Writes are plain blocking writes: a trace line is small and an OS write of a few kilobytes is
 faster than handing it to a thread.
+
+Except to a pipe or a socket (``--json | consumer``), whose reader may stop reading (``| less``
+left on its first page): a blocking write there would freeze the event loop, every agent and
+Ctrl+C with it. :class:`PipeSink` writes there instead: a ``block`` subscription, so a reader that
+falls behind makes the agents wait at their next event (backpressure, as a pipeline does), while
+the loop stays free; the writes are non-blocking and wait for the pipe to take more.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import BinaryIO
+import select
+import stat
+import time
+from typing import TYPE_CHECKING, BinaryIO
 
 import structlog
 import trio
 
 from ._events import Event, encode_event
+
+if TYPE_CHECKING:
+    from ._bus import EventBus
 
 _log = structlog.get_logger("trio_agents.sinks")
 
@@ -107,3 +120,127 @@ class JsonlSink:
                 self._file.close()
             except OSError as exc:
                 _log.warning("sink close failed", sink=self.name, error=str(exc))
+
+
+def is_pipe(file: BinaryIO) -> bool:
+    """Whether *file* is a pipe or a socket (a reader at the other end may stall)."""
+    try:
+        mode = os.fstat(file.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):  # no descriptor (a BytesIO): not a pipe
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+class PipeSink:
+    """Writes every event as a JSON line to a pipe or socket, never blocking the event loop.
+
+    Args:
+        file: the open pipe (``sys.stdout.buffer``); flushed, then written through its
+            descriptor, which is non-blocking from now until :meth:`close` restores it.
+        bus: the run's bus; the sink subscribes (``block``, *buffer* events) at once.
+        stall_after_s: blocked this long on a full pipe, the sink calls itself stalled
+            (:meth:`~runtime._bus.Subscription.stall`): ends of nodes stop waiting for it.
+        final_timeout_s: how long :meth:`close` waits for a reader that takes nothing more
+            (a slow reader that still takes something gets everything).
+    """
+
+    def __init__(
+        self,
+        file: BinaryIO,
+        bus: EventBus,
+        *,
+        name: str = "json",
+        buffer: int = 4096,
+        stall_after_s: float = 0.5,
+        final_timeout_s: float = 2.0,
+    ) -> None:
+        self.name = name
+        file.flush()
+        self._fd = file.fileno()
+        self._was_blocking = os.get_blocking(self._fd)
+        os.set_blocking(self._fd, False)
+        self._sub = bus.subscribe(buffer=buffer, policy="block")
+        self._stall_after_s = stall_after_s
+        self._final_timeout_s = final_timeout_s
+        self._pending = bytearray()
+        self.broken: str | None = None
+        self.lines_written = 0
+        self._lines_pending = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The writer task: runs until the run ends or it is cancelled.
+
+        Cancellation: what is not written yet stays for :meth:`close`.
+        """
+        task_status.started()
+        while self.broken is None:
+            try:
+                event = await self._sub.receive()
+            except trio.EndOfChannel:
+                return
+            self._take(event)
+            while True:
+                try:
+                    self._take(self._sub.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            await self._write_pending()
+
+    def _take(self, event: Event) -> None:
+        if self.broken is None:
+            self._pending += encode_event(event)
+            self._lines_pending += 1
+
+    async def _write_pending(self) -> None:
+        while self._pending and self.broken is None:
+            if self._write_some():
+                continue
+            with trio.move_on_after(self._stall_after_s) as waited:
+                await trio.lowlevel.wait_writable(self._fd)
+            if waited.cancelled_caught:
+                self._sub.stall()
+                await trio.lowlevel.wait_writable(self._fd)
+
+    def _write_some(self) -> bool:
+        """Write what the pipe takes now; False if it took nothing (it is full)."""
+        try:
+            written = os.write(self._fd, self._pending)
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            # A consumer that went away (EPIPE) must not take the run down with it.
+            self.broken = f"{type(exc).__name__}: {exc}"
+            _log.warning("sink stopped writing", sink=self.name, error=self.broken)
+            self._pending.clear()
+            return True
+        del self._pending[:written]
+        if not self._pending:
+            self.lines_written += self._lines_pending
+            self._lines_pending = 0
+        return True
+
+    def close(self) -> None:
+        """Write what is left, giving up once the reader has taken nothing for
+        ``final_timeout_s``; restore the descriptor's blocking mode. Synchronous, like
+        :meth:`JsonlSink.close`."""
+        while True:
+            try:
+                self._take(self._sub.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+        deadline = time.monotonic() + self._final_timeout_s
+        while self._pending and self.broken is None:
+            if self._write_some():
+                deadline = time.monotonic() + self._final_timeout_s
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                _log.warning(
+                    "sink gave up: its reader stopped reading",
+                    sink=self.name,
+                    bytes_left=len(self._pending),
+                )
+                break
+            select.select([], [self._fd], [], left)
+        with contextlib.suppress(OSError):  # the descriptor was closed under us: nothing to do
+            os.set_blocking(self._fd, self._was_blocking)

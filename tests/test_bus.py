@@ -193,3 +193,23 @@ async def test_a_finishing_event_goes_out_even_past_a_stalled_blocking_reader(
     assert trio.current_time() - start == 2, "a stalled reader is not waited for twice"
     assert [e.seq for e in seen] == [1, first.seq, second.seq] == [1, 2, 3]
     assert len(stalled._buffer) == 3
+
+
+async def test_an_end_already_waiting_goes_out_once_its_reader_is_marked_stalled() -> None:
+    bus = EventBus("r")
+    sub = bus.subscribe(buffer=1, policy="block")
+    bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text="fills it")
+    done = trio.Event()
+
+    async def end() -> None:
+        await bus.emit_final(TextDelta, grace_s=30, agent_id="a", parent_tool_use_id=None, text="e")
+        done.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(end)
+        await trio.sleep(0.1)
+        assert not done.is_set(), "a full reader not known to be stalled is waited for"
+        sub.stall()  # e.g. its output pipe has been full for a while
+        with trio.fail_after(1):
+            await done.wait()
+    assert [sub.receive_nowait().text for _ in range(2)] == ["fills it", "e"]  # type: ignore[attr-defined]

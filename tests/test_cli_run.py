@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 import trio
 
 from runtime import Event, decode_event
+from tests.harness import agent_call
 from tests.invariants import check_invariants
 
 SCENARIOS = Path(__file__).parent / "scenarios"
@@ -355,6 +357,60 @@ async def test_sigint_aborts_a_json_run_without_a_terminal(tmp_path: Path) -> No
     assert set(statuses.values()) <= {"cancelled", "completed"}
     assert "cancelled" in statuses.values()
     check_invariants(read_trace(trace))
+
+
+def test_sigint_ends_a_json_run_whose_reader_stopped_reading(tmp_path: Path) -> None:
+    # `run --json | less` left on its first page: the pipe fills, the agents wait (backpressure)
+    # and the event loop stays free, so Ctrl+C still ends the run, promptly, with its trace.
+    words = " ".join(f"w{i}" for i in range(400))
+    calls = [agent_call(f"part {i}", "worker") for i in range(20)]
+    scenario = tmp_path / "s.json"
+    scenario.write_text(
+        json.dumps(
+            {
+                "agents": {
+                    "main": {"tools": ["agent"], "turns": [{"tool_calls": calls}, {"text": "ok"}]},
+                    "worker": {"tools": [], "turns": [{"text": words, "chunk_delay_s": 0}]},
+                }
+            }
+        )
+    )
+    trace = tmp_path / "t.jsonl"
+    command = cli("run", "go", "--json", "--trace", str(trace), "--scenario", str(scenario))
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, env=child_env(), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        size, still = -1, 0
+        deadline = time.monotonic() + 30
+        while still < 5:  # the trace stops growing: the run is held back by its reader
+            assert time.monotonic() < deadline, "the run never stalled"
+            assert proc.poll() is None, "the run ended: the scenario is too small to stall it"
+            time.sleep(0.1)
+            now = trace.stat().st_size if trace.exists() else 0
+            still = still + 1 if now == size and now > 0 else 0
+            size = now
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=15)
+        took = time.monotonic() - started
+        stdout = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        if proc.stderr:
+            proc.stderr.close()
+    assert code == 130
+    assert took < 8, f"Ctrl+C took {took:.1f} s"
+    events = read_trace(trace)
+    check_invariants(events)
+    assert events[-1].type == "run_finished"
+    written = trace.read_bytes()
+    assert written.startswith(stdout[: stdout.rfind(b"\n") + 1]), "stdout is the trace, cut short"
 
 
 def test_ray_address_reaches_the_runtime() -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import io
+import os
+import time
 from pathlib import Path
 
 import trio
 import trio.testing
 
 from runtime import EventBus, TextDelta, decode_event
-from runtime._sinks import JsonlSink
+from runtime._sinks import JsonlSink, PipeSink, is_pipe
 
 
 async def test_a_sink_writes_every_event_as_one_line_in_order(tmp_path: Path) -> None:
@@ -69,3 +71,87 @@ def test_a_consumer_that_went_away_stops_the_sink_not_the_run() -> None:
     assert "BrokenPipeError" in sink.broken
     bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text="2")
     sink.close()
+
+
+# ---------------------------------------------------------------------------- PipeSink
+
+
+def _pipe() -> tuple[int, io.BufferedWriter]:
+    read_end, write_end = os.pipe()
+    return read_end, os.fdopen(write_end, "wb")
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while data := os.read(fd, 1 << 16):
+        chunks.append(data)
+    return b"".join(chunks)
+
+
+async def test_a_stalled_pipe_reader_makes_emitters_wait_not_the_event_loop() -> None:
+    read_end, out = _pipe()
+    bus = EventBus("r")
+    sink = PipeSink(out, bus, buffer=64, stall_after_s=0.05)
+    assert is_pipe(out)
+    emitted = 0
+    ticks = 0
+
+    async def emitter() -> None:
+        nonlocal emitted
+        for i in range(5000):  # ~500 KB: far more than the pipe and the buffer hold
+            await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text=f"{i:0>60}")
+            emitted += 1
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await trio.sleep(0.01)
+            ticks += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sink.run)
+        nursery.start_soon(ticker)
+        nursery.start_soon(emitter)
+        await trio.sleep(0.5)
+        assert emitted < 5000, "nobody reads: the emitter must be held back"
+        assert ticks >= 20, "the event loop must stay free"
+        # An end does not wait for a reader known to be stalled.
+        with trio.fail_after(1):
+            await bus.emit_final(
+                TextDelta, grace_s=30, agent_id="b", parent_tool_use_id=None, text="end"
+            )
+        # The reader comes back: everything arrives, in order, nothing lost.
+        data = bytearray()
+        while emitted < 5000:
+            await trio.lowlevel.wait_readable(read_end)
+            data += os.read(read_end, 1 << 16)
+        nursery.cancel_scope.cancel()
+    bus.close()
+    out_fd = out.fileno()
+    sink.close()
+    assert os.get_blocking(out_fd), "the descriptor's mode is restored"
+    out.close()
+    data += _read_all(read_end)
+    os.close(read_end)
+    seqs = [decode_event(line).seq for line in data.splitlines()]
+    assert seqs == list(range(1, 5002))
+
+
+def test_close_gives_up_on_a_reader_that_takes_nothing() -> None:
+    read_end, out = _pipe()
+    bus = EventBus("r")
+    sink = PipeSink(out, bus, final_timeout_s=0.2)
+    for i in range(2000):
+        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=f"{i:0>100}")
+    bus.close()
+    started = time.monotonic()
+    sink.close()  # nobody reads: bounded, not forever
+    assert time.monotonic() - started < 5
+    out.close()
+    os.close(read_end)
+
+
+def test_a_regular_file_or_memory_is_not_a_pipe(tmp_path: Path) -> None:
+    with (tmp_path / "f").open("wb") as f:
+        assert not is_pipe(f)
+    assert not is_pipe(io.BytesIO())
