@@ -232,17 +232,26 @@ class EventBus:
         Cancellation: cancelled only while waiting on a full ``block`` subscription, in which case
         the event was not emitted and no ``seq`` was used.
         """
-        while self._blocking:
-            full = next((s for s in self._blocking if s._full()), None)
-            if full is None:
-                break
-            await full._writers.park()
+        if self._blocking:
+            await self.wait_for_room()
         event = self.emit_nowait(
             cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
         )
         if self._blocking:
             self._pass_turn()
         return event
+
+    async def wait_for_room(self) -> None:
+        """Wait, as :meth:`emit` does, while a ``block`` subscription is full; for producers
+        that hand over events built elsewhere (:meth:`forward`).
+
+        Cancellation: a checkpoint only while waiting.
+        """
+        while self._blocking:
+            full = next((s for s in self._blocking if s._full()), None)
+            if full is None:
+                return
+            await full._writers.park()
 
     def _pass_turn(self) -> None:
         # A reader wakes one waiting emitter per event it takes. If there is still room after

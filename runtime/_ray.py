@@ -459,6 +459,10 @@ class _Stream:
     async def _pump(self) -> None:
         while not self.ended:
             if self._pending is None:
+                # Backpressure, as for local agents: a full block subscriber (a --json pipe
+                # whose reader is slow) holds the next batch back, and so the remote subtree.
+                # Before asking for it: a cancel here loses nothing.
+                await self.run.bus.wait_for_room()
                 self._pending = self.placement._bridge.submit(_next_item(self._gen))
             try:
                 batch = await wait_future(self._pending)

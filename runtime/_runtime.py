@@ -35,7 +35,7 @@ from ._messages import Message
 from ._provider import Provider
 from ._scenario import Scenario
 from ._scripted import ScriptedProvider
-from ._sinks import JsonlSink, PipeSink, is_pipe
+from ._sinks import JsonlSink, PipeSink, open_pipe_writer
 from .actors import ActorHandle, Registry, start_actor
 
 if TYPE_CHECKING:
@@ -432,7 +432,8 @@ async def open_runtime(
                     f"cannot write trace {str(trace_path)!r}: {exc.strerror}"
                 ) from exc
             sinks.append(JsonlSink(trace_file, name="trace", close_file=True))
-        if json_out is not None and not is_pipe(json_out):
+        json_pipe = open_pipe_writer(json_out) if json_out is not None else None
+        if json_out is not None and json_pipe is None:
             sinks.append(JsonlSink(json_out, name="json", interval_s=0.005))
         for sink in sinks:
             # Sinks first: they see every event even if a user's tap misbehaves; and they are
@@ -440,9 +441,9 @@ async def open_runtime(
             bus.add_tap(sink)
             stack.callback(sink.close)
         writers: list[JsonlSink | PipeSink] = list(sinks)
-        if json_out is not None and is_pipe(json_out):
+        if json_pipe is not None:
             # A subscriber, not a tap: a stalled reader makes the agents wait, not the loop.
-            pipe_sink = PipeSink(json_out, bus, name="json")
+            pipe_sink = PipeSink(json_pipe, bus, name="json")
             stack.callback(pipe_sink.close)
             writers.append(pipe_sink)
         if on_event is not None:

@@ -122,46 +122,60 @@ class JsonlSink:
                 _log.warning("sink close failed", sink=self.name, error=str(exc))
 
 
-def is_pipe(file: BinaryIO) -> bool:
-    """Whether *file* is a pipe or a socket (a reader at the other end may stall)."""
+def open_pipe_writer(file: BinaryIO) -> int | None:
+    """A private non-blocking descriptor writing to the pipe *file* is, or None.
+
+    None when *file* is not a pipe, or where the pipe cannot be opened a second time (Linux
+    re-opens a pipe through ``/proc/self/fd``; a socket cannot be). The descriptor is a new open
+    file description of the same pipe: making it non-blocking changes nothing for *file* itself,
+    nor for a stderr that shares the pipe (``2>&1``), nor for whoever writes to the pipe after
+    this process. Whatever *file* has buffered is flushed first.
+    """
     try:
-        mode = os.fstat(file.fileno()).st_mode
-    except (OSError, ValueError, AttributeError):  # no descriptor (a BytesIO): not a pipe
-        return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+        fd = file.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+        file.flush()
+        private = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError, AttributeError):  # no descriptor (a BytesIO), no /proc, ...
+        return None
+    if os.fstat(private).st_ino != os.fstat(fd).st_ino:  # not the same pipe after all
+        os.close(private)
+        return None
+    return private
 
 
 class PipeSink:
-    """Writes every event as a JSON line to a pipe or socket, never blocking the event loop.
+    """Writes every event as a JSON line to a pipe, never blocking the event loop.
 
     Args:
-        file: the open pipe (``sys.stdout.buffer``); flushed, then written through its
-            descriptor, which is non-blocking from now until :meth:`close` restores it.
+        fd: a non-blocking descriptor of the pipe (:func:`open_pipe_writer`); the sink owns it
+            and closes it in :meth:`close`.
         bus: the run's bus; the sink subscribes (``block``, *buffer* events) at once.
         stall_after_s: blocked this long on a full pipe, the sink calls itself stalled
             (:meth:`~runtime._bus.Subscription.stall`): ends of nodes stop waiting for it.
-        final_timeout_s: how long :meth:`close` waits for a reader that takes nothing more
-            (a slow reader that still takes something gets everything).
+        final_timeout_s: how long :meth:`close` waits for a reader that takes nothing more (a
+            slow reader that still takes something gets everything, up to ``final_limit_s``).
+        final_limit_s: the most :meth:`close` waits in all.
     """
 
     def __init__(
         self,
-        file: BinaryIO,
+        fd: int,
         bus: EventBus,
         *,
         name: str = "json",
         buffer: int = 4096,
         stall_after_s: float = 0.5,
         final_timeout_s: float = 2.0,
+        final_limit_s: float = 30.0,
     ) -> None:
         self.name = name
-        file.flush()
-        self._fd = file.fileno()
-        self._was_blocking = os.get_blocking(self._fd)
-        os.set_blocking(self._fd, False)
+        self._fd = fd
         self._sub = bus.subscribe(buffer=buffer, policy="block")
         self._stall_after_s = stall_after_s
         self._final_timeout_s = final_timeout_s
+        self._final_limit_s = final_limit_s
         self._pending = bytearray()
         self.broken: str | None = None
         self.lines_written = 0
@@ -173,18 +187,22 @@ class PipeSink:
         Cancellation: what is not written yet stays for :meth:`close`.
         """
         task_status.started()
-        while self.broken is None:
-            try:
-                event = await self._sub.receive()
-            except trio.EndOfChannel:
-                return
-            self._take(event)
-            while True:
+        try:
+            while self.broken is None:
                 try:
-                    self._take(self._sub.receive_nowait())
-                except trio.WouldBlock:
-                    break
-            await self._write_pending()
+                    event = await self._sub.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    return
+                self._take(event)
+                while True:
+                    try:
+                        self._take(self._sub.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                await self._write_pending()
+        finally:
+            # Nobody reads the subscription any more: ends must not wait for it.
+            self._sub.stall()
 
     def _take(self, event: Event) -> None:
         if self.broken is None:
@@ -208,10 +226,12 @@ class PipeSink:
         except BlockingIOError:
             return False
         except OSError as exc:
-            # A consumer that went away (EPIPE) must not take the run down with it.
+            # A reader that went away (EPIPE) must not take the run down with it, nor hold it
+            # up: the subscription goes, so nothing waits for this sink again.
             self.broken = f"{type(exc).__name__}: {exc}"
             _log.warning("sink stopped writing", sink=self.name, error=self.broken)
             self._pending.clear()
+            self._sub.close()
             return True
         del self._pending[:written]
         if not self._pending:
@@ -221,26 +241,36 @@ class PipeSink:
 
     def close(self) -> None:
         """Write what is left, giving up once the reader has taken nothing for
-        ``final_timeout_s``; restore the descriptor's blocking mode. Synchronous, like
-        :meth:`JsonlSink.close`."""
-        while True:
-            try:
-                self._take(self._sub.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
-        deadline = time.monotonic() + self._final_timeout_s
+        ``final_timeout_s`` (or after ``final_limit_s`` in all), and close the descriptor.
+        Synchronous, like :meth:`JsonlSink.close`."""
+        try:
+            while self.broken is None:
+                try:
+                    self._take(self._sub.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+            self._drain()
+        finally:
+            self._sub.close()
+            with contextlib.suppress(OSError):  # closed under us: nothing left to do
+                os.close(self._fd)
+
+    def _drain(self) -> None:
+        poller = select.poll()
+        poller.register(self._fd, select.POLLOUT)
+        now = time.monotonic()
+        limit = now + self._final_limit_s
+        quiet_until = now + self._final_timeout_s
         while self._pending and self.broken is None:
             if self._write_some():
-                deadline = time.monotonic() + self._final_timeout_s
+                quiet_until = time.monotonic() + self._final_timeout_s
                 continue
-            left = deadline - time.monotonic()
+            left = min(quiet_until, limit) - time.monotonic()
             if left <= 0:
                 _log.warning(
                     "sink gave up: its reader stopped reading",
                     sink=self.name,
                     bytes_left=len(self._pending),
                 )
-                break
-            select.select([], [self._fd], [], left)
-        with contextlib.suppress(OSError):  # the descriptor was closed under us: nothing to do
-            os.set_blocking(self._fd, self._was_blocking)
+                return
+            poller.poll(left * 1000)

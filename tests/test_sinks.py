@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from runtime import EventBus, TextDelta, decode_event
-from runtime._sinks import JsonlSink, PipeSink, is_pipe
+from runtime._sinks import JsonlSink, PipeSink, open_pipe_writer
 
 
 async def test_a_sink_writes_every_event_as_one_line_in_order(tmp_path: Path) -> None:
@@ -76,9 +76,13 @@ def test_a_consumer_that_went_away_stops_the_sink_not_the_run() -> None:
 # ---------------------------------------------------------------------------- PipeSink
 
 
-def _pipe() -> tuple[int, io.BufferedWriter]:
+def _pipe() -> tuple[int, io.BufferedWriter, int]:
+    """A pipe's read end, its write end as a file, and the sink's private descriptor."""
     read_end, write_end = os.pipe()
-    return read_end, os.fdopen(write_end, "wb")
+    out = os.fdopen(write_end, "wb")
+    fd = open_pipe_writer(out)
+    assert fd is not None
+    return read_end, out, fd
 
 
 def _read_all(fd: int) -> bytes:
@@ -89,10 +93,11 @@ def _read_all(fd: int) -> bytes:
 
 
 async def test_a_stalled_pipe_reader_makes_emitters_wait_not_the_event_loop() -> None:
-    read_end, out = _pipe()
+    read_end, out, fd = _pipe()
     bus = EventBus("r")
-    sink = PipeSink(out, bus, buffer=64, stall_after_s=0.05)
-    assert is_pipe(out)
+    sink = PipeSink(fd, bus, buffer=64, stall_after_s=0.05)
+    # The sink's descriptor is its own: the file (and a stderr sharing the pipe) stays blocking.
+    assert os.get_blocking(out.fileno())
     emitted = 0
     ticks = 0
 
@@ -127,9 +132,7 @@ async def test_a_stalled_pipe_reader_makes_emitters_wait_not_the_event_loop() ->
             data += os.read(read_end, 1 << 16)
         nursery.cancel_scope.cancel()
     bus.close()
-    out_fd = out.fileno()
     sink.close()
-    assert os.get_blocking(out_fd), "the descriptor's mode is restored"
     out.close()
     data += _read_all(read_end)
     os.close(read_end)
@@ -137,10 +140,29 @@ async def test_a_stalled_pipe_reader_makes_emitters_wait_not_the_event_loop() ->
     assert seqs == list(range(1, 5002))
 
 
-def test_close_gives_up_on_a_reader_that_takes_nothing() -> None:
-    read_end, out = _pipe()
+async def test_a_reader_that_went_away_holds_nothing_up() -> None:
+    # `run --json | head`: the pipe breaks; the agents carry on as if nobody subscribed.
+    read_end, out, fd = _pipe()
+    os.close(read_end)
     bus = EventBus("r")
-    sink = PipeSink(out, bus, final_timeout_s=0.2)
+    sink = PipeSink(fd, bus, buffer=16)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sink.run)
+        with trio.fail_after(5):
+            for i in range(1000):
+                await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+        nursery.cancel_scope.cancel()
+    assert sink.broken is not None
+    assert "BrokenPipeError" in sink.broken
+    bus.close()
+    sink.close()
+    out.close()
+
+
+def test_close_gives_up_on_a_reader_that_takes_nothing() -> None:
+    read_end, out, fd = _pipe()
+    bus = EventBus("r")
+    sink = PipeSink(fd, bus, final_timeout_s=0.2)  # run() never ran: close alone must cope
     for i in range(2000):
         bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=f"{i:0>100}")
     bus.close()
@@ -151,7 +173,7 @@ def test_close_gives_up_on_a_reader_that_takes_nothing() -> None:
     os.close(read_end)
 
 
-def test_a_regular_file_or_memory_is_not_a_pipe(tmp_path: Path) -> None:
+def test_only_a_pipe_gets_a_pipe_writer(tmp_path: Path) -> None:
     with (tmp_path / "f").open("wb") as f:
-        assert not is_pipe(f)
-    assert not is_pipe(io.BytesIO())
+        assert open_pipe_writer(f) is None
+    assert open_pipe_writer(io.BytesIO()) is None
