@@ -123,6 +123,7 @@ class Subscription:
         """The next event if one is buffered, else :class:`trio.WouldBlock`."""
         if self._buffer:
             event = self._buffer.popleft()
+            self._stalled = False
             if self._writers:
                 self._writers.unpark()
             return event
@@ -287,8 +288,8 @@ class EventBus:
                 while (sub := self._waits_for_final()) is not None:
                     await sub._writers.park()
             for s in self._blocking:
-                if s._full():
-                    s._stalled = True
+                if s._full() and not s._stalled:
+                    s.stall()  # and other ends waiting on it stop waiting too
         # Nothing to wait for: no cancel scope needed (this is the common case, and a scope
         # per finished node is a measurable share of a 10,000-agent run).
         event = self.emit_nowait(

@@ -449,3 +449,28 @@ def test_a_warden_that_died_is_replaced_and_told_every_group_still_guarded() -> 
         for proc in (first, second):
             proc.kill()
             proc.wait()
+
+
+def test_a_warden_that_stopped_reading_is_killed_before_it_is_replaced() -> None:
+    # Left alive, it would read the end of its pipe later and stop groups its replacement
+    # guards (and numbers whose release it never read).
+    warden = Warden(grace_s=0.3)
+    group = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        warden.guard(group.pid)
+        old = warden.pid
+        assert old is not None
+        os.kill(old, signal.SIGSTOP)
+        for _ in range(20_000):  # ~160 KB of messages: more than its pipe holds
+            warden.guard(999_999_999)
+            warden.release(999_999_999)
+            if warden.pid != old:
+                break
+        assert warden.pid not in (None, old)
+        assert _wait_until_stopped([old]) == []
+        assert group.poll() is None, "the live group was left alone"
+        warden.close()
+        assert group.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        group.kill()
+        group.wait()

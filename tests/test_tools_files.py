@@ -731,3 +731,11 @@ async def test_grep_finds_exactly_the_lines_re_finds(workspace: Path, pattern: s
     expected = [f"src.py:{i}:{line}" for i, line in enumerate(_CORPUS, 1) if re.search(pattern, line)]
     out = await call(GrepTool(), {"pattern": pattern}, make_ctx(workspace))
     assert out == ("\n".join(expected) if expected else f"no matches for {pattern!r}")
+
+
+async def test_grep_reads_posix_classes_as_grep_users_mean_them(workspace: Path) -> None:
+    # re would read [[:digit:]] as a set of characters followed by "]" (and warn); the model
+    # means digits, as in grep, and that is what the regex engine does.
+    (workspace / "f.txt").write_text("abc\nv123\n")
+    out = await call(GrepTool(), {"pattern": "[[:digit:]]+"}, make_ctx(workspace))
+    assert out == "f.txt:2:v123"

@@ -7,9 +7,12 @@ thread, would freeze the event loop and every agent with it, Ctrl+C included. So
 - the pattern must be valid ``re`` syntax (what the tool promises the model), checked with ``re``;
 - it must not be huge once its counted repeats are written out (``(a{1000}){1000}`` is a
   million): the ``regex`` module compiles repeats that way, and would take the process's memory;
-- lines are matched with ``regex`` (the same semantics as ``re`` in its default ``VERSION0``
-  mode), which releases the GIL while it matches (``concurrent=True``) and stops a match at a
-  deadline (``timeout``): one call searches for at most ``ToolLimits.grep_timeout_s``;
+- lines are matched with ``regex`` in its ``re``-compatible ``VERSION0`` mode, which releases the
+  GIL while it matches (``concurrent=True``) and stops a match at a deadline (``timeout``): one
+  call searches for at most ``ToolLimits.grep_timeout_s``. It differs from ``re`` in corners:
+  ``[[:alpha:]]`` is a POSIX class (what a model used to grep means; ``re`` reads a set of
+  characters), ``\\w`` also matches combining marks but not ``²``, ``\\s`` does not match the
+  separators ``\\x1c``-``\\x1f``, and some case-insensitive matches of dotted and dotless i;
 - a literal every match must contain (``def `` in ``def \\w+\\(``) is looked for first with
   ``in``: most lines of a search never reach the regex engine, which costs ~2 us a call here.
 """
@@ -21,6 +24,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -120,16 +124,20 @@ def _check_pattern(pattern: str) -> str | None:
     Raises:
         ToolError: not valid ``re`` syntax, or too big once its counted repeats are expanded.
     """
-    try:
-        re.compile(pattern)
-    except (re.error, RecursionError, OverflowError) as exc:
-        raise ToolError(f"input.pattern: invalid regex {pattern!r}: {exc}") from exc
-    try:
-        from re import _parser  # type: ignore[attr-defined]
+    with warnings.catch_warnings():
+        # re warns about what regex reads otherwise ("Possible nested set" for [[:alpha:]]):
+        # not for the user's terminal, and regex is what matches.
+        warnings.simplefilter("ignore")
+        try:
+            re.compile(pattern)
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise ToolError(f"input.pattern: invalid regex {pattern!r}: {exc}") from exc
+        try:
+            from re import _parser  # type: ignore[attr-defined]
 
-        parsed = _parser.parse(pattern)
-    except (ImportError, AttributeError, re.error, RecursionError):  # a future Python
-        return None
+            parsed = _parser.parse(pattern)
+        except (ImportError, AttributeError, re.error, RecursionError):  # a future Python
+            return None
     units = _units(_parser, parsed)
     if units > _MAX_PATTERN_UNITS:
         raise ToolError(

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
+import signal
 import subprocess
 import sys
 import threading
@@ -182,10 +184,15 @@ class Warden:
             os.write(self._fd, line)
             return
         except BlockingIOError:
-            reason = "the warden stopped reading its pipe"
+            # Stopped or hung. It must never act on the end of file its replacement's start
+            # gives it: it would stop groups the replacement now guards, and numbers it missed
+            # the release of. So it goes first.
+            _log.warning("warden.lost", pid=self._pid, reason="it stopped reading its pipe")
+            if self._pid is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(self._pid, signal.SIGKILL)
         except OSError as exc:
-            reason = f"the warden is gone ({exc.strerror})"
-        _log.warning("warden.lost", pid=self._pid, reason=reason)
+            _log.warning("warden.lost", pid=self._pid, reason=f"it is gone ({exc.strerror})")
         self._drop()
         # A new warden gets the whole list (this line's change is already in it).
         self._ensure()
@@ -202,8 +209,11 @@ class Warden:
         fd = self._launch()
         if fd is None:
             return False
+        listing = b"".join(b"+%d\n" % pgid for pgid in self._guarded)
         try:
-            os.write(fd, b"".join(b"+%d\n" % pgid for pgid in self._guarded))
+            while listing:  # more than the pipe holds only with thousands of bash calls
+                written = _write_waiting(fd, listing)
+                listing = listing[written:]
         except OSError as exc:
             _log.warning("warden.lost", pid=self._pid, reason=f"at start: {exc.strerror}")
             self._drop()
@@ -243,6 +253,19 @@ class Warden:
         os.set_blocking(write_end, False)
         _log.debug("warden.started", pid=self._pid)
         return write_end
+
+
+def _write_waiting(fd: int, data: bytes) -> int:
+    """os.write on a non-blocking *fd*, waiting up to a second for room (a new warden reads at
+    once); raises BlockingIOError if none comes."""
+    try:
+        return os.write(fd, data)
+    except BlockingIOError:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        if not poller.poll(1000):
+            raise
+        return os.write(fd, data)
 
 
 def _close(fd: int | None) -> None:
