@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +66,28 @@ def agent_call(description: str, agent: str = "general", prompt: str = "do it",
     """A scripted ``agent`` tool call."""
     return {"name": "agent",
             "input": {"description": description, "prompt": prompt, "agent": agent, **extra}}
+
+
+class Ticks:
+    """How many times a task sleeping 10 ms at a time got to run (see :func:`loop_ticks`)."""
+
+    count = 0
+
+
+@asynccontextmanager
+async def loop_ticks() -> AsyncGenerator[Ticks]:
+    """Count, in the background, whether the event loop stays free: a task that sleeps 10 ms at
+    a time ticks about 100 times a second when nothing blocks the loop."""
+    ticks = Ticks()
+
+    async def tick() -> None:
+        while True:
+            await trio.sleep(0.01)
+            ticks.count += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        try:
+            yield ticks
+        finally:
+            nursery.cancel_scope.cancel()

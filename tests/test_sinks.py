@@ -12,6 +12,7 @@ import trio.testing
 
 from runtime import EventBus, TextDelta, decode_event
 from runtime._sinks import JsonlSink, PipeSink, open_pipe_writer
+from tests.harness import loop_ticks
 
 
 async def test_a_sink_writes_every_event_as_one_line_in_order(tmp_path: Path) -> None:
@@ -99,7 +100,6 @@ async def test_a_stalled_pipe_reader_makes_emitters_wait_not_the_event_loop() ->
     # The sink's descriptor is its own: the file (and a stderr sharing the pipe) stays blocking.
     assert os.get_blocking(out.fileno())
     emitted = 0
-    ticks = 0
 
     async def emitter() -> None:
         nonlocal emitted
@@ -107,19 +107,12 @@ async def test_a_stalled_pipe_reader_makes_emitters_wait_not_the_event_loop() ->
             await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text=f"{i:0>60}")
             emitted += 1
 
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await trio.sleep(0.01)
-            ticks += 1
-
-    async with trio.open_nursery() as nursery:
+    async with loop_ticks() as ticks, trio.open_nursery() as nursery:
         nursery.start_soon(sink.run)
-        nursery.start_soon(ticker)
         nursery.start_soon(emitter)
         await trio.sleep(0.5)
         assert emitted < 5000, "nobody reads: the emitter must be held back"
-        assert ticks >= 20, "the event loop must stay free"
+        assert ticks.count >= 20, "the event loop must stay free"
         # An end does not wait for a reader known to be stalled.
         with trio.fail_after(1):
             await bus.emit_final(

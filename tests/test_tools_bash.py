@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Generator
 from pathlib import Path
 
 import psutil
@@ -311,6 +312,17 @@ def _wait_until_stopped(pids: list[int], limit_s: float = 5.0) -> list[int]:
     return [pid for pid in pids if is_running(pid)]
 
 
+@contextlib.contextmanager
+def _reaped(*procs: subprocess.Popen[bytes]) -> Generator[None]:
+    """Kill and reap *procs* at the end, whatever the test found."""
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def _group_with_background_child(trap_term: bool = False) -> tuple[subprocess.Popen[bytes], int]:
     """bash leading its own group, with a background sleep; and that sleep's pid."""
     trap = "trap '' TERM; " if trap_term else ""
@@ -329,7 +341,7 @@ def test_the_warden_stops_guarded_groups_once_its_pipe_closes() -> None:
     warden = Warden(grace_s=0.5)
     guarded, background = _group_with_background_child()
     released = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    try:
+    with _reaped(guarded, released):
         warden.guard(guarded.pid)
         warden.guard(released.pid)
         warden.release(released.pid)
@@ -338,23 +350,16 @@ def test_the_warden_stops_guarded_groups_once_its_pipe_closes() -> None:
         assert guarded.wait(timeout=5) == -signal.SIGTERM
         assert _wait_until_stopped([background]) == []
         assert released.poll() is None, "a released group is left alone"
-    finally:
-        for proc in (guarded, released):
-            proc.kill()
-            proc.wait()
 
 
 def test_the_warden_escalates_to_sigkill_when_sigterm_is_ignored() -> None:
     warden = Warden(grace_s=0.3)
     guarded, background = _group_with_background_child(trap_term=True)
-    try:
+    with _reaped(guarded):
         warden.guard(guarded.pid)
         warden.close()
         assert guarded.wait(timeout=5) == -signal.SIGKILL
         assert _wait_until_stopped([background]) == []
-    finally:
-        guarded.kill()
-        guarded.wait()
 
 
 _DIE_HOLDING_A_GROUP = """
@@ -433,7 +438,7 @@ def test_a_warden_that_died_is_replaced_and_told_every_group_still_guarded() -> 
     warden = Warden(grace_s=0.3)
     first, background = _group_with_background_child()
     second = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    try:
+    with _reaped(first, second):
         warden.guard(first.pid)
         old = warden.pid
         assert old is not None
@@ -445,10 +450,6 @@ def test_a_warden_that_died_is_replaced_and_told_every_group_still_guarded() -> 
         assert first.wait(timeout=5) == -signal.SIGTERM
         assert second.wait(timeout=5) == -signal.SIGTERM
         assert _wait_until_stopped([background]) == []
-    finally:
-        for proc in (first, second):
-            proc.kill()
-            proc.wait()
 
 
 def test_a_warden_that_stopped_reading_is_killed_before_it_is_replaced() -> None:
@@ -456,7 +457,7 @@ def test_a_warden_that_stopped_reading_is_killed_before_it_is_replaced() -> None
     # guards (and numbers whose release it never read).
     warden = Warden(grace_s=0.3)
     group = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    try:
+    with _reaped(group):
         warden.guard(group.pid)
         old = warden.pid
         assert old is not None
@@ -471,6 +472,3 @@ def test_a_warden_that_stopped_reading_is_killed_before_it_is_replaced() -> None
         assert group.poll() is None, "the live group was left alone"
         warden.close()
         assert group.wait(timeout=5) == -signal.SIGTERM
-    finally:
-        group.kill()
-        group.wait()

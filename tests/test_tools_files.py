@@ -13,6 +13,7 @@ import trio
 from _toolkit import call, make_ctx
 
 from runtime._errors import ToolError, ToolInputError
+from tests.harness import loop_ticks
 from tools._base import Tool
 from tools._bash import BashTool
 from tools._builtins import file_and_shell_tools
@@ -634,22 +635,11 @@ async def test_a_backtracking_grep_leaves_the_event_loop_free(workspace: Path) -
     # The other agents (here: a task ticking) run on while the search grinds, and cancelling it
     # works at once: the match runs without the GIL.
     (workspace / "f.txt").write_text("a" * 60 + "!\n")
-    ticks = 0
-
-    async def tick() -> None:
-        nonlocal ticks
-        while True:
-            await trio.sleep(0.01)
-            ticks += 1
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(tick)
-        with trio.fail_after(5):
-            with trio.move_on_after(0.5) as scope:
-                await call(GrepTool(), _BACKTRACKING, make_ctx(workspace, grep_timeout_s=3.0))
-        nursery.cancel_scope.cancel()
+    async with loop_ticks() as ticks:
+        with trio.fail_after(5), trio.move_on_after(0.5) as scope:
+            await call(GrepTool(), _BACKTRACKING, make_ctx(workspace, grep_timeout_s=3.0))
     assert scope.cancelled_caught, "the search ended on its own"
-    assert ticks >= 10, f"the event loop stalled during the search ({ticks} ticks in 0.5 s)"
+    assert ticks.count >= 10, f"the event loop stalled ({ticks.count} ticks in 0.5 s)"
 
 
 async def test_a_cancelled_burst_of_slow_greps_does_not_starve_other_threads(
