@@ -432,20 +432,21 @@ async def open_runtime(
                     f"cannot write trace {str(trace_path)!r}: {exc.strerror}"
                 ) from exc
             sinks.append(JsonlSink(trace_file, name="trace", close_file=True))
+        writers: list[JsonlSink | PipeSink] = []
         json_pipe = open_pipe_writer(json_out) if json_out is not None else None
-        if json_out is not None and json_pipe is None:
+        if json_pipe is not None:
+            # A subscriber, not a tap: a stalled reader makes the agents wait, not the loop.
+            pipe_sink = PipeSink(json_pipe, bus, name="json")
+            stack.callback(pipe_sink.close)  # owns the descriptor from here on
+            writers.append(pipe_sink)
+        elif json_out is not None:
             sinks.append(JsonlSink(json_out, name="json", interval_s=0.005))
         for sink in sinks:
             # Sinks first: they see every event even if a user's tap misbehaves; and they are
             # closed (flushed) by the exit stack whatever happens below.
             bus.add_tap(sink)
             stack.callback(sink.close)
-        writers: list[JsonlSink | PipeSink] = list(sinks)
-        if json_pipe is not None:
-            # A subscriber, not a tap: a stalled reader makes the agents wait, not the loop.
-            pipe_sink = PipeSink(json_pipe, bus, name="json")
-            stack.callback(pipe_sink.close)
-            writers.append(pipe_sink)
+        writers += sinks
         if on_event is not None:
             bus.add_tap(on_event)
         registry = Registry()
