@@ -174,8 +174,8 @@ def resolve_folder(workspace: Path, path: str) -> Path:
 # The worker threads of glob and grep: their own limiter, not trio's default one, because an
 # abandoned thread keeps its slot until it really ends (a grep inside one long match, up to its
 # deadline): a burst of cancelled searches must not hold up every other to_thread call.
-_FILE_TOOL_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar(
-    "file_tool_threads"
+_FILE_TOOL_LIMITER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar(
+    "file_tool_limiter"
 )
 FILE_TOOL_THREADS = 8
 """How many glob and grep searches run at once per trio run (each in a worker thread)."""
@@ -191,10 +191,10 @@ async def run_in_thread_with_stop(
     a limiter of their own (:data:`FILE_TOOL_THREADS`).
     """
     try:
-        limiter = _FILE_TOOL_THREADS.get()
+        limiter = _FILE_TOOL_LIMITER.get()
     except LookupError:
         limiter = trio.CapacityLimiter(FILE_TOOL_THREADS)
-        _FILE_TOOL_THREADS.set(limiter)
+        _FILE_TOOL_LIMITER.set(limiter)
     stop = threading.Event()
     try:
         return await trio.to_thread.run_sync(
