@@ -37,8 +37,8 @@ from llm_server import (
     openai_text_stream,
 )
 
-from runtime._messages import Message, TextBlock
-from runtime._provider import ModelRequest, TextChunk
+from runtime.core._messages import Message, TextBlock
+from runtime.core._provider import ModelRequest, TextChunk
 from runtime.providers import AnthropicProvider, OpenAIProvider
 
 _WRITE = 64 * 1024

@@ -131,7 +131,7 @@ def _figure(name: str, value: float, floor: float, unit: str, **extra: Any) -> N
 async def main(args: argparse.Namespace) -> None:
     import ray
 
-    from runtime._ray import _init_ray
+    from runtime.cluster._placement import _init_ray
 
     os.environ["TRIO_AGENTS_RAY_HOSTS"] = str(args.hosts)
     t0 = time.perf_counter()

@@ -106,7 +106,7 @@ sys.stdout.buffer.write(orjson.dumps(roots))
 rc = 0
 """
 COMMAND = """
-from runtime._cli_trace import main
+from runtime.cli._trace_cmd import main
 rc = main(ARGV)
 """
 
@@ -202,7 +202,7 @@ def main() -> None:
         "trace stats": ["stats", str(path)],
         "trace stats --json": ["stats", "--json", str(path)],
     }
-    from runtime._tracefile import READ_BUFFER  # the floor reads the file as the reader does
+    from runtime.trace._tracefile import READ_BUFFER  # the floor reads the file as the reader does
 
     files = {"PATH": str(path), "BUFFER": READ_BUFFER}
     jobs: dict[str, tuple[str, dict[str, object]]] = {"floor": (FLOOR, files)}

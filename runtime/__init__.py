@@ -16,164 +16,173 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from ._agent_types import AgentType as AgentType
-    from ._agent_types import AgentTypes as AgentTypes
-    from ._agent_types import load_agent_types as load_agent_types
-    from ._bus import EventBus as EventBus
-    from ._bus import SubscriberLagged as SubscriberLagged
-    from ._bus import Subscription as Subscription
-    from ._errors import AgentsError as AgentsError
-    from ._errors import ConfigError as ConfigError
-    from ._errors import EventDecodeError as EventDecodeError
-    from ._errors import ProviderError as ProviderError
-    from ._errors import ScenarioError as ScenarioError
-    from ._errors import SessionError as SessionError
-    from ._errors import SubtreeCancelled as SubtreeCancelled
-    from ._errors import ToolError as ToolError
-    from ._errors import ToolInputError as ToolInputError
-    from ._errors import TraceError as TraceError
-    from ._errors import UnknownEventType as UnknownEventType
-    from ._events import AgentFinished as AgentFinished
-    from ._events import AgentStarted as AgentStarted
-    from ._events import CancelRequested as CancelRequested
-    from ._events import Event as Event
-    from ._events import PermissionRequested as PermissionRequested
-    from ._events import PermissionResolved as PermissionResolved
-    from ._events import RunFinished as RunFinished
-    from ._events import RunStarted as RunStarted
-    from ._events import TextDelta as TextDelta
-    from ._events import ThinkingDelta as ThinkingDelta
-    from ._events import ToolFinished as ToolFinished
-    from ._events import ToolStarted as ToolStarted
-    from ._events import TurnFinished as TurnFinished
-    from ._events import UserMessage as UserMessage
-    from ._events import decode_event as decode_event
-    from ._events import encode_event as encode_event
-    from ._events import event_from_dict as event_from_dict
-    from ._events import event_to_dict as event_to_dict
-    from ._limits import Budget as Budget
-    from ._limits import Limits as Limits
-    from ._loop import AgentOutcome as AgentOutcome
-    from ._messages import AgentState as AgentState
-    from ._messages import Message as Message
-    from ._messages import TextBlock as TextBlock
-    from ._messages import ThinkingBlock as ThinkingBlock
-    from ._messages import ToolResultBlock as ToolResultBlock
-    from ._messages import ToolUseBlock as ToolUseBlock
-    from ._permissions import Decision as Decision
-    from ._permissions import PermissionPolicy as PermissionPolicy
-    from ._permissions import Rule as Rule
-    from ._permissions import parse_rule as parse_rule
-    from ._provider import ModelRequest as ModelRequest
-    from ._provider import Provider as Provider
-    from ._provider import TextChunk as TextChunk
-    from ._provider import ThinkingChunk as ThinkingChunk
-    from ._provider import ToolCall as ToolCall
-    from ._provider import ToolSpec as ToolSpec
-    from ._provider import TurnEnd as TurnEnd
-    from ._runtime import AgentHandle as AgentHandle
-    from ._runtime import Runtime as Runtime
-    from ._runtime import open_runtime as open_runtime
-    from ._scenario import Scenario as Scenario
-    from ._scripted import ScriptedProvider as ScriptedProvider
-    from ._secrets import filter_env as filter_env
-    from ._secrets import redact as redact
-    from ._secrets import secret_values as secret_values
-    from ._tracefile import TraceLoader as TraceLoader
-    from ._tracefile import follow_lines as follow_lines
-    from ._tracefile import load_traces as load_traces
-    from ._tracefile import read_events as read_events
-    from ._tree import AgentNode as AgentNode
-    from ._tree import CancelInfo as CancelInfo
-    from ._tree import RunningSubtree as RunningSubtree
-    from ._tree import ToolNode as ToolNode
-    from ._tree import TraceSet as TraceSet
-    from ._tree import TraceTree as TraceTree
-    from ._tree import split_runs as split_runs
+    from runtime.core._agent_types import AgentType as AgentType
+    from runtime.core._agent_types import AgentTypes as AgentTypes
+    from runtime.core._agent_types import load_agent_types as load_agent_types
+    from runtime.core._bus import EventBus as EventBus
+    from runtime.core._bus import SubscriberLagged as SubscriberLagged
+    from runtime.core._bus import Subscription as Subscription
+    from runtime.core._errors import AgentsError as AgentsError
+    from runtime.core._errors import ConfigError as ConfigError
+    from runtime.core._errors import EventDecodeError as EventDecodeError
+    from runtime.core._errors import ProviderError as ProviderError
+    from runtime.core._errors import ScenarioError as ScenarioError
+    from runtime.core._errors import SessionError as SessionError
+    from runtime.core._errors import SubtreeCancelled as SubtreeCancelled
+    from runtime.core._errors import ToolError as ToolError
+    from runtime.core._errors import ToolInputError as ToolInputError
+    from runtime.core._errors import TraceError as TraceError
+    from runtime.core._errors import UnknownEventType as UnknownEventType
+    from runtime.core._events import AgentFinished as AgentFinished
+    from runtime.core._events import AgentStarted as AgentStarted
+    from runtime.core._events import CancelRequested as CancelRequested
+    from runtime.core._events import ContextCompacted as ContextCompacted
+    from runtime.core._events import Event as Event
+    from runtime.core._events import PermissionRequested as PermissionRequested
+    from runtime.core._events import PermissionResolved as PermissionResolved
+    from runtime.core._events import ProviderRetry as ProviderRetry
+    from runtime.core._events import ReplayDiverged as ReplayDiverged
+    from runtime.core._events import RunFinished as RunFinished
+    from runtime.core._events import RunStarted as RunStarted
+    from runtime.core._events import TextDelta as TextDelta
+    from runtime.core._events import ThinkingDelta as ThinkingDelta
+    from runtime.core._events import ToolFinished as ToolFinished
+    from runtime.core._events import ToolProgress as ToolProgress
+    from runtime.core._events import ToolStarted as ToolStarted
+    from runtime.core._events import TurnFinished as TurnFinished
+    from runtime.core._events import UserMessage as UserMessage
+    from runtime.core._events import decode_event as decode_event
+    from runtime.core._events import encode_event as encode_event
+    from runtime.core._events import event_from_dict as event_from_dict
+    from runtime.core._events import event_to_dict as event_to_dict
+    from runtime.core._limits import Budget as Budget
+    from runtime.core._limits import Limits as Limits
+    from runtime.core._loop import AgentOutcome as AgentOutcome
+    from runtime.core._messages import AgentState as AgentState
+    from runtime.core._messages import Message as Message
+    from runtime.core._messages import TextBlock as TextBlock
+    from runtime.core._messages import ThinkingBlock as ThinkingBlock
+    from runtime.core._messages import ToolResultBlock as ToolResultBlock
+    from runtime.core._messages import ToolUseBlock as ToolUseBlock
+    from runtime.core._permissions import Decision as Decision
+    from runtime.core._permissions import PermissionPolicy as PermissionPolicy
+    from runtime.core._permissions import Rule as Rule
+    from runtime.core._permissions import parse_rule as parse_rule
+    from runtime.core._provider import ModelRequest as ModelRequest
+    from runtime.core._provider import Provider as Provider
+    from runtime.core._provider import TextChunk as TextChunk
+    from runtime.core._provider import ThinkingChunk as ThinkingChunk
+    from runtime.core._provider import ToolCall as ToolCall
+    from runtime.core._provider import ToolSpec as ToolSpec
+    from runtime.core._provider import TurnEnd as TurnEnd
+    from runtime.core._secrets import filter_env as filter_env
+    from runtime.core._secrets import redact as redact
+    from runtime.core._secrets import secret_values as secret_values
+    from runtime.providers._scenario import Scenario as Scenario
+    from runtime.providers._scripted import ScriptedProvider as ScriptedProvider
+    from runtime.trace._tracefile import TraceLoader as TraceLoader
+    from runtime.trace._tracefile import follow_lines as follow_lines
+    from runtime.trace._tracefile import load_traces as load_traces
+    from runtime.trace._tracefile import read_events as read_events
+    from runtime.trace._tree import AgentNode as AgentNode
+    from runtime.trace._tree import CancelInfo as CancelInfo
+    from runtime.trace._tree import RunningSubtree as RunningSubtree
+    from runtime.trace._tree import ToolNode as ToolNode
+    from runtime.trace._tree import TraceSet as TraceSet
+    from runtime.trace._tree import TraceTree as TraceTree
+    from runtime.trace._tree import split_runs as split_runs
+    from runtime.wiring._open import AgentHandle as AgentHandle
+    from runtime.wiring._open import Runtime as Runtime
+    from runtime.wiring._open import open_runtime as open_runtime
+
     from .providers import AnthropicProvider as AnthropicProvider
     from .providers import OpenAIProvider as OpenAIProvider
     from .providers import RetryPolicy as RetryPolicy
     from .providers import open_provider as open_provider
 
 _LAZY: dict[str, str] = {
-    "AgentFinished": "._events",
-    "AgentHandle": "._runtime",
-    "AgentNode": "._tree",
-    "AgentOutcome": "._loop",
-    "AgentStarted": "._events",
-    "AgentState": "._messages",
-    "AgentType": "._agent_types",
-    "AgentTypes": "._agent_types",
-    "AgentsError": "._errors",
-    "AnthropicProvider": ".providers",
-    "Budget": "._limits",
-    "CancelInfo": "._tree",
-    "CancelRequested": "._events",
-    "ConfigError": "._errors",
-    "Decision": "._permissions",
-    "Event": "._events",
-    "EventBus": "._bus",
-    "EventDecodeError": "._errors",
-    "Limits": "._limits",
-    "Message": "._messages",
-    "ModelRequest": "._provider",
-    "OpenAIProvider": ".providers",
-    "PermissionPolicy": "._permissions",
-    "PermissionRequested": "._events",
-    "PermissionResolved": "._events",
-    "Provider": "._provider",
-    "ProviderError": "._errors",
-    "RetryPolicy": ".providers",
-    "Rule": "._permissions",
-    "RunFinished": "._events",
-    "RunStarted": "._events",
-    "RunningSubtree": "._tree",
-    "Runtime": "._runtime",
-    "Scenario": "._scenario",
-    "ScenarioError": "._errors",
-    "ScriptedProvider": "._scripted",
-    "SessionError": "._errors",
-    "SubscriberLagged": "._bus",
-    "Subscription": "._bus",
-    "SubtreeCancelled": "._errors",
-    "TextBlock": "._messages",
-    "TextChunk": "._provider",
-    "TextDelta": "._events",
-    "ThinkingBlock": "._messages",
-    "ThinkingChunk": "._provider",
-    "ThinkingDelta": "._events",
-    "ToolCall": "._provider",
-    "ToolError": "._errors",
-    "ToolFinished": "._events",
-    "ToolInputError": "._errors",
-    "ToolNode": "._tree",
-    "ToolResultBlock": "._messages",
-    "ToolSpec": "._provider",
-    "ToolStarted": "._events",
-    "ToolUseBlock": "._messages",
-    "TraceError": "._errors",
-    "TraceLoader": "._tracefile",
-    "TraceSet": "._tree",
-    "TraceTree": "._tree",
-    "TurnEnd": "._provider",
-    "TurnFinished": "._events",
-    "UnknownEventType": "._errors",
-    "UserMessage": "._events",
-    "decode_event": "._events",
-    "encode_event": "._events",
-    "event_from_dict": "._events",
-    "event_to_dict": "._events",
-    "filter_env": "._secrets",
-    "follow_lines": "._tracefile",
-    "load_agent_types": "._agent_types",
-    "load_traces": "._tracefile",
-    "open_provider": ".providers",
-    "open_runtime": "._runtime",
-    "parse_rule": "._permissions",
-    "read_events": "._tracefile",
-    "redact": "._secrets",
-    "secret_values": "._secrets",
-    "split_runs": "._tree",
+    "AgentFinished": "runtime.core._events",
+    "AgentHandle": "runtime.wiring._open",
+    "AgentNode": "runtime.trace._tree",
+    "AgentOutcome": "runtime.core._loop",
+    "AgentStarted": "runtime.core._events",
+    "AgentState": "runtime.core._messages",
+    "AgentType": "runtime.core._agent_types",
+    "AgentTypes": "runtime.core._agent_types",
+    "AgentsError": "runtime.core._errors",
+    "AnthropicProvider": "runtime.providers",
+    "Budget": "runtime.core._limits",
+    "CancelInfo": "runtime.trace._tree",
+    "CancelRequested": "runtime.core._events",
+    "ConfigError": "runtime.core._errors",
+    "ContextCompacted": "runtime.core._events",
+    "Decision": "runtime.core._permissions",
+    "Event": "runtime.core._events",
+    "EventBus": "runtime.core._bus",
+    "EventDecodeError": "runtime.core._errors",
+    "Limits": "runtime.core._limits",
+    "Message": "runtime.core._messages",
+    "ModelRequest": "runtime.core._provider",
+    "OpenAIProvider": "runtime.providers",
+    "PermissionPolicy": "runtime.core._permissions",
+    "PermissionRequested": "runtime.core._events",
+    "PermissionResolved": "runtime.core._events",
+    "Provider": "runtime.core._provider",
+    "ProviderError": "runtime.core._errors",
+    "ProviderRetry": "runtime.core._events",
+    "ReplayDiverged": "runtime.core._events",
+    "RetryPolicy": "runtime.providers",
+    "Rule": "runtime.core._permissions",
+    "RunFinished": "runtime.core._events",
+    "RunStarted": "runtime.core._events",
+    "RunningSubtree": "runtime.trace._tree",
+    "Runtime": "runtime.wiring._open",
+    "Scenario": "runtime.providers._scenario",
+    "ScenarioError": "runtime.core._errors",
+    "ScriptedProvider": "runtime.providers._scripted",
+    "SessionError": "runtime.core._errors",
+    "SubscriberLagged": "runtime.core._bus",
+    "Subscription": "runtime.core._bus",
+    "SubtreeCancelled": "runtime.core._errors",
+    "TextBlock": "runtime.core._messages",
+    "TextChunk": "runtime.core._provider",
+    "TextDelta": "runtime.core._events",
+    "ThinkingBlock": "runtime.core._messages",
+    "ThinkingChunk": "runtime.core._provider",
+    "ThinkingDelta": "runtime.core._events",
+    "ToolCall": "runtime.core._provider",
+    "ToolError": "runtime.core._errors",
+    "ToolFinished": "runtime.core._events",
+    "ToolInputError": "runtime.core._errors",
+    "ToolNode": "runtime.trace._tree",
+    "ToolProgress": "runtime.core._events",
+    "ToolResultBlock": "runtime.core._messages",
+    "ToolSpec": "runtime.core._provider",
+    "ToolStarted": "runtime.core._events",
+    "ToolUseBlock": "runtime.core._messages",
+    "TraceError": "runtime.core._errors",
+    "TraceLoader": "runtime.trace._tracefile",
+    "TraceSet": "runtime.trace._tree",
+    "TraceTree": "runtime.trace._tree",
+    "TurnEnd": "runtime.core._provider",
+    "TurnFinished": "runtime.core._events",
+    "UnknownEventType": "runtime.core._errors",
+    "UserMessage": "runtime.core._events",
+    "decode_event": "runtime.core._events",
+    "encode_event": "runtime.core._events",
+    "event_from_dict": "runtime.core._events",
+    "event_to_dict": "runtime.core._events",
+    "filter_env": "runtime.core._secrets",
+    "follow_lines": "runtime.trace._tracefile",
+    "load_agent_types": "runtime.core._agent_types",
+    "load_traces": "runtime.trace._tracefile",
+    "open_provider": "runtime.providers",
+    "open_runtime": "runtime.wiring._open",
+    "parse_rule": "runtime.core._permissions",
+    "read_events": "runtime.trace._tracefile",
+    "redact": "runtime.core._secrets",
+    "secret_values": "runtime.core._secrets",
+    "split_runs": "runtime.trace._tree",
 }
 
 __all__ = sorted(_LAZY)
@@ -183,7 +192,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 

@@ -29,9 +29,9 @@ import h11
 import orjson
 import trio
 
-from runtime._errors import ProviderError
-from runtime._messages import Block, Message, TextBlock, ThinkingBlock, ToolUseBlock
-from runtime._provider import (
+from runtime.core._errors import ProviderError
+from runtime.core._messages import Block, Message, TextBlock, ThinkingBlock, ToolUseBlock
+from runtime.core._provider import (
     ModelRequest,
     Provider,
     StreamItem,
@@ -489,7 +489,7 @@ async def collect_until_error(
 
 
 def assemble(items: Sequence[StreamItem]) -> Message:
-    """The assistant message the agent loop makes of a turn's items (as ``runtime._loop``)."""
+    """The assistant message the agent loop makes of a turn's items (as ``runtime.core._loop``)."""
     thinking = "".join(i.text for i in items if isinstance(i, ThinkingChunk))
     signatures = [i.signature for i in items if isinstance(i, ThinkingChunk) and i.signature]
     text = "".join(i.text for i in items if isinstance(i, TextChunk))

@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from runtime import Event, decode_event
-from runtime._sessions import FORMAT_VERSION, SessionStore
+from runtime.cli._sessions import FORMAT_VERSION, SessionStore
 from tests.invariants import check_invariants
 
 SCENARIOS = Path(__file__).parent / "scenarios"

@@ -246,7 +246,7 @@ def test_permission_always_allows_the_call(spawn: object, tmp_path: Path) -> Non
 
 
 def test_a_control_client_may_answer_while_the_terminal_asks(spawn: object, tmp_path: Path) -> None:
-    from runtime._control import control_request
+    from runtime.cli._control import control_request
 
     sock = f"/tmp/ta-pty-{os.getpid()}.sock"
     child = spawn(  # type: ignore[operator]

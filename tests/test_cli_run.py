@@ -98,7 +98,7 @@ class Lines:
 
 
 def main_code(args: list[str]) -> int:
-    from runtime._cli import main
+    from runtime.cli._main import main
 
     try:
         return main(args)
@@ -414,8 +414,8 @@ def test_sigint_ends_a_json_run_whose_reader_stopped_reading(tmp_path: Path) -> 
 
 
 def test_ray_address_reaches_the_runtime() -> None:
-    from runtime._cli import build_parser
-    from runtime._cli_common import options_from_args, runtime_kwargs
+    from runtime.cli._main import build_parser
+    from runtime.cli._options import options_from_args, runtime_kwargs
 
     ns = build_parser().parse_args(["run", "x", "--ray-address", "10.0.0.5:6379"])
     assert runtime_kwargs(options_from_args(ns))["ray_address"] == "10.0.0.5:6379"

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from trace_factory import AgentSpec, agent_call, run_events, small_run, write_trace
 
-from runtime._cli_trace import main
+from runtime.cli._trace_cmd import main
 
 CLI = Path(sys.executable).parent / "trio-agents"
 

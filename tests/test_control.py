@@ -23,7 +23,7 @@ import trio
 import trio.testing
 
 from runtime import ConfigError, Event, Runtime, decode_event, open_runtime
-from runtime._control import MAX_LINE, ControlServer, control_request
+from runtime.cli._control import MAX_LINE, ControlServer, control_request
 from tests.invariants import check_invariants
 
 SCENARIOS = Path(__file__).parent / "scenarios"
@@ -294,7 +294,7 @@ async def test_a_stale_socket_file_is_replaced_and_a_live_one_refused(
 
 
 def test_the_blocking_client_reports_a_missing_socket(tmp_path: Path) -> None:
-    from runtime._control import ControlConnectError
+    from runtime.cli._control import ControlConnectError
 
     with pytest.raises(ControlConnectError):
         control_request(str(tmp_path / "none.sock"), {"op": "pending"})

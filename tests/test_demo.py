@@ -13,7 +13,7 @@ import pexpect
 import pytest
 
 from runtime import Event, Scenario, decode_event
-from runtime._demo import demo_scenario_text
+from runtime.cli._demo import demo_scenario_text
 from tests.invariants import check_invariants
 
 ANGLE = "\N{SINGLE RIGHT-POINTING ANGLE QUOTATION MARK}"
@@ -38,7 +38,7 @@ def test_the_demo_scenario_is_package_data_and_splits_the_work() -> None:
 def test_demo_without_a_terminal_does_real_work_in_parallel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from runtime._cli import main
+    from runtime.cli._main import main
 
     monkeypatch.chdir(tmp_path)
     t0 = time.monotonic()
@@ -80,7 +80,7 @@ def test_demo_without_a_terminal_does_real_work_in_parallel(
 def test_demo_refuses_a_workspace_that_is_not_empty(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from runtime._cli import main
+    from runtime.cli._main import main
 
     (tmp_path / "precious.txt").write_text("keep me")
     assert main(["demo", "--workspace", str(tmp_path)]) == 2

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from runtime._keyboard import Key, Keyboard, KeyDecoder, LineEditor
+from runtime.cli._keyboard import Key, Keyboard, KeyDecoder, LineEditor
 
 
 def keys(data: bytes) -> list[Key]:

@@ -17,8 +17,8 @@ import trio
 import trio.lowlevel
 
 from runtime import Limits, open_runtime
-from runtime._live import MAX_FPS, LiveView, PlainView
-from runtime._tree import TraceTree
+from runtime.cli._live import MAX_FPS, LiveView, PlainView
+from runtime.trace._tree import TraceTree
 
 # SGR colour parameters: 30-37, 38 (extended), 90-97 (foreground); 40-47, 48, 100-107 (background).
 _COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-8]|9[0-7]|4[0-8]|10[0-7])(?:;[0-9;]*)?m")
@@ -166,7 +166,7 @@ async def test_root_text_streams_below_and_the_answer_stays(workspace: Path) -> 
 
 
 async def test_no_color_is_respected(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from runtime._cli_common import make_console
+    from runtime.cli._options import make_console
 
     monkeypatch.setenv("NO_COLOR", "1")
     console = make_console()

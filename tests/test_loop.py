@@ -274,7 +274,7 @@ def test_builtin_tools_are_the_spec_set() -> None:
 
 async def test_the_agent_state_serialises_and_round_trips(workspace: Path) -> None:
     from runtime import AgentState
-    from runtime._messages import state_converter
+    from runtime.core._messages import state_converter
 
     scenario = {"agents": {"main": {"turns": [
         {"thinking": "hmm", "text": "Reading.",

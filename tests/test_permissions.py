@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime._errors import ConfigError
-from runtime._permissions import Decision, PermissionPolicy, Rule, parse_rule
-from tools._base import Tool, ToolContext
+from runtime.core._errors import ConfigError
+from runtime.core._permissions import Decision, PermissionPolicy, Rule, parse_rule
+from runtime.core._tool import Tool, ToolContext
 from tools._bash import BashTool
 from tools._edit import EditTool
 from tools._glob import GlobTool

@@ -33,8 +33,8 @@ from llm_server import (
     user,
 )
 
-from runtime._messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from runtime._provider import Provider, TextChunk, ThinkingChunk, ToolCall, ToolSpec, TurnEnd
+from runtime.core._messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from runtime.core._provider import Provider, TextChunk, ThinkingChunk, ToolCall, ToolSpec, TurnEnd
 from runtime.providers import AnthropicProvider, RetryPolicy
 
 KEY = "sk-ant-test-DO-NOT-LEAK-0123456789abcdef"

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from runtime import AgentStarted, Event, TextDelta, ToolFinished, open_runtime
-from runtime._tree import TraceTree
+from runtime.trace._tree import TraceTree
 from tests.invariants import by_type, check_invariants
 from tests.llm_server import (
     OPENAI_DONE,

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from llm_server import LLMServer, Reply, collect, make_request, openai_text_stream, user
 
 import runtime.providers
-from runtime._errors import ConfigError, ProviderError
-from runtime._provider import Provider, TextChunk
+from runtime.core._errors import ConfigError, ProviderError
+from runtime.core._provider import Provider, TextChunk
 from runtime.providers import (
     DEFAULT_MODELS,
     AnthropicProvider,

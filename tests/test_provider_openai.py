@@ -33,9 +33,9 @@ from llm_server import (
     user,
 )
 
-from runtime._errors import ProviderError
-from runtime._messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from runtime._provider import (
+from runtime.core._errors import ProviderError
+from runtime.core._messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from runtime.core._provider import (
     Provider,
     TextChunk,
     ThinkingChunk,

@@ -13,18 +13,19 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_runtime_exports_its_all_lazily_and_nothing_else() -> None:
-    import runtime
+@pytest.mark.parametrize(("name", "extra"), [("runtime", ["__version__"]), ("runtime.core", [])])
+def test_lazy_package_exports_its_all_and_nothing_else(name: str, extra: list[str]) -> None:
+    package = importlib.import_module(name)
 
-    assert list(runtime.__all__) == sorted(runtime.__all__)
-    for name in runtime.__all__:
-        assert getattr(runtime, name) is not None
-    assert sorted(dir(runtime)) == sorted([*runtime.__all__, "__version__"])
-    source = (ROOT / "runtime" / "__init__.py").read_text()
-    typed = set(re.findall(r"^    from \.[\w.]+ import (\w+) as \1$", source, re.M))
-    assert typed == set(runtime.__all__), "type checkers see the same names"
+    assert list(package.__all__) == sorted(package.__all__)
+    for public in package.__all__:
+        assert getattr(package, public) is not None
+    assert sorted(dir(package)) == sorted([*package.__all__, *extra])
+    source = (ROOT / name.replace(".", "/") / "__init__.py").read_text()
+    typed = set(re.findall(r"^    from [\w.]+ import (\w+) as \1$", source, re.M))
+    assert typed == set(package.__all__), "type checkers see the same names"
     with pytest.raises(AttributeError):
-        _ = runtime.not_a_name  # type: ignore[attr-defined]
+        _ = package.not_a_name
 
 
 def test_importing_runtime_does_not_import_trio() -> None:

@@ -34,7 +34,7 @@ from runtime import (
     ToolStarted,
     open_runtime,
 )
-from runtime._tree import TraceTree
+from runtime.trace._tree import TraceTree
 from tests.harness import EventLog, agent_call, run_scenario, turns
 from tests.invariants import by_type, check_invariants
 
@@ -50,7 +50,7 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
     """One local Ray cluster on loopback for every test here; runs find it initialised."""
-    from runtime._ray import _init_ray
+    from runtime.cluster._placement import _init_ray
 
     if ray.is_initialized():  # someone else's cluster: use it, leave it
         yield
@@ -376,9 +376,9 @@ async def test_max_parallel_applies_to_remote_subtrees(workspace: Path) -> None:
 def test_an_exception_in_one_subtree_leaves_the_others_on_its_host_running(
     tmp_path: Path,
 ) -> None:
-    from runtime._loop import AgentSpec
-    from runtime._permissions import PermissionPolicy
-    from runtime._ray_host import ProviderConfig, RayHost, RunConfig, SubtreeCall
+    from runtime.cluster._host import ProviderConfig, RayHost, RunConfig, SubtreeCall
+    from runtime.core._loop import AgentSpec
+    from runtime.core._permissions import PermissionPolicy
     from tools import ToolLimits, builtin_tools
 
     scenario = Scenario.from_obj({"agents": {"main": turns("x"),
@@ -417,7 +417,7 @@ def test_an_exception_in_one_subtree_leaves_the_others_on_its_host_running(
 
 def test_ray_runs_in_a_separate_process() -> None:
     # Sanity: the host really is another process (so the tests above cross a boundary).
-    host = ray.remote(__import__("runtime._ray_host", fromlist=["RayHost"]).RayHost).options(
+    host = ray.remote(__import__("runtime.cluster._host", fromlist=["RayHost"]).RayHost).options(
         num_cpus=0).remote("p")
     try:
         where = ray.get(host.ping.remote(), timeout=30)

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 from trace_factory import AgentSpec, ToolSpec, agent_call, run_events, small_run, to_events
 
-from runtime._render import (
+from runtime.trace._render import (
     SPINNER_FRAMES,
     event_line,
     first_line,
@@ -20,7 +20,7 @@ from runtime._render import (
     render_timeline,
     render_tree,
 )
-from runtime._tree import TraceTree
+from runtime.trace._tree import TraceTree
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

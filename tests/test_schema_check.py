@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime._errors import ToolInputError
+from runtime.core._errors import ToolInputError
+from runtime.core._schema import compile_check
 from tools import builtin_tools, validate_input
-from tools._schema import compile_check
 
 NAMES = ["a", "b", "c"]
 

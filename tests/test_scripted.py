@@ -21,7 +21,7 @@ from runtime import (
     ToolCall,
     TurnEnd,
 )
-from runtime._scripted import chunk_text
+from runtime.providers._scripted import chunk_text
 
 
 def _request(agent_type: str = "main", assistant_turns: int = 0) -> ModelRequest:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from _toolkit import call, make_ctx
 
-from runtime._secrets import filter_env, looks_secret, redact, secret_values
+from runtime.core._secrets import filter_env, looks_secret, redact, secret_values
 from tools._bash import BashTool
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from runtime._messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from runtime._sessions import (
+from runtime.cli._sessions import (
     FORMAT_VERSION,
     ChatSession,
     SessionError,
@@ -18,6 +17,7 @@ from runtime._sessions import (
     encode_session,
     new_session,
 )
+from runtime.core._messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
 
 def conversation() -> list[Message]:

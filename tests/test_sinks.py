@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from runtime import EventBus, TextDelta, decode_event
-from runtime._sinks import JsonlSink, PipeSink, open_pipe_writer
+from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer
 from tests.harness import loop_ticks
 
 

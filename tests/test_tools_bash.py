@@ -16,7 +16,7 @@ import pytest
 import trio
 from _toolkit import call, is_running, make_ctx, read_fifo, running_in_group
 
-from runtime._errors import ToolError, ToolInputError
+from runtime.core._errors import ToolError, ToolInputError
 from tools._bash import BashTool, _Capture, _ProcessGroup
 from tools._warden import Warden
 

@@ -12,9 +12,9 @@ import pytest
 import trio
 from _toolkit import call, make_ctx
 
-from runtime._errors import ToolError, ToolInputError
+from runtime.core._errors import ToolError, ToolInputError
+from runtime.core._tool import Tool
 from tests.harness import loop_ticks
-from tools._base import Tool
 from tools._bash import BashTool
 from tools._builtins import file_and_shell_tools
 from tools._edit import EditTool

@@ -11,10 +11,10 @@ import pytest
 import trio
 from trace_factory import AgentSpec, run_events, small_run, wide_deep, write_trace
 
-from runtime._errors import EventDecodeError, TraceError, UnknownEventType
-from runtime._events import Event
-from runtime._tracefile import SNIFF_LINES, follow_lines, load_traces, read_events
-from runtime._tree import TraceTree
+from runtime.core._errors import EventDecodeError, TraceError, UnknownEventType
+from runtime.core._events import Event
+from runtime.trace._tracefile import SNIFF_LINES, follow_lines, load_traces, read_events
+from runtime.trace._tree import TraceTree
 
 
 def lines_of(dicts: list[dict[str, Any]]) -> list[bytes]:

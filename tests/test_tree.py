@@ -19,9 +19,9 @@ from trace_factory import (
     to_events,
 )
 
-from runtime import _events
-from runtime._errors import EventDecodeError, UnknownEventType
-from runtime._tree import (
+from runtime.core import _events
+from runtime.core._errors import EventDecodeError, UnknownEventType
+from runtime.trace._tree import (
     AGENT_STATUSES,
     TEXT_KEEP,
     TOOL_STATUSES,

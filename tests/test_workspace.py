@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from _toolkit import call, make_ctx
 
-from runtime._errors import ToolError
-from tools._base import Tool
+from runtime.core._errors import ToolError
+from runtime.core._tool import Tool
+from runtime.core._workspace import normalise_target, resolve_in_workspace
 from tools._edit import EditTool
 from tools._glob import GlobTool
 from tools._grep import GrepTool
 from tools._read import ReadTool
-from tools._workspace import normalise_target, resolve_in_workspace
 from tools._write import WriteTool
 
 

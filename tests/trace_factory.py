@@ -28,7 +28,7 @@ import attrs
 import orjson
 from hypothesis import strategies as st
 
-from runtime._events import Event, event_from_dict
+from runtime.core._events import Event, event_from_dict
 
 _WORDS = [
     "scan",

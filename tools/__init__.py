@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from runtime.core import SubAgentSpawner as SubAgentSpawner
+from runtime.core import TargetKind as TargetKind
+from runtime.core import Tool as Tool
+from runtime.core import ToolContext as ToolContext
+from runtime.core import ToolLimits as ToolLimits
+from runtime.core import one_line as one_line
+from runtime.core import validate_input as validate_input
+
 from ._agent import AgentTool as AgentTool
-from ._base import SubAgentSpawner as SubAgentSpawner
-from ._base import TargetKind as TargetKind
-from ._base import Tool as Tool
-from ._base import ToolContext as ToolContext
-from ._base import ToolLimits as ToolLimits
-from ._base import one_line as one_line
-from ._base import validate_input as validate_input
 from ._bash import BashTool as BashTool
 from ._builtins import file_and_shell_tools as file_and_shell_tools
 from ._edit import EditTool as EditTool

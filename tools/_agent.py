@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from runtime._errors import ToolError
-
-from ._base import Tool, ToolContext, one_line
+from runtime.core import Tool, ToolContext, ToolError, one_line
 
 
 class AgentTool(Tool):

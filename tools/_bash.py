@@ -37,9 +37,8 @@ from typing import Any, ClassVar
 
 import trio
 
-from runtime._errors import ToolError
+from runtime.core import TargetKind, Tool, ToolContext, ToolError, one_line
 
-from ._base import TargetKind, Tool, ToolContext, one_line
 from ._warden import warden
 
 __all__ = ["BashTool"]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ._base import Tool
+from runtime.core import Tool
+
 from ._bash import BashTool
 from ._edit import EditTool
 from ._glob import GlobTool

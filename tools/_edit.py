@@ -7,11 +7,17 @@ from typing import Any, ClassVar
 
 import trio
 
-from runtime._errors import ToolError
+from runtime.core import (
+    TargetKind,
+    Tool,
+    ToolContext,
+    ToolError,
+    normalise_target,
+    one_line,
+    resolve_in_workspace,
+)
 
-from ._base import TargetKind, Tool, ToolContext, one_line
 from ._read import looks_binary, read_file_bytes
-from ._workspace import normalise_target, resolve_in_workspace
 from ._write import atomic_write
 
 __all__ = ["EditTool"]

@@ -31,12 +31,20 @@ from typing import Any, ClassVar
 
 import regex
 
-from runtime._errors import ToolError
+from runtime.core import (
+    TargetKind,
+    Tool,
+    ToolContext,
+    ToolError,
+    glob_regex,
+    normalise_target,
+    one_line,
+    relative,
+    resolve_in_workspace,
+)
 
-from ._base import TargetKind, Tool, ToolContext, one_line
-from ._glob import glob_regex, iter_files, run_in_thread_with_stop
+from ._glob import iter_files, run_in_thread_with_stop
 from ._read import BINARY_SNIFF_BYTES, looks_binary
-from ._workspace import normalise_target, relative, resolve_in_workspace
 
 __all__ = ["GrepTool"]
 

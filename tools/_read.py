@@ -9,10 +9,15 @@ from typing import Any, ClassVar
 
 import trio
 
-from runtime._errors import ToolError
-
-from ._base import TargetKind, Tool, ToolContext, one_line
-from ._workspace import normalise_target, resolve_in_workspace
+from runtime.core import (
+    TargetKind,
+    Tool,
+    ToolContext,
+    ToolError,
+    normalise_target,
+    one_line,
+    resolve_in_workspace,
+)
 
 __all__ = ["ReadTool", "looks_binary", "read_file_bytes", "read_text_file"]
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from runtime.core import Tool
+
 from ._agent import AgentTool
-from ._base import Tool
 from ._builtins import file_and_shell_tools
 
 

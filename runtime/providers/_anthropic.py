@@ -5,13 +5,13 @@ The stream is a sequence of typed events: ``message_start`` (input token counts)
 ``index``, ``message_delta`` (stop reason, output token count), ``message_stop``, with ``ping``
 anywhere and possibly an ``error`` event. Deltas map to stream items as they arrive:
 
-* ``text_delta`` -> :class:`~runtime._provider.TextChunk`;
-* ``thinking_delta`` -> :class:`~runtime._provider.ThinkingChunk`; ``signature_delta`` is kept
+* ``text_delta`` -> :class:`~runtime.core._provider.TextChunk`;
+* ``thinking_delta`` -> :class:`~runtime.core._provider.ThinkingChunk`; ``signature_delta`` is kept
   until the block stops, then sent as one ``ThinkingChunk(text="", signature=...)``: **a chunk
   with a signature closes its thinking block**, so the loop can store each block with its
   signature (the API wants them back unchanged in the next request);
 * ``input_json_delta`` fragments are joined and parsed when the block stops, and the call is
-  yielded then as a :class:`~runtime._provider.ToolCall`.
+  yielded then as a :class:`~runtime.core._provider.ToolCall`.
 
 Unknown events and block types are skipped, as the API asks clients to. ``redacted_thinking``
 blocks cannot be stored in the neutral history and are dropped (logged).
@@ -38,10 +38,18 @@ import orjson
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-from .._errors import ProviderError
-from .._events import StopReason
-from .._messages import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
-from .._provider import ModelRequest, StreamItem, TextChunk, ThinkingChunk, ToolCall, TurnEnd
+from runtime.core._errors import ProviderError
+from runtime.core._events import StopReason
+from runtime.core._messages import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from runtime.core._provider import (
+    ModelRequest,
+    StreamItem,
+    TextChunk,
+    ThinkingChunk,
+    ToolCall,
+    TurnEnd,
+)
+
 from ._http import (
     Retrier,
     RetryPolicy,
@@ -111,7 +119,7 @@ class AnthropicProvider:
         }
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
-        """Stream one assistant turn (see :class:`~runtime._provider.Provider`).
+        """Stream one assistant turn (see :class:`~runtime.core._provider.Provider`).
 
         An async generator; consume it under ``contextlib.aclosing``. Raises
         :class:`~runtime.ProviderError` once retries are spent, or at once for a failure after

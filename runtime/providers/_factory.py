@@ -25,8 +25,9 @@ from typing import Final
 import attrs
 import httpx
 
-from .._errors import ConfigError
-from .._provider import Provider
+from runtime.core._errors import ConfigError
+from runtime.core._provider import Provider
+
 from . import _anthropic, _openai
 from ._http import RetryPolicy, public_url
 

@@ -29,8 +29,8 @@ import structlog
 import trio
 from structlog.typing import FilteringBoundLogger
 
-from .._errors import ProviderError
-from .._secrets import redact as _redact
+from runtime.core._errors import ProviderError
+from runtime.core._secrets import redact as _redact
 
 REDACTED: Final = "[redacted]"
 # Shorter "keys" (``x``, ``-``) are placeholders for local servers, not secrets; replacing every

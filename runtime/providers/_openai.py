@@ -7,7 +7,7 @@ small ways; this module takes the lenient reading of each:
   chunk carries the token counts; a server that sends none reports 0.
 * Text arrives as ``delta.content``; reasoning as ``delta.reasoning_content`` (DeepSeek, vLLM)
   or ``delta.reasoning`` (OpenRouter, newer vLLM, Ollama) and becomes
-  :class:`~runtime._provider.ThinkingChunk`.
+  :class:`~runtime.core._provider.ThinkingChunk`.
 * Tool calls arrive as fragments keyed by ``index``: the id and name once, the JSON arguments
   split anywhere, even inside a character (the bytes are decoded incrementally by httpx, the
   fragments are joined as text). Each call is yielded whole, its arguments parsed, when the
@@ -42,10 +42,18 @@ import orjson
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-from .._errors import ProviderError
-from .._events import StopReason
-from .._messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from .._provider import ModelRequest, StreamItem, TextChunk, ThinkingChunk, ToolCall, TurnEnd
+from runtime.core._errors import ProviderError
+from runtime.core._events import StopReason
+from runtime.core._messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from runtime.core._provider import (
+    ModelRequest,
+    StreamItem,
+    TextChunk,
+    ThinkingChunk,
+    ToolCall,
+    TurnEnd,
+)
+
 from ._http import (
     Retrier,
     RetryPolicy,
@@ -123,7 +131,7 @@ class OpenAIProvider:
         }
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
-        """Stream one assistant turn (see :class:`~runtime._provider.Provider`).
+        """Stream one assistant turn (see :class:`~runtime.core._provider.Provider`).
 
         An async generator; consume it under ``contextlib.aclosing``. Raises
         :class:`~runtime.ProviderError` once retries are spent, or at once for a failure after

@@ -30,7 +30,7 @@ from runtime import (
     load_traces,
     read_events,
 )
-from runtime._provider import Provider
+from runtime.core._provider import Provider
 from runtime.providers import AnthropicProvider, OpenAIProvider, RetryPolicy
 from tests.llm_server import (
     OPENAI_DONE,

@@ -156,8 +156,8 @@ _WRITER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {root!r})
-    from runtime._messages import Message, TextBlock
-    from runtime._sessions import SessionStore, new_session
+    from runtime.core._messages import Message, TextBlock
+    from runtime.cli._sessions import SessionStore, new_session
     store = SessionStore({folder!r})
     session = new_session(workspace="ws", provider="scripted")
     session.id = "kill9"
@@ -173,7 +173,7 @@ _WRITER = textwrap.dedent(
 
 
 def test_a_session_writer_killed_mid_write_never_leaves_half_a_file(tmp_path: Path) -> None:
-    from runtime._sessions import SessionStore
+    from runtime.cli._sessions import SessionStore
 
     rng = random.Random(9)
     folder = tmp_path / "sessions"

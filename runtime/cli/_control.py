@@ -1,0 +1,299 @@
+"""The control socket (``--control SOCK``): drive a running run from other processes.
+
+A unix stream socket taking JSON lines; each line gets exactly one JSON line back, in order::
+
+    {"op": "cancel", "target": ID, "reason": "…"}          → {"ok": true}
+    {"op": "permission", "request_id": ID, "granted": true, "remember": false}
+    {"op": "message", "agent_id": ID, "text": "…"}
+    {"op": "pending"}          → {"ok": true, "pending": [{"request_id": …, …}]}
+    anything wrong             → {"ok": false, "error": "…"}
+
+``cancel`` cancels exactly the subtree under an agent id or a tool_use_id (``by="control"``);
+``permission`` answers a ``permission_requested`` event; ``message`` queues a user message for an
+agent's next turn; ``pending`` (an addition to SPEC §6) lists the unanswered permission requests,
+so a client that does not read the event stream can still find them.
+
+Several clients may be connected at once; each is served by its own task, and a client that
+sends garbage, an over-long line or disconnects mid-line only gets an error answer or goes away:
+the run never notices. While connected, a client counts as a permission answerer, so in ``ask``
+mode without a terminal a question waits for the clients (up to ``--permission-timeout``).
+
+The socket file is created mode 0600 (it can cancel and approve: it is the user's alone) and
+removed when the server stops. A stale file left by a killed run is replaced; a live one (another
+run answers on it) is refused.
+
+:func:`control_request` is the blocking client behind ``trio-agents cancel``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import stat
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import structlog
+import trio
+
+from runtime.core._errors import ConfigError
+
+if TYPE_CHECKING:
+    from runtime.wiring._open import Runtime
+
+MAX_LINE = 64 * 1024
+"""The longest request line accepted, in bytes; a longer one gets an error answer."""
+
+_OPS = "cancel, message, pending, permission"
+_log = structlog.get_logger("trio_agents.control")
+
+
+class ControlServer:
+    """A bound control socket; serve it with :meth:`serve`, then :meth:`close` it.
+
+    Made by :meth:`bind` before the run starts, so a bad path fails the command before any
+    agent runs.
+    """
+
+    def __init__(self, path: str, sock: trio.socket.SocketType, inode: int) -> None:
+        self.path = path
+        self._sock = sock
+        self._inode = inode
+        self.clients = 0
+
+    @classmethod
+    async def bind(cls, path: str) -> ControlServer:
+        """Create and listen on the unix socket at *path*.
+
+        Raises:
+            ConfigError: the path is taken by a live socket or by something else, or the socket
+                cannot be created there (the message names the path).
+
+        Cancellation: a checkpoint; if cancelled, no socket file is left behind.
+        """
+        await _clear_stale(path)
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listening = False
+        try:
+            # Created 0600 from the start: between bind and chmod another user could connect.
+            old_umask = os.umask(0o177)
+            try:
+                await sock.bind(path)
+            finally:
+                os.umask(old_umask)
+            sock.listen(64)
+            inode = os.stat(path).st_ino
+            listening = True
+        except OSError as exc:
+            raise ConfigError(
+                f"--control {path}: cannot listen there: {exc.strerror or exc}"
+            ) from exc
+        finally:
+            if not listening:  # failed or cancelled: no socket left open
+                sock.close()
+        return cls(path, sock, inode)
+
+    async def serve(
+        self, rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Accept clients and serve each in its own task until cancelled.
+
+        Cancellation: the way to stop it; every client connection is closed.
+        """
+        listener = trio.SocketListener(self._sock)
+        async with listener, trio.open_nursery() as nursery:
+            task_status.started()
+
+            async def handler(stream: trio.SocketStream) -> None:
+                await self._serve_client(rt, stream)
+
+            await trio.serve_listeners(handler, [listener], handler_nursery=nursery)
+
+    def close(self) -> None:
+        """Close the socket and remove its file (only if it is still ours)."""
+        self._sock.close()
+        try:
+            if os.stat(self.path).st_ino == self._inode:
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+    async def _serve_client(self, rt: Runtime, stream: trio.SocketStream) -> None:
+        self.clients += 1
+        try:
+            async with stream:
+                with rt.permission_answerer():
+                    await _client_loop(rt, stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the client went away; nothing to answer
+        except Exception:  # a bug here must cost one client, never the run
+            _log.exception("control client failed")
+        finally:
+            self.clients -= 1
+
+
+async def _clear_stale(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"--control {path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ConfigError(f"--control {path}: exists and is not a socket")
+    try:
+        probe = await trio.open_unix_socket(path)
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+            raise ConfigError(f"--control {path}: {exc.strerror or exc}") from exc
+        os.unlink(path)  # left by a run that was killed: nobody listens
+        return
+    await probe.aclose()
+    raise ConfigError(f"--control {path}: another run is already listening there")
+
+
+async def _client_loop(rt: Runtime, stream: trio.SocketStream) -> None:
+    buf = bytearray()
+    skipping = False  # inside an over-long line: drop bytes up to its newline
+    while True:
+        data = await stream.receive_some(65536)
+        if not data:
+            return
+        buf += data
+        while True:
+            end = buf.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(buf[:end])
+            del buf[: end + 1]
+            if skipping:
+                skipping = False
+                continue
+            reply = await handle_request(rt, line)
+            await stream.send_all(orjson.dumps(reply) + b"\n")
+        if len(buf) > MAX_LINE and not skipping:
+            buf.clear()
+            skipping = True
+            await stream.send_all(
+                orjson.dumps(_error(f"line longer than {MAX_LINE} bytes; ignored")) + b"\n"
+            )
+        elif skipping:
+            buf.clear()
+
+
+def _error(message: str) -> dict[str, Any]:
+    return {"ok": False, "error": message}
+
+
+def _field(req: Mapping[str, Any], key: str, kind: type, what: str) -> Any:
+    value = req.get(key)
+    if value is None:
+        raise _BadRequest(f"{key}: missing ({what})")
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise _BadRequest(f"{key}: expected {what}")
+    return value
+
+
+class _BadRequest(Exception):
+    pass
+
+
+async def handle_request(rt: Runtime, line: bytes) -> dict[str, Any]:
+    """Carry out one request line and return its answer (never raises for a bad line).
+
+    Cancellation: a checkpoint only while a ``cancel`` emits its event.
+    """
+    text = line.strip()
+    if not text:
+        return _error("empty line; send one JSON object per line")
+    try:
+        req = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return _error(f"not JSON: {exc}")
+    if not isinstance(req, dict):
+        return _error("expected a JSON object with an 'op'")
+    op = req.get("op")
+    try:
+        if op == "cancel":
+            target = _field(req, "target", str, "an agent id or a tool_use_id")
+            reason = req.get("reason")
+            if not isinstance(reason, str) or not reason:
+                reason = "cancelled through the control socket"
+            if await rt.cancel(target, reason, by="control"):
+                return {"ok": True}
+            return _error(f"no running node {target!r} (unknown or already finished)")
+        if op == "permission":
+            request_id = _field(req, "request_id", str, "the request_id of a permission request")
+            granted = _field(req, "granted", bool, "true or false")
+            remember = req.get("remember", False)
+            if not isinstance(remember, bool):
+                raise _BadRequest("remember: expected true or false")
+            if rt.resolve_permission(
+                request_id,
+                granted,
+                remember=remember,
+                reason="granted through the control socket"
+                if granted
+                else "denied through the control socket",
+            ):
+                return {"ok": True}
+            return _error(f"no pending permission request {request_id!r}")
+        if op == "message":
+            agent_id = _field(req, "agent_id", str, "an agent id")
+            message = _field(req, "text", str, "the message text")
+            if rt.send_message(agent_id, message):
+                return {"ok": True}
+            return _error(f"agent {agent_id!r} is not running (or its mailbox is full)")
+        if op == "pending":
+            return {
+                "ok": True,
+                "pending": [
+                    {
+                        "request_id": p.request_id,
+                        "tool_use_id": p.tool_use_id,
+                        "agent_id": p.agent_id,
+                        "name": p.name,
+                    }
+                    for p in rt.pending_permissions()
+                ],
+            }
+    except _BadRequest as exc:
+        return _error(str(exc))
+    if op is None:
+        return _error(f"op: missing (one of {_OPS})")
+    return _error(f"op: unknown {op!r} (one of {_OPS})")
+
+
+# -- the client ----------------------------------------------------------------------------
+
+
+class ControlConnectError(OSError):
+    """The control socket cannot be reached (no run listens there)."""
+
+
+def control_request(path: str, request: Mapping[str, Any], *, timeout_s: float = 10.0) -> Any:
+    """Send one request to the control socket at *path* and return its decoded answer.
+
+    A blocking client (it runs outside trio, in ``trio-agents cancel``).
+
+    Raises:
+        ControlConnectError: nothing listens at *path*.
+        OSError: the connection broke or the answer did not come within *timeout_s*.
+        ValueError: the answer is not JSON.
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            raise ControlConnectError(exc.errno, exc.strerror or str(exc)) from exc
+        sock.sendall(orjson.dumps(dict(request)) + b"\n")
+        buf = bytearray()
+        while b"\n" not in buf:
+            data = sock.recv(65536)
+            if not data:
+                raise OSError("the run closed the connection without an answer")
+            buf += data
+    return orjson.loads(bytes(buf[: buf.index(b"\n")]))

@@ -1,0 +1,257 @@
+"""``trio-agents demo``: a scripted run doing real work in a small project it makes for itself.
+
+No key, no network: the scripted provider plays ``runtime/demo/demo.json``. A main agent looks at
+the project, then splits a review over three parallel sub-agents — a scanner that greps the to-do
+markers and starts a sub-agent of its own to triage the worst file, a tester that runs the unit
+tests and a slow integration script (a few seconds: the one to try Ctrl+C on), and a reader that
+reads the README and the code — and ends with the answer, the trace path and the command to inspect
+it. Every tool call is real (glob, grep, read, bash) and runs in a temporary folder filled with the
+project below, removed at the end; the trace stays under ``.trio-agents/traces/``.
+
+It runs in ``allow-all`` mode (its script only reads, and runs its own scripts, in its own
+folder), so it works the same without a terminal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import sys
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from ._options import (
+    RunOptions,
+    UsageError,
+    check_control_path,
+    existing_file,
+    is_interactive,
+    run_command,
+    setup_logging,
+    shows_live_view,
+)
+
+DEMO_PROMPT = (
+    "Review the project in this workspace: find the open to-do markers and triage the worst file, "
+    "run the tests, and say what the code does. Split the work over parallel sub-agents."
+)
+
+# A small, realistic project: a shopping-cart library with a few to-do markers (each naming
+# its ticket, as house styles ask), unit tests, and an
+# integration script that waits on a (pretend) service.
+PROJECT: dict[str, str] = {
+    "README.md": """\
+# shop
+
+A tiny shopping-cart library: products and prices, a cart with discounts, and a stock keeper.
+
+    from shop.cart import Cart
+    cart = Cart()
+    cart.add("apple", quantity=3)
+    print(cart.total())
+
+Run the unit tests with `PYTHONPATH=src python3 -m unittest discover -s tests` and the
+integration check with `sh scripts/integration.sh` (it talks to the warehouse service).
+""",
+    "pyproject.toml": """\
+[project]
+name = "shop"
+version = "0.3.0"
+requires-python = ">=3.9"
+""",
+    "src/shop/__init__.py": '''\
+"""shop: products, a cart, and stock."""
+
+__version__ = "0.3.0"
+''',
+    "src/shop/pricing.py": '''\
+"""Prices in cents, and the discount rules."""
+
+PRICES = {"apple": 50, "pear": 65, "bread": 240, "coffee": 899}
+
+
+def price_of(product: str) -> int:
+    """The unit price of *product*, in cents."""
+    return PRICES[product]
+
+
+def apply_discount(amount: int, percent: int) -> int:
+    # TODO(#31): round half to even, like the accounting system does
+    return amount - amount * percent // 100
+''',
+    "src/shop/cart.py": '''\
+"""The cart: what a customer is about to buy."""
+
+from shop.pricing import apply_discount, price_of
+
+
+class Cart:
+    def __init__(self) -> None:
+        self.lines: dict[str, int] = {}
+        self.discount = 0
+
+    def add(self, product: str, quantity: int = 1) -> None:
+        # TODO(#12): refuse quantity <= 0 (a negative quantity currently refunds money)
+        self.lines[product] = self.lines.get(product, 0) + quantity
+
+    def set_discount(self, percent: int) -> None:
+        # TODO(#17): discounts do not stack; decide whether a second code replaces the first
+        self.discount = percent
+
+    def total(self) -> int:
+        gross = sum(price_of(p) * q for p, q in self.lines.items())
+        # TODO(#22): add VAT per product category
+        return apply_discount(gross, self.discount)
+''',
+    "src/shop/stock.py": '''\
+"""Stock levels, as the warehouse reports them."""
+
+STOCK = {"apple": 120, "pear": 0, "bread": 14, "coffee": 7}
+
+
+def reserve(product: str, quantity: int) -> bool:
+    """Take *quantity* out of stock if there is enough."""
+    # TODO(#9): two carts can reserve the last item at once (no lock)
+    if STOCK.get(product, 0) < quantity:
+        return False
+    STOCK[product] -= quantity
+    return True
+''',
+    "tests/test_cart.py": """\
+import unittest
+
+from shop.cart import Cart
+
+
+class CartTest(unittest.TestCase):
+    def test_total(self) -> None:
+        cart = Cart()
+        cart.add("apple", 2)
+        cart.add("bread")
+        self.assertEqual(cart.total(), 340)
+
+    def test_discount(self) -> None:
+        cart = Cart()
+        cart.add("coffee")
+        cart.set_discount(10)
+        self.assertEqual(cart.total(), 810)
+
+
+if __name__ == "__main__":
+    unittest.main()
+""",
+    "tests/test_stock.py": """\
+import unittest
+
+from shop.stock import reserve
+
+
+class StockTest(unittest.TestCase):
+    def test_reserve(self) -> None:
+        self.assertTrue(reserve("apple", 3))
+        self.assertFalse(reserve("pear", 1))
+
+
+if __name__ == "__main__":
+    unittest.main()
+""",
+    "scripts/integration.sh": """\
+#!/bin/sh
+# Integration check: places an order against the warehouse service and waits for it.
+echo "placing a test order with the warehouse service..."
+sleep 3
+echo "order 1042 confirmed: 3 x apple, 1 x bread"
+echo "integration check passed"
+""",
+}
+
+
+def write_project(folder: Path) -> None:
+    """Fill *folder* with the demo project."""
+    for rel, text in PROJECT.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    (folder / "scripts" / "integration.sh").chmod(0o755)
+
+
+def demo_scenario_text() -> str:
+    """The demo's scenario file (package data), as text."""
+    return resources.files("runtime").joinpath("demo/demo.json").read_text(encoding="utf-8")
+
+
+def run_demo(opts: RunOptions) -> int:
+    """``trio-agents demo``: make the project, run the scripted review, clean up.
+
+    With ``--workspace DIR`` the project is written into DIR (empty or new) and kept; with
+    ``--scenario FILE`` that scenario is played instead of the built-in one.
+
+    Returns:
+        The exit code (0 completed, 1 otherwise, 130 aborted, 2 bad options).
+    """
+    from ._main import run_prompt
+
+    existing_file(opts.scenario, "--scenario")
+    existing_file(opts.agents, "--agents")
+    if opts.control:
+        check_control_path(opts.control)
+    if opts.provider not in (None, "scripted"):
+        raise UsageError(
+            "the demo runs on the scripted provider; use 'trio-agents run' for "
+            f"--provider {opts.provider}"
+        )
+    setup_logging(opts.debug)
+    keep = opts.workspace is not None
+    if keep:
+        folder = Path(opts.workspace or ".")
+        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+            raise UsageError(f"--workspace {folder}: the demo needs an empty or new folder")
+        folder.mkdir(parents=True, exist_ok=True)
+    else:
+        folder = Path(tempfile.mkdtemp(prefix="trio-agents-demo-"))
+    scenario_dir = Path(tempfile.mkdtemp(prefix="trio-agents-demo-scenario-"))
+    try:
+        write_project(folder)
+        scenario = opts.scenario
+        if scenario is None:
+            scenario = str(scenario_dir / "demo.json")
+            Path(scenario).write_text(demo_scenario_text(), encoding="utf-8")
+        demo_opts = dataclasses.replace(
+            opts,
+            provider="scripted",
+            scenario=scenario,
+            workspace=str(folder),
+            permission_mode=opts.permission_mode or "allow-all",
+        )
+        if not opts.json:
+            _intro(folder, live=shows_live_view(opts), picker=is_interactive(opts))
+        return run_command(lambda: run_prompt(demo_opts, DEMO_PROMPT), debug=opts.debug)
+    finally:
+        shutil.rmtree(scenario_dir, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _intro(folder: Path, *, live: bool, picker: bool) -> None:
+    if live:
+        from rich.markup import escape
+
+        from ._options import make_console
+
+        hint = (
+            "[dim]Try [/][bold]Ctrl+C[/][dim] while the tester runs: pick its number to cancel "
+            "that sub-agent alone; the others carry on.[/]\n"
+            if picker
+            else ""
+        )
+        make_console().print(
+            "[bold]trio-agents demo[/] — a scripted main agent reviews a small project with "
+            "parallel sub-agents\n"
+            f"[dim]workspace {escape(str(folder))} · scripted provider: no key, no network[/]\n"
+            + hint,
+            highlight=False,
+        )
+    else:
+        print(f"trio-agents demo: a scripted review of a small project in {folder}")
+        sys.stdout.flush()

@@ -1,0 +1,575 @@
+"""What a command-line run shows: the live tree on a terminal, plain lines otherwise.
+
+Both views are fed by a tap (:meth:`LiveView.tap`, :meth:`PlainView.tap`), called for every event
+inside the emitting agent's task. A tap must never slow the agents, so it only updates the
+:class:`~runtime.TraceTree` (O(1) per event) and notes what changed; the drawing happens in
+the view's own task (:meth:`LiveView.run`).
+
+:class:`LiveView` redraws on a timer, not per event: at most :data:`MAX_FPS` frames a second,
+and fewer when a frame is expensive (the time between frames is at least :data:`RENDER_SHARE`⁻¹
+times the cost of the last one), so drawing takes a bounded share of the one trio thread however
+many agents run — 100 parallel sub-agents streaming text cost the same frames as one. The frame
+shows the tree (drawn by :mod:`runtime.trace._render`), then the root agent's current turn streaming
+below it. A root turn that ends with tool calls is printed above the live region for good; the
+final turn stays at the bottom and is printed after the final tree when the run ends.
+
+:class:`PlainView` (stdout not a terminal) prints one line per significant event — an agent
+started or finished, a tool call started or finished, a permission asked or answered, a cancel —
+and the root agent's text once each turn completes. Lines are queued by the tap and written by
+the view's task, so a slow pipe reader delays the lines, not the agents (up to a bound, past
+which the tap writes itself: backpressure rather than unbounded memory).
+
+``chat`` uses one view for a whole session, one turn at a time: the view starts *held* (no live
+region while the prompt waits), :attr:`LiveView.focus` draws only the current turn's root agent,
+:attr:`LiveView.footer` adds the chat line under it, :meth:`LiveView.poke` redraws soon after a
+key, and :meth:`LiveView.finish_turn` prints what stays of a turn. A message given to a root agent
+while it works (``user_message``) is printed above the region, after an angle quote, when it
+arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Generator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+import trio
+
+from runtime.core._events import (
+    AgentFinished,
+    AgentStarted,
+    CancelRequested,
+    Event,
+    PermissionRequested,
+    PermissionResolved,
+    RunFinished,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnFinished,
+    UserMessage,
+)
+
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+    from rich.live import Live
+
+    from runtime.trace._tree import TraceTree
+
+MAX_FPS = 12.0
+"""The most frames a second the live view draws (spinners and clocks look smooth at 10-12)."""
+RENDER_SHARE = 0.15
+"""The largest share of the trio thread's time the live view may spend drawing."""
+ROOT_TEXT_LINES = 8
+"""How many lines of the root's streaming text the live region shows."""
+
+
+def _path(tree: TraceTree, agent_id: str | None) -> str:
+    from ._picker import agent_path
+
+    return agent_path(tree, agent_id)
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def trace_hint(trace_path: Path | None) -> list[str]:
+    """The closing lines naming the trace and the command that shows it."""
+    if trace_path is None:
+        return []
+    return [f"Trace: {trace_path}", f"Inspect it: trio-agents trace show {trace_path}"]
+
+
+class _RootText:
+    """The root agents' text, turn by turn: what is streaming now, and what is complete."""
+
+    def __init__(self) -> None:
+        self.current: list[str] = []
+        self.completed: list[str] = []  # whole turns not shown yet
+        self.last_turn = ""  # the latest completed turn not printed yet
+
+    def delta(self, text: str) -> None:
+        self.current.append(text)
+
+    def turn_done(self) -> str:
+        text = "".join(self.current).strip()
+        self.current.clear()
+        if text:
+            self.last_turn = text
+        return text
+
+
+class LiveView:
+    """The live tree on a terminal (rich), redrawn by :meth:`run` on a timer.
+
+    Args:
+        tree: the run's tree; this view feeds it in :meth:`tap`.
+        console: the terminal console (``NO_COLOR`` and ``TERM`` are honoured by rich).
+        held: start held (see :meth:`hold`): no live region until :meth:`release`.
+    """
+
+    def __init__(self, tree: TraceTree, console: Console, *, held: bool = False) -> None:
+        self.tree = tree
+        self.console = console
+        self._text = _RootText()
+        self._to_print: list[str] = []
+        self._live: Live | None = None
+        self._running = False
+        self._paused = 1 if held else 0
+        self._dirty = True
+        self._poked: trio.Event | None = None
+        self.focus: str | None = None
+        """Draw only this node's subtree (the chat's current turn); None: every root."""
+        self.footer: Callable[[int], Sequence[RenderableType]] | None = None
+        """Lines drawn at the bottom of the region, given the width (the chat line)."""
+        self.frames = 0
+        """Frames drawn so far."""
+        self.render_s = 0.0
+        """Time spent drawing so far, in seconds (the view's whole cost to the trio thread)."""
+        self.max_frame_s = 0.0
+        """The most expensive frame so far, in seconds."""
+
+    # -- in the agents' tasks: cheap --------------------------------------------------------
+
+    def tap(self, event: Event) -> None:
+        """Apply *event* to the tree and note what to draw (never draws)."""
+        self.tree.apply(event)
+        self._dirty = True
+        if event.parent_tool_use_id is None and event.agent_id is not None:
+            if isinstance(event, TextDelta):
+                self._text.delta(event.text)
+            elif isinstance(event, TurnFinished):
+                text = self._text.turn_done()
+                if text and event.stop_reason == "tool_use":
+                    self._to_print.append(text)  # more turns follow: this text is history now
+                    self._text.last_turn = ""  # printed: the end must not repeat it
+            elif isinstance(event, UserMessage):
+                self._to_print.append(
+                    f"\N{SINGLE RIGHT-POINTING ANGLE QUOTATION MARK} {event.text}"
+                )  # the conversation, in its order
+
+    # -- the drawing task -------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Draw the live region until cancelled.
+
+        Cancellation: the way to stop it; the live region is cleared (the final tree is printed
+        by :meth:`finish`).
+        """
+        self._running = True
+        if not self._paused:
+            self._start_live()
+        task_status.started()
+        try:
+            while True:
+                cost = self._frame()
+                poked = self._poked = trio.Event()
+                spacing = cost / RENDER_SHARE
+                await trio.sleep(spacing)
+                if not poked.is_set():
+                    with trio.move_on_after(max(0.0, 1.0 / MAX_FPS - spacing)):
+                        await poked.wait()
+        finally:
+            self._running = False
+            self._stop_live()
+
+    def _start_live(self) -> None:
+        from rich.live import Live
+
+        # Our task refreshes: rich's own refresh thread would read the tree while trio
+        # tasks change it. Transient: a pause or the end clears the region, and what stays on
+        # screen is printed on purpose.
+        self._live = Live(
+            console=self.console,
+            auto_refresh=False,
+            transient=True,
+            redirect_stdout=True,
+            redirect_stderr=True,
+            vertical_overflow="crop",
+        )
+        self._live.start()
+        self._dirty = True
+
+    def _stop_live(self) -> None:
+        live = self._live
+        if live is None:
+            return
+        self._live = None
+        from rich.text import Text
+
+        # Stop redraws the last frame uncropped before clearing it: make that frame empty, so a
+        # tree taller than the screen leaves nothing behind.
+        live.update(Text(""), refresh=False)
+        live.stop()
+
+    def poke(self) -> None:
+        """Redraw soon (a key was typed), still no faster than :data:`RENDER_SHARE` allows."""
+        self._dirty = True
+        if self._poked is not None:
+            self._poked.set()
+
+    def _frame(self) -> float:
+        """Draw one frame if anything can have changed; return what it cost in seconds."""
+        live = self._live
+        if live is None or self._paused:
+            return 0.0
+        t0 = time.perf_counter()
+        self._print_pending()
+        # Running nodes show clocks and spinners: until the run ends, every frame changes.
+        if self._dirty or not self.tree.ended:
+            self._dirty = False
+            live.update(self.renderable(), refresh=True)
+            self.frames += 1
+        cost = time.perf_counter() - t0
+        self.render_s += cost
+        self.max_frame_s = max(self.max_frame_s, cost)
+        return cost
+
+    def _print_pending(self) -> None:
+        """Print the root's finished turns above the live region (or above a prompt)."""
+        if self._to_print:
+            for text in self._to_print:
+                self.console.print(text, markup=False, highlight=False)
+            self._to_print.clear()
+
+    def renderable(self, *, final: bool = False) -> RenderableType:
+        """The frame: the tree, then the root's streaming text."""
+        from rich.console import Group
+        from rich.text import Text
+
+        height = max(6, self.console.size.height - 1)
+        streaming = "".join(self._text.current).rstrip()
+        parts: list[RenderableType] = []
+        text_lines: list[str] = []
+        footer: Sequence[RenderableType] = ()
+        if streaming and not final:
+            text_lines = _tail_lines(streaming, self.console.size.width, ROOT_TEXT_LINES)
+        if self.footer is not None and not final:
+            footer = self.footer(self.console.size.width)
+        below = len(text_lines) + (1 if text_lines else 0) + len(footer) + (1 if footer else 0)
+        tree_height = None if final else max(3, height - below)
+        # One line per node, cut at the edge: the region's height is then known, and a long
+        # label never pushes running nodes off the screen.
+        parts.append(
+            _Fitted(
+                render_tree(self.tree, time.time(), max_lines=tree_height, subtree=self.focus),
+                tree_height,
+                "… more below (the whole tree is printed at the end)",
+            )
+        )
+        if text_lines:
+            parts.append(Text(""))
+            parts.append(Text("\n".join(text_lines)))
+        if footer:
+            parts.append(Text(""))
+            parts.extend(footer)
+        return Group(*parts)
+
+    @contextmanager
+    def paused(self) -> Generator[None, None, None]:
+        """Clear the live region while the caller talks to the terminal; agents keep running.
+
+        Nested pauses are fine; the view comes back when the outermost ends.
+        """
+        self.hold()
+        try:
+            yield
+        finally:
+            self.release()
+
+    def hold(self) -> None:
+        """Clear the live region until the matching :meth:`release` (holds nest)."""
+        self._paused += 1
+        if self._paused == 1:
+            self._stop_live()
+            self._print_pending()
+
+    def release(self) -> None:
+        """End one :meth:`hold`; the live region comes back when the last one ends."""
+        self._paused -= 1
+        if self._paused == 0 and self._running:  # not when the run ended meanwhile
+            self._start_live()
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def finish_turn(self, root_id: str) -> None:
+        """Print what stays of one chat turn: its tree (when it did more than answer), its
+        answer and a summary line. Call it while the view is held."""
+        console = self.console
+        self._print_pending()
+        node = self.tree.agents.get(root_id)
+        if node is not None and node.children:
+            console.print(render_tree(self.tree, time.time(), max_lines=None, subtree=root_id))
+        answer = self._text.turn_done() or self._text.last_turn
+        self._text.last_turn = ""
+        if answer:
+            from rich.markdown import Markdown
+
+            console.print(Markdown(answer))
+        console.print(turn_summary(self.tree, root_id), highlight=False)
+
+    def finish(self, *, trace_path: Path | None) -> None:
+        """Print what stays on screen: the final tree, the answer, the trace and how to read it."""
+        self._stop_live()
+        console = self.console
+        self._print_pending()
+        console.print(render_tree(self.tree, time.time(), max_lines=None))
+        answer = self._text.turn_done() or self._text.last_turn
+        if answer:
+            from rich.markdown import Markdown
+
+            console.print()
+            console.print(Markdown(answer))
+        console.print()
+        console.print(summary_line(self.tree), highlight=False)
+        for line in trace_hint(trace_path):
+            # Not wrapped by us: the terminal wraps it, and a copied command stays one line.
+            console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
+
+
+class _Fitted:
+    """Its content drawn one line per line (long lines end in an ellipsis), at most *max_lines*.
+
+    The content is rendered lazily and dropped past the limit, so a tree of a thousand nodes
+    costs what the screen shows, not what it would take to draw it all (rich builds a tree's
+    lines as they are consumed).
+    """
+
+    def __init__(self, renderable: RenderableType, max_lines: int | None, note: str) -> None:
+        self.renderable = renderable
+        self.max_lines = max_lines
+        self.note = note
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.segment import Segment
+
+        opts = options.update(no_wrap=True, overflow="ellipsis")
+        if self.max_lines is None:
+            yield from console.render(self.renderable, opts)
+            return
+        budget = max(1, self.max_lines - 1)  # keep a line for the note
+        lines = 0
+        segments = iter(console.render(self.renderable, opts))
+        for segment in segments:
+            if lines >= budget:
+                # More is coming: say so instead of drawing it.
+                yield Segment(self.note, console.get_style("dim"))
+                yield Segment.line()
+                return
+            yield segment
+            lines += segment.text.count("\n")
+
+
+class PlainView:
+    """One plain line per significant event, for a pipe or a file (no terminal).
+
+    Args:
+        tree: the run's tree; this view feeds it in :meth:`tap`.
+        out: where the lines go (stdout).
+        max_queued: lines queued before the tap writes them itself.
+    """
+
+    def __init__(self, tree: TraceTree, out: TextIO, *, max_queued: int = 2000) -> None:
+        self.tree = tree
+        self.out = out
+        self._lines: list[str] = []
+        self._max = max_queued
+        self._wake: trio.Event | None = None
+        self._text = _RootText()
+        self.console = None
+        # A pipe to a program that cannot decode some character must not crash the run.
+        with contextlib.suppress(AttributeError, ValueError):
+            out.reconfigure(errors="replace")  # type: ignore[attr-defined]
+
+    def tap(self, event: Event) -> None:
+        """Apply *event* to the tree and queue its line, if it has one."""
+        tree = self.tree
+        tree.apply(event)
+        line = self._line(event)
+        if line is None:
+            return
+        self._lines.append(line)
+        if len(self._lines) >= self._max:
+            self.flush()
+        elif self._wake is not None:
+            self._wake.set()
+
+    def _line(self, event: Event) -> str | None:
+        tree = self.tree
+        if isinstance(event, TextDelta):
+            if event.parent_tool_use_id is None:
+                self._text.delta(event.text)
+            return None
+        if isinstance(event, TurnFinished):
+            if event.parent_tool_use_id is None:
+                text = self._text.turn_done()
+                if text:
+                    return text
+            return None
+        who = f"[{_path(tree, event.agent_id)}]"
+        if isinstance(event, AgentStarted):
+            node = tree.agents.get(event.agent_id or "")
+            call = node.parent if node is not None else None
+            desc = call.input.get("description") if call is not None else None
+            return f"{who} agent started" + (f": {desc}" if isinstance(desc, str) else "")
+        if isinstance(event, AgentFinished):
+            tokens = event.input_tokens + event.output_tokens
+            detail = f"{event.duration_s:.2f}s, {tokens:,} tokens"
+            extra = f": {event.error}" if event.error and event.status != "completed" else ""
+            return f"{who} agent {event.status} ({detail}){extra}"
+        if isinstance(event, ToolStarted):
+            return f"{who} tool started: {event.summary} ({event.tool_use_id})"
+        if isinstance(event, ToolFinished):
+            extra = ""
+            if event.status != "ok":
+                first = event.output.strip().splitlines()[0] if event.output.strip() else ""
+                extra = f": {first[:200]}" if first else ""
+            return (
+                f"{who} tool {event.status}: {event.name} "
+                f"({event.tool_use_id}, {event.duration_s:.2f}s){extra}"
+            )
+        if isinstance(event, PermissionRequested):
+            return f"{who} permission requested: {event.summary} ({event.request_id})"
+        if isinstance(event, PermissionResolved):
+            verdict = "granted" if event.granted else "denied"
+            return f"{who} permission {verdict} ({event.request_id}): {event.reason}"
+        if isinstance(event, CancelRequested):
+            return f"{who} cancel requested: {event.target} by {event.by}: {event.reason}"
+        if isinstance(event, UserMessage):
+            return f"{who} user message: {event.text}"
+        if isinstance(event, RunFinished):
+            return None
+        return None
+
+    def flush(self) -> None:
+        """Write the queued lines now (a blocking write)."""
+        if not self._lines:
+            return
+        lines, self._lines = self._lines, []
+        try:
+            self.out.write("\n".join(lines) + "\n")
+            self.out.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # the reader went away (| head): the run goes on without an audience
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Write queued lines as they come (batched every few ms) until cancelled.
+
+        Cancellation: the way to stop it; queued lines are written first.
+        """
+        self._wake = trio.Event()
+        task_status.started()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                await trio.sleep(0.01)  # batch a burst of events into one write
+                self.flush()
+        finally:
+            self.flush()
+
+    @contextmanager
+    def paused(self) -> Generator[None, None, None]:
+        """Nothing to pause in plain lines."""
+        yield
+
+    def finish_turn(self, root_id: str) -> None:
+        """Print the end of one chat turn: its text not printed yet, and a summary line."""
+        self.flush()
+        text = self._text.turn_done()
+        lines = [text] if text else []
+        lines.append(turn_summary(self.tree, root_id, rich=False))
+        try:
+            self.out.write("\n".join(lines) + "\n")
+            self.out.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def finish(self, *, trace_path: Path | None) -> None:
+        """Print the end of the run: its status and the trace."""
+        self.flush()
+        text = self._text.turn_done()
+        lines = [text] if text else []
+        lines.append(summary_line(self.tree, rich=False))
+        lines.extend(trace_hint(trace_path))
+        try:
+            self.out.write("\n".join(lines) + "\n")
+            self.out.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+
+def summary_line(tree: TraceTree, *, rich: bool = True) -> str:
+    """``completed in 6.1s · 5 agents · 12.3k tokens`` for the run's end."""
+    status = tree.status
+    roots = tree.roots
+    if roots and tree.run_status is None:
+        status = roots[-1].status
+    duration = tree.duration_s or 0.0
+    tokens = tree.total_input_tokens + tree.total_output_tokens
+    agents = len(tree.agents)
+    plural = "s" * (agents != 1)
+    body = f"{status} in {duration:.1f}s · {agents} agent{plural} · {_tokens(tokens)} tokens"
+    if not rich:
+        return f"run {body}"
+    style = {"completed": "bold green", "cancelled": "bold yellow"}.get(status, "bold red")
+    return f"[{style}]{body}[/]"
+
+
+def turn_summary(tree: TraceTree, root_id: str, *, rich: bool = True) -> str:
+    """``turn completed in 2.1s · 3 agents · 1.2k tokens`` for one root agent's subtree."""
+    node = tree.agents.get(root_id)
+    if node is None:
+        return "turn: no agent started"
+    tree.rollup()
+    agents = sum(1 for n in tree.iter_nodes([node]) if n.kind == "agent")
+    tokens = node.total_input_tokens + node.total_output_tokens
+    duration = node.elapsed(time.time()) or 0.0
+    plural = "s" * (agents != 1)
+    body = f"{node.status} in {duration:.1f}s · {agents} agent{plural} · {_tokens(tokens)} tokens"
+    if not rich:
+        return f"turn {body}"
+    style = {"completed": "green", "cancelled": "yellow"}.get(node.status, "red")
+    return f"[{style}]{body}[/]"
+
+
+def _tail_lines(text: str, width: int, count: int) -> list[str]:
+    lines: list[str] = []
+    for raw in text.splitlines() or [""]:
+        raw = raw.expandtabs()
+        while len(raw) > width:
+            lines.append(raw[:width])
+            raw = raw[width:]
+        lines.append(raw)
+    return lines[-count:]
+
+
+def render_tree(
+    tree: TraceTree, now: float, *, max_lines: int | None, subtree: str | None = None
+) -> RenderableType:
+    """The tree as drawn by :func:`runtime.trace._render.render_tree`, fitted to *max_lines*.
+
+    A tree taller than the space the live region has shows only the running nodes and the paths
+    to them (what is finished is in the final tree, and in the trace). With *subtree*, only that
+    node's subtree, without the run's header line.
+    """
+    from runtime.trace._render import render_tree as draw
+
+    if subtree is None:
+        nodes = len(tree.agents) + len(tree.tools)
+        ended = tree.ended
+    else:
+        node = tree.find(subtree)
+        if node is None:  # started, but its first event has not come yet
+            from rich.text import Text
+
+            return Text("starting…", style="dim")
+        nodes = sum(1 for _ in tree.iter_nodes([node]))
+        ended = tree.ended or node.finished
+    if max_lines is None or nodes + 1 <= max_lines or ended:
+        return draw(tree, now=now, subtree=subtree, title=subtree is None)
+    return draw(tree, now=now, status="running", subtree=subtree, title=subtree is None)

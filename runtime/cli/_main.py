@@ -1,0 +1,237 @@
+"""The ``trio-agents`` command line (SPEC §6).
+
+Commands: ``run PROMPT``, ``demo``, ``chat`` (its own module), ``trace …`` (its own module) and
+``cancel --control SOCK ID``. Exit codes: 0 the root agent completed; 1 it ended otherwise;
+2 bad usage or a bad input file; 130 aborted by the user.
+
+Start-up stays fast: this module and :mod:`runtime.cli._options` import only the standard library
+at the top; trio, rich and the runtime's internals are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ._options import (
+    EXIT_ABORTED,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROG,
+    CliParser,
+    RunOptions,
+    UsageError,
+    add_common_options,
+    error_line,
+    options_from_args,
+)
+
+_DESCRIPTION = (
+    "An actor-model multi-agent runtime on trio: sub-agent trees you can watch and cancel."
+)
+_EPILOG = """\
+exit codes: 0 the root agent completed, 1 it ended otherwise (failed, max turns, budget),
+            2 bad usage or a bad input file, 130 aborted by the user (Ctrl+C)
+
+Ctrl+C while sub-agents run (on a terminal) lists them: type a number to cancel that
+subtree only, a to cancel them all, q to abort the run, Enter to resume."""
+_CHAT_DESCRIPTION = """\
+An interactive session with the main agent: each message runs a turn, with the live tree on a
+terminal, and with the conversation so far. Type while the agent works: the line reaches it at
+its next step. Slash commands: /help, /tree, /cancel ID, /agents, /trace, /save, /clear, /exit.
+The conversation is saved after every turn (in .trio-agents/sessions/) and continued with
+--resume. Without a terminal: one message per line of stdin, plain output."""
+_CHAT_EPILOG = """\
+keys: Enter sends (during a turn: queued for the agent's next step); Ctrl+C picks running
+      sub-agents to cancel, or cancels the turn (at the prompt: clears the line);
+      Ctrl+D at the prompt leaves; Up/Down recall earlier lines; Tab completes /commands.
+
+exit codes: 0 the chat ended (Ctrl+D, /exit, end of stdin); 1 without a terminal, when a
+            turn did not complete; 2 bad usage or a bad session file; 130 aborted (SIGINT
+            without a terminal)"""
+
+
+def build_parser() -> CliParser:
+    """The whole command line (``trace`` is parsed by its own module)."""
+    parser = CliParser(
+        prog=PROG,
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
+
+    run = sub.add_parser(
+        "run",
+        help="run the main agent on PROMPT (live tree on a terminal, plain lines otherwise)",
+        description="Run the main agent on PROMPT. On a terminal: a live tree of agents and "
+        "tool calls, Ctrl+C to cancel one subtree. Otherwise: one plain line per event.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("prompt", metavar="PROMPT", help="the task for the main agent ('-': stdin)")
+    add_common_options(run)
+
+    demo = sub.add_parser(
+        "demo",
+        help="a built-in scripted run: parallel sub-agents doing real work (no key, no network)",
+        description="Run the built-in demo: a main agent splits a small code review over "
+        "parallel sub-agents that grep, read and run commands in a temporary project. Needs no "
+        "key and no network. Try Ctrl+C while the slow sub-agent works.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_common_options(demo, demo=True)
+
+    chat = sub.add_parser(
+        "chat",
+        help="an interactive session: one turn per message, sessions saved and resumed",
+        description=_CHAT_DESCRIPTION,
+        epilog=_CHAT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_common_options(chat)
+    g = chat.add_argument_group("sessions")
+    which = g.add_mutually_exclusive_group()
+    which.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        metavar="ID",
+        help="continue session ID, or the latest one without ID",
+    )
+    which.add_argument(
+        "--list", action="store_true", help="list the sessions (date, turns, first prompt)"
+    )
+    g.add_argument(
+        "--sessions-dir",
+        metavar="DIR",
+        help="where sessions are kept (default: .trio-agents/sessions in this folder)",
+    )
+
+    sub.add_parser(
+        "trace",
+        help="inspect a trace: show, stats, tail, export (see trio-agents trace --help)",
+        add_help=False,
+    )
+
+    cancel = sub.add_parser(
+        "cancel",
+        help="cancel a subtree of a run started with --control SOCK",
+        description="Cancel the subtree under ID (an agent id or a tool_use_id) in a running "
+        "run started with --control SOCK. Exit 0 when cancelled, 1 when the run refused (the "
+        "reason is printed), 2 when nothing listens at SOCK.",
+    )
+    cancel.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
+    cancel.add_argument("id", metavar="ID", help="the agent id or tool_use_id to cancel")
+    cancel.add_argument("--reason", help="why (recorded in the trace)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "trace":
+        from ._trace_cmd import main as trace_main  # lazy on purpose
+
+        return int(trace_main(args[1:]))
+    parser = build_parser()
+    ns = parser.parse_args(args)
+    if ns.version:
+        from runtime import __version__
+
+        print(f"{PROG} {__version__}")
+        return EXIT_OK
+    if ns.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        if ns.command == "cancel":
+            return cmd_cancel(ns.control, ns.id, ns.reason)
+        opts = options_from_args(ns)
+        if ns.command == "run":
+            return cmd_run(opts, _read_prompt(ns.prompt))
+        if ns.command == "demo":
+            from ._demo import run_demo
+
+            return run_demo(opts)
+        if ns.command == "chat":
+            from ._chat import cmd_chat
+
+            return cmd_chat(opts, resume=ns.resume, list_only=ns.list, sessions_dir=ns.sessions_dir)
+    except UsageError as exc:
+        error_line(str(exc))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        # Only outside a run (start-up, `cancel` waiting on its socket): inside one, SIGINT is
+        # a message to the session, never an exception.
+        return EXIT_ABORTED
+    parser.error(f"unknown command {ns.command!r}")
+
+
+def _read_prompt(text: str) -> str:
+    if text == "-":
+        text = sys.stdin.read()
+    if not text.strip():
+        raise UsageError("the prompt is empty")
+    return text
+
+
+def cmd_run(opts: RunOptions, prompt: str) -> int:
+    """``trio-agents run PROMPT``: run the main agent to its end; returns the exit code."""
+    from ._options import check_control_path, existing_file, run_command, setup_logging
+
+    existing_file(opts.scenario, "--scenario")
+    existing_file(opts.agents, "--agents")
+    if opts.control:
+        check_control_path(opts.control)
+    setup_logging(opts.debug)
+    return run_command(lambda: run_prompt(opts, prompt), debug=opts.debug)
+
+
+async def run_prompt(opts: RunOptions, prompt: str, **session_kwargs: Any) -> int:
+    """Run *prompt* in a CLI session (live view, Ctrl+C picker, prompts, control socket).
+
+    Returns:
+        The exit code: 0 completed, 1 ended otherwise, 130 aborted.
+
+    Cancellation: cancels the run; every node ends ``cancelled``.
+    """
+    from ._options import open_session, report_outcome
+
+    outcome = None
+    async with open_session(opts, **session_kwargs) as session:
+        handle = await session.rt.start(prompt)
+        if session.aborted:  # Ctrl+C came before the agent existed
+            await session.rt.abort("run aborted by user (Ctrl+C)")
+        outcome = await handle.wait()
+    code = session.exit_code(outcome)
+    report_outcome(session, outcome, code)
+    return code
+
+
+def cmd_cancel(path: str, target: str, reason: str | None) -> int:
+    """``trio-agents cancel --control SOCK ID``: 0 cancelled, 1 refused, 2 no run there."""
+    from ._control import ControlConnectError, control_request
+
+    request: dict[str, Any] = {"op": "cancel", "target": target}
+    if reason:
+        request["reason"] = reason
+    try:
+        answer = control_request(path, request)
+    except ControlConnectError as exc:
+        error_line(
+            f"cannot connect to {path}: {exc.strerror} (is a run started with --control there?)"
+        )
+        return EXIT_USAGE
+    except (OSError, ValueError) as exc:
+        error_line(f"control socket {path}: {exc}")
+        return EXIT_FAILED
+    if isinstance(answer, dict) and answer.get("ok") is True:
+        return EXIT_OK
+    detail = answer.get("error") if isinstance(answer, dict) else None
+    error_line(str(detail or f"unexpected answer: {answer!r}"))
+    return EXIT_FAILED

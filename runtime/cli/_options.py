@@ -1,0 +1,638 @@
+"""What ``run``, ``demo`` and ``chat`` share: their options, logging, and one CLI session.
+
+A *session* (:func:`open_session`) is everything around a :class:`~runtime.Runtime` that a
+command-line run needs, in one place so ``chat`` can reuse it::
+
+    opts = options_from_args(namespace)
+    async with open_session(opts) as session:      # runtime, view, Ctrl+C, prompts, --control
+        handle = await session.rt.start(prompt)
+        outcome = await handle.wait()
+    return session.exit_code(outcome)
+
+The task tree of a session::
+
+    open_session
+    └── session nursery                      (cancelled once the runtime has closed)
+        ├── serve_sigint        SIGINT → the picker (terminal) or an abort (no terminal / --json)
+        ├── TerminalPrompts.run the one task that asks the terminal anything (picker, permissions)
+        ├── LiveView.run        redraws the tree on a timer; PlainView.run flushes its lines
+        └── serve_control       --control: one task per connected client
+        open_runtime            (inside the nursery block, so the tasks above outlive its exit)
+
+This module is imported for ``--help``: it imports only the standard library at the top; trio,
+rich and the runtime are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import asynccontextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from runtime.core._loop import AgentOutcome
+    from runtime.trace._tree import TraceTree
+    from runtime.wiring._open import Runtime
+
+    from ._keyboard import Keyboard
+    from ._live import LiveView, PlainView
+    from ._picker import TerminalPrompts
+
+PROG = "trio-agents"
+PERMISSION_MODES = ("ask", "auto-edit", "allow-all", "deny")
+PROVIDERS = ("openai", "anthropic", "scripted")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_ABORTED = 130
+
+
+class UsageError(Exception):
+    """Bad command-line usage found after parsing (exit 2); the message is one line."""
+
+
+class CliParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line on stderr and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# -- options -------------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+    return value
+
+
+def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -> None:
+    """Add the options every running command (``run``, ``demo``, ``chat``) takes (SPEC §6).
+
+    Args:
+        demo: word the help for ``demo``'s defaults (its own workspace, ``allow-all``).
+    """
+    g = parser.add_argument_group("model")
+    g.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        help="the model provider (default: scripted with --scenario, else openai)",
+    )
+    g.add_argument("--model", help="the model name to ask the provider for")
+    g.add_argument(
+        "--scenario",
+        metavar="FILE",
+        help="a scripted-provider scenario (JSON); implies --provider scripted",
+    )
+    g.add_argument("--agents", metavar="FILE", help="agent types to add (TOML, [agents.NAME])")
+    g = parser.add_argument_group("run")
+    g.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="the folder the tools work in"
+        + (" (default: a fresh temporary project)" if demo else " (default: this folder)"),
+    )
+    trace = g.add_mutually_exclusive_group()
+    trace.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="write the trace (JSONL) here (default: a new file under .trio-agents/traces/)",
+    )
+    trace.add_argument("--no-trace", action="store_true", help="write no trace file")
+    g.add_argument(
+        "--json",
+        action="store_true",
+        help="print every event as a JSON line on stdout, and nothing else there",
+    )
+    g.add_argument("--max-turns", type=_positive_int, metavar="N", help="model turns per agent")
+    g.add_argument(
+        "--max-depth", type=_positive_int, metavar="N", help="deepest sub-agent (root is 0)"
+    )
+    g.add_argument(
+        "--max-parallel", type=_positive_int, metavar="N", help="sub-agents running at once"
+    )
+    g.add_argument(
+        "--control",
+        metavar="SOCK",
+        help="serve a control socket (JSON lines: cancel, permission, message) at this path",
+    )
+    g.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="the Ray cluster for agent types placed on ray (default RAY_ADDRESS, else a local "
+        "cluster started for the run)",
+    )
+    g.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
+    g = parser.add_argument_group("permissions")
+    g.add_argument(
+        "--permission-mode",
+        choices=PERMISSION_MODES,
+        help="allow-all in the demo's own workspace"
+        if demo
+        else "default: ask when stdin and stdout are terminals, else deny",
+    )
+    g.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="allow calls matching RULE without asking, e.g. 'bash(git status*)' (repeatable)",
+    )
+    g.add_argument(
+        "--deny",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="refuse calls matching RULE, e.g. 'bash(rm *)' (repeatable)",
+    )
+    g.add_argument(
+        "--permission-timeout",
+        type=_positive_float,
+        default=300.0,
+        metavar="S",
+        help="how long a permission question waits for an answer (default: 300)",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """The common options, parsed and checked; see :func:`add_common_options`."""
+
+    provider: str | None = None
+    model: str | None = None
+    scenario: str | None = None
+    agents: str | None = None
+    workspace: str | None = None
+    trace: str | bool = True
+    json: bool = False
+    permission_mode: str | None = None
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    permission_timeout_s: float = 300.0
+    max_turns: int | None = None
+    max_depth: int | None = None
+    max_parallel: int | None = None
+    control: str | None = None
+    ray_address: str | None = None
+    debug: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+    """More :func:`~runtime.open_runtime` keyword arguments (a command's own)."""
+
+
+def options_from_args(ns: argparse.Namespace) -> RunOptions:
+    """Build :class:`RunOptions` from a namespace filled by :func:`add_common_options`.
+
+    Raises:
+        UsageError: options that contradict each other.
+    """
+    if ns.scenario is not None and ns.provider not in (None, "scripted"):
+        raise UsageError(
+            f"--scenario runs the scripted provider; it cannot go with --provider {ns.provider}"
+        )
+    if ns.provider == "scripted" and ns.scenario is None:
+        raise UsageError("--provider scripted needs --scenario FILE")
+    trace: str | bool = False if ns.no_trace else (ns.trace if ns.trace is not None else True)
+    return RunOptions(
+        provider=ns.provider,
+        model=ns.model,
+        scenario=ns.scenario,
+        agents=ns.agents,
+        workspace=ns.workspace,
+        trace=trace,
+        json=ns.json,
+        permission_mode=ns.permission_mode,
+        allow=tuple(ns.allow),
+        deny=tuple(ns.deny),
+        permission_timeout_s=ns.permission_timeout,
+        max_turns=ns.max_turns,
+        max_depth=ns.max_depth,
+        max_parallel=ns.max_parallel,
+        control=ns.control,
+        ray_address=ns.ray_address,
+        debug=ns.debug,
+    )
+
+
+def stdio_is_terminal() -> bool:
+    """Whether stdin and stdout are both terminals (someone can watch and answer)."""
+    try:
+        return os.isatty(sys.stdin.fileno()) and os.isatty(sys.stdout.fileno())
+    except (AttributeError, ValueError, OSError):  # closed or replaced streams
+        return False
+
+
+def is_interactive(opts: RunOptions) -> bool:
+    """Whether this run talks to a person: a terminal on stdin and stdout, and not ``--json``.
+
+    Only then is there a Ctrl+C picker and permission questions on the terminal.
+    """
+    return not opts.json and stdio_is_terminal()
+
+
+def shows_live_view(opts: RunOptions) -> bool:
+    """Whether the live tree is drawn: stdout is a terminal and not ``--json`` (stdin may be a
+    pipe, as with ``run -``: then there is a view but nobody to ask)."""
+    if opts.json:
+        return False
+    try:
+        return os.isatty(sys.stdout.fileno())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def permission_mode(opts: RunOptions) -> str:
+    """The mode to run with: the option, else ``ask`` on a terminal and ``deny`` otherwise."""
+    if opts.permission_mode is not None:
+        return opts.permission_mode
+    return "ask" if stdio_is_terminal() else "deny"
+
+
+def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
+    """The :func:`~runtime.open_runtime` keyword arguments for *opts* (without taps/sinks).
+
+    Raises:
+        ConfigError: a bad agent-types file or limit (one line, naming the fault).
+    """
+    from runtime.core._agent_types import load_agent_types
+    from runtime.core._limits import Limits
+
+    limits: dict[str, Any] = {}
+    if opts.max_turns is not None:
+        limits["max_turns"] = opts.max_turns
+    if opts.max_depth is not None:
+        limits["max_depth"] = opts.max_depth
+    if opts.max_parallel is not None:
+        limits["max_parallel"] = opts.max_parallel
+    kwargs: dict[str, Any] = {
+        "provider": opts.provider,
+        "scenario": opts.scenario,
+        "model": opts.model,
+        "agent_types": load_agent_types(opts.agents) if opts.agents else (),
+        "workspace": opts.workspace or ".",
+        "trace": opts.trace,
+        "limits": Limits(**limits),
+        "permission_mode": permission_mode(opts),
+        "allow": opts.allow,
+        "deny": opts.deny,
+        "permission_timeout_s": opts.permission_timeout_s,
+        "ray_address": opts.ray_address,
+    }
+    kwargs.update(opts.extra)
+    return kwargs
+
+
+# -- logging -------------------------------------------------------------------------------
+
+
+class _Stderr:
+    """Writes to whatever ``sys.stderr`` is *now*: the live view swaps in a proxy that prints
+    above the tree, and log lines must follow it instead of tearing the display."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def _drop_traceback(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    # Without --debug an error is one line: keep what went wrong, not where.
+    exc_info = event_dict.pop("exc_info", None)
+    if exc_info:
+        exc = exc_info[1] if isinstance(exc_info, tuple) else sys.exc_info()[1]
+        if isinstance(exc, BaseException):
+            event_dict["error"] = f"{type(exc).__name__}: {exc}"
+    return event_dict
+
+
+def setup_logging(debug: bool) -> None:
+    """Send structlog (and stdlib logging) to stderr only: WARNING and up, DEBUG with *debug*.
+
+    Stdout is left to the view or to ``--json`` events.
+    """
+    import logging
+
+    import structlog
+
+    level = logging.DEBUG if debug else logging.WARNING
+    processors: list[Any] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
+    ]
+    if debug:
+        processors.append(structlog.processors.format_exc_info)
+    else:
+        processors.append(_drop_traceback)
+    processors.append(
+        structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback
+        )
+    )
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
+        cache_logger_on_first_use=False,
+    )
+    handler = logging.StreamHandler(_Stderr())
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+# -- errors and exit codes -----------------------------------------------------------------
+
+
+def error_line(message: str, *, file: TextIO | None = None) -> None:
+    """Print one ``trio-agents: error: …`` line on stderr (newlines folded)."""
+    text = " ".join(message.split("\n")).strip()
+    print(f"{PROG}: error: {text}", file=file or sys.stderr, flush=True)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for inner in exc.exceptions:
+            out.extend(_leaves(inner))
+        return out
+    return [exc]
+
+
+def exit_code_for_exception(exc: BaseException, *, debug: bool) -> int:
+    """Report an exception that ended a command and return its exit code.
+
+    Bad input (usage, options, scenario or agent files) is one line and exit 2; Ctrl+C outside
+    the session's own handling is exit 130; anything else is a bug: one line (the traceback with
+    *debug*) and exit 1.
+    """
+    import traceback
+
+    from runtime.core._errors import AgentsError
+
+    leaves = _leaves(exc)
+    if any(isinstance(e, KeyboardInterrupt) for e in leaves):
+        return EXIT_ABORTED
+    for e in leaves:
+        if isinstance(e, UsageError | AgentsError):
+            if debug:
+                traceback.print_exception(e)
+            error_line(str(e))
+            return EXIT_USAGE
+    if debug:
+        traceback.print_exception(exc)
+    first = leaves[0] if leaves else exc
+    error_line(
+        f"internal error: {type(first).__name__}: {first} (run with --debug for the traceback)"
+    )
+    return EXIT_FAILED
+
+
+def run_command(main: Callable[[], Any], *, debug: bool) -> int:
+    """Run ``trio.run(main)`` and turn its result or error into an exit code."""
+    import trio
+
+    try:
+        code = trio.run(main)
+    except BaseException as exc:  # the one place every failure becomes an exit code
+        if isinstance(exc, SystemExit):
+            raise
+        return exit_code_for_exception(exc, debug=debug)
+    return int(code)
+
+
+# -- the session ---------------------------------------------------------------------------
+
+
+class Session:
+    """One command-line run around a :class:`~runtime.Runtime`; made by :func:`open_session`.
+
+    Attributes:
+        rt: the runtime.
+        view: the live view (terminal) or plain-line view, None with ``--json``.
+        tree: the run's tree, fed by every event (whatever the view).
+        prompts: the terminal's question asker, None without a terminal.
+        aborted: Ctrl+C (or ``q`` in the picker) aborted the run.
+        interactive: a person is at the terminal (see :func:`is_interactive`).
+    """
+
+    def __init__(
+        self,
+        rt: Runtime,
+        opts: RunOptions,
+        view: LiveView | PlainView | None,
+        prompts: TerminalPrompts | None,
+        on_abort: Callable[[Session, str], Awaitable[None]] | None = None,
+        tree: TraceTree | None = None,
+    ) -> None:
+        from runtime.trace._tree import TraceTree
+
+        self.rt = rt
+        self.opts = opts
+        self.view = view
+        self.tree = tree if tree is not None else view.tree if view is not None else TraceTree()
+        self.prompts = prompts
+        self.aborted = False
+        self.interactive = prompts is not None
+        self.abort_noun = "the run"
+        """What an abort ends, in the picker's words (``chat``: the turn)."""
+        self._on_abort = on_abort
+
+    async def abort(self, reason: str = "run aborted by user (Ctrl+C)") -> None:
+        """Abort the run: every running root agent (and so every node) ends ``cancelled``.
+
+        A command may replace what an abort does (``chat`` cancels only the current turn) by
+        passing ``on_abort`` to :func:`open_session`.
+
+        Cancellation: a checkpoint while the cancel events are emitted.
+        """
+        if self._on_abort is not None:
+            await self._on_abort(self, reason)
+            return
+        self.aborted = True
+        await self.rt.abort(reason)
+
+    def exit_code(self, outcome: AgentOutcome | None) -> int:
+        """0 when the root completed, 130 when aborted, 1 otherwise."""
+        if self.aborted:
+            return EXIT_ABORTED
+        if outcome is not None and outcome.status == "completed":
+            return EXIT_OK
+        return EXIT_FAILED
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """The rich console of the views (respects ``NO_COLOR``, ``TERM`` and the terminal width)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+@asynccontextmanager
+async def open_session(
+    opts: RunOptions,
+    *,
+    console: Console | None = None,
+    on_abort: Callable[[Session, str], Awaitable[None]] | None = None,
+    interactive: bool | None = None,
+    final_summary: bool = True,
+    keyboard: Keyboard | None = None,
+    view_held: bool = False,
+) -> AsyncGenerator[Session, None]:
+    """Open a runtime for *opts* with everything a command-line run needs around it.
+
+    Around the runtime: SIGINT handled by a task (the picker on a terminal, else an abort), the
+    live view on a terminal (or plain lines, or nothing with ``--json``), permission questions on
+    the terminal in ``ask`` mode, and the ``--control`` socket. On leaving, running root agents
+    are awaited (Ctrl+C still works meanwhile), the trace is closed, the view shows the final
+    tree, and the control socket file is removed.
+
+    Args:
+        console: the console the view draws on (default: stdout).
+        on_abort: what an abort does instead of ending the run (``chat``: cancel the turn).
+        interactive: force (or deny) the terminal behaviour; default :func:`is_interactive`.
+        final_summary: print the final tree, the answer and the trace path when done.
+        keyboard: the chat's line editor, which already reads the terminal: the picker and the
+            permission prompts ask through it instead of reading the terminal themselves.
+        view_held: the live view starts held (no live region until ``view.release()``): the
+            chat shows it only while a turn runs.
+
+    Raises:
+        ConfigError, ScenarioError: bad options or input files, before anything runs.
+
+    Cancellation: cancelling the block cancels the run; every node still ends ``cancelled``.
+    """
+    import signal
+
+    import trio
+
+    from runtime.trace._tree import TraceTree
+    from runtime.wiring._open import open_runtime
+
+    from ._control import ControlServer
+    from ._live import LiveView, PlainView
+    from ._picker import TerminalPrompts, serve_sigint
+
+    kwargs = runtime_kwargs(opts)
+    if interactive is None:
+        interactive = is_interactive(opts)
+    tree = TraceTree()
+    view: LiveView | PlainView | None = None
+    if opts.json:
+        kwargs["json_out"] = sys.stdout.buffer
+    elif interactive or shows_live_view(opts):
+        view = LiveView(tree, console or make_console(), held=view_held)
+    else:
+        view = PlainView(tree, sys.stdout)
+
+    prompts: TerminalPrompts | None = None
+    if interactive and isinstance(view, LiveView):
+        if keyboard is not None:
+            prompts = TerminalPrompts(tree, view, None, keyboard=keyboard)
+        else:
+            prompts = TerminalPrompts.open_for_stdin(tree, view)
+
+    def tap(event: Any) -> None:
+        # Runs inside whichever agent emitted the event: tree updates and queueing only.
+        if view is not None:
+            view.tap(event)
+        else:
+            tree.apply(event)
+        if prompts is not None:
+            prompts.tap(event)  # after the tree: a question names the agent by its path
+
+    control: ControlServer | None = None
+    trace_path = None
+    try:
+        if opts.control:
+            control = await ControlServer.bind(opts.control)  # a bad path fails before any run
+        # The receiver is open before the first agent runs and until the last one has ended:
+        # from here on Ctrl+C never raises KeyboardInterrupt, it is a message to serve_sigint.
+        with trio.open_signal_receiver(signal.SIGINT) as sigint:
+            async with trio.open_nursery() as nursery:
+                try:
+                    async with open_runtime(on_event=tap, **kwargs) as rt:
+                        trace_path = rt.trace_path
+                        session = Session(rt, opts, view, prompts, on_abort, tree)
+                        if view is not None:
+                            await nursery.start(view.run)
+                        if prompts is not None:
+                            await nursery.start(prompts.run, session)
+                        nursery.start_soon(serve_sigint, sigint, session)
+                        if control is not None:
+                            await nursery.start(control.serve, rt)
+                        answerer = rt.permission_answerer() if prompts else nullcontext()
+                        with answerer:
+                            yield session
+                finally:
+                    nursery.cancel_scope.cancel(reason="the run is over")
+    except BaseExceptionGroup as group:
+        # The session's nursery wraps whatever the body or the runtime raised; a lone error
+        # (a bad scenario, the caller's own exception) goes on as itself, so run_command maps
+        # it to one clear line. Several errors stay a group (run_command reports the first).
+        leaves = _leaves(group)
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        raise
+    finally:
+        if prompts is not None:
+            prompts.close()
+        if control is not None:
+            control.close()
+    if view is not None and final_summary:
+        view.finish(trace_path=trace_path)
+
+
+def report_outcome(session: Session, outcome: AgentOutcome | None, code: int) -> None:
+    """One line on stderr when the run did not complete (the view already showed the rest)."""
+    if code == EXIT_ABORTED:
+        if not session.interactive:
+            error_line("the run was aborted")
+    elif code != EXIT_OK:
+        if outcome is None:
+            error_line("the run ended without an outcome")
+        else:
+            detail = f": {outcome.error}" if outcome.error else ""
+            error_line(f"the {outcome.name} agent ended {outcome.status}{detail}")
+
+
+def check_control_path(path: str) -> None:
+    """Refuse a ``--control`` path that cannot be a unix socket (too long for the OS).
+
+    Raises:
+        UsageError: naming the path.
+    """
+    if len(os.fsencode(path)) > 100:
+        raise UsageError(
+            f"--control {path}: the path is too long for a unix socket (max ~100 "
+            "bytes); use a shorter one"
+        )
+
+
+def existing_file(path: str | None, option: str) -> None:
+    """Fail early, with one line, when an input file does not exist."""
+    if path is not None and not Path(path).is_file():
+        raise UsageError(f"{option} {path}: no such file")

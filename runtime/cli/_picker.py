@@ -1,0 +1,434 @@
+"""Ctrl+C and the terminal's questions: the subtree picker and permission prompts (SPEC §6).
+
+SIGINT is received by :func:`serve_sigint` through :func:`trio.open_signal_receiver` (never as a
+``KeyboardInterrupt``). Without a terminal (stdin not a tty, or ``--json``) it aborts the run.
+On a terminal it is handed to :class:`TerminalPrompts`, the ONE task allowed to ask the terminal
+anything, so a Ctrl+C and several permission questions arriving together queue up instead of
+fighting over the screen and the keyboard:
+
+* Ctrl+C with sub-agents running pauses the live view and lists them, one a line, as
+  ``[N] <agent name> <tool_use_id> <description>``; then a line is read: a number (or a listed
+  tool_use_id) cancels that subtree only, ``a`` cancels every running subtree of the root's turn,
+  ``q`` aborts the run, an empty line resumes. Ctrl+C again at that prompt aborts the run.
+  With no sub-agent running, Ctrl+C aborts (what an abort is belongs to the session: ``run``
+  ends the run, ``chat`` may cancel the turn).
+* A ``permission_requested`` event pauses the view and asks ``y`` / ``n`` / ``a`` (always, for
+  this run), naming the asking agent by its path in the tree (``main``, ``scanner``,
+  ``triager``, joined by :data:`SEP`).
+  A question answered elsewhere meanwhile (the control socket, a timeout, a cancel) is dropped.
+  A Ctrl+C at a permission question denies it, then acts as a Ctrl+C.
+
+The agents never wait for the terminal: the view is paused, not the run, and only the tool call
+that asked waits for its answer.
+
+Reading the keyboard without blocking trio: the terminal is opened a second time, by name
+(``os.ttyname(0)``), and read through :class:`trio.lowlevel.FdStream`, which needs the fd
+non-blocking. A fresh ``open`` gives a file description of our own, so the non-blocking flag never
+leaks to fd 0 (which the shell shares after we exit); a thread blocked in ``read`` would instead
+outlive a cancelled prompt and swallow the next line. The terminal stays in canonical mode
+(line editing, echo and Ctrl+C work as usual); type-ahead is discarded before each question so a
+stray line typed while agents worked does not answer it.
+
+In ``chat`` the keyboard is already read by the chat's line editor (:mod:`runtime.cli._keyboard`),
+which must see every key; there the questions are asked through it (the ``keyboard`` argument
+of :class:`TerminalPrompts`) instead of a second reader, with the same answers and the same
+Ctrl+C behaviour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import termios
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from runtime.core._events import Event, PermissionRequested, PermissionResolved
+
+if TYPE_CHECKING:
+    from runtime.trace._tree import RunningSubtree, TraceTree
+
+    from ._live import LiveView
+    from ._options import Session
+
+SEP = " \N{SINGLE RIGHT-POINTING ANGLE QUOTATION MARK} "
+"""What joins the names of an agent path: a spaced right-pointing angle quote."""
+
+
+async def serve_sigint(signals: AsyncIterator[int], session: Session) -> None:
+    """Turn each SIGINT into the session's reaction: the picker on a terminal, else an abort.
+
+    Args:
+        signals: the receiver of :func:`trio.open_signal_receiver`, opened by the caller before
+            the first agent ran (so no Ctrl+C is ever lost or raised as ``KeyboardInterrupt``).
+
+    Cancellation: the way to stop it.
+    """
+    async for _ in signals:
+        if session.prompts is not None:
+            session.prompts.on_sigint()
+        else:
+            await session.abort("run aborted by SIGINT")
+
+
+def agent_path(tree: TraceTree, agent_id: str | None) -> str:
+    """An agent's path from its root, by names joined by :data:`SEP`."""
+    if agent_id is None:
+        return "?"
+    node = tree.agents.get(agent_id)
+    if node is None:
+        return agent_id
+    names = [node.name]
+    names.extend(a.name for a in tree.ancestors(node) if a.kind == "agent")
+    return SEP.join(reversed(names))
+
+
+class LineAsker(Protocol):
+    """Something that asks the terminal a question and reads one line (the chat's keyboard)."""
+
+    async def ask(self, question: str) -> str | None:
+        """Ask *question*; the line, or None at end of input.
+
+        Cancellation: cuts the question short (the cursor ends on a fresh line).
+        """
+        ...
+
+
+class _Prompt:
+    """One question on the terminal: its read can be cut short from outside."""
+
+    def __init__(self, kind: str, request_id: str | None = None) -> None:
+        self.kind = kind
+        self.request_id = request_id
+        self.scope = trio.CancelScope()
+        self.interrupted = False
+        self.resolved_elsewhere: PermissionResolved | None = None
+
+
+class TerminalPrompts:
+    """The task that owns the terminal's keyboard: the Ctrl+C picker and permission questions.
+
+    Feed it events with :meth:`tap` and SIGINTs with :meth:`on_sigint`; it works in
+    :meth:`run`. Made by :meth:`open_for_stdin`; :meth:`close` releases the terminal.
+    """
+
+    def __init__(
+        self,
+        tree: TraceTree,
+        view: LiveView,
+        fd: int | None,
+        *,
+        keyboard: LineAsker | None = None,
+    ) -> None:
+        self.tree = tree
+        self.view = view
+        self.console = view.console
+        self._fd = fd
+        self._keyboard = keyboard
+        self._stream: trio.lowlevel.FdStream | None = None
+        self._pending = b""
+        self._requests: deque[PermissionRequested] = deque()
+        self._interrupts = 0
+        self._wake: trio.Event | None = None
+        self._active: _Prompt | None = None
+        self._closed = False
+
+    @classmethod
+    def open_for_stdin(cls, tree: TraceTree, view: LiveView) -> TerminalPrompts:
+        """Open the terminal on stdin a second time, for reading without blocking trio."""
+        try:
+            fd = os.open(os.ttyname(sys.stdin.fileno()), os.O_RDONLY | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError:
+            # No name for it (rare): share fd 0's description; FdStream restores its blocking
+            # mode when closed.
+            fd = os.dup(sys.stdin.fileno())
+        return cls(tree, view, fd)
+
+    def close(self) -> None:
+        """Release the terminal fd if :meth:`run` never took it over (it closes it itself)."""
+        if not self._closed and self._stream is None and self._fd is not None:
+            os.close(self._fd)
+        self._closed = True
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    def tap(self, event: Event) -> None:
+        """Watch the stream for permission questions and for answers given elsewhere."""
+        if isinstance(event, PermissionRequested):
+            self._requests.append(event)
+            self._poke()
+        elif isinstance(event, PermissionResolved):
+            active = self._active
+            if active is not None and active.request_id == event.request_id:
+                active.resolved_elsewhere = event
+                active.scope.cancel(reason="answered elsewhere")
+            else:
+                for queued in self._requests:
+                    if queued.request_id == event.request_id:
+                        self._requests.remove(queued)
+                        break
+
+    def on_sigint(self) -> None:
+        """A Ctrl+C: at the picker it aborts; at a question it denies it; else opens the picker."""
+        active = self._active
+        if active is not None:
+            active.interrupted = True
+            active.scope.cancel(reason="Ctrl+C at the prompt")
+            if active.kind == "permission":
+                self._interrupts += 1
+            return
+        self._interrupts += 1
+        self._poke()
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- the task --------------------------------------------------------------------------
+
+    async def run(
+        self, session: Session, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Ask the terminal whatever comes up, one question at a time, until cancelled.
+
+        Cancellation: the way to stop it; a question being asked is left unanswered (its tool
+        call then waits for another answerer or its timeout, or is cancelled with the run).
+        """
+        self._wake = trio.Event()
+        if self._fd is None:  # the questions go through the keyboard
+            task_status.started()
+            await self._serve(session)
+            return
+        # FdStream restores the fd's blocking mode and closes it when the block ends; its close
+        # happens before its checkpoint, so a cancelled exit closes it too.
+        async with trio.lowlevel.FdStream(self._fd) as self._stream:
+            task_status.started()
+            await self._serve(session)
+
+    async def _serve(self, session: Session) -> None:
+        while True:
+            if not (self._interrupts or self._requests):
+                wake = self._wake = trio.Event()
+                await wake.wait()
+                continue
+            if self._interrupts:
+                self._interrupts = 0
+                await self._picker(session)
+            elif self._requests:
+                await self._ask_permission(session, self._requests.popleft())
+
+    async def _read_line(self, prompt: _Prompt, question: str) -> str | None:
+        """Print *question* and read one line; None when cut short (Ctrl+C, answered elsewhere)
+        or at end of input."""
+        if self._keyboard is not None:
+            return await self._ask_keyboard(self._keyboard, prompt, question)
+        assert self._stream is not None
+        assert self._fd is not None
+        with contextlib.suppress(termios.error):
+            termios.tcflush(self._fd, termios.TCIFLUSH)
+        self.console.print(question, end="", markup=False, highlight=False)
+        self._active = prompt
+        answered = False
+        try:
+            with prompt.scope:
+                while b"\n" not in self._pending:
+                    data = await self._stream.receive_some(1024)
+                    if not data:
+                        return None
+                    self._pending += data
+                line, _, self._pending = self._pending.partition(b"\n")
+                answered = True  # the terminal echoed the newline
+                return line.decode(errors="replace").strip()
+        finally:
+            self._active = None
+            if not answered:
+                # Cut short (Ctrl+C, answered elsewhere, the run ended) or end of input: the
+                # cursor still sits after the question.
+                self._pending = b""
+                self.console.print()
+        return None
+
+    async def _ask_keyboard(
+        self, keyboard: LineAsker, prompt: _Prompt, question: str
+    ) -> str | None:
+        # The keyboard has read whatever was typed before: type-ahead went to the chat line,
+        # and the question starts empty, as after the tcflush above.
+        self._active = prompt
+        try:
+            with prompt.scope:
+                line = await keyboard.ask(question)
+                return None if line is None else line.strip()
+        finally:
+            self._active = None
+        return None
+
+    def _running_in_tree_order(self) -> list[RunningSubtree]:
+        # The tree's own order (depth first), so a sub-agent's children follow it.
+        subtrees = {s.tool_use_id: s for s in self.tree.running_subtrees()}
+        if len(subtrees) < 2:
+            return list(subtrees.values())
+        return [subtrees[n.id] for n in self.tree.iter_nodes() if n.id in subtrees]
+
+    async def _picker(self, session: Session) -> None:
+        subtrees = self._running_in_tree_order()
+        if not subtrees:
+            await session.abort("run aborted with Ctrl+C")
+            return
+        with self.view.paused():
+            self.console.print(
+                "[bold]Paused[/] — agents keep running. Running sub-agents:", highlight=False
+            )
+            for i, sub in enumerate(subtrees, 1):
+                indent = "  " * max(0, sub.depth - 1)
+                self.console.print(
+                    f"  {indent}[{i}] {sub.agent_name} {sub.tool_use_id} {sub.description}",
+                    markup=False,
+                    highlight=False,
+                )
+            self.console.print(
+                f"[dim]N: cancel that subtree · a: cancel all · q: abort {session.abort_noun} · "
+                "Enter: resume · Ctrl+C: abort[/]",
+                highlight=False,
+            )
+            while True:
+                prompt = _Prompt("picker")
+                line = await self._read_line(prompt, "cancel> ")
+                if prompt.interrupted:
+                    await self._say_abort(session)
+                    return
+                if not line:
+                    self.console.print("[dim]Resumed.[/]", highlight=False)
+                    return
+                if line.lower() in ("q", "quit"):
+                    await self._say_abort(session)
+                    return
+                if line.lower() in ("a", "all"):
+                    await self._cancel_all(session, subtrees)
+                    return
+                chosen = self._choose(line, subtrees)
+                if chosen is None:
+                    self.console.print(
+                        f"Not a choice: {line!r}. Type a number from 1 to {len(subtrees)}, "
+                        "a, q, or Enter.",
+                        markup=False,
+                        highlight=False,
+                    )
+                    continue
+                await self._cancel_one(session, chosen)
+                return
+
+    @staticmethod
+    def _choose(line: str, subtrees: list[RunningSubtree]) -> RunningSubtree | None:
+        text = line.strip().strip("[]")
+        if text.isdigit() and 1 <= int(text) <= len(subtrees):
+            return subtrees[int(text) - 1]
+        for sub in subtrees:
+            if text == sub.tool_use_id:
+                return sub
+        return None
+
+    async def _cancel_one(self, session: Session, sub: RunningSubtree) -> None:
+        done = await session.rt.cancel(sub.tool_use_id, "picked with Ctrl+C", by="user")
+        if done:
+            self.console.print(
+                f"Cancelling {sub.agent_name} {sub.tool_use_id} and everything under it.",
+                markup=False,
+                highlight=False,
+            )
+        else:
+            self.console.print(
+                f"{sub.agent_name} {sub.tool_use_id} has already finished.",
+                markup=False,
+                highlight=False,
+            )
+
+    async def _cancel_all(self, session: Session, subtrees: list[RunningSubtree]) -> None:
+        # "Of the turn": the sub-agents the root agent is waiting for; cancelling them takes
+        # whatever runs below them too.
+        roots = {a.id for a in self.tree.roots}
+        top = [s for s in subtrees if s.caller_id in roots] or subtrees
+        count = 0
+        for sub in top:
+            if await session.rt.cancel(sub.tool_use_id, "Ctrl+C: all sub-agents"):
+                count += 1
+        self.console.print(f"Cancelling {count} running subtree(s).", highlight=False)
+
+    async def _say_abort(self, session: Session) -> None:
+        self.console.print(f"[bold]Aborting {session.abort_noun}…[/]", highlight=False)
+        await session.abort("run aborted with Ctrl+C")
+
+    async def _ask_permission(self, session: Session, req: PermissionRequested) -> None:
+        if not any(p.request_id == req.request_id for p in session.rt.pending_permissions()):
+            return  # answered, timed out or cancelled while it queued
+        who = agent_path(self.tree, req.agent_id)
+        with self.view.paused():
+            self.console.print(
+                f"[bold yellow]Permission[/] [bold]{_escape(who)}[/]"
+                f"[dim]{_escape(self._which(req.agent_id))}[/] wants to run "
+                f"[bold]{_escape(req.summary)}[/]",
+                highlight=False,
+            )
+            while True:
+                prompt = _Prompt("permission", req.request_id)
+                line = await self._read_line(prompt, "Allow? [y]es / [n]o / [a]lways this run: ")
+                done = prompt.resolved_elsewhere
+                if done is not None:  # a control client, the timeout, or a cancel was first
+                    verdict = "granted" if done.granted else "denied"
+                    self.console.print(
+                        f"({verdict} meanwhile: {done.reason})", markup=False, highlight=False
+                    )
+                    return
+                if prompt.interrupted or line is None:
+                    session.rt.resolve_permission(
+                        req.request_id, False, reason="denied by user (Ctrl+C)"
+                    )
+                    self.console.print("Denied.", highlight=False)
+                    return
+                answer = line.lower()
+                if answer in ("y", "yes"):
+                    session.rt.resolve_permission(req.request_id, True)
+                    self.console.print("Allowed.", highlight=False)
+                    return
+                if answer in ("n", "no"):
+                    session.rt.resolve_permission(req.request_id, False)
+                    self.console.print("Denied.", highlight=False)
+                    return
+                if answer in ("a", "always"):
+                    session.rt.resolve_permission(req.request_id, True, remember=True)
+                    self.console.print(
+                        f"Allowed for the rest of this run: {req.name} calls like this one.",
+                        markup=False,
+                        highlight=False,
+                    )
+                    self._grant_queued_like(session, req)
+                    return
+                self.console.print("Please answer y, n or a.", highlight=False)
+
+    def _grant_queued_like(self, session: Session, req: PermissionRequested) -> None:
+        # Questions asked before the "always" answer wait already; the remembered rule covers
+        # only later calls. The same call asked again is answered now rather than asked twice.
+        for queued in list(self._requests):
+            if queued.name == req.name and queued.summary == req.summary:
+                self._requests.remove(queued)
+                session.rt.resolve_permission(
+                    queued.request_id, True, reason=f"granted: as {req.request_id} (always)"
+                )
+
+    def _which(self, agent_id: str | None) -> str:
+        # Sibling agents of one type share a path: their task and id tell them apart.
+        node = self.tree.agents.get(agent_id or "")
+        if node is None:
+            return ""
+        call = node.parent
+        desc = call.input.get("description") if call is not None else None
+        return f" ({desc}, {node.id})" if isinstance(desc, str) and desc else f" ({node.id})"
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

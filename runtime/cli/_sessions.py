@@ -1,0 +1,359 @@
+"""Chat sessions on disk: one JSON file per conversation, written atomically after every turn.
+
+A session (:class:`ChatSession`) is what ``trio-agents chat`` needs to carry a conversation on
+another day: the messages (serialised with :data:`runtime.core._messages.state_converter`), the
+usage, the agent types and trace files it ran with, and a little state (how the last turn ended,
+the prompt's input history). The files live in one folder (:class:`SessionStore`, by default
+``.trio-agents/sessions/`` of the current folder), named ``<id>.json``; ids sort by creation
+time (``20261129-193051-1a2b3c``).
+
+Safety rules, because a session is someone's work:
+
+* A write goes to a temporary file in the same folder, is flushed and fsynced, then replaces the
+  old file with :func:`os.replace` (and the folder is fsynced): a crash leaves the old file or
+  the new one, never half of one.
+* A file that cannot be read — not JSON, not a session, a field of the wrong type — or that was
+  written by a newer format is refused with one :class:`SessionError` line, and is never
+  overwritten: :meth:`SessionStore.save` checks what it would replace.
+
+This module does blocking file I/O; async callers run :meth:`SessionStore.write` in a worker
+thread (see ``runtime.cli._chat``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import secrets
+import tempfile
+import time
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+import orjson
+from cattrs.preconf.orjson import make_converter
+
+from runtime.core._errors import AgentsError
+from runtime.core._messages import Message, state_converter
+
+FORMAT_VERSION = 1
+"""The session file format this version writes, and the newest it reads."""
+DEFAULT_SESSIONS_DIR = Path(".trio-agents") / "sessions"
+MAX_INPUT_HISTORY = 500
+"""The most prompt lines kept for the up/down history."""
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class SessionError(AgentsError):
+    """A session file cannot be used (missing, unreadable, newer format); one line."""
+
+
+@attrs.define(kw_only=True)
+class Usage:
+    """Tokens over every turn of the session."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@attrs.define(kw_only=True)
+class ChatState:
+    """Where the conversation stands, besides its messages.
+
+    Attributes:
+        last_status: how the last turn's root agent ended (``completed``, ``cancelled``, …).
+        last_error: its error, if any.
+        last_agent_id: the agent id of the last turn (in the trace it was written to).
+        run_ids: every run (one per ``chat`` process) the session has been in, oldest first.
+        input_history: the lines typed at the prompt, oldest first (the up/down history).
+    """
+
+    last_status: str | None = None
+    last_error: str | None = None
+    last_agent_id: str | None = None
+    run_ids: list[str] = attrs.Factory(list)
+    input_history: list[str] = attrs.Factory(list)
+
+
+@attrs.define(kw_only=True)
+class ChatSession:
+    """One conversation, as stored in ``<id>.json``.
+
+    Attributes:
+        format_version: :data:`FORMAT_VERSION` of the writer.
+        created_ts: when the session began (unix seconds).
+        updated_ts: when it was last written (unix seconds).
+        turns: messages the user sent that ran a turn.
+        first_prompt: the first of them (what ``chat --list`` shows).
+        trace_path: the trace file of the latest run; *traces* lists every one, oldest first.
+        messages: the whole history, as the next turn's root agent gets it.
+    """
+
+    format_version: int = FORMAT_VERSION
+    id: str
+    created_ts: float
+    updated_ts: float
+    turns: int = 0
+    first_prompt: str | None = None
+    workspace: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    agent_types: list[str] = attrs.Factory(list)
+    trace_path: str | None = None
+    traces: list[str] = attrs.Factory(list)
+    usage: Usage = attrs.Factory(Usage)
+    state: ChatState = attrs.Factory(ChatState)
+    messages: list[Message] = attrs.Factory(list)
+
+
+@attrs.frozen(kw_only=True)
+class SessionInfo:
+    """One line of ``chat --list``: a session, or a file that cannot be read (*error*)."""
+
+    id: str
+    path: Path
+    updated_ts: float
+    turns: int = 0
+    first_prompt: str | None = None
+    error: str | None = None
+
+
+# Messages are (un)structured by the one converter of the message classes (its hooks for the
+# block union do not survive Converter.copy()); the session classes are plain attrs classes.
+_converter: cattrs.Converter = make_converter(forbid_extra_keys=False)
+_converter.register_structure_hook(Message, lambda obj, _: state_converter.structure(obj, Message))
+_converter.register_unstructure_hook(Message, lambda m: state_converter.unstructure(m, Message))
+
+
+def new_session_id() -> str:
+    """A session id that sorts by creation time: ``20261129-193051-1a2b3c``."""
+    now = datetime.datetime.now(datetime.UTC)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def new_session(**fields: Any) -> ChatSession:
+    """A fresh session (not written yet) with a new id and the times set to now."""
+    now = time.time()
+    return ChatSession(id=new_session_id(), created_ts=now, updated_ts=now, **fields)
+
+
+def encode_session(session: ChatSession) -> bytes:
+    """The file's bytes: indented JSON (a person may read it), ending with a newline."""
+    data: bytes = orjson.dumps(
+        _converter.unstructure(session), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+    )
+    return data
+
+
+def decode_session(data: bytes, *, where: str) -> ChatSession:
+    """Parse a session file's bytes.
+
+    Args:
+        where: how to name the file in an error (its path).
+
+    Raises:
+        SessionError: not JSON, not a session, a bad field (named by its JSON path), or a newer
+            format than :data:`FORMAT_VERSION`.
+    """
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise SessionError(f"{where}: not a session file: not JSON ({exc})") from exc
+    if not isinstance(obj, dict):
+        raise SessionError(f"{where}: not a session file: expected a JSON object")
+    version = obj.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise SessionError(f"{where}: not a session file: no valid format_version")
+    if version > FORMAT_VERSION:
+        raise SessionError(
+            f"{where}: written by a newer trio-agents (session format {version}; this one "
+            f"reads format {FORMAT_VERSION} and older); upgrade to use it"
+        )
+    try:
+        session: ChatSession = _converter.structure(obj, ChatSession)
+    except Exception as exc:  # cattrs raises validation groups, KeyError, ValueError, TypeError
+        details = cattrs.transform_error(exc) if isinstance(exc, BaseExceptionGroup) else []
+        detail = details[0] if details else f"{type(exc).__name__}: {exc}"
+        raise SessionError(f"{where}: broken session file: {detail}") from exc
+    return session
+
+
+def _fsync_dir(path: Path) -> None:
+    # The rename is durable only once the folder's entry is on disk too.
+    with suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class SessionStore:
+    """The folder of session files.
+
+    Args:
+        root: the folder (created on the first write).
+    """
+
+    def __init__(self, root: str | os.PathLike[str] = DEFAULT_SESSIONS_DIR) -> None:
+        self.root = Path(root)
+
+    def path_for(self, session_id: str) -> Path:
+        """The file of *session_id*.
+
+        Raises:
+            SessionError: the id could name something outside the folder.
+        """
+        if not _ID.match(session_id):
+            raise SessionError(
+                f"{session_id!r} is not a session id (letters, digits, '.', '_' and '-')"
+            )
+        return self.root / f"{session_id}.json"
+
+    def _files(self) -> list[Path]:
+        try:
+            entries = list(self.root.iterdir())
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise SessionError(f"cannot read the sessions folder {self.root}: {exc}") from exc
+        return [
+            p
+            for p in entries
+            if p.suffix == ".json" and not p.name.startswith(".") and _ID.match(p.stem)
+        ]
+
+    def latest_id(self) -> str | None:
+        """The session written last (by file time; ties by id), or None when there is none."""
+        best: tuple[float, str] | None = None
+        for path in self._files():
+            try:
+                key = (path.stat().st_mtime, path.stem)
+            except OSError:
+                continue
+            if best is None or key > best:
+                best = key
+        return best[1] if best else None
+
+    def resolve(self, session_id: str | None) -> str:
+        """*session_id* itself, or the latest session's id for None.
+
+        Raises:
+            SessionError: None, and there is no session yet.
+        """
+        if session_id is not None:
+            return session_id
+        latest = self.latest_id()
+        if latest is None:
+            raise SessionError(f"no session to resume in {self.root}")
+        return latest
+
+    def load(self, session_id: str) -> ChatSession:
+        """Read a session.
+
+        The file's name is its id: a copied file is a fork of the session under the new name.
+
+        Raises:
+            SessionError: no such session, or a file that cannot be used (see
+                :func:`decode_session`); the file is left as it is.
+        """
+        path = self.path_for(session_id)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise SessionError(
+                f"no session {session_id!r} in {self.root} (see trio-agents chat --list)"
+            ) from None
+        except OSError as exc:
+            raise SessionError(f"cannot read session {path}: {exc.strerror}") from exc
+        session = decode_session(data, where=f"session {path}")
+        session.id = session_id
+        return session
+
+    def save(self, session: ChatSession) -> Path:
+        """Write *session* (its ``updated_ts`` set to now) atomically; return its path.
+
+        Raises:
+            SessionError: the file there cannot be read or is of a newer format (it is kept),
+                or the folder cannot be written.
+        """
+        session.updated_ts = time.time()
+        return self.write(session.id, encode_session(session))
+
+    def write(self, session_id: str, data: bytes) -> Path:
+        """Replace the file of *session_id* with *data* atomically (temp file, fsync, rename).
+
+        Raises:
+            SessionError: as :meth:`save`.
+        """
+        path = self.path_for(session_id)
+        self._check_replaceable(path)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{session_id}.", suffix=".tmp")
+        except OSError as exc:
+            raise SessionError(f"cannot write session {path}: {exc.strerror}") from exc
+        replaced = False
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            replaced = True
+        except OSError as exc:
+            raise SessionError(f"cannot write session {path}: {exc.strerror}") from exc
+        finally:
+            if not replaced:  # whatever stopped us (an error, Ctrl+C): no temp file left
+                with suppress(OSError):
+                    os.unlink(tmp)
+        _fsync_dir(self.root)
+        return path
+
+    def _check_replaceable(self, path: Path) -> None:
+        # Only a file this version can read is replaced: whatever else is there (a corrupted
+        # file, a newer format, something that is not a session) may be someone's only copy.
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise SessionError(f"cannot read session {path}: {exc.strerror}") from exc
+        try:
+            decode_session(data, where=str(path))
+        except SessionError as exc:
+            raise SessionError(
+                f"session {path}: will not overwrite a file this version cannot read; "
+                "move it away first"
+            ) from exc
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """Every session in the folder, the latest first; unreadable files carry an *error*."""
+        out: list[SessionInfo] = []
+        for path in self._files():
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                continue
+            try:
+                session = decode_session(path.read_bytes(), where=path.name)
+            except (SessionError, OSError) as exc:
+                error = str(exc).removeprefix(f"{path.name}: ")
+                out.append(SessionInfo(id=path.stem, path=path, updated_ts=mtime, error=error))
+                continue
+            out.append(
+                SessionInfo(
+                    id=path.stem,
+                    path=path,
+                    updated_ts=session.updated_ts,
+                    turns=session.turns,
+                    first_prompt=session.first_prompt,
+                )
+            )
+        out.sort(key=lambda s: (s.updated_ts, s.id), reverse=True)
+        return out

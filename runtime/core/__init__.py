@@ -1,0 +1,70 @@
+"""The core layer: the agent loop and everything it stands on.
+
+Events and the bus (the one flat stream), the loop and its run context, messages, the provider
+protocol, limits and budgets, permissions and approvals, agent types, secrets, the errors, the
+:class:`Runtime` handle, and the tool interface every tool implements. It imports only
+:mod:`runtime.actors` below it; providers, tools, the trace, the cluster and the command line
+stand on it (docs/architecture.md, "Layers").
+
+Names are imported on first use (PEP 562): ``import runtime.core._events`` stays cheap for the
+trace reader, which needs the events and not the loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._errors import AgentsError as AgentsError
+    from ._errors import ConfigError as ConfigError
+    from ._errors import ToolError as ToolError
+    from ._errors import ToolInputError as ToolInputError
+    from ._globs import escape_glob as escape_glob
+    from ._globs import glob_regex as glob_regex
+    from ._tool import SubAgentSpawner as SubAgentSpawner
+    from ._tool import TargetKind as TargetKind
+    from ._tool import Tool as Tool
+    from ._tool import ToolContext as ToolContext
+    from ._tool import ToolLimits as ToolLimits
+    from ._tool import one_line as one_line
+    from ._tool import validate_input as validate_input
+    from ._workspace import is_inside as is_inside
+    from ._workspace import normalise_target as normalise_target
+    from ._workspace import relative as relative
+    from ._workspace import resolve_in_workspace as resolve_in_workspace
+
+_LAZY: dict[str, str] = {
+    "AgentsError": "._errors",
+    "ConfigError": "._errors",
+    "SubAgentSpawner": "._tool",
+    "TargetKind": "._tool",
+    "Tool": "._tool",
+    "ToolContext": "._tool",
+    "ToolError": "._errors",
+    "ToolInputError": "._errors",
+    "ToolLimits": "._tool",
+    "escape_glob": "._globs",
+    "glob_regex": "._globs",
+    "is_inside": "._workspace",
+    "normalise_target": "._workspace",
+    "one_line": "._tool",
+    "relative": "._workspace",
+    "resolve_in_workspace": "._workspace",
+    "validate_input": "._tool",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runtime.core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return list(__all__)

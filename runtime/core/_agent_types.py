@@ -1,0 +1,197 @@
+"""Agent types: named agent definitions (system prompt, tools, model, limits, budget).
+
+Filled from the Python API, from scenario files and from an ``--agents`` TOML file::
+
+    [agents.reviewer]
+    description = "Reviews a diff"
+    system = "You review code."
+    tools = ["read", "grep", "glob"]
+    model = "gpt-4.1-mini"
+    max_turns = 10
+    budget = { tokens = 20000, seconds = 120, tool_calls = 30 }
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from runtime.providers._scenario import Scenario
+
+from ._errors import ConfigError
+from ._limits import Budget
+
+Placement = Literal["local", "ray"]
+
+DEFAULT_SYSTEM = (
+    "You are a capable software agent working in a workspace folder. Use the tools to inspect "
+    "and change files and to run commands. Split independent work across parallel sub-agents "
+    "with the `agent` tool when that is faster. Answer concisely when the task is done."
+)
+GENERAL_SYSTEM = (
+    "You are a sub-agent given one focused task. Do it with the tools you have, then answer "
+    "with a short report of what you found or did: your answer is all the caller sees."
+)
+
+
+@attrs.frozen(kw_only=True)
+class AgentType:
+    """A kind of agent.
+
+    Attributes:
+        tools: tool names it may use; ``None`` means every tool the runtime has.
+        max_turns: overrides the run's ``max_turns`` for agents of this type.
+        budget: the allowance of each agent of this type (its whole subtree).
+        placement: where its subtree runs (``local`` in this process).
+    """
+
+    name: str
+    description: str = ""
+    system: str = GENERAL_SYSTEM
+    tools: tuple[str, ...] | None = None
+    model: str | None = None
+    max_turns: int | None = None
+    budget: Budget | None = None
+    placement: Placement = "local"
+
+    def merged(self, other: AgentType) -> AgentType:
+        """*other*'s explicit settings over this one's (a later definition refines an earlier)."""
+        changes = {
+            f.name: getattr(other, f.name)
+            for f in attrs.fields(AgentType)
+            if getattr(other, f.name) != f.default and f.name != "name"
+        }
+        return attrs.evolve(self, **changes)
+
+
+def default_agent_types() -> list[AgentType]:
+    """``main`` (the root) and ``general`` (the default sub-agent type)."""
+    return [
+        AgentType(name="main", description="The root agent.", system=DEFAULT_SYSTEM),
+        AgentType(name="general", description="A general-purpose sub-agent for any focused task."),
+    ]
+
+
+class AgentTypes(Mapping[str, AgentType]):
+    """The registry of agent types known to a run."""
+
+    def __init__(self, types: Iterable[AgentType] = ()) -> None:
+        self._types: dict[str, AgentType] = {}
+        for t in default_agent_types():
+            self._types[t.name] = t
+        for t in types:
+            self.add(t)
+
+    def add(self, agent_type: AgentType) -> None:
+        """Add or refine a type (explicit settings of the newer definition win)."""
+        old = self._types.get(agent_type.name)
+        self._types[agent_type.name] = old.merged(agent_type) if old else agent_type
+
+    def __getitem__(self, name: str) -> AgentType:
+        return self._types[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._types)
+
+    def __len__(self) -> int:
+        return len(self._types)
+
+    def lookup(self, name: str) -> AgentType:
+        """The type *name*.
+
+        Raises:
+            ConfigError: unknown, naming the known ones.
+        """
+        try:
+            return self._types[name]
+        except KeyError:
+            known = ", ".join(sorted(self._types))
+            raise ConfigError(f"unknown agent type {name!r}; known types: {known}") from None
+
+
+def agent_types_from_scenario(scenario: Scenario) -> list[AgentType]:
+    """The agent types a scenario defines (its system prompts, tool lists and limits)."""
+    out = []
+    for name, script in scenario.agents.items():
+        kwargs: dict[str, Any] = {"name": name}
+        if script.system is not None:
+            kwargs["system"] = script.system
+        if script.tools is not None:
+            kwargs["tools"] = script.tools
+        if script.description:
+            kwargs["description"] = script.description
+        if script.model is not None:
+            kwargs["model"] = script.model
+        if script.max_turns is not None:
+            kwargs["max_turns"] = script.max_turns
+        if script.placement is not None:
+            kwargs["placement"] = script.placement
+        out.append(AgentType(**kwargs))
+    return out
+
+
+_TOML_KEYS = {"description", "system", "tools", "model", "max_turns", "budget", "placement"}
+
+
+def load_agent_types(path: str | Path) -> list[AgentType]:
+    """Read agent types from a TOML file (``[agents.NAME]`` tables).
+
+    Raises:
+        ConfigError: unreadable, not TOML, or a bad entry (naming ``agents.NAME.key``).
+    """
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
+    try:
+        return agent_types_from_mapping(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
+
+
+def agent_types_from_mapping(data: Mapping[str, Any]) -> list[AgentType]:
+    """Agent types from a decoded ``{"agents": {NAME: {...}}}`` mapping."""
+    agents = data.get("agents")
+    if not isinstance(agents, dict):
+        raise ConfigError("agents: missing (expected [agents.NAME] tables)")
+    out = []
+    for name, spec in agents.items():
+        where = f"agents.{name}"
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{where}: expected a table")
+        for key in spec:
+            if key not in _TOML_KEYS:
+                raise ConfigError(f"{where}.{key}: unknown key")
+        kwargs: dict[str, Any] = {"name": name}
+        for key in ("description", "system", "model"):
+            if key in spec:
+                if not isinstance(spec[key], str):
+                    raise ConfigError(f"{where}.{key}: expected a string")
+                kwargs[key] = spec[key]
+        if "tools" in spec:
+            tools = spec["tools"]
+            if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+                raise ConfigError(f"{where}.tools: expected a list of tool names")
+            kwargs["tools"] = tuple(tools)
+        if "max_turns" in spec:
+            mt = spec["max_turns"]
+            if isinstance(mt, bool) or not isinstance(mt, int) or mt < 1:
+                raise ConfigError(f"{where}.max_turns: expected a whole number >= 1")
+            kwargs["max_turns"] = mt
+        if "budget" in spec:
+            if not isinstance(spec["budget"], dict):
+                raise ConfigError(f"{where}.budget: expected a table")
+            kwargs["budget"] = Budget.from_mapping(spec["budget"], where=f"{where}.budget")
+        if "placement" in spec:
+            if spec["placement"] not in ("local", "ray"):
+                raise ConfigError(f"{where}.placement: expected 'local' or 'ray'")
+            kwargs["placement"] = spec["placement"]
+        out.append(AgentType(**kwargs))
+    return out

@@ -1,0 +1,173 @@
+"""Permission requests: a tool call that must ask waits on its own event; nothing else waits.
+
+:class:`PermissionBroker` applies the :class:`~runtime.PermissionPolicy`; when the policy says
+``ask`` it emits ``permission_requested`` (as the asking agent, so the request carries its
+``parent_tool_use_id`` up to whoever watches the root stream) and waits — only that tool call —
+for :meth:`PermissionBroker.resolve`. With nobody able to answer, or no answer in time, the call is
+denied with a reason. Every request ends with one ``permission_resolved``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Generator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ._events import PermissionRequested, PermissionResolved
+
+if TYPE_CHECKING:
+    from ._bus import EventBus
+    from ._permissions import PermissionPolicy
+    from ._tool import Tool
+
+
+@attrs.define(eq=False)
+class _Pending:
+    tool: Tool
+    args: Mapping[str, Any]
+    tool_use_id: str
+    agent_id: str
+    done: trio.Event = attrs.Factory(trio.Event)
+    granted: bool = False
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class PendingRequest:
+    """A request waiting for an answer (for views and the control socket)."""
+
+    request_id: str
+    tool_use_id: str
+    agent_id: str
+    name: str
+
+
+class PermissionBroker:
+    """Asks, waits and records answers for one run.
+
+    Args:
+        timeout_s: how long a request waits for an answer before it is denied.
+    """
+
+    def __init__(
+        self, bus: EventBus, policy: PermissionPolicy, *, timeout_s: float = 300.0
+    ) -> None:
+        self.bus = bus
+        self.policy = policy
+        self.timeout_s = timeout_s
+        self._answerers = 0
+        self._pending: dict[str, _Pending] = {}
+        self._ids = itertools.count(1)
+
+    @property
+    def can_ask(self) -> bool:
+        """Whether anyone is there to answer a question."""
+        return self._answerers > 0
+
+    @contextmanager
+    def answerer(self) -> Generator[None, None, None]:
+        """Declare, for a ``with`` block, that someone (a terminal, a control client) answers."""
+        self._answerers += 1
+        try:
+            yield
+        finally:
+            self._answerers -= 1
+
+    def pending(self) -> list[PendingRequest]:
+        """Requests waiting now, oldest first."""
+        return [
+            PendingRequest(
+                request_id=rid, tool_use_id=p.tool_use_id, agent_id=p.agent_id, name=p.tool.name
+            )
+            for rid, p in self._pending.items()
+        ]
+
+    async def check(
+        self,
+        tool: Tool,
+        args: Mapping[str, Any],
+        *,
+        agent_id: str,
+        parent_tool_use_id: str | None,
+        tool_use_id: str,
+        summary: str,
+    ) -> tuple[bool, str]:
+        """Decide whether this call may run, asking if the policy says so.
+
+        Returns:
+            ``(granted, reason)``.
+
+        Cancellation: a checkpoint while waiting for an answer; a cancelled wait is recorded
+        as ``permission_resolved(granted=false, reason="cancelled")``.
+        """
+        decision = self.policy.decide(tool, args)
+        if decision.action == "allow":
+            return True, decision.reason
+        if decision.action == "deny":
+            return False, decision.reason
+        request_id = f"perm-{next(self._ids)}"
+        await self.bus.emit(
+            PermissionRequested,
+            agent_id=agent_id,
+            parent_tool_use_id=parent_tool_use_id,
+            request_id=request_id,
+            tool_use_id=tool_use_id,
+            name=tool.name,
+            summary=summary,
+        )
+        granted, reason = False, "cancelled"
+        try:
+            if not self.can_ask:
+                granted, reason = False, "nobody can answer permission requests (non-interactive)"
+            else:
+                pending = _Pending(tool, args, tool_use_id, agent_id)
+                self._pending[request_id] = pending
+                try:
+                    with trio.move_on_after(self.timeout_s):
+                        await pending.done.wait()
+                finally:
+                    self._pending.pop(request_id, None)
+                if pending.done.is_set():
+                    granted, reason = pending.granted, pending.reason
+                else:
+                    granted, reason = False, f"no answer within {self.timeout_s:g} s"
+        finally:
+            # Every request ends with its answer on the stream, even when the call is cancelled.
+            await self.bus.emit_final(
+                PermissionResolved,
+                grace_s=5,
+                agent_id=agent_id,
+                parent_tool_use_id=parent_tool_use_id,
+                request_id=request_id,
+                tool_use_id=tool_use_id,
+                granted=granted,
+                reason=reason,
+            )
+        return granted, reason
+
+    def resolve(
+        self, request_id: str, granted: bool, *, remember: bool = False, reason: str | None = None
+    ) -> bool:
+        """Answer a waiting request.
+
+        Args:
+            remember: also allow every later call like this one for the rest of the run.
+
+        Returns:
+            ``False`` if no such request is waiting (unknown, answered, timed out).
+        """
+        pending = self._pending.get(request_id)
+        if pending is None or pending.done.is_set():
+            return False
+        pending.granted = granted
+        if granted and remember:
+            rule = self.policy.remember(pending.tool, pending.args)
+            pending.reason = reason or f"granted; remembered as {rule}"
+        else:
+            pending.reason = reason or ("granted by user" if granted else "denied by user")
+        pending.done.set()
+        return True

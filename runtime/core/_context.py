@@ -1,0 +1,120 @@
+"""What every agent of one run shares (internal)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+import structlog
+import trio
+
+from runtime.actors import Mailbox, Registry
+
+from ._agent_types import AgentTypes
+from ._approvals import PermissionBroker
+from ._budget import BudgetLayer
+from ._bus import EventBus
+from ._limits import Limits
+from ._provider import Provider
+
+if TYPE_CHECKING:
+    from ._loop import AgentOutcome, AgentSpec
+    from ._tool import Tool, ToolLimits
+
+
+@attrs.frozen
+class Owner:
+    """Who owns a registered node: the agent that emits its ``cancel_requested``."""
+
+    agent_id: str
+    parent_tool_use_id: str | None
+
+
+class SubtreeRunner(Protocol):
+    """Runs a sub-agent's whole subtree somewhere other than this process (a placement)."""
+
+    async def run_subtree(self, run: RunContext, spec: AgentSpec) -> AgentOutcome | None:
+        """Run *spec* to its end and return its outcome; its events go into ``run.bus``.
+
+        Cancellation: cancels the remote subtree, whose ``cancelled`` events still arrive.
+        """
+        ...
+
+
+@attrs.define(eq=False, kw_only=True)
+class RunContext:
+    """The run-wide state agents read: one per :func:`~runtime.open_runtime`."""
+
+    run_id: str
+    bus: EventBus
+    registry: Registry
+    provider: Provider
+    model: str
+    agent_types: AgentTypes
+    tools: Mapping[str, Tool]
+    tool_limits: ToolLimits
+    limits: Limits
+    workspace: Path
+    env: Mapping[str, str]
+    secrets: tuple[str, ...]
+    broker: PermissionBroker
+    budget: BudgetLayer
+    limiter: trio.CapacityLimiter
+    log: Any = attrs.Factory(lambda: structlog.get_logger("trio_agents"))
+    placements: dict[str, SubtreeRunner] = attrs.Factory(dict)
+    # Running agents' mailboxes, by agent id: where user messages for them go.
+    mailboxes: dict[str, Mailbox[str]] = attrs.Factory(dict)
+    # max_parallel bookkeeping: which sub-agents hold a slot of ``limiter``, and how many
+    # children each agent is waiting for (an agent waiting for children gives its slot up).
+    slot_holders: set[str] = attrs.Factory(set)
+    active_children: dict[str, int] = attrs.Factory(dict)
+    # Agents whose agent_started went through the bus and whose agent_finished has not: only
+    # those can be cancelled by id (local or remote alike, since remote events pass the bus).
+    announced: set[str] = attrs.Factory(set)
+    agents_reserved: int = 0
+    agents_started: int = 0
+    running_agents: int = 0
+    peak_running_agents: int = 0
+    _ids: itertools.count[int] = attrs.Factory(lambda: itertools.count(1))
+
+    def new_agent_id(self) -> str:
+        return f"agent-{next(self._ids)}"
+
+    def track_announced(self, event: Any) -> None:
+        """A bus tap keeping :attr:`announced` true."""
+        kind = event.type
+        if kind == "agent_started":
+            self.announced.add(event.agent_id)
+        elif kind == "agent_finished":
+            self.announced.discard(event.agent_id)
+
+    async def acquire_slot(self, agent_id: str) -> None:
+        """Take a ``max_parallel`` slot for *agent_id* (waiting for one if none is free)."""
+        if agent_id not in self.slot_holders:
+            await self.limiter.acquire_on_behalf_of(agent_id)
+            self.slot_holders.add(agent_id)
+
+    def release_slot(self, agent_id: str) -> None:
+        """Give *agent_id*'s slot back, if it holds one."""
+        if agent_id in self.slot_holders:
+            self.slot_holders.discard(agent_id)
+            self.limiter.release_on_behalf_of(agent_id)
+
+    def child_starting(self, parent_id: str) -> None:
+        """*parent_id* is about to wait for a sub-agent: while it waits it is not running, so
+        it lends its slot to its children. Without this, agents waiting for their own
+        sub-agents can hold every slot and the run deadlocks."""
+        count = self.active_children.get(parent_id, 0)
+        self.active_children[parent_id] = count + 1
+        if count == 0:
+            self.release_slot(parent_id)
+
+    def child_finished(self, parent_id: str) -> None:
+        count = self.active_children.get(parent_id, 1) - 1
+        if count <= 0:
+            self.active_children.pop(parent_id, None)
+        else:
+            self.active_children[parent_id] = count

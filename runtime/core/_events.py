@@ -1,0 +1,327 @@
+"""Events: the one flat stream every consumer reads (SPEC §2).
+
+Every event is a frozen attrs class. On the wire (the JSONL trace, ``--json`` output) an event is
+one JSON object whose ``type`` key names its class; :data:`converter` is the one cattrs converter
+that turns events into such objects and back. :func:`encode_event` / :func:`decode_event` are the
+fast paths used by the trace writer and readers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, TypeAlias
+
+import attrs
+import cattrs
+import orjson
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
+from cattrs.preconf.orjson import make_converter
+
+from ._errors import EventDecodeError, UnknownEventType
+
+ToolStatus: TypeAlias = Literal["ok", "error", "cancelled", "denied"]
+AgentStatus: TypeAlias = Literal["completed", "cancelled", "failed", "max_turns", "budget_exceeded"]
+StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens"]
+CancelBy: TypeAlias = Literal["user", "control", "budget", "runtime"]
+
+TOOL_STATUSES: tuple[str, ...] = ("ok", "error", "cancelled", "denied")
+AGENT_STATUSES: tuple[str, ...] = (
+    "completed",
+    "cancelled",
+    "failed",
+    "max_turns",
+    "budget_exceeded",
+)
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """Fields every event has. Not emitted itself."""
+
+    type: ClassVar[str] = ""
+    seq: int
+    ts: float
+    run_id: str
+    agent_id: str | None
+    parent_tool_use_id: str | None
+
+
+@attrs.frozen(kw_only=True)
+class RunStarted(Event):
+    type: ClassVar[str] = "run_started"
+    version: str
+    config: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class AgentStarted(Event):
+    type: ClassVar[str] = "agent_started"
+    name: str
+    parent_agent_id: str | None
+    depth: int
+    prompt: str
+
+
+@attrs.frozen(kw_only=True)
+class TextDelta(Event):
+    type: ClassVar[str] = "text_delta"
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ThinkingDelta(Event):
+    type: ClassVar[str] = "thinking_delta"
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class ToolStarted(Event):
+    type: ClassVar[str] = "tool_started"
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+    summary: str
+
+
+@attrs.frozen(kw_only=True)
+class PermissionRequested(Event):
+    type: ClassVar[str] = "permission_requested"
+    request_id: str
+    tool_use_id: str
+    name: str
+    summary: str
+
+
+@attrs.frozen(kw_only=True)
+class PermissionResolved(Event):
+    type: ClassVar[str] = "permission_resolved"
+    request_id: str
+    tool_use_id: str
+    granted: bool
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class ToolFinished(Event):
+    type: ClassVar[str] = "tool_finished"
+    tool_use_id: str
+    name: str
+    status: ToolStatus
+    output: str
+    duration_s: float
+
+
+@attrs.frozen(kw_only=True)
+class TurnFinished(Event):
+    type: ClassVar[str] = "turn_finished"
+    turn: int
+    stop_reason: StopReason
+    input_tokens: int
+    output_tokens: int
+    context_tokens: int | None = None
+    """How big the agent's context is after this turn (tokens, estimated), when it is known."""
+    context_window: int | None = None
+    """The agent's model's context window (tokens), when it is known."""
+
+
+@attrs.frozen(kw_only=True)
+class UserMessage(Event):
+    type: ClassVar[str] = "user_message"
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class CancelRequested(Event):
+    type: ClassVar[str] = "cancel_requested"
+    target: str
+    reason: str
+    by: CancelBy
+
+
+@attrs.frozen(kw_only=True)
+class AgentFinished(Event):
+    type: ClassVar[str] = "agent_finished"
+    status: AgentStatus
+    result: str | None
+    error: str | None
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    duration_s: float
+
+
+@attrs.frozen(kw_only=True)
+class RunFinished(Event):
+    type: ClassVar[str] = "run_finished"
+    status: AgentStatus
+    duration_s: float
+
+
+@attrs.frozen(kw_only=True)
+class ToolProgress(Event):
+    """A long tool call reported how far it has got (an MCP progress notification, say)."""
+
+    type: ClassVar[str] = "tool_progress"
+    tool_use_id: str
+    progress: float
+    total: float | None
+    message: str | None
+
+
+@attrs.frozen(kw_only=True)
+class ProviderRetry(Event):
+    """The agent's model call failed in a way worth retrying and will be tried again."""
+
+    type: ClassVar[str] = "provider_retry"
+    attempt: int
+    delay_s: float
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class ContextCompacted(Event):
+    """The agent's history was made smaller to fit its model's context window."""
+
+    type: ClassVar[str] = "context_compacted"
+    method: Literal["trim", "summary"]
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+
+
+@attrs.frozen(kw_only=True)
+class ReplayDiverged(Event):
+    """A replayed run did something other than what its trace recorded."""
+
+    type: ClassVar[str] = "replay_diverged"
+    node: str
+    detail: str
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        RunStarted,
+        AgentStarted,
+        TextDelta,
+        ThinkingDelta,
+        ToolStarted,
+        PermissionRequested,
+        PermissionResolved,
+        ToolFinished,
+        TurnFinished,
+        UserMessage,
+        CancelRequested,
+        AgentFinished,
+        RunFinished,
+        ToolProgress,
+        ProviderRetry,
+        ContextCompacted,
+        ReplayDiverged,
+    )
+}
+
+converter: cattrs.Converter = make_converter(forbid_extra_keys=False)
+
+
+def _make_unstructure(cls: type[Event]) -> Any:
+    inner = make_dict_unstructure_fn(cls, converter)
+    tag = cls.type
+
+    def unstructure(event: Event) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": tag}
+        out.update(inner(event))
+        return out
+
+    return unstructure
+
+
+_STRUCTURE: dict[str, Any] = {}
+for _tag, _cls in EVENT_TYPES.items():
+    _STRUCTURE[_tag] = make_dict_structure_fn(_cls, converter)
+    converter.register_unstructure_hook(_cls, _make_unstructure(_cls))
+
+
+def _structure_event(obj: Any, _: Any) -> Event:
+    if not isinstance(obj, dict):
+        raise EventDecodeError(f"an event is a JSON object, not {type(obj).__name__}")
+    tag = obj.get("type")
+    if not isinstance(tag, str):
+        raise EventDecodeError("field 'type': missing or not a string")
+    structure = _STRUCTURE.get(tag)
+    if structure is None:
+        raise UnknownEventType(tag)
+    try:
+        event: Event = structure(obj, EVENT_TYPES[tag])
+        return event
+    except cattrs.BaseValidationError as exc:
+        detail = "; ".join(cattrs.transform_error(exc, path=tag))
+        raise EventDecodeError(f"invalid {tag} event: {detail}") from exc
+    except (TypeError, ValueError) as exc:
+        raise EventDecodeError(f"invalid {tag} event: {exc}") from exc
+
+
+for _tag, _cls in EVENT_TYPES.items():
+    converter.register_structure_hook(_cls, _STRUCTURE[_tag])
+converter.register_structure_hook(Event, _structure_event)
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """The JSON object of *event* (``type`` first)."""
+    result: dict[str, Any] = converter.unstructure(event, type(event))
+    return result
+
+
+def event_from_dict(obj: Any) -> Event:
+    """Build an event from its JSON object.
+
+    Raises:
+        UnknownEventType: the ``type`` is not one this version knows.
+        EventDecodeError: anything else is wrong; the message names the field.
+    """
+    return _structure_event(obj, Event)
+
+
+def _make_fast_dict(cls: type[Event]) -> Any:
+    # The trace writer encodes every event, so it skips the converter: a generated function
+    # builds the same object (``type`` first, fields in order) with no per-field dispatch, and
+    # hands nested values (``input``, ``config``: already JSON) to orjson as they are. About 4x
+    # faster than the converter; anything orjson cannot encode falls back to it.
+    names = [a.name for a in attrs.fields(cls)]
+    body = ", ".join(f"{n!r}: e.{n}" for n in names)
+    namespace: dict[str, Any] = {}
+    exec(f"def fast(e):\n    return {{'type': {cls.type!r}, {body}}}\n", namespace)
+    return namespace["fast"]
+
+
+_FAST_DICT: dict[type[Event], Any] = {cls: _make_fast_dict(cls) for cls in EVENT_TYPES.values()}
+_APPEND_NEWLINE = orjson.OPT_APPEND_NEWLINE
+
+
+def encode_event(event: Event) -> bytes:
+    """One JSONL line (with its newline) for *event*: the JSON of :func:`event_to_dict`."""
+    fast = _FAST_DICT.get(type(event))
+    if fast is not None:
+        try:
+            return orjson.dumps(fast(event), option=_APPEND_NEWLINE)
+        except TypeError:  # a value only the converter knows how to unstructure
+            pass
+    return orjson.dumps(event_to_dict(event), option=_APPEND_NEWLINE)
+
+
+def decode_event(line: bytes | str, *, lineno: int | None = None) -> Event:
+    """Decode one JSON line into an event.
+
+    Raises:
+        EventDecodeError: naming *lineno* and the faulty field.
+    """
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise EventDecodeError(f"not JSON: {exc}", line=lineno) from exc
+    try:
+        return _structure_event(obj, Event)
+    except UnknownEventType as exc:
+        raise UnknownEventType(exc.type_name, line=lineno) from None
+    except EventDecodeError as exc:
+        raise EventDecodeError(str(exc), line=lineno) from exc.__cause__

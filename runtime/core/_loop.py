@@ -1,0 +1,592 @@
+"""The agent loop: ask the model, run the tools it asks for, feed the results back, repeat.
+
+One agent is one actor (see :mod:`runtime.actors`): :func:`agent_main` runs inside the actor's
+cancel scope, which the registry knows by the agent's id. Each tool call runs under its own cancel
+scope, registered by its ``tool_use_id`` under the agent; the ``agent`` tool starts the sub-agent
+as an actor inside the tool call's own nursery, so the agent tree is the task tree and cancelling
+any node cancels exactly its subtree. Whatever ends a node — completion, an error, a cancel from
+any level — its ``*_finished`` event is emitted from a ``finally`` under a bounded shield.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from contextlib import aclosing
+from typing import Any
+
+import attrs
+import trio
+
+from runtime.actors import ActorContext, Registry, start_actor_soon
+
+from ._agent_types import AgentType
+from ._context import Owner, RunContext
+from ._errors import ConfigError, ProviderError, SubtreeCancelled, ToolError, ToolInputError
+from ._events import (
+    AgentFinished,
+    AgentStarted,
+    AgentStatus,
+    TextDelta,
+    ThinkingDelta,
+    ToolFinished,
+    ToolStarted,
+    ToolStatus,
+    TurnFinished,
+    UserMessage,
+)
+from ._limits import Budget
+from ._messages import (
+    AgentState,
+    Block,
+    Message,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from ._provider import ModelRequest, TextChunk, ThinkingChunk, ToolCall, ToolSpec, TurnEnd
+from ._secrets import redact
+from ._tool import Tool, ToolContext, validate_input
+
+
+@attrs.frozen(kw_only=True)
+class AgentOutcome:
+    """How an agent ended: what :meth:`AgentHandle.wait` returns.
+
+    Attributes:
+        state: the agent's whole state at the end (history, totals); valid for another turn.
+        undelivered: messages sent to the agent that it ended before taking (a chat makes
+            them the next message).
+    """
+
+    agent_id: str
+    name: str
+    status: AgentStatus
+    result: str | None
+    error: str | None
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    duration_s: float
+    state: AgentState
+    undelivered: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class AgentSpec:
+    """Everything needed to start one agent."""
+
+    agent_id: str
+    agent_type: AgentType
+    prompt: str
+    depth: int
+    parent_tool_use_id: str | None = None
+    parent_agent_id: str | None = None
+    history: tuple[Message, ...] = ()
+    budget: Budget | None = None
+    box: list[AgentOutcome] = attrs.Factory(list)
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = limit * 3 // 4
+    tail = limit - head
+    return f"{text[:head]}\n… [{len(text) - limit} characters cut] …\n{text[-tail:]}"
+
+
+async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -> AgentOutcome:
+    """Run one agent to its end; the body of an agent actor.
+
+    Returns the :class:`AgentOutcome` (also appended to ``spec.box``, where a parent reads it
+    when the agent was cancelled and so returned nothing).
+
+    Cancellation: ends the agent ``cancelled`` (or ``budget_exceeded`` when a budget asked),
+    after every open tool call and sub-agent has reported its own end.
+    """
+    t0 = trio.current_time()
+    emit = functools.partial(
+        run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
+    )
+    log = run.log.bind(agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id)
+    atype = spec.agent_type
+    state = AgentState(
+        agent_id=spec.agent_id,
+        name=atype.name,
+        depth=spec.depth,
+        system=atype.system,
+        messages=_with_prompt(spec.history, spec.prompt),
+    )
+    seconds = spec.budget.seconds if spec.budget is not None else None
+    run.agents_started += 1
+    run.running_agents += 1
+    run.peak_running_agents = max(run.peak_running_agents, run.running_agents)
+    status: AgentStatus | None = None
+    result: str | None = None
+    error: str | None = None
+    announced = False
+    try:
+        await emit(
+            AgentStarted,
+            name=atype.name,
+            parent_agent_id=spec.parent_agent_id,
+            depth=spec.depth,
+            prompt=spec.prompt,
+        )
+        announced = True
+        # Reachable by messages (and by Runtime.cancel) only once it has been announced.
+        run.mailboxes[spec.agent_id] = ctx.mailbox
+        if seconds is not None:
+            ctx.scope.deadline = trio.current_time() + seconds
+        status, result, error = await _loop(run, spec, state, ctx, log)
+    except ProviderError as exc:
+        status, error = "failed", redact(str(exc), run.secrets)
+        log.warning("provider failed", error=error)
+    except Exception as exc:  # a bug must end this agent only, never its siblings
+        status, error = "failed", f"internal error: {type(exc).__name__}: {exc}"
+        log.exception("agent crashed")
+    finally:
+        run.running_agents -= 1
+        run.mailboxes.pop(spec.agent_id, None)
+        # Take what is still queued and refuse more, with no yield in between: a message is
+        # either in the history or handed back in the outcome, never lost.
+        undelivered = tuple(ctx.mailbox.drain())
+        ctx.mailbox.close()
+        if status is None:
+            reason, by = Registry.cancel_reason(ctx.node) if ctx.node else (None, None)
+            # Only the subtree whose budget ran out ends budget_exceeded; agents under it
+            # were cancelled because of it, and say so in their reason.
+            if by == "budget" and ctx.node is not None and ctx.node.cancel_by == "budget":
+                status, error = "budget_exceeded", reason
+            elif (
+                reason is None and seconds is not None and trio.current_time() >= ctx.scope.deadline
+            ):
+                status, error = "budget_exceeded", f"budget exceeded: {seconds:g} s of wall time"
+            else:
+                status, error = "cancelled", f"cancelled: {reason or 'cancelled'}"
+        _close_open_tool_calls(state)
+        outcome = AgentOutcome(
+            agent_id=spec.agent_id,
+            name=atype.name,
+            status=status,
+            result=None if result is None else _cut(result, run.limits.max_result_chars),
+            error=error,
+            turns=state.turns,
+            input_tokens=state.input_tokens,
+            output_tokens=state.output_tokens,
+            duration_s=trio.current_time() - t0,
+            state=state,
+            undelivered=undelivered,
+        )
+        spec.box.append(outcome)
+        # Finished from now on: a cancel arriving while the end is reported changes nothing.
+        run.registry.unregister(spec.agent_id)
+        if announced:  # an agent cancelled before it was announced leaves no trace at all
+            await run.bus.emit_final(
+                AgentFinished,
+                grace_s=run.limits.finish_grace_s,
+                agent_id=spec.agent_id,
+                parent_tool_use_id=spec.parent_tool_use_id,
+                status=outcome.status,
+                result=outcome.result,
+                error=outcome.error,
+                turns=outcome.turns,
+                input_tokens=outcome.input_tokens,
+                output_tokens=outcome.output_tokens,
+                duration_s=outcome.duration_s,
+            )
+    return outcome
+
+
+def _with_prompt(history: tuple[Message, ...], prompt: str) -> list[Message]:
+    """*history* with *prompt* as the next user message (joined to a trailing user message:
+    the APIs want roles to alternate, and an earlier turn may have ended on one)."""
+    block = TextBlock(text=prompt)
+    if history and history[-1].role == "user":
+        return [*history[:-1], Message(role="user", content=(*history[-1].content, block))]
+    return [*history, Message(role="user", content=(block,))]
+
+
+def _close_open_tool_calls(state: AgentState) -> None:
+    """Give every tool call in the history a result, so the history stays valid for the API
+    even when the agent was cancelled between asking for tools and getting their results."""
+    if not state.messages or state.messages[-1].role != "assistant":
+        return
+    uses = state.messages[-1].tool_uses
+    if uses:
+        state.messages.append(
+            Message(
+                role="user",
+                content=tuple(
+                    ToolResultBlock(tool_use_id=u.id, content="cancelled", is_error=True)
+                    for u in uses
+                ),
+            )
+        )
+
+
+async def _loop(
+    run: RunContext, spec: AgentSpec, state: AgentState, ctx: ActorContext[str], log: Any
+) -> tuple[AgentStatus, str | None, str | None]:
+    atype = spec.agent_type
+    max_turns = atype.max_turns or run.limits.max_turns
+    tools = _tools_for(run, atype)
+    specs = [_tool_spec(run, t) for t in tools.values()]
+    emit = functools.partial(
+        run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
+    )
+    last_text = ""
+    while True:
+        if state.turns >= max_turns:
+            # Before delivering: a message no turn will answer goes back in the outcome.
+            return "max_turns", last_text or None, f"stopped after {state.turns} turns (max_turns)"
+        if spec.depth > 0 and spec.agent_id not in run.active_children:
+            # A slot lent to its children while it waited for them comes back here.
+            await run.acquire_slot(spec.agent_id)
+        await _deliver_messages(ctx, state, emit)
+        request = ModelRequest(
+            model=atype.model or run.model,
+            system=state.system,
+            messages=tuple(state.messages),
+            tools=specs,
+            agent_type=atype.name,
+            agent_id=spec.agent_id,
+        )
+        content, calls, end = await _stream_turn(run, request, emit)
+        state.turns += 1
+        state.input_tokens += end.input_tokens
+        state.output_tokens += end.output_tokens
+        state.messages.append(Message(role="assistant", content=content))
+        last_text = "".join(b.text for b in content if isinstance(b, TextBlock))
+        await emit(
+            TurnFinished,
+            turn=state.turns,
+            stop_reason=end.stop_reason,
+            input_tokens=end.input_tokens,
+            output_tokens=end.output_tokens,
+        )
+        if calls:
+            await _run_tool_calls(run, spec, state, tools, calls, log)
+            state.continue_reason = "tool_use"
+            continue
+        if ctx.mailbox.pending():
+            state.continue_reason = "user_message"
+            continue
+        state.continue_reason = None
+        return "completed", last_text, None
+
+
+async def _deliver_messages(ctx: ActorContext[str], state: AgentState, emit: Any) -> None:
+    """Messages injected while the agent worked join the history at this turn boundary."""
+    for text in ctx.mailbox.drain():
+        # Into the history first: a cancel while the event waits must not lose the message.
+        block = TextBlock(text=text)
+        last = state.messages[-1] if state.messages else None
+        if last is not None and last.role == "user":
+            state.messages[-1] = Message(role="user", content=(*last.content, block))
+        else:
+            state.messages.append(Message(role="user", content=(block,)))
+        await emit(UserMessage, text=text)
+
+
+async def _stream_turn(
+    run: RunContext, request: ModelRequest, emit: Any
+) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd]:
+    """Stream one turn, emitting deltas; the turn joins the history only once it is whole."""
+    texts: list[str] = []
+    thinking: list[str] = []
+    signature: str | None = None
+    calls: list[ToolCall] = []
+    end: TurnEnd | None = None
+    async with aclosing(run.provider.stream(request)) as stream:
+        async for item in stream:
+            if isinstance(item, TextChunk):
+                texts.append(item.text)
+                await emit(TextDelta, text=item.text)
+            elif isinstance(item, ThinkingChunk):
+                thinking.append(item.text)
+                signature = item.signature or signature
+                await emit(ThinkingDelta, text=item.text)
+            elif isinstance(item, ToolCall):
+                calls.append(item)
+            elif isinstance(item, TurnEnd):
+                end = item
+    if end is None:
+        raise ProviderError(f"provider {run.provider.name} ended a turn without a stop reason")
+    content: list[Block] = []
+    if thinking or signature:
+        content.append(ThinkingBlock(text="".join(thinking), signature=signature))
+    if texts:
+        content.append(TextBlock(text="".join(texts)))
+    content.extend(ToolUseBlock(id=c.id, name=c.name, input=c.input) for c in calls)
+    return tuple(content), calls, end
+
+
+def _tools_for(run: RunContext, atype: AgentType) -> dict[str, Tool]:
+    if atype.tools is None:
+        return dict(run.tools)
+    return {name: run.tools[name] for name in atype.tools if name in run.tools}
+
+
+def _tool_spec(run: RunContext, tool: Tool) -> ToolSpec:
+    description = tool.description
+    if tool.name == "agent":
+        kinds = "\n".join(
+            f"- {t.name}: {t.description or '(no description)'}"
+            for t in run.agent_types.values()
+            if t.name != "main"
+        )
+        description = f"{description}\n\nAgent types:\n{kinds}"
+    return ToolSpec(name=tool.name, description=description, input_schema=tool.input_schema)
+
+
+async def _run_tool_calls(
+    run: RunContext,
+    spec: AgentSpec,
+    state: AgentState,
+    tools: Mapping[str, Tool],
+    calls: list[ToolCall],
+    log: Any,
+) -> None:
+    """Run one turn's tool calls and add their results to the history, in call order whatever
+    order they end in — also when the agent is cancelled half-way (the calls that did not
+    finish read ``cancelled``), so the history stays valid for another turn.
+
+    The calls run at the same time when every one of them is concurrency-safe (read-only tools,
+    ``agent``), else one after another.
+    """
+    results: list[ToolResultBlock | None] = [None] * len(calls)
+    parallel = len(calls) > 1 and all(
+        (t := tools.get(c.name)) is None or t.concurrency_safe for c in calls
+    )
+    try:
+        if parallel:
+            async with trio.open_nursery() as nursery:
+                for i, call in enumerate(calls):
+                    nursery.start_soon(_run_tool_call, run, spec, tools, call, i, results, log)
+        else:
+            for i, call in enumerate(calls):
+                await _run_tool_call(run, spec, tools, call, i, results, log)
+    finally:
+        blocks = tuple(
+            r or ToolResultBlock(tool_use_id=c.id, content="cancelled", is_error=True)
+            for r, c in zip(results, calls, strict=True)
+        )
+        state.messages.append(Message(role="user", content=blocks))
+
+
+def _summary(tool: Tool | None, call: ToolCall) -> str:
+    if tool is None:
+        return f"{call.name}: (unknown tool)"
+    try:
+        return tool.summary(call.input)
+    except Exception:  # a summary is cosmetic; a bad input must not break the event
+        return f"{call.name}: …"
+
+
+async def _run_tool_call(
+    run: RunContext,
+    spec: AgentSpec,
+    tools: Mapping[str, Tool],
+    call: ToolCall,
+    index: int,
+    results: list[ToolResultBlock | None],
+    log: Any,
+) -> None:
+    emit = functools.partial(
+        run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
+    )
+    tool = tools.get(call.name)
+    summary = _summary(tool, call)
+    t0 = trio.current_time()
+    await emit(ToolStarted, tool_use_id=call.id, name=call.name, input=call.input, summary=summary)
+    status: ToolStatus | None = None
+    output = ""
+    scope = trio.CancelScope()
+    node = None
+    try:
+        try:
+            node = run.registry.register(
+                call.id,
+                scope,
+                parent_id=spec.agent_id,
+                data=Owner(spec.agent_id, spec.parent_tool_use_id),
+            )
+        except ValueError:
+            status, output = "error", f"duplicate tool_use_id {call.id!r} in this run"
+        else:
+            with scope:
+                try:
+                    status, output = await _execute(run, spec, tool, call, summary, log)
+                except Exception as exc:  # validation, permissions, context: a bug here is
+                    # this call's error, never a crash of the agent and its other calls
+                    log.exception("tool call failed", tool=call.name, tool_use_id=call.id)
+                    status, output = "error", f"internal error: {type(exc).__name__}: {exc}"
+    finally:
+        if node is not None:
+            run.registry.unregister(call.id)
+        if status is None:
+            reason = Registry.cancel_reason(node)[0] if node is not None else None
+            status, output = "cancelled", f"cancelled: {reason or 'cancelled'}"
+        output = _cut(redact(output, run.secrets), run.limits.max_tool_output_chars)
+        results[index] = ToolResultBlock(
+            tool_use_id=call.id, content=output, is_error=status != "ok"
+        )
+        await run.bus.emit_final(
+            ToolFinished,
+            grace_s=run.limits.finish_grace_s,
+            agent_id=spec.agent_id,
+            parent_tool_use_id=spec.parent_tool_use_id,
+            tool_use_id=call.id,
+            name=call.name,
+            status=status,
+            output=output,
+            duration_s=trio.current_time() - t0,
+        )
+
+
+async def _execute(
+    run: RunContext, spec: AgentSpec, tool: Tool | None, call: ToolCall, summary: str, log: Any
+) -> tuple[ToolStatus, str]:
+
+    if tool is None:
+        known = ", ".join(sorted(_tools_for(run, spec.agent_type)))
+        return "error", f"unknown tool {call.name!r}; available tools: {known}"
+    if call.error is not None:
+        return "error", f"invalid input for {tool.name}: {call.error}"
+    try:
+        validate_input(tool, call.input)
+    except ToolInputError as exc:
+        return "error", f"invalid input for {tool.name}: {exc}"
+    granted, reason = await run.broker.check(
+        tool,
+        call.input,
+        agent_id=spec.agent_id,
+        parent_tool_use_id=spec.parent_tool_use_id,
+        tool_use_id=call.id,
+        summary=summary,
+    )
+    if not granted:
+        return "denied", f"permission denied: {reason}"
+    ctx = ToolContext(
+        workspace=run.workspace,
+        agent_id=spec.agent_id,
+        tool_use_id=call.id,
+        depth=spec.depth,
+        env=run.env,
+        limits=run.tool_limits,
+        log=log.bind(tool_use_id=call.id, tool=tool.name),
+        spawner=_Spawner(run, spec, call.id),
+    )
+    try:
+        return "ok", await tool.call(call.input, ctx)
+    except SubtreeCancelled as exc:
+        return "cancelled", f"cancelled: {exc.reason}"
+    except ToolError as exc:
+        return "error", str(exc)
+    except Exception as exc:  # a bug in a tool is a result the model reads, not a crash
+        log.exception("tool raised", tool=tool.name, tool_use_id=call.id)
+        return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"
+
+
+class _Spawner:
+    """Starts sub-agents for one ``agent`` tool call, inside that call's scope."""
+
+    def __init__(self, run: RunContext, parent: AgentSpec, tool_use_id: str) -> None:
+        self._run = run
+        self._parent = parent
+        self._tool_use_id = tool_use_id
+
+    async def run_subagent(
+        self,
+        *,
+        agent_type: str,
+        prompt: str,
+        description: str,
+        budget: Mapping[str, Any] | None,
+    ) -> str:
+        run = self._run
+        try:
+            atype = run.agent_types.lookup(agent_type)
+            call_budget = Budget.from_mapping(budget, where="input.budget") if budget else None
+        except ConfigError as exc:
+            raise ToolError(str(exc)) from None
+        depth = self._parent.depth + 1
+        if depth > run.limits.max_depth:
+            raise ToolError(
+                f"max depth {run.limits.max_depth} reached: a sub-agent here would be at "
+                f"depth {depth}; do this work yourself"
+            )
+        if run.agents_reserved >= run.limits.max_agents:
+            raise ToolError(f"max agents {run.limits.max_agents} reached for this run")
+        run.agents_reserved += 1
+        effective = (atype.budget or Budget()).tighter(call_budget)
+        spec = AgentSpec(
+            agent_id=run.new_agent_id(),
+            agent_type=atype,
+            prompt=prompt,
+            depth=depth,
+            parent_tool_use_id=self._tool_use_id,
+            parent_agent_id=self._parent.agent_id,
+            budget=None if effective.empty else effective,
+        )
+        runner = None
+        if atype.placement != "local":
+            runner = run.placements.get(atype.placement)
+            if runner is None:
+                raise ToolError(f"placement {atype.placement!r} is not available in this run")
+        parent_id = self._parent.agent_id
+        run.child_starting(parent_id)
+        try:
+            # Waits visibly: this call's tool_started is out; agent_started comes when it runs.
+            await run.acquire_slot(spec.agent_id)
+            try:
+                if runner is None:
+                    outcome = await run_agent_actor(run, spec)
+                else:
+                    outcome = await runner.run_subtree(run, spec)
+            finally:
+                run.release_slot(spec.agent_id)
+        finally:
+            run.child_finished(parent_id)
+        if outcome is None:  # pragma: no cover - the agent always reports, even when cancelled
+            raise ToolError(f"sub-agent {spec.agent_id} ended without an outcome")
+        if outcome.status == "completed":
+            return outcome.result or ""
+        if outcome.status == "cancelled":
+            raise SubtreeCancelled((outcome.error or "cancelled").removeprefix("cancelled: "))
+        if outcome.status == "max_turns":
+            raise ToolError(
+                f"sub-agent {atype.name} stopped after {outcome.turns} turns (max_turns)"
+                + (f"; its last text: {outcome.result}" if outcome.result else "")
+            )
+        if outcome.status == "budget_exceeded":
+            raise ToolError(f"sub-agent {atype.name}: {outcome.error}")
+        raise ToolError(f"sub-agent {atype.name} failed: {outcome.error}")
+
+
+async def run_agent_actor(run: RunContext, spec: AgentSpec) -> AgentOutcome | None:
+    """Run *spec* as an actor in a nursery of the calling task, and wait for its outcome.
+
+    Cancellation: cancels the agent, which still reports how it ended.
+    """
+    run.budget.set_budget(spec.agent_id, spec.budget)
+    try:
+        await _run_in_own_nursery(run, spec)
+    finally:
+        run.budget.forget(spec.agent_id)
+    return spec.box[0] if spec.box else None
+
+
+async def _run_in_own_nursery(run: RunContext, spec: AgentSpec) -> None:
+    async with trio.open_nursery() as nursery:
+        start_actor_soon(
+            nursery,
+            functools.partial(agent_main, run, spec),
+            actor_id=spec.agent_id,
+            registry=run.registry,
+            parent_id=spec.parent_tool_use_id,
+            data=Owner(spec.agent_id, spec.parent_tool_use_id),
+            mailbox_size=run.limits.mailbox_size,
+        )

@@ -1,0 +1,195 @@
+"""The tool interface: what every built-in and user tool implements.
+
+A tool is a :class:`Tool` subclass: a name, a description, a JSON Schema for its input, flags that
+tell the runtime how it may be scheduled and whether it needs permission, a one-line
+:meth:`Tool.summary` for events and views, and an async :meth:`Tool.call`.
+
+The runtime validates the model's arguments against :attr:`Tool.input_schema` before
+:meth:`Tool.call` runs; a mismatch is an ``error`` result naming the field. ``call`` returns the
+text the model reads, or raises :class:`~runtime.ToolError` for an ``error`` result. Any other
+exception is also turned into an ``error`` result (a bug in a tool never crashes the agent).
+"""
+
+from __future__ import annotations
+
+import abc
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
+
+import attrs
+
+from ._errors import ToolInputError
+from ._schema import compile_check
+
+if TYPE_CHECKING:
+    import structlog
+
+
+TargetKind: TypeAlias = Literal["command", "path", "text"]
+
+
+class SubAgentSpawner(Protocol):
+    """What the ``agent`` tool needs from the runtime (given in :class:`ToolContext`)."""
+
+    async def run_subagent(
+        self,
+        *,
+        agent_type: str,
+        prompt: str,
+        description: str,
+        budget: Mapping[str, Any] | None,
+    ) -> str:
+        """Run a sub-agent to its end inside the calling tool call's scope.
+
+        Returns:
+            The sub-agent's final text.
+
+        Raises:
+            ToolError: it failed, ran out of turns or budget, or could not start.
+            SubtreeCancelled: it was cancelled by id.
+        """
+        ...
+
+
+@attrs.frozen(kw_only=True)
+class ToolLimits:
+    """Caps every tool honours; users set them on the runtime."""
+
+    max_output_chars: int = 30_000
+    bash_default_timeout_s: float = 120.0
+    bash_max_timeout_s: float = 600.0
+    read_max_bytes: int = 2_000_000
+    read_default_lines: int = 2_000
+    glob_max_results: int = 1_000
+    grep_max_matches: int = 500
+    grep_timeout_s: float = 30.0
+    """The most one ``grep`` call may search for (a pattern that backtracks without end, such
+    as ``(a|aa)+$``, is stopped by it, and never holds up the other agents meanwhile)."""
+
+
+@attrs.frozen(kw_only=True)
+class ToolContext:
+    """Everything a tool call may use.
+
+    Attributes:
+        workspace: the resolved workspace folder; file tools stay inside it.
+        env: the environment for subprocesses, with secrets already removed.
+        spawner: runs sub-agents (the ``agent`` tool); ``None`` where sub-agents are not allowed.
+    """
+
+    workspace: Path
+    agent_id: str
+    tool_use_id: str
+    depth: int
+    env: Mapping[str, str]
+    limits: ToolLimits
+    log: structlog.typing.FilteringBoundLogger
+    spawner: SubAgentSpawner | None = None
+
+
+class Tool(abc.ABC):
+    """Base class of every tool.
+
+    Class attributes:
+        input_schema: the JSON Schema of the input. It is compiled on the tool object's first
+            call and kept: replace it (a new dict) rather than change it in place.
+        read_only: never changes anything; never asks permission by default.
+        concurrency_safe: may run at the same time as other calls of the same turn.
+        needs_permission: asks (in ``ask`` mode) before running.
+        edits_files: allowed without asking in ``auto-edit`` mode.
+        permission_target_kind: how permission rules read :meth:`permission_target`:
+            ``command`` (shell syntax aware), ``path`` (glob over folders) or ``text``.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    input_schema: ClassVar[dict[str, Any]]
+    read_only: ClassVar[bool] = False
+    concurrency_safe: ClassVar[bool] = False
+    needs_permission: ClassVar[bool] = True
+    edits_files: ClassVar[bool] = False
+    permission_target_kind: ClassVar[TargetKind] = "text"
+
+    def summary(self, args: Mapping[str, Any]) -> str:
+        """One line for events and views, e.g. ``bash: ls -la``."""
+        first = next(iter(args.values()), "") if args else ""
+        return one_line(f"{self.name}: {first}")
+
+    def permission_target(self, args: Mapping[str, Any]) -> str:
+        """The argument permission rules match against (``bash(git *)`` matches the command)."""
+        return ""
+
+    @abc.abstractmethod
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        """Do the work.
+
+        Returns:
+            The text the model reads.
+
+        Raises:
+            ToolError: an ``error`` result with this message.
+
+        Cancellation: the runtime cancels the call's scope; the tool must leave nothing
+        behind (``bash`` kills its process group).
+        """
+
+
+def one_line(text: str, limit: int = 120) -> str:
+    """*text* folded onto one line and cut to *limit* characters."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+class _Validation:
+    """A tool's compiled checks: the fast yes (tools/_schema.py), then jsonschema, made on need."""
+
+    __slots__ = ("fast", "schema", "validator")
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+        self.fast = compile_check(schema)
+        self.validator: Any = None
+
+
+# One compiled validation per tool object, dropped with it. Keyed by the object, not its class:
+# a tool may carry its own schema, and a class id can be reused once the class is gone.
+_VALIDATIONS: weakref.WeakKeyDictionary[Tool, _Validation] = weakref.WeakKeyDictionary()
+
+
+def validate_input(tool: Tool, args: Any) -> None:
+    """Check *args* against the tool's schema.
+
+    Valid input of a simple schema is recognised by a compiled check; anything else, and every
+    error, goes through jsonschema.
+
+    Raises:
+        ToolInputError: naming the first faulty field, e.g. ``input.command: required``.
+    """
+    validation = _VALIDATIONS.get(tool)
+    if validation is None or validation.schema is not tool.input_schema:
+        validation = _VALIDATIONS[tool] = _Validation(tool.input_schema)
+    if validation.fast is not None and validation.fast(args):
+        return
+    import jsonschema  # imported on first use: keeps start-up fast
+
+    validator = validation.validator
+    if validator is None:
+        cls = jsonschema.validators.validator_for(tool.input_schema)
+        validator = validation.validator = cls(tool.input_schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(args))
+    if error is None:
+        return
+    path = "input" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.path)
+    if error.validator == "required" and isinstance(error.validator_value, list):
+        missing = [
+            f
+            for f in error.validator_value
+            if isinstance(error.instance, dict) and f not in error.instance
+        ]
+        if missing:
+            raise ToolInputError(f"{path}.{missing[0]}: required field missing")
+    if error.validator == "additionalProperties":
+        raise ToolInputError(f"{path}: {error.message}")
+    raise ToolInputError(f"{path}: {error.message}")

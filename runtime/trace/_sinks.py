@@ -1,0 +1,276 @@
+"""Sinks: taps that write every event as a JSONL line (the trace file, ``--json`` on stdout).
+
+A sink never drops an event and never makes an agent wait: each event is encoded in the emitting
+task (the same work a consumer task would do, minus a hop) into an in-memory buffer, and a flusher
+task writes the buffer out at most every ``interval_s``. A buffer over ``max_buffer_bytes`` is
+written at once, so memory stays bounded. The final :meth:`JsonlSink.flush` at the end of a run is
+synchronous, so even a cancelled run ends its trace with its last event.
+
+Writes are plain blocking writes: a trace line is small and an OS write of a few kilobytes is
+faster than handing it to a thread.
+
+Except to a pipe or a socket (``--json | consumer``), whose reader may stop reading (``| less``
+left on its first page): a blocking write there would freeze the event loop, every agent and
+Ctrl+C with it. :class:`PipeSink` writes there instead: a ``block`` subscription, so a reader that
+falls behind makes the agents wait at their next event (backpressure, as a pipeline does), while
+the loop stays free; the writes are non-blocking and wait for the pipe to take more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import stat
+import time
+from typing import TYPE_CHECKING, BinaryIO
+
+import structlog
+import trio
+
+from runtime.core._events import Event, encode_event
+
+if TYPE_CHECKING:
+    from runtime.core._bus import EventBus
+
+_log = structlog.get_logger("trio_agents.sinks")
+
+
+class JsonlSink:
+    """Writes events to a binary file object as JSON lines.
+
+    Args:
+        file: an open binary file (a trace file, ``sys.stdout.buffer``).
+        close_file: close *file* when the sink closes.
+        fsync: ``os.fsync`` after each flush (slower, survives a machine crash).
+    """
+
+    def __init__(
+        self,
+        file: BinaryIO,
+        *,
+        name: str = "sink",
+        close_file: bool = False,
+        interval_s: float = 0.02,
+        max_buffer_bytes: int = 1 << 20,
+        fsync: bool = False,
+    ) -> None:
+        self.name = name
+        self._file = file
+        self._close_file = close_file
+        self._interval_s = interval_s
+        self._max = max_buffer_bytes
+        self._fsync = fsync
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._wake = trio.Event()
+        self.broken: str | None = None
+        self.lines_written = 0
+
+    def __call__(self, event: Event) -> None:
+        """The tap: encode *event* and buffer it."""
+        if self.broken is not None:
+            return
+        line = encode_event(event)
+        self._parts.append(line)
+        self._size += len(line)
+        if self._size >= self._max:
+            self.flush()
+        elif not self._wake.is_set():
+            self._wake.set()
+
+    def flush(self) -> None:
+        """Write everything buffered now. Never raises: a broken sink (a closed pipe, a full
+        disk) is recorded in :attr:`broken`, logged once and stops writing."""
+        if not self._parts or self.broken is not None:
+            return
+        data = b"".join(self._parts)
+        count = len(self._parts)
+        self._parts.clear()
+        self._size = 0
+        try:
+            self._file.write(data)
+            self._file.flush()
+            if self._fsync:
+                os.fsync(self._file.fileno())
+        except (OSError, ValueError) as exc:
+            # A consumer that went away (EPIPE) must not take the run down with it.
+            self.broken = f"{type(exc).__name__}: {exc}"
+            _log.warning("sink stopped writing", sink=self.name, error=self.broken)
+            return
+        self.lines_written += count
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The flusher task: runs until cancelled, writing the buffer out as it fills.
+
+        Cancellation: leaves anything still buffered for :meth:`close` to write.
+        """
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            self.flush()
+            await trio.sleep(self._interval_s)
+
+    def close(self) -> None:
+        """Write what is left and close the file if the sink owns it. Synchronous on purpose."""
+        self.flush()
+        if self._close_file:
+            try:
+                self._file.close()
+            except OSError as exc:
+                _log.warning("sink close failed", sink=self.name, error=str(exc))
+
+
+def open_pipe_writer(file: BinaryIO) -> int | None:
+    """A private non-blocking descriptor writing to the pipe *file* is, or None.
+
+    None when *file* is not a pipe, or where the pipe cannot be opened a second time (Linux
+    re-opens a pipe through ``/proc/self/fd``; a socket cannot be). The descriptor is a new open
+    file description of the same pipe: making it non-blocking changes nothing for *file* itself,
+    nor for a stderr that shares the pipe (``2>&1``), nor for whoever writes to the pipe after
+    this process. Whatever *file* has buffered is flushed first.
+    """
+    try:
+        fd = file.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+        file.flush()
+        private = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError, AttributeError):  # no descriptor (a BytesIO), no /proc, ...
+        return None
+    if os.fstat(private).st_ino != os.fstat(fd).st_ino:  # not the same pipe after all
+        os.close(private)
+        return None
+    return private
+
+
+class PipeSink:
+    """Writes every event as a JSON line to a pipe, never blocking the event loop.
+
+    Args:
+        fd: a non-blocking descriptor of the pipe (:func:`open_pipe_writer`); the sink owns it
+            and closes it in :meth:`close`.
+        bus: the run's bus; the sink subscribes (``block``, *buffer* events) at once.
+        stall_after_s: blocked this long on a full pipe, the sink calls itself stalled
+            (:meth:`~runtime.core._bus.Subscription.stall`): ends of nodes stop waiting for it.
+        final_timeout_s: how long :meth:`close` waits for a reader that takes nothing more (a
+            slow reader that still takes something gets everything, up to ``final_limit_s``).
+        final_limit_s: the most :meth:`close` waits in all.
+    """
+
+    def __init__(
+        self,
+        fd: int,
+        bus: EventBus,
+        *,
+        name: str = "json",
+        buffer: int = 4096,
+        stall_after_s: float = 0.5,
+        final_timeout_s: float = 2.0,
+        final_limit_s: float = 30.0,
+    ) -> None:
+        self.name = name
+        self._fd = fd
+        self._sub = bus.subscribe(buffer=buffer, policy="block")
+        self._stall_after_s = stall_after_s
+        self._final_timeout_s = final_timeout_s
+        self._final_limit_s = final_limit_s
+        self._pending = bytearray()
+        self.broken: str | None = None
+        self.lines_written = 0
+        self._lines_pending = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The writer task: runs until the run ends or it is cancelled.
+
+        Cancellation: what is not written yet stays for :meth:`close`.
+        """
+        task_status.started()
+        try:
+            while self.broken is None:
+                try:
+                    event = await self._sub.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    return
+                self._take(event)
+                while True:
+                    try:
+                        self._take(self._sub.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                await self._write_pending()
+        finally:
+            # Nobody reads the subscription any more: ends must not wait for it.
+            self._sub.stall()
+
+    def _take(self, event: Event) -> None:
+        if self.broken is None:
+            self._pending += encode_event(event)
+            self._lines_pending += 1
+
+    async def _write_pending(self) -> None:
+        while self._pending and self.broken is None:
+            if self._write_some():
+                continue
+            with trio.move_on_after(self._stall_after_s) as waited:
+                await trio.lowlevel.wait_writable(self._fd)
+            if waited.cancelled_caught:
+                self._sub.stall()
+                await trio.lowlevel.wait_writable(self._fd)
+
+    def _write_some(self) -> bool:
+        """Write what the pipe takes now; False if it took nothing (it is full)."""
+        try:
+            written = os.write(self._fd, self._pending)
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            # A reader that went away (EPIPE) must not take the run down with it, nor hold it
+            # up: the subscription goes, so nothing waits for this sink again.
+            self.broken = f"{type(exc).__name__}: {exc}"
+            _log.warning("sink stopped writing", sink=self.name, error=self.broken)
+            self._pending.clear()
+            self._sub.close()
+            return True
+        del self._pending[:written]
+        if not self._pending:
+            self.lines_written += self._lines_pending
+            self._lines_pending = 0
+        return True
+
+    def close(self) -> None:
+        """Write what is left, giving up once the reader has taken nothing for
+        ``final_timeout_s`` (or after ``final_limit_s`` in all), and close the descriptor.
+        Synchronous, like :meth:`JsonlSink.close`."""
+        try:
+            while self.broken is None:
+                try:
+                    self._take(self._sub.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+            self._drain()
+        finally:
+            self._sub.close()
+            with contextlib.suppress(OSError):  # closed under us: nothing left to do
+                os.close(self._fd)
+
+    def _drain(self) -> None:
+        poller = select.poll()
+        poller.register(self._fd, select.POLLOUT)
+        now = time.monotonic()
+        limit = now + self._final_limit_s
+        quiet_until = now + self._final_timeout_s
+        while self._pending and self.broken is None:
+            if self._write_some():
+                quiet_until = time.monotonic() + self._final_timeout_s
+                continue
+            left = min(quiet_until, limit) - time.monotonic()
+            if left <= 0:
+                _log.warning(
+                    "sink gave up: its reader stopped reading",
+                    sink=self.name,
+                    bytes_left=len(self._pending),
+                )
+                return
+            poller.poll(left * 1000)
