@@ -72,8 +72,8 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
 
-    from runtime.core._loop import AgentOutcome
-    from runtime.wiring._open import AgentHandle
+    from runtime.core._agent import AgentOutcome
+    from runtime.core._runtime import AgentHandle
 
     from ._options import Session
 

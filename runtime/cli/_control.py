@@ -41,7 +41,7 @@ import trio
 from runtime.core._errors import ConfigError
 
 if TYPE_CHECKING:
-    from runtime.wiring._open import Runtime
+    from runtime.core._runtime import Runtime
 
 MAX_LINE = 64 * 1024
 """The longest request line accepted, in bytes; a longer one gets an error answer."""

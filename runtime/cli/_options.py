@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from runtime.core._loop import AgentOutcome
+    from runtime.core._agent import AgentOutcome
+    from runtime.core._runtime import Runtime
     from runtime.trace._tree import TraceTree
-    from runtime.wiring._open import Runtime
 
     from ._keyboard import Keyboard
     from ._live import LiveView, PlainView

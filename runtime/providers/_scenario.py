@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import orjson
 
+from runtime.core._agent_types import AgentType
 from runtime.core._errors import ScenarioError
 
 _TURN_KEYS = frozenset(
@@ -233,3 +234,24 @@ def _parse_turn(path: str, turn: Any) -> ScriptedTurn:
         output_tokens=usage_out,
         stop_reason=stop,
     )
+
+
+def agent_types_from_scenario(scenario: Scenario) -> list[AgentType]:
+    """The agent types a scenario defines (its system prompts, tool lists and limits)."""
+    out = []
+    for name, script in scenario.agents.items():
+        kwargs: dict[str, Any] = {"name": name}
+        if script.system is not None:
+            kwargs["system"] = script.system
+        if script.tools is not None:
+            kwargs["tools"] = script.tools
+        if script.description:
+            kwargs["description"] = script.description
+        if script.model is not None:
+            kwargs["model"] = script.model
+        if script.max_turns is not None:
+            kwargs["max_turns"] = script.max_turns
+        if script.placement is not None:
+            kwargs["placement"] = script.placement
+        out.append(AgentType(**kwargs))
+    return out
