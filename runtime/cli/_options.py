@@ -90,7 +90,9 @@ def _positive_float(text: str) -> float:
 
 
 def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -> None:
-    """Add the options every running command (``run``, ``demo``, ``chat``) takes (SPEC §6).
+    """Add the options every running command (``run``, ``demo``, ``chat``) takes.
+
+    They are described in docs/cli.md#options-of-run-demo-and-chat.
 
     Args:
         demo: word the help for ``demo``'s defaults (its own workspace, ``allow-all``).

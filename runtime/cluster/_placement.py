@@ -30,7 +30,7 @@ so the subtree's ``cancelled`` events arrive before the call ends. Only if the h
 finish within ``finish_grace_s`` does the pump ``ray.cancel`` the streaming call and synthesise
 the missing ends. A lost worker (killed actor, crashed process) ends every unfinished remote
 node ``failed`` (tool calls ``error``) with the reason, in child-before-parent order, emitted
-here so the SPEC §2 invariants hold.
+here so the invariants of docs/events.md#invariants hold.
 """
 
 from __future__ import annotations

@@ -69,8 +69,9 @@ class BudgetLayer:
         elif isinstance(event, ToolStarted):
             self._add(event.agent_id, tool_calls=1)
         elif isinstance(event, AgentFinished) and event.agent_id is not None:
-            # Every agent under it has finished already (SPEC §2 ordering) and its usage was
-            # added to its ancestors as it came, so it can go: memory follows the live agents.
+            # Every agent under it has finished already (docs/events.md#invariants) and its
+            # usage was added to its ancestors as it came, so it can go: memory follows the live
+            # agents.
             self._agents.pop(event.agent_id, None)
             self._pending.pop(event.agent_id, None)
 

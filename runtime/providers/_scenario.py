@@ -1,4 +1,6 @@
-"""Scenario files for the scripted provider (SPEC §4): parsed and checked before anything runs.
+"""Scenario files for the scripted provider: parsed and checked before anything runs.
+
+The format is described in docs/scenarios.md.
 
 A malformed file is refused with a :class:`ScenarioError` whose message starts with the JSON path
 of the fault, e.g. ``agents.worker.turns[2].tool_calls[0].name: missing``.
