@@ -192,9 +192,18 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    _publish(importlib.import_module(module))
+    return globals()[name]
+
+
+def _publish(module: Any) -> None:
+    # Every public name of *module* reports ``runtime`` as its module (``runtime.ConfigError``).
+    from runtime.core._names import publish_names
+
+    names = [public for public, where in _LAZY.items() if where == module.__name__]
+    publish_names((getattr(module, public) for public in names), __name__)
+    for public in names:
+        globals()[public] = getattr(module, public)
 
 
 def __dir__() -> list[str]:
