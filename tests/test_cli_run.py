@@ -421,3 +421,47 @@ def test_ray_address_reaches_the_runtime() -> None:
     assert runtime_kwargs(options_from_args(ns))["ray_address"] == "10.0.0.5:6379"
     ns = build_parser().parse_args(["run", "x"])
     assert runtime_kwargs(options_from_args(ns))["ray_address"] is None
+
+
+def test_a_second_run_on_the_same_trace_path_exits_2_and_leaves_the_first_alone(
+    tmp_path: Path,
+) -> None:
+    scenario = tmp_path / "slow.json"
+    slow = {"agents": {"main": {"tools": [], "turns": [{"text": "done", "delay_s": 30}]}}}
+    scenario.write_text(json.dumps(slow))
+    trace = tmp_path / "t.jsonl"
+    args = cli("run", "go", "--scenario", str(scenario), "--trace", str(trace))
+    first = subprocess.Popen(
+        args,
+        cwd=tmp_path,
+        env=child_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (trace.exists() and trace.read_bytes().count(b"\n") >= 2):
+            assert time.monotonic() < deadline, "the first run stalled"
+            assert first.poll() is None, "the first run ended early"
+            time.sleep(0.02)
+        before = trace.read_bytes()
+        second = subprocess.run(
+            args,
+            cwd=tmp_path,
+            env=child_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+            timeout=20,
+        )
+        assert second.returncode == 2
+        lines = second.stderr.decode().strip().splitlines()
+        assert len(lines) == 1, lines
+        assert "being written by another run" in lines[0]
+        assert trace.read_bytes().startswith(before)
+    finally:
+        first.kill()
+        first.wait()
+        if first.stderr:
+            first.stderr.close()

@@ -12,6 +12,10 @@ reaches consumers two ways:
   everything) or ``lag`` (the subscription is dropped and its reader gets
   :class:`SubscriberLagged` — a slow or stuck consumer never blocks the agents). A subscriber that
   closes simply disappears.
+
+A *gate* (:meth:`EventBus.set_gate`, the trace file's sink) is flushed before a subscription hands
+out an event it has not written yet: whatever a subscriber shows or forwards outside the process
+is already in the trace, so a ``kill -9`` never leaves the trace behind what was reported.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import structlog
 import trio
@@ -32,6 +36,14 @@ Tap = Callable[[Event], None]
 Policy = Literal["block", "lag"]
 
 _log = structlog.get_logger("trio_agents.bus")
+
+
+class Gate(Protocol):
+    """What the bus needs from the trace sink: how far it has written, and a way to write now."""
+
+    written_seq: int
+
+    def flush(self) -> None: ...
 
 
 class SubscriberLagged(AgentsError):
@@ -104,6 +116,7 @@ class Subscription:
                 raise trio.EndOfChannel
             await self._readers.park()
         event = self._buffer.popleft()
+        self._bus._through_gate(event.seq)
         self._stalled = False
         if self._writers:
             # One slot freed: wake one waiting emitter, not all of them (with a thousand agents
@@ -123,6 +136,7 @@ class Subscription:
         """The next event if one is buffered, else :class:`trio.WouldBlock`."""
         if self._buffer:
             event = self._buffer.popleft()
+            self._bus._through_gate(event.seq)
             self._stalled = False
             if self._writers:
                 self._writers.unpark()
@@ -171,6 +185,7 @@ class EventBus:
         # A snapshot iterated by emit, so a subscription dropped mid-delivery does not skip another.
         self._fanout: tuple[Subscription, ...] = ()
         self._closed = False
+        self._gate: Gate | None = None
 
     @property
     def last_seq(self) -> int:
@@ -188,6 +203,16 @@ class EventBus:
         :attr:`failed_taps`); the event still goes to every other tap and subscriber.
         """
         self._taps.append(tap)
+
+    def set_gate(self, gate: Gate | None) -> None:
+        """Make subscriptions hand out an event only once *gate* has written it (the trace sink,
+        which must also be a tap, added before any subscription reads)."""
+        self._gate = gate
+
+    def _through_gate(self, seq: int) -> None:
+        gate = self._gate
+        if gate is not None and gate.written_seq < seq:
+            gate.flush()
 
     def remove_tap(self, tap: Tap) -> None:
         if tap in self._taps:

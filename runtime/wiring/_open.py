@@ -36,7 +36,7 @@ from runtime.core._messages import Message
 from runtime.core._provider import Provider
 from runtime.providers._scenario import Scenario
 from runtime.providers._scripted import ScriptedProvider
-from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer
+from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
 
 if TYPE_CHECKING:
     from tools import Tool, ToolLimits
@@ -424,15 +424,14 @@ async def open_runtime(
             )
         bus = EventBus(run_id)
         sinks: list[JsonlSink] = []
+        trace_sink: JsonlSink | None = None
         if trace_path is not None:
-            try:
-                trace_path.parent.mkdir(parents=True, exist_ok=True)
-                trace_file = trace_path.open("wb")  # noqa: ASYNC230 - once, at start-up
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot write trace {str(trace_path)!r}: {exc.strerror}"
-                ) from exc
-            sinks.append(JsonlSink(trace_file, name="trace", close_file=True))
+            # Locked, 0600, never through a symlink (runtime/trace/_sinks.py).
+            trace_file = open_trace_file(trace_path)
+            trace_sink = JsonlSink(trace_file, name="trace", close_file=True, watch=trace_path)
+            sinks.append(trace_sink)
+            # Nothing reaches --json or a subscriber before it is in the trace.
+            bus.set_gate(trace_sink)
         writers: list[JsonlSink | PipeSink] = []
         json_pipe = open_pipe_writer(json_out) if json_out is not None else None
         if json_pipe is not None:
@@ -441,7 +440,7 @@ async def open_runtime(
             stack.callback(pipe_sink.close)  # owns the descriptor from here on
             writers.append(pipe_sink)
         elif json_out is not None:
-            sinks.append(JsonlSink(json_out, name="json", interval_s=0.005))
+            sinks.append(JsonlSink(json_out, name="json", interval_s=0.005, gate=trace_sink))
         for sink in sinks:
             # Sinks first: they see every event even if a user's tap misbehaves; and they are
             # closed (flushed) by the exit stack whatever happens below.
