@@ -128,6 +128,31 @@ def build_parser() -> CliParser:
     cancel.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
     cancel.add_argument("id", metavar="ID", help="the agent id or tool_use_id to cancel")
     cancel.add_argument("--reason", help="why (recorded in the trace)")
+
+    permit = sub.add_parser(
+        "permit",
+        help="answer a permission request of a run started with --control SOCK",
+        description="Answer the permission request REQUEST_ID (see trio-agents pending) of a "
+        "run started with --control SOCK in ask mode. Exit 0 when answered, 1 when the run "
+        "refused (no such request is waiting), 2 when nothing listens at SOCK.",
+    )
+    permit.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
+    permit.add_argument("request_id", metavar="REQUEST_ID", help="e.g. perm-1")
+    permit.add_argument("answer", choices=["yes", "no"], help="grant or deny the call")
+    permit.add_argument(
+        "--always",
+        action="store_true",
+        help="with yes: also allow calls like this one for the rest of the run",
+    )
+
+    pending = sub.add_parser(
+        "pending",
+        help="list the permission requests waiting in a run started with --control SOCK",
+        description="List the permission requests waiting for an answer, one a line: "
+        "REQUEST_ID, what the call does, the agent and the tool call.",
+    )
+    pending.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
+    pending.add_argument("--json", action="store_true", help="as one JSON array")
     return parser
 
 
@@ -151,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.command == "cancel":
             return cmd_cancel(ns.control, ns.id, ns.reason)
+        if ns.command in ("permit", "pending"):
+            from ._control import cmd_pending, cmd_permit
+
+            if ns.command == "permit":
+                return cmd_permit(ns.control, ns.request_id, ns.answer, always=ns.always)
+            return cmd_pending(ns.control, as_json=ns.json)
         opts = options_from_args(ns)
         if ns.command == "run":
             return cmd_run(opts, _read_prompt(ns.prompt))
