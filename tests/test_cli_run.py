@@ -465,3 +465,40 @@ def test_a_second_run_on_the_same_trace_path_exits_2_and_leaves_the_first_alone(
         first.wait()
         if first.stderr:
             first.stderr.close()
+
+
+def test_bash_in_a_real_run_cannot_read_the_runtimes_secrets(tmp_path: Path) -> None:
+    # /proc/$PPID/environ is the trio-agents process: encoded, no redaction could catch it.
+    key = "sk-cli-0123456789abcdef"
+    command = "base64 -w0 < /proc/$PPID/environ"
+    call = {"name": "bash", "input": {"command": command}}
+    scenario = tmp_path / "s.json"
+    scenario.write_text(
+        json.dumps({"agents": {"main": {"turns": [{"tool_calls": [call]}, {"text": "ok"}]}}})
+    )
+    trace = tmp_path / "t.jsonl"
+    proc = subprocess.run(
+        cli(
+            "run",
+            "go",
+            "--scenario",
+            str(scenario),
+            "--trace",
+            str(trace),
+            "--permission-mode",
+            "allow-all",
+        ),
+        cwd=tmp_path,
+        env={**child_env(), "MY_API_KEY": key},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (output,) = [e.output for e in read_trace(trace) if e.type == "tool_finished"]  # type: ignore[attr-defined]
+    import base64
+
+    environ = base64.b64decode(output.split("\n")[0])
+    assert b"PATH=" in environ
+    assert key.encode() not in environ

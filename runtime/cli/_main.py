@@ -157,7 +157,16 @@ def build_parser() -> CliParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
+    """Entry point; returns the exit code.
+
+    Called without *argv* (the ``trio-agents`` process itself), it first seals the process's
+    environment: secrets leave ``os.environ`` and ``/proc/<pid>/environ`` (kept privately for
+    the providers), so the commands the agents run cannot read them from this process.
+    """
+    if argv is None:
+        from runtime.core._secrets import seal_process_environ
+
+        seal_process_environ()
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "trace":
         from ._trace_cmd import main as trace_main  # lazy on purpose

@@ -337,6 +337,8 @@ def setup_logging(debug: bool) -> None:
 
     import structlog
 
+    from runtime.core._secrets import RedactingLogFilter, redact_log_event
+
     level = logging.DEBUG if debug else logging.WARNING
     processors: list[Any] = [
         structlog.processors.add_log_level,
@@ -346,6 +348,8 @@ def setup_logging(debug: bool) -> None:
         processors.append(structlog.processors.format_exc_info)
     else:
         processors.append(_drop_traceback)
+    # Last before rendering: whatever the line holds by now (an error, a path) is masked.
+    processors.append(redact_log_event)
     processors.append(
         structlog.dev.ConsoleRenderer(
             colors=False, exception_formatter=structlog.dev.plain_traceback
@@ -359,6 +363,7 @@ def setup_logging(debug: bool) -> None:
     )
     handler = logging.StreamHandler(_Stderr())
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingLogFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -369,7 +374,9 @@ def setup_logging(debug: bool) -> None:
 
 def error_line(message: str, *, file: TextIO | None = None) -> None:
     """Print one ``trio-agents: error: …`` line on stderr (newlines folded)."""
-    text = " ".join(message.split("\n")).strip()
+    from runtime.core._secrets import redact_text  # masked like the events and the logs
+
+    text = redact_text(" ".join(message.split("\n")).strip())
     print(f"{PROG}: error: {text}", file=file or sys.stderr, flush=True)
 
 

@@ -39,6 +39,7 @@ from cattrs.preconf.orjson import make_converter
 
 from runtime.core._errors import AgentsError
 from runtime.core._messages import Message, state_converter
+from runtime.core._secrets import redact_known
 
 FORMAT_VERSION = 1
 """The session file format this version writes, and the newest it reads."""
@@ -144,9 +145,9 @@ def new_session(**fields: Any) -> ChatSession:
 
 def encode_session(session: ChatSession) -> bytes:
     """The file's bytes: indented JSON (a person may read it), ending with a newline."""
-    data: bytes = orjson.dumps(
-        _converter.unstructure(session), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
-    )
+    # Masked like the events: a key the user typed or a tool showed stays out of the file.
+    obj = redact_known(_converter.unstructure(session))
+    data: bytes = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
     return data
 
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._errors import ToolInputError as ToolInputError
     from ._globs import escape_glob as escape_glob
     from ._globs import glob_regex as glob_regex
+    from ._secrets import Redactor as Redactor
     from ._tool import SubAgentSpawner as SubAgentSpawner
     from ._tool import TargetKind as TargetKind
     from ._tool import Tool as Tool
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "AgentsError": "._errors",
     "ConfigError": "._errors",
+    "Redactor": "._secrets",
     "SubAgentSpawner": "._tool",
     "TargetKind": "._tool",
     "Tool": "._tool",

@@ -13,6 +13,13 @@ reaches consumers two ways:
   :class:`SubscriberLagged` — a slow or stuck consumer never blocks the agents). A subscriber that
   closes simply disappears.
 
+Secrets are masked here, once for every consumer: each string field of each event (at any depth:
+a tool's input, the run's config) goes through the run's :class:`~runtime.core._secrets.Redactor`
+before the event exists. A ``text_delta`` / ``thinking_delta`` whose end could be the start of a
+secret holds that end back until the agent's next event shows whether it was (a secret streamed
+over several deltas is masked whole); the held text goes out, masked, as a delta of its own before
+that agent's next event of another kind.
+
 A *gate* (:meth:`EventBus.set_gate`, the trace file's sink) is flushed before a subscription hands
 out an event it has not written yet: whatever a subscriber shows or forwards outside the process
 is already in the trace, so a ``kill -9`` never leaves the trace behind what was reported.
@@ -29,13 +36,16 @@ import structlog
 import trio
 
 from ._errors import AgentsError
-from ._events import Event
+from ._events import Event, TextDelta, ThinkingDelta
+from ._secrets import Redactor
 
 E = TypeVar("E", bound=Event)
 Tap = Callable[[Event], None]
 Policy = Literal["block", "lag"]
 
 _log = structlog.get_logger("trio_agents.bus")
+_STREAMED: tuple[type[TextDelta | ThinkingDelta], ...] = (TextDelta, ThinkingDelta)
+_COMMON = frozenset({"seq", "ts", "run_id", "agent_id", "parent_tool_use_id"})
 
 
 class Gate(Protocol):
@@ -172,10 +182,20 @@ class Subscription:
 
 
 class EventBus:
-    """The merge point of a run's events. Create one per run."""
+    """The merge point of a run's events. Create one per run.
 
-    def __init__(self, run_id: str) -> None:
+    Args:
+        redactor: masks the run's secrets in every event (see the module's docstring).
+    """
+
+    def __init__(self, run_id: str, *, redactor: Redactor | None = None) -> None:
         self.run_id = run_id
+        self._redactor = redactor if redactor else None
+        #: What masks the run's secrets (an empty one when there are none); for text that is
+        #: cut before it becomes an event, so it is masked before the cut.
+        self.redactor = redactor if redactor is not None else Redactor(())
+        # Streamed text held back per (agent, kind): (text, parent_tool_use_id).
+        self._held: dict[tuple[str | None, type[Event]], tuple[str, str | None]] = {}
         self._seq = 0
         self._taps: list[Tap] = []
         #: Taps removed because they raised, with the error (see :meth:`add_tap`).
@@ -342,6 +362,8 @@ class EventBus:
         (the end of a run)."""
         if self._closed:
             raise trio.ClosedResourceError("the event bus is closed: the run has finished")
+        if self._redactor is not None:
+            fields = self._masked(cls, agent_id, parent_tool_use_id, fields)
         self._seq += 1
         event = cls(
             seq=self._seq,
@@ -353,6 +375,40 @@ class EventBus:
         )
         self._deliver(event)
         return event
+
+    def _masked(
+        self,
+        cls: type[Event],
+        agent_id: str | None,
+        parent_tool_use_id: str | None,
+        fields: dict[str, Any],
+    ) -> dict[str, Any]:
+        """*fields* with the secrets masked; held-back text of this agent released first."""
+        redactor = self._redactor
+        assert redactor is not None
+        if self._held:
+            for kind in _STREAMED:
+                if kind is not cls and (agent_id, kind) in self._held:
+                    text, parent = self._held.pop((agent_id, kind))
+                    self._seq += 1
+                    self._deliver(
+                        kind(
+                            seq=self._seq,
+                            ts=time.time(),
+                            run_id=self.run_id,
+                            agent_id=agent_id,
+                            parent_tool_use_id=parent,
+                            text=redactor(text),  # the stream ended: no secret can follow
+                        )
+                    )
+        if cls in _STREAMED:
+            key = (agent_id, cls)
+            held, _ = self._held.pop(key, ("", None))
+            out, rest = redactor.split_stream(held + str(fields["text"]))
+            if rest:
+                self._held[key] = (rest, parent_tool_use_id)
+            return {**fields, "text": out}
+        return {name: redactor.value(value) for name, value in fields.items()}
 
     def _deliver(self, event: Event) -> None:
         for tap in self._taps:
@@ -384,8 +440,16 @@ class EventBus:
 
         if self._closed:
             raise trio.ClosedResourceError("the event bus is closed: the run has finished")
+        changes: dict[str, Any] = {}
+        if self._redactor is not None:
+            own = {
+                a.name: getattr(event, a.name)
+                for a in attrs.fields(type(event))
+                if a.name not in _COMMON
+            }
+            changes = self._masked(type(event), event.agent_id, event.parent_tool_use_id, own)
         self._seq += 1
-        forwarded = attrs.evolve(event, seq=self._seq, run_id=self.run_id)
+        forwarded = attrs.evolve(event, seq=self._seq, run_id=self.run_id, **changes)
         self._deliver(forwarded)
         return forwarded
 

@@ -22,6 +22,7 @@ import attrs
 
 from ._errors import ToolInputError
 from ._schema import compile_check
+from ._secrets import Redactor
 
 if TYPE_CHECKING:
     import structlog
@@ -77,6 +78,8 @@ class ToolContext:
         workspace: the resolved workspace folder; file tools stay inside it.
         env: the environment for subprocesses, with secrets already removed.
         spawner: runs sub-agents (the ``agent`` tool); ``None`` where sub-agents are not allowed.
+        redactor: masks the run's secrets; a tool that cuts text (keeps a head and a tail)
+            masks before it cuts, or a cut through a secret leaves both halves readable.
     """
 
     workspace: Path
@@ -87,6 +90,7 @@ class ToolContext:
     limits: ToolLimits
     log: structlog.typing.FilteringBoundLogger
     spawner: SubAgentSpawner | None = None
+    redactor: Redactor = attrs.Factory(lambda: Redactor(()))
 
 
 class Tool(abc.ABC):

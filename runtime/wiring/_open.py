@@ -335,8 +335,9 @@ async def open_runtime(
         json_out: also write every event as JSONL to this binary stream (``--json``).
         permission_mode: ``ask``, ``auto-edit``, ``allow-all`` or ``deny``; *allow* / *deny*
             are rules such as ``bash(git status*)``.
-        env: the environment tools see (default ``os.environ``), secrets removed unless named
-            in *allow_env*.
+        env: the environment tools see (default ``os.environ``, or the copy the CLI kept before
+            sealing it, see ``runtime/core/_secrets.py``), secrets removed unless named in
+            *allow_env*. Its secrets are masked in every event and log line of the run.
         on_event: a tap installed before ``run_started`` (sees every event of the run).
         ray_address: the Ray cluster for agent types placed on ``ray`` (default
             ``RAY_ADDRESS``; with neither, a local cluster is started for the run).
@@ -346,7 +347,7 @@ async def open_runtime(
     cancelled, in which case every running node first ends ``cancelled``.
     """
     from runtime.core._permissions import PermissionPolicy
-    from runtime.core._secrets import filter_env, secret_values
+    from runtime.core._secrets import Redactor, filter_env, log_secrets, run_environ, secret_values
     from tools import ToolLimits as _ToolLimits
 
     limits = limits or Limits()
@@ -389,7 +390,7 @@ async def open_runtime(
     policy = PermissionPolicy(
         mode=permission_mode, allow=tuple(allow), deny=tuple(deny), workspace=ws
     )
-    base_env = dict(os.environ if env is None else env)
+    base_env = run_environ() if env is None else dict(env)
     allow_env = tuple(allow_env)
     run_env = filter_env(base_env, allow_env)
     secret_list = tuple(secret_values(base_env))
@@ -422,7 +423,9 @@ async def open_runtime(
             placements["ray"] = await stack.enter_async_context(
                 open_ray_placement(address=ray_address or base_env.get("RAY_ADDRESS"))
             )
-        bus = EventBus(run_id)
+        # Every event's strings are masked at the bus; log lines too, while the run is open.
+        bus = EventBus(run_id, redactor=Redactor(secret_list))
+        stack.enter_context(log_secrets(secret_list))
         sinks: list[JsonlSink] = []
         trace_sink: JsonlSink | None = None
         if trace_path is not None:
