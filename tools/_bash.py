@@ -37,7 +37,15 @@ from typing import Any, ClassVar
 
 import trio
 
-from runtime.core import Redactor, TargetKind, Tool, ToolContext, ToolError, one_line
+from runtime.core import (
+    ConfigError,
+    Redactor,
+    TargetKind,
+    Tool,
+    ToolContext,
+    ToolError,
+    one_line,
+)
 
 from ._warden import warden
 
@@ -120,9 +128,15 @@ class BashTool(Tool):
         if guard is not None and not guard.started:
             # Once per process: the warden is up before the first group exists.
             await trio.to_thread.run_sync(guard.start)
+        argv = [shutil.which("bash") or "/bin/bash", "-c", command]
+        if ctx.sandbox is not None:
+            try:
+                argv = ctx.sandbox.command(argv, workspace=ctx.workspace, env=ctx.env)
+            except ConfigError as exc:  # bwrap gone since the run started
+                raise ToolError(str(exc)) from exc
         try:
             proc = await trio.lowlevel.open_process(
-                [shutil.which("bash") or "/bin/bash", "-c", command],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

@@ -175,6 +175,23 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         metavar="S",
         help="how long a permission question waits for an answer (default: 300)",
     )
+    g = parser.add_argument_group(
+        "sandbox",
+        "bash is NOT confined by default: it runs as you, with your rights (files, network, "
+        "keys); permission rules such as 'bash(rm *)' match the command's text only, a "
+        "convenience, not a boundary. --sandbox is the boundary.",
+    )
+    g.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run every bash call under bubblewrap (bwrap): the workspace read-write, a private "
+        "/tmp, the rest read-only, ~/.ssh, ~/.aws and other secrets folders hidden, no network",
+    )
+    g.add_argument(
+        "--sandbox-network",
+        action="store_true",
+        help="with --sandbox (implied): let sandboxed commands use the network",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +215,8 @@ class RunOptions:
     control: str | None = None
     ray_address: str | None = None
     debug: bool = False
+    sandbox: bool = False
+    sandbox_network: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     """More :func:`~runtime.open_runtime` keyword arguments (a command's own)."""
 
@@ -233,6 +252,8 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         control=ns.control,
         ray_address=ns.ray_address,
         debug=ns.debug,
+        sandbox=ns.sandbox or ns.sandbox_network,
+        sandbox_network=ns.sandbox_network,
     )
 
 
@@ -300,6 +321,10 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         "permission_timeout_s": opts.permission_timeout_s,
         "ray_address": opts.ray_address,
     }
+    if opts.sandbox:
+        from runtime.core._sandbox import Sandbox
+
+        kwargs["sandbox"] = Sandbox(network=opts.sandbox_network)
     kwargs.update(opts.extra)
     return kwargs
 

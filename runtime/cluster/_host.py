@@ -63,6 +63,7 @@ from runtime.core._limits import Limits
 from runtime.core._loop import AgentOutcome, AgentSpec, run_agent_actor
 from runtime.core._messages import AgentState, Message, TextBlock
 from runtime.core._provider import Provider
+from runtime.core._sandbox import Sandbox
 from runtime.providers._scenario import Scenario
 from runtime.providers._scripted import ScriptedProvider
 
@@ -119,6 +120,7 @@ class RunConfig:
     policy: PermissionPolicy
     batch_interval_s: float = 0.01
     batch_max: int = 512
+    sandbox: Sandbox | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -606,6 +608,7 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
             limiter=trio.CapacityLimiter(config.limits.max_parallel),
             log=_log.bind(run_id=config.run_id, call_id=call.call_id),
             id_prefix=call.id_prefix,
+            sandbox=config.sandbox,
         )
         boundary = trio.CancelScope()
         with registry.registered(state.boundary_id, boundary):

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._errors import ToolInputError as ToolInputError
     from ._globs import escape_glob as escape_glob
     from ._globs import glob_regex as glob_regex
+    from ._sandbox import Sandbox as Sandbox
     from ._secrets import Redactor as Redactor
     from ._tool import SubAgentSpawner as SubAgentSpawner
     from ._tool import TargetKind as TargetKind
@@ -39,6 +40,7 @@ _LAZY: dict[str, str] = {
     "AgentsError": "._errors",
     "ConfigError": "._errors",
     "Redactor": "._secrets",
+    "Sandbox": "._sandbox",
     "SubAgentSpawner": "._tool",
     "TargetKind": "._tool",
     "Tool": "._tool",

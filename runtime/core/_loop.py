@@ -483,6 +483,7 @@ async def _execute(
         log=log.bind(tool_use_id=call.id, tool=tool.name),
         spawner=_Spawner(run, spec, call.id),
         redactor=run.bus.redactor,
+        sandbox=run.sandbox,
     )
     try:
         return "ok", await tool.call(call.input, ctx)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
 import attrs
 
 from ._errors import ToolInputError
+from ._sandbox import Sandbox
 from ._schema import compile_check
 from ._secrets import Redactor
 
@@ -80,6 +81,7 @@ class ToolContext:
         spawner: runs sub-agents (the ``agent`` tool); ``None`` where sub-agents are not allowed.
         redactor: masks the run's secrets; a tool that cuts text (keeps a head and a tail)
             masks before it cuts, or a cut through a secret leaves both halves readable.
+        sandbox: where set, ``bash`` runs every command inside it (``--sandbox``).
     """
 
     workspace: Path
@@ -91,6 +93,7 @@ class ToolContext:
     log: structlog.typing.FilteringBoundLogger
     spawner: SubAgentSpawner | None = None
     redactor: Redactor = attrs.Factory(lambda: Redactor(()))
+    sandbox: Sandbox | None = None
 
 
 class Tool(abc.ABC):

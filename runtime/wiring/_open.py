@@ -34,6 +34,7 @@ from runtime.core._limits import Limits
 from runtime.core._loop import AgentOutcome, AgentSpec, agent_main
 from runtime.core._messages import Message
 from runtime.core._provider import Provider
+from runtime.core._sandbox import Sandbox
 from runtime.providers._scenario import Scenario
 from runtime.providers._scripted import ScriptedProvider
 from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
@@ -323,6 +324,7 @@ async def open_runtime(
     run_id: str | None = None,
     on_event: Callable[[Any], None] | None = None,
     ray_address: str | None = None,
+    sandbox: Sandbox | bool = False,
 ) -> AsyncGenerator[Runtime, None]:
     """Open a run: its bus, trace file, provider and root nursery.
 
@@ -341,6 +343,9 @@ async def open_runtime(
         on_event: a tap installed before ``run_started`` (sees every event of the run).
         ray_address: the Ray cluster for agent types placed on ``ray`` (default
             ``RAY_ADDRESS``; with neither, a local cluster is started for the run).
+        sandbox: run every ``bash`` call under bubblewrap (``True``, or a :class:`Sandbox`
+            for its options: network, more paths to hide); see ``runtime/core/_sandbox.py``.
+            Checked once at start: :class:`ConfigError` when bwrap is missing or cannot work.
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -399,6 +404,15 @@ async def open_runtime(
         trace_path = DEFAULT_TRACE_DIR / f"{run_id}.jsonl"
     elif trace is not False:
         trace_path = Path(trace)
+    box: Sandbox | None = None
+    if sandbox:
+        box = sandbox if isinstance(sandbox, Sandbox) else Sandbox()
+        # The runtime's own files stay read-only to sandboxed commands.
+        own = [str(ws / ".trio-agents")]
+        if trace_path is not None:
+            own.append(str(trace_path.parent.resolve()))
+        box = attrs.evolve(box, read_only=(*box.read_only, *own))
+        await trio.to_thread.run_sync(box.check, ws)
 
     async with AsyncExitStack() as stack:
         if isinstance(provider, str):
@@ -477,6 +491,7 @@ async def open_runtime(
             budget=budget,
             limiter=trio.CapacityLimiter(limits.max_parallel),
             log=structlog.get_logger("trio_agents").bind(run_id=run_id),
+            sandbox=box,
             placements=placements,
         )
         bus.add_tap(run.track_announced)
@@ -488,6 +503,7 @@ async def open_runtime(
             "permission_mode": permission_mode,
             "limits": limits.public(),
             "agent_types": sorted(types),
+            "sandbox": None if box is None else {"network": box.network},
         }
         try:
             bus.emit_nowait(
