@@ -36,7 +36,10 @@ exit codes: 0 the root agent completed, 1 it ended otherwise (failed, max turns,
             2 bad usage or a bad input file, 130 aborted by the user (Ctrl+C)
 
 Ctrl+C while sub-agents run (on a terminal) lists them: type a number to cancel that
-subtree only, a to cancel them all, q to abort the run, Enter to resume."""
+subtree only, a to cancel them all, q to abort the run, Enter to resume.
+
+bash is not confined: it runs as you, with your rights, unless --sandbox (bubblewrap) is given.
+Rules such as --deny 'bash(rm *)' match the command's text: a convenience, not a boundary."""
 _CHAT_DESCRIPTION = """\
 An interactive session with the main agent: each message runs a turn, with the live tree on a
 terminal, and with the conversation so far. Type while the agent works: the line reaches it at

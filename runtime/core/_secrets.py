@@ -186,7 +186,10 @@ class Redactor:
         self.mask = mask
         self._pattern = _secrets_pattern(self.secrets)
         self.max_len = len(self.secrets[0]) if self.secrets else 0
-        self._first_chars = frozenset(s[0] for s in self.secrets)
+        # Secrets by their first character: where a streamed piece could end inside one.
+        self._by_first: dict[str, tuple[str, ...]] = {}
+        for secret in self.secrets:
+            self._by_first[secret[0]] = (*self._by_first.get(secret[0], ()), secret)
 
     def __bool__(self) -> bool:
         return self._pattern is not None
@@ -194,7 +197,10 @@ class Redactor:
     def __call__(self, text: str) -> str:
         """*text* with every secret masked."""
         pattern = self._pattern
-        return text if pattern is None else pattern.sub(self.mask, text)
+        # A search first: about three times cheaper than a sub that finds nothing (most text).
+        if pattern is None or pattern.search(text) is None:
+            return text
+        return pattern.sub(self.mask, text)
 
     def value(self, obj: Any) -> Any:
         """*obj* with every string in it masked: strings, and the keys and values of dicts,
@@ -204,8 +210,10 @@ class Redactor:
         return self._value(obj, 0)
 
     def _value(self, obj: Any, depth: int) -> Any:
-        if isinstance(obj, str):
+        if type(obj) is str:
             return self(obj)
+        if obj is None or isinstance(obj, int | float):
+            return obj
         if depth > 64:  # deeper than any sane tool input; masked whole rather than walked
             return self.mask
         if isinstance(obj, dict):
@@ -231,19 +239,25 @@ class Redactor:
         pattern = self._pattern
         if pattern is None or not text:
             return text, ""
-        hold_from = len(text)
-        for i in range(max(0, len(text) - self.max_len + 1), len(text)):
-            if text[i] in self._first_chars and any(
-                s.startswith(text[i:]) and len(s) > len(text) - i for s in self.secrets
-            ):
-                hold_from = i
-                break
-        for match in pattern.finditer(text):
-            if match.start() < hold_from < match.end():
-                hold_from = match.start()
-                break
-            if match.start() >= hold_from:
-                break
+        end = len(text)
+        start = max(0, end - self.max_len + 1)
+        hold_from = end
+        for first, secrets in self._by_first.items():
+            i = text.find(first, start, hold_from)
+            while i != -1:
+                tail = text[i:]
+                if any(len(s) > len(tail) and s.startswith(tail) for s in secrets):
+                    hold_from = i
+                    break
+                i = text.find(first, i + 1, hold_from)
+        if hold_from < end:
+            # Never hold back part of a secret found whole: hold all of it.
+            for match in pattern.finditer(text, max(0, hold_from - self.max_len)):
+                if match.start() < hold_from < match.end():
+                    hold_from = match.start()
+                    break
+                if match.start() >= hold_from:
+                    break
         return self(text[:hold_from]), text[hold_from:]
 
 
