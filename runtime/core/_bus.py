@@ -46,6 +46,8 @@ Policy = Literal["block", "lag"]
 _log = structlog.get_logger("trio_agents.bus")
 _STREAMED: tuple[type[TextDelta | ThinkingDelta], ...] = (TextDelta, ThinkingDelta)
 _COMMON = frozenset({"seq", "ts", "run_id", "agent_id", "parent_tool_use_id"})
+# Fields the runtime or the provider's API fills with ids and enums, never with text: not searched.
+_NOT_TEXT = frozenset({"tool_use_id", "request_id", "status", "stop_reason", "by", "method"})
 
 
 class Gate(Protocol):
@@ -408,7 +410,10 @@ class EventBus:
             if rest:
                 self._held[key] = (rest, parent_tool_use_id)
             return {**fields, "text": out}
-        return {name: redactor.value(value) for name, value in fields.items()}
+        return {
+            name: value if name in _NOT_TEXT else redactor.value(value)
+            for name, value in fields.items()
+        }
 
     def _deliver(self, event: Event) -> None:
         for tap in self._taps:
