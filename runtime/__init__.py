@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from runtime.core._provider import TurnEnd as TurnEnd
     from runtime.core._runtime import AgentHandle as AgentHandle
     from runtime.core._runtime import Runtime as Runtime
+    from runtime.core._sandbox import Sandbox as Sandbox
     from runtime.core._secrets import filter_env as filter_env
     from runtime.core._secrets import redact as redact
     from runtime.core._secrets import secret_values as secret_values
@@ -137,6 +138,7 @@ _LAZY: dict[str, str] = {
     "RunStarted": "runtime.core._events",
     "RunningSubtree": "runtime.trace._tree",
     "Runtime": "runtime.core._runtime",
+    "Sandbox": "runtime.core._sandbox",
     "Scenario": "runtime.providers._scenario",
     "ScenarioError": "runtime.core._errors",
     "ScriptedProvider": "runtime.providers._scripted",

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from ._globs import escape_glob as escape_glob
     from ._globs import glob_regex as glob_regex
     from ._names import publish_names as publish_names
+    from ._sandbox import Sandbox as Sandbox
+    from ._secrets import Redactor as Redactor
     from ._tool import SubAgentSpawner as SubAgentSpawner
     from ._tool import TargetKind as TargetKind
     from ._tool import Tool as Tool
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "AgentsError": "._errors",
     "ConfigError": "._errors",
+    "Redactor": "._secrets",
+    "Sandbox": "._sandbox",
     "SubAgentSpawner": "._tool",
     "TargetKind": "._tool",
     "Tool": "._tool",
