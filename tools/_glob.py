@@ -1,6 +1,6 @@
 """The ``glob`` tool, and the file walk it shares with ``grep``.
 
-The pattern syntax is :func:`runtime.core.glob_regex`'s (shared with permission rules).
+The pattern syntax is :func:`runtime.core.compile_glob`'s (shared with permission rules).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from runtime.core import (
     Tool,
     ToolContext,
     ToolError,
-    glob_regex,
+    compile_glob,
     is_inside,
     normalise_target,
     one_line,
@@ -189,7 +189,7 @@ def _glob(
 ) -> tuple[list[str], int]:
     root = Path(os.path.realpath(workspace))
     start = resolve_folder(root, folder)
-    regex = glob_regex(pattern)
+    regex = compile_glob(pattern)
     skip_git = ".git" not in PurePosixPath(pattern).parts and ".git" not in start.parts
     total = 0
 

@@ -36,7 +36,7 @@ from runtime.core import (
     Tool,
     ToolContext,
     ToolError,
-    glob_regex,
+    compile_glob,
     normalise_target,
     one_line,
     relative,
@@ -201,7 +201,7 @@ def _grep(
         raise ToolError(f"no such file or folder: {path}")
     # Without a "/", an include glob matches the file name; with one, the path under `start`.
     by_name = include is not None and "/" not in include
-    include_re = glob_regex(include.removeprefix("./")) if include else None
+    include_re = compile_glob(include.removeprefix("./")) if include else None
     files: Iterator[Path]
     if start.is_dir():
         files = iter_files(root, start, skip_git=".git" not in start.parts, stop=stop)

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from ._errors import ConfigError as ConfigError
     from ._errors import ToolError as ToolError
     from ._errors import ToolInputError as ToolInputError
+    from ._globs import compile_glob as compile_glob
     from ._globs import escape_glob as escape_glob
-    from ._globs import glob_regex as glob_regex
     from ._tool import SubAgentSpawner as SubAgentSpawner
     from ._tool import TargetKind as TargetKind
     from ._tool import Tool as Tool
@@ -44,8 +44,8 @@ _LAZY: dict[str, str] = {
     "ToolError": "._errors",
     "ToolInputError": "._errors",
     "ToolLimits": "._tool",
+    "compile_glob": "._globs",
     "escape_glob": "._globs",
-    "glob_regex": "._globs",
     "is_inside": "._workspace",
     "normalise_target": "._workspace",
     "one_line": "._tool",

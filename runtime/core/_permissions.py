@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import attrs
 
 from ._errors import ConfigError
-from ._globs import escape_glob, glob_regex
+from ._globs import Glob, compile_glob, escape_glob
 from ._workspace import normalise_target
 
 if TYPE_CHECKING:
@@ -110,29 +110,29 @@ class Rule:
         assert self.pattern is not None
         if kind == "command":
             if not deny:
-                strict = _regex(self.pattern, paths=False, stop_chars=_SHELL_OPERATORS)
-                return strict.fullmatch(target) is not None
-            regex = _regex(self.pattern, paths=False)
+                strict = _glob(self.pattern, paths=False, stop_chars=_SHELL_OPERATORS)
+                return strict.fullmatch(target)
+            glob = _glob(self.pattern, paths=False)
             parts = [target, *(p.strip() for p in _COMMAND_SPLIT.split(target))]
-            return any(regex.fullmatch(p) for p in parts if p)
+            return any(glob.fullmatch(p) for p in parts if p)
         if kind == "path":
             return _path_matches(self.pattern, target, deny=deny)
-        return _regex(self.pattern, paths=False).fullmatch(target) is not None
+        return _glob(self.pattern, paths=False).fullmatch(target)
 
 
 def _path_matches(pattern: str, target: str, *, deny: bool) -> bool:
     anchored = "/" in pattern
-    regex = _regex(pattern.removeprefix("./"), paths=True)
+    glob = _glob(pattern.removeprefix("./"), paths=True)
     if not anchored:
         # Like .gitignore: a pattern without "/" is about the file name, wherever it is.
-        return regex.fullmatch(target.rstrip("/").rsplit("/", 1)[-1]) is not None
-    if regex.fullmatch(target):
+        return glob.fullmatch(target.rstrip("/").rsplit("/", 1)[-1])
+    if glob.fullmatch(target):
         return True
     if deny and target.startswith("/"):
         # An absolute path the policy could not make relative (it does not know the
         # workspace): try every tail, so "secrets/**" still denies "/ws/secrets/key".
         parts = target.strip("/").split("/")
-        return any(regex.fullmatch("/".join(parts[i:])) for i in range(len(parts)))
+        return any(glob.fullmatch("/".join(parts[i:])) for i in range(len(parts)))
     return False
 
 
@@ -259,8 +259,8 @@ def _kind(tool: Tool) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _regex(pattern: str, *, paths: bool, stop_chars: str = "") -> re.Pattern[str]:
-    return glob_regex(pattern, paths=paths, stop_chars=stop_chars)
+def _glob(pattern: str, *, paths: bool, stop_chars: str = "") -> Glob:
+    return compile_glob(pattern, paths=paths, stop_chars=stop_chars)
 
 
 def _escape(text: str, *, paths: bool) -> str:
