@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import threading
 import time
 from pathlib import Path
@@ -187,7 +188,7 @@ async def test_write_failure_keeps_the_old_file_and_removes_the_temporary(
     target = workspace / "f.txt"
     target.write_text("old\n")
 
-    def broken_replace(src: str, dst: str) -> None:
+    def broken_replace(src: str, dst: str, **dir_fds: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken_replace)
@@ -777,3 +778,56 @@ async def test_the_event_loop_ticks_while_globs_match_long_names(workspace: Path
 def test_glob_braces_expanding_too_far_are_refused() -> None:
     with pytest.raises(ConfigError, match="more than 256 patterns"):
         compile_glob("{a,b}" * 9)
+
+
+async def test_grep_searches_a_long_line_in_its_first_part_and_says_so(workspace: Path) -> None:
+    (workspace / "f.txt").write_text("x" * 50 + "needle" + "y" * 1000 + "needle\nneedle\n")
+    out = await call(GrepTool(), {"pattern": "needle"}, make_ctx(workspace, grep_max_line_bytes=100))
+    lines = out.splitlines()
+    assert lines[0].startswith("f.txt:1:" + "x" * 50 + "needle")
+    assert lines[1] == "f.txt:2:needle"
+    assert lines[2] == (
+        "[1 lines longer than 100 bytes were searched in their first part only; "
+        "search them with bash]"
+    )
+
+
+async def test_grep_searches_a_big_file_in_its_first_part_and_says_so(workspace: Path) -> None:
+    (workspace / "f.txt").write_text("needle\n" * 1000)
+    out = await call(GrepTool(), {"pattern": "needle"}, make_ctx(workspace, grep_max_file_bytes=70))
+    assert out.splitlines()[-1] == (
+        "[1 files bigger than 70 bytes were searched in their first part only: f.txt]"
+    )
+    assert len(out.splitlines()) == 11
+
+
+_GREP_MEMORY = """
+import resource, sys, trio
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from _toolkit import call, make_ctx
+from runtime.core import ToolError
+from tools import GrepTool
+ws = Path(sys.argv[1])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+async def main():
+    try:
+        await call(GrepTool(), {"pattern": "(a|aa)+$"}, make_ctx(ws, grep_timeout_s=2.0))
+    except ToolError:
+        pass
+trio.run(main)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+async def test_a_backtracking_grep_on_a_5_mb_line_stays_within_bounded_memory(
+    workspace: Path,
+) -> None:
+    (workspace / "f.txt").write_text("a" * 5_000_000 + "!\n")
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            [sys.executable, "-c", _GREP_MEMORY, str(workspace), str(Path(__file__).parent)],
+            capture_stdout=True,
+        )
+    grown_mb = int(done.stdout.decode().split()[-1])
+    assert grown_mb < 100, f"grep took {grown_mb} MB more"

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ._errors import ConfigError as ConfigError
     from ._errors import ToolError as ToolError
     from ._errors import ToolInputError as ToolInputError
+    from ._globs import Glob as Glob
     from ._globs import compile_glob as compile_glob
     from ._globs import escape_glob as escape_glob
     from ._tool import SubAgentSpawner as SubAgentSpawner
@@ -29,12 +30,18 @@ if TYPE_CHECKING:
     from ._tool import ToolLimits as ToolLimits
     from ._tool import one_line as one_line
     from ._tool import validate_input as validate_input
+    from ._workspace import RUNTIME_DIR as RUNTIME_DIR
+    from ._workspace import Located as Located
     from ._workspace import is_inside as is_inside
+    from ._workspace import is_runtime_path as is_runtime_path
+    from ._workspace import locate as locate
     from ._workspace import normalise_target as normalise_target
     from ._workspace import relative as relative
     from ._workspace import resolve_in_workspace as resolve_in_workspace
 
 _LAZY: dict[str, str] = {
+    "RUNTIME_DIR": "._workspace",
+    "Located": "._workspace",
     "AgentsError": "._errors",
     "ConfigError": "._errors",
     "SubAgentSpawner": "._tool",
@@ -44,9 +51,12 @@ _LAZY: dict[str, str] = {
     "ToolError": "._errors",
     "ToolInputError": "._errors",
     "ToolLimits": "._tool",
+    "Glob": "._globs",
     "compile_glob": "._globs",
     "escape_glob": "._globs",
     "is_inside": "._workspace",
+    "is_runtime_path": "._workspace",
+    "locate": "._workspace",
     "normalise_target": "._workspace",
     "one_line": "._tool",
     "relative": "._workspace",
