@@ -267,9 +267,10 @@ class TraceLoader:
             self._first_backwards = lineno
 
     def report_anomalies(self) -> None:
-        """Report, once, what the file got wrong that reading worked around: one line per kind.
+        """Report, once, lines whose ``seq`` went back: one report for them all, at the first.
 
-        Lines whose ``seq`` went back, events naming a node twice, agents in a parent cycle.
+        What the trees worked around (events naming a node twice, parent cycles) is told by
+        :meth:`~runtime.trace._tree.TraceTree.anomalies`.
         """
         if self._reported:
             return
@@ -282,9 +283,6 @@ class TraceLoader:
                     line=self._first_backwards,
                 )
             )
-        for tree in self.traces.by_run.values():
-            for message in tree.anomalies():
-                self._on_error(EventDecodeError(f"run {tree.run_id}: {message}"))
 
     def _report(self, error: EventDecodeError) -> None:
         self._bad += 1
