@@ -6,7 +6,8 @@ Pattern syntax (:func:`compile_glob`), for paths:
 * ``**`` as a whole path component, any number of folders (zero included): ``**/*.py``,
   ``src/**/test_*.py``, ``docs/**``; elsewhere it means ``*``;
 * ``[abc]``, ``[a-z]``, ``[!abc]`` character classes (never matching ``/``); ``{a,b}``
-  alternatives (not nested, at most :data:`MAX_ALTERNATIVES` once expanded);
+  alternatives (not nested, at most :data:`MAX_ALTERNATIVES` once expanded; a ``**`` touching
+  or inside a group means ``*``);
 * wildcards match dot files too (``*`` matches ``.env``).
 
 For free text (a ``bash`` command in a permission rule) ``/`` is an ordinary character, ``*``
@@ -40,6 +41,8 @@ MAX_ALTERNATIVES: Final = 256
 _Token = str | None
 _Part = Callable[[str], bool]
 _STARSTAR: Final = "**"
+# Where a {a,b} group stood once expanded (a NUL: no path or command holds one).
+_MARK: Final = "\0"
 
 
 class Glob:
@@ -128,7 +131,9 @@ def _expand_braces(pattern: str) -> list[str]:
             continue
         start, end = brace
         head, tail = current[:start], current[end + 1 :]
-        todo.extend(head + alt + tail for alt in reversed(current[start + 1 : end].split(",")))
+        alternatives = current[start + 1 : end].split(",")
+        # The mark keeps a "*" next to the group from merging with one in it into a "**".
+        todo.extend(head + _MARK + alt + _MARK + tail for alt in reversed(alternatives))
         if len(done) + len(todo) > MAX_ALTERNATIVES:
             raise ConfigError(
                 f"glob {pattern!r}: its {{a,b}} alternatives expand to more than "
@@ -176,23 +181,30 @@ def _tokens(pattern: str, stops: str, *, paths: bool) -> list[list[_Token] | str
     part: list[_Token] = []
     part_start = 0
     i, n = 0, len(pattern)
+    merge = True  # whether a "*" joins the one before it (not across a group's mark)
     while i < n:
         c = pattern[i]
+        if c == _MARK:
+            merge = False
+            i += 1
+            continue
         if c == "*":
             j = i
             while j < n and pattern[j] == "*":
                 j += 1
-            whole = i == part_start and (j == n or pattern[j] == "/")
+            rest = pattern[j:]
+            whole = i == part_start and (not rest or rest[0] == "/")
             if paths and j - i >= 2 and whole:
                 out.append(_STARSTAR)
-                if j == n:
+                if not rest:
                     return out
                 out.append("/")
                 part = []
-                part_start = i = j + 1
+                part_start = i = n - len(rest) + 1
                 continue
-            if not part or part[-1] is not None:
+            if not part or part[-1] is not None or not merge:
                 part.append(None)
+            merge = True
             i = j
         elif c in stops:
             out.append(part)
@@ -200,6 +212,7 @@ def _tokens(pattern: str, stops: str, *, paths: bool) -> list[list[_Token] | str
             part = []
             i += 1
             part_start = i
+            merge = True
         elif c == "?":
             part.append(".")
             i += 1
