@@ -184,7 +184,7 @@ def _tokens(pattern: str, stops: str, *, paths: bool) -> list[list[_Token] | str
     merge = True  # whether a "*" joins the one before it (not across a group's mark)
     while i < n:
         c = pattern[i]
-        if c == _MARK:
+        if c == _MARK and paths:
             merge = False
             i += 1
             continue
