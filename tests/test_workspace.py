@@ -350,13 +350,14 @@ async def test_a_swap_right_after_the_check_never_lets_a_call_out(
 
 
 @pytest.mark.parametrize(
-    "path", ["x" * 300, "sub/" + "x" * 300 + "/f.txt", "sub/" + "y/" * 3000 + "f.txt"]
+    "path",
+    ["x" * 300, "sub/" + "x" * 300 + "/f.txt", "sub/" + "y/" * 3000 + "f.txt", "a\ud800b"],
 )
 @pytest.mark.parametrize("tool", TOOLS, ids=lambda t: t.name)
 async def test_system_errors_on_a_path_are_clear_tool_errors(
     layout: Path, tool: Tool, path: str
 ) -> None:
-    with pytest.raises(ToolError, match=r"too long|too deep|no such|not a folder|cannot"):
+    with pytest.raises(ToolError, match=r"too long|too deep|not a valid file name"):
         await call(tool, _args_for(tool, path), make_ctx(layout))
 
 

@@ -142,6 +142,10 @@ def check_path(path: str) -> None:
         raise ToolError("path is empty")
     if "\0" in path:
         raise ToolError(f"path {path!r} contains a NUL byte")
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"path {path!r} is not a valid file name ({exc.reason})") from exc
     if path.startswith("~"):
         raise ToolError(
             f"path {path!r} refused: '~' is not expanded; use a path inside the workspace"
