@@ -571,8 +571,10 @@ def test_agents_whose_parents_form_a_cycle_are_shown_under_broken_links_with_a_w
     ids = [root["id"] for root in shown["roots"]]
     assert ids[0] == "main"
     assert len(ids) == 2
-    assert main(["stats", "--json", str(path)]) == 0
-    capsys.readouterr()
+    for argv in (["stats", "--json"], ["show", "--timeline"], ["show", "--status", "running"],
+                 ["export", "--format", "mermaid"], ["export", "--format", "otlp-json"]):
+        assert main([*argv, str(path)]) == 0, argv
+        assert "internal error" not in capsys.readouterr().err
 
 
 def test_reversed_seq_and_duplicate_ids_get_one_warning_each(
