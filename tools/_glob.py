@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import posixpath
 import stat
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -27,7 +28,6 @@ from runtime.core import (
     locate,
     normalise_target,
     one_line,
-    relative,
 )
 
 __all__ = ["FoundFile", "GlobTool", "iter_files", "open_folder"]
@@ -40,12 +40,13 @@ class FoundFile(NamedTuple):
     """A regular file :func:`iter_files` found; its descriptor is valid until the next one.
 
     Attributes:
-        path: the file's path under the walk's start (not resolved: a symlink keeps its name).
+        rel: the file's path under the walk's start, POSIX style (not resolved: a symlink keeps
+            its own name).
         dir_fd: a descriptor of the folder holding the file (the link's target's, for a link).
         name: the file's name in that folder: open it with ``dir_fd`` and ``O_NOFOLLOW``.
     """
 
-    path: Path
+    rel: str
     dir_fd: int
     name: str
 
@@ -79,10 +80,10 @@ def iter_files(
         top = start.open(os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return
-    base = start.real
-    # One entry per open folder on the way down: its descriptor, path and sub-folders to visit.
-    stack: list[tuple[int, Path, Iterator[str]]] = []
-    pending: tuple[int, Path] | None = (top, base)
+    # One entry per open folder on the way down: its descriptor, path (relative to the start,
+    # "" for the start, else ending with "/") and sub-folders still to visit.
+    stack: list[tuple[int, str, Iterator[str]]] = []
+    pending: tuple[int, str] | None = (top, "")
     try:
         while pending is not None or stack:
             if stop is not None and stop.is_set():
@@ -91,7 +92,7 @@ def iter_files(
                 fd, folder = pending
                 pending = None
                 subfolders: list[str] = []
-                yield from _folder_files(fd, folder, start.root, skip_git, subfolders)
+                yield from _folder_files(fd, folder, start, skip_git, subfolders)
                 stack.append((fd, folder, iter(subfolders)))
                 continue
             fd, folder, names = stack[-1]
@@ -106,7 +107,7 @@ def iter_files(
                 child = os.open(name, _SUBFOLDER_FLAGS, dir_fd=fd)
             except OSError:
                 continue  # swapped for a symlink, vanished or unreadable: not entered
-            pending = (child, folder / name)
+            pending = (child, f"{folder}{name}/")
     finally:
         if pending is not None:
             os.close(pending[0])
@@ -118,7 +119,7 @@ _SUBFOLDER_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CL
 
 
 def _folder_files(
-    fd: int, folder: Path, root: Path, skip_git: bool, subfolders: list[str]
+    fd: int, folder: str, start: Located, skip_git: bool, subfolders: list[str]
 ) -> Iterator[FoundFile]:
     """Yield the regular files of the open folder *fd*; add its sub-folders' names, sorted."""
     try:
@@ -132,13 +133,13 @@ def _folder_files(
                 if not (skip_git and entry.name == ".git") and entry.name != RUNTIME_DIR:
                     subfolders.append(entry.name)
             elif entry.is_file(follow_symlinks=False):
-                yield FoundFile(folder / entry.name, fd, entry.name)
+                yield FoundFile(folder + entry.name, fd, entry.name)
             elif entry.is_symlink():
-                path = folder / entry.name
-                with locate(root, str(path)) as place:
+                rel = folder + entry.name
+                with locate(start.root, posixpath.join(*start.parts, rel)) as place:
                     st = place.lstat()
                     if st is not None and stat.S_ISREG(st.st_mode):
-                        yield FoundFile(path, place.dir_fd, place.name)
+                        yield FoundFile(rel, place.dir_fd, place.name)
         except (OSError, ToolError):
             continue  # vanished, unreadable or leading out while we looked: not our business
 
@@ -255,16 +256,16 @@ def _glob(
     except ConfigError as exc:
         raise ToolError(f"input.pattern: {exc}") from exc
     with open_folder(workspace, folder) as start:
-        root, base = start.root, start.real
+        prefix = "" if not start.parts else start.rel + "/"
         skip_git = ".git" not in PurePosixPath(pattern).parts and ".git" not in start.parts
         total = 0
 
         def matches() -> Iterator[str]:
             nonlocal total
             for found in iter_files(start, skip_git=skip_git, stop=stop):
-                if glob.fullmatch(found.path.relative_to(base).as_posix()):
+                if glob.fullmatch(found.rel):
                     total += 1
-                    yield relative(root, found.path)
+                    yield prefix + found.rel
 
         # nsmallest keeps only `limit` paths in memory, however many files match.
         found = heapq.nsmallest(limit, matches())

@@ -44,7 +44,6 @@ from runtime.core import (
     locate,
     normalise_target,
     one_line,
-    relative,
 )
 
 from ._glob import FoundFile, iter_files, run_in_thread_with_stop
@@ -234,7 +233,7 @@ def _grep(
         if stat.S_ISDIR(st.st_mode):
             files = iter_files(start, skip_git=".git" not in start.parts, stop=stop)
         elif stat.S_ISREG(st.st_mode):
-            files = _one(FoundFile(start.real, start.dir_fd, start.name))
+            files = _one(FoundFile("", start.dir_fd, start.name))
         else:
             raise ToolError(f"not a regular file or folder: {path}")
         with contextlib.closing(files):
@@ -256,7 +255,7 @@ def _search_files(
 ) -> str:
     # Without a "/", an include glob matches the file name; with one, the path under `start`.
     by_name = include is not None and "/" not in include
-    single = start.real
+    prefix = "" if not start.parts else start.rel + "/"
     max_matches = ctx.limits.grep_max_matches
     max_chars = ctx.limits.max_output_chars
     notes = _Notes()
@@ -265,15 +264,14 @@ def _search_files(
     cut_short = ""
     for file in files:
         if include_glob is not None:
-            subject = (
-                file.path.name
-                if by_name or file.path == single
-                else file.path.relative_to(single).as_posix()
-            )
+            if not file.rel:
+                subject = file.name
+            else:
+                subject = file.rel.rsplit("/", 1)[-1] if by_name else file.rel
             if not include_glob.fullmatch(subject):
                 continue
-        shown = relative(start.root, file.path)
-        single_file = file.path == single
+        single_file = not file.rel
+        shown = start.rel if single_file else prefix + file.rel
         # closing(): leaving the loop early must close the file now, not when collected.
         lines = _matching_lines(file, search, stop, ctx.limits, notes, shown, single_file)
         with contextlib.closing(lines) as matches:
