@@ -268,6 +268,7 @@ class _ProcessGroup:
         self.proc = proc
         self.pgid = proc.pid
         self.tag = tag
+        self.stopped = False
         self._pidfd: int | None
         try:
             self._pidfd = os.pidfd_open(proc.pid)
@@ -305,14 +306,22 @@ class _ProcessGroup:
     async def stop(self, grace_s: float) -> bool:
         """Stop every process of the group: SIGTERM, then SIGKILL after *grace_s*.
 
+        Processes of the call that left the group are stopped too (see the module docstring).
+        Once a call finds nothing running, later calls return False at once.
+
         Returns:
             Whether any process was still running.
 
         Cancellation: a checkpoint while waiting; signals already sent stay sent. Callers that
         must finish the job run this under a shielded ``move_on_after``.
         """
+        if self.stopped:
+            await trio.lowlevel.checkpoint()
+            return False
         in_group = await self._stop_group(grace_s)
         escaped = await self._stop_escaped(grace_s)
+        # Nothing was running: nothing can start another process, no need to look again.
+        self.stopped = not (in_group or escaped)
         return in_group or escaped
 
     async def _stop_group(self, grace_s: float) -> bool:
