@@ -230,13 +230,17 @@ class GlobTool(Tool):
         """
         pattern = str(args["pattern"])
         if pattern.startswith("/"):
-            raise ToolError("input.pattern: must be relative to 'path' (give the folder in 'path')")
+            raise ToolError(
+                "input.pattern: must be relative to 'path' (give the folder in 'path')"
+            )
         if ".." in PurePosixPath(pattern).parts:
             raise ToolError("input.pattern: '..' is not allowed")
         pattern = pattern.removeprefix("./")
         folder = str(args.get("path") or ".")
         limit = ctx.limits.glob_max_results
-        found, total = await run_in_thread_with_stop(_glob, ctx.workspace, folder, pattern, limit)
+        found, total = await run_in_thread_with_stop(
+            _glob, ctx.workspace, folder, pattern, limit
+        )
         if not found:
             return f"no files match {pattern!r}"
         lines = "\n".join(found)

@@ -132,7 +132,9 @@ class WriteTool(Tool):
         call waits for the (atomic) write to finish or fail, so when it returns the file is
         either fully the old or fully the new content, and nothing runs on in the background.
         """
-        return await trio.to_thread.run_sync(_write, ctx, str(args["path"]), str(args["content"]))
+        return await trio.to_thread.run_sync(
+            _write, ctx, str(args["path"]), str(args["content"])
+        )
 
 
 def _write(ctx: ToolContext, path: str, content: str) -> str:
