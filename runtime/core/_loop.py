@@ -21,8 +21,16 @@ import trio
 from runtime.actors import ActorContext, Registry, start_actor_soon
 
 from ._agent_types import AgentType
+from ._compaction import Compactor, output_cap, tool_limits_for
 from ._context import Owner, RunContext
-from ._errors import ConfigError, ProviderError, SubtreeCancelled, ToolError, ToolInputError
+from ._errors import (
+    ConfigError,
+    ContextOverflowError,
+    ProviderError,
+    SubtreeCancelled,
+    ToolError,
+    ToolInputError,
+)
 from ._events import (
     AgentFinished,
     AgentStarted,
@@ -86,14 +94,22 @@ class AgentSpec:
     history: tuple[Message, ...] = ()
     budget: Budget | None = None
     box: list[AgentOutcome] = attrs.Factory(list)
+    compact: str | None = None
+    """Set: the agent only compacts *history* (focused on this text, if any), then ends."""
 
 
-def _cut(text: str, limit: int) -> str:
+def _cut(text: str, limit: int, *, how: str = "") -> str:
     if len(text) <= limit:
         return text
     head = limit * 3 // 4
     tail = limit - head
-    return f"{text[:head]}\n… [{len(text) - limit} characters cut] …\n{text[-tail:]}"
+    return f"{text[:head]}\n… [{len(text) - limit} characters cut{how}] …\n{text[-tail:]}"
+
+
+_OUTPUT_CUT_HOW = (
+    " from the middle of this output, to save context; to see them, ask for less at a time "
+    "(a range of lines, a narrower query) or send the output to a file and read parts of it"
+)
 
 
 async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -> AgentOutcome:
@@ -116,7 +132,9 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
         name=atype.name,
         depth=spec.depth,
         system=atype.system,
-        messages=_with_prompt(spec.history, spec.prompt),
+        messages=_with_prompt(spec.history, spec.prompt)
+        if spec.compact is None
+        else list(spec.history),
     )
     seconds = spec.budget.seconds if spec.budget is not None else None
     run.agents_started += 1
@@ -139,7 +157,10 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
         run.mailboxes[spec.agent_id] = ctx.mailbox
         if seconds is not None:
             ctx.scope.deadline = trio.current_time() + seconds
-        status, result, error = await _loop(run, spec, state, ctx, log)
+        if spec.compact is None:
+            status, result, error = await _loop(run, spec, state, ctx, log)
+        else:
+            status, result, error = await _compact_only(run, spec, state, log)
     except ProviderError as exc:
         status, error = "failed", redact(str(exc), run.secrets)
         log.warning("provider failed", error=error)
@@ -236,6 +257,7 @@ async def _loop(
     emit = functools.partial(
         run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
     )
+    compactor = _compactor(run, spec, state, specs, log, prompt_index=len(state.messages) - 1)
     last_text = ""
     while True:
         if state.turns >= max_turns:
@@ -245,6 +267,7 @@ async def _loop(
             # A slot lent to its children while it waited for them comes back here.
             await run.acquire_slot(spec.agent_id)
         await _deliver_messages(ctx, state, emit)
+        await compactor.before_request(state)
         request = ModelRequest(
             model=atype.model or run.model,
             system=state.system,
@@ -253,7 +276,7 @@ async def _loop(
             agent_type=atype.name,
             agent_id=spec.agent_id,
         )
-        content, calls, end = await _stream_turn(run, request, emit)
+        content, calls, end = await _stream_fitting(run, request, state, compactor, emit)
         state.turns += 1
         state.input_tokens += end.input_tokens
         state.output_tokens += end.output_tokens
@@ -265,6 +288,8 @@ async def _loop(
             stop_reason=end.stop_reason,
             input_tokens=end.input_tokens,
             output_tokens=end.output_tokens,
+            context_tokens=compactor.after_turn(state, end.input_tokens),
+            context_window=compactor.window,
         )
         if calls:
             await _run_tool_calls(run, spec, state, tools, calls, log)
@@ -275,6 +300,64 @@ async def _loop(
             continue
         state.continue_reason = None
         return "completed", last_text, None
+
+
+def _compactor(
+    run: RunContext,
+    spec: AgentSpec,
+    state: AgentState,
+    specs: list[ToolSpec],
+    log: Any,
+    *,
+    prompt_index: int,
+) -> Compactor:
+    return Compactor.for_agent(
+        run,
+        spec.agent_type,
+        spec.agent_id,
+        system=state.system,
+        tools=specs,
+        emit=functools.partial(
+            run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
+        ),
+        log=log,
+        prompt=spec.prompt if spec.compact is None else None,
+        prompt_index=prompt_index,
+    )
+
+
+async def _stream_fitting(
+    run: RunContext, request: ModelRequest, state: AgentState, compactor: Compactor, emit: Any
+) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd]:
+    """:func:`_stream_turn`; a request refused as too long is compacted and tried once more."""
+    try:
+        return await _stream_turn(run, request, emit)
+    except ContextOverflowError as exc:
+        await compactor.on_overflow(state, exc)
+    request = attrs.evolve(request, messages=tuple(state.messages))
+    try:
+        return await _stream_turn(run, request, emit)
+    except ContextOverflowError as exc:
+        raise compactor.does_not_fit(exc) from exc
+
+
+async def _compact_only(
+    run: RunContext, spec: AgentSpec, state: AgentState, log: Any
+) -> tuple[AgentStatus, str | None, str | None]:
+    """An agent started to compact a history (chat's ``/compact``): compact it, then end."""
+    tools = _tools_for(run, spec.agent_type)
+    specs = [_tool_spec(run, t) for t in tools.values()]
+    compactor = _compactor(run, spec, state, specs, log, prompt_index=0)
+    done = await compactor.compact(state, instructions=spec.compact or None, summarise=True)
+    if not done.methods:
+        why = done.summary_failed or "nothing to compact"
+        return "completed", f"not compacted: {why}", None
+    return (
+        "completed",
+        f"compacted: about {done.tokens_before:,} → {done.tokens_after:,} tokens, "
+        f"{done.messages_before} → {done.messages_after} messages ({', '.join(done.methods)})",
+        None,
+    )
 
 
 async def _deliver_messages(ctx: ActorContext[str], state: AgentState, emit: Any) -> None:
@@ -429,7 +512,9 @@ async def _run_tool_call(
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
             status, output = "cancelled", f"cancelled: {reason or 'cancelled'}"
-        output = _cut(redact(output, run.secrets), run.limits.max_tool_output_chars)
+        output = _cut(
+            redact(output, run.secrets), output_cap(run, spec.agent_type), how=_OUTPUT_CUT_HOW
+        )
         results[index] = ToolResultBlock(
             tool_use_id=call.id, content=output, is_error=status != "ok"
         )
@@ -475,7 +560,7 @@ async def _execute(
         tool_use_id=call.id,
         depth=spec.depth,
         env=run.env,
-        limits=run.tool_limits,
+        limits=tool_limits_for(run, spec.agent_type),
         log=log.bind(tool_use_id=call.id, tool=tool.name),
         spawner=_Spawner(run, spec, call.id),
     )
