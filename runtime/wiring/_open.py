@@ -27,6 +27,7 @@ from runtime.core._agent_types import AgentType, AgentTypes, agent_types_from_sc
 from runtime.core._approvals import PendingRequest, PermissionBroker
 from runtime.core._budget import BudgetLayer
 from runtime.core._bus import EventBus, Policy, Subscription, Tap
+from runtime.core._compaction import agent_window
 from runtime.core._context import Owner, RunContext
 from runtime.core._errors import ConfigError
 from runtime.core._events import AgentStatus, CancelBy, CancelRequested, RunFinished, RunStarted
@@ -112,6 +113,19 @@ class Runtime:
         return self._run.bus
 
     @property
+    def limits(self) -> Limits:
+        return self._run.limits
+
+    def context_window(self, agent_type: str = "main") -> int:
+        """The context window (tokens) of agents of *agent_type*: the type's own, else the
+        run's, else known from its model's name (docs/context.md).
+
+        Raises:
+            ConfigError: unknown agent type.
+        """
+        return agent_window(self._run, self._run.agent_types.lookup(agent_type))
+
+    @property
     def peak_running_agents(self) -> int:
         """The most agents that were running at once so far."""
         return self._run.peak_running_agents
@@ -144,6 +158,10 @@ class Runtime:
             depth=0,
             history=tuple(history),
         )
+        return await self._start_spec(spec)
+
+    async def _start_spec(self, spec: AgentSpec) -> AgentHandle:
+        run = self._run
         budget = spec.agent_type.budget
         if budget is not None and not budget.empty:
             spec = attrs.evolve(spec, budget=budget)
@@ -162,6 +180,47 @@ class Runtime:
         self._roots = [h for h in self._roots if not h.done]
         self._roots.append(handle)
         return handle
+
+    async def compact(
+        self,
+        history: Iterable[Message],
+        *,
+        instructions: str | None = None,
+        agent_type: str = "main",
+    ) -> AgentOutcome:
+        """Compact a conversation now (chat's ``/compact``) and return the agent's outcome.
+
+        A root agent of *agent_type* is started on *history* to trim and summarise it with its
+        own provider and model, as an agent near its context window does (docs/context.md);
+        it emits ``context_compacted`` and ends without a model turn of its own. The compacted
+        history is ``outcome.state.messages``; ``outcome.result`` says what was done.
+
+        Args:
+            instructions: what the summary should focus on.
+
+        Cancellation: cancels the agent; its history is then as the last finished stage left
+        it.
+        """
+        if self._closing:
+            raise ConfigError("the runtime is closing; no new agents")
+        run = self._run
+        words = f" {instructions}" if instructions else ""
+        spec = AgentSpec(
+            agent_id=run.new_agent_id(),
+            agent_type=run.agent_types.lookup(agent_type),
+            prompt=f"/compact{words}",
+            depth=0,
+            history=tuple(history),
+            compact=instructions or "",
+        )
+        handle = await self._start_spec(spec)
+        try:
+            return await handle.wait()
+        finally:
+            if not handle.done:
+                with trio.move_on_after(self._run.limits.finish_grace_s, shield=True):
+                    await handle.cancel("the caller was cancelled", by="runtime")
+                    await handle.wait()
 
     async def run(
         self, prompt: str, *, agent_type: str = "main", history: Iterable[Message] = ()
