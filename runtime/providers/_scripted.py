@@ -25,7 +25,7 @@ import orjson
 import trio
 
 from runtime.core._compaction import SUMMARY_HEADER, compacted_turns
-from runtime.core._context_window import parse_overflow
+from runtime.core._context_window import fixed_chars, history_chars, parse_overflow
 from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._provider import (
     ModelRequest,
@@ -151,11 +151,9 @@ class ScriptedProvider:
 
 
 def _estimate_input(request: ModelRequest) -> int:
-    """A stable stand-in for input tokens: about four characters a token."""
-    chars = len(request.system)
-    for message in request.messages:
-        for block in message.content:
-            chars += len(getattr(block, "text", "") or getattr(block, "content", "") or "")
+    """A stable stand-in for input tokens: about four characters a token, counted as the
+    agent's context meter counts them (system prompt, tools, messages)."""
+    chars = fixed_chars(request.system, request.tools) + history_chars(request.messages)
     return max(1, chars // 4)
 
 
