@@ -19,10 +19,10 @@ if TYPE_CHECKING:
     from runtime.core._agent_types import AgentType as AgentType
     from runtime.core._agent_types import AgentTypes as AgentTypes
     from runtime.core._agent_types import load_agent_types as load_agent_types
-    from runtime.core._context_window import context_window_for as context_window_for
     from runtime.core._bus import EventBus as EventBus
     from runtime.core._bus import SubscriberLagged as SubscriberLagged
     from runtime.core._bus import Subscription as Subscription
+    from runtime.core._context_window import context_window_for as context_window_for
     from runtime.core._errors import AgentsError as AgentsError
     from runtime.core._errors import ConfigError as ConfigError
     from runtime.core._errors import ContextOverflowError as ContextOverflowError

@@ -399,7 +399,7 @@ async def test_a_chat_is_compacted_saved_and_resumed(tmp_path: Path) -> None:
     saved = orjson.loads(path.read_bytes())
     assert saved["state"]["compactions"] == 1
     first = saved["messages"][0]["content"]
-    assert [b["text"] for b in first][0] == "hello"
+    assert first[0]["text"] == "hello"
     assert first[1]["text"].startswith(SUMMARY_HEADER)
     assert first[1]["text"].endswith("The user greeted; the parser was discussed.")
     assert len(saved["messages"]) == 2

@@ -524,7 +524,13 @@ class Compactor:
         """
         tokens = self.meter.sync(state.messages)
         if tokens >= self.limit and tokens >= self._retry_at:
-            await self.compact(state)
+            try:
+                await self.compact(state)
+            except ProviderError:
+                raise
+            except Exception:  # a bug here must not end the agent: it may still fit
+                self._log.exception("compaction failed; going on without it")
+                self._retry_at = tokens + int(self.meter.window * RETRY_GROWTH)
 
     def after_turn(self, state: AgentState, input_tokens: int) -> int:
         """The provider reported *input_tokens* for the request; the assistant's answer has been

@@ -106,9 +106,24 @@ def history_chars(messages: Sequence[Message]) -> int:
 
 def fixed_chars(system: str, tools: Sequence[ToolSpec]) -> int:
     """The characters every request of an agent carries besides its messages."""
-    return len(system) + sum(
-        len(t.name) + len(t.description) + len(orjson.dumps(t.input_schema)) for t in tools
-    )
+    return len(system) + sum(len(t.name) + len(t.description) + _schema_chars(t) for t in tools)
+
+
+# Every agent of a run sends the same few schemas (a tool's schema is one dict, shared); encoding
+# them for each agent that starts was most of what starting the meter cost.
+_SCHEMA_CHARS: dict[int, tuple[object, int]] = {}
+
+
+def _schema_chars(spec: ToolSpec) -> int:
+    schema = spec.input_schema
+    hit = _SCHEMA_CHARS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    size = len(orjson.dumps(schema))
+    if len(_SCHEMA_CHARS) >= 1024:
+        _SCHEMA_CHARS.clear()
+    _SCHEMA_CHARS[id(schema)] = (schema, size)  # the schema itself keeps its id from reuse
+    return size
 
 
 class ContextMeter:
