@@ -386,10 +386,17 @@ def _window_for_model(model: str) -> int:
     return context_window_for(model)
 
 
+NOTE_ROOM: Final = 400
+"""Room over :func:`output_cap` for the note a tool adds to an output it cut (``read``'s
+``continue with offset=…``): the loop cuts only what is longer than both."""
+
+
 def output_cap(run: RunContext, agent_type: AgentType) -> int:
     """The most characters of one tool output an agent of *agent_type* gets: the run's
     ``max_tool_output_chars``, and never more than about a quarter of its window (a window in
-    tokens is about four times as many characters), so one output cannot fill it."""
+    tokens is about four times as many characters), so one output cannot fill it. Tools cut
+    their own output to it (with a note, within :data:`NOTE_ROOM`); the loop cuts any output
+    longer than that."""
     return min(run.limits.max_tool_output_chars, agent_window(run, agent_type))
 
 

@@ -21,7 +21,7 @@ import trio
 from runtime.actors import ActorContext, Registry, start_actor_soon
 
 from ._agent_types import AgentType
-from ._compaction import Compactor, output_cap, tool_limits_for
+from ._compaction import NOTE_ROOM, Compactor, output_cap, tool_limits_for
 from ._context import Owner, RunContext
 from ._errors import (
     ConfigError,
@@ -512,9 +512,8 @@ async def _run_tool_call(
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
             status, output = "cancelled", f"cancelled: {reason or 'cancelled'}"
-        output = _cut(
-            redact(output, run.secrets), output_cap(run, spec.agent_type), how=_OUTPUT_CUT_HOW
-        )
+        cap = output_cap(run, spec.agent_type) + NOTE_ROOM
+        output = _cut(redact(output, run.secrets), cap, how=_OUTPUT_CUT_HOW)
         results[index] = ToolResultBlock(
             tool_use_id=call.id, content=output, is_error=status != "ok"
         )
