@@ -75,6 +75,7 @@ SCENARIO: dict[str, Any] = {
             ],
         },
         "sleeper": {"tools": [], "turns": [{"text": "waited", "delay_s": 0.5}]},
+        "watcher": {"tools": [], "turns": [{"text": "watched", "delay_s": 1.5}]},
         "compact": {
             "turns": [
                 {"text": "Read big.txt so far; nothing odd.", "usage": {"input_tokens": 700, "output_tokens": 30}},
@@ -102,7 +103,11 @@ async def test_a_sub_agent_and_the_main_agent_compact_while_siblings_run(
         async with open_runtime(
             scenario=SCENARIO, workspace=workspace, trace=trace, on_event=events.append
         ) as rt:
+            # Another root agent runs beside the main one the whole time: the main agent's
+            # compaction happens while it runs too.
+            watcher = await rt.start("keep watch", agent_type="watcher")
             outcome = await rt.run("look at big.txt")
+            assert (await watcher.wait()).status == "completed"
     check_invariants(events)
     assert (outcome.status, outcome.result) == ("completed", "All three are back.")
     assert history_problems(outcome.state.messages) == []
@@ -119,10 +124,12 @@ async def test_a_sub_agent_and_the_main_agent_compact_while_siblings_run(
     assert "sleeper" not in by_agent
     # The reader compacted while both its siblings were running.
     sleepers = [a for a, n in name.items() if n == "sleeper"]
+    [watcher_id] = [a for a, n in name.items() if n == "watcher"]
     finished = {e.agent_id: e.seq for e in by_type(events, AgentFinished)}
     for e in compactions:
         if name[e.agent_id] == "reader":
             assert all(started[s].seq < e.seq < finished[s] for s in sleepers)
+        assert started[watcher_id].seq < e.seq < finished[watcher_id]
 
     # A summary's tokens are the agent's: in agent_finished, as in its turns plus summaries.
     for agent_id, end in ((e.agent_id, e) for e in by_type(events, AgentFinished)):
@@ -139,9 +146,10 @@ async def test_a_sub_agent_and_the_main_agent_compact_while_siblings_run(
     # The tree, live and from the file, is intact and shows the compactions on their nodes.
     from_file = [decode_event(line) for line in trace.read_bytes().splitlines()]
     for tree in (TraceTree.from_events(events), TraceTree.from_events(from_file)):
-        [root] = tree.roots
-        assert root.status == "completed"
-        assert root.compactions == by_agent["main"].__len__()
+        watcher_node, root = tree.roots
+        assert (root.name, watcher_node.name) == ("main", "watcher")
+        assert (root.status, watcher_node.status) == ("completed", "completed")
+        assert root.compactions == len(by_agent["main"])
         readers = [a for a in tree.agents.values() if a.name == "reader"]
         assert [a.compactions for a in readers] == [len(by_agent["reader"])]
         assert all(a.status == "completed" for a in tree.agents.values())

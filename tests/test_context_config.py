@@ -235,3 +235,24 @@ async def test_a_bug_in_a_compaction_does_not_end_the_agent(
         async with open_runtime(scenario=scenario, workspace=tmp_path, trace=False) as rt:
             outcome = await rt.run("go")
     assert (outcome.status, outcome.result) == ("completed", "fine")
+
+
+def test_the_live_view_prints_a_compaction_above_the_tree_in_one_line() -> None:
+    from rich.console import Console
+
+    from runtime import AgentStarted
+    from runtime.cli._live import LiveView
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=160, height=40, color_system=None)
+    view = LiveView(TraceTree(), console, held=True)
+    common: dict[str, Any] = {"run_id": "r", "ts": 1.0, "parent_tool_use_id": None}
+    view.tap(AgentStarted(seq=1, agent_id="agent-1", name="main", parent_agent_id=None,
+                          depth=0, prompt="p", **common))
+    view.tap(ContextCompacted(seq=2, agent_id="agent-1", method="trim", tokens_before=9000,
+                              tokens_after=4000, messages_before=40, messages_after=40, **common))
+    assert out.getvalue() == ""  # the tap never draws
+    view.finish_turn("agent-1")
+    assert out.getvalue().splitlines()[0] == (
+        "⟲ [main] context compacted (trim): 9.0k → 4.0k tokens, 40 → 40 messages"
+    )
