@@ -78,8 +78,14 @@ SCENARIO: dict[str, Any] = {
         "watcher": {"tools": [], "turns": [{"text": "watched", "delay_s": 1.5}]},
         "compact": {
             "turns": [
-                {"text": "Read big.txt so far; nothing odd.", "usage": {"input_tokens": 700, "output_tokens": 30}},
-                {"text": "Read most of big.txt.", "usage": {"input_tokens": 800, "output_tokens": 20}},
+                {
+                    "text": "Read big.txt so far; nothing odd.",
+                    "usage": {"input_tokens": 700, "output_tokens": 30},
+                },
+                {
+                    "text": "Read most of big.txt.",
+                    "usage": {"input_tokens": 800, "output_tokens": 20},
+                },
             ]
         },
     }
@@ -136,7 +142,8 @@ async def test_a_sub_agent_and_the_main_agent_compact_while_siblings_run(
         turns = [t for t in by_type(events, TurnFinished) if t.agent_id == agent_id]
         summaries = [c for c in compactions if c.agent_id == agent_id]
         assert end.input_tokens == sum(t.input_tokens for t in turns) + sum(  # type: ignore[attr-defined]
-            c.input_tokens for c in summaries  # type: ignore[attr-defined]
+            c.input_tokens
+            for c in summaries  # type: ignore[attr-defined]
         )
     # Turns report the agent's context and window.
     reader_turns = [t for t in by_type(events, TurnFinished) if name[t.agent_id] == "reader"]
@@ -153,7 +160,10 @@ async def test_a_sub_agent_and_the_main_agent_compact_while_siblings_run(
         readers = [a for a in tree.agents.values() if a.name == "reader"]
         assert [a.compactions for a in readers] == [len(by_agent["reader"])]
         assert all(a.status == "completed" for a in tree.agents.values())
-        assert (root.input_tokens, root.output_tokens) == (outcome.input_tokens, outcome.output_tokens)
+        assert (root.input_tokens, root.output_tokens) == (
+            outcome.input_tokens,
+            outcome.output_tokens,
+        )
         stats = run_stats(tree)["compactions"]
         assert stats["count"] == len(compactions)
         assert stats["summary"] == sum(m == "summary" for ms in by_agent.values() for m in ms)
@@ -170,13 +180,19 @@ def test_trace_show_and_stats_print_the_compactions(workspace: Path, tmp_path: P
     trio.run(main)
     show = subprocess.run(
         [sys.executable, "-m", "runtime", "trace", "show", str(trace)],
-        capture_output=True, text=True, check=True, env={"COLUMNS": "200", "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"COLUMNS": "200", "NO_COLOR": "1"},
     ).stdout
     assert re.search(r"main agent-1 .*  ⟲ \d+ compactions?  All three are back\.", show)
     assert re.search(r"reader agent-\d .*  ⟲ \d+ compactions?  Read it all\.", show)
     stats = subprocess.run(
         [sys.executable, "-m", "runtime", "trace", "stats", str(trace)],
-        capture_output=True, text=True, check=True, env={"COLUMNS": "200", "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"COLUMNS": "200", "NO_COLOR": "1"},
     ).stdout
     assert "context compactions: " in stats
     assert "summaries cost" in stats
@@ -192,11 +208,33 @@ def test_the_budget_counts_a_summarys_tokens() -> None:
     layer = BudgetLayer(cancel)
     layer.set_budget("a", Budget(tokens=1000))
     common = {"seq": 1, "ts": 0.0, "run_id": "r", "parent_tool_use_id": None}
-    layer(AgentStarted(agent_id="a", name="main", parent_agent_id=None, depth=0, prompt="p", **common))
-    layer(TurnFinished(agent_id="a", turn=1, stop_reason="end_turn", input_tokens=600, output_tokens=100, **common))
+    layer(
+        AgentStarted(agent_id="a", name="main", parent_agent_id=None, depth=0, prompt="p", **common)
+    )
+    layer(
+        TurnFinished(
+            agent_id="a",
+            turn=1,
+            stop_reason="end_turn",
+            input_tokens=600,
+            output_tokens=100,
+            **common,
+        )
+    )
     assert layer.usage("a") == (700, 0)
-    layer(ContextCompacted(agent_id="a", method="summary", tokens_before=9, tokens_after=2,
-                           messages_before=9, messages_after=2, input_tokens=500, output_tokens=50, **common))
+    layer(
+        ContextCompacted(
+            agent_id="a",
+            method="summary",
+            tokens_before=9,
+            tokens_after=2,
+            messages_before=9,
+            messages_after=2,
+            input_tokens=500,
+            output_tokens=50,
+            **common,
+        )
+    )
     assert layer.usage("a") == (1250, 0)
 
 
@@ -258,8 +296,10 @@ def long_history(turns: int = 8) -> list[Message]:
 
 def env_for(server: LLMServer) -> dict[str, str]:
     return {
-        "OPENAI_API_KEY": "sk-test-0123456789", "OPENAI_BASE_URL": server.url + "/v1",
-        "ANTHROPIC_API_KEY": "sk-test-0123456789", "ANTHROPIC_BASE_URL": server.url,
+        "OPENAI_API_KEY": "sk-test-0123456789",
+        "OPENAI_BASE_URL": server.url + "/v1",
+        "ANTHROPIC_API_KEY": "sk-test-0123456789",
+        "ANTHROPIC_BASE_URL": server.url,
         "PATH": "/usr/bin:/bin",
     }
 
@@ -279,13 +319,19 @@ async def test_a_too_long_prompt_is_compacted_and_tried_once_more(
     stream = openai_text_stream if provider == "openai" else anthropic_text_stream
     server.push(
         too_long(8192, 9500),
-        Reply.stream(stream(["Earlier: the grammar was fixed ", "step by step."], usage=(3000, 40))),
+        Reply.stream(
+            stream(["Earlier: the grammar was fixed ", "step by step."], usage=(3000, 40))
+        ),
         Reply.stream(stream(["Tests pass now."], usage=(2500, 5))),
     )
     events: list[Event] = []
     with trio.fail_after(20):
         async with open_runtime(
-            provider, model="test-model", env=env_for(server), workspace=tmp_path, trace=False,
+            provider,
+            model="test-model",
+            env=env_for(server),
+            workspace=tmp_path,
+            trace=False,
             on_event=events.append,
         ) as rt:
             outcome = await rt.run("Run the tests.", history=long_history())
@@ -327,7 +373,11 @@ async def test_a_prompt_still_too_long_after_compacting_fails_in_plain_words(
     events: list[Event] = []
     with trio.fail_after(20):
         async with open_runtime(
-            provider, model="test-model", env=env_for(server), workspace=tmp_path, trace=False,
+            provider,
+            model="test-model",
+            env=env_for(server),
+            workspace=tmp_path,
+            trace=False,
             on_event=events.append,
         ) as rt:
             outcome = await rt.run("Run the tests.", history=long_history())
@@ -369,7 +419,14 @@ CHAT_SCENARIO = {
                 {"text": "Third answer, after the summary."},
             ]
         },
-        "compact": {"turns": [{"text": "The user greeted; the parser was discussed.", "usage": {"input_tokens": 400, "output_tokens": 12}}]},
+        "compact": {
+            "turns": [
+                {
+                    "text": "The user greeted; the parser was discussed.",
+                    "usage": {"input_tokens": 400, "output_tokens": 12},
+                }
+            ]
+        },
     }
 }
 
@@ -378,7 +435,11 @@ async def run_chat(tmp_path: Path, *args: str, stdin: bytes) -> subprocess.Compl
     with trio.fail_after(30):
         return await trio.run_process(
             [sys.executable, "-m", "runtime", "chat", *args],
-            cwd=tmp_path, stdin=stdin, capture_stdout=True, capture_stderr=True, check=False,
+            cwd=tmp_path,
+            stdin=stdin,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
             env={"PATH": "/usr/bin:/bin", "COLUMNS": "120"},
         )
 

@@ -37,8 +37,12 @@ from tests.invariants import by_type, check_invariants
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "runtime", *args], cwd=cwd, capture_output=True, check=False,
-        timeout=60, env={"PATH": "/usr/bin:/bin", "COLUMNS": "120"},
+        [sys.executable, "-m", "runtime", *args],
+        cwd=cwd,
+        capture_output=True,
+        check=False,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "120"},
     )
 
 
@@ -46,12 +50,21 @@ GROWING = {
     "agents": {
         "main": {
             "turns": [
-                {"text": "one " * 200, "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
-                 "usage": {"input_tokens": 1000}},
-                {"text": "two " * 200, "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
-                 "usage": {"input_tokens": 1500}},
-                {"text": "three " * 200, "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
-                 "usage": {"input_tokens": 2000}},
+                {
+                    "text": "one " * 200,
+                    "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
+                    "usage": {"input_tokens": 1000},
+                },
+                {
+                    "text": "two " * 200,
+                    "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
+                    "usage": {"input_tokens": 1500},
+                },
+                {
+                    "text": "three " * 200,
+                    "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
+                    "usage": {"input_tokens": 2000},
+                },
                 {"text": "done", "usage": {"input_tokens": 500}},
             ]
         }
@@ -62,8 +75,19 @@ GROWING = {
 def test_the_command_line_sets_the_window_and_the_threshold(tmp_path: Path) -> None:
     scenario = tmp_path / "s.json"
     scenario.write_bytes(orjson.dumps(GROWING))
-    proc = cli("run", "go", "--scenario", str(scenario), "--json", "--no-trace",
-               "--context-window", "4000", "--compact-threshold", "50%", cwd=tmp_path)
+    proc = cli(
+        "run",
+        "go",
+        "--scenario",
+        str(scenario),
+        "--json",
+        "--no-trace",
+        "--context-window",
+        "4000",
+        "--compact-threshold",
+        "50%",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     events = [decode_event(line) for line in proc.stdout.splitlines()]
     check_invariants(events)
@@ -105,28 +129,48 @@ def test_agent_types_and_scenarios_take_a_context_window() -> None:
 
 
 async def test_the_agent_types_window_beats_the_runs_which_beats_the_model(tmp_path: Path) -> None:
-    scenario = {"agents": {"main": {"turns": [{"text": "hi"}]}, "small": {"turns": [], "context_window": 5000}}}
+    scenario = {
+        "agents": {
+            "main": {"turns": [{"text": "hi"}]},
+            "small": {"turns": [], "context_window": 5000},
+        }
+    }
     async with open_runtime(scenario=scenario, workspace=tmp_path, trace=False) as rt:
         assert rt.context_window("main") == 128_000  # "scripted" is no known model
         assert rt.context_window("small") == 5000
-    async with open_runtime(scenario=scenario, workspace=tmp_path, trace=False,
-                            limits=Limits(context_window=64_000),
-                            agent_types=[AgentType(name="tiny", context_window=2000)]) as rt:
+    async with open_runtime(
+        scenario=scenario,
+        workspace=tmp_path,
+        trace=False,
+        limits=Limits(context_window=64_000),
+        agent_types=[AgentType(name="tiny", context_window=2000)],
+    ) as rt:
         assert rt.context_window("main") == 64_000
         assert rt.context_window("small") == 5000
         assert rt.context_window("tiny") == 2000
-    async with open_runtime(scenario=scenario, model="claude-sonnet-4-5", workspace=tmp_path,
-                            trace=False) as rt:
+    async with open_runtime(
+        scenario=scenario, model="claude-sonnet-4-5", workspace=tmp_path, trace=False
+    ) as rt:
         assert rt.context_window("main") == 200_000
 
 
 async def test_a_small_window_caps_tool_output_with_a_way_to_the_rest(tmp_path: Path) -> None:
     (tmp_path / "big.txt").write_text("".join(f"line {i} " + "y" * 60 + "\n" for i in range(500)))
-    scenario = {"agents": {"main": {"context_window": 2000, "turns": [
-        {"tool_calls": [{"name": "read", "input": {"path": "big.txt"}}]}, {"text": "ok"}]}}}
+    scenario = {
+        "agents": {
+            "main": {
+                "context_window": 2000,
+                "turns": [
+                    {"tool_calls": [{"name": "read", "input": {"path": "big.txt"}}]},
+                    {"text": "ok"},
+                ],
+            }
+        }
+    }
     events: list[Event] = []
-    async with open_runtime(scenario=scenario, workspace=tmp_path, trace=False,
-                            on_event=events.append) as rt:
+    async with open_runtime(
+        scenario=scenario, workspace=tmp_path, trace=False, on_event=events.append
+    ) as rt:
         outcome = await rt.run("read it")
     [finished] = by_type(events, ToolFinished)
     output = finished.output  # type: ignore[attr-defined]
@@ -141,15 +185,34 @@ async def test_runtime_compact_summarises_a_history_as_an_agent_of_its_own(tmp_p
     history = [Message(role="user", content=(TextBlock(text="Refactor the parser."),))]
     for i in range(4):
         history += [
-            Message(role="assistant", content=(TextBlock(text=f"step {i}"),
-                    ToolUseBlock(id=f"c{i}", name="bash", input={"command": f"run {i}"}))),
-            Message(role="user", content=(ToolResultBlock(tool_use_id=f"c{i}", content="z" * 600),)),
+            Message(
+                role="assistant",
+                content=(
+                    TextBlock(text=f"step {i}"),
+                    ToolUseBlock(id=f"c{i}", name="bash", input={"command": f"run {i}"}),
+                ),
+            ),
+            Message(
+                role="user", content=(ToolResultBlock(tool_use_id=f"c{i}", content="z" * 600),)
+            ),
         ]
-    scenario: dict[str, Any] = {"agents": {"main": {"turns": []}, "compact": {"turns": [
-        {"text": "Refactored three functions.", "usage": {"input_tokens": 300, "output_tokens": 9}}]}}}
+    scenario: dict[str, Any] = {
+        "agents": {
+            "main": {"turns": []},
+            "compact": {
+                "turns": [
+                    {
+                        "text": "Refactored three functions.",
+                        "usage": {"input_tokens": 300, "output_tokens": 9},
+                    }
+                ]
+            },
+        }
+    }
     events: list[Event] = []
-    async with open_runtime(scenario=scenario, workspace=tmp_path, trace=False,
-                            on_event=events.append) as rt:
+    async with open_runtime(
+        scenario=scenario, workspace=tmp_path, trace=False, on_event=events.append
+    ) as rt:
         outcome = await rt.compact(history, instructions="the function names")
     check_invariants(events)
     assert outcome.status == "completed"
@@ -176,7 +239,8 @@ async def test_runtime_compact_of_a_short_history_says_there_was_nothing_to_do(
         history = [Message(role="user", content=(TextBlock(text="hi"),))]
         outcome = await rt.compact(history)
     assert (outcome.status, outcome.result) == (
-        "completed", "not compacted: nothing old enough to summarise"
+        "completed",
+        "not compacted: nothing old enough to summarise",
     )
     assert outcome.state.messages == history
 
@@ -185,12 +249,21 @@ def test_the_plain_view_and_trace_tail_say_a_compaction_in_one_line() -> None:
     common: dict[str, Any] = {"run_id": "r", "ts": 1.0, "parent_tool_use_id": None}
     from runtime import AgentStarted
 
-    started = AgentStarted(seq=1, agent_id="agent-1", name="main", parent_agent_id=None,
-                           depth=0, prompt="p", **common)
-    compacted = ContextCompacted(seq=2, agent_id="agent-1", method="summary",
-                                 tokens_before=152_300, tokens_after=31_000, messages_before=84,
-                                 messages_after=7, input_tokens=60_100, output_tokens=1_200,
-                                 **common)
+    started = AgentStarted(
+        seq=1, agent_id="agent-1", name="main", parent_agent_id=None, depth=0, prompt="p", **common
+    )
+    compacted = ContextCompacted(
+        seq=2,
+        agent_id="agent-1",
+        method="summary",
+        tokens_before=152_300,
+        tokens_after=31_000,
+        messages_before=84,
+        messages_after=7,
+        input_tokens=60_100,
+        output_tokens=1_200,
+        **common,
+    )
     out = io.StringIO()
     view = PlainView(TraceTree(), out)
     view.tap(started)
@@ -205,8 +278,10 @@ def test_the_plain_view_and_trace_tail_say_a_compaction_in_one_line() -> None:
     tree.apply(compacted)
     line = event_line(tree, {"type": "context_compacted", **vars_of(compacted)})
     assert line is not None
-    assert line.endswith("⟲ main agent-1: context compacted (summary): 152.3k → 31.0k tokens, "
-                         "84 → 7 messages; the summary cost 60.1k→1.2k tokens")
+    assert line.endswith(
+        "⟲ main agent-1: context compacted (summary): 152.3k → 31.0k tokens, "
+        "84 → 7 messages; the summary cost 60.1k→1.2k tokens"
+    )
     [agent] = tree.roots
     assert agent.compactions == 1
     assert agent.context_tokens == 31_000
@@ -228,9 +303,20 @@ async def test_a_bug_in_a_compaction_does_not_end_the_agent(
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(_compaction, "trim_tool_results", broken)
-    scenario = {"agents": {"main": {"context_window": 1000, "turns": [
-        {"tool_calls": [{"name": "glob", "input": {"pattern": "*"}}], "usage": {"input_tokens": 990}},
-        {"text": "fine"}]}}}
+    scenario = {
+        "agents": {
+            "main": {
+                "context_window": 1000,
+                "turns": [
+                    {
+                        "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
+                        "usage": {"input_tokens": 990},
+                    },
+                    {"text": "fine"},
+                ],
+            }
+        }
+    }
     with trio.fail_after(10):
         async with open_runtime(scenario=scenario, workspace=tmp_path, trace=False) as rt:
             outcome = await rt.run("go")
@@ -247,10 +333,29 @@ def test_the_live_view_prints_a_compaction_above_the_tree_in_one_line() -> None:
     console = Console(file=out, force_terminal=True, width=160, height=40, color_system=None)
     view = LiveView(TraceTree(), console, held=True)
     common: dict[str, Any] = {"run_id": "r", "ts": 1.0, "parent_tool_use_id": None}
-    view.tap(AgentStarted(seq=1, agent_id="agent-1", name="main", parent_agent_id=None,
-                          depth=0, prompt="p", **common))
-    view.tap(ContextCompacted(seq=2, agent_id="agent-1", method="trim", tokens_before=9000,
-                              tokens_after=4000, messages_before=40, messages_after=40, **common))
+    view.tap(
+        AgentStarted(
+            seq=1,
+            agent_id="agent-1",
+            name="main",
+            parent_agent_id=None,
+            depth=0,
+            prompt="p",
+            **common,
+        )
+    )
+    view.tap(
+        ContextCompacted(
+            seq=2,
+            agent_id="agent-1",
+            method="trim",
+            tokens_before=9000,
+            tokens_after=4000,
+            messages_before=40,
+            messages_after=40,
+            **common,
+        )
+    )
     assert out.getvalue() == ""  # the tap never draws
     view.finish_turn("agent-1")
     assert out.getvalue().splitlines()[0] == (
