@@ -53,6 +53,8 @@ from ._provider import ModelRequest, Provider, TextChunk, ToolSpec, TurnEnd
 if TYPE_CHECKING:
     from ._agent_types import AgentType
     from ._context import RunContext
+    from ._events import AgentStatus
+    from ._loop import AgentSpec
     from ._tool import Tool, ToolLimits
 
 KEEP_TURNS: Final = 3
@@ -726,3 +728,33 @@ class Compactor:
             used_out = end.output_tokens if end is not None else 0
             return text, used_in, used_out
         return "even a shortened transcript was too long for the model"
+
+
+async def compact_only(
+    run: RunContext, spec: AgentSpec, state: AgentState, tools: Sequence[ToolSpec], log: Any
+) -> tuple[AgentStatus, str | None, str | None]:
+    """The body of an agent started by ``Runtime.compact``: compact its history (trim, then
+    summarise whatever the size, focused on ``spec.compact``), then end ``completed`` with a
+    result that says what was done."""
+    compactor = Compactor.for_agent(
+        run,
+        spec.agent_type,
+        spec.agent_id,
+        system=state.system,
+        tools=tools,
+        emit=functools.partial(
+            run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
+        ),
+        log=log,
+        prompt=None,
+        prompt_index=0,
+    )
+    done = await compactor.compact(state, instructions=spec.compact or None, summarise=True)
+    if not done.methods:
+        return "completed", f"not compacted: {done.summary_failed or 'nothing to compact'}", None
+    return (
+        "completed",
+        f"compacted: about {done.tokens_before:,} → {done.tokens_after:,} tokens, "
+        f"{done.messages_before} → {done.messages_after} messages ({', '.join(done.methods)})",
+        None,
+    )

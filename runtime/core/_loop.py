@@ -21,7 +21,7 @@ import trio
 from runtime.actors import ActorContext, Registry, start_actor_soon
 
 from ._agent_types import AgentType
-from ._compaction import NOTE_ROOM, Compactor, output_cap, tool_limits_for
+from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
 from ._context import Owner, RunContext
 from ._errors import (
     ConfigError,
@@ -159,8 +159,9 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
             ctx.scope.deadline = trio.current_time() + seconds
         if spec.compact is None:
             status, result, error = await _loop(run, spec, state, ctx, log)
-        else:
-            status, result, error = await _compact_only(run, spec, state, log)
+        else:  # Runtime.compact: this agent only compacts its history
+            specs = [_tool_spec(run, t) for t in _tools_for(run, atype).values()]
+            status, result, error = await compact_only(run, spec, state, specs, log)
     except ProviderError as exc:
         status, error = "failed", redact(str(exc), run.secrets)
         log.warning("provider failed", error=error)
@@ -257,7 +258,10 @@ async def _loop(
     emit = functools.partial(
         run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
     )
-    compactor = _compactor(run, spec, state, specs, log, prompt_index=len(state.messages) - 1)
+    compactor = Compactor.for_agent(
+        run, spec.agent_type, spec.agent_id, system=state.system, tools=specs, emit=emit,
+        log=log, prompt=spec.prompt, prompt_index=len(state.messages) - 1,
+    )  # fmt: skip
     last_text = ""
     while True:
         if state.turns >= max_turns:
@@ -302,30 +306,6 @@ async def _loop(
         return "completed", last_text, None
 
 
-def _compactor(
-    run: RunContext,
-    spec: AgentSpec,
-    state: AgentState,
-    specs: list[ToolSpec],
-    log: Any,
-    *,
-    prompt_index: int,
-) -> Compactor:
-    return Compactor.for_agent(
-        run,
-        spec.agent_type,
-        spec.agent_id,
-        system=state.system,
-        tools=specs,
-        emit=functools.partial(
-            run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
-        ),
-        log=log,
-        prompt=spec.prompt if spec.compact is None else None,
-        prompt_index=prompt_index,
-    )
-
-
 async def _stream_fitting(
     run: RunContext, request: ModelRequest, state: AgentState, compactor: Compactor, emit: Any
 ) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd]:
@@ -339,25 +319,6 @@ async def _stream_fitting(
         return await _stream_turn(run, request, emit)
     except ContextOverflowError as exc:
         raise compactor.does_not_fit(exc) from exc
-
-
-async def _compact_only(
-    run: RunContext, spec: AgentSpec, state: AgentState, log: Any
-) -> tuple[AgentStatus, str | None, str | None]:
-    """An agent started to compact a history (chat's ``/compact``): compact it, then end."""
-    tools = _tools_for(run, spec.agent_type)
-    specs = [_tool_spec(run, t) for t in tools.values()]
-    compactor = _compactor(run, spec, state, specs, log, prompt_index=0)
-    done = await compactor.compact(state, instructions=spec.compact or None, summarise=True)
-    if not done.methods:
-        why = done.summary_failed or "nothing to compact"
-        return "completed", f"not compacted: {why}", None
-    return (
-        "completed",
-        f"compacted: about {done.tokens_before:,} → {done.tokens_after:,} tokens, "
-        f"{done.messages_before} → {done.messages_after} messages ({', '.join(done.methods)})",
-        None,
-    )
 
 
 async def _deliver_messages(ctx: ActorContext[str], state: AgentState, emit: Any) -> None:
