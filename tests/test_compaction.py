@@ -419,9 +419,9 @@ async def test_without_a_compact_agent_type_the_summary_is_deterministic() -> No
     for _ in range(2):
         emit = Recorder()
         compactor = make_compactor(SCENARIO, window=100_000, emit=emit)
-        state = AgentState(agent_id="a", name="main", depth=0, messages=tool_turns(6, 100))
+        state = AgentState(agent_id="a", name="main", depth=0, messages=tool_turns(6, 400))
         outcome = await compactor.compact(state, summarise=True)
-        assert outcome.methods == ("summary",)
+        assert outcome.methods == ("trim", "summary")
         texts.append(state.messages[0].content[1])
     assert texts[0] == texts[1]
     assert isinstance(texts[0], TextBlock)
@@ -433,7 +433,7 @@ async def test_the_agents_own_prompt_is_pinned_when_it_was_summarised_away() -> 
     # A chat turn: the prompt of this turn is deep in the history, not its first message.
     history = [user("first chat message"), turn("answer"), user("do the thing")]
     for i in range(5):
-        history += [turn(f"s{i}", call(f"t{i}")), results((f"t{i}", "x" * 50))]
+        history += [turn(f"s{i}", call(f"t{i}")), results((f"t{i}", "x" * 200))]
     emit = Recorder()
     compactor = make_compactor(SCENARIO, window=100_000, emit=emit, prompt="do the thing")
     compactor._prompt_index = 2
@@ -445,10 +445,11 @@ async def test_the_agents_own_prompt_is_pinned_when_it_was_summarised_away() -> 
     assert isinstance(blocks[-1], TextBlock)
     assert blocks[-1].text == f"{PINNED_HEADER}\ndo the thing"
     # Compacted again, the pinned request stays pinned, once.
-    state.messages += [turn("more", call("u")), results(("u", "y")), turn("again", call("v"))]
-    state.messages += [results(("v", "z"))]
+    state.messages += [turn("more", call("u")), results(("u", "y" * 200))]
+    state.messages += [turn("again", call("v")), results(("v", "z" * 200))]
     await compactor.compact(state, summarise=True)
     texts = [b.text for b in state.messages[0].content if isinstance(b, TextBlock)]
+    assert [f["method"] for _, f in emit.events].count("summary") == 2
     assert sum(t.startswith(PINNED_HEADER) for t in texts) == 1
     assert sum(t.startswith(SUMMARY_HEADER) for t in texts) == 1
 
@@ -496,3 +497,36 @@ async def test_an_overflow_with_nothing_to_compact_fails_in_plain_words() -> Non
         "the conversation does not fit the model's context window: about 12,000 tokens for a "
         "window of 8,000, and compacting it did not make enough room"
     )
+
+
+async def test_a_summary_longer_than_what_it_replaces_is_not_kept_but_its_cost_is() -> None:
+    scenario = {
+        "agents": {
+            "main": {"turns": []},
+            "compact": {
+                "turns": [
+                    {
+                        "text": "long-winded " * 200,
+                        "usage": {"input_tokens": 300, "output_tokens": 600},
+                    }
+                ]
+            },
+        }
+    }
+    emit = Recorder()
+    compactor = make_compactor(scenario, window=100_000, emit=emit)
+    history = tool_turns(5, 100)
+    state = AgentState(agent_id="a", name="main", depth=0, messages=list(history))
+    outcome = await compactor.compact(state, summarise=True)
+    assert outcome.methods == ()
+    assert outcome.summary_failed == "the summary was no shorter than what it would replace"
+    assert state.messages == history
+    assert (state.input_tokens, state.output_tokens) == (300, 600)
+
+
+async def test_too_little_to_summarise_asks_no_model() -> None:
+    scenario = {"agents": {"main": {"turns": []}, "compact": {"turns": [{"error": "not asked"}]}}}
+    compactor = make_compactor(scenario, window=100_000, emit=Recorder())
+    state = AgentState(agent_id="a", name="main", depth=0, messages=tool_turns(4, 10))
+    outcome = await compactor.compact(state, summarise=True)
+    assert outcome.summary_failed == "too little to summarise"

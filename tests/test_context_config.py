@@ -183,7 +183,7 @@ async def test_a_small_window_caps_tool_output_with_a_way_to_the_rest(tmp_path: 
 
 async def test_runtime_compact_summarises_a_history_as_an_agent_of_its_own(tmp_path: Path) -> None:
     history = [Message(role="user", content=(TextBlock(text="Refactor the parser."),))]
-    for i in range(4):
+    for i in range(8):
         history += [
             Message(
                 role="assistant",

@@ -38,7 +38,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import attrs
 import orjson
 
-from ._context_window import ContextMeter, context_window_for, fixed_chars, message_chars
+from ._context_window import (
+    ContextMeter,
+    context_window_for,
+    fixed_chars,
+    history_chars,
+    message_chars,
+)
 from ._errors import ContextOverflowError, ProviderError
 from ._events import ContextCompacted
 from ._messages import (
@@ -70,6 +76,8 @@ TRANSCRIPT_SHARE: Final = 0.6
 TRANSCRIPT_BLOCK_CHARS: Final = 2_000
 """Each text, tool input or tool output is cut to this in the transcript given to summarise."""
 SUMMARY_MAX_TOKENS: Final = 4_096
+MIN_SUMMARISED_CHARS: Final = 500
+"""Less than this before the tail is not worth a model call to summarise."""
 RETRY_GROWTH: Final = 0.1
 """After a compaction that could not get under the threshold, the next automatic one waits until
 the context has grown by this share of the window (no model call per turn for nothing)."""
@@ -552,6 +560,8 @@ class Compactor:
 
         Raises:
             ProviderError: nothing could be compacted; the message says so in plain words.
+
+        Cancellation: as :meth:`compact`.
         """
         if exc.limit is not None:
             self.meter.learn_window(exc.limit)
@@ -648,6 +658,9 @@ class Compactor:
         split = split_for_summary(state.messages, tail_chars=int(window_chars * TAIL_SHARE))
         if split is None:
             return "nothing old enough to summarise"
+        replaced = history_chars(state.messages[: len(state.messages) - len(split.tail)])
+        if replaced < MIN_SUMMARISED_CHARS:
+            return "too little to summarise"
         summary = await self._ask_summary(split.middle, instructions, window_chars)
         if isinstance(summary, str):
             return summary
@@ -659,13 +672,16 @@ class Compactor:
             pinned = prompt
         count_before = len(state.messages)
         new = build_compacted(split, text, pinned=pinned)
+        # The call was made: its tokens are the agent's, whether the summary is kept or not.
+        state.input_tokens += input_tokens
+        state.output_tokens += output_tokens
+        if message_chars(new[0]) >= replaced:
+            return "the summary was no shorter than what it would replace"
         state.messages[:] = new
         if self._prompt_index >= cut:
             self._prompt_index -= cut - 1
         else:
             self._prompt_index = 0
-        state.input_tokens += input_tokens
-        state.output_tokens += output_tokens
         after = self.meter.reset(state.messages)
         await self._emit(
             ContextCompacted,
