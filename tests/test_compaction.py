@@ -515,7 +515,7 @@ async def test_a_summary_longer_than_what_it_replaces_is_not_kept_but_its_cost_i
     }
     emit = Recorder()
     compactor = make_compactor(scenario, window=100_000, emit=emit)
-    history = tool_turns(5, 100)
+    history = tool_turns(6, 200)
     state = AgentState(agent_id="a", name="main", depth=0, messages=list(history))
     outcome = await compactor.compact(state, summarise=True)
     assert outcome.methods == ()
