@@ -74,8 +74,8 @@ SCENARIO: dict[str, Any] = {
                 {"text": "Read it all.", "usage": {"input_tokens": 900}},
             ],
         },
-        "sleeper": {"tools": [], "turns": [{"text": "waited", "delay_s": 0.5}]},
-        "watcher": {"tools": [], "turns": [{"text": "watched", "delay_s": 1.5}]},
+        "sleeper": {"tools": [], "turns": [{"text": "waited", "delay_s": 1.0}]},
+        "watcher": {"tools": [], "turns": [{"text": "watched", "delay_s": 2.5}]},
         "compact": {
             "turns": [
                 {
