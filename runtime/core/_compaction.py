@@ -57,10 +57,10 @@ from ._messages import (
 from ._provider import ModelRequest, Provider, TextChunk, ToolSpec, TurnEnd
 
 if TYPE_CHECKING:
+    from ._agent import AgentSpec
     from ._agent_types import AgentType
     from ._context import RunContext
     from ._events import AgentStatus
-    from ._loop import AgentSpec
     from ._tool import Tool, ToolLimits
 
 KEEP_TURNS: Final = 3
