@@ -483,3 +483,56 @@ async def test_a_chat_is_compacted_saved_and_resumed(tmp_path: Path) -> None:
     assert resumed["turns"] == 3
     assert resumed["messages"][0] == saved["messages"][0]
     assert resumed["messages"][-1]["content"][0]["text"] == "Third answer, after the summary."
+
+
+# -- chat on a real terminal ----------------------------------------------------------------
+
+SLOW_COMPACT = {
+    "agents": {
+        "main": CHAT_SCENARIO["agents"]["main"],
+        "compact": {"turns": [{"text": "A summary that comes too late.", "delay_s": 30}]},
+    }
+}
+
+
+def spawn_chat(tmp_path: Path, scenario: dict[str, Any]) -> Any:
+    import pexpect
+
+    path = tmp_path / "chat.json"
+    path.write_bytes(orjson.dumps(scenario))
+    env = {"PATH": "/usr/bin:/bin", "TERM": "xterm-256color", "HOME": str(tmp_path)}
+    return pexpect.spawn(
+        sys.executable, ["-m", "runtime", "chat", "--scenario", str(path)], cwd=str(tmp_path),
+        env=env, dimensions=(50, 160), encoding="utf-8", codec_errors="replace", timeout=20,
+    )  # fmt: skip
+
+
+def test_compact_on_a_terminal_and_ctrl_c_cancels_it_keeping_the_conversation(
+    tmp_path: Path,
+) -> None:
+    import pexpect
+
+    child = spawn_chat(tmp_path, SLOW_COMPACT)
+    try:
+        child.expect_exact("/help for commands")
+        for line in ("hello", "more please"):
+            child.sendline(line)
+            child.expect_exact("completed in ")
+        child.sendline("/context")
+        child.expect(r"Context: about [\d.k]+ of 128\.0k tokens \(\d+%\), 4 messages")
+        child.sendline("/compact")
+        child.expect_exact("Compacting the conversation")
+        child.sendcontrol("c")
+        child.expect_exact("Compaction cancelled; the conversation is as it was.")
+        child.sendline("/context")
+        child.expect(r"Context: about [\d.k]+ of 128\.0k tokens \(\d+%\), 4 messages")
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        if child.isalive():
+            child.kill(9)
+        child.close(force=True)
+    [path] = (tmp_path / ".trio-agents" / "sessions").glob("*.json")
+    saved = orjson.loads(path.read_bytes())
+    assert len(saved["messages"]) == 4
+    assert saved["state"]["compactions"] == 0
