@@ -536,3 +536,32 @@ def test_compact_on_a_terminal_and_ctrl_c_cancels_it_keeping_the_conversation(
     saved = orjson.loads(path.read_bytes())
     assert len(saved["messages"]) == 4
     assert saved["state"]["compactions"] == 0
+
+
+async def test_a_too_long_error_inside_the_stream_is_compacted_too(
+    server: LLMServer, tmp_path: Path
+) -> None:
+    # vLLM and OpenRouter send some errors as an event of a 200 stream.
+    from tests.llm_server import sse
+
+    in_stream = {
+        "error": {
+            "object": "error",
+            "message": "This model's maximum context length is 8192 tokens. However, you "
+            "requested 9100 tokens (5000 in the messages, 4100 in the completion).",
+            "type": "BadRequestError",
+            "code": 400,
+        }
+    }
+    server.push(
+        Reply.stream([sse(in_stream)]),
+        Reply.stream(openai_text_stream(["A summary."], usage=(3000, 4))),
+        Reply.stream(openai_text_stream(["Done."], usage=(2000, 2))),
+    )
+    with trio.fail_after(20):
+        async with open_runtime(
+            "openai", model="test-model", env=env_for(server), workspace=tmp_path, trace=False
+        ) as rt:
+            outcome = await rt.run("Run the tests.", history=long_history())
+    assert (outcome.status, outcome.result) == ("completed", "Done.")
+    assert len(server.requests) == 3
