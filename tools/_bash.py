@@ -224,6 +224,13 @@ async def _pump(stream: trio.abc.ReceiveStream, capture: _Capture, eof: trio.Eve
         eof.set()
 
 
+# Tells the model how to see what was cut, so one huge output need not fill its context.
+_HOW = (
+    "; to see them, send the output to a file (command > out.txt) and read it in parts "
+    "(read with offset and limit, or grep)"
+)
+
+
 class _Capture:
     """The output of a command, bounded: its first and last *limit* characters.
 
@@ -278,7 +285,8 @@ class _Capture:
         if cut <= 0:
             return head + tail
         sep = "" if head.endswith("\n") else "\n"
-        return f"{head}{sep}[... {cut} characters cut from the middle of the output ...]\n{tail}"
+        note = f"[... {cut} characters cut from the middle of the output{_HOW} ...]"
+        return f"{head}{sep}{note}\n{tail}"
 
 
 def _widen(mask: Redactor, text: str, at: int, *, forward: bool) -> int:

@@ -84,6 +84,26 @@ class CancelInfo:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Compaction:
+    """One ``context_compacted`` event: an agent made its history smaller.
+
+    Attributes:
+        method: ``trim`` (old tool outputs stubbed) or ``summary`` (older turns summarised).
+        input_tokens, output_tokens: what the summary request cost (0 for a trim).
+    """
+
+    agent_id: str
+    ts: float
+    method: str
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class RunningSubtree:
     """A running ``agent`` tool call and its sub-agent, as the Ctrl+C picker lists it.
 
@@ -161,6 +181,8 @@ class _AgentInternals(_NodeBase):
     _chunks: list[str] | None
     _chunks_len: int
     _dropped: int
+    _context_tokens: int | None
+    _context_window: int | None
 
 
 @dataclasses.dataclass(init=False, eq=False, repr=False)
@@ -171,7 +193,8 @@ class AgentNode(_AgentInternals):
     until the agent's ``agent_started`` is seen. ``duration_s`` is the agent's own figure once
     finished, the time to the last event of the trace once interrupted, else None (see
     :meth:`elapsed`). ``total_*_tokens`` cover the subtree; they are current after
-    :meth:`TraceTree.rollup` (which every reader of the tree here calls).
+    :meth:`TraceTree.rollup` (which every reader of the tree here calls). ``compactions`` counts
+    the agent's ``context_compacted`` events (their details are in :attr:`TraceTree.compactions`).
     """
 
     kind: str
@@ -190,6 +213,7 @@ class AgentNode(_AgentInternals):
     result: str | None
     error: str | None
     cancel: CancelInfo | None
+    compactions: int
     children: list[ToolNode]
 
     def __init__(self, agent_id: str, parent_tool_use_id: str | None) -> None:
@@ -209,6 +233,7 @@ class AgentNode(_AgentInternals):
         self.result = None
         self.error = None
         self.cancel = None
+        self.compactions = 0
         self.children = []
         self._parent = None
         self._parent_agent_id = None
@@ -220,6 +245,8 @@ class AgentNode(_AgentInternals):
         self._chunks = None
         self._chunks_len = 0
         self._dropped = 0
+        self._context_tokens = None
+        self._context_window = None
 
     def __repr__(self) -> str:
         return f"<AgentNode {self.id} {self.name} {self.status}>"
@@ -243,6 +270,16 @@ class AgentNode(_AgentInternals):
     def user_messages(self) -> int:
         """How many messages were injected into the agent while it ran."""
         return self._user_messages
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The agent's context size after its last turn or compaction (tokens), if reported."""
+        return self._context_tokens
+
+    @property
+    def context_window(self) -> int | None:
+        """The agent's context window (tokens), if reported."""
+        return self._context_window
 
     @property
     def thinking_len(self) -> int:
@@ -436,6 +473,8 @@ class TraceTree:
         self.config: dict[str, Any] | None = None
         self.last_ts = -math.inf
         self.other_run_events = 0
+        self.compactions: list[Compaction] = []
+        """Every ``context_compacted`` of the run, in order."""
         self._roots: list[AgentNode] = []
         # Placeholder tool calls some sub-agent pointed at, whose tool_started is not in yet.
         self._unattached: dict[str, ToolNode] = {}
@@ -475,6 +514,7 @@ class TraceTree:
             "cancel_requested": self._cancel_requested,
             "agent_finished": self._agent_finished,
             "run_finished": self._run_finished,
+            "context_compacted": self._context_compacted,
         }
 
     # ------------------------------------------------------------------ building
@@ -1192,12 +1232,48 @@ class TraceTree:
         if output_tokens.__class__ is not int:
             raise _invalid("turn_finished", "output_tokens")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "turn_finished")
+        context = fields.get("context_tokens")
+        if context.__class__ is int:
+            agent._context_tokens = context
+            window = fields.get("context_window")
+            agent._context_window = window if window.__class__ is int else None
         if agent._finished_ts is not None:
             return  # agent_finished already set the totals
         agent.turns = turn
         agent.input_tokens += input_tokens
         agent.output_tokens += output_tokens
         self._dirty = True
+
+    def _context_compacted(self, fields: Fields) -> None:
+        kind = "context_compacted"
+        ts = fields["ts"]
+        method = fields["method"]
+        if not _num(ts):
+            raise _invalid(kind, "ts")
+        if method.__class__ is not str:
+            raise _invalid(kind, "method")
+        numbers = {}
+        for name in ("tokens_before", "tokens_after", "messages_before", "messages_after"):
+            value = fields[name]
+            if value.__class__ is not int:
+                raise _invalid(kind, name)
+            numbers[name] = value
+        for name in ("input_tokens", "output_tokens"):  # a summary's cost; absent: none
+            value = fields.get(name, 0)
+            if value.__class__ is not int:
+                raise _invalid(kind, name)
+            numbers[name] = value
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, kind)
+        if ts > self.last_ts:
+            self.last_ts = ts
+        agent.compactions += 1
+        agent._context_tokens = numbers["tokens_after"]
+        self.compactions.append(Compaction(agent_id=agent.id, ts=ts, method=method, **numbers))
+        if agent._finished_ts is None and (numbers["input_tokens"] or numbers["output_tokens"]):
+            # A summary is a model call of the agent's: its usage, as agent_finished will say.
+            agent.input_tokens += numbers["input_tokens"]
+            agent.output_tokens += numbers["output_tokens"]
+            self._dirty = True
 
     def _cancel_requested(self, fields: Fields) -> None:
         ts = fields["ts"]
