@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from runtime.core._version import VERSION as __version__  # noqa: F401 - public, in __dir__
 
 if TYPE_CHECKING:
     from runtime.core._agent import AgentOutcome as AgentOutcome

@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(args)
     if ns.version:
-        from runtime import __version__
+        from runtime.core._version import VERSION as __version__
 
         print(f"{PROG} {__version__}")
         return EXIT_OK

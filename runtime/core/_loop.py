@@ -202,13 +202,19 @@ async def run_agent_actor(
 def _outcome(
     run: RunContext, spec: AgentSpec, life: _Life, handle: ActorHandle[str] | None
 ) -> AgentOutcome:
-    """The supervisor's reading of the actor's exit."""
+    """The supervisor's reading of the actor's exit.
+
+    A cancel that reached the agent (its own or an ancestor's: its ``cancel_requested`` is out)
+    wins over an end the agent reached at the same instant without a checkpoint in between:
+    once a subtree's cancel is in the stream, every agent in it ends ``cancelled``.
+    """
     exit_ = handle.exit if handle is not None else None
     node = handle.node if handle is not None else None
+    reason, by = Registry.cancel_reason(node) if node is not None else (None, None)
     result: str | None = None
-    if exit_ is not None and exit_.kind == "returned":
+    if exit_ is not None and exit_.kind == "returned" and reason is None:
         status, result, error = exit_.value
-    elif exit_ is not None and exit_.kind == "failed":
+    elif exit_ is not None and exit_.kind == "failed" and reason is None:
         exc = exit_.error
         status = "failed"
         if isinstance(exc, ProviderError):
@@ -218,7 +224,6 @@ def _outcome(
             error = f"internal error: {type(exc).__name__}: {exc}"
             run.log.error("agent crashed", agent_id=spec.agent_id, exc_info=exc)
     else:
-        reason, by = Registry.cancel_reason(node) if node is not None else (None, None)
         seconds = spec.budget.seconds if spec.budget is not None else None
         # Only the subtree whose budget ran out ends budget_exceeded; agents under it were
         # cancelled because of it, and say so in their reason.

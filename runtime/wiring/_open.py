@@ -295,6 +295,6 @@ async def open_runtime(
 
 
 def _version() -> str:
-    from runtime import __version__
+    from runtime.core._version import VERSION as __version__
 
     return __version__
