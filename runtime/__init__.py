@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from runtime.cluster._placement import RayOptions as RayOptions
     from runtime.core._agent_types import AgentType as AgentType
     from runtime.core._agent_types import AgentTypes as AgentTypes
     from runtime.core._agent_types import load_agent_types as load_agent_types
@@ -131,6 +132,7 @@ _LAZY: dict[str, str] = {
     "ProviderError": "runtime.core._errors",
     "ProviderRetry": "runtime.core._events",
     "ReplayDiverged": "runtime.core._events",
+    "RayOptions": "runtime.cluster._placement",
     "RetryPolicy": "runtime.providers",
     "Rule": "runtime.core._permissions",
     "RunFinished": "runtime.core._events",

@@ -38,6 +38,12 @@ GENERAL_SYSTEM = (
 )
 
 
+def _pairs(value: Any) -> tuple[tuple[Any, Any], ...]:
+    # A mapping in, sorted pairs stored: an agent type stays hashable and comparable.
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted((k, v) for k, v in items))
+
+
 @attrs.frozen(kw_only=True)
 class AgentType:
     """A kind of agent.
@@ -47,6 +53,10 @@ class AgentType:
         max_turns: overrides the run's ``max_turns`` for agents of this type.
         budget: the allowance of each agent of this type (its whole subtree).
         placement: where its subtree runs (``local`` in this process).
+        ray_resources: with ``placement = "ray"``: only on nodes that have at least these Ray
+            resources (``{"GPU": 1}``, a custom ``{"nfs": 1}``); a selector, nothing is
+            reserved (docs/cluster.md).
+        ray_labels: with ``placement = "ray"``: only on nodes with these Ray labels.
     """
 
     name: str
@@ -57,6 +67,8 @@ class AgentType:
     max_turns: int | None = None
     budget: Budget | None = None
     placement: Placement = "local"
+    ray_resources: tuple[tuple[str, float], ...] = attrs.field(default=(), converter=_pairs)
+    ray_labels: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
 
     def merged(self, other: AgentType) -> AgentType:
         """*other*'s explicit settings over this one's (a later definition refines an earlier)."""
@@ -134,7 +146,10 @@ def agent_types_from_scenario(scenario: Scenario) -> list[AgentType]:
     return out
 
 
-_TOML_KEYS = {"description", "system", "tools", "model", "max_turns", "budget", "placement"}
+_TOML_KEYS = {
+    "description", "system", "tools", "model", "max_turns", "budget", "placement",
+    "ray_resources", "ray_labels",
+}
 
 
 def load_agent_types(path: str | Path) -> list[AgentType]:
@@ -193,5 +208,18 @@ def agent_types_from_mapping(data: Mapping[str, Any]) -> list[AgentType]:
             if spec["placement"] not in ("local", "ray"):
                 raise ConfigError(f"{where}.placement: expected 'local' or 'ray'")
             kwargs["placement"] = spec["placement"]
+        if "ray_resources" in spec:
+            res = spec["ray_resources"]
+            if not isinstance(res, dict) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+                for v in res.values()
+            ):
+                raise ConfigError(f"{where}.ray_resources: expected a table of amounts >= 0")
+            kwargs["ray_resources"] = {str(k): float(v) for k, v in res.items()}
+        if "ray_labels" in spec:
+            labels = spec["ray_labels"]
+            if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+                raise ConfigError(f"{where}.ray_labels: expected a table of strings")
+            kwargs["ray_labels"] = labels
         out.append(AgentType(**kwargs))
     return out

@@ -39,6 +39,7 @@ from runtime.providers._scripted import ScriptedProvider
 from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer
 
 if TYPE_CHECKING:
+    from runtime.cluster._placement import RayOptions
     from tools import Tool, ToolLimits
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
@@ -323,6 +324,7 @@ async def open_runtime(
     run_id: str | None = None,
     on_event: Callable[[Any], None] | None = None,
     ray_address: str | None = None,
+    ray: RayOptions | None = None,
 ) -> AsyncGenerator[Runtime, None]:
     """Open a run: its bus, trace file, provider and root nursery.
 
@@ -339,7 +341,9 @@ async def open_runtime(
             in *allow_env*.
         on_event: a tap installed before ``run_started`` (sees every event of the run).
         ray_address: the Ray cluster for agent types placed on ``ray`` (default
-            ``RAY_ADDRESS``; with neither, a local cluster is started for the run).
+            ``RAY_ADDRESS``; with neither, a private local cluster is started for the run).
+        ray: how the ``ray`` placement uses the cluster (hosts per node, spread or pack,
+            timeouts): :class:`~runtime.cluster.RayOptions`.
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -420,7 +424,9 @@ async def open_runtime(
             )
 
             placements["ray"] = await stack.enter_async_context(
-                open_ray_placement(address=ray_address or base_env.get("RAY_ADDRESS"))
+                open_ray_placement(
+                    address=ray_address or base_env.get("RAY_ADDRESS"), options=ray
+                )
             )
         bus = EventBus(run_id)
         sinks: list[JsonlSink] = []
