@@ -134,6 +134,17 @@ class RunConfig:
     # What every subtree of the run on one host shares, made once there (see _shared).
     _cache: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
+    def workspace_path(self) -> Path:
+        """The workspace, checked once on this host (a host is checked before it gets work).
+
+        Raises:
+            ConfigError: this worker does not see it.
+        """
+        path = self._cache.get("workspace")
+        if path is None:
+            path = self._cache["workspace"] = _check_workspace(self.workspace)
+        return path
+
     def shared(self) -> tuple[AgentTypes, dict[str, Tool]]:
         """The agent types (all placed ``local`` here) and the tools by name, made once."""
         made = self._cache.get("shared")
@@ -609,9 +620,10 @@ class RayHost:
         call = state.call
         outcome: AgentOutcome | None = None
         error: str | None = None
+        tail: list[Event] = []
         try:
             with state.scope:
-                outcome = await _run_call(state, self._outbox)
+                outcome = await _run_call(state, self._outbox, tail)
         except Exception as exc:  # one subtree's failure must never reach the host nursery
             error = f"ray host {self.name}: subtree {call.call_id} crashed: {exc!r}"
             _log.exception("subtree crashed", host=self.name, call_id=call.call_id)
@@ -620,7 +632,8 @@ class RayHost:
             if call.call_id in self._open:
                 self._open.discard(call.call_id)
                 self._outbox.put_nowait(
-                    call.call_id, Batch(outcome=outcome, final=True, error=error)
+                    call.call_id,
+                    Batch(events=tuple(tail), outcome=outcome, final=True, error=error),
                 )
 
 
@@ -644,8 +657,14 @@ def _watch_parent(on_lost: Callable[[str], None]) -> None:
 # -- running one subtree ----------------------------------------------------------------------
 
 
-async def _run_call(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
-    """Run the subtree of *state*, shipping its events; return the root agent's outcome."""
+async def _run_call(
+    state: _CallState, outbox: _Outbox, tail: list[Event]
+) -> AgentOutcome | None:
+    """Run the subtree of *state*, shipping its events; return the root agent's outcome.
+
+    The events left when the subtree ends are not shipped but put in *tail*: they leave with
+    the final batch (one item fewer per subtree).
+    """
     config = state.config
     bus = EventBus(config.run_id)
     # ``block``: agents wait for the shipper rather than buffering without bound.
@@ -659,6 +678,7 @@ async def _run_call(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
             flush_now,
             config.batch_interval_s,
             config.batch_max,
+            tail,
         )
         try:
             return await _run_root(state, bus)
@@ -673,10 +693,11 @@ async def _ship_events(
     flush_now: trio.Event,
     interval_s: float,
     batch_max: int,
+    tail: list[Event],
 ) -> None:
-    """Batch the subtree's events: a batch leaves *interval_s* after its first event, when it
-    holds *batch_max* events, or when the subtree has ended. Returns once the bus is closed and
-    everything was shipped."""
+    """Batch the subtree's events: a batch leaves *interval_s* after its first event, or when
+    it holds *batch_max* events. Returns once the bus is closed, with the last events (fewer
+    than *batch_max*) in *tail*."""
     ended = False
     while not ended:
         try:
@@ -691,6 +712,9 @@ async def _ship_events(
             with trio.move_on_after(interval_s):
                 await flush_now.wait()
             ended = _drain(events, batch, batch_max)
+        if ended and len(batch) < batch_max:
+            tail.extend(batch)
+            return
         await put(Batch(events=tuple(batch)))
 
 
@@ -712,7 +736,7 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
     registry = state.registry
     async with AsyncExitStack() as stack:
         try:
-            workspace = _check_workspace(config.workspace)
+            workspace = config.workspace_path()
             provider = await _open_provider(stack, config.provider, call.id_prefix)
         except AgentsError as exc:
             return await _fail_root(bus, spec, str(exc))
