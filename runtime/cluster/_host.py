@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import itertools
 import os
 import select
@@ -421,6 +422,9 @@ class RayHost:
         self._early: dict[str, list[tuple[str, str, str | None]]] = {}
         self._outbox = _Outbox(max_pending)
         self._configs: dict[str, RunConfig] = {}
+        # What the worker imported (Ray, the runtime: most of its heap) is there for good: the
+        # garbage collector need not walk it on every collection of a busy subtree.
+        gc.freeze()
         if watch_node:
             threading.Thread(
                 target=_watch_parent, args=(self._node_lost,), name="trio-agents-node-watch",
