@@ -577,6 +577,7 @@ class RayPlacement:
             self._refused[host.node.node_id] = problem
             _log.warning("ray host refused", host=host.name, node=host.node.short, reason=problem)
             raise _HostLost(problem)
+        _log.debug("ray host ready", host=host.name, node=host.node.node_id)
         return host.actor.channel.options(
             num_returns="streaming", _generator_backpressure_num_objects=4
         ).remote()
