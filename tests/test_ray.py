@@ -488,3 +488,34 @@ def test_the_cli_starts_its_own_cluster_and_keeps_stdout_to_events(tmp_path: Pat
     bash = next(e for e in by_type(events, ToolFinished) if e.name == "bash")  # type: ignore[attr-defined]
     assert bash.output.startswith("from-the-worker")  # type: ignore[attr-defined]
     assert events[-1].status == "completed"  # type: ignore[attr-defined]
+
+
+def test_ray_options_come_from_the_cli_and_from_a_settings_table(tmp_path: Path) -> None:
+    from runtime import RayOptions
+    from runtime.cli._main import build_parser
+    from runtime.cli._options import options_from_args, runtime_kwargs
+
+    ns = build_parser().parse_args(["run", "x", "--ray-hosts-per-node", "2",
+                                    "--ray-strategy", "pack"])
+    assert runtime_kwargs(options_from_args(ns))["ray"] == RayOptions(
+        hosts_per_node=2, strategy="pack")
+    ns = build_parser().parse_args(["run", "x", "--ray-cpus-per-host", "4"])
+    options = runtime_kwargs(options_from_args(ns))["ray"]
+    assert [options.hosts_on(c) for c in (1, 4, 9)] == [1, 1, 2]
+    assert "ray" not in runtime_kwargs(options_from_args(build_parser().parse_args(["run", "x"])))
+    assert RayOptions.from_mapping({"strategy": "spread", "host_timeout_s": 5}).host_timeout_s == 5
+    for bad, message in [({"strategy": "wide"}, "ray.strategy: expected 'spread' or 'pack'"),
+                         ({"hosts_per_node": 0}, "ray.hosts_per_node: expected a number > 0"),
+                         ({"hosts": 2}, "ray.hosts: unknown key")]:
+        with pytest.raises(ConfigError, match=message):
+            RayOptions.from_mapping(bad)
+    from runtime import load_agent_types
+
+    path = tmp_path / "agents.toml"
+    path.write_text('[agents.gpu]\nplacement = "ray"\nray_resources = { GPU = 1 }\n'
+                    'ray_labels = { zone = "lab" }\n')
+    [gpu] = load_agent_types(path)
+    assert (dict(gpu.ray_resources), dict(gpu.ray_labels)) == ({"GPU": 1.0}, {"zone": "lab"})
+    path.write_text('[agents.gpu]\nray_resources = { GPU = "one" }\n')
+    with pytest.raises(ConfigError, match=r"agents.gpu.ray_resources: expected a table"):
+        load_agent_types(path)

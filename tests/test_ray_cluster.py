@@ -114,6 +114,24 @@ async def test_subtrees_spread_over_every_node_and_labels_choose_nodes(
     assert used["special"] == {labelled}
 
 
+async def test_pack_keeps_every_subtree_on_this_machines_node(
+    cluster: Any, workspace: Path
+) -> None:
+    from runtime import RayOptions
+
+    glob = {"name": "glob", "input": {"pattern": "*"}}
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call(f"w{i}", "worker") for i in range(4)]},
+                           {"text": "all done"}]},
+        "worker": _remote({"tools": ["glob"], "turns": [{"tool_calls": [glob]}, {"text": "w"}]})}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            ray=RayOptions(strategy="pack", hosts_per_node=2)) as rt:
+        outcome = await rt.run("go")
+        pool = rt._run.placements["ray"].pool()  # type: ignore[attr-defined]
+    assert outcome.result == "all done"
+    assert [h["node"] for h in pool] == [ray.get_runtime_context().get_node_id()] * 2
+
+
 async def test_a_host_that_fails_its_workspace_check_leaves_the_pool(
     cluster: Any, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
