@@ -519,3 +519,26 @@ def test_ray_options_come_from_the_cli_and_from_a_settings_table(tmp_path: Path)
     path.write_text('[agents.gpu]\nray_resources = { GPU = "one" }\n')
     with pytest.raises(ConfigError, match=r"agents.gpu.ray_resources: expected a table"):
         load_agent_types(path)
+
+
+async def test_a_budget_of_an_agent_started_on_the_worker_is_kept_there(workspace: Path) -> None:
+    glob = {"name": "glob", "input": {"pattern": "*"}}
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("boss", "boss")]}, {"text": "done"}]},
+        "boss": _remote({"tools": ["agent"], "turns": [
+            {"tool_calls": [agent_call("greedy", "greedy", budget={"tool_calls": 1}),
+                            agent_call("modest", "modest")]},
+            {"text": "boss done"}]}),
+        "greedy": {"tools": ["glob"], "turns": [
+            {"tool_calls": [glob]}, {"tool_calls": [glob]},
+            *[{"tool_calls": [glob], "delay_s": 0.5}] * 20, {"text": "never"}]},
+        "modest": {"turns": [{"text": "modest result", "delay_s": 0.3}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    check_invariants(events)
+    started = {e.agent_id: e.name for e in by_type(events, AgentStarted)}  # type: ignore[attr-defined]
+    ends = {started[e.agent_id]: e for e in by_type(events, AgentFinished)}
+    assert ends["greedy"].status == "budget_exceeded"  # type: ignore[attr-defined]
+    assert (ends["modest"].status, ends["boss"].status) == ("completed", "completed")  # type: ignore[attr-defined]
+    [request] = by_type(events, CancelRequested)
+    assert (request.by, started[request.target]) == ("budget", "greedy")  # type: ignore[attr-defined]
+    assert outcome.result == "done"

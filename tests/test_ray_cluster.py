@@ -258,7 +258,8 @@ def _read_json_lines(proc: subprocess.Popen[bytes], until: Any, timeout: float) 
             continue
         chunk = os.read(proc.stdout.fileno(), 65536)
         if not chunk:
-            break
+            assert proc.stderr is not None
+            raise AssertionError(f"the run ended early: {proc.stderr.read().decode()[-2000:]}")
         buf += chunk
         *whole, buf = buf.split(b"\n")
         for line in whole:
@@ -267,6 +268,12 @@ def _read_json_lines(proc: subprocess.Popen[bytes], until: Any, timeout: float) 
         if until(events):
             return lines
     raise AssertionError(f"not seen in {timeout} s; last lines: {lines[-3:]}")
+
+
+def _env() -> dict[str, str]:
+    # No address; but Ray's authentication settings stay (a cluster started by this process
+    # after a private one uses token authentication, and says so only in the environment).
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -288,7 +295,7 @@ def test_removing_a_node_during_a_json_run_keeps_stdout_to_events(
         "waiter": _remote({"turns": [{"text": "waited", "delay_s": 4}]})}}))
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env = _env()
     proc = _cli("--scenario", str(scenario), "--workspace", str(workspace), "--no-trace",
                 "--ray-address", cluster.address, env=env)
     try:
@@ -326,7 +333,7 @@ def test_without_an_address_on_a_cluster_machine_a_run_starts_its_own_cluster(
             {"text": "far done"}]})}}))
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env = _env()
     proc = _cli("--scenario", str(scenario), "--workspace", str(workspace), "--no-trace",
                 env=env)
     out, err = proc.communicate(timeout=120)

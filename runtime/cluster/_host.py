@@ -146,6 +146,13 @@ class RunConfig:
             path = self._cache["workspace"] = _check_workspace(self.workspace)
         return path
 
+    def log(self) -> Any:
+        """The host's logger bound to this run (binding it first is the costly part)."""
+        log = self._cache.get("log")
+        if log is None:
+            log = self._cache["log"] = _log.bind(run_id=self.run_id)
+        return log
+
     def shared(self) -> tuple[AgentTypes, dict[str, Tool]]:
         """The agent types (all placed ``local`` here) and the tools by name, made once."""
         made = self._cache.get("shared")
@@ -317,6 +324,7 @@ class _CallState:
     registry: Registry = attrs.Factory(Registry)
     broker: _ForwardingBroker | None = None
     run: RunContext | None = None
+    budget: BudgetLayer | None = None  # the host's, for this run
     # The parent's agent-call tool_use_id: cancelling it is "cancelled from above".
     boundary_id: str = attrs.field(
         default=attrs.Factory(
@@ -418,6 +426,7 @@ class RayHost:
         self._lost: str | None = None
         self._lost_sent = threading.Event()
         self._calls: dict[str, _CallState] = {}
+        self._roots: dict[str, str] = {}  # root agent id -> its call id
         self._open: set[str] = set()  # calls whose final batch is not queued yet
         self._early: dict[str, list[tuple[str, str, str | None]]] = {}
         self._outbox = _Outbox(max_pending)
@@ -425,6 +434,8 @@ class RayHost:
         # What the worker imported (Ray, the runtime: most of its heap) is there for good: the
         # garbage collector need not walk it on every collection of a busy subtree.
         gc.freeze()
+        # Many short subtrees allocate fast: collect the young generation less often.
+        gc.set_threshold(20_000, 20, 20)
         if watch_node:
             threading.Thread(
                 target=_watch_parent, args=(self._node_lost,), name="trio-agents-node-watch",
@@ -584,10 +595,40 @@ class RayHost:
     # -- trio side ----------------------------------------------------------------------------
     def _start_call(self, call: SubtreeCall, config: RunConfig) -> None:
         assert self._nursery is not None
-        state = _CallState(call, config)
+        state = _CallState(call, config, budget=self._budget(config))
+        self._roots[call.spec.agent_id] = call.call_id
         state.early.extend(self._early.pop(call.call_id, ()))
         self._calls[call.call_id] = state
         self._nursery.start_soon(self._serve_call, state, name=f"subtree {call.call_id}")
+
+    def _budget(self, config: RunConfig) -> BudgetLayer:
+        """The budget layer of *config*'s run on this host: one for all its subtrees (a tap on
+        each subtree's bus), whose cancels run in one task of the host nursery."""
+        budget: BudgetLayer | None = config._cache.get("budget")
+        if budget is None:
+            assert self._nursery is not None
+            budget = config._cache["budget"] = BudgetLayer(self._budget_cancel)
+            self._nursery.start_soon(budget.run, name="budgets")
+        return budget
+
+    async def _budget_cancel(self, agent_id: str, reason: str) -> bool:
+        # Runtime.cancel's steps, for budgets of agents started on this worker. The agent's
+        # subtree: a root by its id, the agents under it by their id's prefix (the call id).
+        call_id = self._roots.get(agent_id) or agent_id.rsplit(".", 1)[0]
+        state = self._calls.get(call_id)
+        node = state.registry.get(agent_id) if state is not None else None
+        if state is None or state.run is None or node is None or node.cancel_reason is not None:
+            return False
+        owner: Owner = node.data
+        await state.run.bus.emit(
+            CancelRequested,
+            agent_id=owner.agent_id,
+            parent_tool_use_id=owner.parent_tool_use_id,
+            target=agent_id,
+            reason=reason,
+            by="budget",
+        )
+        return state.registry.cancel(agent_id, reason, by="budget")
 
     def _cancel_in_trio(self, call_id: str, node_id: str, reason: str, by: str | None) -> None:
         state = self._calls.get(call_id)
@@ -633,6 +674,7 @@ class RayHost:
             _log.exception("subtree crashed", host=self.name, call_id=call.call_id)
         finally:
             self._calls.pop(call.call_id, None)
+            self._roots.pop(call.spec.agent_id, None)
             if call.call_id in self._open:
                 self._open.discard(call.call_id)
                 self._outbox.put_nowait(
@@ -747,23 +789,8 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
         broker = _ForwardingBroker(bus, config.policy, call.id_prefix)
         state.broker = broker
 
-        async def budget_cancel(agent_id: str, reason: str) -> bool:
-            # Runtime.cancel's steps, for budgets of agents started on this worker.
-            node = registry.get(agent_id)
-            if node is None or node.cancel_reason is not None:
-                return False
-            owner: Owner = node.data
-            await bus.emit(
-                CancelRequested,
-                agent_id=owner.agent_id,
-                parent_tool_use_id=owner.parent_tool_use_id,
-                target=agent_id,
-                reason=reason,
-                by="budget",
-            )
-            return registry.cancel(agent_id, reason, by="budget")
-
-        budget = BudgetLayer(budget_cancel)
+        budget = state.budget
+        assert budget is not None  # set when the call started
         bus.add_tap(budget)
         types, tools = config.shared()
         run = _RemoteRunContext(
@@ -782,7 +809,7 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
             broker=broker,
             budget=budget,
             limiter=trio.CapacityLimiter(config.limits.max_parallel),
-            log=_log.bind(run_id=config.run_id, call_id=call.call_id),
+            log=config.log().bind(call_id=call.call_id),
             id_prefix=call.id_prefix,
         )
         state.run = run
@@ -791,11 +818,8 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
             for _node_id, reason, by in state.early:
                 # A cancel that came before anything ran here cancels the whole subtree.
                 registry.cancel(state.boundary_id, reason, by=by)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(budget.run)
-                with boundary:
-                    await run_agent_actor(run, spec)
-                nursery.cancel_scope.cancel(reason="the subtree has finished")
+            with boundary:
+                await run_agent_actor(run, spec)
     return spec.box[0] if spec.box else None
 
 
