@@ -63,15 +63,15 @@ import structlog
 import trio
 
 from runtime.actors import Registry
+from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker
-from runtime.core._budget import BudgetLayer
 from runtime.core._bus import EventBus, Subscription
-from runtime.core._context import Owner, RunContext
+from runtime.core._context import RunContext, new_run_context
 from runtime.core._errors import AgentsError, ConfigError
-from runtime.core._events import AgentFinished, AgentStarted, AgentStatus, CancelRequested, Event
+from runtime.core._events import AgentFinished, AgentStarted, AgentStatus, Event
 from runtime.core._limits import Limits
-from runtime.core._loop import AgentOutcome, AgentSpec, run_agent_actor
+from runtime.core._loop import run_agent_actor
 from runtime.core._messages import AgentState, Message, TextBlock
 from runtime.core._provider import Provider
 from runtime.providers._scenario import Scenario
@@ -324,7 +324,8 @@ class _CallState:
     registry: Registry = attrs.Factory(Registry)
     broker: _ForwardingBroker | None = None
     run: RunContext | None = None
-    budget: BudgetLayer | None = None  # the host's, for this run
+    # The root's outcome, once its supervisor has reported it.
+    outcome: AgentOutcome | None = None
     # The parent's agent-call tool_use_id: cancelling it is "cancelled from above".
     boundary_id: str = attrs.field(
         default=attrs.Factory(
@@ -338,7 +339,7 @@ class _CallState:
     def cancel(self, node_id: str, reason: str, by: str | None) -> None:
         if self.registry.cancel(node_id, reason, by=by):
             return
-        if node_id not in (self.boundary_id, self.call.spec.agent_id) or self.call.spec.box:
+        if node_id not in (self.boundary_id, self.call.spec.agent_id) or self.outcome is not None:
             return  # unknown or finished: nothing to do
         if self.boundary_id in self.registry:
             # The root is being registered right now: cancelling from above ends it
@@ -426,7 +427,6 @@ class RayHost:
         self._lost: str | None = None
         self._lost_sent = threading.Event()
         self._calls: dict[str, _CallState] = {}
-        self._roots: dict[str, str] = {}  # root agent id -> its call id
         self._open: set[str] = set()  # calls whose final batch is not queued yet
         self._early: dict[str, list[tuple[str, str, str | None]]] = {}
         self._outbox = _Outbox(max_pending)
@@ -595,40 +595,10 @@ class RayHost:
     # -- trio side ----------------------------------------------------------------------------
     def _start_call(self, call: SubtreeCall, config: RunConfig) -> None:
         assert self._nursery is not None
-        state = _CallState(call, config, budget=self._budget(config))
-        self._roots[call.spec.agent_id] = call.call_id
+        state = _CallState(call, config)
         state.early.extend(self._early.pop(call.call_id, ()))
         self._calls[call.call_id] = state
         self._nursery.start_soon(self._serve_call, state, name=f"subtree {call.call_id}")
-
-    def _budget(self, config: RunConfig) -> BudgetLayer:
-        """The budget layer of *config*'s run on this host: one for all its subtrees (a tap on
-        each subtree's bus), whose cancels run in one task of the host nursery."""
-        budget: BudgetLayer | None = config._cache.get("budget")
-        if budget is None:
-            assert self._nursery is not None
-            budget = config._cache["budget"] = BudgetLayer(self._budget_cancel)
-            self._nursery.start_soon(budget.run, name="budgets")
-        return budget
-
-    async def _budget_cancel(self, agent_id: str, reason: str) -> bool:
-        # Runtime.cancel's steps, for budgets of agents started on this worker. The agent's
-        # subtree: a root by its id, the agents under it by their id's prefix (the call id).
-        call_id = self._roots.get(agent_id) or agent_id.rsplit(".", 1)[0]
-        state = self._calls.get(call_id)
-        node = state.registry.get(agent_id) if state is not None else None
-        if state is None or state.run is None or node is None or node.cancel_reason is not None:
-            return False
-        owner: Owner = node.data
-        await state.run.bus.emit(
-            CancelRequested,
-            agent_id=owner.agent_id,
-            parent_tool_use_id=owner.parent_tool_use_id,
-            target=agent_id,
-            reason=reason,
-            by="budget",
-        )
-        return state.registry.cancel(agent_id, reason, by="budget")
 
     def _cancel_in_trio(self, call_id: str, node_id: str, reason: str, by: str | None) -> None:
         state = self._calls.get(call_id)
@@ -674,7 +644,6 @@ class RayHost:
             _log.exception("subtree crashed", host=self.name, call_id=call.call_id)
         finally:
             self._calls.pop(call.call_id, None)
-            self._roots.pop(call.spec.agent_id, None)
             if call.call_id in self._open:
                 self._open.discard(call.call_id)
                 self._outbox.put_nowait(
@@ -789,14 +758,10 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
         broker = _ForwardingBroker(bus, config.policy, call.id_prefix)
         state.broker = broker
 
-        budget = state.budget
-        assert budget is not None  # set when the call started
-        bus.add_tap(budget)
         types, tools = config.shared()
-        run = _RemoteRunContext(
+        run = new_run_context(
             run_id=config.run_id,
             bus=bus,
-            registry=registry,
             provider=provider,
             model=getattr(provider, "model", None) or "scripted",
             agent_types=types,
@@ -807,9 +772,9 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
             env=dict(config.env),
             secrets=_secret_values(),
             broker=broker,
-            budget=budget,
-            limiter=trio.CapacityLimiter(config.limits.max_parallel),
             log=config.log().bind(call_id=call.call_id),
+            registry=registry,
+            context_class=_RemoteRunContext,
             id_prefix=call.id_prefix,
         )
         state.run = run
@@ -818,9 +783,12 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
             for _node_id, reason, by in state.early:
                 # A cancel that came before anything ran here cancels the whole subtree.
                 registry.cancel(state.boundary_id, reason, by=by)
-            with boundary:
-                await run_agent_actor(run, spec)
-    return spec.box[0] if spec.box else None
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(run.budget.run)
+                with boundary:
+                    state.outcome = await run_agent_actor(run, spec)
+                nursery.cancel_scope.cancel(reason="the subtree has finished")
+    return state.outcome
 
 
 def _check_workspace(path: str) -> Path:

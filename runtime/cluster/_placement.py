@@ -47,7 +47,8 @@ within ``finish_grace_s`` does it abort the subtree on the host and synthesise t
 says its node's raylet is gone, when its node leaves the node list, or when its channel is
 silent for ``host_timeout_s`` (``node lost``). Every unfinished node of its subtrees then ends
 ``failed`` (tool calls ``error``) with that reason, in child-before-parent order, emitted here
-so the event invariants hold; the host leaves the pool and later subtrees go elsewhere.
+so the invariants of docs/events.md#invariants hold; the host leaves the pool and later
+subtrees go elsewhere.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ import structlog
 import trio
 
 from runtime.actors import Registry
+from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType
 from runtime.core._context import Owner, RunContext
 from runtime.core._errors import ConfigError, ToolError
@@ -81,7 +83,6 @@ from runtime.core._events import (
     TurnFinished,
     UserMessage,
 )
-from runtime.core._loop import AgentOutcome, AgentSpec
 
 from ._host import (
     Batch,
@@ -700,7 +701,7 @@ class RayPlacement:
         return "the Ray cluster has no live node"
 
     # -- subtrees -----------------------------------------------------------------------------
-    async def run_subtree(self, run: RunContext, spec: AgentSpec) -> AgentOutcome | None:
+    async def run_subtree(self, run: RunContext, spec: AgentSpec) -> AgentOutcome:
         """Run *spec*'s whole subtree on a host actor; its events go into ``run.bus``.
 
         Returns the root agent's outcome: as the host reported it, or ``failed`` (with the
@@ -723,11 +724,11 @@ class RayPlacement:
         if host is None:
             stream = _Stream(self, run, spec, None, None)
             await stream.fail_unsent(str(picked))
-            return stream.outcome
+            return stream.outcome or failed_outcome(spec, str(picked))
         call = SubtreeCall(
             call_id=call_id,
             id_prefix=f"{call_id}.",
-            spec=attrs.evolve(spec, budget=remote_budget, box=[]),
+            spec=attrs.evolve(spec, budget=remote_budget),
             config=self._config_ref(run),
             max_agents=max(1, run.limits.max_agents - run.agents_started),
         )
@@ -735,10 +736,11 @@ class RayPlacement:
         host.streams[call_id] = stream
         host.active += 1
         try:
-            return await stream.serve()
+            outcome = await stream.serve()
         finally:
             host.active -= 1
             host.streams.pop(call_id, None)
+        return outcome or failed_outcome(spec, f"{host.where()} reported no outcome")
 
     def _provider_config(self, run: RunContext) -> tuple[ProviderConfig, dict[str, str]]:
         if self._provider is not None and self._cache_run is run:
@@ -883,7 +885,7 @@ class _Stream:
         assert call is not None
         root_node = run.registry.register(
             spec.agent_id,
-            _scope(_RemoteScope(self, spec.agent_id)),
+            _RemoteScope(self, spec.agent_id),
             parent_id=spec.parent_tool_use_id,
             data=Owner(spec.agent_id, spec.parent_tool_use_id),
         )
@@ -1041,7 +1043,7 @@ class _Stream:
     def _register(self, node_id: str, parent_id: str | None, owner: Owner) -> None:
         try:
             self.run.registry.register(
-                node_id, _scope(_RemoteScope(self, node_id)), parent_id=parent_id, data=owner
+                node_id, _RemoteScope(self, node_id), parent_id=parent_id, data=owner
             )
         except ValueError:
             # Ids are prefixed per call, so only a model repeating a tool-call id gets here.
@@ -1155,12 +1157,6 @@ class _Stream:
             output_tokens=fin.output_tokens,
             duration_s=fin.duration_s,
         )
-
-
-def _scope(proxy: _RemoteScope) -> trio.CancelScope:
-    # The registry only ever calls ``scope.cancel(reason=...)`` on a node's scope; trio's
-    # CancelScope is final, so the proxy stands in for one by duck typing.
-    return proxy  # type: ignore[return-value]
 
 
 # -- the context manager ----------------------------------------------------------------------
