@@ -695,11 +695,18 @@ async def _run_call(
             config.batch_max,
             tail,
         )
+        budget_scope = trio.CancelScope()
         try:
-            return await _run_root(state, bus)
+            return await _run_root(state, bus, nursery, budget_scope)
         finally:
+            budget_scope.cancel(reason="the subtree has finished")
             bus.close()
             flush_now.set()
+
+
+async def _run_budget(run: RunContext, scope: trio.CancelScope) -> None:
+    with scope:
+        await run.budget.run()
 
 
 async def _ship_events(
@@ -745,7 +752,11 @@ def _drain(events: Subscription, batch: list[Event], batch_max: int) -> bool:
     return False
 
 
-async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
+async def _run_root(
+    state: _CallState, bus: EventBus, nursery: trio.Nursery, budget_scope: trio.CancelScope
+) -> AgentOutcome | None:
+    """Build the subtree's run context and run its root; its budget task goes in *nursery*
+    (the shipper's: one nursery per subtree, not two) under *budget_scope*."""
     call, config = state.call, state.config
     spec = call.spec
     registry = state.registry
@@ -783,11 +794,9 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
             for _node_id, reason, by in state.early:
                 # A cancel that came before anything ran here cancels the whole subtree.
                 registry.cancel(state.boundary_id, reason, by=by)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(run.budget.run)
-                with boundary:
-                    state.outcome = await run_agent_actor(run, spec)
-                nursery.cancel_scope.cancel(reason="the subtree has finished")
+            nursery.start_soon(_run_budget, run, budget_scope)
+            with boundary:
+                state.outcome = await run_agent_actor(run, spec)
     return state.outcome
 
 
