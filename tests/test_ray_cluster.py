@@ -171,6 +171,43 @@ async def test_a_host_that_fails_its_workspace_check_leaves_the_pool(
     assert len(hosts) == 2, "the other two nodes took every subtree"
 
 
+async def test_a_node_that_joins_during_a_run_gets_a_host(cluster: Any, workspace: Path) -> None:
+    from runtime import RayOptions
+
+    glob = {"name": "glob", "input": {"pattern": "*"}}
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call(f"w{i}", "worker") for i in range(8)]},
+                           {"text": "all done"}]},
+        "worker": _remote({"tools": ["glob"], "turns": [{"tool_calls": [glob]},
+                                                        {"text": "w", "delay_s": 0.2}]})}}
+    events = EventLog()
+    newcomer = None
+    try:
+        async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                                on_event=events,
+                                ray=RayOptions(refresh_s=0.5, host_timeout_s=60)) as rt:
+            placement = rt._run.placements["ray"]  # type: ignore[attr-defined]
+            await rt.run("go")
+            before = {h["node"] for h in placement.pool()}
+            # Ray starts a node from the main thread only: the run waits meanwhile.
+            newcomer = cluster.add_node(num_cpus=1, object_store_memory=_STORE)
+            with trio.fail_after(30):
+                while not [h for h in placement.pool()  # noqa: ASYNC110 - the keeper's work
+                           if h["node"] == newcomer.node_id and h["state"] == "ready"]:
+                    await trio.sleep(0.1)
+            seen = len(events)
+            await rt.run("go again")
+            pool = {h["name"]: h["node"] for h in placement.pool()}
+    finally:
+        if newcomer is not None:
+            cluster.remove_node(newcomer, allow_graceful=False)
+    check_invariants(events)
+    assert newcomer.node_id not in before
+    used = {pool[_host_of(e.tool_use_id)] for e in by_type(events[seen:], ToolStarted)  # type: ignore[attr-defined]
+            if e.name == "glob"}  # type: ignore[attr-defined]
+    assert newcomer.node_id in used, "the new node's host took subtrees"
+
+
 def _sleepers(n: int, pid_dir: Path) -> dict[str, Any]:
     # Each bash leaves a background job (bash's own group, a grandchild of the worker).
     command = f"sleep 60 & echo $! > $(mktemp -p {pid_dir} pid.XXXXXX); wait"
