@@ -79,11 +79,12 @@ async def _oneshot_run(placement: str, n: int, workspace: Path,
                             limits=limits, ray=options) as rt:
         await rt.run("warm up", agent_type="warm")
         placement_obj = rt._run.placements.get("ray")
-        before = len(placement_obj.start_latencies) if placement_obj else 0
+        if placement_obj is not None:
+            placement_obj.start_latencies.clear()
         t0 = time.perf_counter()
         outcome = await rt.run("go")
         wall = time.perf_counter() - t0
-        latencies = placement_obj.start_latencies[before:] if placement_obj else []
+        latencies = list(placement_obj.start_latencies) if placement_obj else []
     assert outcome.status == "completed", outcome
     return wall, list(latencies)
 

@@ -60,6 +60,7 @@ import itertools
 import logging
 import os
 import threading
+from collections import deque
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar, cast
@@ -440,7 +441,8 @@ class RayPlacement:
         self._settled = False  # the first hosts have answered (or had their time)
         self._changed = trio.Event()
         self._closing = False
-        self.start_latencies: list[float] = []  # submit to first batch, per subtree (bench)
+        # Queued for a host to its first batch back, per subtree (the last 10,000; bench/).
+        self.start_latencies: deque[float] = deque(maxlen=10_000)
 
     # -- the pool -----------------------------------------------------------------------------
     @property
