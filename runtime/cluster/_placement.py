@@ -968,8 +968,9 @@ class _Stream:
         reason, by = Registry.cancel_reason(root_node)
         reason = reason or "the run is over"
         grace = self.run.limits.finish_grace_s
-        if call in host.queue:  # never sent: nothing ran
-            host.queue.remove(call)
+        queued = [c for c in host.queue if c is not call]
+        if len(queued) < len(host.queue):  # never sent: nothing ran
+            host.queue[:] = queued
         else:
             boundary = call.spec.parent_tool_use_id or f"{call.call_id}.boundary"
             self.send_cancel(boundary, reason, by or "runtime")
