@@ -166,8 +166,26 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
     g.add_argument(
         "--ray-address",
         metavar="ADDR",
-        help="the Ray cluster for agent types placed on ray (default RAY_ADDRESS, else a local "
-        "cluster started for the run)",
+        help="the Ray cluster for agent types placed on ray: host:port, or auto for the cluster "
+        "this machine is a node of (default RAY_ADDRESS, else a private local cluster started "
+        "for the run)",
+    )
+    g.add_argument(
+        "--ray-hosts-per-node",
+        type=_positive_int,
+        metavar="N",
+        help="Ray host actors (worker processes) per node (default 1)",
+    )
+    g.add_argument(
+        "--ray-cpus-per-host",
+        type=_positive_int,
+        metavar="N",
+        help="instead: one Ray host actor per N CPUs of a node",
+    )
+    g.add_argument(
+        "--ray-strategy",
+        choices=("spread", "pack"),
+        help="spread: hosts on every node with CPUs (default); pack: on one node",
     )
     g.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
     g = parser.add_argument_group("permissions")
@@ -240,6 +258,8 @@ class RunOptions:
     compact_threshold: float | None = None
     control: str | None = None
     ray_address: str | None = None
+    ray: dict[str, Any] = field(default_factory=dict)
+    """:class:`~runtime.RayOptions` fields given on the command line."""
     debug: bool = False
     sandbox: bool = False
     sandbox_network: bool = False
@@ -279,6 +299,15 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         compact_threshold=ns.compact_threshold,
         control=ns.control,
         ray_address=ns.ray_address,
+        ray={
+            name: value
+            for name, value in (
+                ("hosts_per_node", ns.ray_hosts_per_node),
+                ("cpus_per_host", ns.ray_cpus_per_host),
+                ("strategy", ns.ray_strategy),
+            )
+            if value is not None
+        },
         debug=ns.debug,
         sandbox=ns.sandbox or ns.sandbox_network,
         sandbox_network=ns.sandbox_network,
@@ -357,6 +386,10 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         from runtime.core._sandbox import Sandbox
 
         kwargs["sandbox"] = Sandbox(network=opts.sandbox_network)
+    if opts.ray:
+        from runtime.cluster._placement import RayOptions
+
+        kwargs["ray"] = RayOptions(**opts.ray)
     kwargs.update(opts.extra)
     return kwargs
 

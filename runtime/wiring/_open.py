@@ -37,6 +37,7 @@ from runtime.providers._scripted import ScriptedProvider
 from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
 
 if TYPE_CHECKING:
+    from runtime.cluster._placement import RayOptions
     from tools import Tool, ToolLimits
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
@@ -79,6 +80,7 @@ async def open_runtime(
     on_event: Callable[[Any], None] | None = None,
     ray_address: str | None = None,
     sandbox: Sandbox | bool = False,
+    ray: RayOptions | None = None,
 ) -> AsyncGenerator[Runtime, None]:
     """Open a run: its bus, trace file, provider and root nursery.
 
@@ -100,6 +102,9 @@ async def open_runtime(
         sandbox: run every ``bash`` call under bubblewrap (``True``, or a :class:`Sandbox`
             for its options: network, more paths to hide); see ``runtime/core/_sandbox.py``.
             Checked once at start: :class:`ConfigError` when bwrap is missing or cannot work.
+            ``RAY_ADDRESS``; with neither, a private local cluster is started for the run).
+        ray: how the ``ray`` placement uses the cluster (hosts per node, spread or pack,
+            timeouts): :class:`~runtime.cluster.RayOptions`.
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -189,7 +194,9 @@ async def open_runtime(
             )
 
             placements["ray"] = await stack.enter_async_context(
-                open_ray_placement(address=ray_address or base_env.get("RAY_ADDRESS"))
+                open_ray_placement(
+                    address=ray_address or base_env.get("RAY_ADDRESS"), options=ray
+                )
             )
         # Every event's strings are masked at the bus; log lines too, while the run is open.
         bus = EventBus(run_id, redactor=Redactor(secret_list))
