@@ -118,6 +118,12 @@ def build_parser() -> CliParser:
         add_help=False,
     )
 
+    sub.add_parser(
+        "mcp",
+        help="MCP servers: mcp list shows the configured servers and their tools",
+        add_help=False,
+    )
+
     cancel = sub.add_parser(
         "cancel",
         help="cancel a subtree of a run started with --control SOCK",
@@ -138,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         from ._trace_cmd import main as trace_main  # lazy on purpose
 
         return int(trace_main(args[1:]))
+    if args and args[0] == "mcp":
+        from ._mcp_cmd import main as mcp_main
+
+        return mcp_main(args[1:])
     parser = build_parser()
     ns = parser.parse_args(args)
     if ns.version:

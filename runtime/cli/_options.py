@@ -175,6 +175,28 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         metavar="S",
         help="how long a permission question waits for an answer (default: 300)",
     )
+    add_mcp_options(parser)
+
+
+def add_mcp_options(parser: argparse.ArgumentParser) -> None:
+    """The MCP server options (docs/mcp.md), shared with ``mcp list``."""
+    g = parser.add_argument_group("MCP servers")
+    g.add_argument(
+        "--mcp-config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="MCP servers to add, in .mcp.json format; later files win (repeatable; the "
+        "workspace's .mcp.json is read first)",
+    )
+    g.add_argument("--no-mcp", action="store_true", help="start no MCP server at all")
+    g.add_argument(
+        "--mcp-start-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="S",
+        help="how long each MCP server may take to start (default: 30)",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +220,9 @@ class RunOptions:
     control: str | None = None
     ray_address: str | None = None
     debug: bool = False
+    mcp_config: tuple[str, ...] = ()
+    no_mcp: bool = False
+    mcp_start_timeout_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     """More :func:`~runtime.open_runtime` keyword arguments (a command's own)."""
 
@@ -233,6 +258,9 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         control=ns.control,
         ray_address=ns.ray_address,
         debug=ns.debug,
+        mcp_config=tuple(ns.mcp_config),
+        no_mcp=ns.no_mcp,
+        mcp_start_timeout_s=ns.mcp_start_timeout,
     )
 
 
@@ -300,8 +328,27 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         "permission_timeout_s": opts.permission_timeout_s,
         "ray_address": opts.ray_address,
     }
+    if not opts.no_mcp:
+        kwargs["mcp_servers"] = load_mcp_options(opts)
     kwargs.update(opts.extra)
     return kwargs
+
+
+def load_mcp_options(opts: RunOptions) -> Any:
+    """The MCP configuration of *opts*: the workspace's ``.mcp.json`` (if there), then each
+    ``--mcp-config`` file; warnings go to stderr as one line each.
+
+    Raises:
+        ConfigError: a file that cannot be read or is malformed (naming it and the JSON path).
+    """
+    from runtime.mcp import DEFAULT_START_TIMEOUT_S, load_mcp_config
+
+    return load_mcp_config(
+        opts.mcp_config,
+        optional=[Path(opts.workspace or ".") / ".mcp.json"],
+        start_timeout_s=opts.mcp_start_timeout_s or DEFAULT_START_TIMEOUT_S,
+        on_warning=warning_line,
+    )
 
 
 # -- logging -------------------------------------------------------------------------------
@@ -365,6 +412,12 @@ def setup_logging(debug: bool) -> None:
 
 
 # -- errors and exit codes -----------------------------------------------------------------
+
+
+def warning_line(message: str) -> None:
+    """Print one ``trio-agents: warning: …`` line on stderr (newlines folded)."""
+    text = " ".join(message.split("\n")).strip()
+    print(f"{PROG}: warning: {text}", file=sys.stderr, flush=True)
 
 
 def error_line(message: str, *, file: TextIO | None = None) -> None:

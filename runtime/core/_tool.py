@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
 
@@ -77,6 +77,9 @@ class ToolContext:
         workspace: the resolved workspace folder; file tools stay inside it.
         env: the environment for subprocesses, with secrets already removed.
         spawner: runs sub-agents (the ``agent`` tool); ``None`` where sub-agents are not allowed.
+        report_progress: emits a ``tool_progress`` event for this call (``progress``, ``total``
+            or None, ``message`` or None); a long tool calls it now and then. It waits only
+            while a ``block`` subscriber is full. ``None`` where nobody listens.
     """
 
     workspace: Path
@@ -87,6 +90,7 @@ class ToolContext:
     limits: ToolLimits
     log: structlog.typing.FilteringBoundLogger
     spawner: SubAgentSpawner | None = None
+    report_progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
 
 
 class Tool(abc.ABC):
