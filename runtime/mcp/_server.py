@@ -240,7 +240,8 @@ class McpServer:
             session = self._session
             if self.state == "ready" and session is not None:
                 return session, self._generation
-            if self.state == "starting":
+            if self.state == "starting" or self.state == "ready":
+                # Ready without a session: the connection is being closed; "lost" comes next.
                 await self._changed.wait()
             elif self.state == "lost" and self._restarts_left > 0:
                 self._restarts_left -= 1

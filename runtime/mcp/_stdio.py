@@ -30,7 +30,7 @@ __all__ = ["MAX_LINE_BYTES", "StdioTransport"]
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """The longest message a server may send (a tool result of 50 MB fits)."""
-STOP_GRACE_S = 2.0
+STOP_GRACE_S = 1.0
 """How long a server has to exit after its stdin closes, and again after SIGTERM."""
 _STDERR_LINES = 20
 _STDERR_LINE_CHARS = 500
