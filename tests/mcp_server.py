@@ -20,6 +20,7 @@ port and prints the port on stdout; ``python tests/mcp_server.py stdio`` speaks 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -28,6 +29,7 @@ import sys
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, TextContent, ToolAnnotations
 
 app = MCPServer("test-server")
@@ -69,7 +71,7 @@ async def progress(ctx: Context, steps: int = 3) -> str:
     return "done"
 
 
-@app.tool()
+@app.tool(structured_output=False)
 async def big(megabytes: int = 50) -> str:
     """A long text."""
     return "x" * (megabytes * 1024 * 1024)
@@ -80,14 +82,16 @@ async def picture() -> list[TextContent | ImageContent]:
     """An image."""
     return [
         TextContent(type="text", text="a red dot:"),
-        ImageContent(type="image", data="iVBORw0KGgo=" * 200, mime_type="image/png"),
+        ImageContent(
+            type="image", data=base64.b64encode(bytes(1600)).decode(), mime_type="image/png"
+        ),
     ]
 
 
 @app.tool()
 async def fail(message: str = "it went wrong") -> str:
     """Fail."""
-    raise ValueError(message)
+    raise ToolError(message)
 
 
 @app.tool(annotations=ToolAnnotations(read_only_hint=True))

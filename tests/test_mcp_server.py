@@ -167,6 +167,24 @@ async def test_a_server_dying_mid_call_fails_the_call_naming_it_and_the_next_cal
     assert others(warnings) == ["mcp server 't' went away: it exited with status 7"] * 2
 
 
+async def test_a_message_over_the_size_cap_ends_the_connection_with_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runtime.mcp import _stdio
+
+    monkeypatch.setattr(_stdio, "MAX_LINE_BYTES", 1024 * 1024)
+    cfg, warnings = config({"t": stdio_server()})
+    async with open_servers(cfg, tmp_path) as servers:
+        server = servers.servers["t"]
+        with pytest.raises(
+            ToolError,
+            match=r"^mcp server 't' went away during the call \(it sent a message over 1 MB\)",
+        ):
+            await server.call_tool("big", {"megabytes": 2})
+        assert render_result(await server.call_tool("echo", {"text": "restarted"})) == "restarted"
+    assert others(warnings) == ["mcp server 't' went away: it sent a message over 1 MB"]
+
+
 async def test_closing_kills_the_server_and_everything_it_started(tmp_path: Path) -> None:
     cfg, _ = config({"t": stdio_server()})
     async with open_servers(cfg, tmp_path) as servers:

@@ -226,8 +226,13 @@ class McpServer:
         except MCPError as exc:
             if exc.error.code == mcp_types.CONNECTION_CLOSED:
                 self._connection_lost(generation)
+                why = self._stdio.closed_reason if self._stdio is not None else None
                 raise ToolError(
-                    f"mcp server {self.name!r} went away during the call{self._tail()}"
+                    self._mask(
+                        f"mcp server {self.name!r} went away during the call"
+                        + (f" ({why})" if why else "")
+                        + self._tail()
+                    )
                 ) from None
             raise ToolError(
                 self._mask(f"mcp server {self.name!r} refused the call: {exc.error.message}")
@@ -281,7 +286,7 @@ class McpServer:
         if stdio is None:
             return "the connection closed"
         what = stdio.closed_reason or "it closed its stdout"
-        if stdio.returncode is not None:
+        if stdio.returncode is not None and what == "it closed its stdout":
             what = f"it exited with status {stdio.returncode}"
         if starting:
             what += " during start-up"
@@ -341,9 +346,13 @@ class McpServers:
         self.secrets = secrets
 
     def describe(self) -> dict[str, dict[str, Any]]:
-        """Each server's transport, state and tool count (for ``run_started``: no secrets)."""
+        """Each server's transport, state and the number of tools it offers (for
+        ``run_started``: no secrets)."""
+        offered: dict[str, int] = {}
+        for tool in self.tools:
+            offered[tool.server.name] = offered.get(tool.server.name, 0) + 1
         return {
-            name: {"transport": s.transport, "state": s.state, "tools": len(s.tools)}
+            name: {"transport": s.transport, "state": s.state, "tools": offered.get(name, 0)}
             for name, s in self.servers.items()
         }
 

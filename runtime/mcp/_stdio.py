@@ -28,8 +28,10 @@ from mcp.shared.message import SessionMessage
 
 __all__ = ["MAX_LINE_BYTES", "StdioTransport"]
 
-MAX_LINE_BYTES = 64 * 1024 * 1024
-"""The longest message a server may send (a tool result of 50 MB fits)."""
+MAX_LINE_BYTES = 128 * 1024 * 1024
+"""The longest message a server may send: a tool result of 50 MB fits, also when the server
+sends it twice (as text and as ``structuredContent``). A longer one ends the connection: the
+calls in flight fail naming the reason, and the next call starts the server again."""
 STOP_GRACE_S = 1.0
 """How long a server has to exit after its stdin closes, and again after SIGTERM."""
 _STDERR_LINES = 20
