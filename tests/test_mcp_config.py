@@ -161,3 +161,17 @@ def test_a_missing_optional_file_is_skipped_and_a_missing_given_file_is_an_error
     assert load_mcp_config([], optional=[tmp_path / ".mcp.json"]).servers == ()
     with pytest.raises(ConfigError, match=r"nope\.json: cannot read"):
         load_mcp_config([tmp_path / "nope.json"])
+
+
+def test_reading_a_config_does_not_load_the_sdk() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, runtime.mcp as m; m.load_mcp_config([]); m.McpConfig.from_mapping({}); "
+        "print('mcp' in sys.modules, 'trio' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.split() == ["False", "False"]

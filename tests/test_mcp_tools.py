@@ -149,7 +149,7 @@ async def test_progress_notifications_are_tool_progress_events_and_the_tree_keep
     call_id = finished(events)["mcp__t__progress"].tool_use_id
     assert progress
     assert {e.tool_use_id for e in progress} == {call_id}
-    assert progress[-1].total == 3.0
+    assert progress[-1].total == 3
     assert progress[-1].message == f"step {int(progress[-1].progress)}"
     last = events.index(progress[-1])
     tree = TraceTree.from_events(events[: last + 1], live=True)

@@ -29,7 +29,8 @@ matched against the call's :meth:`~tools.Tool.permission_target`:
   match both.
 * Other tools: a plain glob (``*`` matches anything) on whatever their target is.
 
-The tool part may be a glob over tool names (``*`` any run of characters, ``?`` one):
+The tool part may be a glob over tool names after its first letter (``*`` any run of
+characters, ``?`` one):
 ``mcp__git__*`` is every tool of the MCP server ``git``, ``mcp__*`` every MCP tool.
 
 Order of decision: deny rules, allow rules, tools that need no permission (read-only tools),
@@ -70,7 +71,7 @@ _SHELL_OPERATORS = ";&|<>()`$\n\r"
 # often only makes deny rules match more.
 _COMMAND_SPLIT = re.compile(r"&&|\|\||[;&|\n\r`()]|\$\(")
 _RULE = re.compile(
-    r"(?P<tool>[A-Za-z_*?][A-Za-z0-9_.:*?-]*)(?:\((?P<pattern>.*)\))?", re.DOTALL
+    r"(?P<tool>[A-Za-z_][A-Za-z0-9_.:*?-]*)(?:\((?P<pattern>.*)\))?", re.DOTALL
 )
 
 
