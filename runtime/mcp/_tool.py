@@ -54,14 +54,7 @@ class McpTool(Tool):
         report = ctx.report_progress
         latest: list[tuple[float, float | None, str | None]] = []
         wake = trio.Event()
-
-        async def on_progress(  # noqa: RUF029 - the SDK awaits its progress callback
-            progress: float, total: float | None, message: str | None
-        ) -> None:
-            # Runs in the connection's reader task: never wait here. Keep the latest; the
-            # forwarder below emits it (a flood of notifications is coalesced, not queued).
-            latest[:] = [(progress, total, message)]
-            wake.set()
+        state = {"forwarding": False, "done": False}
 
         async def forward() -> None:
             nonlocal wake
@@ -70,17 +63,30 @@ class McpTool(Tool):
                 await wake.wait()
                 wake = trio.Event()
                 if latest:
-                    item = latest.pop()
-                    await report(*item)
+                    await report(*latest.pop())
 
         async with trio.open_nursery() as nursery:
-            if report is not None:
-                nursery.start_soon(forward)
+
+            async def on_progress(  # noqa: RUF029 - the SDK awaits its progress callback
+                progress: float, total: float | None, message: str | None
+            ) -> None:
+                # Runs in the connection's reader task: never wait here. Keep the latest; the
+                # forwarder emits it (a flood of notifications is coalesced, not queued). It
+                # is started by the first notification: most calls have none.
+                if state["done"]:
+                    return
+                latest[:] = [(progress, total, message)]
+                wake.set()
+                if not state["forwarding"]:
+                    state["forwarding"] = True
+                    nursery.start_soon(forward)
+
             try:
                 result = await self.server.call_tool(
                     self.remote_name, args, on_progress if report is not None else None
                 )
             finally:
+                state["done"] = True
                 nursery.cancel_scope.cancel(reason="the call is over")
         text = render_result(result)
         if result.is_error:
