@@ -166,11 +166,11 @@ class McpServer:
         self._session = None
         if ready:
             self._set("lost", why)
-            self._warn(f"mcp server {self.name!r} went away: {why}")
+            self._warn(f"mcp server {self.name!r} went away: {self.error}")
         else:
             self._set("failed", why)
             if not first:
-                self._warn(f"mcp server {self.name!r} could not be restarted: {why}")
+                self._warn(f"mcp server {self.name!r} could not be restarted: {self.error}")
 
     async def _run_transport(
         self, lost: trio.Event, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
