@@ -255,3 +255,16 @@ async def test_http_connection_refused_is_one_warning(tmp_path: Path) -> None:
         assert servers.servers["h"].state == "failed"
     assert len(warnings) == 1
     assert warnings[0].startswith("mcp server 'h' did not start: ConnectError: ")
+
+
+async def test_expanded_values_never_reach_a_warning(tmp_path: Path) -> None:
+    warnings: list[str] = []
+    base = McpConfig.from_mapping(
+        {"s": {"command": "${SECRET_BIN}", "args": ["--token", "${SECRET_BIN}"]}}
+    )
+    cfg = McpConfig(servers=base.servers, on_warning=warnings.append)
+    async with open_mcp_servers(
+        cfg, env={}, environ={"SECRET_BIN": "/nonexistent/s3cret-path"}, workspace=tmp_path
+    ) as servers:
+        assert "/nonexistent/s3cret-path" in servers.secrets
+    assert warnings == ["mcp server 's' did not start: command '***' not found"]
