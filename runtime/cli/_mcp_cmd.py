@@ -56,6 +56,7 @@ def main(argv: list[str]) -> int:
         workspace=ns.workspace,
         debug=ns.debug,
         mcp_config=tuple(ns.mcp_config),
+        no_mcp=ns.no_mcp,
         mcp_start_timeout_s=ns.mcp_start_timeout,
     )
     setup_logging(opts.debug)
@@ -73,7 +74,7 @@ async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
 
     from runtime.core._errors import ConfigError
     from runtime.core._secrets import filter_env, secret_values
-    from runtime.mcp import McpTool, open_mcp_servers
+    from runtime.mcp import McpConfig, McpTool, open_mcp_servers
 
     from ._options import load_mcp_options
 
@@ -81,7 +82,7 @@ async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
     if not workspace.is_dir():  # noqa: ASYNC240 - once, before anything runs
         raise ConfigError(f"workspace {str(workspace)!r} is not a folder")
     warnings: list[str] = []
-    config = load_mcp_options(opts)
+    config = load_mcp_options(opts) if not opts.no_mcp else McpConfig()
     # Start failures are in the listing itself; other warnings (a tool skipped) go to stderr.
     config = attrs.evolve(config, on_warning=warnings.append)
     env = dict(os.environ)
