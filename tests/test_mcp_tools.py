@@ -297,3 +297,64 @@ def _processes_with(text: str) -> list[int]:
         except psutil.Error:
             pass
     return out
+
+
+async def test_the_anthropic_provider_offers_the_mcp_tools_and_the_model_uses_them(
+    workspace: Path, nursery: trio.Nursery
+) -> None:
+    from tests.llm_server import (
+        LLMServer,
+        RecordedRequest,
+        Reply,
+        anthropic_end,
+        anthropic_message_start,
+        anthropic_text_stream,
+        anthropic_tool_block,
+    )
+    from tests.mcp_fixtures import time_server
+
+    def route(request: RecordedRequest) -> Reply:
+        if any(
+            isinstance(m["content"], list)
+            and any(b.get("type") == "tool_result" for b in m["content"])
+            for m in request.json["messages"]
+        ):
+            return Reply.stream(anthropic_text_stream(["It is ", "noon somewhere."]))
+        return Reply.stream(
+            [
+                anthropic_message_start(),
+                *anthropic_tool_block(
+                    0, "toolu_1", "mcp__time__get_current_time", ['{"timezone"', ': "UTC"}']
+                ),
+                *anthropic_end("tool_use"),
+            ]
+        )
+
+    server = LLMServer()
+    await nursery.start(server.serve)
+    server.route = route
+    env = {
+        "ANTHROPIC_API_KEY": "sk-test-0123456789",
+        "ANTHROPIC_BASE_URL": server.url,
+        "PATH": os.environ["PATH"],
+    }
+    events: list[Event] = []
+    with trio.fail_after(60):
+        async with open_runtime(
+            "anthropic",
+            model="test-model",
+            env=env,
+            workspace=workspace,
+            trace=False,
+            on_event=events.append,
+            mcp_servers={"time": time_server()},
+        ) as rt:
+            outcome = await rt.run("What time is it?")
+    assert (outcome.status, outcome.result) == ("completed", "It is noon somewhere.")
+    offered = {t["name"]: t for t in server.requests[0].json["tools"]}
+    assert offered["mcp__time__get_current_time"]["input_schema"]["type"] == "object"
+    assert "timezone" in offered["mcp__time__get_current_time"]["input_schema"]["properties"]
+    result = finished(events)["mcp__time__get_current_time"]
+    assert result.status == "ok"
+    assert '"timezone": "UTC"' in result.output
+    assert '"timezone": "UTC"' in server.requests[1].body.decode().replace('\\"', '"')
