@@ -61,14 +61,11 @@ def turns(*texts: str) -> dict[str, Any]:
     return {"turns": [{"text": t} for t in texts]}
 
 
-def agent_call(
-    description: str, agent: str = "general", prompt: str = "do it", **extra: Any
-) -> dict[str, Any]:
+def agent_call(description: str, agent: str = "general", prompt: str = "do it",
+               **extra: Any) -> dict[str, Any]:
     """A scripted ``agent`` tool call."""
-    return {
-        "name": "agent",
-        "input": {"description": description, "prompt": prompt, "agent": agent, **extra},
-    }
+    return {"name": "agent",
+            "input": {"description": description, "prompt": prompt, "agent": agent, **extra}}
 
 
 class Ticks:

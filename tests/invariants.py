@@ -63,9 +63,7 @@ def check_invariants(events: Sequence[Event]) -> None:
     assert set(agent_start) == set(agent_end), (
         f"agents never finished: {set(agent_start) - set(agent_end)}"
     )
-    assert set(tool_start) == set(tool_end), (
-        f"tools never finished: {set(tool_start) - set(tool_end)}"
-    )
+    assert set(tool_start) == set(tool_end), f"tools never finished: {set(tool_start) - set(tool_end)}"
     for tid, owner in tool_owner.items():
         assert agent_start[owner] < tool_start[tid] < tool_end[tid] < agent_end[owner]
 

@@ -58,9 +58,8 @@ async def test_the_registry_cancels_exactly_one_subtree() -> None:
     async def parent(ctx: ActorContext[Any]) -> None:
         async with trio.open_nursery() as nursery:
             for name in ("child-1", "child-2"):
-                await start_actor(
-                    nursery, _sleeper, actor_id=name, registry=registry, parent_id=ctx.actor_id
-                )
+                await start_actor(nursery, _sleeper, actor_id=name, registry=registry,
+                                  parent_id=ctx.actor_id)
 
     async def record(handle_wait: Any, name: str) -> None:
         outcomes[name] = (await handle_wait()).kind

@@ -36,15 +36,9 @@ def test_toml_agent_types_load_every_setting(tmp_path: Path) -> None:
         'budget = { tokens = 100, seconds = 5, tool_calls = 3 }\nplacement = "local"\n'
     )
     [rev] = load_agent_types(path)
-    assert rev == AgentType(
-        name="reviewer",
-        description="Reviews",
-        system="You review.",
-        tools=("read", "grep"),
-        model="m1",
-        max_turns=7,
-        budget=Budget(tokens=100, seconds=5, tool_calls=3),
-    )
+    assert rev == AgentType(name="reviewer", description="Reviews", system="You review.",
+                            tools=("read", "grep"), model="m1", max_turns=7,
+                            budget=Budget(tokens=100, seconds=5, tool_calls=3))
 
 
 @pytest.mark.parametrize(
@@ -62,9 +56,8 @@ def test_toml_agent_types_load_every_setting(tmp_path: Path) -> None:
         ("[agents.x", r"not valid TOML"),
     ],
 )
-def test_a_bad_toml_file_is_one_error_naming_the_key(
-    tmp_path: Path, text: str, message: str
-) -> None:
+def test_a_bad_toml_file_is_one_error_naming_the_key(tmp_path: Path, text: str,
+                                                     message: str) -> None:
     path = tmp_path / "agents.toml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
@@ -77,21 +70,10 @@ def test_a_missing_toml_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_scenario_agents_become_agent_types() -> None:
-    scenario = Scenario.from_obj(
-        {
-            "agents": {
-                "main": {"turns": []},
-                "w": {
-                    "turns": [],
-                    "system": "S",
-                    "tools": ["bash"],
-                    "max_turns": 2,
-                    "description": "worker",
-                },
-            }
-        }
-    )
+    scenario = Scenario.from_obj({"agents": {
+        "main": {"turns": []},
+        "w": {"turns": [], "system": "S", "tools": ["bash"], "max_turns": 2,
+              "description": "worker"}}})
     types = {t.name: t for t in agent_types_from_scenario(scenario)}
-    assert types["w"] == AgentType(
-        name="w", system="S", tools=("bash",), max_turns=2, description="worker"
-    )
+    assert types["w"] == AgentType(name="w", system="S", tools=("bash",), max_turns=2,
+                                   description="worker")

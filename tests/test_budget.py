@@ -22,11 +22,8 @@ from runtime import (
 from tests.harness import agent_call, run_scenario
 from tests.invariants import by_type, check_invariants
 
-_SPEND = {
-    "text": "spending",
-    "usage": {"input_tokens": 40, "output_tokens": 10},
-    "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
-}
+_SPEND = {"text": "spending", "usage": {"input_tokens": 40, "output_tokens": 10},
+          "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]}
 
 
 def _statuses(events: list[Any]) -> dict[str, str]:
@@ -37,30 +34,16 @@ def _statuses(events: list[Any]) -> dict[str, str]:
 async def test_a_token_budget_ends_only_that_subtree_and_tells_the_parent_why(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            agent_call("greedy", "spender", budget={"tokens": 120}),
-                            agent_call("calm", "calm"),
-                        ]
-                    },
-                    {"text": "coped"},
-                ]
-            },
-            "spender": {"turns": [{**_SPEND, "delay_s": 1}] * 10},
-            "calm": {"turns": [{"text": "calm done", "delay_s": 5}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [
+            agent_call("greedy", "spender", budget={"tokens": 120}),
+            agent_call("calm", "calm")]}, {"text": "coped"}]},
+        "spender": {"turns": [{**_SPEND, "delay_s": 1}] * 10},
+        "calm": {"turns": [{"text": "calm done", "delay_s": 5}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     check_invariants(events)
-    assert _statuses(events) == {
-        "main": "completed",
-        "spender": "budget_exceeded",
-        "calm": "completed",
-    }
+    assert _statuses(events) == {"main": "completed", "spender": "budget_exceeded",
+                                 "calm": "completed"}
     results = list(outcome.state.messages[2].content)
     assert results[0].is_error  # type: ignore[union-attr]
     assert "budget exceeded: 150 tokens > 120" in results[0].content  # type: ignore[union-attr]
@@ -71,21 +54,14 @@ async def test_a_token_budget_ends_only_that_subtree_and_tells_the_parent_why(
 async def test_usage_of_grandchildren_counts_against_an_ancestor_budget(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {"turns": [{"tool_calls": [agent_call("team", "lead")]}, {"text": "ok"}]},
-            "lead": {
-                "turns": [
-                    {"tool_calls": [agent_call("w1", "worker"), agent_call("w2", "worker")]},
-                    {"text": "lead done"},
-                ]
-            },
-            "worker": {"turns": [{**_SPEND, "delay_s": 1}] * 10},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("team", "lead")]}, {"text": "ok"}]},
+        "lead": {"turns": [
+            {"tool_calls": [agent_call("w1", "worker"), agent_call("w2", "worker")]},
+            {"text": "lead done"}]},
+        "worker": {"turns": [{**_SPEND, "delay_s": 1}] * 10}}}
     _outcome, events = await run_scenario(
-        scenario, workspace, agent_types=[AgentType(name="lead", budget=Budget(tool_calls=7))]
-    )
+        scenario, workspace, agent_types=[AgentType(name="lead", budget=Budget(tool_calls=7))])
     check_invariants(events)
     statuses = _statuses(events)
     assert statuses["lead"] == "budget_exceeded"
@@ -100,17 +76,10 @@ async def test_usage_of_grandchildren_counts_against_an_ancestor_budget(
 async def test_a_wall_clock_budget_ends_the_subtree_at_its_deadline(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [agent_call("slow", "slow", budget={"seconds": 3})]},
-                    {"text": "ok"},
-                ]
-            },
-            "slow": {"turns": [{"text": "late", "delay_s": 60}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("slow", "slow", budget={"seconds": 3})]},
+                           {"text": "ok"}]},
+        "slow": {"turns": [{"text": "late", "delay_s": 60}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     check_invariants(events)
     assert _statuses(events)["slow"] == "budget_exceeded"
@@ -122,35 +91,20 @@ async def test_a_wall_clock_budget_ends_the_subtree_at_its_deadline(
 async def test_the_tighter_of_type_and_call_budget_applies(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [agent_call("x", "slow", budget={"seconds": 50})]},
-                    {"text": "ok"},
-                ]
-            },
-            "slow": {"turns": [{"text": "late", "delay_s": 60}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("x", "slow", budget={"seconds": 50})]},
+                           {"text": "ok"}]},
+        "slow": {"turns": [{"text": "late", "delay_s": 60}]}}}
     _, events = await run_scenario(
-        scenario, workspace, agent_types=[AgentType(name="slow", budget=Budget(seconds=2))]
-    )
+        scenario, workspace, agent_types=[AgentType(name="slow", budget=Budget(seconds=2))])
     assert _statuses(events)["slow"] == "budget_exceeded"
     assert trio.current_time() == pytest.approx(2.0)
 
 
 async def test_a_bad_budget_in_the_call_is_an_error_result(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [agent_call("x", "general", budget={"tokens": 0})]},
-                    {"text": "ok"},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("x", "general", budget={"tokens": 0})]},
+                           {"text": "ok"}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     result = outcome.state.messages[2].content[0]
     assert result.is_error
@@ -167,19 +121,11 @@ def test_budgets_reject_nonsense() -> None:
 
 
 async def test_the_budget_layer_only_remembers_live_agents(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [agent_call(f"n{i}", "w") for i in range(50)]},
-                    {"text": "ok"},
-                ]
-            },
-            "w": {"turns": [{"text": "done"}]},
-        }
-    }
-    async with open_runtime(
-        scenario=scenario, workspace=workspace, trace=False, limits=Limits(max_parallel=50)
-    ) as rt:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call(f"n{i}", "w") for i in range(50)]},
+                           {"text": "ok"}]},
+        "w": {"turns": [{"text": "done"}]}}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            limits=Limits(max_parallel=50)) as rt:
         await rt.run("go")
         assert len(rt._run.budget) == 0

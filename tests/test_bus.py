@@ -152,9 +152,8 @@ async def test_receive_nowait_reports_empty_lagged_and_ended() -> None:
 
 def test_forward_gives_a_foreign_event_this_bus_seq() -> None:
     bus = EventBus("r")
-    foreign = TextDelta(
-        seq=99, ts=1.0, run_id="other", agent_id="x", parent_tool_use_id="tu-9", text="hi"
-    )
+    foreign = TextDelta(seq=99, ts=1.0, run_id="other", agent_id="x", parent_tool_use_id="tu-9",
+                        text="hi")
     out = bus.forward(foreign)
     assert (out.seq, out.run_id, out.agent_id, out.parent_tool_use_id) == (1, "r", "x", "tu-9")
     assert out.ts == pytest.approx(1.0), "when it happened, not when it arrived"
@@ -186,13 +185,11 @@ async def test_a_finishing_event_goes_out_even_past_a_stalled_blocking_reader(
     stalled = bus.subscribe(buffer=1, policy="block")
     await _emit(bus, "a", "fills it")
     start = trio.current_time()
-    first = await bus.emit_final(
-        TextDelta, grace_s=2, agent_id="a", parent_tool_use_id=None, text="end 1"
-    )
+    first = await bus.emit_final(TextDelta, grace_s=2, agent_id="a", parent_tool_use_id=None,
+                                 text="end 1")
     assert trio.current_time() - start == 2, "waited its grace period, then went out anyway"
-    second = await bus.emit_final(
-        TextDelta, grace_s=2, agent_id="a", parent_tool_use_id=None, text="end 2"
-    )
+    second = await bus.emit_final(TextDelta, grace_s=2, agent_id="a", parent_tool_use_id=None,
+                                  text="end 2")
     assert trio.current_time() - start == 2, "a stalled reader is not waited for twice"
     assert [e.seq for e in seen] == [1, first.seq, second.seq] == [1, 2, 3]
     assert len(stalled._buffer) == 3

@@ -22,87 +22,40 @@ from runtime import (
 from runtime.core._events import EVENT_TYPES
 
 _BASE: dict[str, Any] = {
-    "seq": 1,
-    "ts": 1.5,
-    "run_id": "r",
-    "agent_id": "agent-1",
-    "parent_tool_use_id": "tu-1",
+    "seq": 1, "ts": 1.5, "run_id": "r", "agent_id": "agent-1", "parent_tool_use_id": "tu-1",
 }
 _SAMPLES: dict[str, dict[str, Any]] = {
     "run_started": {"version": "0.1.0", "config": {"provider": "scripted"}},
     "agent_started": {"name": "main", "parent_agent_id": None, "depth": 0, "prompt": "p"},
     "text_delta": {"text": "héllo "},
     "thinking_delta": {"text": "hmm"},
-    "tool_started": {
-        "tool_use_id": "tu-2",
-        "name": "bash",
-        "input": {"command": "ls"},
-        "summary": "bash: ls",
-    },
-    "permission_requested": {
-        "request_id": "perm-1",
-        "tool_use_id": "tu-2",
-        "name": "bash",
-        "summary": "bash: rm -rf /",
-    },
-    "permission_resolved": {
-        "request_id": "perm-1",
-        "tool_use_id": "tu-2",
-        "granted": False,
-        "reason": "denied by user",
-    },
-    "tool_finished": {
-        "tool_use_id": "tu-2",
-        "name": "bash",
-        "status": "ok",
-        "output": "x",
-        "duration_s": 0.25,
-    },
-    "turn_finished": {
-        "turn": 1,
-        "stop_reason": "tool_use",
-        "input_tokens": 3,
-        "output_tokens": 4,
-        "context_tokens": 1200,
-        "context_window": 200000,
-    },
+    "tool_started": {"tool_use_id": "tu-2", "name": "bash", "input": {"command": "ls"},
+                     "summary": "bash: ls"},
+    "permission_requested": {"request_id": "perm-1", "tool_use_id": "tu-2", "name": "bash",
+                             "summary": "bash: rm -rf /"},
+    "permission_resolved": {"request_id": "perm-1", "tool_use_id": "tu-2", "granted": False,
+                            "reason": "denied by user"},
+    "tool_finished": {"tool_use_id": "tu-2", "name": "bash", "status": "ok", "output": "x",
+                      "duration_s": 0.25},
+    "turn_finished": {"turn": 1, "stop_reason": "tool_use", "input_tokens": 3, "output_tokens": 4,
+                      "context_tokens": 1200, "context_window": 200000},
     "user_message": {"text": "also check the tests"},
     "cancel_requested": {"target": "tu-2", "reason": "too slow", "by": "user"},
-    "agent_finished": {
-        "status": "cancelled",
-        "result": None,
-        "error": "cancelled: x",
-        "turns": 1,
-        "input_tokens": 3,
-        "output_tokens": 4,
-        "duration_s": 1.0,
-    },
+    "agent_finished": {"status": "cancelled", "result": None, "error": "cancelled: x", "turns": 1,
+                       "input_tokens": 3, "output_tokens": 4, "duration_s": 1.0},
     "run_finished": {"status": "completed", "duration_s": 2.0},
     "tool_progress": {"tool_use_id": "tu-2", "progress": 3.0, "total": 10.0, "message": "3/10"},
     "provider_retry": {"attempt": 1, "delay_s": 1.5, "reason": "429 Too Many Requests"},
-    "context_compacted": {
-        "method": "trim",
-        "tokens_before": 9000,
-        "tokens_after": 4000,
-        "messages_before": 40,
-        "messages_after": 40,
-    },
-    "replay_diverged": {
-        "node": "main \u203a reviewer, turn 3",
-        "detail": "read(src/x.py) returned 41 lines, recorded 38",
-    },
+    "context_compacted": {"method": "trim", "tokens_before": 9000, "tokens_after": 4000,
+                          "messages_before": 40, "messages_after": 40},
+    "replay_diverged": {"node": "main \u203a reviewer, turn 3",
+                        "detail": "read(src/x.py) returned 41 lines, recorded 38"},
 }
 
 
 def test_turn_finished_without_context_fields_still_decodes() -> None:
-    obj = {
-        "type": "turn_finished",
-        **_BASE,
-        "turn": 1,
-        "stop_reason": "end_turn",
-        "input_tokens": 3,
-        "output_tokens": 4,
-    }
+    obj = {"type": "turn_finished", **_BASE, "turn": 1, "stop_reason": "end_turn",
+           "input_tokens": 3, "output_tokens": 4}
     event = event_from_dict(obj)
     assert isinstance(event, TurnFinished)
     assert (event.context_tokens, event.context_window) == (None, None)
@@ -172,7 +125,6 @@ def test_events_are_frozen() -> None:
 
 @given(text=st.text(), seq=st.integers(min_value=1, max_value=2**53), ts=st.floats(0, 2e9))
 def test_text_deltas_round_trip_any_unicode(text: str, seq: int, ts: float) -> None:
-    event = runtime.TextDelta(
-        seq=seq, ts=ts, run_id="r", agent_id="a", parent_tool_use_id=None, text=text
-    )
+    event = runtime.TextDelta(seq=seq, ts=ts, run_id="r", agent_id="a", parent_tool_use_id=None,
+                              text=text)
     assert decode_event(encode_event(event)) == event

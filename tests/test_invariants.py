@@ -76,19 +76,14 @@ def _scenario(root: Node) -> dict[str, Any]:
     return {"agents": agents}
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
     root=_nodes(0, "n"),
     cancels=st.lists(st.tuples(st.floats(0, 8), st.integers(0, 50), st.booleans()), max_size=4),
 )
 async def test_random_trees_with_faults_and_cancels_keep_the_invariants(
-    root: Node,
-    cancels: list[tuple[float, int, bool]],
-    tmp_path: Path,
+    root: Node, cancels: list[tuple[float, int, bool]], tmp_path: Path,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     events: list[Event] = []
@@ -96,22 +91,14 @@ async def test_random_trees_with_faults_and_cancels_keep_the_invariants(
     names: dict[str, str] = {}
     trace = tmp_path / "run.jsonl"
     trace.unlink(missing_ok=True)
-    async with open_runtime(
-        scenario=_scenario(root),
-        workspace=workspace,
-        trace=trace,
-        limits=Limits(max_parallel=50),
-        on_event=events.append,
-    ) as rt:
+    async with open_runtime(scenario=_scenario(root), workspace=workspace, trace=trace,
+                            limits=Limits(max_parallel=50), on_event=events.append) as rt:
         handle = await rt.start("go")
         start = trio.current_time()
         for at, pick, by_tool in sorted(cancels):
             await trio.sleep_until(start + at)
-            running = [
-                e
-                for e in by_type(events, AgentStarted)
-                if e.agent_id not in {f.agent_id for f in by_type(events, AgentFinished)}
-            ]
+            running = [e for e in by_type(events, AgentStarted)
+                       if e.agent_id not in {f.agent_id for f in by_type(events, AgentFinished)}]
             if not running:
                 break
             target = running[pick % len(running)]
@@ -124,8 +111,7 @@ async def test_random_trees_with_faults_and_cancels_keep_the_invariants(
     check_invariants(events)
     live_tree = orjson.dumps(TraceTree.from_events(events).to_json())
     assert orjson.dumps(TraceTree.from_events(read_events(trace)).to_json()) == live_tree, (
-        "the tree from the trace file is the tree from the live stream"
-    )
+        "the tree from the trace file is the tree from the live stream")
 
     started = {e.agent_id: e for e in by_type(events, AgentStarted)}
     finished = {e.agent_id: e for e in by_type(events, AgentFinished)}

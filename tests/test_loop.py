@@ -35,19 +35,9 @@ from tools import Tool, ToolContext, builtin_tools
 
 
 async def test_a_plain_answer_streams_deltas_and_completes(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "thinking": "let me think",
-                        "text": "Hello there world",
-                        "usage": {"input_tokens": 7, "output_tokens": 3},
-                    }
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"thinking": "let me think", "text": "Hello there world",
+         "usage": {"input_tokens": 7, "output_tokens": 3}}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     check_invariants(events)
     assert (outcome.status, outcome.result, outcome.turns) == ("completed", "Hello there world", 1)
@@ -64,23 +54,12 @@ async def test_the_assistant_message_precedes_its_results_which_come_in_call_ord
 ) -> None:
     (workspace / "a.txt").write_text("alpha\n")
     (workspace / "b.txt").write_text("beta\n")
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "text": "Reading.",
-                        "tool_calls": [
-                            {"name": "read", "input": {"path": "a.txt"}},
-                            {"name": "glob", "input": {"pattern": "*.txt"}},
-                            {"name": "read", "input": {"path": "b.txt"}},
-                        ],
-                    },
-                    {"text": "Done."},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"text": "Reading.", "tool_calls": [
+            {"name": "read", "input": {"path": "a.txt"}},
+            {"name": "glob", "input": {"pattern": "*.txt"}},
+            {"name": "read", "input": {"path": "b.txt"}}]},
+        {"text": "Done."}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     check_invariants(events)
     history = outcome.state.messages
@@ -94,38 +73,21 @@ async def test_the_assistant_message_precedes_its_results_which_come_in_call_ord
 
 
 async def test_read_only_calls_of_one_turn_run_concurrently(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [{"name": "glob", "input": {"pattern": "*"}} for _ in range(3)]},
-                    {"text": "ok"},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "glob", "input": {"pattern": "*"}} for _ in range(3)]},
+        {"text": "ok"}]}}}
     _, events = await run_scenario(scenario, workspace)
     kinds = [e.type for e in events if e.type in ("tool_started", "tool_finished")]
     assert kinds[:3] == ["tool_started"] * 3
 
 
 async def test_calls_that_change_things_run_one_after_another(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            {"name": "write", "input": {"path": "x.txt", "content": "1"}},
-                            {"name": "read", "input": {"path": "x.txt"}},
-                            {"name": "edit", "input": {"path": "x.txt", "old": "1", "new": "2"}},
-                        ]
-                    },
-                    {"text": "ok"},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [
+            {"name": "write", "input": {"path": "x.txt", "content": "1"}},
+            {"name": "read", "input": {"path": "x.txt"}},
+            {"name": "edit", "input": {"path": "x.txt", "old": "1", "new": "2"}}]},
+        {"text": "ok"}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     kinds = [e.type for e in events if e.type in ("tool_started", "tool_finished")]
     assert kinds == ["tool_started", "tool_finished"] * 3
@@ -134,13 +96,8 @@ async def test_calls_that_change_things_run_one_after_another(workspace: Path) -
 
 
 async def test_an_unknown_tool_is_an_error_result_the_model_reads(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [{"tool_calls": [{"name": "teleport", "input": {}}]}, {"text": "oh well"}]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "teleport", "input": {}}]}, {"text": "oh well"}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     check_invariants(events)
     [finished] = by_type(events, ToolFinished)
@@ -151,21 +108,10 @@ async def test_an_unknown_tool_is_an_error_result_the_model_reads(workspace: Pat
 
 
 async def test_arguments_failing_the_schema_are_an_error_naming_the_field(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            {"name": "read", "input": {"file": "x"}},
-                            {"name": "bash", "input": {"command": 5}},
-                        ]
-                    },
-                    {"text": "oh well"},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "read", "input": {"file": "x"}},
+                        {"name": "bash", "input": {"command": 5}}]},
+        {"text": "oh well"}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     outputs = [e.output for e in by_type(events, ToolFinished)]  # type: ignore[attr-defined]
     assert "input.path: required field missing" in outputs[0]
@@ -186,47 +132,24 @@ class _Exploding(Tool):
 
 
 async def test_a_tool_raising_becomes_an_error_result_not_a_crash(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            {"name": "explode", "input": {}},
-                            {"name": "explode", "input": {"polite": True}},
-                        ]
-                    },
-                    {"text": "recovered"},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "explode", "input": {}},
+                        {"name": "explode", "input": {"polite": True}}]},
+        {"text": "recovered"}]}}}
     outcome, events = await run_scenario(scenario, workspace, extra_tools=[_Exploding()])
     check_invariants(events)
     outputs = [(e.status, e.output) for e in by_type(events, ToolFinished)]  # type: ignore[attr-defined]
-    assert outputs == [
-        ("error", "explode failed: ZeroDivisionError: a bug in the tool"),
-        ("error", "nothing to explode"),
-    ]
+    assert outputs == [("error", "explode failed: ZeroDivisionError: a bug in the tool"),
+                       ("error", "nothing to explode")]
     assert (outcome.status, outcome.result) == ("completed", "recovered")
 
 
 async def test_a_provider_error_mid_stream_fails_the_agent_and_discards_the_partial_turn(
     workspace: Path,
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "text": "Looking",
-                        "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
-                    },
-                    {"text": "half a sentence", "error": "connection reset by peer"},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"text": "Looking", "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+        {"text": "half a sentence", "error": "connection reset by peer"}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     check_invariants(events)
     assert outcome.status == "failed"
@@ -240,11 +163,8 @@ async def test_a_provider_error_mid_stream_fails_the_agent_and_discards_the_part
 async def test_running_past_the_last_scripted_turn_fails_naming_the_agent_type(
     workspace: Path,
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {"turns": [{"tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]}]}
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     check_invariants(events)
     assert outcome.status == "failed"
@@ -263,24 +183,12 @@ async def test_max_turns_ends_the_agent_with_that_status(workspace: Path) -> Non
 async def test_a_message_sent_while_working_arrives_at_the_next_turn_boundary(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [{"name": "bash", "input": {"command": "true"}}], "delay_s": 1},
-                    {"text": "noted", "delay_s": 1},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "true"}}], "delay_s": 1},
+        {"text": "noted", "delay_s": 1}]}}}
     events: list[Any] = []
-    async with open_runtime(
-        scenario=scenario,
-        workspace=workspace,
-        trace=False,
-        permission_mode="allow-all",
-        on_event=events.append,
-    ) as rt:
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            permission_mode="allow-all", on_event=events.append) as rt:
         handle = await rt.start("go")
         assert handle.send("also check the tests")
         outcome = await handle.wait()
@@ -299,13 +207,8 @@ async def test_a_message_sent_while_working_arrives_at_the_next_turn_boundary(
 async def test_a_message_arriving_as_the_model_stops_makes_it_go_round_again(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [{"text": "first", "delay_s": 1}, {"text": "second answer", "delay_s": 1}]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"text": "first", "delay_s": 1}, {"text": "second answer", "delay_s": 1}]}}}
     async with open_runtime(scenario=scenario, workspace=workspace, trace=False) as rt:
         handle = await rt.start("go")
         await trio.sleep(0.5)  # inside the first turn, after its messages were delivered
@@ -318,24 +221,12 @@ async def test_a_message_arriving_as_the_model_stops_makes_it_go_round_again(
 async def test_cancelling_the_root_mid_tool_call_finishes_every_node(
     workspace: Path,
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [{"name": "bash", "input": {"command": "sleep 30"}}]},
-                    {"text": "never"},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "sleep 30"}}]},
+        {"text": "never"}]}}}
     events = EventLog()
-    async with open_runtime(
-        scenario=scenario,
-        workspace=workspace,
-        trace=False,
-        permission_mode="allow-all",
-        on_event=events,
-    ) as rt:
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            permission_mode="allow-all", on_event=events) as rt:
         handle = await rt.start("go")
         await events.wait_for(lambda evs: by_type(evs, ToolStarted))
         with trio.fail_after(5):
@@ -361,111 +252,58 @@ async def test_history_given_at_start_is_continued(workspace: Path) -> None:
 
 
 async def test_every_tool_call_in_history_gets_a_result_even_on_cancel(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            {"name": "bash", "input": {"command": "sleep 30"}},
-                            {"name": "bash", "input": {"command": "sleep 30"}},
-                        ]
-                    }
-                ]
-            }
-        }
-    }
-    async with open_runtime(
-        scenario=scenario, workspace=workspace, trace=False, permission_mode="allow-all"
-    ) as rt:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "sleep 30"}},
+                        {"name": "bash", "input": {"command": "sleep 30"}}]}]}}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            permission_mode="allow-all") as rt:
         handle = await rt.start("go")
         await trio.sleep(0.2)
         await handle.cancel()
         outcome = await handle.wait()
     uses = [b for m in outcome.state.messages for b in m.content if isinstance(b, ToolUseBlock)]
-    results = [
-        b for m in outcome.state.messages for b in m.content if isinstance(b, ToolResultBlock)
-    ]
+    results = [b for m in outcome.state.messages for b in m.content
+               if isinstance(b, ToolResultBlock)]
     assert {u.id for u in uses} == {r.tool_use_id for r in results}
 
 
 def test_builtin_tools_are_the_spec_set() -> None:
     assert [t.name for t in builtin_tools()] == [
-        "bash",
-        "read",
-        "write",
-        "edit",
-        "glob",
-        "grep",
-        "agent",
-    ]
+        "bash", "read", "write", "edit", "glob", "grep", "agent"]
 
 
 async def test_the_agent_state_serialises_and_round_trips(workspace: Path) -> None:
     from runtime import AgentState
     from runtime.core._messages import state_converter
 
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "thinking": "hmm",
-                        "text": "Reading.",
-                        "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
-                    },
-                    {"text": "Done."},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"thinking": "hmm", "text": "Reading.",
+         "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+        {"text": "Done."}]}}}
     outcome, _ = await run_scenario(scenario, workspace)
     state = outcome.state
     data = state_converter.unstructure(state)
     assert data["turns"] == 2
     assert data["continue_reason"] is None
-    assert data["messages"][1]["content"][0] == {
-        "kind": "thinking",
-        "text": "hmm",
-        "signature": None,
-    }
+    assert data["messages"][1]["content"][0] == {"kind": "thinking", "text": "hmm",
+                                                 "signature": None}
     assert state_converter.structure(data, AgentState) == state
 
 
 async def test_a_message_can_be_sent_to_a_running_sub_agent(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            {
-                                "name": "agent",
-                                "input": {"description": "w", "prompt": "p", "agent": "w"},
-                            }
-                        ]
-                    },
-                    {"text": "ok"},
-                ]
-            },
-            "w": {
-                "turns": [
-                    {"tool_calls": [{"name": "glob", "input": {"pattern": "*"}}], "delay_s": 1},
-                    {"text": "w done"},
-                ]
-            },
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [{"name": "agent", "input": {
+            "description": "w", "prompt": "p", "agent": "w"}}]}, {"text": "ok"}]},
+        "w": {"turns": [{"tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
+                         "delay_s": 1}, {"text": "w done"}]}}}
     events = EventLog()
-    async with open_runtime(
-        scenario=scenario, workspace=workspace, trace=False, on_event=events
-    ) as rt:
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            on_event=events) as rt:
         handle = await rt.start("go")
         [child] = await events.wait_for(
-            lambda evs: [e for e in evs if isinstance(e, AgentStarted) and e.depth == 1]
-        )
+            lambda evs: [e for e in evs if isinstance(e, AgentStarted) and e.depth == 1])
         assert rt.send_message(child.agent_id, "focus on tests")
         await handle.wait()
     [msg] = by_type(events, UserMessage)
@@ -494,9 +332,8 @@ async def test_arguments_the_provider_could_not_decode_are_an_error_result(
     workspace: Path,
 ) -> None:
     events: list[Any] = []
-    async with open_runtime(
-        _GarbledArgsProvider(), workspace=workspace, trace=False, on_event=events.append
-    ) as rt:
+    async with open_runtime(_GarbledArgsProvider(), workspace=workspace, trace=False,
+                            on_event=events.append) as rt:
         outcome = await rt.run("go")
     check_invariants(events)
     [finished] = by_type(events, ToolFinished)
@@ -520,25 +357,11 @@ class _TypoSchema(Tool):
 async def test_a_failure_before_the_tool_runs_is_that_calls_error_only(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            {
-                                "name": "agent",
-                                "input": {"description": "slow", "prompt": "p", "agent": "w"},
-                            },
-                            {"name": "lookup", "input": {}},
-                        ]
-                    },
-                    {"text": "done"},
-                ]
-            },
-            "w": {"turns": [{"text": "w done", "delay_s": 5}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [
+            {"name": "agent", "input": {"description": "slow", "prompt": "p", "agent": "w"}},
+            {"name": "lookup", "input": {}}]}, {"text": "done"}]},
+        "w": {"turns": [{"text": "w done", "delay_s": 5}]}}}
     outcome, events = await run_scenario(scenario, workspace, extra_tools=[_TypoSchema()])
     check_invariants(events)
     statuses = {e.name: e.status for e in by_type(events, ToolFinished)}  # type: ignore[attr-defined]
@@ -549,29 +372,13 @@ async def test_a_failure_before_the_tool_runs_is_that_calls_error_only(
 async def test_a_call_that_finished_keeps_its_result_when_the_agent_is_cancelled(
     workspace: Path,
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            {"name": "bash", "input": {"command": "echo hi"}},
-                            {"name": "bash", "input": {"command": "sleep 30"}},
-                        ]
-                    },
-                    {"text": "done"},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "echo hi"}},
+                        {"name": "bash", "input": {"command": "sleep 30"}}]},
+        {"text": "done"}]}}}
     events = EventLog()
-    async with open_runtime(
-        scenario=scenario,
-        workspace=workspace,
-        trace=False,
-        permission_mode="allow-all",
-        on_event=events,
-    ) as rt:
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            permission_mode="allow-all", on_event=events) as rt:
         handle = await rt.start("go")
         await events.wait_for(lambda evs: by_type(evs, ToolFinished))
         await handle.cancel()
@@ -588,9 +395,8 @@ async def test_a_prompt_after_a_history_ending_with_a_user_message_joins_it(
     from runtime import TextBlock
 
     earlier = [Message(role="user", content=(TextBlock(text="first ask"),))]
-    async with open_runtime(
-        scenario={"agents": {"main": turns("answer")}}, workspace=workspace, trace=False
-    ) as rt:
+    async with open_runtime(scenario={"agents": {"main": turns("answer")}},
+                            workspace=workspace, trace=False) as rt:
         outcome = await rt.run("second ask", history=earlier)
     first = outcome.state.messages[0]
     assert [m.role for m in outcome.state.messages] == ["user", "assistant"]
@@ -639,13 +445,9 @@ async def test_a_message_arriving_for_a_turn_past_max_turns_is_handed_back(
 ) -> None:
     loop_turn = {"tool_calls": [{"name": "glob", "input": {"pattern": "*"}}], "delay_s": 1}
     events = EventLog()
-    async with open_runtime(
-        scenario={"agents": {"main": {"turns": [loop_turn] * 3}}},
-        workspace=workspace,
-        trace=False,
-        limits=Limits(max_turns=1),
-        on_event=events,
-    ) as rt:
+    async with open_runtime(scenario={"agents": {"main": {"turns": [loop_turn] * 3}}},
+                            workspace=workspace, trace=False, limits=Limits(max_turns=1),
+                            on_event=events) as rt:
         handle = await rt.start("go")
         await trio.sleep(0.5)
         assert handle.send("one more thing")

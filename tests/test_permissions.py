@@ -177,42 +177,16 @@ ORDER_TABLE = [
     ("deny", ("bash(ls)",), (), sh("ls"), "allow", "allowed by rule bash(ls)"),
     ("ask", (), ("read(secrets/**)",), rd("secrets/k"), "deny", "denied by rule read(secrets/**)"),
     ("ask", (), ("read",), rd("a.txt"), "deny", "denied by rule read"),
-    (
-        "ask",
-        (),
-        ("grep(vendor/**)",),
-        (GREP, {"pattern": "x", "path": "vendor/lib"}),
-        "deny",
-        "denied by rule grep(vendor/**)",
-    ),
+    ("ask", (), ("grep(vendor/**)",), (GREP, {"pattern": "x", "path": "vendor/lib"}), "deny",
+     "denied by rule grep(vendor/**)"),
     ("ask", (), ("ping",), (PING, {}), "deny", "denied by rule ping"),
-    (
-        "ask",
-        ("write(docs/**)", "write"),
-        (),
-        wr("docs/a"),
-        "allow",
-        "allowed by rule write(docs/**)",
-    ),
+    ("ask", ("write(docs/**)", "write"), (), wr("docs/a"), "allow", "allowed by rule write(docs/**)"),
     ("ask", ("frobnicate", "frobnicate(*)"), (), sh("ls"), "ask", "mode ask"),
     ("ask", ("bash(ls)",), (), wr("ls"), "ask", "mode ask"),
-    (
-        "ask",
-        ("deploy(prod*)",),
-        (),
-        (DEPLOY, {"env": "prod-eu"}),
-        "allow",
-        "allowed by rule deploy(prod*)",
-    ),
+    ("ask", ("deploy(prod*)",), (), (DEPLOY, {"env": "prod-eu"}), "allow",
+     "allowed by rule deploy(prod*)"),
     ("ask", ("deploy(prod*)",), (), (DEPLOY, {"env": "staging"}), "ask", "mode ask"),
-    (
-        "ask",
-        ("deploy(a/*)",),
-        (),
-        (DEPLOY, {"env": "a/b/c"}),
-        "allow",
-        "allowed by rule deploy(a/*)",
-    ),
+    ("ask", ("deploy(a/*)",), (), (DEPLOY, {"env": "a/b/c"}), "allow", "allowed by rule deploy(a/*)"),
 ]
 
 
@@ -378,10 +352,9 @@ def test_absolute_paths_in_the_workspace_match_relative_rules(ws: Path) -> None:
 def test_without_the_workspace_deny_rules_still_catch_absolute_paths(ws: Path) -> None:
     policy = PermissionPolicy("allow-all", deny=("write(src/**)",))
     assert policy.decide(*wr(f"{ws}/src/main.py")).action == "deny"
-    assert (
-        PermissionPolicy("ask", allow=("write(src/**)",)).decide(*wr(f"{ws}/src/main.py")).action
-        == "ask"
-    )  # an allow rule is never stretched that way
+    assert PermissionPolicy("ask", allow=("write(src/**)",)).decide(
+        *wr(f"{ws}/src/main.py")
+    ).action == "ask"  # an allow rule is never stretched that way
 
 
 def test_allow_rule_must_cover_the_real_path_behind_a_symlink(ws: Path) -> None:
@@ -476,9 +449,7 @@ _NAMES = st.text(alphabet="ab.*?[]{}!-_ é", min_size=1, max_size=6).filter(
 )
 
 
-@given(
-    parts=st.lists(_NAMES, min_size=1, max_size=3), other=st.lists(_NAMES, min_size=1, max_size=3)
-)
+@given(parts=st.lists(_NAMES, min_size=1, max_size=3), other=st.lists(_NAMES, min_size=1, max_size=3))
 def test_remembered_path_allows_exactly_itself(parts: list[str], other: list[str]) -> None:
     policy = PermissionPolicy("ask")
     path = "/".join(parts)

@@ -28,11 +28,7 @@ from tests.llm_server import (
 
 KEY = "sk-e2e-secret-0123456789abcdef"
 _CALLS = [
-    {
-        "description": "count the files",
-        "prompt": "COUNT the files in the workspace",
-        "agent": "general",
-    },
+    {"description": "count the files", "prompt": "COUNT the files in the workspace", "agent": "general"},
     {"description": "read the notes", "prompt": "READ notes.txt", "agent": "general"},
 ]
 
@@ -56,33 +52,24 @@ def _openai_route(request: RecordedRequest) -> Reply:
     if any(m["role"] == "tool" for m in messages):
         return Reply.stream(openai_text_stream(["Both sub-agents ", "reported back."]))
     calls = [
-        {
-            "index": i,
-            "id": f"call_{i}",
-            "type": "function",
-            "function": {"name": "agent", "arguments": orjson.dumps(c).decode()},
-        }
+        {"index": i, "id": f"call_{i}", "type": "function",
+         "function": {"name": "agent", "arguments": orjson.dumps(c).decode()}}
         for i, c in enumerate(_CALLS)
     ]
-    return Reply.stream(
-        [
-            openai_chunk({"role": "assistant", "content": "Splitting."}),
-            openai_chunk({"tool_calls": calls}),
-            openai_chunk({}, finish="tool_calls"),
-            OPENAI_DONE,
-        ]
-    )
+    return Reply.stream([
+        openai_chunk({"role": "assistant", "content": "Splitting."}),
+        openai_chunk({"tool_calls": calls}),
+        openai_chunk({}, finish="tool_calls"),
+        OPENAI_DONE,
+    ])
 
 
 def _anthropic_route(request: RecordedRequest) -> Reply:
     body = request.json
     messages = body["messages"]
     first = messages[0]["content"]
-    first_text = (
-        first
-        if isinstance(first, str)
-        else " ".join(b.get("text", "") for b in first if isinstance(b, dict))
-    )
+    first_text = first if isinstance(first, str) else " ".join(
+        b.get("text", "") for b in first if isinstance(b, dict))
     if "COUNT" in first_text:
         return Reply.stream(anthropic_text_stream(["There are ", "2 files."]))
     if "READ" in first_text:
@@ -92,21 +79,12 @@ def _anthropic_route(request: RecordedRequest) -> Reply:
     events = [anthropic_message_start(), *anthropic_text_block(0, ["Splitting."])]
     for i, call in enumerate(_CALLS, start=1):
         events += [
-            anthropic_event(
-                "content_block_start",
-                index=i,
-                content_block={
-                    "type": "tool_use",
-                    "id": f"toolu_{i}",
-                    "name": "agent",
-                    "input": {},
-                },
-            ),
-            anthropic_event(
-                "content_block_delta",
-                index=i,
-                delta={"type": "input_json_delta", "partial_json": orjson.dumps(call).decode()},
-            ),
+            anthropic_event("content_block_start", index=i,
+                            content_block={"type": "tool_use", "id": f"toolu_{i}",
+                                           "name": "agent", "input": {}}),
+            anthropic_event("content_block_delta", index=i,
+                            delta={"type": "input_json_delta",
+                                   "partial_json": orjson.dumps(call).decode()}),
             anthropic_event("content_block_stop", index=i),
         ]
     events += anthropic_end("tool_use")
@@ -121,23 +99,15 @@ async def test_a_main_agent_with_two_parallel_sub_agents_over_http(
     workspace = tmp_path / "ws"
     workspace.mkdir()
     env = {
-        "OPENAI_API_KEY": KEY,
-        "OPENAI_BASE_URL": server.url + "/v1",
-        "ANTHROPIC_API_KEY": KEY,
-        "ANTHROPIC_BASE_URL": server.url,
+        "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1",
+        "ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": server.url,
         "PATH": "/usr/bin:/bin",
     }
     trace = tmp_path / "run.jsonl"
     events: list[Event] = []
     with trio.fail_after(20):
-        async with open_runtime(
-            provider,
-            model="test-model",
-            env=env,
-            workspace=workspace,
-            trace=trace,
-            on_event=events.append,
-        ) as rt:
+        async with open_runtime(provider, model="test-model", env=env, workspace=workspace,
+                                trace=trace, on_event=events.append) as rt:
             outcome = await rt.run("Review the workspace")
     check_invariants(events)
     assert (outcome.status, outcome.result) == ("completed", "Both sub-agents reported back.")

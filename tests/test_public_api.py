@@ -32,9 +32,8 @@ def test_lazy_package_exports_its_all_and_nothing_else(name: str, extra: list[st
 
 def test_importing_runtime_does_not_import_trio() -> None:
     code = "import runtime, sys; print('trio' in sys.modules, 'httpx' in sys.modules)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
     assert out.stdout.split() == ["False", "False"]
 
 
@@ -42,8 +41,7 @@ def test_importing_runtime_does_not_import_trio() -> None:
 def test_all_lists_exactly_the_public_names_sorted(name: str) -> None:
     module = importlib.import_module(name)
     public = {
-        n
-        for n, v in vars(module).items()
+        n for n, v in vars(module).items()
         if not n.startswith("_") and not isinstance(v, type(sys)) and n != "annotations"
     }
     assert list(module.__all__) == sorted(module.__all__)
@@ -60,13 +58,8 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
 
 
 def test_python_m_runtime_is_the_cli() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "runtime", "--help"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    out = subprocess.run([sys.executable, "-m", "runtime", "--help"], capture_output=True,
+                         text=True, check=False, timeout=60)
     assert out.returncode == 0
     assert "trio-agents" in out.stdout
 
@@ -77,14 +70,8 @@ def test_the_readme_python_example_runs(tmp_path: Path) -> None:
     assert code is not None
     script = tmp_path / "example.py"
     script.write_text(code.group(1))
-    out = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        check=False,
-        timeout=120,
-    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         cwd=tmp_path, check=False, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("completed Both parts are done.")
     assert (tmp_path / "run.jsonl").exists()

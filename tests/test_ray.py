@@ -88,58 +88,25 @@ def _shape(events: list[Event]) -> Any:
 
 
 def _tree_scenario(placement: str) -> dict[str, Any]:
-    return {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "text": "Splitting the work.",
-                        "tool_calls": [
-                            agent_call("files", "filer"),
-                            agent_call("shell", "sheller"),
-                            agent_call("doomed", "doomed"),
-                        ],
-                    },
-                    {"text": "All parts are done."},
-                ]
-            },
-            "filer": {
-                "placement": placement,
-                "turns": [
-                    {
-                        "tool_calls": [
-                            {"name": "write", "input": {"path": "f.txt", "content": "x\n"}}
-                        ]
-                    },
-                    {
-                        "tool_calls": [
-                            {"name": "read", "input": {"path": "f.txt"}},
-                            {"name": "glob", "input": {"pattern": "*.txt"}},
-                        ]
-                    },
-                    {"tool_calls": [agent_call("deeper", "leaf"), agent_call("deeper 2", "leaf")]},
-                    {"text": "filed"},
-                ],
-            },
-            "sheller": {
-                "placement": placement,
-                "turns": [
-                    {
-                        "thinking": "hmm",
-                        "text": "running",
-                        "tool_calls": [{"name": "bash", "input": {"command": "echo hi"}}],
-                    },
-                    {"tool_calls": [{"name": "read", "input": {"path": "missing.txt"}}]},
-                    {"text": "shelled"},
-                ],
-            },
-            "doomed": {
-                "placement": placement,
-                "turns": [{"text": "oops", "error": "model exploded"}],
-            },
-            "leaf": turns("leaf done"),
-        }
-    }
+    return {"agents": {
+        "main": {"turns": [
+            {"text": "Splitting the work.", "tool_calls": [
+                agent_call("files", "filer"), agent_call("shell", "sheller"),
+                agent_call("doomed", "doomed")]},
+            {"text": "All parts are done."}]},
+        "filer": {"placement": placement, "turns": [
+            {"tool_calls": [{"name": "write", "input": {"path": "f.txt", "content": "x\n"}}]},
+            {"tool_calls": [{"name": "read", "input": {"path": "f.txt"}},
+                            {"name": "glob", "input": {"pattern": "*.txt"}}]},
+            {"tool_calls": [agent_call("deeper", "leaf"), agent_call("deeper 2", "leaf")]},
+            {"text": "filed"}]},
+        "sheller": {"placement": placement, "turns": [
+            {"thinking": "hmm", "text": "running", "tool_calls": [
+                {"name": "bash", "input": {"command": "echo hi"}}]},
+            {"tool_calls": [{"name": "read", "input": {"path": "missing.txt"}}]},
+            {"text": "shelled"}]},
+        "doomed": {"placement": placement, "turns": [{"text": "oops", "error": "model exploded"}]},
+        "leaf": turns("leaf done")}}
 
 
 async def test_the_same_scenario_gives_the_same_tree_locally_and_on_ray(
@@ -182,38 +149,15 @@ async def _wait_for_file(path: Path) -> str:
 
 
 def _sleeper_scenario(pidfile: Path) -> dict[str, Any]:
-    return {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            agent_call("sleepy", "sleeper"),
-                            agent_call("steady", "steady"),
-                        ]
-                    },
-                    {"text": "carried on"},
-                ]
-            },
-            "sleeper": _remote(
-                {
-                    "tools": ["bash"],
-                    "turns": [
-                        {
-                            "tool_calls": [
-                                {
-                                    "name": "bash",
-                                    "input": {"command": f"echo $$ > {pidfile}; exec sleep 30"},
-                                }
-                            ]
-                        },
-                        {"text": "slept"},
-                    ],
-                }
-            ),
-            "steady": _remote({"turns": [{"text": "steady result", "delay_s": 1.0}]}),
-        }
-    }
+    return {"agents": {
+        "main": {"turns": [
+            {"tool_calls": [agent_call("sleepy", "sleeper"), agent_call("steady", "steady")]},
+            {"text": "carried on"}]},
+        "sleeper": _remote({"tools": ["bash"], "turns": [
+            {"tool_calls": [{"name": "bash",
+                             "input": {"command": f"echo $$ > {pidfile}; exec sleep 30"}}]},
+            {"text": "slept"}]}),
+        "steady": _remote({"turns": [{"text": "steady result", "delay_s": 1.0}]})}}
 
 
 @pytest.mark.parametrize("target", ["remote agent", "remote bash call", "local agent call"])
@@ -222,37 +166,25 @@ async def test_cancelling_one_remote_subtree_mid_bash_leaves_its_siblings_runnin
 ) -> None:
     pidfile = workspace / "pid"
     events = EventLog()
-    async with open_runtime(
-        scenario=_sleeper_scenario(pidfile),
-        workspace=workspace,
-        trace=False,
-        permission_mode="allow-all",
-        on_event=events,
-    ) as rt:
+    async with open_runtime(scenario=_sleeper_scenario(pidfile), workspace=workspace,
+                            trace=False, permission_mode="allow-all", on_event=events) as rt:
         handle = await rt.start("go")
         pid = int(await _wait_for_file(pidfile))
-        await events.wait_for(
-            lambda evs: [e for e in by_type(evs, ToolStarted) if e.name == "bash"]
-        )  # type: ignore[attr-defined]
+        await events.wait_for(lambda evs: [e for e in by_type(evs, ToolStarted) if e.name == "bash"])  # type: ignore[attr-defined]
         await events.wait_for(lambda evs: len(by_type(evs, AgentStarted)) == 3)
         agents = {e.name: e for e in by_type(events, AgentStarted)}  # type: ignore[attr-defined]
         sleeper = agents["sleeper"]
         bash = next(e for e in by_type(events, ToolStarted) if e.name == "bash")  # type: ignore[attr-defined]
-        node = {
-            "remote agent": sleeper.agent_id,
-            "remote bash call": bash.tool_use_id,  # type: ignore[attr-defined]
-            "local agent call": sleeper.parent_tool_use_id,
-        }[target]
+        node = {"remote agent": sleeper.agent_id, "remote bash call": bash.tool_use_id,  # type: ignore[attr-defined]
+                "local agent call": sleeper.parent_tool_use_id}[target]
         assert node is not None
         t0 = trio.current_time()
         assert await rt.cancel(node, "enough sleeping")
         ended = await events.wait_for(
-            lambda evs: [e for e in by_type(evs, ToolFinished) if e.tool_use_id == bash.tool_use_id]
-        )  # type: ignore[attr-defined]
+            lambda evs: [e for e in by_type(evs, ToolFinished) if e.tool_use_id == bash.tool_use_id])  # type: ignore[attr-defined]
         cancel_latency = trio.current_time() - t0
-        assert not [
-            e for e in by_type(events, AgentFinished) if e.agent_id == agents["steady"].agent_id
-        ], "the sibling still runs"
+        assert not [e for e in by_type(events, AgentFinished)
+                    if e.agent_id == agents["steady"].agent_id], "the sibling still runs"
         outcome = await handle.wait()
     check_invariants(events)
     assert ended[0].status == "cancelled"
@@ -287,37 +219,22 @@ async def test_killing_the_host_mid_run_ends_its_nodes_failed_and_the_run_comple
     # The sleeper's own sub-agent runs the bash, on the same worker.
     # Its bash leaves a background job, a grandchild of the worker in bash's own group: Ray
     # ends a dead worker's children, not what they started.
-    scenario["agents"]["inner"] = {
-        "tools": ["bash"],
-        "turns": [
-            {
-                "tool_calls": [
-                    {"name": "bash", "input": {"command": f"sleep 30 & echo $! > {pidfile}; wait"}}
-                ]
-            },
-            {"text": "slept"},
-        ],
-    }
+    scenario["agents"]["inner"] = {"tools": ["bash"], "turns": [
+        {"tool_calls": [{"name": "bash", "input": {
+            "command": f"sleep 30 & echo $! > {pidfile}; wait"}}]},
+        {"text": "slept"}]}
     scenario["agents"]["sleeper"]["tools"] = ["agent"]
-    scenario["agents"]["sleeper"]["turns"] = [
-        {"tool_calls": [agent_call("inner", "inner")]},
-        {"text": "never"},
-    ]
+    scenario["agents"]["sleeper"]["turns"] = [{"tool_calls": [agent_call("inner", "inner")]},
+                                              {"text": "never"}]
     events = EventLog()
     pid = None
     try:
-        async with open_runtime(
-            scenario=scenario,
-            workspace=workspace,
-            trace=False,
-            permission_mode="allow-all",
-            on_event=events,
-        ) as rt:
+        async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                                permission_mode="allow-all", on_event=events) as rt:
             handle = await rt.start("go")
             pid = int(await _wait_for_file(pidfile))
             await events.wait_for(
-                lambda evs: [e for e in by_type(evs, ToolStarted) if e.name == "bash"]
-            )  # type: ignore[attr-defined]
+                lambda evs: [e for e in by_type(evs, ToolStarted) if e.name == "bash"])  # type: ignore[attr-defined]
             [host] = rt._run.placements["ray"].hosts  # type: ignore[attr-defined]
             ray.kill(host)
             outcome = await handle.wait()
@@ -339,51 +256,26 @@ async def test_killing_the_host_mid_run_ends_its_nodes_failed_and_the_run_comple
         assert ends[name].status == "failed", name  # type: ignore[attr-defined]
         assert "ray host h1 lost" in ends[name].error  # type: ignore[attr-defined]
     assert ends["steady"].status == "completed"  # type: ignore[attr-defined]
-    statuses = {
-        e.name: e.status
-        for e in by_type(events, ToolFinished)  # type: ignore[attr-defined]
-        if e.agent_id != handle.agent_id
-    }
+    statuses = {e.name: e.status for e in by_type(events, ToolFinished)  # type: ignore[attr-defined]
+                if e.agent_id != handle.agent_id}
     assert statuses == {"bash": "error", "agent": "error"}
-    call = next(
-        e
-        for e in by_type(events, ToolFinished)
-        if e.agent_id == handle.agent_id and "sleeper" in e.output
-    )  # type: ignore[attr-defined]
+    call = next(e for e in by_type(events, ToolFinished)
+                if e.agent_id == handle.agent_id and "sleeper" in e.output)  # type: ignore[attr-defined]
     assert call.status == "error"  # type: ignore[attr-defined]
     assert "lost" in call.output  # type: ignore[attr-defined]
 
 
 async def test_a_budget_exceeded_remotely_ends_only_that_subtree(workspace: Path) -> None:
     glob = {"name": "glob", "input": {"pattern": "*"}}
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            agent_call("greedy", "greedy", budget={"tool_calls": 2}),
-                            agent_call("modest", "modest"),
-                        ]
-                    },
-                    {"text": "done anyway"},
-                ]
-            },
-            "greedy": _remote(
-                {
-                    "tools": ["glob"],
-                    "turns": [
-                        {"tool_calls": [glob]},
-                        {"tool_calls": [glob]},
-                        {"tool_calls": [glob]},
-                        *[{"tool_calls": [glob], "delay_s": 0.5}] * 20,
-                        {"text": "never"},
-                    ],
-                }
-            ),
-            "modest": _remote({"turns": [{"text": "modest result", "delay_s": 0.5}]}),
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [
+            {"tool_calls": [agent_call("greedy", "greedy", budget={"tool_calls": 2}),
+                            agent_call("modest", "modest")]},
+            {"text": "done anyway"}]},
+        "greedy": _remote({"tools": ["glob"], "turns": [
+            {"tool_calls": [glob]}, {"tool_calls": [glob]}, {"tool_calls": [glob]},
+            *[{"tool_calls": [glob], "delay_s": 0.5}] * 20, {"text": "never"}]}),
+        "modest": _remote({"turns": [{"text": "modest result", "delay_s": 0.5}]})}}
     outcome, events = await run_scenario(scenario, workspace)
     check_invariants(events)
     started = {e.agent_id: e.name for e in by_type(events, AgentStarted)}  # type: ignore[attr-defined]
@@ -397,37 +289,19 @@ async def test_a_budget_exceeded_remotely_ends_only_that_subtree(workspace: Path
 
 
 def _asker_scenario() -> dict[str, Any]:
-    return {
-        "agents": {
-            "main": {"turns": [{"tool_calls": [agent_call("ask", "asker")]}, {"text": "asked"}]},
-            "asker": _remote(
-                {
-                    "tools": ["bash"],
-                    "turns": [
-                        {
-                            "tool_calls": [
-                                {"name": "bash", "input": {"command": "echo granted-ran"}}
-                            ]
-                        },
-                        {"text": "asker done"},
-                    ],
-                }
-            ),
-        }
-    }
+    return {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("ask", "asker")]}, {"text": "asked"}]},
+        "asker": _remote({"tools": ["bash"], "turns": [
+            {"tool_calls": [{"name": "bash", "input": {"command": "echo granted-ran"}}]},
+            {"text": "asker done"}]})}}
 
 
 async def test_a_remote_permission_question_is_answered_through_the_parent(
     workspace: Path,
 ) -> None:
     events = EventLog()
-    async with open_runtime(
-        scenario=_asker_scenario(),
-        workspace=workspace,
-        trace=False,
-        permission_mode="ask",
-        on_event=events,
-    ) as rt:
+    async with open_runtime(scenario=_asker_scenario(), workspace=workspace, trace=False,
+                            permission_mode="ask", on_event=events) as rt:
         with rt.permission_answerer():
             handle = await rt.start("go")
             [request] = await events.wait_for(lambda evs: by_type(evs, PermissionRequested))
@@ -436,10 +310,7 @@ async def test_a_remote_permission_question_is_answered_through_the_parent(
             await handle.wait()
     check_invariants(events)
     asker = next(e for e in by_type(events, AgentStarted) if e.name == "asker")  # type: ignore[attr-defined]
-    assert (request.agent_id, request.parent_tool_use_id) == (
-        asker.agent_id,
-        asker.parent_tool_use_id,
-    )
+    assert (request.agent_id, request.parent_tool_use_id) == (asker.agent_id, asker.parent_tool_use_id)
     [resolved] = by_type(events, PermissionResolved)
     assert resolved.granted  # type: ignore[attr-defined]
     bash = next(e for e in by_type(events, ToolFinished) if e.name == "bash")  # type: ignore[attr-defined]
@@ -463,20 +334,14 @@ async def test_a_worker_that_cannot_see_the_workspace_fails_the_subtree_clearly(
 ) -> None:
     ws = tmp_path / "vanishing"
     ws.mkdir()
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    # The workspace disappears before the remote subtree starts: as on a worker
-                    # that does not mount it.
-                    {"tool_calls": [{"name": "bash", "input": {"command": f"cd / && rmdir {ws}"}}]},
-                    {"tool_calls": [agent_call("remote", "far")]},
-                    {"text": "noted"},
-                ]
-            },
-            "far": _remote(turns("never")),
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [
+            # The workspace disappears before the remote subtree starts: as on a worker
+            # that does not mount it.
+            {"tool_calls": [{"name": "bash", "input": {"command": f"cd / && rmdir {ws}"}}]},
+            {"tool_calls": [agent_call("remote", "far")]},
+            {"text": "noted"}]},
+        "far": _remote(turns("never"))}}
     outcome, events = await run_scenario(scenario, ws)
     check_invariants(events)
     far = next(e for e in by_type(events, AgentFinished) if e.agent_id != events[1].agent_id)
@@ -486,17 +351,10 @@ async def test_a_worker_that_cannot_see_the_workspace_fails_the_subtree_clearly(
 
 
 async def test_max_parallel_applies_to_remote_subtrees(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [agent_call(f"w{i}", "w") for i in range(6)]},
-                    {"text": "ok"},
-                ]
-            },
-            "w": _remote({"turns": [{"text": "w", "delay_s": 0.2}]}),
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call(f"w{i}", "w") for i in range(6)]},
+                           {"text": "ok"}]},
+        "w": _remote({"turns": [{"text": "w", "delay_s": 0.2}]})}}
     peak = 0
     running = 0
 
@@ -508,9 +366,8 @@ async def test_max_parallel_applies_to_remote_subtrees(workspace: Path) -> None:
         elif isinstance(event, AgentFinished) and event.parent_tool_use_id is not None:
             running -= 1
 
-    outcome, events = await run_scenario(
-        scenario, workspace, limits=Limits(max_parallel=2), on_event=count
-    )
+    outcome, events = await run_scenario(scenario, workspace, limits=Limits(max_parallel=2),
+                                         on_event=count)
     check_invariants(events)
     assert outcome.status == "completed"
     assert peak == 2
@@ -524,37 +381,24 @@ def test_an_exception_in_one_subtree_leaves_the_others_on_its_host_running(
     from runtime.core._permissions import PermissionPolicy
     from tools import ToolLimits, builtin_tools
 
-    scenario = Scenario.from_obj(
-        {"agents": {"main": turns("x"), "w": {"turns": [{"text": "fine", "delay_s": 0.3}]}}}
-    )
-    spec = AgentSpec(
-        agent_id="agent-2",
-        agent_type=AgentType(name="w"),
-        prompt="go",
-        depth=1,
-        parent_tool_use_id="tu-1",
-        parent_agent_id="agent-1",
-    )
+    scenario = Scenario.from_obj({"agents": {"main": turns("x"),
+                                             "w": {"turns": [{"text": "fine", "delay_s": 0.3}]}}})
+    spec = AgentSpec(agent_id="agent-2", agent_type=AgentType(name="w"), prompt="go", depth=1,
+                     parent_tool_use_id="tu-1", parent_agent_id="agent-1")
     config = RunConfig(
-        run_id="run",
-        agent_types=(AgentType(name="w"),),
+        run_id="run", agent_types=(AgentType(name="w"),),
         provider=ProviderConfig(kind="scripted", name="scripted", scenario=scenario),
-        tools=tuple(builtin_tools()),
-        tool_limits=ToolLimits(),
-        limits=Limits(),
-        workspace=str(tmp_path),
-        env={},
-        policy=PermissionPolicy(mode="deny"),
-    )
-    good = SubtreeCall(
-        call_id="t.1", id_prefix="t.1.", spec=spec, config=ray.put(config), max_agents=100
-    )
+        tools=tuple(builtin_tools()), tool_limits=ToolLimits(), limits=Limits(),
+        workspace=str(tmp_path), env={}, policy=PermissionPolicy(mode="deny"))
+    good = SubtreeCall(call_id="t.1", id_prefix="t.1.", spec=spec, config=ray.put(config),
+                       max_agents=100)
     # Not a tool at all: the subtree breaks while it is set up on the worker.
     broken = attrs.evolve(config, tools=(functools.partial(print),))
     bad = SubtreeCall(call_id="t.2", id_prefix="t.2.", spec=spec, config=broken, max_agents=100)
     host = ray.remote(RayHost).options(num_cpus=0, max_concurrency=100).remote("t")
     try:
-        streams = [host.run_subtree.options(num_returns="streaming").remote(c) for c in (good, bad)]
+        streams = [host.run_subtree.options(num_returns="streaming").remote(c)
+                   for c in (good, bad)]
         batches = [[ray.get(ref, timeout=30) for ref in s] for s in streams]
         assert ray.get(host.ping.remote(), timeout=30).startswith("t pid")
     finally:
@@ -573,11 +417,8 @@ def test_an_exception_in_one_subtree_leaves_the_others_on_its_host_running(
 
 def test_ray_runs_in_a_separate_process() -> None:
     # Sanity: the host really is another process (so the tests above cross a boundary).
-    host = (
-        ray.remote(__import__("runtime.cluster._host", fromlist=["RayHost"]).RayHost)
-        .options(num_cpus=0)
-        .remote("p")
-    )
+    host = ray.remote(__import__("runtime.cluster._host", fromlist=["RayHost"]).RayHost).options(
+        num_cpus=0).remote("p")
     try:
         where = ray.get(host.ping.remote(), timeout=30)
     finally:
@@ -601,15 +442,9 @@ async def test_http_provider_sub_agents_on_ray_get_the_key_through_the_runtime_e
     trace = tmp_path / "run.jsonl"
     events: list[Event] = []
     with trio.fail_after(30):
-        async with open_runtime(
-            "openai",
-            model="test-model",
-            env=env,
-            workspace=workspace,
-            trace=trace,
-            on_event=events.append,
-            agent_types=[AgentType(name="general", placement="ray")],
-        ) as rt:
+        async with open_runtime("openai", model="test-model", env=env, workspace=workspace,
+                                trace=trace, on_event=events.append,
+                                agent_types=[AgentType(name="general", placement="ray")]) as rt:
             outcome = await rt.run("Review the workspace")
     check_invariants(events)
     assert (outcome.status, outcome.result) == ("completed", "Both sub-agents reported back.")
@@ -630,57 +465,18 @@ def test_the_cli_starts_its_own_cluster_and_keeps_stdout_to_events(tmp_path: Pat
     from runtime import decode_event
 
     scenario = tmp_path / "scenario.json"
-    scenario.write_text(
-        json.dumps(
-            {
-                "agents": {
-                    "main": {
-                        "turns": [{"tool_calls": [agent_call("far", "far")]}, {"text": "done"}]
-                    },
-                    "far": _remote(
-                        {
-                            "tools": ["bash"],
-                            "turns": [
-                                {
-                                    "tool_calls": [
-                                        {
-                                            "name": "bash",
-                                            "input": {"command": "echo from-the-worker"},
-                                        }
-                                    ]
-                                },
-                                {"text": "far done"},
-                            ],
-                        }
-                    ),
-                }
-            }
-        )
-    )
+    scenario.write_text(json.dumps({"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("far", "far")]}, {"text": "done"}]},
+        "far": _remote({"tools": ["bash"], "turns": [
+            {"tool_calls": [{"name": "bash", "input": {"command": "echo from-the-worker"}}]},
+            {"text": "far done"}]})}}))
     workspace = tmp_path / "ws"
     workspace.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "runtime",
-            "run",
-            "go",
-            "--scenario",
-            str(scenario),
-            "--json",
-            "--permission-mode",
-            "allow-all",
-            "--workspace",
-            str(workspace),
-        ],
-        capture_output=True,
-        timeout=120,
-        env=env,
-        check=False,
-        cwd=tmp_path,
-    )
+        [sys.executable, "-m", "runtime", "run", "go", "--scenario", str(scenario), "--json",
+         "--permission-mode", "allow-all", "--workspace", str(workspace)],
+        capture_output=True, timeout=120, env=env, check=False, cwd=tmp_path)
     assert out.returncode == 0, out.stderr.decode()
     events = [decode_event(line) for line in out.stdout.splitlines()]
     check_invariants(events)

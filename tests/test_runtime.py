@@ -38,9 +38,8 @@ def _read_trace(path: Path) -> list[Event]:
 async def test_every_run_writes_a_complete_jsonl_trace(workspace: Path, tmp_path: Path) -> None:
     trace = tmp_path / "t" / "run.jsonl"
     live: list[Event] = []
-    async with open_runtime(
-        scenario=_SIMPLE, workspace=workspace, trace=trace, on_event=live.append
-    ) as rt:
+    async with open_runtime(scenario=_SIMPLE, workspace=workspace, trace=trace,
+                            on_event=live.append) as rt:
         assert rt.trace_path == trace
         await rt.run("go")
     written = _read_trace(trace)
@@ -81,25 +80,13 @@ async def test_a_key_in_the_environment_never_reaches_a_tool_or_the_trace(
     secret = "sk-test-1234567890abcdef"
     env = {"OPENAI_API_KEY": secret, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     (workspace / "leaked.txt").write_text(f"token={secret}\n")
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            {"name": "bash", "input": {"command": "echo key=$OPENAI_API_KEY; env"}}
-                        ]
-                    },
-                    {"tool_calls": [{"name": "read", "input": {"path": "leaked.txt"}}]},
-                    {"text": "done"},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "echo key=$OPENAI_API_KEY; env"}}]},
+        {"tool_calls": [{"name": "read", "input": {"path": "leaked.txt"}}]},
+        {"text": "done"}]}}}
     trace = tmp_path / "run.jsonl"
-    async with open_runtime(
-        scenario=scenario, workspace=workspace, trace=trace, env=env, permission_mode="allow-all"
-    ) as rt:
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=trace, env=env,
+                            permission_mode="allow-all") as rt:
         outcome = await rt.run("go")
     raw = trace.read_text()
     assert secret not in raw
@@ -148,17 +135,10 @@ async def test_a_subscriber_that_closes_goes_away_quietly(workspace: Path, tmp_p
 
 
 async def test_a_live_subscriber_sees_the_whole_run_in_order(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [agent_call("a", "w"), agent_call("b", "w")]},
-                    {"text": "done"},
-                ]
-            },
-            "w": turns("w done"),
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("a", "w"), agent_call("b", "w")]},
+                           {"text": "done"}]},
+        "w": turns("w done")}}
     got: list[Event] = []
     async with open_runtime(scenario=scenario, workspace=workspace, trace=False) as rt:
         sub = rt.subscribe(policy="block")
@@ -181,48 +161,21 @@ async def test_a_live_subscriber_sees_the_whole_run_in_order(workspace: Path) ->
 
 
 def _three_writers() -> dict[str, Any]:
-    return {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            agent_call("a", "quick"),
-                            agent_call("w", "writer"),
-                            agent_call("b", "quick"),
-                        ]
-                    },
-                    {"text": "done"},
-                ]
-            },
-            "writer": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            {"name": "write", "input": {"path": "out.txt", "content": "x"}}
-                        ]
-                    },
-                    {"text": "tried"},
-                ]
-            },
-            "quick": {
-                "turns": [
-                    {"text": "quick done", "delay_s": 0.05},
-                ]
-            },
-        }
-    }
+    return {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("a", "quick"), agent_call("w", "writer"),
+                                           agent_call("b", "quick")]},
+                           {"text": "done"}]},
+        "writer": {"turns": [
+            {"tool_calls": [{"name": "write", "input": {"path": "out.txt", "content": "x"}}]},
+            {"text": "tried"}]},
+        "quick": {"turns": [{"text": "quick done", "delay_s": 0.05},
+                            ]}}}
 
 
 async def test_a_permission_prompt_pauses_only_the_asking_call(workspace: Path) -> None:
     events = EventLog()
-    async with open_runtime(
-        scenario=_three_writers(),
-        workspace=workspace,
-        trace=False,
-        permission_mode="ask",
-        on_event=events,
-    ) as rt:
+    async with open_runtime(scenario=_three_writers(), workspace=workspace, trace=False,
+                            permission_mode="ask", on_event=events) as rt:
         with rt.permission_answerer():
             handle = await rt.start("go")
             await events.wait_for(lambda evs: by_type(evs, PermissionRequested))
@@ -256,14 +209,9 @@ async def test_an_unanswered_request_is_denied_after_the_timeout(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     events: list[Event] = []
-    async with open_runtime(
-        scenario=_three_writers(),
-        workspace=workspace,
-        trace=False,
-        permission_mode="ask",
-        permission_timeout_s=30,
-        on_event=events.append,
-    ) as rt:
+    async with open_runtime(scenario=_three_writers(), workspace=workspace, trace=False,
+                            permission_mode="ask", permission_timeout_s=30,
+                            on_event=events.append) as rt:
         with rt.permission_answerer():
             await rt.run("go")
     [resolved] = by_type(events, PermissionResolved)
@@ -272,23 +220,15 @@ async def test_an_unanswered_request_is_denied_after_the_timeout(
 
 
 async def test_remember_grants_later_calls_of_the_same_kind(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [{"name": "bash", "input": {"command": "echo one"}}]},
-                    {"tool_calls": [{"name": "bash", "input": {"command": "echo one"}}]},
-                    {"tool_calls": [{"name": "bash", "input": {"command": "echo two"}}]},
-                    {"text": "done"},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "echo one"}}]},
+        {"tool_calls": [{"name": "bash", "input": {"command": "echo one"}}]},
+        {"tool_calls": [{"name": "bash", "input": {"command": "echo two"}}]},
+        {"text": "done"}]}}}
     events = EventLog()
 
-    async with open_runtime(
-        scenario=scenario, workspace=workspace, trace=False, permission_mode="ask", on_event=events
-    ) as rt:
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            permission_mode="ask", on_event=events) as rt:
         with rt.permission_answerer():
             handle = await rt.start("go")
             first = await events.wait_for(lambda evs: by_type(evs, PermissionRequested))
@@ -302,16 +242,9 @@ async def test_remember_grants_later_calls_of_the_same_kind(workspace: Path) -> 
 
 
 async def test_deny_rules_win_over_allow_all(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [{"name": "bash", "input": {"command": "rm -rf build"}}]},
-                    {"text": "done"},
-                ]
-            }
-        }
-    }
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "rm -rf build"}}]},
+        {"text": "done"}]}}}
     _, events = await run_scenario(scenario, workspace, deny=["bash(rm *)"])
     [finished] = by_type(events, ToolFinished)
     assert finished.status == "denied"  # type: ignore[attr-defined]
@@ -331,12 +264,8 @@ async def test_an_agent_type_naming_an_unknown_tool_is_refused_before_running(
     workspace: Path,
 ) -> None:
     with pytest.raises(ConfigError, match="names unknown tool 'hammer'"):
-        async with open_runtime(
-            scenario=_SIMPLE,
-            workspace=workspace,
-            trace=False,
-            agent_types=[AgentType(name="x", tools=("hammer",))],
-        ):
+        async with open_runtime(scenario=_SIMPLE, workspace=workspace, trace=False,
+                                agent_types=[AgentType(name="x", tools=("hammer",))]):
             pass  # pragma: no cover
 
 
@@ -345,9 +274,8 @@ async def test_a_malformed_scenario_is_refused_before_anything_runs(
 ) -> None:
     trace = tmp_path / "run.jsonl"
     with pytest.raises(ScenarioError, match=r"agents\.main\.turns: missing"):
-        async with open_runtime(
-            scenario={"agents": {"main": {}}}, workspace=workspace, trace=trace
-        ):
+        async with open_runtime(scenario={"agents": {"main": {}}}, workspace=workspace,
+                                trace=trace):
             pass  # pragma: no cover
     assert not trace.exists()
 
@@ -366,12 +294,8 @@ async def test_an_unknown_root_agent_type_is_a_config_error(workspace: Path) -> 
 
 async def test_several_root_agents_share_one_run(workspace: Path) -> None:
     events: list[Event] = []
-    async with open_runtime(
-        scenario={"agents": {"main": turns("a", "b")}},
-        workspace=workspace,
-        trace=False,
-        on_event=events.append,
-    ) as rt:
+    async with open_runtime(scenario={"agents": {"main": turns("a", "b")}},
+                            workspace=workspace, trace=False, on_event=events.append) as rt:
         first = await rt.run("one")
         second = await rt.run("two", history=first.state.messages)
     assert (first.result, second.result) == ("a", "b")

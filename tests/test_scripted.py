@@ -27,18 +27,10 @@ from runtime.providers._scripted import chunk_text
 def _request(agent_type: str = "main", assistant_turns: int = 0) -> ModelRequest:
     messages = [Message(role="user", content=(TextBlock(text="go"),))]
     for _ in range(assistant_turns):
-        messages += [
-            Message(role="assistant", content=(TextBlock(text="x"),)),
-            Message(role="user", content=(TextBlock(text="more"),)),
-        ]
-    return ModelRequest(
-        model="m",
-        system="sys",
-        messages=messages,
-        tools=[],
-        agent_type=agent_type,
-        agent_id="agent-1",
-    )
+        messages += [Message(role="assistant", content=(TextBlock(text="x"),)),
+                     Message(role="user", content=(TextBlock(text="more"),))]
+    return ModelRequest(model="m", system="sys", messages=messages, tools=[],
+                        agent_type=agent_type, agent_id="agent-1")
 
 
 async def _play(provider: ScriptedProvider, request: ModelRequest) -> list[Any]:
@@ -57,29 +49,15 @@ def test_text_is_split_into_word_sized_deltas_that_join_back() -> None:
 
 
 async def test_a_turn_streams_thinking_then_text_then_tool_calls_then_its_end() -> None:
-    provider = _provider(
-        w={
-            "turns": [
-                {
-                    "thinking": "hmm ok",
-                    "text": "doing it",
-                    "tool_calls": [
-                        {"name": "bash", "input": {"command": "ls"}},
-                        {"name": "read", "input": {"path": "a"}},
-                    ],
-                    "usage": {"input_tokens": 11, "output_tokens": 22},
-                }
-            ]
-        }
-    )
+    provider = _provider(w={"turns": [{
+        "thinking": "hmm ok", "text": "doing it",
+        "tool_calls": [{"name": "bash", "input": {"command": "ls"}},
+                       {"name": "read", "input": {"path": "a"}}],
+        "usage": {"input_tokens": 11, "output_tokens": 22}}]})
     items = await _play(provider, _request("w"))
     assert items == [
-        ThinkingChunk("hmm "),
-        ThinkingChunk("ok"),
-        TextChunk("doing "),
-        TextChunk("it"),
-        ToolCall("tu-1", "bash", {"command": "ls"}),
-        ToolCall("tu-2", "read", {"path": "a"}),
+        ThinkingChunk("hmm "), ThinkingChunk("ok"), TextChunk("doing "), TextChunk("it"),
+        ToolCall("tu-1", "bash", {"command": "ls"}), ToolCall("tu-2", "read", {"path": "a"}),
         TurnEnd(stop_reason="tool_use", input_tokens=11, output_tokens=22),
     ]
 
@@ -144,7 +122,6 @@ async def test_usage_is_estimated_when_the_script_gives_none() -> None:
 
 
 async def test_a_scripted_stop_reason_is_used() -> None:
-    items = await _play(
-        _provider(w={"turns": [{"text": "cut", "stop_reason": "max_tokens"}]}), _request("w")
-    )
+    items = await _play(_provider(w={"turns": [{"text": "cut", "stop_reason": "max_tokens"}]}),
+                        _request("w"))
     assert items[-1].stop_reason == "max_tokens"

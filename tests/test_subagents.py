@@ -26,32 +26,21 @@ from tests.invariants import by_type, check_invariants
 
 
 def _results(outcome: Any, turn_index: int = 2) -> list[ToolResultBlock]:
-    return [b for b in outcome.state.messages[turn_index].content if isinstance(b, ToolResultBlock)]
+    return [b for b in outcome.state.messages[turn_index].content
+            if isinstance(b, ToolResultBlock)]
 
 
 async def test_parallel_sub_agents_return_their_text_in_call_order(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "text": "Splitting.",
-                        "tool_calls": [
-                            agent_call("slow", "slow"),
-                            agent_call("fast", "fast"),
-                            agent_call("mid", "mid"),
-                        ],
-                    },
-                    {"text": "All done."},
-                ]
-            },
-            "slow": {"turns": [{"text": "slow result", "delay_s": 3}]},
-            "fast": {"turns": [{"text": "fast result", "delay_s": 1}]},
-            "mid": {"turns": [{"text": "mid result", "delay_s": 2}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [
+            {"text": "Splitting.", "tool_calls": [
+                agent_call("slow", "slow"), agent_call("fast", "fast"), agent_call("mid", "mid")]},
+            {"text": "All done."}]},
+        "slow": {"turns": [{"text": "slow result", "delay_s": 3}]},
+        "fast": {"turns": [{"text": "fast result", "delay_s": 1}]},
+        "mid": {"turns": [{"text": "mid result", "delay_s": 2}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     check_invariants(events)
     assert [r.content for r in _results(outcome)] == ["slow result", "fast result", "mid result"]
@@ -62,22 +51,13 @@ async def test_parallel_sub_agents_return_their_text_in_call_order(
 
 
 async def test_every_event_of_a_sub_agent_carries_its_agent_call_id(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {"turns": [{"tool_calls": [agent_call("one", "child")]}, {"text": "ok"}]},
-            "child": {
-                "turns": [
-                    {
-                        "text": "working on it",
-                        "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}],
-                    },
-                    {"tool_calls": [agent_call("deeper", "leaf")]},
-                    {"text": "child done"},
-                ]
-            },
-            "leaf": turns("leaf done"),
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("one", "child")]}, {"text": "ok"}]},
+        "child": {"turns": [
+            {"text": "working on it", "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+            {"tool_calls": [agent_call("deeper", "leaf")]},
+            {"text": "child done"}]},
+        "leaf": turns("leaf done")}}
     outcome, events = await run_scenario(scenario, workspace)
     check_invariants(events)
     calls = {e.tool_use_id: e for e in by_type(events, ToolStarted)}  # type: ignore[attr-defined]
@@ -95,9 +75,8 @@ async def test_every_event_of_a_sub_agent_carries_its_agent_call_id(workspace: P
 
 
 async def test_an_unknown_agent_type_is_an_error_naming_the_known_ones(workspace: Path) -> None:
-    scenario = {
-        "agents": {"main": {"turns": [{"tool_calls": [agent_call("x", "wizard")]}, {"text": "ok"}]}}
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("x", "wizard")]}, {"text": "ok"}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     check_invariants(events)
     [result] = _results(outcome)
@@ -108,24 +87,15 @@ async def test_an_unknown_agent_type_is_an_error_naming_the_known_ones(workspace
 
 
 async def test_an_agent_type_only_gets_its_own_tools_and_system_prompt(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {"turns": [{"tool_calls": [agent_call("x", "reader")]}, {"text": "ok"}]},
-            "reader": {
-                "system": "You only read.",
-                "tools": ["read"],
-                "turns": [
-                    {"tool_calls": [{"name": "bash", "input": {"command": "echo hi"}}]},
-                    {"text": "could not"},
-                ],
-            },
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("x", "reader")]}, {"text": "ok"}]},
+        "reader": {"system": "You only read.", "tools": ["read"], "turns": [
+            {"tool_calls": [{"name": "bash", "input": {"command": "echo hi"}}]},
+            {"text": "could not"}]}}}
     seen: list[Any] = []
 
-    async with open_runtime(
-        scenario=scenario, workspace=workspace, trace=False, permission_mode="allow-all"
-    ) as rt:
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            permission_mode="allow-all") as rt:
         provider = rt._run.provider
         original = provider.stream
 
@@ -138,25 +108,18 @@ async def test_an_agent_type_only_gets_its_own_tools_and_system_prompt(workspace
     reader_requests = [r for r in seen if r.agent_type == "reader"]
     assert reader_requests[0].system == "You only read."
     assert [t.name for t in reader_requests[0].tools] == ["read"]
-    bash_result = next(
-        b for b in reader_requests[1].messages[-1].content if isinstance(b, ToolResultBlock)
-    )
+    bash_result = next(b for b in reader_requests[1].messages[-1].content
+                       if isinstance(b, ToolResultBlock))
     assert "unknown tool 'bash'" in bash_result.content
     assert outcome.status == "completed"
 
 
 async def test_agent_types_from_the_python_api_refine_scenario_ones(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {"turns": [{"tool_calls": [agent_call("x", "helper")]}, {"text": "ok"}]},
-            "helper": {
-                "turns": [{"tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]}] * 5
-            },
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("x", "helper")]}, {"text": "ok"}]},
+        "helper": {"turns": [{"tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]}] * 5}}}
     outcome, events = await run_scenario(
-        scenario, workspace, agent_types=[AgentType(name="helper", max_turns=2)]
-    )
+        scenario, workspace, agent_types=[AgentType(name="helper", max_turns=2)])
     check_invariants(events)
     [result] = _results(outcome)
     assert "stopped after 2 turns (max_turns)" in result.content
@@ -178,20 +141,12 @@ async def test_max_depth_refuses_a_deeper_agent_and_starts_nothing(workspace: Pa
 async def test_a_thousand_parallel_sub_agents_complete(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [agent_call(f"n{i}", "w") for i in range(1000)]},
-                    {"text": "all done"},
-                ]
-            },
-            "w": {"turns": [{"text": "ok", "delay_s": 1}]},
-        }
-    }
-    async with open_runtime(
-        scenario=scenario, workspace=workspace, trace=False, limits=Limits(max_parallel=1000)
-    ) as rt:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call(f"n{i}", "w") for i in range(1000)]},
+                           {"text": "all done"}]},
+        "w": {"turns": [{"text": "ok", "delay_s": 1}]}}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            limits=Limits(max_parallel=1000)) as rt:
         outcome = await rt.run("go")
         assert rt.peak_running_agents == 1001
     assert outcome.status == "completed"
@@ -202,17 +157,10 @@ async def test_a_thousand_parallel_sub_agents_complete(
 async def test_max_parallel_caps_running_sub_agents_and_the_rest_wait_visibly(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [agent_call(f"n{i}", "w") for i in range(1000)]},
-                    {"text": "all done"},
-                ]
-            },
-            "w": {"turns": [{"text": "ok", "delay_s": 1}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call(f"n{i}", "w") for i in range(1000)]},
+                           {"text": "all done"}]},
+        "w": {"turns": [{"text": "ok", "delay_s": 1}]}}}
     running = 0
     peak = 0
     started_calls = 0
@@ -229,9 +177,8 @@ async def test_max_parallel_caps_running_sub_agents_and_the_rest_wait_visibly(
         elif isinstance(event, AgentFinished) and event.parent_tool_use_id is not None:
             running -= 1
 
-    outcome, events = await run_scenario(
-        scenario, workspace, limits=Limits(max_parallel=10), on_event=watch
-    )
+    outcome, events = await run_scenario(scenario, workspace, limits=Limits(max_parallel=10),
+                                         on_event=watch)
     check_invariants(events)
     assert outcome.status == "completed"
     assert peak == 10
@@ -253,44 +200,19 @@ def _group_alive(pgid: int) -> list[psutil.Process]:
 async def test_cancelling_one_of_three_sub_agents_mid_bash_leaves_its_siblings_running(
     workspace: Path,
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            agent_call("a", "quick"),
-                            agent_call("slow one", "sleeper"),
-                            agent_call("b", "quick"),
-                        ]
-                    },
-                    {"text": "carried on"},
-                ]
-            },
-            "sleeper": {
-                "turns": [
-                    {
-                        "tool_calls": [
-                            {
-                                "name": "bash",
-                                "input": {"command": "echo $$ > pid.txt; sleep 300 & sleep 300"},
-                            }
-                        ]
-                    },
-                    {"text": "slept"},
-                ]
-            },
-            "quick": {"turns": [{"text": "quick done", "delay_s": 0.3}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [
+            {"tool_calls": [agent_call("a", "quick"), agent_call("slow one", "sleeper"),
+                            agent_call("b", "quick")]},
+            {"text": "carried on"}]},
+        "sleeper": {"turns": [
+            {"tool_calls": [{"name": "bash",
+                             "input": {"command": "echo $$ > pid.txt; sleep 300 & sleep 300"}}]},
+            {"text": "slept"}]},
+        "quick": {"turns": [{"text": "quick done", "delay_s": 0.3}]}}}
     events: list[Any] = []
-    async with open_runtime(
-        scenario=scenario,
-        workspace=workspace,
-        trace=False,
-        permission_mode="allow-all",
-        on_event=events.append,
-    ) as rt:
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            permission_mode="allow-all", on_event=events.append) as rt:
         handle = await rt.start("go")
         with trio.fail_after(10):
             # The bash process writes this file: there is no event to wait on.
@@ -298,26 +220,19 @@ async def test_cancelling_one_of_three_sub_agents_mid_bash_leaves_its_siblings_r
                 await trio.sleep(0.02)
         pgid = int((workspace / "pid.txt").read_text())
         assert _group_alive(pgid), "the bash process group is running"
-        slow_call = next(
-            e for e in by_type(events, ToolStarted) if e.input.get("agent") == "sleeper"
-        )  # type: ignore[attr-defined]
+        slow_call = next(e for e in by_type(events, ToolStarted)
+                         if e.input.get("agent") == "sleeper")  # type: ignore[attr-defined]
         assert await rt.cancel(slow_call.tool_use_id, "taking too long")  # type: ignore[attr-defined]
         outcome = await handle.wait()
     check_invariants(events)
     assert not _group_alive(pgid), "no process of the cancelled bash call is left"
     results = _results(outcome)
     assert [(r.content, r.is_error) for r in results] == [
-        ("quick done", False),
-        ("cancelled: taking too long", True),
-        ("quick done", False),
-    ]
+        ("quick done", False), ("cancelled: taking too long", True), ("quick done", False)]
     assert outcome.result == "carried on"
     [request] = by_type(events, CancelRequested)
     assert (request.target, request.by, request.agent_id) == (  # type: ignore[attr-defined]
-        slow_call.tool_use_id,
-        "user",
-        outcome.agent_id,
-    )  # type: ignore[attr-defined]
+        slow_call.tool_use_id, "user", outcome.agent_id)  # type: ignore[attr-defined]
     statuses = {e.agent_id: e.status for e in by_type(events, AgentFinished)}  # type: ignore[attr-defined]
     assert sorted(statuses.values()) == ["cancelled", "completed", "completed", "completed"]
 
@@ -325,17 +240,13 @@ async def test_cancelling_one_of_three_sub_agents_mid_bash_leaves_its_siblings_r
 async def test_cancelling_a_sub_agent_by_its_agent_id_cancels_its_call(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {"turns": [{"tool_calls": [agent_call("x", "mid")]}, {"text": "fine"}]},
-            "mid": {"turns": [{"tool_calls": [agent_call("y", "leaf")]}, {"text": "mid done"}]},
-            "leaf": {"turns": [{"text": "leaf", "delay_s": 100}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("x", "mid")]}, {"text": "fine"}]},
+        "mid": {"turns": [{"tool_calls": [agent_call("y", "leaf")]}, {"text": "mid done"}]},
+        "leaf": {"turns": [{"text": "leaf", "delay_s": 100}]}}}
     events: list[Any] = []
-    async with open_runtime(
-        scenario=scenario, workspace=workspace, trace=False, on_event=events.append
-    ) as rt:
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            on_event=events.append) as rt:
         handle = await rt.start("go")
         await trio.sleep(1)
         mid = next(e for e in by_type(events, AgentStarted) if e.name == "mid")  # type: ignore[attr-defined]
@@ -347,10 +258,7 @@ async def test_cancelling_a_sub_agent_by_its_agent_id_cancels_its_call(
     statuses = {e.agent_id: e.status for e in by_type(events, AgentFinished)}  # type: ignore[attr-defined]
     names = {e.agent_id: e.name for e in by_type(events, AgentStarted)}  # type: ignore[attr-defined]
     assert {names[a]: s for a, s in statuses.items()} == {
-        "leaf": "cancelled",
-        "mid": "cancelled",
-        "main": "completed",
-    }
+        "leaf": "cancelled", "mid": "cancelled", "main": "completed"}
     assert _results(outcome)[0].content == "cancelled: not needed"
     assert trio.current_time() < 2
 
@@ -358,18 +266,11 @@ async def test_cancelling_a_sub_agent_by_its_agent_id_cancels_its_call(
 async def test_a_failing_sub_agent_is_an_error_result_and_its_siblings_finish(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [agent_call("bad", "broken"), agent_call("good", "ok")]},
-                    {"text": "handled"},
-                ]
-            },
-            "broken": {"turns": [{"text": "partial", "error": "upstream 503"}]},
-            "ok": {"turns": [{"text": "fine", "delay_s": 2}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("bad", "broken"), agent_call("good", "ok")]},
+                           {"text": "handled"}]},
+        "broken": {"turns": [{"text": "partial", "error": "upstream 503"}]},
+        "ok": {"turns": [{"text": "fine", "delay_s": 2}]}}}
     outcome, events = await run_scenario(scenario, workspace)
     check_invariants(events)
     results = _results(outcome)
@@ -382,22 +283,14 @@ async def test_a_failing_sub_agent_is_an_error_result_and_its_siblings_finish(
 async def test_cancelling_the_root_aborts_the_whole_tree(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [agent_call("a", "deep"), agent_call("b", "deep")]},
-                    {"text": "never"},
-                ]
-            },
-            "deep": {"turns": [{"tool_calls": [agent_call("c", "leaf")]}, {"text": "never"}]},
-            "leaf": {"turns": [{"text": "leaf", "delay_s": 100}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("a", "deep"), agent_call("b", "deep")]},
+                           {"text": "never"}]},
+        "deep": {"turns": [{"tool_calls": [agent_call("c", "leaf")]}, {"text": "never"}]},
+        "leaf": {"turns": [{"text": "leaf", "delay_s": 100}]}}}
     events: list[Any] = []
-    async with open_runtime(
-        scenario=scenario, workspace=workspace, trace=False, on_event=events.append
-    ) as rt:
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            on_event=events.append) as rt:
         handle = await rt.start("go")
         await trio.sleep(1)
         await rt.abort("user pressed q")
@@ -413,17 +306,13 @@ async def test_cancelling_the_root_aborts_the_whole_tree(
 async def test_leaving_the_runtime_block_by_cancellation_still_closes_every_node(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {"turns": [{"tool_calls": [agent_call("a", "leaf")]}, {"text": "never"}]},
-            "leaf": {"turns": [{"text": "leaf", "delay_s": 100}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("a", "leaf")]}, {"text": "never"}]},
+        "leaf": {"turns": [{"text": "leaf", "delay_s": 100}]}}}
     events: list[Any] = []
     with trio.move_on_after(5):
-        async with open_runtime(
-            scenario=scenario, workspace=workspace, trace=False, on_event=events.append
-        ) as rt:
+        async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                                on_event=events.append) as rt:
             await rt.run("go")
     check_invariants(events)
     assert events[-1].status == "cancelled"  # type: ignore[attr-defined]
@@ -435,33 +324,18 @@ async def test_sub_agents_waiting_for_their_own_sub_agents_never_deadlock(
 ) -> None:
     # An agent waiting for its children lends them its slot; holding it would let waiting
     # parents take every slot and the run would hang.
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [agent_call(f"m{i}", "mid") for i in range(fanout)]},
-                    {"text": "done"},
-                ]
-            },
-            "mid": {
-                "turns": [
-                    {"tool_calls": [agent_call("leaf", "leaf")]},
-                    {"text": "mid done", "delay_s": 1},
-                ]
-            },
-            "leaf": {"turns": [{"text": "leaf done", "delay_s": 1}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call(f"m{i}", "mid") for i in range(fanout)]},
+                           {"text": "done"}]},
+        "mid": {"turns": [{"tool_calls": [agent_call("leaf", "leaf")]},
+                          {"text": "mid done", "delay_s": 1}]},
+        "leaf": {"turns": [{"text": "leaf done", "delay_s": 1}]}}}
     events: list[Any] = []
     peak = 0
     with trio.move_on_after(3600) as deadline:
-        async with open_runtime(
-            scenario=scenario,
-            workspace=workspace,
-            trace=False,
-            limits=Limits(max_parallel=max_parallel),
-            on_event=events.append,
-        ) as rt:
+        async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                                limits=Limits(max_parallel=max_parallel),
+                                on_event=events.append) as rt:
 
             def count(_: Any) -> None:
                 # Running = holding a slot; a mid waiting for its leaf has lent its slot.
@@ -479,20 +353,12 @@ async def test_sub_agents_waiting_for_their_own_sub_agents_never_deadlock(
 async def test_max_agents_caps_the_sub_agents_started_in_a_run(
     workspace: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    scenario = {
-        "agents": {
-            "main": {
-                "turns": [
-                    {"tool_calls": [agent_call(f"n{i}", "w") for i in range(10)]},
-                    {"text": "done"},
-                ]
-            },
-            "w": {"turns": [{"text": "ok", "delay_s": 1}]},
-        }
-    }
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call(f"n{i}", "w") for i in range(10)]},
+                           {"text": "done"}]},
+        "w": {"turns": [{"text": "ok", "delay_s": 1}]}}}
     outcome, events = await run_scenario(
-        scenario, workspace, limits=Limits(max_parallel=2, max_agents=5)
-    )
+        scenario, workspace, limits=Limits(max_parallel=2, max_agents=5))
     check_invariants(events)
     assert len([e for e in by_type(events, AgentStarted) if e.depth == 1]) == 5  # type: ignore[attr-defined]
     refused = [r for r in _results(outcome) if "max agents 5" in r.content]
@@ -500,15 +366,11 @@ async def test_max_agents_caps_the_sub_agents_started_in_a_run(
 
 
 async def test_an_agent_not_yet_announced_cannot_be_cancelled_by_id(workspace: Path) -> None:
-    scenario = {
-        "agents": {
-            "main": {"turns": [{"tool_calls": [agent_call("w", "w")]}, {"text": "ok"}]},
-            "w": turns("w done"),
-        }
-    }
-    async with open_runtime(
-        scenario=scenario, workspace=workspace, trace=False, limits=Limits(max_parallel=1)
-    ) as rt:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("w", "w")]}, {"text": "ok"}]},
+        "w": turns("w done")}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            limits=Limits(max_parallel=1)) as rt:
         handle = await rt.start("go")
         # agent-2 is the next id: registered for an instant before it announces itself.
         assert not await rt.cancel("agent-2", "too early")

@@ -100,9 +100,7 @@ def test_capture_counts_characters_not_bytes_across_split_utf8() -> None:
     for i in range(0, len(raw), 3):  # chunks that cut characters in half
         capture.feed(raw[i : i + 3])
     capture.flush()
-    assert (
-        capture.text() == "ééééé\n[... 20 characters cut from the middle of the output ...]\nééééé"
-    )
+    assert capture.text() == "ééééé\n[... 20 characters cut from the middle of the output ...]\nééééé"
 
 
 def test_capture_keeps_output_that_fits_whole() -> None:
@@ -201,9 +199,7 @@ async def test_cancel_escalates_to_sigkill_when_sigterm_is_ignored(workspace: Pa
 async def test_background_jobs_are_stopped_when_the_command_ends(workspace: Path) -> None:
     with trio.fail_after(5):
         out = await call(
-            BashTool(),
-            {"command": "sleep 300 & echo $! > child.pid; echo done"},
-            make_ctx(workspace),
+            BashTool(), {"command": "sleep 300 & echo $! > child.pid; echo done"}, make_ctx(workspace)
         )
     assert out == (
         "done\n[exit code 0]\n[background processes the command left running were stopped]"
@@ -219,9 +215,7 @@ async def test_timeout_above_the_maximum_is_an_error_naming_the_field(workspace:
 async def test_maximum_timeout_follows_the_limits(workspace: Path) -> None:
     with pytest.raises(ToolError, match="above the maximum of 5 s"):
         await call(
-            BashTool(),
-            {"command": "true", "timeout_s": 6},
-            make_ctx(workspace, bash_max_timeout_s=5),
+            BashTool(), {"command": "true", "timeout_s": 6}, make_ctx(workspace, bash_max_timeout_s=5)
         )
 
 

@@ -34,9 +34,7 @@ async def test_read_numbers_lines_like_cat_n(workspace: Path) -> None:
 
 async def test_read_last_line_without_newline_is_a_line(workspace: Path) -> None:
     (workspace / "a.txt").write_text("one\ntwo")
-    assert (
-        await call(ReadTool(), {"path": "a.txt"}, make_ctx(workspace)) == "     1\tone\n     2\ttwo"
-    )
+    assert await call(ReadTool(), {"path": "a.txt"}, make_ctx(workspace)) == "     1\tone\n     2\ttwo"
 
 
 async def test_read_offset_and_limit_with_a_note_when_more_remain(workspace: Path) -> None:
@@ -82,9 +80,7 @@ async def test_read_cuts_very_long_lines(workspace: Path) -> None:
 
 async def test_read_shows_crlf_lines_without_the_cr(workspace: Path) -> None:
     (workspace / "a.txt").write_bytes(b"one\r\ntwo\r\n")
-    assert (
-        await call(ReadTool(), {"path": "a.txt"}, make_ctx(workspace)) == "     1\tone\n     2\ttwo"
-    )
+    assert await call(ReadTool(), {"path": "a.txt"}, make_ctx(workspace)) == "     1\tone\n     2\ttwo"
 
 
 async def test_read_replaces_undecodable_bytes(workspace: Path) -> None:
@@ -722,9 +718,7 @@ async def test_grep_finds_exactly_the_lines_re_finds(workspace: Path, pattern: s
     import re
 
     (workspace / "src.py").write_text("\n".join(_CORPUS) + "\n")
-    expected = [
-        f"src.py:{i}:{line}" for i, line in enumerate(_CORPUS, 1) if re.search(pattern, line)
-    ]
+    expected = [f"src.py:{i}:{line}" for i, line in enumerate(_CORPUS, 1) if re.search(pattern, line)]
     out = await call(GrepTool(), {"pattern": pattern}, make_ctx(workspace))
     assert out == ("\n".join(expected) if expected else f"no matches for {pattern!r}")
 

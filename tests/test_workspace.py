@@ -193,9 +193,7 @@ def test_absolute_path_inside_is_accepted(layout: Path) -> None:
 def test_workspace_reached_through_a_symlink_still_confines(layout: Path) -> None:
     alias = layout.parent / "alias"
     alias.symlink_to(layout)
-    assert (
-        resolve_in_workspace(alias, "sub/ok.txt") == Path(os.path.realpath(layout)) / "sub/ok.txt"
-    )
+    assert resolve_in_workspace(alias, "sub/ok.txt") == Path(os.path.realpath(layout)) / "sub/ok.txt"
     with pytest.raises(ToolError):
         resolve_in_workspace(alias, "link_out/secret.txt")
 

@@ -94,7 +94,9 @@ def test_a_run_killed_mid_run_leaves_a_trace_that_reads_back(
     kill_after_lines: int, tmp_path: Path
 ) -> None:
     trace = tmp_path / "trace.jsonl"
-    proc, _ = _start_run(tmp_path, slow_scenario(), "--trace", str(trace), stdout=subprocess.PIPE)
+    proc, _ = _start_run(
+        tmp_path, slow_scenario(), "--trace", str(trace), stdout=subprocess.PIPE
+    )
     try:
         seen = _wait_for_lines(trace, kill_after_lines, proc, limit_s=30)
         before_kill = trace.read_bytes()
