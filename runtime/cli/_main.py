@@ -1,4 +1,4 @@
-"""The ``trio-agents`` command line (SPEC §6).
+"""The ``trio-agents`` command line (docs/cli.md).
 
 Commands: ``run PROMPT``, ``demo``, ``chat`` (its own module), ``trace …`` (its own module) and
 ``cancel --control SOCK ID``. Exit codes: 0 the root agent completed; 1 it ended otherwise;
