@@ -14,6 +14,7 @@ import argparse
 import sys
 from typing import Any
 
+from ._mcp_cmd import add_parser as add_mcp_parser
 from ._options import (
     EXIT_ABORTED,
     EXIT_FAILED,
@@ -118,11 +119,7 @@ def build_parser() -> CliParser:
         add_help=False,
     )
 
-    sub.add_parser(
-        "mcp",
-        help="MCP servers: mcp list shows the configured servers and their tools",
-        add_help=False,
-    )
+    add_mcp_parser(sub)
 
     cancel = sub.add_parser(
         "cancel",
@@ -144,10 +141,6 @@ def main(argv: list[str] | None = None) -> int:
         from ._trace_cmd import main as trace_main  # lazy on purpose
 
         return int(trace_main(args[1:]))
-    if args and args[0] == "mcp":
-        from ._mcp_cmd import main as mcp_main
-
-        return mcp_main(args[1:])
     parser = build_parser()
     ns = parser.parse_args(args)
     if ns.version:
@@ -161,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.command == "cancel":
             return cmd_cancel(ns.control, ns.id, ns.reason)
+        if ns.command == "mcp":
+            from ._mcp_cmd import main as mcp_main
+
+            return mcp_main(ns, parser)
         opts = options_from_args(ns)
         if ns.command == "run":
             return cmd_run(opts, _read_prompt(ns.prompt))

@@ -5,6 +5,7 @@ Exit codes: 0 every server started, 1 one or more did not, 2 bad usage or a bad 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -18,19 +19,22 @@ from ._options import (
     CliParser,
     RunOptions,
     add_mcp_options,
+    error_line,
     run_command,
     setup_logging,
 )
 
 
-def build_parser() -> CliParser:
-    parser = CliParser(
-        prog=f"{PROG} mcp",
+def add_parser(sub: Any) -> None:
+    """Add ``mcp`` (with ``mcp list``) to the subcommands *sub* of the main parser."""
+    mcp = sub.add_parser(
+        "mcp",
+        help="MCP servers: mcp list shows the configured servers and their tools",
         description="MCP servers: the ones configured in the workspace's .mcp.json and in "
         "--mcp-config files (docs/mcp.md).",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
-    ls = sub.add_parser(
+    commands = mcp.add_subparsers(dest="mcp_command", metavar="COMMAND", parser_class=CliParser)
+    ls = commands.add_parser(
         "list",
         help="start every configured server and list it with its tools",
         description="Start every configured MCP server (all at once), then print each with "
@@ -43,14 +47,12 @@ def build_parser() -> CliParser:
     )
     ls.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
     add_mcp_options(ls)
-    return parser
 
 
-def main(argv: list[str]) -> int:
-    parser = build_parser()
-    ns = parser.parse_args(argv)
-    if ns.command is None:
-        parser.print_help(sys.stderr)
+def main(ns: argparse.Namespace, parser: CliParser) -> int:
+    """Run ``trio-agents mcp …`` as parsed into *ns*; returns the exit code."""
+    if ns.mcp_command is None:
+        error_line(f"{PROG} mcp needs a command: list (see {PROG} mcp --help)")
         return EXIT_USAGE
     opts = RunOptions(
         workspace=ns.workspace,
