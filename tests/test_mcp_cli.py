@@ -14,9 +14,13 @@ import psutil
 import trio
 
 from runtime import decode_event
+from tests.harness import agent_call
 from tests.invariants import check_invariants
-from tests.mcp_fixtures import stdio_server, time_server
+from tests.mcp_fixtures import http_url, stdio_server, time_server
+from tests.test_cli_pty import spawn
 from tests.test_cli_run import Lines, child_env, cli, run_cli
+
+__all__ = ["http_url", "spawn"]  # fixtures
 
 
 def mcp_json(path: Path, servers: dict[str, Any]) -> Path:
@@ -184,3 +188,71 @@ def _processes_with(text: str) -> list[int]:
         except psutil.Error:
             pass
     return out
+
+
+def test_ctrl_c_on_one_sub_agent_cancels_its_mcp_call_at_the_server(
+    tmp_path: Path, http_url: str, spawn: Any
+) -> None:
+    from tests.test_cli_pty import finish, read_trace, statuses_by_name
+
+    mcp_json(tmp_path / ".mcp.json", {"h": {"type": "http", "url": http_url}})
+    scen = tmp_path / "s.json"
+    scen.write_text(
+        json.dumps(
+            {
+                "agents": {
+                    "main": {
+                        "turns": [
+                            {
+                                "tool_calls": [
+                                    agent_call("long server call", agent="waiter"),
+                                    agent_call("slow thinking", agent="thinker"),
+                                ]
+                            },
+                            {"tool_calls": [{"name": "mcp__h__cancellations", "input": {}}]},
+                            {"text": "Carried on without it."},
+                        ]
+                    },
+                    "waiter": {
+                        "turns": [
+                            {"tool_calls": [{"name": "mcp__h__block", "input": {"label": "long"}}]},
+                            {"text": "never"},
+                        ]
+                    },
+                    "thinker": {"turns": [{"text": "thought", "delay_s": 4}]},
+                }
+            }
+        )
+    )
+    trace = tmp_path / "t.jsonl"
+    child = spawn(
+        "run",
+        "go",
+        "--permission-mode",
+        "allow-all",
+        "--trace",
+        str(trace),
+        "--scenario",
+        str(scen),
+    )
+    child.expect("1/10 blocking long")  # the live tree shows the call's latest progress
+    child.sendintr()
+    child.expect(r"\[(\d+)\] waiter (tu-\d+) long server call")
+    number, tool_use_id = child.match.group(1), child.match.group(2)
+    child.expect("cancel> ")
+    child.sendline(number)
+    child.expect("Carried on without it.")
+    assert finish(child) == 0
+    events = read_trace(trace)
+    check_invariants(events)
+    ends = {e.name: e for e in events if e.type == "tool_finished"}  # type: ignore[attr-defined]
+    assert ends["mcp__h__block"].status == "cancelled"  # type: ignore[attr-defined]
+    assert len(json.loads(ends["mcp__h__cancellations"].output)) >= 1  # type: ignore[attr-defined]
+    assert statuses_by_name(events) == {
+        "main": ["completed"],
+        "waiter": ["cancelled"],
+        "thinker": ["completed"],
+    }
+    assert [(e.target, e.by) for e in events if e.type == "cancel_requested"] == [
+        (tool_use_id, "user")
+    ]  # type: ignore[attr-defined]
