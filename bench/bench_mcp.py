@@ -60,7 +60,11 @@ async def call_overhead(calls: int, rounds: int, workspace: Path) -> dict[str, A
         trace=False,
         permission_mode="allow-all",
         on_event=tap,
-        mcp_servers={"t": stdio_server()},
+        # Quiet: the test server's tool named bad.name is skipped with a warning, on purpose.
+        mcp_servers=McpConfig(
+            servers=McpConfig.from_mapping({"t": stdio_server()}).servers,
+            on_warning=lambda _: None,
+        ),
     ) as rt:
         tool = rt.tools["mcp__t__progress"]
         session = tool.server._session  # type: ignore[attr-defined]
