@@ -104,17 +104,49 @@ async def start_time(servers: dict[str, Any], workspace: Path) -> float:
     return elapsed
 
 
+async def sdk_start_time(servers: dict[str, Any], workspace: Path) -> float:
+    """The same servers started concurrently with the SDK alone (its stdio client, initialize,
+    tools/list), without the runtime: how long until all are ready."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    ready: list[float] = []
+    done = trio.Event()
+
+    async def one(spec: dict[str, Any]) -> None:
+        params = StdioServerParameters(
+            command=spec["command"], args=spec.get("args", []), cwd=workspace
+        )
+        with open(os.devnull, "w") as errlog:  # noqa: ASYNC230 - set-up
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                await session.list_tools()
+                ready.append(trio.current_time())
+                if len(ready) == len(servers):
+                    done.set()
+                await done.wait()
+
+    t0 = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        for spec in servers.values():
+            nursery.start_soon(one, spec)
+    return max(ready) - t0
+
+
 async def start_up(rounds: int, workspace: Path) -> dict[str, Any]:
     repo = workspace / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)  # noqa: ASYNC221 - set-up
     servers = {"time": time_server(), "git": git_server(repo), "t": stdio_server()}
     alone = {name: float("inf") for name in servers}
-    together = float("inf")
+    together = sdk = float("inf")
     for _ in range(rounds):
         for name, spec in servers.items():
             alone[name] = min(alone[name], await start_time({name: spec}, workspace))
         together = min(together, await start_time(servers, workspace))
+        sdk = min(sdk, await sdk_start_time(servers, workspace))
     slowest = max(alone.values())
     return {
         "name": "mcp start 3 servers",
@@ -125,6 +157,8 @@ async def start_up(rounds: int, workspace: Path) -> dict[str, Any]:
         "target": "ratio <= 1.2 (issue 17)",
         "met": together / slowest <= 1.2,
         "alone": {k: round(v, 3) for k, v in alone.items()},
+        # The same three started concurrently with the SDK alone: the machine's own limit.
+        "sdk_together": round(sdk, 3),
         "cores": os.cpu_count(),
     }
 
