@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
@@ -75,7 +74,7 @@ async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
     import attrs
 
     from runtime.core._errors import ConfigError
-    from runtime.core._secrets import filter_env, secret_values
+    from runtime.core._secrets import filter_env, run_environ, secret_values
     from runtime.mcp import McpConfig, McpTool, open_mcp_servers
 
     from ._options import load_mcp_options
@@ -87,7 +86,7 @@ async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
     config = load_mcp_options(opts) if not opts.no_mcp else McpConfig()
     # Start failures are in the listing itself; other warnings (a tool skipped) go to stderr.
     config = attrs.evolve(config, on_warning=warnings.append)
-    env = dict(os.environ)
+    env = run_environ()
     async with open_mcp_servers(
         config,
         env=filter_env(env),

@@ -63,6 +63,7 @@ from runtime.core._limits import Limits
 from runtime.core._loop import run_agent_actor
 from runtime.core._messages import AgentState, Message, TextBlock
 from runtime.core._provider import Provider
+from runtime.core._sandbox import Sandbox
 from runtime.providers._scenario import Scenario
 from runtime.providers._scripted import ScriptedProvider
 
@@ -119,6 +120,7 @@ class RunConfig:
     policy: PermissionPolicy
     batch_interval_s: float = 0.01
     batch_max: int = 512
+    sandbox: Sandbox | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -589,6 +591,7 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
             registry=registry,
             context_class=_RemoteRunContext,
             id_prefix=call.id_prefix,
+            sandbox=config.sandbox,
         )
         boundary = trio.CancelScope()
         with registry.registered(state.boundary_id, boundary):

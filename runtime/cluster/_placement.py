@@ -326,6 +326,7 @@ class RayPlacement:
             policy=run.broker.policy,
             batch_interval_s=self._batch_interval_s,
             batch_max=self._batch_max,
+            sandbox=run.sandbox,
         )
         try:
             ref = ray.put(settings)
