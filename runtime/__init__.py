@@ -23,8 +23,10 @@ if TYPE_CHECKING:
     from runtime.core._bus import EventBus as EventBus
     from runtime.core._bus import SubscriberLagged as SubscriberLagged
     from runtime.core._bus import Subscription as Subscription
+    from runtime.core._context_window import context_window_for as context_window_for
     from runtime.core._errors import AgentsError as AgentsError
     from runtime.core._errors import ConfigError as ConfigError
+    from runtime.core._errors import ContextOverflowError as ContextOverflowError
     from runtime.core._errors import EventDecodeError as EventDecodeError
     from runtime.core._errors import ProviderError as ProviderError
     from runtime.core._errors import ScenarioError as ScenarioError
@@ -117,6 +119,7 @@ _LAZY: dict[str, str] = {
     "CancelRequested": "runtime.core._events",
     "ConfigError": "runtime.core._errors",
     "ContextCompacted": "runtime.core._events",
+    "ContextOverflowError": "runtime.core._errors",
     "Decision": "runtime.core._permissions",
     "Event": "runtime.core._events",
     "EventBus": "runtime.core._bus",
@@ -170,6 +173,7 @@ _LAZY: dict[str, str] = {
     "TurnFinished": "runtime.core._events",
     "UnknownEventType": "runtime.core._errors",
     "UserMessage": "runtime.core._events",
+    "context_window_for": "runtime.core._context_window",
     "decode_event": "runtime.core._events",
     "encode_event": "runtime.core._events",
     "event_from_dict": "runtime.core._events",

@@ -89,6 +89,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _percent(text: str) -> float:
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"expected a percentage from 1 to 100, got {text}")
+    return value / 100
+
+
 def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -> None:
     """Add the options every running command (``run``, ``demo``, ``chat``) takes.
 
@@ -135,6 +145,18 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
     )
     g.add_argument(
         "--max-parallel", type=_positive_int, metavar="N", help="sub-agents running at once"
+    )
+    g.add_argument(
+        "--context-window",
+        type=_positive_int,
+        metavar="N",
+        help="every agent's context window in tokens (default: known from the model's name)",
+    )
+    g.add_argument(
+        "--compact-threshold",
+        type=_percent,
+        metavar="PERCENT",
+        help="compact an agent's history once it fills this much of the window (default: 80)",
     )
     g.add_argument(
         "--control",
@@ -236,6 +258,8 @@ class RunOptions:
     max_turns: int | None = None
     max_depth: int | None = None
     max_parallel: int | None = None
+    context_window: int | None = None
+    compact_threshold: float | None = None
     control: str | None = None
     ray_address: str | None = None
     debug: bool = False
@@ -276,6 +300,8 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         max_turns=ns.max_turns,
         max_depth=ns.max_depth,
         max_parallel=ns.max_parallel,
+        context_window=ns.context_window,
+        compact_threshold=ns.compact_threshold,
         control=ns.control,
         ray_address=ns.ray_address,
         debug=ns.debug,
@@ -337,6 +363,10 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         limits["max_depth"] = opts.max_depth
     if opts.max_parallel is not None:
         limits["max_parallel"] = opts.max_parallel
+    if opts.context_window is not None:
+        limits["context_window"] = opts.context_window
+    if opts.compact_threshold is not None:
+        limits["compact_threshold"] = opts.compact_threshold
     kwargs: dict[str, Any] = {
         "provider": opts.provider,
         "scenario": opts.scenario,

@@ -84,6 +84,8 @@ class ChatState:
         last_agent_id: the agent id of the last turn (in the trace it was written to).
         run_ids: every run (one per ``chat`` process) the session has been in, oldest first.
         input_history: the lines typed at the prompt, oldest first (the up/down history).
+        compactions: how many times the conversation's context was compacted (automatically
+            or with ``/compact``); its saved messages are the compacted history.
     """
 
     last_status: str | None = None
@@ -91,6 +93,7 @@ class ChatState:
     last_agent_id: str | None = None
     run_ids: list[str] = attrs.Factory(list)
     input_history: list[str] = attrs.Factory(list)
+    compactions: int = 0
 
 
 @attrs.define(kw_only=True)

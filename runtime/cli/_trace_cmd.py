@@ -240,7 +240,19 @@ class _Warnings:
         else:
             print(line, file=sys.stderr, flush=True)
 
+    def note(self, message: str) -> None:
+        """A warning about the file as a whole (not counted against the cap)."""
+        line = f"{PROG}: warning: {self.path}: {message}"
+        if self.defer:
+            self._held.append(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
     def finish(self, loader: TraceLoader | None = None) -> None:
+        if loader is not None:
+            for tree in loader.traces.trees:
+                for message in tree.anomalies():
+                    self.note(f"run {tree.run_id}: {message}")
         for line in self._held:
             print(line, file=sys.stderr)
         self._held.clear()
@@ -489,6 +501,15 @@ def run_stats(tree: TraceTree) -> dict[str, Any]:
         running += step
         if running > peak:
             peak, peak_at = running, ts
+    compactions = {
+        "count": len(tree.compactions),
+        "trim": sum(1 for c in tree.compactions if c.method == "trim"),
+        "summary": sum(1 for c in tree.compactions if c.method == "summary"),
+        "tokens_before": sum(c.tokens_before for c in tree.compactions),
+        "tokens_after": sum(c.tokens_after for c in tree.compactions),
+        "input_tokens": sum(c.input_tokens for c in tree.compactions),
+        "output_tokens": sum(c.output_tokens for c in tree.compactions),
+    }
     wall = tree.duration_s
     start = tree.started_ts
     wait_wall = _union_length(waits)
@@ -528,6 +549,7 @@ def run_stats(tree: TraceTree) -> dict[str, Any]:
             "wall_s": round(wait_wall, 6),
             "share_of_wall": round(wait_wall / wall, 4) if wall else 0.0,
         },
+        "compactions": compactions,
     }
 
 
@@ -599,6 +621,14 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
         f"waiting for permission: {fmt_duration(wait['wall_s'])} of wall time ({share}), "
         f"{wait['requests']} request(s), {fmt_duration(wait['sum_s'])} summed over calls"
     )
+    comp = run["compactions"]
+    if comp["count"]:
+        console.print(
+            f"context compactions: {comp['count']} ({comp['trim']} trim, {comp['summary']} "
+            f"summary), {fmt_tokens(comp['tokens_before'])} → {fmt_tokens(comp['tokens_after'])}"
+            f" tokens in all; summaries cost {fmt_tokens(comp['input_tokens'])}→"
+            f"{fmt_tokens(comp['output_tokens'])} tokens"
+        )
     console.print()
     console.print(Text("critical path", bold))
     for step in run["critical_path"]:

@@ -50,3 +50,6 @@ class AgentSpec:
     parent_agent_id: str | None = None
     history: tuple[Message, ...] = ()
     budget: Budget | None = None
+    compact: str | None = None
+    """Set: the agent only compacts *history* (focused on this text, if any), then ends
+    (:meth:`~runtime.Runtime.compact`)."""

@@ -9,6 +9,7 @@ Filled from the Python API, from scenario files and from an ``--agents`` TOML fi
     model = "gpt-4.1-mini"
     max_turns = 10
     budget = { tokens = 20000, seconds = 120, tool_calls = 30 }
+    context_window = 32000
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class AgentType:
         max_turns: overrides the run's ``max_turns`` for agents of this type.
         budget: the allowance of each agent of this type (its whole subtree).
         placement: where its subtree runs (``local`` in this process).
+        context_window: its model's context window in tokens (default: the run's, else known
+            from the model's name; docs/context.md).
     """
 
     name: str
@@ -55,6 +58,7 @@ class AgentType:
     max_turns: int | None = None
     budget: Budget | None = None
     placement: Placement = "local"
+    context_window: int | None = None
 
     def merged(self, other: AgentType) -> AgentType:
         """*other*'s explicit settings over this one's (a later definition refines an earlier)."""
@@ -111,7 +115,16 @@ class AgentTypes(Mapping[str, AgentType]):
             raise ConfigError(f"unknown agent type {name!r}; known types: {known}") from None
 
 
-_TOML_KEYS = {"description", "system", "tools", "model", "max_turns", "budget", "placement"}
+_TOML_KEYS = {
+    "description",
+    "system",
+    "tools",
+    "model",
+    "max_turns",
+    "budget",
+    "placement",
+    "context_window",
+}
 
 
 def load_agent_types(path: str | Path) -> list[AgentType]:
@@ -166,6 +179,11 @@ def agent_types_from_mapping(data: Mapping[str, Any]) -> list[AgentType]:
             if not isinstance(spec["budget"], dict):
                 raise ConfigError(f"{where}.budget: expected a table")
             kwargs["budget"] = Budget.from_mapping(spec["budget"], where=f"{where}.budget")
+        if "context_window" in spec:
+            cw = spec["context_window"]
+            if isinstance(cw, bool) or not isinstance(cw, int) or cw < 1:
+                raise ConfigError(f"{where}.context_window: expected a whole number of tokens >= 1")
+            kwargs["context_window"] = cw
         if "placement" in spec:
             if spec["placement"] not in ("local", "ray"):
                 raise ConfigError(f"{where}.placement: expected 'local' or 'ray'")

@@ -1,11 +1,11 @@
 """Budgets as a layer that watches the stream and acts (not flags threaded through the loop).
 
 :class:`BudgetLayer` is a core hook of the bus (never dropped): it keeps the agent tree (from
-``agent_started``), adds each ``turn_finished``'s tokens and each ``tool_started`` to the agent
-and every ancestor, and when a subtree with a budget goes over it, asks the runtime to cancel
-that subtree ``by="budget"``. The cancel itself runs in the layer's own task, because a hook must
-not emit. Wall-clock budgets are a deadline on the agent's cancel scope, set by the runtime when
-the agent starts.
+``agent_started``), adds each ``turn_finished``'s tokens (and a summary's, from
+``context_compacted``) and each ``tool_started`` to the agent and every ancestor, and when a
+subtree with a budget goes over it, asks the runtime to cancel that subtree ``by="budget"``. The
+cancel itself runs in the layer's own task, because a hook must not emit. Wall-clock budgets are
+a deadline on the agent's cancel scope, set by the runtime when the agent starts.
 """
 
 from __future__ import annotations
@@ -16,7 +16,14 @@ import attrs
 import structlog
 import trio
 
-from ._events import AgentFinished, AgentStarted, Event, ToolStarted, TurnFinished
+from ._events import (
+    AgentFinished,
+    AgentStarted,
+    ContextCompacted,
+    Event,
+    ToolStarted,
+    TurnFinished,
+)
 from ._limits import Budget
 
 _log = structlog.get_logger("trio_agents.budget")
@@ -68,6 +75,9 @@ class BudgetLayer:
             self._add(event.agent_id, tokens=event.input_tokens + event.output_tokens)
         elif isinstance(event, ToolStarted):
             self._add(event.agent_id, tool_calls=1)
+        elif isinstance(event, ContextCompacted) and (event.input_tokens or event.output_tokens):
+            # A summary is a model call made for the agent: its tokens are the agent's.
+            self._add(event.agent_id, tokens=event.input_tokens + event.output_tokens)
         elif isinstance(event, AgentFinished) and event.agent_id is not None:
             # Every agent under it has finished already (docs/events.md#invariants) and its
             # usage was added to its ancestors as it came, so it can go: memory follows the live

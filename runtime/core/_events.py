@@ -187,6 +187,9 @@ class ContextCompacted(Event):
     tokens_after: int
     messages_before: int
     messages_after: int
+    input_tokens: int = 0
+    """What the summary request cost (``summary`` only; counted in the agent's usage)."""
+    output_tokens: int = 0
 
 
 @attrs.frozen(kw_only=True)

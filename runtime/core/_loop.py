@@ -23,8 +23,16 @@ from runtime.actors import ActorContext, ActorHandle, Registry, start_actor, sta
 
 from ._agent import AgentOutcome, AgentSpec
 from ._agent_types import AgentType
+from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
 from ._context import Owner, RunContext
-from ._errors import ConfigError, ProviderError, SubtreeCancelled, ToolError, ToolInputError
+from ._errors import (
+    ConfigError,
+    ContextOverflowError,
+    ProviderError,
+    SubtreeCancelled,
+    ToolError,
+    ToolInputError,
+)
 from ._events import (
     AgentFinished,
     AgentStarted,
@@ -53,12 +61,18 @@ from ._secrets import redact
 from ._tool import Tool, ToolContext, validate_input
 
 
-def _cut(text: str, limit: int) -> str:
+def _cut(text: str, limit: int, *, how: str = "") -> str:
     if len(text) <= limit:
         return text
     head = limit * 3 // 4
     tail = limit - head
-    return f"{text[:head]}\n… [{len(text) - limit} characters cut] …\n{text[-tail:]}"
+    return f"{text[:head]}\n… [{len(text) - limit} characters cut{how}] …\n{text[-tail:]}"
+
+
+_OUTPUT_CUT_HOW = (
+    " from the middle of this output, to save context; to see them, ask for less at a time "
+    "(a range of lines, a narrower query) or send the output to a file and read parts of it"
+)
 
 
 @attrs.define(eq=False)
@@ -98,6 +112,9 @@ async def agent_main(
         if spec.budget is not None and spec.budget.seconds is not None:
             ctx.scope.deadline = trio.current_time() + spec.budget.seconds
         log = run.log.bind(agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id)
+        if spec.compact is not None:  # Runtime.compact: this agent only compacts its history
+            specs = [_tool_spec(run, t) for t in _tools_for(run, atype).values()]
+            return await compact_only(run, spec, life.state, specs, log)
         return await _loop(run, spec, life.state, ctx, log)
     finally:
         run.mailboxes.pop(spec.agent_id, None)
@@ -135,7 +152,9 @@ async def run_agent_actor(
             name=spec.agent_type.name,
             depth=spec.depth,
             system=spec.agent_type.system,
-            messages=_with_prompt(spec.history, spec.prompt),
+            messages=_with_prompt(spec.history, spec.prompt)
+            if spec.compact is None
+            else list(spec.history),
         ),
         trio.current_time(),
     )
@@ -272,6 +291,10 @@ async def _loop(
     emit = functools.partial(
         run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
     )
+    compactor = Compactor.for_agent(
+        run, spec.agent_type, spec.agent_id, system=state.system, tools=specs, emit=emit,
+        log=log, prompt=spec.prompt, prompt_index=len(state.messages) - 1,
+    )  # fmt: skip
     last_text = ""
     while True:
         if state.turns >= max_turns:
@@ -281,6 +304,7 @@ async def _loop(
             # A slot lent to its children while it waited for them comes back here.
             await run.acquire_slot(spec.agent_id)
         await _deliver_messages(ctx, state, emit)
+        await compactor.before_request(state)
         request = ModelRequest(
             model=atype.model or run.model,
             system=state.system,
@@ -289,7 +313,7 @@ async def _loop(
             agent_type=atype.name,
             agent_id=spec.agent_id,
         )
-        content, calls, end = await _stream_turn(run, request, emit)
+        content, calls, end = await _stream_fitting(run, request, state, compactor, emit)
         state.turns += 1
         state.input_tokens += end.input_tokens
         state.output_tokens += end.output_tokens
@@ -301,6 +325,8 @@ async def _loop(
             stop_reason=end.stop_reason,
             input_tokens=end.input_tokens,
             output_tokens=end.output_tokens,
+            context_tokens=compactor.after_turn(state, end.input_tokens),
+            context_window=compactor.window,
         )
         if calls:
             await _run_tool_calls(run, spec, state, tools, calls, log)
@@ -311,6 +337,21 @@ async def _loop(
             continue
         state.continue_reason = None
         return "completed", last_text, None
+
+
+async def _stream_fitting(
+    run: RunContext, request: ModelRequest, state: AgentState, compactor: Compactor, emit: Any
+) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd]:
+    """:func:`_stream_turn`; a request refused as too long is compacted and tried once more."""
+    try:
+        return await _stream_turn(run, request, emit)
+    except ContextOverflowError as exc:
+        await compactor.on_overflow(state, exc)
+    request = attrs.evolve(request, messages=tuple(state.messages))
+    try:
+        return await _stream_turn(run, request, emit)
+    except ContextOverflowError as exc:
+        raise compactor.does_not_fit(exc) from exc
 
 
 async def _deliver_messages(ctx: ActorContext[str], state: AgentState, emit: Any) -> None:
@@ -479,7 +520,8 @@ async def _run_tool_call(
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
             status, output = "cancelled", f"cancelled: {reason or 'cancelled'}"
-        output = _cut(redact(output, run.secrets), run.limits.max_tool_output_chars)
+        cap = output_cap(run, spec.agent_type) + NOTE_ROOM
+        output = _cut(redact(output, run.secrets), cap, how=_OUTPUT_CUT_HOW)
         results[index] = ToolResultBlock(
             tool_use_id=call.id, content=output, is_error=status != "ok"
         )
@@ -525,7 +567,7 @@ async def _execute(
         tool_use_id=call.id,
         depth=spec.depth,
         env=run.env,
-        limits=run.tool_limits,
+        limits=tool_limits_for(run, spec.agent_type),
         log=log.bind(tool_use_id=call.id, tool=tool.name),
         spawner=_Spawner(run, spec, call.id),
         report_progress=functools.partial(_report_progress, run, spec, call.id),

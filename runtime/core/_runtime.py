@@ -16,9 +16,11 @@ from ._agent import AgentOutcome, AgentSpec
 from ._agent_types import AgentTypes
 from ._approvals import PendingRequest
 from ._bus import EventBus, Policy, Subscription, Tap
+from ._compaction import agent_window
 from ._context import RunContext, cancel_node
 from ._errors import ConfigError
 from ._events import AgentStatus, CancelBy
+from ._limits import Limits
 from ._loop import run_agent_actor
 from ._messages import Message
 
@@ -102,6 +104,19 @@ class Runtime:
         return self._run.bus
 
     @property
+    def limits(self) -> Limits:
+        return self._run.limits
+
+    def context_window(self, agent_type: str = "main") -> int:
+        """The context window (tokens) of agents of *agent_type*: the type's own, else the
+        run's, else known from its model's name (docs/context.md).
+
+        Raises:
+            ConfigError: unknown agent type.
+        """
+        return agent_window(self._run, self._run.agent_types.lookup(agent_type))
+
+    @property
     def peak_running_agents(self) -> int:
         """The most agents that were running at once so far."""
         return self._run.peak_running_agents
@@ -134,6 +149,9 @@ class Runtime:
             depth=0,
             history=tuple(history),
         )
+        return await self._start_spec(spec)
+
+    async def _start_spec(self, spec: AgentSpec) -> AgentHandle:
         budget = spec.agent_type.budget
         if budget is not None and not budget.empty:
             spec = attrs.evolve(spec, budget=budget)
@@ -145,6 +163,43 @@ class Runtime:
         self._roots.append(handle)
         return handle
 
+    async def compact(
+        self,
+        history: Iterable[Message],
+        *,
+        instructions: str | None = None,
+        agent_type: str = "main",
+    ) -> AgentOutcome:
+        """Compact a conversation now (chat's ``/compact``) and return the agent's outcome.
+
+        A root agent of *agent_type* is started on *history* to trim and summarise it with its
+        own provider and model, as an agent near its context window does (docs/context.md);
+        it emits ``context_compacted`` and ends without a model turn of its own. The compacted
+        history is ``outcome.state.messages``; ``outcome.result`` says what was done.
+
+        Args:
+            instructions: what the summary should focus on.
+
+        Raises:
+            ConfigError: unknown agent type.
+
+        Cancellation: cancels the agent (it still reports ``cancelled``) and re-raises; the
+        conversation given is not changed.
+        """
+        if self._closing:
+            raise ConfigError("the runtime is closing; no new agents")
+        run = self._run
+        words = f" {instructions}" if instructions else ""
+        spec = AgentSpec(
+            agent_id=run.new_agent_id(),
+            agent_type=run.agent_types.lookup(agent_type),
+            prompt=f"/compact{words}",
+            depth=0,
+            history=tuple(history),
+            compact=instructions or "",
+        )
+        return await self._run_spec(spec)
+
     async def run(
         self, prompt: str, *, agent_type: str = "main", history: Iterable[Message] = ()
     ) -> AgentOutcome:
@@ -153,6 +208,12 @@ class Runtime:
         Cancellation: cancels the agent (it still reports ``cancelled``) and re-raises.
         """
         handle = await self.start(prompt, agent_type=agent_type, history=history)
+        return await self._wait_or_cancel(handle)
+
+    async def _run_spec(self, spec: AgentSpec) -> AgentOutcome:
+        return await self._wait_or_cancel(await self._start_spec(spec))
+
+    async def _wait_or_cancel(self, handle: AgentHandle) -> AgentOutcome:
         try:
             return await handle.wait()
         finally:

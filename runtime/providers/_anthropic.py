@@ -38,7 +38,8 @@ import orjson
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-from runtime.core._errors import ProviderError
+from runtime.core._context_window import parse_overflow
+from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._events import StopReason
 from runtime.core._messages import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from runtime.core._provider import (
@@ -333,6 +334,9 @@ def _stream_error(error: Any, secrets: Sequence[str]) -> ProviderError:
     kind = error.get("type") if isinstance(error, dict) else None
     if kind in _TRANSIENT_ERRORS:
         return TransientError(message)
+    overflow = parse_overflow(message)
+    if overflow is not None:  # the agent compacts its history and tries again
+        return ContextOverflowError(message, tokens=overflow.tokens, limit=overflow.limit)
     return ProviderError(message)
 
 

@@ -24,7 +24,7 @@ _TURN_KEYS = frozenset(
     {"text", "thinking", "tool_calls", "delay_s", "chunk_delay_s", "error", "usage", "stop_reason"}
 )
 _AGENT_KEYS = frozenset(
-    {"turns", "system", "tools", "description", "model", "max_turns", "placement"}
+    {"turns", "system", "tools", "description", "model", "max_turns", "placement", "context_window"}
 )
 _STOP_REASONS = ("end_turn", "tool_use", "max_tokens")
 
@@ -62,6 +62,7 @@ class ScriptedAgent:
     model: str | None = None
     max_turns: int | None = None
     placement: str | None = None
+    context_window: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -150,6 +151,11 @@ def _parse_agent(path: str, name: str, spec: Any) -> ScriptedAgent:
     placement = spec.get("placement")
     if placement is not None and placement not in ("local", "ray"):
         raise ScenarioError(f"{path}.placement: expected 'local' or 'ray'")
+    window = spec.get("context_window")
+    if window is not None and (
+        not isinstance(window, int) or isinstance(window, bool) or window < 1
+    ):
+        raise ScenarioError(f"{path}.context_window: expected a whole number of tokens >= 1")
     return ScriptedAgent(
         name=name,
         placement=placement,
@@ -159,6 +165,7 @@ def _parse_agent(path: str, name: str, spec: Any) -> ScriptedAgent:
         description=_opt_str(f"{path}.description", spec.get("description")) or "",
         model=_opt_str(f"{path}.model", spec.get("model")),
         max_turns=max_turns,
+        context_window=window,
     )
 
 
@@ -255,5 +262,7 @@ def agent_types_from_scenario(scenario: Scenario) -> list[AgentType]:
             kwargs["max_turns"] = script.max_turns
         if script.placement is not None:
             kwargs["placement"] = script.placement
+        if script.context_window is not None:
+            kwargs["context_window"] = script.context_window
         out.append(AgentType(**kwargs))
     return out
