@@ -234,6 +234,28 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         action="store_true",
         help="with --sandbox (implied): let sandboxed commands use the network",
     )
+    add_mcp_options(parser)
+
+
+def add_mcp_options(parser: argparse.ArgumentParser) -> None:
+    """The MCP server options (docs/mcp.md), shared with ``mcp list``."""
+    g = parser.add_argument_group("MCP servers")
+    g.add_argument(
+        "--mcp-config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="MCP servers to add, in .mcp.json format; later files win (repeatable; the "
+        "workspace's .mcp.json is read first)",
+    )
+    g.add_argument("--no-mcp", action="store_true", help="start no MCP server at all")
+    g.add_argument(
+        "--mcp-start-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="S",
+        help="how long each MCP server may take to start (default: 30)",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,6 +283,9 @@ class RunOptions:
     ray: dict[str, Any] = field(default_factory=dict)
     """:class:`~runtime.RayOptions` fields given on the command line."""
     debug: bool = False
+    mcp_config: tuple[str, ...] = ()
+    no_mcp: bool = False
+    mcp_start_timeout_s: float | None = None
     sandbox: bool = False
     sandbox_network: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -309,6 +334,9 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
             if value is not None
         },
         debug=ns.debug,
+        mcp_config=tuple(ns.mcp_config),
+        no_mcp=ns.no_mcp,
+        mcp_start_timeout_s=ns.mcp_start_timeout,
         sandbox=ns.sandbox or ns.sandbox_network,
         sandbox_network=ns.sandbox_network,
     )
@@ -382,6 +410,8 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         "permission_timeout_s": opts.permission_timeout_s,
         "ray_address": opts.ray_address,
     }
+    if not opts.no_mcp:
+        kwargs["mcp_servers"] = load_mcp_options(opts)
     if opts.sandbox:
         from runtime.core._sandbox import Sandbox
 
@@ -392,6 +422,23 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         kwargs["ray"] = RayOptions(**opts.ray)
     kwargs.update(opts.extra)
     return kwargs
+
+
+def load_mcp_options(opts: RunOptions) -> Any:
+    """The MCP configuration of *opts*: the workspace's ``.mcp.json`` (if there), then each
+    ``--mcp-config`` file; warnings go to stderr as one line each.
+
+    Raises:
+        ConfigError: a file that cannot be read or is malformed (naming it and the JSON path).
+    """
+    from runtime.mcp import DEFAULT_START_TIMEOUT_S, load_mcp_config
+
+    return load_mcp_config(
+        opts.mcp_config,
+        optional=[Path(opts.workspace or ".") / ".mcp.json"],
+        start_timeout_s=opts.mcp_start_timeout_s or DEFAULT_START_TIMEOUT_S,
+        on_warning=warning_line,
+    )
 
 
 # -- logging -------------------------------------------------------------------------------
@@ -460,6 +507,12 @@ def setup_logging(debug: bool) -> None:
 
 
 # -- errors and exit codes -----------------------------------------------------------------
+
+
+def warning_line(message: str) -> None:
+    """Print one ``trio-agents: warning: …`` line on stderr (newlines folded)."""
+    text = " ".join(message.split("\n")).strip()
+    print(f"{PROG}: warning: {text}", file=sys.stderr, flush=True)
 
 
 def error_line(message: str, *, file: TextIO | None = None) -> None:
