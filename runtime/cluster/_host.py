@@ -56,7 +56,7 @@ from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker
 from runtime.core._budget import BudgetLayer
 from runtime.core._bus import EventBus, Subscription
-from runtime.core._context import Owner, RunContext
+from runtime.core._context import Owner, RunContext, SystemPromptBuilder
 from runtime.core._errors import AgentsError, ConfigError
 from runtime.core._events import AgentFinished, AgentStarted, AgentStatus, CancelRequested, Event
 from runtime.core._limits import Limits
@@ -119,6 +119,7 @@ class RunConfig:
     policy: PermissionPolicy
     batch_interval_s: float = 0.01
     batch_max: int = 512
+    system_prompt: SystemPromptBuilder | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -606,6 +607,7 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
             limiter=trio.CapacityLimiter(config.limits.max_parallel),
             log=_log.bind(run_id=config.run_id, call_id=call.call_id),
             id_prefix=call.id_prefix,
+            system_prompt=config.system_prompt,
         )
         boundary = trio.CancelScope()
         with registry.registered(state.boundary_id, boundary):

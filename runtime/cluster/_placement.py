@@ -325,6 +325,7 @@ class RayPlacement:
             policy=run.broker.policy,
             batch_interval_s=self._batch_interval_s,
             batch_max=self._batch_max,
+            system_prompt=run.system_prompt,
         )
         try:
             ref = ray.put(settings)

@@ -115,7 +115,7 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
         agent_id=spec.agent_id,
         name=atype.name,
         depth=spec.depth,
-        system=atype.system,
+        system=_system_prompt(run, atype),
         messages=_with_prompt(spec.history, spec.prompt),
     )
     seconds = spec.budget.seconds if spec.budget is not None else None
@@ -321,6 +321,12 @@ async def _stream_turn(
         content.append(TextBlock(text="".join(texts)))
     content.extend(ToolUseBlock(id=c.id, name=c.name, input=c.input) for c in calls)
     return tuple(content), calls, end
+
+
+def _system_prompt(run: RunContext, atype: AgentType) -> str:
+    if run.system_prompt is None:
+        return atype.system
+    return run.system_prompt(atype, list(_tools_for(run, atype)))
 
 
 def _tools_for(run: RunContext, atype: AgentType) -> dict[str, Tool]:

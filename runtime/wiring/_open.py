@@ -39,6 +39,7 @@ from runtime.providers._scripted import ScriptedProvider
 from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer
 
 if TYPE_CHECKING:
+    from runtime.project import Project
     from tools import Tool, ToolLimits
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
@@ -323,6 +324,8 @@ async def open_runtime(
     run_id: str | None = None,
     on_event: Callable[[Any], None] | None = None,
     ray_address: str | None = None,
+    project: Project | None = None,
+    trace_dir: str | os.PathLike[str] | None = None,
 ) -> AsyncGenerator[Runtime, None]:
     """Open a run: its bus, trace file, provider and root nursery.
 
@@ -340,6 +343,11 @@ async def open_runtime(
         on_event: a tap installed before ``run_started`` (sees every event of the run).
         ray_address: the Ray cluster for agent types placed on ``ray`` (default
             ``RAY_ADDRESS``; with neither, a local cluster is started for the run).
+        project: what :func:`runtime.project.load_project` read: its agent definitions come
+            after the scenario's types and before *agent_types*; its skills add the ``skill``
+            tool; every agent's system prompt gets the environment, the skill list and the
+            instructions after its type's own prompt.
+        trace_dir: the folder of the new trace file when *trace* is ``True``.
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -367,18 +375,27 @@ async def open_runtime(
             scen = Scenario.load(scenario)
     if provider is None:
         provider = "scripted" if scen is not None else "openai"
-    types = AgentTypes()
-    if scen is not None:
-        for t in agent_types_from_scenario(scen):
-            types.add(t)
-    for t in agent_types:
-        types.add(t)
     tool_list = list(_default_tools() if tools is None else tools) + list(extra_tools)
     tool_map: dict[str, Tool] = {}
     for tool in tool_list:
         if tool.name in tool_map:
             raise ConfigError(f"two tools are named {tool.name!r}")
         tool_map[tool.name] = tool
+    if project is not None and project.skills and "skill" not in tool_map:
+        from tools import SkillTool
+
+        tool_map["skill"] = SkillTool(project.skills)
+    types = AgentTypes()
+    if scen is not None:
+        for t in agent_types_from_scenario(scen):
+            types.add(t)
+    for t in project.agent_types if project is not None else ():
+        # A definition file may name a tool this run lacks (an MCP server not configured):
+        # the agent goes without it rather than the run failing on a file it cannot fix.
+        tools_of = None if t.tools is None else tuple(n for n in t.tools if n in tool_map)
+        types.add(attrs.evolve(t, tools=tools_of))
+    for t in agent_types:
+        types.add(t)
     for t in types.values():
         for name in t.tools or ():
             if name not in tool_map:
@@ -395,7 +412,7 @@ async def open_runtime(
     secret_list = tuple(secret_values(base_env))
     trace_path: Path | None = None
     if trace is True:
-        trace_path = DEFAULT_TRACE_DIR / f"{run_id}.jsonl"
+        trace_path = Path(trace_dir or DEFAULT_TRACE_DIR) / f"{run_id}.jsonl"
     elif trace is not False:
         trace_path = Path(trace)
 
@@ -476,6 +493,7 @@ async def open_runtime(
             limiter=trio.CapacityLimiter(limits.max_parallel),
             log=structlog.get_logger("trio_agents").bind(run_id=run_id),
             placements=placements,
+            system_prompt=project.system_prompt() if project is not None else None,
         )
         bus.add_tap(run.track_announced)
         config = {
@@ -487,6 +505,9 @@ async def open_runtime(
             "limits": limits.public(),
             "agent_types": sorted(types),
         }
+        if project is not None:
+            config["instructions"] = [str(f.path) for f in project.instructions]
+            config["skills"] = sorted(skill.name for skill in project.skills)
         try:
             bus.emit_nowait(
                 RunStarted,
