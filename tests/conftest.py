@@ -27,3 +27,12 @@ def workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir()
     return ws
+
+
+@pytest.fixture(autouse=True)
+def user_config_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # The user's own ~/.config/trio-agents (settings, AGENTS.md, agents, skills) must not
+    # change what a test sees: every test, and every command it starts, gets an empty one.
+    config = tmp_path_factory.mktemp("xdg-config")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    return config

@@ -265,7 +265,7 @@ def read_settings_file(file: Path) -> dict[str, tuple[Any, int]]:
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:
     for key, value in data.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict) and name in SECTIONS:
+        if isinstance(value, dict) and name not in SETTINGS:  # a table: name its keys
             yield from _flatten(value, f"{name}.")
         else:
             yield name, value
