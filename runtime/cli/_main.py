@@ -1,8 +1,9 @@
 """The ``trio-agents`` command line (SPEC §6).
 
-Commands: ``run PROMPT``, ``demo``, ``chat`` (its own module), ``trace …`` (its own module) and
-``cancel --control SOCK ID``. Exit codes: 0 the root agent completed; 1 it ended otherwise;
-2 bad usage or a bad input file; 130 aborted by the user.
+Commands: ``run PROMPT``, ``demo``, ``chat`` (its own module), ``trace …`` (its own module),
+``cancel --control SOCK ID``, and ``agents`` / ``config`` (:mod:`runtime.cli._project`, which
+also puts the settings files under the flags of ``run`` and ``chat``). Exit codes: 0 the root
+agent completed; 1 it ended otherwise; 2 bad usage or a bad input file; 130 aborted by the user.
 
 Start-up stays fast: this module and :mod:`runtime.cli._options` import only the standard library
 at the top; trio, rich and the runtime's internals are imported inside the commands.
