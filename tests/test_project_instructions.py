@@ -212,3 +212,20 @@ def test_an_unreadable_instruction_file_is_skipped_with_a_warning(
     path.chmod(0)
     _, warnings = load(workspace, workspace, user_dir)
     assert warnings[0].startswith(f"{path}: cannot read")
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("`" * 60_000, []),  # a fence line: an unclosed block to the end
+        ("x" + "`" * 60_000, ["end.md"]),  # an unmatched run: plain text
+        ("``a" * 20_000, ["end.md"]),
+        ("```\n" * 15_000, ["end.md"]),  # blocks opened and closed
+        ("~~~x\n" * 10_000, []),  # "~~~x" only opens; nothing closes it
+    ],
+)
+def test_code_spans_and_fences_are_found_in_one_pass_whatever_the_backticks(
+    text: str, found: list[str]
+) -> None:
+    # A backtracking regex took minutes on the first of these; the scanners are linear.
+    assert find_imports(text + "\n@end.md") == found

@@ -133,3 +133,9 @@ def test_every_setting_is_documented() -> None:
     doc = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
     missing = [name for name in SETTINGS if f"`{name}`" not in doc]
     assert missing == []
+
+
+def test_long_lines_in_a_multi_line_string_are_read_at_once(workspace: Path, user_dir: Path) -> None:
+    # Finding a key's line is a scan of every line; it must stay linear on any line.
+    write_settings(workspace, 'model = """\n' + " " * 200_000 + "x\n" + "[" + " " * 100_000 + '\n"""\n')
+    assert load_settings(workspace, env=env_for(user_dir))["model"].endswith("\n")

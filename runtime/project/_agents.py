@@ -161,9 +161,12 @@ def load_definitions(
     found: dict[str, AgentDefinition] = {}
     count = 0
     for folder in folders:
-        if not folder.is_dir():
+        try:
+            paths = sorted(folder.glob("*.md")) if folder.is_dir() else []
+        except OSError as exc:
+            warn(f"{folder}: cannot list: {exc.strerror or exc}; skipped")
             continue
-        for path in sorted(folder.glob("*.md")):
+        for path in paths:
             if not path.is_file():
                 continue
             count += 1

@@ -55,22 +55,71 @@ class InstructionFile:
     imported_by: Path | None = None
 
 
-_FENCED = re.compile(r"^(?P<fence>```+|~~~+)[^\n]*\n.*?(?:^(?P=fence)[ \t]*$|\Z)", re.M | re.S)
-_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
+_FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_TICKS = re.compile(r"`+")
 _IMPORT = re.compile(r"(?:^|(?<=\s))@((?:[^\s\\]|\\ )+)")
 _TRAILING = ".,;:!?)]}\"'"
 
 
 def find_imports(text: str) -> list[str]:
     """The ``@path`` references of a Markdown text, in order (code spans and blocks skipped)."""
-    text = _FENCED.sub("", text)
-    text = _SPAN.sub("", text)
+    text = _without_code_spans(_without_fenced_blocks(text))
     out = []
     for m in _IMPORT.finditer(text):
         ref = m[1].replace("\\ ", " ").split("#", 1)[0]
         if ref and not ref.startswith("@"):
             out.append(ref)
     return out
+
+
+def _without_fenced_blocks(text: str) -> str:
+    # Line by line (a regex here backtracks badly on some inputs): a fence of three or more
+    # backticks or tildes opens a block that the same fence, as long or longer, closes; an
+    # unclosed block runs to the end.
+    kept: list[str] = []
+    fence = ""
+    for line in text.split("\n"):
+        m = _FENCE_LINE.match(line)
+        if fence:
+            if m and m[1][0] == fence[0] and len(m[1]) >= len(fence) and not line[m.end():].strip():
+                fence = ""
+        elif m and not (m[1][0] == "`" and "`" in line[m.end():]):
+            fence = m[1]
+        else:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def _without_code_spans(text: str) -> str:
+    # A run of N backticks opens a span that the next run of exactly N closes (CommonMark);
+    # an unmatched run is plain text. Linear: each length's runs are visited in order once.
+    runs = [(m.start(), m.end()) for m in _TICKS.finditer(text)]
+    by_length: dict[int, list[int]] = {}
+    for i, (start, end) in enumerate(runs):
+        by_length.setdefault(end - start, []).append(i)
+    cursor = dict.fromkeys(by_length, 0)
+    out: list[str] = []
+    pos = 0
+    i = 0
+    while i < len(runs):
+        start, end = runs[i]
+        if start < pos:
+            i += 1
+            continue
+        same = by_length[end - start]
+        k = cursor[end - start]
+        while k < len(same) and same[k] <= i:
+            k += 1
+        cursor[end - start] = k
+        if k == len(same):
+            i += 1
+            continue
+        close = same[k]
+        out.append(text[pos:start])
+        pos = runs[close][1]
+        i = close + 1
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _candidates(ref: str, base: Path) -> list[Path]:

@@ -280,8 +280,9 @@ def _did_you_mean(name: str) -> str:
     return f"; valid keys: {', '.join(sorted(SETTINGS))}"
 
 
-_TABLE = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
-_KEY = re.compile(r"^\s*([A-Za-z0-9_\-.\"' ]+?)\s*=")
+# Greedy classes and no nested repeats: a long line inside a multi-line string stays linear.
+_TABLE = re.compile(r"\s*\[([^\[\]]+)\]\s*(?:#.*)?$")
+_KEY = re.compile(r"([A-Za-z0-9_\-.\"' \t]+)=")
 
 
 class _KeyLines:

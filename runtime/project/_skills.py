@@ -100,9 +100,12 @@ def load_skills(
     found: dict[str, Skill] = {}
     count = 0
     for skills_dir, root in places:
-        if not skills_dir.is_dir():
+        try:
+            folders = sorted(skills_dir.iterdir()) if skills_dir.is_dir() else []
+        except OSError as exc:
+            warn(f"{skills_dir}: cannot list: {exc.strerror or exc}; skipped")
             continue
-        for folder in sorted(skills_dir.iterdir()):
+        for folder in folders:
             if not folder.is_dir() or folder.name.startswith("."):
                 continue
             count += 1

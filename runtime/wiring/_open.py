@@ -365,6 +365,8 @@ async def open_runtime(
     if not ws.is_dir():
         raise ConfigError(f"workspace {str(ws)!r} is not a folder")
     ws = ws.resolve()
+    if project is not None and project.workspace != ws:
+        raise ConfigError(f"the project was loaded for {project.workspace}, not the workspace {ws}")
     scen: Scenario | None = None
     if scenario is not None:
         if isinstance(scenario, Scenario):
