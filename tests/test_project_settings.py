@@ -137,5 +137,5 @@ def test_every_setting_is_documented() -> None:
 
 def test_long_lines_in_a_multi_line_string_are_read_at_once(workspace: Path, user_dir: Path) -> None:
     # Finding a key's line is a scan of every line; it must stay linear on any line.
-    write_settings(workspace, 'model = """\n' + " " * 200_000 + "x\n" + "[" + " " * 100_000 + '\n"""\n')
+    write_settings(workspace, 'model = """\n' + " " * 150_000 + "x\n" + "[" + " " * 100_000 + '\n"""\n')
     assert load_settings(workspace, env=env_for(user_dir))["model"].endswith("\n")
