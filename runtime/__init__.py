@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from runtime.core._agent import AgentOutcome as AgentOutcome
     from runtime.core._agent_types import AgentType as AgentType
     from runtime.core._agent_types import AgentTypes as AgentTypes
     from runtime.core._agent_types import load_agent_types as load_agent_types
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
     from runtime.core._events import event_to_dict as event_to_dict
     from runtime.core._limits import Budget as Budget
     from runtime.core._limits import Limits as Limits
-    from runtime.core._loop import AgentOutcome as AgentOutcome
     from runtime.core._messages import AgentState as AgentState
     from runtime.core._messages import Message as Message
     from runtime.core._messages import TextBlock as TextBlock
@@ -75,6 +75,8 @@ if TYPE_CHECKING:
     from runtime.core._provider import ToolCall as ToolCall
     from runtime.core._provider import ToolSpec as ToolSpec
     from runtime.core._provider import TurnEnd as TurnEnd
+    from runtime.core._runtime import AgentHandle as AgentHandle
+    from runtime.core._runtime import Runtime as Runtime
     from runtime.core._secrets import filter_env as filter_env
     from runtime.core._secrets import redact as redact
     from runtime.core._secrets import secret_values as secret_values
@@ -91,8 +93,6 @@ if TYPE_CHECKING:
     from runtime.trace._tree import TraceSet as TraceSet
     from runtime.trace._tree import TraceTree as TraceTree
     from runtime.trace._tree import split_runs as split_runs
-    from runtime.wiring._open import AgentHandle as AgentHandle
-    from runtime.wiring._open import Runtime as Runtime
     from runtime.wiring._open import open_runtime as open_runtime
 
     from .providers import AnthropicProvider as AnthropicProvider
@@ -102,9 +102,9 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {
     "AgentFinished": "runtime.core._events",
-    "AgentHandle": "runtime.wiring._open",
+    "AgentHandle": "runtime.core._runtime",
     "AgentNode": "runtime.trace._tree",
-    "AgentOutcome": "runtime.core._loop",
+    "AgentOutcome": "runtime.core._agent",
     "AgentStarted": "runtime.core._events",
     "AgentState": "runtime.core._messages",
     "AgentType": "runtime.core._agent_types",
@@ -136,7 +136,7 @@ _LAZY: dict[str, str] = {
     "RunFinished": "runtime.core._events",
     "RunStarted": "runtime.core._events",
     "RunningSubtree": "runtime.trace._tree",
-    "Runtime": "runtime.wiring._open",
+    "Runtime": "runtime.core._runtime",
     "Scenario": "runtime.providers._scenario",
     "ScenarioError": "runtime.core._errors",
     "ScriptedProvider": "runtime.providers._scripted",

@@ -1,4 +1,5 @@
-"""Property-based: random trees with random faults and random cancels keep every SPEC §2 invariant."""
+"""Property-based: random trees with random faults and random cancels keep every invariant of
+docs/events.md#invariants."""
 
 from __future__ import annotations
 

@@ -96,14 +96,14 @@ def test_imports_follow_the_file_that_imports_them_relative_to_it(
 
 def test_an_import_is_a_path_after_a_space_outside_code() -> None:
     text = (
-        "See @README and @docs/a.md#section, mail a@b.c or @someone.\n"
+        "See @README and @guide/a.md#section, mail a@b.c or @someone.\n"
         "Inline `@not/this.md` span; ``@nor `this` one``.\n"
         "```sh\n@not/in/fence.md\n```\n"
         "~~~\n@nor/here.md\n~~~\n"
         "@~/home.md and @my\\ file.md\n"
     )
     assert find_imports(text) == [
-        "README", "docs/a.md", "someone.", "~/home.md", "my file.md",
+        "README", "guide/a.md", "someone.", "~/home.md", "my file.md",
     ]
 
 

@@ -377,7 +377,7 @@ def test_an_exception_in_one_subtree_leaves_the_others_on_its_host_running(
     tmp_path: Path,
 ) -> None:
     from runtime.cluster._host import ProviderConfig, RayHost, RunConfig, SubtreeCall
-    from runtime.core._loop import AgentSpec
+    from runtime.core._agent import AgentSpec
     from runtime.core._permissions import PermissionPolicy
     from tools import ToolLimits, builtin_tools
 

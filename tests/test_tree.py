@@ -1,4 +1,4 @@
-"""TraceTree: the tree rebuilt from the flat event stream (SPEC §3)."""
+"""TraceTree: the tree rebuilt from the flat event stream (docs/tree.md)."""
 
 from __future__ import annotations
 
@@ -359,8 +359,8 @@ def test_any_valid_interleaving_builds_the_canonical_tree(spec: AgentSpec, seed:
     assert sorted(d["type"] for d in shuffled) == sorted(d["type"] for d in canonical)
     expected = plain(tree_of(canonical))
     assert plain(tree_of(shuffled)) == expected
-    # The SPEC §2 invariants of the generated stream, as the tree sees them: one node per
-    # start event, every node finished, every sub-agent under its call.
+    # The event invariants (docs/events.md#invariants) of the generated stream, as the tree sees
+    # them: one node per start event, every node finished, every sub-agent under its call.
     tree = tree_of(shuffled)
     assert len(tree.agents) == sum(d["type"] == "agent_started" for d in canonical)
     assert len(tree.tools) == sum(d["type"] == "tool_started" for d in canonical)

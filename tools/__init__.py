@@ -1,4 +1,4 @@
-"""Built-in agent tools (SPEC §5) and the interface every tool implements."""
+"""Built-in agent tools (docs/tools.md) and the interface every tool implements."""
 
 from __future__ import annotations
 

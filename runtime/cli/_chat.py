@@ -1,4 +1,6 @@
-"""``trio-agents chat``: a conversation with the main agent, one turn per message (SPEC §6).
+"""``trio-agents chat``: a conversation with the main agent, one turn per message.
+
+The command is described in docs/cli.md#chat.
 
 One chat process is one run (one runtime, one trace file): each message starts a new root agent
 with the conversation so far as its history, so the trace holds one root per turn. Around it,
@@ -72,8 +74,8 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
 
-    from runtime.core._loop import AgentOutcome
-    from runtime.wiring._open import AgentHandle
+    from runtime.core._agent import AgentOutcome
+    from runtime.core._runtime import AgentHandle
 
     from ._options import Session
 
@@ -464,7 +466,7 @@ class Chat:
             elif self.kb is not None:
                 self.kb.interrupt()
             return
-        # No terminal to ask: SIGINT ends the chat (SPEC §6).
+        # No terminal to ask: SIGINT ends the chat (docs/cli.md#ctrlc-and-the-picker).
         self.aborted = True
         session.aborted = True
         if current is not None and not current.done:

@@ -10,7 +10,7 @@ A unix stream socket taking JSON lines; each line gets exactly one JSON line bac
 
 ``cancel`` cancels exactly the subtree under an agent id or a tool_use_id (``by="control"``);
 ``permission`` answers a ``permission_requested`` event; ``message`` queues a user message for an
-agent's next turn; ``pending`` (an addition to SPEC §6) lists the unanswered permission requests,
+agent's next turn; ``pending`` lists the unanswered permission requests,
 so a client that does not read the event stream can still find them.
 
 Several clients may be connected at once; each is served by its own task, and a client that
@@ -41,7 +41,7 @@ import trio
 from runtime.core._errors import ConfigError
 
 if TYPE_CHECKING:
-    from runtime.wiring._open import Runtime
+    from runtime.core._runtime import Runtime
 
 MAX_LINE = 64 * 1024
 """The longest request line accepted, in bytes; a longer one gets an error answer."""

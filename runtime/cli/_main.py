@@ -1,4 +1,4 @@
-"""The ``trio-agents`` command line (SPEC §6).
+"""The ``trio-agents`` command line (docs/cli.md).
 
 Commands: ``run PROMPT``, ``demo``, ``chat`` (its own module), ``trace …`` (its own module),
 ``cancel --control SOCK ID``, and ``agents`` / ``config`` (:mod:`runtime.cli._project`, which

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from runtime.core._loop import AgentOutcome
+    from runtime.core._agent import AgentOutcome
+    from runtime.core._runtime import Runtime
     from runtime.trace._tree import TraceTree
-    from runtime.wiring._open import Runtime
 
     from ._keyboard import Keyboard
     from ._live import LiveView, PlainView
@@ -90,7 +90,9 @@ def _positive_float(text: str) -> float:
 
 
 def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -> None:
-    """Add the options every running command (``run``, ``demo``, ``chat``) takes (SPEC §6).
+    """Add the options every running command (``run``, ``demo``, ``chat``) takes.
+
+    They are described in docs/cli.md#options-of-run-demo-and-chat.
 
     Args:
         demo: word the help for ``demo``'s defaults (its own workspace, ``allow-all``).

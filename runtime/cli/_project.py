@@ -152,8 +152,8 @@ def agent_types_for(opts: RunOptions, project: Project) -> tuple[AgentTypes, lis
     :func:`~runtime.open_runtime` makes them, and the run's tool names."""
     import attrs
 
-    from runtime.core._agent_types import AgentTypes, agent_types_from_scenario, load_agent_types
-    from runtime.providers._scenario import Scenario
+    from runtime.core._agent_types import AgentTypes, load_agent_types
+    from runtime.providers._scenario import Scenario, agent_types_from_scenario
     from tools import builtin_tools
 
     tools = [t.name for t in builtin_tools()] + (["skill"] if project.skills else [])

@@ -1,4 +1,4 @@
-"""``trio-agents trace``: show, stats, tail and export a JSONL trace (SPEC §6, issue #7).
+"""``trio-agents trace``: show, stats, tail and export a JSONL trace (docs/cli.md#trace).
 
 Imports are lazy: ``--help`` must start fast, and ``show --json`` / ``stats`` on a big file must
 not pay for what they do not use (the cattrs converter, trio).
@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     show.add_argument("file", metavar="FILE")
     show.add_argument(
-        "--json", action="store_true", help="the tree as JSON (SPEC §3), one line per run"
+        "--json", action="store_true", help="the tree as JSON (docs/tree.md), one line per run"
     )
     show.add_argument(
         "--subtree", metavar="ID", help="only the subtree of this agent or tool call id"

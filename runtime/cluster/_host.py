@@ -52,15 +52,15 @@ import structlog
 import trio
 
 from runtime.actors import Registry
+from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker
-from runtime.core._budget import BudgetLayer
 from runtime.core._bus import EventBus, Subscription
-from runtime.core._context import Owner, RunContext, SystemPromptBuilder
+from runtime.core._context import RunContext, SystemPromptBuilder, new_run_context
 from runtime.core._errors import AgentsError, ConfigError
-from runtime.core._events import AgentFinished, AgentStarted, AgentStatus, CancelRequested, Event
+from runtime.core._events import AgentFinished, AgentStarted, AgentStatus, Event
 from runtime.core._limits import Limits
-from runtime.core._loop import AgentOutcome, AgentSpec, run_agent_actor
+from runtime.core._loop import run_agent_actor
 from runtime.core._messages import AgentState, Message, TextBlock
 from runtime.core._provider import Provider
 from runtime.providers._scenario import Scenario
@@ -279,11 +279,13 @@ class _CallState:
     )
     # Cancels that came before the node they name was registered here.
     early: list[tuple[str, str, str | None]] = attrs.Factory(list)
+    # The root's outcome, once its supervisor has reported it.
+    outcome: AgentOutcome | None = None
 
     def cancel(self, node_id: str, reason: str, by: str | None) -> None:
         if self.registry.cancel(node_id, reason, by=by):
             return
-        if node_id not in (self.boundary_id, self.call.spec.agent_id) or self.call.spec.box:
+        if node_id not in (self.boundary_id, self.call.spec.agent_id) or self.outcome is not None:
             return  # unknown or finished: nothing to do
         if self.boundary_id in self.registry:
             # The root is being registered right now: cancelling from above ends it
@@ -570,29 +572,10 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
         broker = _ForwardingBroker(bus, config.policy, call.id_prefix)
         state.broker = broker
 
-        async def budget_cancel(agent_id: str, reason: str) -> bool:
-            # Runtime.cancel's steps, for budgets of agents started on this worker.
-            node = registry.get(agent_id)
-            if node is None or node.cancel_reason is not None:
-                return False
-            owner: Owner = node.data
-            await bus.emit(
-                CancelRequested,
-                agent_id=owner.agent_id,
-                parent_tool_use_id=owner.parent_tool_use_id,
-                target=agent_id,
-                reason=reason,
-                by="budget",
-            )
-            return registry.cancel(agent_id, reason, by="budget")
-
-        budget = BudgetLayer(budget_cancel)
-        bus.add_tap(budget)
         types = AgentTypes(attrs.evolve(t, placement="local") for t in config.agent_types)
-        run = _RemoteRunContext(
+        run = new_run_context(
             run_id=config.run_id,
             bus=bus,
-            registry=registry,
             provider=provider,
             model=getattr(provider, "model", None) or "scripted",
             agent_types=types,
@@ -603,9 +586,9 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
             env=dict(config.env),
             secrets=_secret_values(),
             broker=broker,
-            budget=budget,
-            limiter=trio.CapacityLimiter(config.limits.max_parallel),
             log=_log.bind(run_id=config.run_id, call_id=call.call_id),
+            registry=registry,
+            context_class=_RemoteRunContext,
             id_prefix=call.id_prefix,
             system_prompt=config.system_prompt,
         )
@@ -615,11 +598,11 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
                 # A cancel that came before anything ran here cancels the whole subtree.
                 registry.cancel(state.boundary_id, reason, by=by)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(budget.run)
+                nursery.start_soon(run.budget.run)
                 with boundary:
-                    await run_agent_actor(run, spec)
+                    state.outcome = await run_agent_actor(run, spec)
                 nursery.cancel_scope.cancel(reason="the subtree has finished")
-    return spec.box[0] if spec.box else None
+    return state.outcome
 
 
 def _check_workspace(path: str) -> Path:

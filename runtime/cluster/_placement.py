@@ -30,7 +30,7 @@ so the subtree's ``cancelled`` events arrive before the call ends. Only if the h
 finish within ``finish_grace_s`` does the pump ``ray.cancel`` the streaming call and synthesise
 the missing ends. A lost worker (killed actor, crashed process) ends every unfinished remote
 node ``failed`` (tool calls ``error``) with the reason, in child-before-parent order, emitted
-here so the SPEC §2 invariants hold.
+here so the invariants of docs/events.md#invariants hold.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ import structlog
 import trio
 
 from runtime.actors import Registry
+from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._context import Owner, RunContext
 from runtime.core._errors import ConfigError, ToolError
 from runtime.core._events import (
@@ -62,7 +63,6 @@ from runtime.core._events import (
     ToolStarted,
     TurnFinished,
 )
-from runtime.core._loop import AgentOutcome, AgentSpec
 
 from ._host import (
     Batch,
@@ -337,7 +337,7 @@ class RayPlacement:
         self._config = (run, ref)
         return ref
 
-    async def run_subtree(self, run: RunContext, spec: AgentSpec) -> AgentOutcome | None:
+    async def run_subtree(self, run: RunContext, spec: AgentSpec) -> AgentOutcome:
         """Run *spec*'s whole subtree on a host actor; its events go into ``run.bus``.
 
         Returns the root agent's outcome: as the host reported it, or ``failed`` (with the
@@ -358,7 +358,7 @@ class RayPlacement:
         call = SubtreeCall(
             call_id=call_id,
             id_prefix=f"{call_id}.",
-            spec=attrs.evolve(spec, budget=remote_budget, box=[]),
+            spec=attrs.evolve(spec, budget=remote_budget),
             config=self._config_ref(run),
             max_agents=max(1, run.limits.max_agents - run.agents_started),
         )
@@ -366,9 +366,10 @@ class RayPlacement:
         stream = _Stream(self, run, spec, host, call)
         host.active += 1
         try:
-            return await stream.serve()
+            outcome = await stream.serve()
         finally:
             host.active -= 1
+        return outcome or failed_outcome(spec, f"ray host {host.name} reported no outcome")
 
     def _lost(self, host: _Host) -> None:
         if not host.dead:
@@ -426,7 +427,7 @@ class _Stream:
         run, spec = self.run, self.spec
         root_node = run.registry.register(
             spec.agent_id,
-            _scope(_RemoteScope(self, spec.agent_id)),
+            _RemoteScope(self, spec.agent_id),
             parent_id=spec.parent_tool_use_id,
             data=Owner(spec.agent_id, spec.parent_tool_use_id),
         )
@@ -540,7 +541,7 @@ class _Stream:
     def _register(self, node_id: str, parent_id: str | None, owner: Owner) -> None:
         try:
             self.run.registry.register(
-                node_id, _scope(_RemoteScope(self, node_id)), parent_id=parent_id, data=owner
+                node_id, _RemoteScope(self, node_id), parent_id=parent_id, data=owner
             )
         except ValueError:
             # Ids are prefixed per call, so only a model repeating a tool-call id gets here.
@@ -692,12 +693,6 @@ class _Stream:
             output_tokens=fin.output_tokens,
             duration_s=fin.duration_s,
         )
-
-
-def _scope(proxy: _RemoteScope) -> trio.CancelScope:
-    # The registry only ever calls ``scope.cancel(reason=...)`` on a node's scope; trio's
-    # CancelScope is final, so the proxy stands in for one by duck typing.
-    return proxy  # type: ignore[return-value]
 
 
 def _loss_reason(host: str, exc: BaseException | None) -> str:

@@ -20,8 +20,6 @@ from typing import Any, Literal
 
 import attrs
 
-from runtime.providers._scenario import Scenario
-
 from ._errors import ConfigError
 from ._limits import Budget
 
@@ -111,27 +109,6 @@ class AgentTypes(Mapping[str, AgentType]):
         except KeyError:
             known = ", ".join(sorted(self._types))
             raise ConfigError(f"unknown agent type {name!r}; known types: {known}") from None
-
-
-def agent_types_from_scenario(scenario: Scenario) -> list[AgentType]:
-    """The agent types a scenario defines (its system prompts, tool lists and limits)."""
-    out = []
-    for name, script in scenario.agents.items():
-        kwargs: dict[str, Any] = {"name": name}
-        if script.system is not None:
-            kwargs["system"] = script.system
-        if script.tools is not None:
-            kwargs["tools"] = script.tools
-        if script.description:
-            kwargs["description"] = script.description
-        if script.model is not None:
-            kwargs["model"] = script.model
-        if script.max_turns is not None:
-            kwargs["max_turns"] = script.max_turns
-        if script.placement is not None:
-            kwargs["placement"] = script.placement
-        out.append(AgentType(**kwargs))
-    return out
 
 
 _TOML_KEYS = {"description", "system", "tools", "model", "max_turns", "budget", "placement"}

@@ -3,10 +3,15 @@
 ``seq`` is assigned here, at the merge point, so it is strictly increasing with no gaps. An event
 reaches consumers two ways:
 
+* **core hooks** — the runtime's own bookkeeping (budget accounting, which agents are
+  announced), run first for every event, in ``seq`` order, inside :meth:`EventBus.emit`. They are
+  never removed: one that raises fails the run loudly (:attr:`EventBus.core_error`, and the
+  ``on_core_failure`` callback the runtime uses to stop the run), since a run whose budgets or
+  cancel-by-id silently stopped working is worse than one that ends.
 * **taps** — synchronous callables run for every event in ``seq`` order, inside
-  :meth:`EventBus.emit`
-  (the trace file writer, the live view's tree, budget accounting). They must be cheap and must not
-  emit themselves; one that raises is removed, and the stream goes on without it.
+  :meth:`EventBus.emit` (the trace file writer, the live view's tree, user observers). They must be
+  cheap and must not emit themselves; one that raises is removed with a logged warning, and the
+  stream goes on without it.
 * **subscriptions** — bounded per-subscriber buffers read by a consumer task. Each chooses what a
   full buffer means: ``block`` (backpressure: emitters wait — for consumers that must see
   everything) or ``lag`` (the subscription is dropped and its reader gets
@@ -163,6 +168,11 @@ class EventBus:
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self._seq = 0
+        self._core: tuple[Tap, ...] = ()
+        #: The first exception a core hook raised (see :meth:`add_core_hook`), else ``None``.
+        self.core_error: Exception | None = None
+        #: Called once with that exception; the runtime sets it to stop the run.
+        self.on_core_failure: Callable[[Exception], None] | None = None
         self._taps: list[Tap] = []
         #: Taps removed because they raised, with the error (see :meth:`add_tap`).
         self.failed_taps: list[str] = []
@@ -188,6 +198,12 @@ class EventBus:
         :attr:`failed_taps`); the event still goes to every other tap and subscriber.
         """
         self._taps.append(tap)
+
+    def add_core_hook(self, hook: Tap) -> None:
+        """Run *hook* synchronously on every later event, before the taps, for as long as the
+        bus lives. A hook that raises is kept, the event still reaches everyone else, and the
+        run is failed (see the module docstring); hooks are the runtime's, not users'."""
+        self._core = (*self._core, hook)
 
     def remove_tap(self, tap: Tap) -> None:
         if tap in self._taps:
@@ -330,6 +346,11 @@ class EventBus:
         return event
 
     def _deliver(self, event: Event) -> None:
+        for hook in self._core:
+            try:
+                hook(event)
+            except Exception as exc:  # the run fails, but the stream stays whole for the trace
+                self._core_failed(hook, event, exc)
         for tap in self._taps:
             try:
                 tap(event)
@@ -350,7 +371,17 @@ class EventBus:
         # as a lagging subscription is dropped, and say so.
         self._taps = [t for t in self._taps if t is not tap]
         self.failed_taps.append(f"{tap!r}: {type(exc).__name__}: {exc}")
-        _log.error("event tap raised; removed", tap=repr(tap), error=repr(exc))
+        _log.warning("event tap raised; removed", tap=repr(tap), error=repr(exc))
+
+    def _core_failed(self, hook: Tap, event: Event, exc: Exception) -> None:
+        _log.error(
+            "core hook raised; the run fails", hook=repr(hook), kind=event.type, error=repr(exc)
+        )
+        if self.core_error is not None:
+            return
+        self.core_error = exc
+        if self.on_core_failure is not None:
+            self.on_core_failure(exc)
 
     def forward(self, event: Event) -> Event:
         """Re-emit an event built elsewhere (another process) with this bus's next ``seq`` and

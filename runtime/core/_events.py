@@ -1,4 +1,4 @@
-"""Events: the one flat stream every consumer reads (SPEC §2).
+"""Events: the one flat stream every consumer reads (docs/events.md).
 
 Every event is a frozen attrs class. On the wire (the JSONL trace, ``--json`` output) an event is
 one JSON object whose ``type`` key names its class; :data:`converter` is the one cattrs converter

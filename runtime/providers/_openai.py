@@ -26,8 +26,8 @@ DeepSeek rejects them.
 """
 
 # ASYNC119 (a yield inside ``async with`` in an async generator): streaming an httpx response
-# needs exactly that; the caller consumes the generator under ``contextlib.aclosing`` (STYLE.md),
-# which runs the cleanup at once.
+# needs exactly that; the caller (the agent loop) consumes the generator under
+# ``contextlib.aclosing``, which runs the cleanup at once.
 # ruff: noqa: ASYNC119
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Scenario files for the scripted provider (SPEC §4): parsed and checked before anything runs.
+"""Scenario files for the scripted provider: parsed and checked before anything runs.
+
+The format is described in docs/scenarios.md.
 
 A malformed file is refused with a :class:`ScenarioError` whose message starts with the JSON path
 of the fault, e.g. ``agents.worker.turns[2].tool_calls[0].name: missing``.
@@ -15,6 +17,7 @@ from typing import Any
 import attrs
 import orjson
 
+from runtime.core._agent_types import AgentType
 from runtime.core._errors import ScenarioError
 
 _TURN_KEYS = frozenset(
@@ -233,3 +236,24 @@ def _parse_turn(path: str, turn: Any) -> ScriptedTurn:
         output_tokens=usage_out,
         stop_reason=stop,
     )
+
+
+def agent_types_from_scenario(scenario: Scenario) -> list[AgentType]:
+    """The agent types a scenario defines (its system prompts, tool lists and limits)."""
+    out = []
+    for name, script in scenario.agents.items():
+        kwargs: dict[str, Any] = {"name": name}
+        if script.system is not None:
+            kwargs["system"] = script.system
+        if script.tools is not None:
+            kwargs["tools"] = script.tools
+        if script.description:
+            kwargs["description"] = script.description
+        if script.model is not None:
+            kwargs["model"] = script.model
+        if script.max_turns is not None:
+            kwargs["max_turns"] = script.max_turns
+        if script.placement is not None:
+            kwargs["placement"] = script.placement
+        out.append(AgentType(**kwargs))
+    return out

@@ -1,6 +1,6 @@
 """Reading JSONL trace files: streaming, honest about broken lines, and fast.
 
-A trace file is one event (SPEC §2) per line. Files come from killed processes and from newer
+A trace file is one event (docs/events.md) per line. Files come from killed processes and from newer
 versions, so reading is tolerant in precise ways:
 
 - a truncated last line (no newline, not valid JSON: the writer was killed) ends the file quietly;

@@ -1,4 +1,4 @@
-"""The run tree, rebuilt from the flat event stream (SPEC §3).
+"""The run tree, rebuilt from the flat event stream (docs/tree.md).
 
 :class:`TraceTree` is the one implementation of the tree: the live view feeds it events as they are
 emitted, ``trace show`` feeds it a file of a million lines. Both go through the same per-type
@@ -104,10 +104,10 @@ class RunningSubtree:
     started_ts: float | None
 
 
-# The nodes are dataclasses whose public instance attributes are exactly their SPEC §3 JSON keys,
-# in order: orjson writes such objects straight from their __dict__ (skipping "_" names), which
-# keeps `trace show --json` on a million events cheap. What is not JSON has a "_" name and a
-# read-only property.
+# The nodes are dataclasses whose public instance attributes are exactly their JSON keys
+# (docs/tree.md#the-tree-as-json), in order: orjson writes such objects straight from their
+# __dict__ (skipping "_" names), which keeps `trace show --json` on a million events cheap. What
+# is not JSON has a "_" name and a read-only property.
 #
 # __init__ sets every attribute a node will ever have, internals included, always in the same
 # order: CPython keeps the attribute values of a class's instances in a compact array keyed by
@@ -395,7 +395,7 @@ class _EventFields(Mapping[str, Any]):
 
 
 class TraceTree:
-    """The tree of one run, built incrementally from its events (SPEC §3).
+    """The tree of one run, built incrementally from its events (docs/tree.md).
 
     Feed it with :meth:`apply` (events) or :meth:`apply_dict` (their JSON objects), in any
     interleaving; call :meth:`end` when the stream is over for good, which turns every unfinished
@@ -715,7 +715,7 @@ class TraceTree:
         status: str | None = None,
         now: float | None = None,
     ) -> dict[str, Any]:
-        """The tree as SPEC §3 JSON: plain dicts and lists, except nodes left as they are.
+        """The tree as JSON (docs/tree.md#the-tree-as-json): dicts, lists, nodes left as they are.
 
         The nodes are dataclasses whose fields are their JSON keys; ``orjson.dumps`` writes them
         natively (``json`` needs :func:`node_json` as its ``default``). The whole tree
