@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from runtime.core._provider import TurnEnd as TurnEnd
     from runtime.core._runtime import AgentHandle as AgentHandle
     from runtime.core._runtime import Runtime as Runtime
+    from runtime.core._sandbox import Sandbox as Sandbox
     from runtime.core._secrets import filter_env as filter_env
     from runtime.core._secrets import redact as redact
     from runtime.core._secrets import secret_values as secret_values
@@ -137,6 +138,7 @@ _LAZY: dict[str, str] = {
     "RunStarted": "runtime.core._events",
     "RunningSubtree": "runtime.trace._tree",
     "Runtime": "runtime.core._runtime",
+    "Sandbox": "runtime.core._sandbox",
     "Scenario": "runtime.providers._scenario",
     "ScenarioError": "runtime.core._errors",
     "ScriptedProvider": "runtime.providers._scripted",
@@ -192,9 +194,18 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    _publish(importlib.import_module(module))
+    return globals()[name]
+
+
+def _publish(module: Any) -> None:
+    # Every public name of *module* reports ``runtime`` as its module (``runtime.ConfigError``).
+    from runtime.core._names import publish_names
+
+    names = [public for public, where in _LAZY.items() if where == module.__name__]
+    publish_names((getattr(module, public) for public in names), __name__)
+    for public in names:
+        globals()[public] = getattr(module, public)
 
 
 def __dir__() -> list[str]:

@@ -30,9 +30,12 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def user_config_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    # The user's own ~/.config/trio-agents (settings, AGENTS.md, agents, skills) must not
-    # change what a test sees: every test, and every command it starts, gets an empty one.
-    config = tmp_path_factory.mktemp("xdg-config")
+def user_config_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    # Each test gets its own $XDG_CONFIG_HOME, never the user's: the session key lives there,
+    # and so do the user's settings, AGENTS.md, agents and skills, which must not change what a
+    # test (or a command it starts) sees.
+    config = tmp_path_factory.mktemp("config")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
     return config

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,3 +112,32 @@ def test_demo_ignores_settings_files(tmp_path: Path, user_config_home: Path) -> 
     (user / "settings.toml").write_text('provider = "anthropic"\nmodel = "nope"\n')
     proc = cli(["demo", "--no-trace", "--json"], tmp_path)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_settings_fill_the_options_the_command_line_left_unset(workspace: Path) -> None:
+    from runtime.cli._main import build_parser
+    from runtime.cli._options import options_from_args
+    from runtime.cli._project import apply_project
+
+    settings = workspace / ".trio-agents" / "settings.toml"
+    settings.parent.mkdir()
+    settings.write_text(
+        'model = "from-file"\n[permissions]\nmode = "auto-edit"\nallow = ["read"]\n'
+        "timeout_s = 12\n[limits]\nmax_turns = 4\nmax_agents = 9\n"
+        "[sandbox]\nnetwork = true\n[trace]\nenabled = false\n"
+    )
+
+    def opts_for(*flags: str) -> Any:
+        ns = build_parser().parse_args(["run", "x", "--workspace", str(workspace), *flags])
+        return apply_project(options_from_args(ns), ns)
+
+    opts = opts_for()
+    assert (opts.model, opts.permission_mode, opts.allow, opts.permission_timeout_s) == (
+        "from-file", "auto-edit", ("read",), 12.0)
+    assert (opts.max_turns, opts.extra["limits"].max_turns, opts.extra["limits"].max_agents) == (
+        4, 4, 9)
+    assert (opts.sandbox, opts.sandbox_network, opts.trace) == (True, True, False)
+    opts = opts_for("--model", "flag", "--permission-mode", "deny", "--allow", "glob",
+                    "--max-turns", "6", "--trace", "t.jsonl")
+    assert (opts.model, opts.permission_mode, opts.allow) == ("flag", "deny", ("read", "glob"))
+    assert (opts.max_turns, opts.extra["limits"].max_turns, opts.trace) == (6, 6, "t.jsonl")

@@ -473,3 +473,24 @@ def test_tail_on_a_terminal_exits_130_on_ctrl_c(tmp_path: Path) -> None:
         child.close(force=True)
     assert child.exitstatus == 130
     assert "Traceback" not in (child.before or "")
+
+
+@pytest.mark.parametrize("fmt", ["otlp-json", "mermaid"])
+def test_export_masks_the_secrets_it_knows_even_in_an_old_unmasked_trace(
+    tmp_path: Path, fmt: str
+) -> None:
+    # A trace written before masking existed (or by a run that did not know the key).
+    path = tmp_path / "old.jsonl"
+    events = list(run_events(small_run(), order="time"))
+    for event in events:
+        if event["type"] == "agent_started":
+            event["prompt"] = "deploy with sk-export-0123456789"
+        if event["type"] == "tool_started":
+            event["summary"] = "bash: curl -H 'key: sk-export-0123456789'"
+    write_trace(path, events)
+    out = run_cli("export", str(path), "--format", fmt, env={"MY_API_KEY": "sk-export-0123456789"})
+    assert out.returncode == 0, out.stderr
+    assert "sk-export" not in out.stdout
+    plain = run_cli("export", str(path), "--format", fmt)
+    assert plain.returncode == 0
+    assert "sk-export-0123456789" in plain.stdout  # it was there to be masked

@@ -37,7 +37,15 @@ from typing import Any, ClassVar
 
 import trio
 
-from runtime.core import TargetKind, Tool, ToolContext, ToolError, one_line
+from runtime.core import (
+    ConfigError,
+    Redactor,
+    TargetKind,
+    Tool,
+    ToolContext,
+    ToolError,
+    one_line,
+)
 
 from ._warden import warden
 
@@ -115,14 +123,20 @@ class BashTool(Tool):
                 f"input.timeout_s: {timeout:g} s is above the maximum of "
                 f"{ctx.limits.bash_max_timeout_s:g} s"
             )
-        capture = _Capture(ctx.limits.max_output_chars)
+        capture = _Capture(ctx.limits.max_output_chars, ctx.redactor)
         guard = warden() if self.orphan_guard else None
         if guard is not None and not guard.started:
             # Once per process: the warden is up before the first group exists.
             await trio.to_thread.run_sync(guard.start)
+        argv = [shutil.which("bash") or "/bin/bash", "-c", command]
+        if ctx.sandbox is not None:
+            try:
+                argv = ctx.sandbox.command(argv, workspace=ctx.workspace, env=ctx.env)
+            except ConfigError as exc:  # bwrap gone since the run started
+                raise ToolError(str(exc)) from exc
         try:
             proc = await trio.lowlevel.open_process(
-                [shutil.which("bash") or "/bin/bash", "-c", command],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -203,10 +217,16 @@ class _Capture:
 
     Bytes are decoded as they arrive (UTF-8, invalid bytes replaced) so the count of characters
     cut is exact. Memory stays around ``2 * limit`` characters plus one chunk.
+
+    Secrets are masked before the cut: a cut through a secret would leave its two halves, each
+    unrecognisable, in the result. So head and tail keep a margin of the longest secret's length
+    beyond what is shown, and a secret that crosses a cut is shown (masked) whole.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, redactor: Redactor | None = None) -> None:
         self.limit = max(limit, 2)
+        self._redactor = redactor if redactor is not None else Redactor(())
+        self._keep = self.limit + self._redactor.max_len
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._head = ""
         self._tail = ""
@@ -222,24 +242,41 @@ class _Capture:
         if not text:
             return
         self._total += len(text)
-        room = self.limit - len(self._head)
+        room = self._keep - len(self._head)
         if room > 0:
             self._head += text[:room]
             text = text[room:]
         if text:
-            self._tail = (self._tail + text)[-self.limit :]
+            self._tail = (self._tail + text)[-self._keep :]
 
     def text(self) -> str:
-        """The output, or its head and tail around a note saying how many characters were cut."""
+        """The output (secrets masked), or its head and tail around a note saying how many
+        characters were cut."""
+        mask = self._redactor
         if self._total <= self.limit:
-            return self._head
+            return mask(self._head)
         keep_head = self.limit // 2
-        rest = self._head[keep_head:] + self._tail
-        tail = rest[-(self.limit - keep_head) :]
-        cut = self._total - keep_head - len(tail)
-        head = self._head[:keep_head]
+        head_end = _widen(mask, self._head, keep_head, forward=True)
+        rest = self._head[head_end:] + self._tail
+        tail_start = _widen(mask, rest, max(0, len(rest) - (self.limit - keep_head)), forward=False)
+        tail = rest[tail_start:]
+        cut = self._total - head_end - len(tail)
+        head = mask(self._head[:head_end])
+        tail = mask(tail)
+        if cut <= 0:
+            return head + tail
         sep = "" if head.endswith("\n") else "\n"
         return f"{head}{sep}[... {cut} characters cut from the middle of the output ...]\n{tail}"
+
+
+def _widen(mask: Redactor, text: str, at: int, *, forward: bool) -> int:
+    """*at*, moved to the end (*forward*) or the start of a secret it falls inside."""
+    for start, end in mask.spans(text):
+        if start < at < end:
+            return end if forward else start
+        if start >= at:
+            break
+    return at
 
 
 class _ProcessGroup:

@@ -429,8 +429,9 @@ class Chat:
         if self.kb is not None:
             rec.state.input_history = self.kb.history[-MAX_INPUT_HISTORY:]
         rec.updated_ts = time.time()
-        data = encode_session(rec)  # here: the record may change while the thread writes
         try:
+            # Encoded here: the record may change while the thread writes.
+            data = encode_session(rec, key_file=self.store.key_file)
             path = await trio.to_thread.run_sync(self.store.write, rec.id, data)
         except SessionError as exc:
             self._say(f"warning: the session was not saved: {exc}", err=True)

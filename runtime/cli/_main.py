@@ -37,7 +37,10 @@ exit codes: 0 the root agent completed, 1 it ended otherwise (failed, max turns,
             2 bad usage or a bad input file, 130 aborted by the user (Ctrl+C)
 
 Ctrl+C while sub-agents run (on a terminal) lists them: type a number to cancel that
-subtree only, a to cancel them all, q to abort the run, Enter to resume."""
+subtree only, a to cancel them all, q to abort the run, Enter to resume.
+
+bash is not confined: it runs as you, with your rights, unless --sandbox (bubblewrap) is given.
+Rules such as --deny 'bash(rm *)' match the command's text: a convenience, not a boundary."""
 _CHAT_DESCRIPTION = """\
 An interactive session with the main agent: each message runs a turn, with the live tree on a
 terminal, and with the conversation so far. Type while the agent works: the line reaches it at
@@ -160,11 +163,45 @@ def build_parser() -> CliParser:
     cancel.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
     cancel.add_argument("id", metavar="ID", help="the agent id or tool_use_id to cancel")
     cancel.add_argument("--reason", help="why (recorded in the trace)")
+
+    permit = sub.add_parser(
+        "permit",
+        help="answer a permission request of a run started with --control SOCK",
+        description="Answer the permission request REQUEST_ID (see trio-agents pending) of a "
+        "run started with --control SOCK in ask mode. Exit 0 when answered, 1 when the run "
+        "refused (no such request is waiting), 2 when nothing listens at SOCK.",
+    )
+    permit.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
+    permit.add_argument("request_id", metavar="REQUEST_ID", help="e.g. perm-1")
+    permit.add_argument("answer", choices=["yes", "no"], help="grant or deny the call")
+    permit.add_argument(
+        "--always",
+        action="store_true",
+        help="with yes: also allow calls like this one for the rest of the run",
+    )
+
+    pending = sub.add_parser(
+        "pending",
+        help="list the permission requests waiting in a run started with --control SOCK",
+        description="List the permission requests waiting for an answer, one a line: "
+        "REQUEST_ID, what the call does, the agent and the tool call.",
+    )
+    pending.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
+    pending.add_argument("--json", action="store_true", help="as one JSON array")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
+    """Entry point; returns the exit code.
+
+    Called without *argv* (the ``trio-agents`` process itself), it first seals the process's
+    environment: secrets leave ``os.environ`` and ``/proc/<pid>/environ`` (kept privately for
+    the providers), so the commands the agents run cannot read them from this process.
+    """
+    if argv is None:
+        from runtime.core._secrets import seal_process_environ
+
+        seal_process_environ()
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "trace":
         from ._trace_cmd import main as trace_main  # lazy on purpose
@@ -189,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
             opts = RunOptions(workspace=ns.workspace, agents=ns.agents, scenario=ns.scenario)
             opts.extra["project"] = load_workspace_project(opts)
             return cmd_agents(opts, as_json=ns.json)
+        if ns.command in ("permit", "pending"):
+            from ._control import cmd_pending, cmd_permit
+
+            if ns.command == "permit":
+                return cmd_permit(ns.control, ns.request_id, ns.answer, always=ns.always)
+            return cmd_pending(ns.control, as_json=ns.json)
         opts = options_from_args(ns)
         if ns.command == "config":
             from ._project import cmd_config

@@ -176,6 +176,23 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         metavar="S",
         help="how long a permission question waits for an answer (default: 300)",
     )
+    g = parser.add_argument_group(
+        "sandbox",
+        "bash is NOT confined by default: it runs as you, with your rights (files, network, "
+        "keys); permission rules such as 'bash(rm *)' match the command's text only, a "
+        "convenience, not a boundary. --sandbox is the boundary.",
+    )
+    g.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run every bash call under bubblewrap (bwrap): the workspace read-write, a private "
+        "/tmp, the rest read-only, ~/.ssh, ~/.aws and other secrets folders hidden, no network",
+    )
+    g.add_argument(
+        "--sandbox-network",
+        action="store_true",
+        help="with --sandbox (implied): let sandboxed commands use the network",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,6 +216,8 @@ class RunOptions:
     control: str | None = None
     ray_address: str | None = None
     debug: bool = False
+    sandbox: bool = False
+    sandbox_network: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     """More :func:`~runtime.open_runtime` keyword arguments (a command's own)."""
 
@@ -234,6 +253,8 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         control=ns.control,
         ray_address=ns.ray_address,
         debug=ns.debug,
+        sandbox=ns.sandbox or ns.sandbox_network,
+        sandbox_network=ns.sandbox_network,
     )
 
 
@@ -301,6 +322,10 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         "permission_timeout_s": opts.permission_timeout_s,
         "ray_address": opts.ray_address,
     }
+    if opts.sandbox:
+        from runtime.core._sandbox import Sandbox
+
+        kwargs["sandbox"] = Sandbox(network=opts.sandbox_network)
     kwargs.update(opts.extra)
     return kwargs
 
@@ -338,6 +363,8 @@ def setup_logging(debug: bool) -> None:
 
     import structlog
 
+    from runtime.core._secrets import RedactingLogFilter, redact_log_event
+
     level = logging.DEBUG if debug else logging.WARNING
     processors: list[Any] = [
         structlog.processors.add_log_level,
@@ -347,6 +374,8 @@ def setup_logging(debug: bool) -> None:
         processors.append(structlog.processors.format_exc_info)
     else:
         processors.append(_drop_traceback)
+    # Last before rendering: whatever the line holds by now (an error, a path) is masked.
+    processors.append(redact_log_event)
     processors.append(
         structlog.dev.ConsoleRenderer(
             colors=False, exception_formatter=structlog.dev.plain_traceback
@@ -360,6 +389,7 @@ def setup_logging(debug: bool) -> None:
     )
     handler = logging.StreamHandler(_Stderr())
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingLogFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -370,7 +400,9 @@ def setup_logging(debug: bool) -> None:
 
 def error_line(message: str, *, file: TextIO | None = None) -> None:
     """Print one ``trio-agents: error: …`` line on stderr (newlines folded)."""
-    text = " ".join(message.split("\n")).strip()
+    from runtime.core._secrets import redact_text  # masked like the events and the logs
+
+    text = redact_text(" ".join(message.split("\n")).strip())
     print(f"{PROG}: error: {text}", file=file or sys.stderr, flush=True)
 
 

@@ -63,6 +63,8 @@ def flags_from_args(ns: argparse.Namespace) -> dict[str, Any]:
         value = getattr(ns, _dest(setting.flag), None)
         if setting.flag == "--no-trace":
             value = False if value else None
+        elif value is False:  # a switch not given (store_true): the files decide
+            value = None
         if value is None or value == []:
             continue
         out[name] = tuple(value) if isinstance(value, list) else value
@@ -124,6 +126,8 @@ def apply_project(opts: RunOptions, ns: argparse.Namespace) -> RunOptions:
                 changes["trace"] = value.value
             continue
         changes[field] = value.value
+    if changes.get("sandbox_network"):
+        changes["sandbox"] = True  # as on the command line: the network implies the sandbox
     limits = Limits(**{
         name.removeprefix("limits."): settings[name]
         for name in settings.values

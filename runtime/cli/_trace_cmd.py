@@ -16,7 +16,7 @@ import gc
 import math
 import os
 import sys
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -619,13 +619,24 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.format == "mermaid":
         from runtime.trace._render import render_mermaid
 
-        _write_bytes([render_mermaid(trees).encode()], args.output)
+        _write_bytes(_masked([render_mermaid(trees).encode()]), args.output)
         return 0
     from runtime import __version__
     from runtime.trace._otlp import otlp_json_lines
 
-    _write_bytes(otlp_json_lines(trees, version=__version__), args.output)
+    _write_bytes(_masked(otlp_json_lines(trees, version=__version__)), args.output)
     return 0
+
+
+def _masked(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """*chunks* with this process's known secrets masked. A trace is masked as it is written;
+    this also covers one written by an older version, or by a run that did not know a key."""
+    from runtime.core._secrets import redact_text
+
+    for chunk in chunks:
+        text = chunk.decode("utf-8", "surrogateescape")
+        masked = redact_text(text)
+        yield chunk if masked == text else masked.encode("utf-8", "surrogateescape")
 
 
 # --------------------------------------------------------------------------- tail

@@ -63,6 +63,7 @@ from runtime.core._limits import Limits
 from runtime.core._loop import run_agent_actor
 from runtime.core._messages import AgentState, Message, TextBlock
 from runtime.core._provider import Provider
+from runtime.core._sandbox import Sandbox
 from runtime.providers._scenario import Scenario
 from runtime.providers._scripted import ScriptedProvider
 
@@ -120,6 +121,7 @@ class RunConfig:
     batch_interval_s: float = 0.01
     batch_max: int = 512
     system_prompt: SystemPromptBuilder | None = None
+    sandbox: Sandbox | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -591,6 +593,7 @@ async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
             context_class=_RemoteRunContext,
             id_prefix=call.id_prefix,
             system_prompt=config.system_prompt,
+            sandbox=config.sandbox,
         )
         boundary = trio.CancelScope()
         with registry.registered(state.boundary_id, boundary):

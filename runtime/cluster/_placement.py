@@ -326,6 +326,7 @@ class RayPlacement:
             batch_interval_s=self._batch_interval_s,
             batch_max=self._batch_max,
             system_prompt=run.system_prompt,
+            sandbox=run.sandbox,
         )
         try:
             ref = ray.put(settings)

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from ._errors import ToolInputError as ToolInputError
     from ._globs import escape_glob as escape_glob
     from ._globs import glob_regex as glob_regex
+    from ._names import publish_names as publish_names
+    from ._sandbox import Sandbox as Sandbox
+    from ._secrets import Redactor as Redactor
     from ._tool import SubAgentSpawner as SubAgentSpawner
     from ._tool import TargetKind as TargetKind
     from ._tool import Tool as Tool
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "AgentsError": "._errors",
     "ConfigError": "._errors",
+    "Redactor": "._secrets",
+    "Sandbox": "._sandbox",
     "SubAgentSpawner": "._tool",
     "TargetKind": "._tool",
     "Tool": "._tool",
@@ -49,6 +54,7 @@ _LAZY: dict[str, str] = {
     "is_inside": "._workspace",
     "normalise_target": "._workspace",
     "one_line": "._tool",
+    "publish_names": "._names",
     "relative": "._workspace",
     "resolve_in_workspace": "._workspace",
     "validate_input": "._tool",

@@ -27,6 +27,7 @@ from ._provider import Provider
 
 if TYPE_CHECKING:
     from ._agent import AgentOutcome, AgentSpec
+    from ._sandbox import Sandbox
     from ._tool import Tool, ToolLimits
 
 __all__ = ["Owner", "RunContext", "SubtreeRunner", "cancel_node", "new_run_context"]
@@ -79,6 +80,7 @@ class RunContext:
     budget: BudgetLayer
     limiter: trio.CapacityLimiter
     log: Any = attrs.Factory(lambda: structlog.get_logger("trio_agents"))
+    sandbox: Sandbox | None = None
     placements: dict[str, SubtreeRunner] = attrs.Factory(dict)
     # None: an agent's system prompt is its type's prompt alone.
     system_prompt: SystemPromptBuilder | None = None

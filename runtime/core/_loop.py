@@ -219,7 +219,10 @@ def _outcome(
         agent_id=spec.agent_id,
         name=spec.agent_type.name,
         status=status,
-        result=None if result is None else _cut(result, run.limits.max_result_chars),
+        # Masked before the cut: a cut through a secret would leave both halves unmasked.
+        result=None
+        if result is None
+        else _cut(run.bus.redactor(result), run.limits.max_result_chars),
         error=error,
         turns=life.state.turns,
         input_tokens=life.state.input_tokens,
@@ -413,11 +416,12 @@ async def _run_tool_calls(
         state.messages.append(Message(role="user", content=blocks))
 
 
-def _summary(tool: Tool | None, call: ToolCall) -> str:
+def _summary(tool: Tool | None, call: ToolCall, run: RunContext) -> str:
     if tool is None:
         return f"{call.name}: (unknown tool)"
     try:
-        return tool.summary(call.input)
+        # From the masked input: a summary is cut to one line, maybe through a secret.
+        return tool.summary(run.bus.redactor.value(call.input))
     except Exception:  # a summary is cosmetic; a bad input must not break the event
         return f"{call.name}: …"
 
@@ -435,7 +439,7 @@ async def _run_tool_call(
         run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
     )
     tool = tools.get(call.name)
-    summary = _summary(tool, call)
+    summary = _summary(tool, call, run)
     t0 = trio.current_time()
     await emit(ToolStarted, tool_use_id=call.id, name=call.name, input=call.input, summary=summary)
     status: ToolStatus | None = None
@@ -515,6 +519,8 @@ async def _execute(
         limits=run.tool_limits,
         log=log.bind(tool_use_id=call.id, tool=tool.name),
         spawner=_Spawner(run, spec, call.id),
+        redactor=run.bus.redactor,
+        sandbox=run.sandbox,
     )
     try:
         return "ok", await tool.call(call.input, ctx)

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
 import attrs
 
 from ._errors import ToolInputError
+from ._sandbox import Sandbox
 from ._schema import compile_check
+from ._secrets import Redactor
 
 if TYPE_CHECKING:
     import structlog
@@ -77,6 +79,9 @@ class ToolContext:
         workspace: the resolved workspace folder; file tools stay inside it.
         env: the environment for subprocesses, with secrets already removed.
         spawner: runs sub-agents (the ``agent`` tool); ``None`` where sub-agents are not allowed.
+        redactor: masks the run's secrets; a tool that cuts text (keeps a head and a tail)
+            masks before it cuts, or a cut through a secret leaves both halves readable.
+        sandbox: where set, ``bash`` runs every command inside it (``--sandbox``).
     """
 
     workspace: Path
@@ -87,6 +92,8 @@ class ToolContext:
     limits: ToolLimits
     log: structlog.typing.FilteringBoundLogger
     spawner: SubAgentSpawner | None = None
+    redactor: Redactor = attrs.Factory(lambda: Redactor(()))
+    sandbox: Sandbox | None = None
 
 
 class Tool(abc.ABC):

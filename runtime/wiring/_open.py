@@ -31,9 +31,10 @@ from runtime.core._events import RunFinished, RunStarted
 from runtime.core._limits import Limits
 from runtime.core._provider import Provider
 from runtime.core._runtime import Runtime
+from runtime.core._sandbox import Sandbox
 from runtime.providers._scenario import Scenario, agent_types_from_scenario
 from runtime.providers._scripted import ScriptedProvider
-from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer
+from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
 
 if TYPE_CHECKING:
     from runtime.project import Project
@@ -80,6 +81,7 @@ async def open_runtime(
     ray_address: str | None = None,
     project: Project | None = None,
     trace_dir: str | os.PathLike[str] | None = None,
+    sandbox: Sandbox | bool = False,
 ) -> AsyncGenerator[Runtime, None]:
     """Open a run: its bus, trace file, provider and root nursery.
 
@@ -92,8 +94,9 @@ async def open_runtime(
         json_out: also write every event as JSONL to this binary stream (``--json``).
         permission_mode: ``ask``, ``auto-edit``, ``allow-all`` or ``deny``; *allow* / *deny*
             are rules such as ``bash(git status*)``.
-        env: the environment tools see (default ``os.environ``), secrets removed unless named
-            in *allow_env*.
+        env: the environment tools see (default ``os.environ``, or the copy the CLI kept before
+            sealing it, see ``runtime/core/_secrets.py``), secrets removed unless named in
+            *allow_env*. Its secrets are masked in every event and log line of the run.
         on_event: a tap installed before ``run_started`` (sees every event of the run).
         ray_address: the Ray cluster for agent types placed on ``ray`` (default
             ``RAY_ADDRESS``; with neither, a local cluster is started for the run).
@@ -102,13 +105,16 @@ async def open_runtime(
             tool; every agent's system prompt gets the environment, the skill list and the
             instructions after its type's own prompt.
         trace_dir: the folder of the new trace file when *trace* is ``True``.
+        sandbox: run every ``bash`` call under bubblewrap (``True``, or a :class:`Sandbox`
+            for its options: network, more paths to hide); see ``runtime/core/_sandbox.py``.
+            Checked once at start: :class:`ConfigError` when bwrap is missing or cannot work.
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
     cancelled, in which case every running node first ends ``cancelled``.
     """
     from runtime.core._permissions import PermissionPolicy
-    from runtime.core._secrets import filter_env, secret_values
+    from runtime.core._secrets import Redactor, filter_env, log_secrets, run_environ, secret_values
     from tools import ToolLimits as _ToolLimits
 
     limits = limits or Limits()
@@ -162,7 +168,7 @@ async def open_runtime(
     policy = PermissionPolicy(
         mode=permission_mode, allow=tuple(allow), deny=tuple(deny), workspace=ws
     )
-    base_env = dict(os.environ if env is None else env)
+    base_env = run_environ() if env is None else dict(env)
     allow_env = tuple(allow_env)
     run_env = filter_env(base_env, allow_env)
     secret_list = tuple(secret_values(base_env))
@@ -171,6 +177,15 @@ async def open_runtime(
         trace_path = Path(trace_dir or DEFAULT_TRACE_DIR) / f"{run_id}.jsonl"
     elif trace is not False:
         trace_path = Path(trace)
+    box: Sandbox | None = None
+    if sandbox:
+        box = sandbox if isinstance(sandbox, Sandbox) else Sandbox()
+        # The runtime's own files stay read-only to sandboxed commands.
+        own = [str(ws / ".trio-agents")]
+        if trace_path is not None:
+            own.append(str(trace_path.parent.resolve()))
+        box = attrs.evolve(box, read_only=(*box.read_only, *own))
+        await trio.to_thread.run_sync(box.check, ws)
 
     async with AsyncExitStack() as stack:
         if isinstance(provider, str):
@@ -195,17 +210,18 @@ async def open_runtime(
             placements["ray"] = await stack.enter_async_context(
                 open_ray_placement(address=ray_address or base_env.get("RAY_ADDRESS"))
             )
-        bus = EventBus(run_id)
+        # Every event's strings are masked at the bus; log lines too, while the run is open.
+        bus = EventBus(run_id, redactor=Redactor(secret_list))
+        stack.enter_context(log_secrets(secret_list))
         sinks: list[JsonlSink] = []
+        trace_sink: JsonlSink | None = None
         if trace_path is not None:
-            try:
-                trace_path.parent.mkdir(parents=True, exist_ok=True)
-                trace_file = trace_path.open("wb")  # noqa: ASYNC230 - once, at start-up
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot write trace {str(trace_path)!r}: {exc.strerror}"
-                ) from exc
-            sinks.append(JsonlSink(trace_file, name="trace", close_file=True))
+            # Locked, 0600, never through a symlink (runtime/trace/_sinks.py).
+            trace_file = open_trace_file(trace_path)
+            trace_sink = JsonlSink(trace_file, name="trace", close_file=True, watch=trace_path)
+            sinks.append(trace_sink)
+            # Nothing reaches --json or a subscriber before it is in the trace.
+            bus.set_gate(trace_sink)
         writers: list[JsonlSink | PipeSink] = []
         json_pipe = open_pipe_writer(json_out) if json_out is not None else None
         if json_pipe is not None:
@@ -214,7 +230,7 @@ async def open_runtime(
             stack.callback(pipe_sink.close)  # owns the descriptor from here on
             writers.append(pipe_sink)
         elif json_out is not None:
-            sinks.append(JsonlSink(json_out, name="json", interval_s=0.005))
+            sinks.append(JsonlSink(json_out, name="json", interval_s=0.005, gate=trace_sink))
         for sink in sinks:
             # Sinks first: they see every event even if a user's tap misbehaves; and they are
             # closed (flushed) by the exit stack whatever happens below.
@@ -237,6 +253,7 @@ async def open_runtime(
             secrets=secret_list,
             broker=PermissionBroker(bus, policy, timeout_s=permission_timeout_s),
             log=structlog.get_logger("trio_agents").bind(run_id=run_id),
+            sandbox=box,
             placements=placements,
             system_prompt=project.system_prompt() if project is not None else None,
         )
@@ -249,6 +266,7 @@ async def open_runtime(
             "permission_mode": permission_mode,
             "limits": limits.public(),
             "agent_types": sorted(types),
+            "sandbox": None if box is None else {"network": box.network},
         }
         if project is not None:
             config["instructions"] = [str(f.path) for f in project.instructions]
