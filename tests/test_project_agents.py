@@ -148,3 +148,15 @@ def test_the_claude_code_tool_names_map_to_built_in_tools() -> None:
 
     ours = {t.name for t in builtin_tools()} | {"skill"}
     assert set(CLAUDE_TOOLS.values()) <= ours
+
+
+def test_a_definition_that_is_a_symlink_out_of_the_workspace_is_refused(
+    tmp_path: Path, workspace: Path, env: dict[str, str]
+) -> None:
+    outside = write(tmp_path / "elsewhere", "x.md", "---\nname: x\n---\nSECRET")
+    folder = workspace / ".claude" / "agents"
+    folder.mkdir(parents=True)
+    (folder / "x.md").symlink_to(outside)
+    project = load_project(workspace, env=env)
+    assert project.agents == ()
+    assert project.warnings == (f"{folder / 'x.md'}: leads out of {workspace.resolve()}; refused",)

@@ -30,7 +30,7 @@ import attrs
 from runtime.core._agent_types import AgentType, agent_types_from_mapping
 from runtime.core._errors import ConfigError
 
-from ._files import ProjectFileError, read_text_capped, split_front_matter
+from ._files import ProjectFileError, inside, read_text_capped, split_front_matter
 
 MAX_DEFINITION_BYTES = 256 * 1024
 MAX_DEFINITIONS = 256
@@ -151,16 +151,17 @@ def read_definition(path: Path, tools: ToolNames) -> AgentType:
 
 
 def load_definitions(
-    folders: Iterable[Path], tools: ToolNames, warn: Callable[[str], None]
+    folders: Iterable[tuple[Path, Path]], tools: ToolNames, warn: Callable[[str], None]
 ) -> list[AgentDefinition]:
-    """The definitions in *folders* (``*.md``, by name within a folder, folders in order).
+    """The definitions in each ``(folder, root)`` of *folders* (``*.md``, by name within a
+    folder, folders in order); a file leading out of its root (a symlink) is refused.
 
     A file that cannot be used is skipped with a warning; a name defined twice keeps the later
     definition, with a warning naming both files.
     """
     found: dict[str, AgentDefinition] = {}
     count = 0
-    for folder in folders:
+    for folder, root in folders:
         try:
             paths = sorted(folder.glob("*.md")) if folder.is_dir() else []
         except OSError as exc:
@@ -168,6 +169,9 @@ def load_definitions(
             continue
         for path in paths:
             if not path.is_file():
+                continue
+            if not inside(path, root):
+                warn(f"{path}: leads out of {root}; refused")
                 continue
             count += 1
             if count > MAX_DEFINITIONS:

@@ -93,7 +93,11 @@ def load_project(
     )
     known = set(tools) | ({"skill"} if skills else set())
     agents = load_definitions(
-        [user_dir / "agents", ws / ".claude" / "agents", ws / ".trio-agents" / "agents"],
+        [
+            (user_dir / "agents", user_dir),
+            (ws / ".claude" / "agents", ws),
+            (ws / ".trio-agents" / "agents", ws),
+        ],
         ToolNames(known, warn),
         warn,
     )
