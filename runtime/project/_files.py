@@ -134,7 +134,7 @@ def _load_yaml(head: str, path: Path) -> dict[str, Any]:
         except yaml.YAMLError:
             data = None
         if data is None:
-            raise ProjectFileError(_yaml_message(first, path)) from None
+            raise ProjectFileError(_yaml_message(_python_error(head) or first, path)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -142,6 +142,18 @@ def _load_yaml(head: str, path: Path) -> dict[str, Any]:
             f"{path}:2: the front matter is not a mapping of keys (got {type(data).__name__})"
         )
     return {str(k): v for k, v in data.items()}
+
+
+def _python_error(head: str) -> Exception | None:
+    # The pure-Python loader says where and what more precisely than the C one; a bad file is
+    # rare, so it is asked only then.
+    import yaml
+
+    try:
+        yaml.safe_load(head)
+    except yaml.YAMLError as exc:
+        return exc
+    return None
 
 
 def _quote_plain(line: str) -> str:
