@@ -472,3 +472,37 @@ def test_a_warden_that_stopped_reading_is_killed_before_it_is_replaced() -> None
         assert group.poll() is None, "the live group was left alone"
         warden.close()
         assert group.wait(timeout=5) == -signal.SIGTERM
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "setsid sleep 300 & echo $! > child.pid; echo done",  # a session of its own
+        "(setsid sleep 300 & echo $! > child.pid) ; echo done",  # and an orphan at once
+        "setsid bash -c 'sleep 300 & echo $! > child.pid; wait' & sleep 0.2; echo done",
+    ],
+    ids=["setsid", "orphan", "grandchild"],
+)
+async def test_processes_that_left_the_group_are_stopped_too(
+    workspace: Path, command: str
+) -> None:
+    # The result says background processes were stopped: it must be true of those that left
+    # the process group (setsid) as well, which the group's SIGTERM never reaches.
+    with trio.fail_after(10):
+        out = await call(BashTool(), {"command": command}, make_ctx(workspace))
+    assert out.endswith(
+        "done\n[exit code 0]\n[background processes the command left running were stopped]"
+    )
+    pid = int((workspace / "child.pid").read_text())
+    assert _wait_until_stopped([pid], limit_s=1.0) == []
+
+
+async def test_processes_that_left_the_group_are_stopped_on_timeout_too(workspace: Path) -> None:
+    with trio.fail_after(10), pytest.raises(ToolError, match="timed out"):
+        await call(
+            BashTool(kill_grace_s=0.2),
+            {"command": "setsid sleep 300 & echo $! > child.pid; sleep 300", "timeout_s": 0.5},
+            make_ctx(workspace),
+        )
+    pid = int((workspace / "child.pid").read_text())
+    assert _wait_until_stopped([pid], limit_s=1.0) == []

@@ -19,9 +19,16 @@ A non-zero exit code is an ``ok`` result that states the code, like a terminal w
 ``grep`` or ``test`` is information for the model, not a tool failure. Only a timeout (or a
 command that cannot start) is an ``error`` result.
 
-Limits: a process that leaves the group on purpose (``setsid``, a daemon) escapes the cleanup.
-Dead members of the group whose parent does not reap them (zombies under a PID 1 that does not
-reap) are not counted as left behind.
+A process that leaves the group on purpose (``setsid``, a daemon) is found by a mark in its
+environment: each call sets ``TRIO_AGENTS_BASH_CALL`` to a token of its own, inherited by every
+process it starts, and when the group is stopped the processes whose ``/proc/PID/environ`` holds
+that token are stopped too (SIGTERM, SIGKILL after the grace period; signalled through a pidfd,
+so a recycled pid is never hit).
+
+Limits: a process that leaves the group AND clears its environment (``env -i setsid ...``)
+escapes the cleanup, as does one running as another user; the sandbox (a PID namespace) closes
+that. Dead members of the group whose parent does not reap them (zombies under a PID 1 that does
+not reap) are not counted as left behind.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -49,7 +57,10 @@ from runtime.core import (
 
 from ._warden import warden
 
-__all__ = ["BashTool"]
+__all__ = ["CALL_TAG_VAR", "BashTool"]
+
+CALL_TAG_VAR = "TRIO_AGENTS_BASH_CALL"
+"""Set, for each call, to a token of its own: how processes that left the group are found."""
 
 _CHUNK_BYTES = 65_536
 # After SIGKILL the kernel needs a moment to tear processes down; we wait at most this long.
@@ -124,6 +135,7 @@ class BashTool(Tool):
                 f"{ctx.limits.bash_max_timeout_s:g} s"
             )
         capture = _Capture(ctx.limits.max_output_chars, ctx.redactor)
+        tag = secrets.token_hex(8)
         guard = warden() if self.orphan_guard else None
         if guard is not None and not guard.started:
             # Once per process: the warden is up before the first group exists.
@@ -141,13 +153,13 @@ class BashTool(Tool):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=ctx.workspace,
-                env=dict(ctx.env),
+                env={**ctx.env, CALL_TAG_VAR: tag},
                 start_new_session=True,
             )
         except OSError as exc:
             raise ToolError(f"cannot start bash: {exc}") from exc
         ctx.log.debug("bash.started", pid=proc.pid)
-        group = _ProcessGroup(proc)
+        group = _ProcessGroup(proc, tag)
         stdout = proc.stdout
         assert stdout is not None  # stdout=PIPE
         leftovers = False
@@ -289,9 +301,11 @@ class _ProcessGroup:
     pidfds do not exist (not Linux), bash is reaped at once and the tiny race is accepted.
     """
 
-    def __init__(self, proc: trio.Process) -> None:
+    def __init__(self, proc: trio.Process, tag: str | None = None) -> None:
         self.proc = proc
         self.pgid = proc.pid
+        self.tag = tag
+        self.stopped = False
         self._pidfd: int | None
         try:
             self._pidfd = os.pidfd_open(proc.pid)
@@ -329,12 +343,25 @@ class _ProcessGroup:
     async def stop(self, grace_s: float) -> bool:
         """Stop every process of the group: SIGTERM, then SIGKILL after *grace_s*.
 
+        Processes of the call that left the group are stopped too (see the module docstring).
+        Once a call finds nothing running, later calls return False at once.
+
         Returns:
             Whether any process was still running.
 
         Cancellation: a checkpoint while waiting; signals already sent stay sent. Callers that
         must finish the job run this under a shielded ``move_on_after``.
         """
+        if self.stopped:
+            await trio.lowlevel.checkpoint()
+            return False
+        in_group = await self._stop_group(grace_s)
+        escaped = await self._stop_escaped(grace_s)
+        # Nothing was running: nothing can start another process, no need to look again.
+        self.stopped = not (in_group or escaped)
+        return in_group or escaped
+
+    async def _stop_group(self, grace_s: float) -> bool:
         if not await self.running():
             return False
         self._signal(signal.SIGTERM)
@@ -350,6 +377,36 @@ class _ProcessGroup:
                 while await self.running():  # noqa: ASYNC110 - as above
                     await trio.sleep(_POLL_S)
         return True
+
+    async def _stop_escaped(self, grace_s: float) -> bool:
+        """Stop the call's processes that left its group (found by their tag); whether any ran.
+
+        Cancellation: a checkpoint; signals already sent stay sent.
+        """
+        stopped = False
+        if self.tag is None:
+            return stopped
+        for _ in range(_ESCAPE_ROUNDS):  # a daemon may fork again while it is being stopped
+            pidfds = await trio.to_thread.run_sync(_tagged_processes, self.tag)
+            if not pidfds:
+                break
+            stopped = True
+            try:
+                for sig in (signal.SIGTERM, signal.SIGCONT):
+                    for fd in pidfds:
+                        _pidfd_signal(fd, sig)
+                with trio.move_on_after(grace_s):
+                    for fd in pidfds:
+                        await trio.lowlevel.wait_readable(fd)  # readable once it has exited
+                for fd in pidfds:
+                    _pidfd_signal(fd, signal.SIGKILL)
+                with trio.move_on_after(_KILL_WAIT_S):
+                    for fd in pidfds:
+                        await trio.lowlevel.wait_readable(fd)
+            finally:
+                for fd in pidfds:
+                    os.close(fd)
+        return stopped
 
     async def reap(self) -> None:
         """Collect bash's exit status (it has exited once :meth:`stop` has run).
@@ -369,6 +426,48 @@ class _ProcessGroup:
         # Gone already; or not ours to signal (a setuid member): :meth:`running` still sees it.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
+
+
+_ESCAPE_ROUNDS = 3
+
+
+def _tagged_processes(tag: str) -> list[int]:
+    """pidfds of the live processes whose environment holds the call's *tag* (none without pidfds).
+
+    Each process is opened (pidfd) before its environment is read: if the pid was recycled in
+    between, the environment read is the newcomer's, which does not hold the tag.
+    """
+    needle = f"{CALL_TAG_VAR}={tag}".encode()
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+    me = os.getpid()
+    found: list[int] = []
+    for pid in pids:
+        if int(pid) == me:
+            continue
+        try:
+            pidfd = os.pidfd_open(int(pid))
+        except AttributeError:  # no pidfds here: no safe way to signal a stranger's pid
+            break
+        except OSError:
+            continue  # exited meanwhile
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:
+            environ = b""  # another user's, or gone
+        if needle in environ.split(b"\0"):
+            found.append(pidfd)
+        else:
+            os.close(pidfd)
+    return found
+
+
+def _pidfd_signal(pidfd: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        signal.pidfd_send_signal(pidfd, sig)
 
 
 def _running_members(pgid: int) -> bool | None:

@@ -240,7 +240,19 @@ class _Warnings:
         else:
             print(line, file=sys.stderr, flush=True)
 
+    def note(self, message: str) -> None:
+        """A warning about the file as a whole (not counted against the cap)."""
+        line = f"{PROG}: warning: {self.path}: {message}"
+        if self.defer:
+            self._held.append(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
     def finish(self, loader: TraceLoader | None = None) -> None:
+        if loader is not None:
+            for tree in loader.traces.trees:
+                for message in tree.anomalies():
+                    self.note(f"run {tree.run_id}: {message}")
         for line in self._held:
             print(line, file=sys.stderr)
         self._held.clear()

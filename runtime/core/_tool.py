@@ -69,6 +69,11 @@ class ToolLimits:
     grep_timeout_s: float = 30.0
     """The most one ``grep`` call may search for (a pattern that backtracks without end, such
     as ``(a|aa)+$``, is stopped by it, and never holds up the other agents meanwhile)."""
+    grep_max_line_bytes: int = 100_000
+    """A longer line is searched in its first this-many bytes only (the result says so): what
+    one line costs in memory, a backtracking pattern's bookkeeping included, stays bounded."""
+    grep_max_file_bytes: int = 100_000_000
+    """A bigger file is searched in its first this-many bytes only (the result says so)."""
 
 
 @attrs.frozen(kw_only=True)

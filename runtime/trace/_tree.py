@@ -38,6 +38,8 @@ OUTPUT_KEEP: Final = 2000
 PROMPT_KEEP: Final = 2000
 """How many leading characters of an agent's prompt a node keeps."""
 
+BROKEN_LINKS: Final = "(broken links)"
+"""The id of the root that holds agents whose parents form a cycle in a corrupt file."""
 RUNNING: Final = "running"
 INTERRUPTED: Final = "interrupted"
 
@@ -449,6 +451,16 @@ class TraceTree:
         self._agents_in_order = True
         # One string per tool name / agent type, shared by every node that has it.
         self._names: dict[str, str] = {}
+        # A tool call attached to its caller after its sub-agents may close a cycle (a corrupt
+        # file): checked, and broken, on the next read of the roots (O(nodes), once per change).
+        self._cycles_checked = True
+        # Calls cut from their caller to break a cycle, shown under the "broken links" root.
+        self._broken: list[ToolNode] = []
+        self._broken_root: AgentNode | None = None
+        self._cycle_agents = 0
+        # Lines naming a node a second time (the first one stands): how many, and the first id.
+        self.duplicates = 0
+        self._first_duplicate: str | None = None
         self.handlers: dict[str, _Handler] = {
             "run_started": self._run_started,
             "agent_started": self._agent_started,
@@ -572,10 +584,78 @@ class TraceTree:
     @property
     def roots(self) -> list[AgentNode]:
         """Root agents in start order, then agents whose parent tool call never appeared."""
+        if not self._cycles_checked:
+            self._break_cycles()
+        roots = self._base_roots()
+        if self._broken_root is not None:
+            roots.append(self._broken_root)
+        return roots
+
+    def _base_roots(self) -> list[AgentNode]:
         if not self._unattached:
             return list(self._roots)
         detached = [agent for tool in self._unattached.values() for agent in tool.children]
         return self._roots + detached
+
+    def _break_cycles(self) -> None:
+        """Cut the cycles a corrupt file's parent links form; their agents go under "broken links".
+
+        Every agent not reachable from a root sits in, or below, a cycle (each node has one
+        parent). For each, walk up to the cycle and cut the call that closes it from its caller.
+        """
+        self._cycles_checked = True
+        seen: set[int] = {id(node) for node in self.iter_nodes(self._base_roots())}
+        seen.update(id(node) for node in self.iter_nodes(self._broken))
+        for agent in self.agents.values():
+            if id(agent) in seen:
+                continue
+            path: set[int] = set()
+            node: Node = agent
+            while id(node) not in path and id(node) not in seen:
+                path.add(id(node))
+                parent = node._parent
+                if parent is None:
+                    break
+                node = parent
+            if id(node) in path:  # back where we were: a cycle; cut the call that closes it
+                call = node if isinstance(node, ToolNode) else node._parent
+                if call is not None and call._parent is not None:
+                    call._parent.children.remove(call)
+                    call._parent = None
+                    self._broken.append(call)
+            for below in self.iter_nodes(self._broken[-1:] if self._broken else ()):
+                if id(below) not in seen:
+                    seen.add(id(below))
+                    if isinstance(below, AgentNode):
+                        self._cycle_agents += 1
+        if self._broken and self._broken_root is None:
+            root = self._broken_root = AgentNode(BROKEN_LINKS, None)
+            root.name = "broken links"
+            root.status = INTERRUPTED
+        if self._broken_root is not None:
+            self._broken_root.children = list(self._broken)
+        self._dirty = True
+
+    def anomalies(self) -> list[str]:
+        """What the stream got wrong that the tree worked around, one line per kind."""
+        _ = self.roots  # brings the cycle check up to date
+        out: list[str] = []
+        if self._cycle_agents:
+            out.append(
+                f"{self._cycle_agents} agents whose parents form a cycle (a corrupt file) are "
+                f"shown under the '{BROKEN_LINKS}' root"
+            )
+        if self.duplicates:
+            out.append(
+                f"{self.duplicates} events name a node a second time (first: "
+                f"{self._first_duplicate!r}); the first line of each stands"
+            )
+        return out
+
+    def _duplicate(self, node_id: str) -> None:
+        self.duplicates += 1
+        if self._first_duplicate is None:
+            self._first_duplicate = node_id
 
     @property
     def started_ts(self) -> float | None:
@@ -685,13 +765,14 @@ class TraceTree:
             KeyError: no node has the id *subtree*.
         """
         roots: list[Node]
+        all_roots = self.roots  # breaks any cycle first: ancestors() below then ends
         if subtree is not None:
             node = self.find(subtree)
             if node is None:
                 raise KeyError(subtree)
             roots = [node]
         else:
-            roots = list(self.roots)
+            roots = list(all_roots)
         if status is None:
             return roots, None
         keep: set[Node] = set()
@@ -759,7 +840,10 @@ class TraceTree:
 
     def to_plain_json(self, **kwargs: Any) -> dict[str, Any]:
         """:meth:`to_json` with every node converted to a dict (for ``json`` or comparisons)."""
-        result: dict[str, Any] = orjson.loads(orjson.dumps(self.to_json(**kwargs)))
+        obj = self.to_json(**kwargs)
+        roots = obj.pop("roots")
+        result: dict[str, Any] = orjson.loads(orjson.dumps(obj))
+        result["roots"] = [_plain_subtree(root) for root in roots]
         return result
 
     def running_subtrees(self) -> list[RunningSubtree]:
@@ -857,6 +941,7 @@ class TraceTree:
         if tool.children:
             self._dirty = True
             self._agents_in_order = False
+            self._cycles_checked = False
             for child in tool.children:
                 child._parent_agent_id = owner.id
                 if not child._seen_start:
@@ -920,6 +1005,7 @@ class TraceTree:
             raise _invalid(kind, "prompt")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, kind)
         if agent._seen_start:
+            self._duplicate(agent.id)
             return  # a duplicate line: the first one stands
         if ts > self.last_ts:
             self.last_ts = ts
@@ -1008,6 +1094,7 @@ class TraceTree:
         if tool is None:
             tool = self._new_tool(tool_use_id)
         elif tool._seen_start:
+            self._duplicate(tool.id)
             return  # a duplicate line: the first one stands
         tool._seen_start = True
         tool.name = name
@@ -1041,6 +1128,7 @@ class TraceTree:
             raise _invalid(kind, "duration_s")
         tool = self.tools.get(fields["tool_use_id"]) or self._tool_missing(fields, kind)
         if tool._finished_ts is not None:
+            self._duplicate(tool.id)
             return  # a duplicate line: the first one stands
         if ts > self.last_ts:
             self.last_ts = ts
@@ -1162,6 +1250,7 @@ class TraceTree:
             raise _invalid(kind, "duration_s")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, kind)
         if agent._finished_ts is not None:
+            self._duplicate(agent.id)
             return  # a duplicate line: the first one stands
         if ts > self.last_ts:
             self.last_ts = ts
@@ -1193,14 +1282,38 @@ def _json_pieces(node: Node | dict[str, Any], levels: int) -> Iterator[bytes]:
             children = current.children
             head = node_json(current)
         if left <= 0 or not children:
-            yield orjson.dumps(current)
-            continue
+            try:
+                yield orjson.dumps(current)
+                continue
+            except orjson.JSONEncodeError:
+                if not children:
+                    raise
+                # Deeper than orjson nests (255 levels, 64 agents): one level at a time.
+                left = 1
         yield orjson.dumps(head)[:-1] + b',"children":['
         stack.append(b"]}")
         for i in range(len(children) - 1, -1, -1):
             stack.append((children[i], left - 1))
             if i:
                 stack.append(b",")
+
+
+def _plain_subtree(root: Node | dict[str, Any]) -> dict[str, Any]:
+    # Iterative: a chain of agents may be deeper than any recursive encoder or decoder goes.
+    top: dict[str, Any] = {}
+    stack: list[tuple[Node | dict[str, Any], dict[str, Any]]] = [(root, top)]
+    while stack:
+        src, dst = stack.pop()
+        if isinstance(src, dict):
+            kids = src["children"]
+            fields = {k: v for k, v in src.items() if k != "children"}
+        else:
+            kids = src.children
+            fields = node_json(src)
+        dst.update(orjson.loads(orjson.dumps(fields)))
+        dst["children"] = [{} for _ in kids]
+        stack.extend(zip(kids, dst["children"], strict=True))
+    return top
 
 
 def _subtree_json(
