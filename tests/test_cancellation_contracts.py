@@ -9,6 +9,7 @@ wait is involved; steps are ordered with ``wait_all_tasks_blocked``, never with 
 from __future__ import annotations
 
 import os
+import threading
 from contextlib import AsyncExitStack, aclosing
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,12 @@ from runtime import (
 )
 from runtime.actors import ActorContext, Mailbox, start_actor
 from runtime.providers import open_provider
+from tests._toolkit import call, make_ctx
 from tests.harness import EventLog
+from tools import EditTool, ReadTool, Tool, WriteTool
+from tools import _edit as _edit_mod
+from tools import _read as _read_mod
+from tools import _write as _write_mod
 
 
 async def _emit(bus: EventBus, text: str = "x") -> Event:
@@ -402,3 +408,75 @@ async def test_open_provider_closes_the_pool_when_its_block_is_cancelled(name: s
             await trio.sleep_forever()
     assert scope.cancelled_caught
     assert provider.client.is_closed  # type: ignore[attr-defined]
+
+
+# -- tools: ReadTool, WriteTool, EditTool ------------------------------------------------------
+# Each runs its work in a worker thread; the thread body is held at its start (a wrapper around
+# the real one) so the cancel lands while it runs, whatever the machine's speed.
+def _hold_thread_body(
+    monkeypatch: pytest.MonkeyPatch, module: Any, name: str
+) -> tuple[threading.Event, threading.Event]:
+    entered, release = threading.Event(), threading.Event()
+    real = getattr(module, name)
+
+    def held(*args: Any) -> Any:
+        entered.set()
+        release.wait(10)
+        return real(*args)
+
+    monkeypatch.setattr(module, name, held)
+    return entered, release
+
+
+async def _cancel_while_in_thread(
+    tool: Tool, args: dict[str, Any], workspace: Path, entered: threading.Event,
+    release: threading.Event,
+) -> tuple[bool, trio.Event]:
+    """Cancel *tool*'s call once its thread runs; return whether the call had ended before the
+    thread was released, and an event set when it ends."""
+    scope = trio.CancelScope()
+    ended = trio.Event()
+
+    async def caller() -> None:
+        with scope:
+            await call(tool, args, make_ctx(workspace))
+        ended.set()
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(caller)
+            await trio.to_thread.run_sync(entered.wait, 10)
+            scope.cancel(reason="test")
+            await trio.testing.wait_all_tasks_blocked()
+            ended_before_release = ended.is_set()
+            release.set()
+    return ended_before_release, ended
+
+
+async def test_a_cancelled_read_returns_at_once_leaving_its_thread(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (workspace / "f.txt").write_text("a\n")
+    entered, release = _hold_thread_body(monkeypatch, _read_mod, "_read")
+    ended_first, _ = await _cancel_while_in_thread(
+        ReadTool(), {"path": "f.txt"}, workspace, entered, release)
+    assert ended_first, "the read was abandoned, not waited for"
+
+
+@pytest.mark.parametrize("tool", ["write", "edit"])
+async def test_a_cancelled_write_or_edit_waits_for_its_thread_and_the_file_is_whole(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, tool: str
+) -> None:
+    target = workspace / "f.txt"
+    target.write_text("old\n")
+    if tool == "write":
+        entered, release = _hold_thread_body(monkeypatch, _write_mod, "_write")
+        called: Tool = WriteTool()
+        args = {"path": "f.txt", "content": "new\n"}
+    else:
+        entered, release = _hold_thread_body(monkeypatch, _edit_mod, "_edit")
+        called, args = EditTool(), {"path": "f.txt", "old": "old", "new": "new"}
+    ended_first, ended = await _cancel_while_in_thread(called, args, workspace, entered, release)
+    assert not ended_first, "the cancelled call must wait for its thread"
+    assert ended.is_set()
+    assert target.read_text() == "new\n", "the change went through whole"
