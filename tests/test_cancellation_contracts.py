@@ -38,7 +38,7 @@ from runtime.actors import ActorContext, Mailbox, start_actor
 from runtime.providers import open_provider
 from tests._toolkit import call, make_ctx
 from tests.harness import EventLog
-from tools import EditTool, ReadTool, Tool, WriteTool
+from tools import EditTool, ReadTool, SkillTool, Tool, WriteTool
 from tools import _edit as _edit_mod
 from tools import _read as _read_mod
 from tools import _write as _write_mod
@@ -480,3 +480,22 @@ async def test_a_cancelled_write_or_edit_waits_for_its_thread_and_the_file_is_wh
     assert not ended_first, "the cancelled call must wait for its thread"
     assert ended.is_set()
     assert target.read_text() == "new\n", "the change went through whole"
+
+
+# -- tools.SkillTool ---------------------------------------------------------------------------
+async def test_the_skill_tool_is_a_checkpoint(workspace: Path, tmp_path: Path) -> None:
+    from runtime.project import load_project
+
+    folder = workspace / ".claude" / "skills" / "pdf"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text("---\ndescription: Fill PDF forms\n---\n# PDF\n")
+    (folder / "forms.md").write_text("Form fields.")
+    (tmp_path / "config").mkdir()
+    tool = SkillTool(load_project(workspace, env={"XDG_CONFIG_HOME": str(tmp_path / "config")})
+                     .skills)
+    for args in ({"name": "pdf"}, {"name": "pdf", "file": "forms.md"}):
+        with assert_checkpoints():
+            await call(tool, args, make_ctx(workspace))
+        with _cancelled_scope() as scope:  # cancelled: nothing read, nothing to undo
+            await call(tool, args, make_ctx(workspace))
+        assert scope.cancelled_caught
