@@ -141,3 +141,23 @@ def test_settings_fill_the_options_the_command_line_left_unset(workspace: Path) 
                     "--max-turns", "6", "--trace", "t.jsonl")
     assert (opts.model, opts.permission_mode, opts.allow) == ("flag", "deny", ("read", "glob"))
     assert (opts.max_turns, opts.extra["limits"].max_turns, opts.trace) == (6, 6, "t.jsonl")
+
+
+def test_settings_set_the_context_window_and_mcp_and_flags_win(tmp_path: Path) -> None:
+    from runtime.cli._main import build_parser
+    from runtime.cli._options import options_from_args, runtime_kwargs
+    from runtime.cli._project import apply_project
+
+    (tmp_path / ".trio-agents").mkdir()
+    (tmp_path / ".trio-agents" / "settings.toml").write_text(
+        '[limits]\ncontext_window = 5000\ncompact_threshold = "60%"\n'
+        '[mcp]\nenabled = false\n')
+    ns = build_parser().parse_args(["run", "x", "--workspace", str(tmp_path), "--no-trace"])
+    opts = apply_project(options_from_args(ns), ns)
+    limits = runtime_kwargs(opts)["limits"]
+    assert (limits.context_window, limits.compact_threshold) == (5000, 0.6)
+    assert opts.no_mcp is True
+    ns = build_parser().parse_args(["run", "x", "--workspace", str(tmp_path), "--no-trace",
+                                    "--context-window", "9000"])
+    limits = runtime_kwargs(apply_project(options_from_args(ns), ns))["limits"]
+    assert (limits.context_window, limits.compact_threshold) == (9000, 0.6)

@@ -28,7 +28,11 @@ if TYPE_CHECKING:
     from runtime.project import Project, Settings
 
 # Flags whose RunOptions field is not named after them.
-_FIELD_OF_FLAG = {"--permission-timeout": "permission_timeout_s", "--no-trace": "trace"}
+_FIELD_OF_FLAG = {
+    "--permission-timeout": "permission_timeout_s",
+    "--no-trace": "trace",
+    "--no-mcp": "no_mcp",
+}
 
 
 @contextmanager
@@ -61,7 +65,7 @@ def flags_from_args(ns: argparse.Namespace) -> dict[str, Any]:
         if setting.flag is None:
             continue
         value = getattr(ns, _dest(setting.flag), None)
-        if setting.flag == "--no-trace":
+        if setting.flag in ("--no-trace", "--no-mcp"):
             value = False if value else None
         elif value is False:  # a switch not given (store_true): the files decide
             value = None
@@ -125,13 +129,16 @@ def apply_project(opts: RunOptions, ns: argparse.Namespace) -> RunOptions:
             if opts.trace is True:
                 changes["trace"] = value.value
             continue
+        if field == "no_mcp":  # mcp.enabled = false is --no-mcp
+            changes["no_mcp"] = not value.value
+            continue
         changes[field] = value.value
     if changes.get("sandbox_network"):
         changes["sandbox"] = True  # as on the command line: the network implies the sandbox
     limits = Limits(**{
         name.removeprefix("limits."): settings[name]
         for name in settings.values
-        if name.startswith("limits.")
+        if name.startswith("limits.") and settings[name] is not None
     })
     extra = {
         **opts.extra,

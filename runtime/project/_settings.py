@@ -85,6 +85,18 @@ def path(value: Any) -> str:
     return string(value)
 
 
+def fraction(value: Any) -> float:
+    """A share of something: ``0.8`` or ``"80%"``."""
+    if isinstance(value, str) and value.endswith("%"):
+        try:
+            value = float(value[:-1]) / 100
+        except ValueError:
+            raise ValueError(f"expected a fraction such as 0.8 or \"80%\"; got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise ValueError(f"expected a fraction such as 0.8 or \"80%\"; got {value!r}")
+    return float(value)
+
+
 @attrs.frozen
 class Setting:
     """One key of the settings schema.
@@ -136,6 +148,17 @@ SETTINGS: dict[str, Setting] = {
                 default=100_000),
         Setting("limits.max_tool_output_chars", positive_int,
                 "a longer tool result is cut", default=30_000),
+        Setting("limits.context_window", positive_int,
+                "every agent's context window in tokens (default: known from the model)",
+                flag="--context-window"),
+        Setting("limits.compact_threshold", fraction,
+                "the share of the window at which an agent compacts its history",
+                flag="--compact-threshold", default=0.8),
+        Setting("mcp.config", strings,
+                "more MCP config files, beside the workspace's .mcp.json (docs/mcp.md)",
+                flag="--mcp-config", default=(), merge="append"),
+        Setting("mcp.enabled", boolean, "start the MCP servers of .mcp.json and mcp.config",
+                flag="--no-mcp", default=True),
         Setting("sandbox.enabled", boolean, "run every bash call under bubblewrap",
                 flag="--sandbox", default=False),
         Setting("sandbox.network", boolean, "let sandboxed commands use the network",
