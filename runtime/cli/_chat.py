@@ -113,7 +113,13 @@ def cmd_chat(
         list_only: list the sessions and exit (``--list``).
         sessions_dir: the sessions folder (default ``.trio-agents/sessions``).
     """
-    from ._options import check_control_path, existing_file, run_command, setup_logging
+    from ._options import (
+        check_output_paths,
+        existing_file,
+        run_command,
+        setup_logging,
+        writable_path,
+    )
 
     store = SessionStore(sessions_dir or DEFAULT_SESSIONS_DIR)
     try:
@@ -121,8 +127,8 @@ def cmd_chat(
             return print_sessions(store, as_json=opts.json)
         existing_file(opts.scenario, "--scenario")
         existing_file(opts.agents, "--agents")
-        if opts.control:
-            check_control_path(opts.control)
+        check_output_paths(opts)
+        writable_path(store.root, "--sessions-dir" if sessions_dir else "sessions", folder=True)
         # A session that cannot be used is refused before anything runs (no trace, no file
         # written): it stays exactly as it is.
         record = store.load(store.resolve(resume or None)) if resume is not None else None

@@ -24,7 +24,7 @@ from pathlib import Path
 from ._options import (
     RunOptions,
     UsageError,
-    check_control_path,
+    check_output_paths,
     existing_file,
     is_interactive,
     run_command,
@@ -194,8 +194,7 @@ def run_demo(opts: RunOptions) -> int:
 
     existing_file(opts.scenario, "--scenario")
     existing_file(opts.agents, "--agents")
-    if opts.control:
-        check_control_path(opts.control)
+    check_output_paths(opts)
     if opts.provider not in (None, "scripted"):
         raise UsageError(
             "the demo runs on the scripted provider; use 'trio-agents run' for "

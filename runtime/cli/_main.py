@@ -182,12 +182,11 @@ def _read_prompt(text: str) -> str:
 
 def cmd_run(opts: RunOptions, prompt: str) -> int:
     """``trio-agents run PROMPT``: run the main agent to its end; returns the exit code."""
-    from ._options import check_control_path, existing_file, run_command, setup_logging
+    from ._options import check_output_paths, existing_file, run_command, setup_logging
 
     existing_file(opts.scenario, "--scenario")
     existing_file(opts.agents, "--agents")
-    if opts.control:
-        check_control_path(opts.control)
+    check_output_paths(opts)
     setup_logging(opts.debug)
     return run_command(lambda: run_prompt(opts, prompt), debug=opts.debug)
 

@@ -636,3 +636,57 @@ def existing_file(path: str | None, option: str) -> None:
     """Fail early, with one line, when an input file does not exist."""
     if path is not None and not Path(path).is_file():
         raise UsageError(f"{option} {path}: no such file")
+
+
+def writable_path(
+    path: str | os.PathLike[str], option: str, *, folder: bool = False, make_parents: bool = True
+) -> None:
+    """Fail early, with one line naming the path and why, when an output path cannot be written.
+
+    Checks what can be known before anything is written: the path is not a folder (or, with
+    *folder*, not a file), the nearest existing folder above it is a folder we may write in,
+    and (without *make_parents*) its parent folder exists. A failure found only while writing
+    (a full disk) is still reported where the write happens.
+
+    Args:
+        option: how the user gave the path (``--trace``, ``-o``), for the message.
+        folder: the path is a folder the command writes files into (``--sessions-dir``).
+        make_parents: missing folders above the path are created by the command.
+
+    Raises:
+        UsageError: naming the path and the reason.
+    """
+    target = Path(path)
+    where = f"{option} {os.fspath(path)}"
+    if target.exists():
+        if folder and not target.is_dir():
+            raise UsageError(f"{where}: not a folder")
+        if not folder and target.is_dir():
+            raise UsageError(f"{where}: is a folder, not a file")
+        probe = target if folder else target.parent
+        if not os.access(probe, os.W_OK):
+            raise UsageError(f"{where}: permission denied")
+        return
+    parent = target.parent
+    if not make_parents and not parent.exists():
+        raise UsageError(f"{where}: no such folder {os.fspath(parent)!r}")
+    ancestor = parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{where}: {os.fspath(ancestor)!r} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"{where}: permission denied in {os.fspath(ancestor)!r}")
+
+
+def check_output_paths(opts: RunOptions) -> None:
+    """Check every output path of the common options (``--trace``, ``--control``).
+
+    Raises:
+        UsageError: one line naming the first path that cannot be written, and why.
+    """
+    if isinstance(opts.trace, str):
+        writable_path(opts.trace, "--trace")
+    if opts.control:
+        check_control_path(opts.control)
+        writable_path(opts.control, "--control", make_parents=False)

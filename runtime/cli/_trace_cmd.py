@@ -294,9 +294,12 @@ def _write_bytes(chunks: Iterable[bytes], output: str | None = None) -> None:
             out.write(chunk)
         out.flush()
         return
-    with open(output, "wb") as f:
-        for chunk in chunks:
-            f.write(chunk)
+    try:
+        with open(output, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+    except OSError as exc:
+        raise _UsageError(f"-o {output}: cannot write: {exc.strerror or exc}") from None
 
 
 # --------------------------------------------------------------------------- show
@@ -615,6 +618,13 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    if args.output is not None:
+        from ._options import UsageError, writable_path
+
+        try:  # before the trace is read: a bad -o costs nothing
+            writable_path(args.output, "-o", make_parents=False)
+        except UsageError as exc:
+            raise _UsageError(str(exc)) from None
     trees = _load(args.file, keep_details=False)
     if args.format == "mermaid":
         from runtime.trace._render import render_mermaid
