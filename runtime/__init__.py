@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from runtime.core._permissions import parse_rule as parse_rule
     from runtime.core._provider import ModelRequest as ModelRequest
     from runtime.core._provider import Provider as Provider
+    from runtime.core._provider import RetryNotice as RetryNotice
     from runtime.core._provider import TextChunk as TextChunk
     from runtime.core._provider import ThinkingChunk as ThinkingChunk
     from runtime.core._provider import ToolCall as ToolCall
@@ -131,6 +132,7 @@ _LAZY: dict[str, str] = {
     "ProviderError": "runtime.core._errors",
     "ProviderRetry": "runtime.core._events",
     "ReplayDiverged": "runtime.core._events",
+    "RetryNotice": "runtime.core._provider",
     "RetryPolicy": "runtime.providers",
     "Rule": "runtime.core._permissions",
     "RunFinished": "runtime.core._events",

@@ -34,7 +34,15 @@ from llm_server import (
 )
 
 from runtime.core._messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from runtime.core._provider import Provider, TextChunk, ThinkingChunk, ToolCall, ToolSpec, TurnEnd
+from runtime.core._provider import (
+    Provider,
+    RetryNotice,
+    TextChunk,
+    ThinkingChunk,
+    ToolCall,
+    ToolSpec,
+    TurnEnd,
+)
 from runtime.providers import AnthropicProvider, RetryPolicy
 
 KEY = "sk-ant-test-DO-NOT-LEAK-0123456789abcdef"
@@ -306,7 +314,13 @@ async def test_429_waits_for_retry_after_then_succeeds(
 
     items = await collect(provider, make_request())
 
-    assert items[0] == TextChunk("ok")
+    # The retry is told to the loop first (it becomes a provider_retry event), then the reply.
+    notice, text = items[:2]
+    assert isinstance(notice, RetryNotice)
+    assert (notice.attempt, notice.delay_s) == (1, 12)
+    assert "HTTP 429" in notice.reason
+    assert KEY not in notice.reason
+    assert text == TextChunk("ok")
     first, second = server.requests
     assert second.at == first.at + 12
     [retry] = [e for e in logs if e["event"] == "provider.retry"]
@@ -325,7 +339,11 @@ async def test_overloaded_529_twice_then_success(
 
     items = await collect(provider, make_request())
 
-    assert items[0] == TextChunk("ok")
+    assert [(n.attempt, n.delay_s) for n in items if isinstance(n, RetryNotice)] == [
+        (1, 0.5),
+        (2, 1.0),
+    ]
+    assert items[2] == TextChunk("ok")
     times = [r.at for r in server.requests]
     # RetryPolicy(jitter=0): 0.5 s, then 1 s; the virtual clock lands exactly on each wake-up.
     assert times[1] == times[0] + 0.5  # noqa: RUF069
@@ -374,7 +392,9 @@ async def test_error_event_before_any_output_is_retried(
 
     items = await collect(provider, make_request())
 
-    assert items[0] == TextChunk("ok")
+    assert isinstance(items[0], RetryNotice)
+    assert "Overloaded" in items[0].reason
+    assert items[1] == TextChunk("ok")
     assert len(server.requests) == 2
 
 

@@ -131,3 +131,47 @@ async def test_a_main_agent_with_two_parallel_sub_agents_over_http(
     last = server.requests[-1].body.decode()
     assert "There are 2 files." in last, "the main agent's second call carries both results"
     assert "The notes say hi." in last
+
+
+async def test_a_retried_model_call_is_a_provider_retry_event_on_the_agent(
+    server: LLMServer, tmp_path: Path
+) -> None:
+    """Issue 21, item 3: a retry is an event (for --json, traces and the live tree), not a log."""
+    from runtime import ProviderRetry
+    from runtime.trace._render import render_tree
+
+    server.push(
+        Reply.error(429, f"slow down, {KEY}", kind="rate_limit_error",
+                    headers=[("retry-after", "0.2")]),
+        Reply.stream(openai_text_stream(["fine"])),
+    )
+    env = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1", "PATH": "/usr/bin:/bin"}
+    events: list[Event] = []
+    tree = TraceTree()
+    seen_while_waiting: list[str] = []
+
+    def tap(event: Event) -> None:
+        events.append(event)
+        tree.apply(event)
+        if isinstance(event, ProviderRetry):
+            line = render_tree(tree, now=event.ts + 0.05, color=False)
+            seen_while_waiting.extend(t.plain for t in line.renderables)  # type: ignore[attr-defined]
+
+    with trio.fail_after(20):
+        async with open_runtime("openai", model="m", env=env, workspace=tmp_path,
+                                trace=tmp_path / "t.jsonl", on_event=tap) as rt:
+            outcome = await rt.run("hi")
+    check_invariants(events)
+    assert outcome.status == "completed"
+    [retry] = by_type(events, ProviderRetry)
+    assert retry.agent_id == outcome.agent_id
+    assert (retry.attempt, retry.delay_s) == (1, 0.2)  # type: ignore[attr-defined]
+    assert "HTTP 429" in retry.reason  # type: ignore[attr-defined]
+    assert KEY not in retry.reason  # type: ignore[attr-defined]
+    assert any("retrying in 150ms (try 2): openai: HTTP 429" in line for line in seen_while_waiting)
+    # Once the call answers, the node no longer says it is retrying.
+    assert tree.roots[0].retry is None
+    # A trace holding the event reads back without a warning (it is a known kind).
+    reread = TraceTree()
+    for line in (tmp_path / "t.jsonl").read_bytes().splitlines():
+        reread.apply_dict(orjson.loads(line))

@@ -135,7 +135,7 @@ def cmd_chat(
     except SessionError as exc:
         error_line(str(exc))
         return EXIT_USAGE
-    setup_logging(opts.debug)
+    setup_logging(opts.debug, opts.verbose)
     chat = Chat(opts, store, record)
     return run_command(chat.main, debug=opts.debug)
 

@@ -200,7 +200,7 @@ def run_demo(opts: RunOptions) -> int:
             "the demo runs on the scripted provider; use 'trio-agents run' for "
             f"--provider {opts.provider}"
         )
-    setup_logging(opts.debug)
+    setup_logging(opts.debug, opts.verbose)
     keep = opts.workspace is not None
     if keep:
         folder = Path(opts.workspace or ".")

@@ -45,6 +45,7 @@ from runtime.core._events import (
     Event,
     PermissionRequested,
     PermissionResolved,
+    ProviderRetry,
     RunFinished,
     TextDelta,
     ToolFinished,
@@ -441,6 +442,11 @@ class PlainView:
             return f"{who} cancel requested: {event.target} by {event.by}: {event.reason}"
         if isinstance(event, UserMessage):
             return f"{who} user message: {event.text}"
+        if isinstance(event, ProviderRetry):
+            return (
+                f"{who} model call failed (try {event.attempt}), retrying in "
+                f"{event.delay_s:.1f}s: {event.reason}"
+            )
         if isinstance(event, RunFinished):
             return None
         return None

@@ -187,7 +187,7 @@ def cmd_run(opts: RunOptions, prompt: str) -> int:
     existing_file(opts.scenario, "--scenario")
     existing_file(opts.agents, "--agents")
     check_output_paths(opts)
-    setup_logging(opts.debug)
+    setup_logging(opts.debug, opts.verbose)
     return run_command(lambda: run_prompt(opts, prompt), debug=opts.debug)
 
 

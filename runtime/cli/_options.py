@@ -26,13 +26,14 @@ rich and the runtime are imported inside the functions that need them.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -146,6 +147,13 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         "cluster started for the run)",
     )
     g.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
+    g.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="warnings on stderr too (retries, a sink that stopped writing); default: only the "
+        "one-line outcome",
+    )
     g = parser.add_argument_group("permissions")
     g.add_argument(
         "--permission-mode",
@@ -198,6 +206,7 @@ class RunOptions:
     control: str | None = None
     ray_address: str | None = None
     debug: bool = False
+    verbose: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     """More :func:`~runtime.open_runtime` keyword arguments (a command's own)."""
 
@@ -233,6 +242,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         control=ns.control,
         ray_address=ns.ray_address,
         debug=ns.debug,
+        verbose=getattr(ns, "verbose", False),
     )
 
 
@@ -318,6 +328,12 @@ class _Stderr:
         sys.stderr.flush()
 
 
+def _drop_all(_: Any, __: str, ___: dict[str, Any]) -> dict[str, Any]:
+    import structlog
+
+    raise structlog.DropEvent
+
+
 def _drop_traceback(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     # Without --debug an error is one line: keep what went wrong, not where.
     exc_info = event_dict.pop("exc_info", None)
@@ -328,17 +344,23 @@ def _drop_traceback(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, An
     return event_dict
 
 
-def setup_logging(debug: bool) -> None:
-    """Send structlog (and stdlib logging) to stderr only: WARNING and up, DEBUG with *debug*.
+_QUIET: Final = logging.CRITICAL + 10
+"""Above every level: nothing is logged (stderr carries only the command's own lines)."""
 
-    Stdout is left to the view or to ``--json`` events.
+
+def setup_logging(debug: bool, verbose: bool = False) -> None:
+    """Send structlog (and stdlib logging) to stderr only: nothing by default, WARNING and up
+    with *verbose* (``-v``), DEBUG with *debug*.
+
+    Quiet by default: what a user needs (a retry, a failure) is in the view and the events;
+    the one-line outcome is printed by the command. Stdout is left to the view or to
+    ``--json`` events.
     """
-    import logging
-
     import structlog
 
-    level = logging.DEBUG if debug else logging.WARNING
-    processors: list[Any] = [
+    level = logging.DEBUG if debug else logging.WARNING if verbose else _QUIET
+    processors: list[Any] = [] if level <= logging.CRITICAL else [_drop_all]
+    processors += [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
     ]
@@ -353,7 +375,7 @@ def setup_logging(debug: bool) -> None:
     )
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(level),
+        wrapper_class=structlog.make_filtering_bound_logger(min(level, logging.CRITICAL)),
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
@@ -456,6 +478,8 @@ class Session:
         self.tree = tree if tree is not None else view.tree if view is not None else TraceTree()
         self.prompts = prompts
         self.aborted = False
+        self.reader_gone = False
+        """Stdout is a pipe whose reader closed it (``| head``): the run was ended quietly."""
         self.interactive = prompts is not None
         self.abort_noun = "the run"
         """What an abort ends, in the picker's words (``chat``: the turn)."""
@@ -476,7 +500,13 @@ class Session:
         await self.rt.abort(reason)
 
     def exit_code(self, outcome: AgentOutcome | None) -> int:
-        """0 when the root completed, 130 when aborted, 1 otherwise."""
+        """0 when the root completed, 130 when aborted, 1 otherwise.
+
+        A run ended because stdout's reader left (``| head``) exits 0, as ``cat`` does in a
+        pipeline: the command the user sees is the reader's.
+        """
+        if self.reader_gone:
+            return EXIT_OK
         if self.aborted:
             return EXIT_ABORTED
         if outcome is not None and outcome.status == "completed":
@@ -582,6 +612,8 @@ async def open_session(
                         if prompts is not None:
                             await nursery.start(prompts.run, session)
                         nursery.start_soon(serve_sigint, sigint, session)
+                        if _stdout_is_pipe():
+                            nursery.start_soon(watch_stdout_reader, session)
                         if control is not None:
                             await nursery.start(control.serve, rt)
                         answerer = rt.permission_answerer() if prompts else nullcontext()
@@ -606,8 +638,57 @@ async def open_session(
         view.finish(trace_path=trace_path)
 
 
+def _stdout_is_pipe() -> bool:
+    import stat
+
+    try:
+        return stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+async def watch_stdout_reader(session: Session) -> None:
+    """End the run quietly once the reader of stdout (a pipe) has closed it, as ``cat`` ends
+    under ``| head``: nobody will read what the run says, so it stops (every node ends
+    ``cancelled``, the trace is complete) instead of working on unseen.
+
+    The write end of a pipe never becomes readable: the event loop reports it so only when the
+    pipe breaks (``POLLERR``), which is then checked with ``poll``.
+
+    Cancellation: the way to stop it.
+    """
+    import select
+
+    import trio
+
+    fd = sys.stdout.fileno()
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        poller = select.poll()
+        poller.register(fd, 0)  # no events asked: only errors and hang-ups are reported
+        if any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0)):
+            break
+        await trio.sleep(0.1)  # woken for another reason: look again, never spin
+    session.reader_gone = True
+    silence_stdout()
+    await session.rt.abort("stdout closed by its reader", by="user")
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null: its reader is gone, and Python's last flush would otherwise
+    complain (``BrokenPipeError``) on stderr."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def report_outcome(session: Session, outcome: AgentOutcome | None, code: int) -> None:
     """One line on stderr when the run did not complete (the view already showed the rest)."""
+    if session.reader_gone:
+        return
     if code == EXIT_ABORTED:
         if not session.interactive:
             error_line("the run was aborted")

@@ -27,6 +27,7 @@ from ._events import (
     AgentFinished,
     AgentStarted,
     AgentStatus,
+    ProviderRetry,
     TextDelta,
     ThinkingDelta,
     ToolFinished,
@@ -45,7 +46,15 @@ from ._messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from ._provider import ModelRequest, TextChunk, ThinkingChunk, ToolCall, ToolSpec, TurnEnd
+from ._provider import (
+    ModelRequest,
+    RetryNotice,
+    TextChunk,
+    ThinkingChunk,
+    ToolCall,
+    ToolSpec,
+    TurnEnd,
+)
 from ._secrets import redact
 from ._tool import Tool, ToolContext, validate_input
 
@@ -312,6 +321,10 @@ async def _stream_turn(
                 calls.append(item)
             elif isinstance(item, TurnEnd):
                 end = item
+            elif isinstance(item, RetryNotice):
+                await emit(
+                    ProviderRetry, attempt=item.attempt, delay_s=item.delay_s, reason=item.reason
+                )
     if end is None:
         raise ProviderError(f"provider {run.provider.name} ended a turn without a stop reason")
     content: list[Block] = []

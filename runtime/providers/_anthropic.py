@@ -261,7 +261,9 @@ class AnthropicProvider:
                 )
                 return
             except ProviderError as exc:
-                await retrier.failed(exc, yielded=yielded)
+                notice = retrier.retry_notice(exc, yielded=yielded)
+            yield notice  # before anything else of the turn: the loop reports it
+            await retrier.wait(notice)
 
     @property
     def _secrets(self) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from typing import Any, Final
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ._tree import INTERRUPTED, RUNNING, AgentNode, ToolNode, TraceTree
+from ._tree import INTERRUPTED, RUNNING, AgentNode, RetryInfo, ToolNode, TraceTree
 
 SPINNER_FRAMES: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _SPINNER_FPS: Final = 12.5
@@ -75,6 +75,13 @@ def first_line(text: str | None, limit: int = 80) -> str:
     return ""
 
 
+def retry_text(retry: RetryInfo, now: float) -> str:
+    """``retrying in 1.2s (try 2): HTTP 429 …`` while the wait runs, then ``retrying (try 2)``."""
+    left = retry.ts + retry.delay_s - now
+    when = f"retrying in {fmt_duration(left)}" if left > 0 else "retrying"
+    return f"{when} (try {retry.attempt + 1}): {first_line(retry.reason, 100)}"
+
+
 def status_mark(status: str, *, tool: bool = False, now: float | None = None) -> tuple[str, str]:
     """The mark and style of a status; a running node spins when *now* is given."""
     mark, style = (TOOL_MARKS if tool else AGENT_MARKS).get(status, ("?", "white"))
@@ -111,8 +118,11 @@ class _Painter:
         ):
             total = f"{fmt_tokens(node.total_input_tokens)}→{fmt_tokens(node.total_output_tokens)}"
             label.append(f" (Σ {total})", self.style("dim"))
+        retry = node.retry if node.status == RUNNING else None
         if node.error:
             label.append(f"  {first_line(node.error)}", self.style("red"))
+        elif retry is not None:
+            label.append(f"  {retry_text(retry, self.now)}", self.style("yellow"))
         elif node.result:
             label.append(f"  {first_line(node.result)}", self.style("italic"))
         elif node.status in (RUNNING, INTERRUPTED) and node.text:
@@ -442,6 +452,11 @@ def event_line(tree: TraceTree, fields: Mapping[str, Any]) -> str | None:
     elif kind == "permission_resolved" and tool is not None:
         answer = "granted" if fields.get("granted") else "denied"
         what = f"? {who} permission {answer} for {tool.id}"
+    elif kind == "provider_retry" and agent is not None:
+        delay = fields.get("delay_s")
+        wait = fmt_duration(delay) if isinstance(delay, (int, float)) else "?"
+        reason = first_line(str(fields.get("reason") or ""))
+        what = f"↻ {who}: model call failed, retrying in {wait}: {reason}"
     elif kind == "cancel_requested":
         what = (
             f"⊘ cancel {fields.get('target')} requested by {fields.get('by')}: "

@@ -81,6 +81,16 @@ class CancelInfo:
     ts: float
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryInfo:
+    """A ``provider_retry``: the try that failed, when, the wait before the next, and why."""
+
+    attempt: int
+    ts: float
+    delay_s: float
+    reason: str
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class RunningSubtree:
     """A running ``agent`` tool call and its sub-agent, as the Ctrl+C picker lists it.
@@ -159,6 +169,7 @@ class _AgentInternals(_NodeBase):
     _chunks: list[str] | None
     _chunks_len: int
     _dropped: int
+    _retry: RetryInfo | None
 
 
 @dataclasses.dataclass(init=False, eq=False, repr=False)
@@ -218,9 +229,15 @@ class AgentNode(_AgentInternals):
         self._chunks = None
         self._chunks_len = 0
         self._dropped = 0
+        self._retry = None
 
     def __repr__(self) -> str:
         return f"<AgentNode {self.id} {self.name} {self.status}>"
+
+    @property
+    def retry(self) -> RetryInfo | None:
+        """The model call's latest retry (``provider_retry``), until the turn streams or ends."""
+        return self._retry
 
     @property
     def parent(self) -> ToolNode | None:
@@ -459,6 +476,7 @@ class TraceTree:
             "permission_resolved": self._permission_resolved,
             "tool_finished": self._tool_finished,
             "turn_finished": self._turn_finished,
+            "provider_retry": self._provider_retry,
             "user_message": self._user_message,
             "cancel_requested": self._cancel_requested,
             "agent_finished": self._agent_finished,
@@ -935,6 +953,7 @@ class TraceTree:
         if text.__class__ is not str:
             raise _invalid("text_delta", "text")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "text_delta")
+        agent._retry = None  # the retried call answers
         chunks = agent._chunks
         if chunks is None:
             agent._chunks = [text]
@@ -943,6 +962,24 @@ class TraceTree:
         agent._chunks_len += len(text)
         if agent._chunks_len > _TEXT_COMPACT:
             agent._compact()
+
+    def _provider_retry(self, fields: Fields) -> None:
+        ts = fields["ts"]
+        attempt = fields["attempt"]
+        delay = fields["delay_s"]
+        reason = fields["reason"]
+        if not _num(ts):
+            raise _invalid("provider_retry", "ts")
+        if attempt.__class__ is not int:
+            raise _invalid("provider_retry", "attempt")
+        if not _num(delay):
+            raise _invalid("provider_retry", "delay_s")
+        if reason.__class__ is not str:
+            raise _invalid("provider_retry", "reason")
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "provider_retry")
+        if ts > self.last_ts:
+            self.last_ts = ts
+        agent._retry = RetryInfo(attempt, ts, float(delay), reason)
 
     def _thinking_delta(self, fields: Fields) -> None:
         text = fields["text"]
@@ -1104,6 +1141,7 @@ class TraceTree:
         if output_tokens.__class__ is not int:
             raise _invalid("turn_finished", "output_tokens")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "turn_finished")
+        agent._retry = None
         if agent._finished_ts is not None:
             return  # agent_finished already set the totals
         agent.turns = turn
