@@ -244,7 +244,7 @@ def test_ctrl_c_picks_a_sub_agent_cancels_a_turn_and_clears_the_prompt(
     child.expect_exact("bash: sleep 30")
     child.sendintr()  # sub-agents run: the picker, as in `run`
     child.expect_exact("Running sub-agents:")
-    child.expect(r"\[(\d+)\] sleeper (tu-\d+) slow part")
+    child.expect(r"\[(\d+)\] sleeper (tu-[\d.]+) slow part")
     number, tool_use_id = child.match.group(1), child.match.group(2)
     child.expect_exact("q: abort the turn")
     child.expect_exact("cancel> ")

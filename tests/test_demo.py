@@ -107,7 +107,7 @@ def test_demo_on_a_terminal_ctrl_c_cancels_the_slow_tester_alone(tmp_path: Path)
         child.expect("while the tester runs")
         child.expect("bash: sh scripts/integration.sh")  # the slow part is under way
         child.sendintr()
-        child.expect(r"\[(\d+)\] tester (tu-\d+) run unit \+ integration tests")
+        child.expect(r"\[(\d+)\] tester (tu-[\d.]+) run unit \+ integration tests")
         number, tool_use_id = child.match.group(1), child.match.group(2)
         child.expect("cancel> ")
         child.sendline(number)

@@ -2,13 +2,16 @@
 
 Every agent instance of a type plays that type's turns from the first; which turn comes next is
 the number of assistant messages already in the agent's history, so the provider keeps no
-per-agent state and a cancelled or failed turn is simply played again. Tool-call ids are made
-here, unique in the run (``tu-1``, ``tu-2``, …).
+per-agent state and a cancelled or failed turn is simply played again.
+
+Tool-call ids are made here, unique in the run and the same run after run: ``tu-A.K`` is the
+K-th call of agent number A (``agent-A``), counted over its whole history, so ``tu-1.2`` is the
+root's second call. Parallel agents therefore never race for a shared counter: an id depends on
+who made the call and where, never on when.
 """
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -17,6 +20,7 @@ import orjson
 import trio
 
 from runtime.core._errors import ProviderError
+from runtime.core._messages import ToolUseBlock
 from runtime.core._provider import (
     ModelRequest,
     StreamItem,
@@ -29,6 +33,7 @@ from runtime.core._provider import (
 from ._scenario import Scenario
 
 _WORDS = re.compile(r"\S+\s*|\s+")
+_AGENT_NUMBER = re.compile(r"agent-(\d+)$")
 
 
 def chunk_text(text: str) -> list[str]:
@@ -44,7 +49,6 @@ class ScriptedProvider:
 
     def __init__(self, scenario: Scenario, *, id_prefix: str = "tu-") -> None:
         self.scenario = scenario
-        self._ids = itertools.count(1)
         self._prefix = id_prefix
 
     def describe(self) -> dict[str, Any]:
@@ -87,9 +91,13 @@ class ScriptedProvider:
             await self._pause(turn.chunk_delay_s)
         if turn.error is not None:
             raise ProviderError(turn.error)
-        for call in turn.tool_calls:
+        first = 1 + sum(
+            isinstance(block, ToolUseBlock) for m in request.messages for block in m.content
+        )
+        owner = _agent_number(request.agent_id)
+        for k, call in enumerate(turn.tool_calls, first):
             out_chars += len(call.name) + len(orjson.dumps(call.input))
-            yield ToolCall(f"{self._prefix}{next(self._ids)}", call.name, dict(call.input))
+            yield ToolCall(f"{self._prefix}{owner}.{k}", call.name, dict(call.input))
         stop = turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn")
         yield TurnEnd(
             stop_reason=stop,  # type: ignore[arg-type]  # checked when the scenario was parsed
@@ -107,6 +115,12 @@ class ScriptedProvider:
             await trio.sleep(delay)
         else:
             await trio.lowlevel.checkpoint()
+
+
+def _agent_number(agent_id: str) -> str:
+    """``7`` for ``agent-7`` (also behind a placement's prefix); else the id itself."""
+    match = _AGENT_NUMBER.search(agent_id)
+    return match.group(1) if match else agent_id
 
 
 def _estimate_input(request: ModelRequest) -> int:
