@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pexpect
 
-from tests.test_cli_pty import finish, read_trace, spawn, statuses_by_name  # noqa: F401
 from tests.invariants import check_invariants
+from tests.test_cli_pty import finish, read_trace, statuses_by_name
+from tests.test_cli_pty import spawn as spawn  # the fixture: a real pty per test
 
 TWO = {"agents": {
     "main": {"turns": [
@@ -49,7 +50,8 @@ def _scenario(tmp_path: Path, scenario: dict[str, object]) -> str:
 
 
 def test_a_sub_agent_that_finishes_is_marked_and_cannot_be_picked(
-    spawn: object, tmp_path: Path
+    spawn: object,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
 ) -> None:
     trace = tmp_path / "t.jsonl"
     child = spawn(  # type: ignore[operator]
@@ -78,7 +80,8 @@ def test_a_sub_agent_that_finishes_is_marked_and_cannot_be_picked(
 
 
 def test_the_picker_closes_itself_when_nothing_is_left_to_cancel(
-    spawn: object, tmp_path: Path
+    spawn: object,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
 ) -> None:
     child = spawn(  # type: ignore[operator]
         "run", "go", "--permission-mode", "allow-all", "--no-trace",
