@@ -50,7 +50,7 @@ def _scenario(tmp_path: Path, scenario: dict[str, object]) -> str:
 
 
 def test_a_sub_agent_that_finishes_is_marked_and_cannot_be_picked(
-    spawn: object,  # noqa: F811 - the fixture imported above
+    spawn: object,
     tmp_path: Path,
 ) -> None:
     trace = tmp_path / "t.jsonl"
@@ -80,7 +80,7 @@ def test_a_sub_agent_that_finishes_is_marked_and_cannot_be_picked(
 
 
 def test_the_picker_closes_itself_when_nothing_is_left_to_cancel(
-    spawn: object,  # noqa: F811 - the fixture imported above
+    spawn: object,
     tmp_path: Path,
 ) -> None:
     child = spawn(  # type: ignore[operator]
