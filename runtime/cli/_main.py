@@ -19,8 +19,10 @@ from ._options import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    GLOBAL_FLAGS,
     PROG,
     CliParser,
+    HelpFormatter,
     RunOptions,
     UsageError,
     add_common_options,
@@ -59,9 +61,18 @@ def build_parser() -> CliParser:
         prog=PROG,
         description=_DESCRIPTION,
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument(
+        "--debug", action="store_true", help="debug logs and tracebacks (before or after COMMAND)"
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="warnings on stderr too (before or after COMMAND)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
 
     run = sub.add_parser(
@@ -70,7 +81,7 @@ def build_parser() -> CliParser:
         description="Run the main agent on PROMPT. On a terminal: a live tree of agents and "
         "tool calls, Ctrl+C to cancel one subtree. Otherwise: one plain line per event.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     run.add_argument("prompt", metavar="PROMPT", help="the task for the main agent ('-': stdin)")
     add_common_options(run)
@@ -82,7 +93,7 @@ def build_parser() -> CliParser:
         "parallel sub-agents that grep, read and run commands in a temporary project. Needs no "
         "key and no network. Try Ctrl+C while the slow sub-agent works.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_common_options(demo, demo=True)
 
@@ -91,7 +102,7 @@ def build_parser() -> CliParser:
         help="an interactive session: one turn per message, sessions saved and resumed",
         description=_CHAT_DESCRIPTION,
         epilog=_CHAT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_common_options(chat)
     g = chat.add_argument_group("sessions")
@@ -128,12 +139,14 @@ def build_parser() -> CliParser:
     cancel.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
     cancel.add_argument("id", metavar="ID", help="the agent id or tool_use_id to cancel")
     cancel.add_argument("--reason", help="why (recorded in the trace)")
+    cancel.add_argument("--debug", action="store_true", help="tracebacks on errors")
+    cancel.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code."""
-    args = sys.argv[1:] if argv is None else argv
+    args = _globals_after_command(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "trace":
         from ._trace_cmd import main as trace_main  # lazy on purpose
 
@@ -170,6 +183,20 @@ def main(argv: list[str] | None = None) -> int:
         # a message to the session, never an exception.
         return EXIT_ABORTED
     parser.error(f"unknown command {ns.command!r}")
+
+
+def _globals_after_command(args: list[str]) -> list[str]:
+    """``--debug demo`` as ``demo --debug``: global options given before the command move
+    after its name, where its own parser takes them."""
+    lead = []
+    rest = list(args)
+    while rest and rest[0] in GLOBAL_FLAGS:
+        lead.append(rest.pop(0))
+    if not lead or not rest or rest[0].startswith("-"):
+        return list(args)
+    if rest[0] == "trace":
+        return [*rest, *lead]  # after the trace command's own words: `trace show F --debug`
+    return [rest[0], *lead, *rest[1:]]
 
 
 def _read_prompt(text: str) -> str:

@@ -50,6 +50,13 @@ PROG = "trio-agents"
 PERMISSION_MODES = ("ask", "auto-edit", "allow-all", "deny")
 PROVIDERS = ("openai", "anthropic", "scripted")
 
+# The Limits defaults, for --help (which must not import the runtime); a test keeps them equal.
+DEFAULT_MAX_TURNS = 50
+DEFAULT_MAX_DEPTH = 4
+DEFAULT_MAX_PARALLEL = 16
+GLOBAL_FLAGS = ("--debug", "-v", "--verbose")
+"""Options every command takes, before or after its name."""
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -58,6 +65,30 @@ EXIT_ABORTED = 130
 
 class UsageError(Exception):
     """Bad command-line usage found after parsing (exit 2); the message is one line."""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs wrapped to the terminal, paragraph by paragraph; a paragraph
+    with indented lines (a table, an example) is kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        out = []
+        for paragraph in text.split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line[:1].isspace() for line in lines[1:]):
+                out.append("\n".join(indent + line for line in lines))
+            else:
+                out.append(
+                    textwrap.fill(
+                        " ".join(paragraph.split()),
+                        width,
+                        initial_indent=indent,
+                        subsequent_indent=indent,
+                    )
+                )
+        return "\n\n".join(out)
 
 
 class CliParser(argparse.ArgumentParser):
@@ -97,16 +128,19 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         demo: word the help for ``demo``'s defaults (its own workspace, ``allow-all``).
     """
     g = parser.add_argument_group("model")
-    g.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        help="the model provider (default: scripted with --scenario, else openai)",
-    )
-    g.add_argument("--model", help="the model name to ask the provider for")
+    if not demo:  # the demo plays its script on the scripted provider, and needs no model
+        g.add_argument(
+            "--provider",
+            choices=PROVIDERS,
+            help="the model provider (default: scripted with --scenario, else openai)",
+        )
+        g.add_argument("--model", help="the model name to ask the provider for")
     g.add_argument(
         "--scenario",
         metavar="FILE",
-        help="a scripted-provider scenario (JSON); implies --provider scripted",
+        help="play this scenario (JSON) instead of the built-in one"
+        if demo
+        else "a scripted-provider scenario (JSON); implies --provider scripted",
     )
     g.add_argument("--agents", metavar="FILE", help="agent types to add (TOML, [agents.NAME])")
     g = parser.add_argument_group("run")
@@ -128,12 +162,24 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         action="store_true",
         help="print every event as a JSON line on stdout, and nothing else there",
     )
-    g.add_argument("--max-turns", type=_positive_int, metavar="N", help="model turns per agent")
     g.add_argument(
-        "--max-depth", type=_positive_int, metavar="N", help="deepest sub-agent (root is 0)"
+        "--max-turns",
+        type=_positive_int,
+        metavar="N",
+        help=f"model turns per agent (default: {DEFAULT_MAX_TURNS})",
     )
     g.add_argument(
-        "--max-parallel", type=_positive_int, metavar="N", help="sub-agents running at once"
+        "--max-depth",
+        type=_positive_int,
+        metavar="N",
+        help="how deep sub-agents may nest: 1 lets only the main agent start them, 2 lets "
+        f"those start their own, and so on (default: {DEFAULT_MAX_DEPTH})",
+    )
+    g.add_argument(
+        "--max-parallel",
+        type=_positive_int,
+        metavar="N",
+        help=f"sub-agents running at once in the whole run (default: {DEFAULT_MAX_PARALLEL})",
     )
     g.add_argument(
         "--control",
@@ -217,16 +263,17 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
     Raises:
         UsageError: options that contradict each other.
     """
-    if ns.scenario is not None and ns.provider not in (None, "scripted"):
+    provider = getattr(ns, "provider", None)  # not an option of every command (demo)
+    if ns.scenario is not None and provider not in (None, "scripted"):
         raise UsageError(
-            f"--scenario runs the scripted provider; it cannot go with --provider {ns.provider}"
+            f"--scenario runs the scripted provider; it cannot go with --provider {provider}"
         )
-    if ns.provider == "scripted" and ns.scenario is None:
+    if provider == "scripted" and ns.scenario is None:
         raise UsageError("--provider scripted needs --scenario FILE")
     trace: str | bool = False if ns.no_trace else (ns.trace if ns.trace is not None else True)
     return RunOptions(
-        provider=ns.provider,
-        model=ns.model,
+        provider=provider,
+        model=getattr(ns, "model", None),
         scenario=ns.scenario,
         agents=ns.agents,
         workspace=ns.workspace,

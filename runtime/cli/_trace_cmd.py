@@ -44,6 +44,7 @@ STATUSES: Final = (
 
 
 _PIPE_WIDTH: Final = 400
+_FILE_HELP: Final = "a trace (JSONL) written by run, demo or chat (--trace)"
 
 
 class _UsageError(Exception):
@@ -53,6 +54,8 @@ class _UsageError(Exception):
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    # Every command takes -v; the trace commands print their warnings anyway.
+    common.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Inspect a JSONL trace written by `trio-agents run` (or still being written).",
@@ -68,10 +71,8 @@ def _parser() -> argparse.ArgumentParser:
         "the tree: agents with status, duration, tokens (own and Σ subtree), result or error; "
         "tool calls with their summary; cancels with reason and who asked.",
     )
-    show.add_argument("file", metavar="FILE")
-    show.add_argument(
-        "--json", action="store_true", help="the tree as JSON (SPEC §3), one line per run"
-    )
+    show.add_argument("file", metavar="FILE", help=_FILE_HELP)
+    show.add_argument("--json", action="store_true", help="the tree as JSON, one line per run")
     show.add_argument(
         "--subtree", metavar="ID", help="only the subtree of this agent or tool call id"
     )
@@ -82,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
         "--status",
         metavar="S",
         choices=STATUSES,
-        help="only nodes with status S, with their ancestors",
+        help="only nodes with status S, with their ancestors; S is one of: " + ", ".join(STATUSES),
     )
     show.add_argument(
         "--timeline", action="store_true", help="a text Gantt chart of agents over time"
@@ -100,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
         "tool calls by name and status; the most agents running at once; the critical path; "
         "time spent waiting for permission.",
     )
-    stats.add_argument("file", metavar="FILE")
+    stats.add_argument("file", metavar="FILE", help=_FILE_HELP)
     stats.add_argument("--json", action="store_true", help="as one JSON object")
     stats.add_argument("--no-color", action="store_true", help="no colours")
     stats.set_defaults(func=_cmd_stats)
@@ -112,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Follow FILE as it grows: a live tree on a terminal, one line per event "
         "otherwise. Exits 0 when the run finishes, 130 on Ctrl+C.",
     )
-    tail.add_argument("file", metavar="FILE")
+    tail.add_argument("file", metavar="FILE", help=_FILE_HELP + "; waited for if missing")
     tail.add_argument("--no-color", action="store_true", help="no colours")
     tail.add_argument("--poll", metavar="SECONDS", type=float, default=0.1, help=argparse.SUPPRESS)
     tail.set_defaults(func=_cmd_tail)
@@ -124,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
         description="otlp-json: one OTLP ExportTraceServiceRequest per line (the collector's "
         "file format), GenAI semantic-convention attributes. mermaid: a flowchart TD.",
     )
-    export.add_argument("file", metavar="FILE")
+    export.add_argument("file", metavar="FILE", help=_FILE_HELP)
     export.add_argument("--format", required=True, choices=("otlp-json", "mermaid"))
     export.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     export.set_defaults(func=_cmd_export)

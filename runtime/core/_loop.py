@@ -455,9 +455,7 @@ async def _run_tool_call(
         else:
             with scope:
                 try:
-                    status, output = await _execute(
-                        run, spec, tool, call, summary, log, agent_id
-                    )
+                    status, output = await _execute(run, spec, tool, call, summary, log, agent_id)
                 except Exception as exc:  # validation, permissions, context: a bug here is
                     # this call's error, never a crash of the agent and its other calls
                     log.exception("tool call failed", tool=call.name, tool_use_id=call.id)
