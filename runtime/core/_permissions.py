@@ -159,7 +159,9 @@ def _to_rules(items: Iterable[str | Rule]) -> tuple[Rule, ...]:
 
 def _check_mode(mode: str) -> PermissionMode:
     if mode not in _MODES:
-        raise ConfigError(f"unknown permission mode {mode!r}; expected one of {', '.join(_MODES)}")
+        raise ConfigError(
+            f"unknown permission mode {mode!r}; expected one of {', '.join(_MODES)}"
+        )
     return mode  # type: ignore[return-value]  # checked just above
 
 
