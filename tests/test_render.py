@@ -124,6 +124,16 @@ def test_mermaid_escapes_labels_and_links_every_node() -> None:
     assert edges == [(nodes[0], nodes[1])]
 
 
+def test_mermaid_subgraphs_lay_out_top_to_bottom() -> None:
+    """Issue 21, item 22: a subgraph ignores the chart's TD unless it has a direction."""
+    trees = [tree_of(list(run_events(small_run()))), tree_of(list(run_events(small_run())))]
+    lines = render_mermaid(trees).splitlines()
+    opened = [i for i, line in enumerate(lines) if line.lstrip().startswith("subgraph ")]
+    assert len(opened) == 2
+    for i in opened:
+        assert lines[i + 1] == "    direction TB"
+
+
 def test_event_lines_for_plain_output() -> None:
     dicts = list(run_events(small_run()))
     tree = TraceTree()

@@ -373,6 +373,9 @@ def render_mermaid(trees: Iterable[TraceTree]) -> str:
         tree.rollup()
         ids: dict[int, str] = {}
         lines.append(f'  subgraph run_{counter}["run {_mermaid_label(str(tree.run_id))}"]')
+        # A subgraph lays itself out left to right unless it says otherwise (flowchart TD
+        # applies to the top level only).
+        lines.append("    direction TB")
         for node in tree.iter_nodes():
             nid = f"n{counter}"
             counter += 1
