@@ -168,7 +168,7 @@ async def test_a_failed_turn_is_told_to_the_model_and_the_exit_code_is_1(tmp_pat
     assert saved["state"]["last_status"] == "failed"
     last = saved["messages"][-1]
     assert last["role"] == "user"
-    assert last["content"][-1]["text"].startswith("(The previous request ended failed")
+    assert last["content"][-1]["text"].startswith("(The previous request ended (failed)")
     assert "the model fell over" in last["content"][-1]["text"]
 
 

@@ -33,7 +33,7 @@ def test_a_failing_run_prints_only_its_outcome_on_stderr(tmp_path: Path) -> None
     proc = run("run", "go", "--no-trace", "--scenario", str(SCENARIOS / "failing.json"), cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [
-        "trio-agents: error: the main agent ended failed: the model fell over"
+        "trio-agents: error: the main agent failed: the model fell over"
     ]
 
 

@@ -228,7 +228,7 @@ def test_a_failed_root_exits_1_with_an_error_line(
     assert main_code(args) == 1
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1] == (
-        "trio-agents: error: the main agent ended failed: the model fell over"
+        "trio-agents: error: the main agent failed: the model fell over"
     )
     assert "Traceback" not in err
 
@@ -247,7 +247,7 @@ def test_max_turns_ends_the_root_with_exit_1(
         str(SCENARIOS / "simple.json"),
     ]
     assert main_code(args) == 1
-    assert "ended max_turns" in capsys.readouterr().err
+    assert "stopped at its turn limit" in capsys.readouterr().err
 
 
 def test_json_puts_only_events_on_stdout(

@@ -247,7 +247,7 @@ def test_an_empty_file_is_exit_2_in_one_line(
     assert main(["show", str(path)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == f"trio-agents trace: error: {path}: empty trace file\n"
+    assert captured.err == f"trio-agents: error: {path}: empty trace file\n"
 
 
 def test_a_missing_file_or_not_a_trace_is_exit_2(
@@ -273,7 +273,7 @@ def test_garbage_lines_are_warned_about_and_the_rest_shown(
     captured = capsys.readouterr()
     assert "✓ main agent_1" in captured.out
     assert captured.err.splitlines() == [
-        f"trio-agents trace: warning: {path}: line 6: not JSON: '%%% garbage %%%'"
+        f"trio-agents: warning: {path}: line 6: not JSON: '%%% garbage %%%'"
     ]
 
 

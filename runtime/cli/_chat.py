@@ -418,7 +418,8 @@ class Chat:
             why = f": {outcome.error}" if outcome.error else ""
             # The model should know why its last request has no answer.
             messages = _with_note(
-                messages, f"(The previous request ended {outcome.status} before it finished{why})"
+                messages,
+                f"(The previous request ended ({outcome.status}) before it finished{why})",
             )
         rec.messages = messages
         rec.turns += 1

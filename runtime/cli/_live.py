@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.live import Live
 
-    from runtime.trace._tree import TraceTree
+    from runtime.trace._tree import AgentNode, TraceTree
 
 MAX_FPS = 12.0
 """The most frames a second the live view draws (spinners and clocks look smooth at 10-12)."""
@@ -509,6 +509,12 @@ class PlainView:
             pass
 
 
+def outcome_notes(tree: TraceTree, root: AgentNode | None = None) -> str:
+    from runtime.trace._render import outcome_notes as notes
+
+    return notes(tree, root)
+
+
 def summary_line(tree: TraceTree, *, rich: bool = True) -> str:
     """``completed in 6.1s · 5 agents · 12.3k tokens`` for the run's end."""
     status = tree.status
@@ -520,6 +526,9 @@ def summary_line(tree: TraceTree, *, rich: bool = True) -> str:
     agents = len(tree.agents)
     plural = "s" * (agents != 1)
     body = f"{status} in {duration:.1f}s · {agents} agent{plural} · {_tokens(tokens)} tokens"
+    notes = outcome_notes(tree)
+    if notes:
+        body += f" · {notes}"
     if not rich:
         return f"run {body}"
     style = {"completed": "bold green", "cancelled": "bold yellow"}.get(status, "bold red")
@@ -537,6 +546,9 @@ def turn_summary(tree: TraceTree, root_id: str, *, rich: bool = True) -> str:
     duration = node.elapsed(time.time()) or 0.0
     plural = "s" * (agents != 1)
     body = f"{node.status} in {duration:.1f}s · {agents} agent{plural} · {_tokens(tokens)} tokens"
+    notes = outcome_notes(tree, node)
+    if notes:
+        body += f" · {notes}"
     if not rich:
         return f"turn {body}"
     style = {"completed": "green", "cancelled": "yellow"}.get(node.status, "red")

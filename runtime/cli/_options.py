@@ -95,7 +95,7 @@ class CliParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line on stderr and exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{PROG}: error: {message} (see {self.prog} --help)\n")
 
 
 # -- options -------------------------------------------------------------------------------
@@ -743,8 +743,19 @@ def report_outcome(session: Session, outcome: AgentOutcome | None, code: int) ->
         if outcome is None:
             error_line("the run ended without an outcome")
         else:
-            detail = f": {outcome.error}" if outcome.error else ""
-            error_line(f"the {outcome.name} agent ended {outcome.status}{detail}")
+            error = (outcome.error or "").removeprefix("cancelled: ")  # said once, not twice
+            detail = f": {error}" if error else ""
+            ended = _ENDED.get(outcome.status, outcome.status)
+            error_line(f"the {outcome.name} agent {ended}{detail}")
+
+
+_ENDED: Final = {
+    "failed": "failed",
+    "cancelled": "was cancelled",
+    "max_turns": "stopped at its turn limit",
+    "budget_exceeded": "ran out of budget",
+}
+"""How an agent that did not complete ended, in words (not ``ended failed``)."""
 
 
 def check_control_path(path: str) -> None:

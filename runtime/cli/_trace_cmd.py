@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from runtime.trace._tree import AgentNode, ToolNode, TraceTree
 
 PROG: Final = "trio-agents trace"
+_ERR_PROG: Final = "trio-agents"
+"""What every error line starts with, whatever the command (``trio-agents: error: …``)."""
 MAX_WARNINGS: Final = 20
 """Bad-line warnings printed before the rest are only counted."""
 STATUSES: Final = (
@@ -52,16 +54,20 @@ class _UsageError(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    from ._options import CliParser
+
+    common = CliParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     # Every command takes -v; the trace commands print their warnings anyway.
     common.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog=PROG,
         description="Inspect a JSONL trace written by `trio-agents run` (or still being written).",
         parents=[common],
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=CliParser
+    )
 
     show = sub.add_parser(
         "show",
@@ -156,7 +162,7 @@ def main(argv: Sequence[str]) -> int:
         with _one_shot_heap():
             return func(args)
     except _UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{_ERR_PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # show/stats/export run without trio, so Ctrl+C arrives bare here (tail handles its
@@ -172,9 +178,11 @@ def main(argv: Sequence[str]) -> int:
         if args.debug:
             raise
         if isinstance(exc, TraceError):
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            print(f"{_ERR_PROG}: error: {exc}", file=sys.stderr)
             return 2
-        print(f"{PROG}: internal error: {exc!r} (--debug shows where)", file=sys.stderr)
+        print(
+            f"{_ERR_PROG}: error: internal error: {exc!r} (--debug shows where)", file=sys.stderr
+        )
         return 1
 
 
@@ -235,7 +243,7 @@ class _Warnings:
             )
         else:
             message = str(error)
-        line = f"{PROG}: warning: {self.path}: {message}"
+        line = f"{_ERR_PROG}: warning: {self.path}: {message}"
         if self.defer:
             self._held.append(line)
         else:
@@ -247,12 +255,13 @@ class _Warnings:
         self._held.clear()
         if self.count > MAX_WARNINGS:
             print(
-                f"{PROG}: warning: {self.path}: {self.count - MAX_WARNINGS} more", file=sys.stderr
+                f"{_ERR_PROG}: warning: {self.path}: {self.count - MAX_WARNINGS} more",
+                file=sys.stderr,
             )
         if loader is not None and loader.truncated:
             print(
-                f"{PROG}: note: {self.path}: the last line is cut short (the writer was killed?); "
-                "unfinished nodes are shown as interrupted",
+                f"{_ERR_PROG}: note: {self.path}: the last line is cut short (the writer was "
+                "killed?); unfinished nodes are shown as interrupted",
                 file=sys.stderr,
             )
 

@@ -119,7 +119,8 @@ class _Painter:
             total = f"{fmt_tokens(node.total_input_tokens)}→{fmt_tokens(node.total_output_tokens)}"
             label.append(f" (Σ {total})", self.style("dim"))
         retry = node.retry if node.status == RUNNING else None
-        if node.error:
+        if node.error and not (node.status == "cancelled" and node.cancel is not None):
+            # (A cancelled node's reason is said once, by its "cancelled by" below.)
             label.append(f"  {first_line(node.error)}", self.style("red"))
         elif retry is not None:
             label.append(f"  {retry_text(retry, self.now)}", self.style("yellow"))
@@ -306,11 +307,54 @@ def _header(tree: TraceTree, painter: _Painter) -> Text:
         duration = max(0.0, painter.now - tree.started_ts)
     head.append(f"  {fmt_duration(duration)}", painter.style("blue"))
     head.append(
-        f"  {len(tree.agents)} agents, {len(tree.tools)} tool calls, tokens "
+        f"  {plural(len(tree.agents), 'agent')}, {plural(len(tree.tools), 'tool call')}, tokens "
         f"{fmt_tokens(tree.total_input_tokens)}→{fmt_tokens(tree.total_output_tokens)}",
         painter.style("dim"),
     )
+    notes = outcome_notes(tree)
+    if notes:
+        head.append(f"  {notes}", painter.style("yellow"))
     return head
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 agent``, ``2 agents``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def outcome_notes(tree: TraceTree, root: AgentNode | None = None) -> str:
+    """What did not go to plan below the roots (or below *root*): ``1 subtree cancelled by
+    user, 1 failed``; empty when every sub-agent completed.
+
+    A cancelled subtree is counted once, at its top (the agents under it were cancelled with
+    it), with who asked (``user``, ``control``, ``budget``, ``runtime``).
+    """
+    agents = tree.agents
+    nodes = (
+        agents.values()
+        if root is None
+        else [n for n in tree.iter_nodes([root]) if isinstance(n, AgentNode)]
+    )
+    by: dict[str, int] = {}
+    failed = 0
+    for node in nodes:
+        if node.depth == 0 or node is root:
+            continue
+        if node.status == "failed":
+            failed += 1
+        elif node.status == "cancelled":
+            parent = agents.get(node.parent_agent_id or "")
+            if parent is not None and parent.status == "cancelled":
+                continue  # inside a cancelled subtree (or run): counted at its top
+            cancel = node.cancel or (node.parent.cancel if node.parent is not None else None)
+            who = cancel.by if cancel is not None else "runtime"
+            by[who] = by.get(who, 0) + 1
+    parts = [
+        f"{plural(count, 'subtree')} cancelled by {who}" for who, count in sorted(by.items())
+    ]
+    if failed:
+        parts.append(f"{failed} failed")
+    return ", ".join(parts)
 
 
 def render_timeline(
