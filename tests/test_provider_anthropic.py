@@ -44,6 +44,7 @@ from runtime.core._provider import (
     TurnEnd,
 )
 from runtime.providers import AnthropicProvider, RetryPolicy
+from runtime.providers._http import CUT_TOOL_CALL
 
 KEY = "sk-ant-test-DO-NOT-LEAK-0123456789abcdef"
 
@@ -233,7 +234,7 @@ async def test_usage_counts_cached_input_and_the_final_output(
         ("tool_use", "tool_use"),
         ("max_tokens", "max_tokens"),
         ("stop_sequence", "end_turn"),
-        ("refusal", "end_turn"),
+        ("refusal", "refusal"),
     ],
 )
 async def test_stop_reason_maps(
@@ -247,9 +248,10 @@ async def test_stop_reason_maps(
     assert items[-1].stop_reason == stop
 
 
-async def test_tool_call_cut_off_by_max_tokens_is_dropped(
+async def test_tool_call_cut_off_by_max_tokens_is_answered_with_an_error(
     server: LLMServer, provider: AnthropicProvider
 ) -> None:
+    """Issue 21, item 21: the model learns its call was cut, and can make it again smaller."""
     server.push(
         stream(
             anthropic_text_block(0, ["Writing."]),
@@ -262,8 +264,41 @@ async def test_tool_call_cut_off_by_max_tokens_is_dropped(
 
     assert items == [
         TextChunk("Writing."),
+        ToolCall("toolu_1", "write", {}, CUT_TOOL_CALL),
         TurnEnd(stop_reason="max_tokens", input_tokens=25, output_tokens=9),
     ]
+
+
+async def test_llama_cpp_error_event_keeps_its_message(
+    autojump_clock: trio.testing.MockClock, server: LLMServer, provider: AnthropicProvider
+) -> None:
+    """Issue 21, item 19: ``event: error`` with llama.cpp's bare ``{"code", "message",
+    "type"}`` is an error with the server's message (a 500: retried, then final)."""
+    bare = (
+        b"event: error\n"
+        b'data: {"code":500,"message":"failed to load model ' + KEY.encode()
+        + b'","type":"server_error"}\n\n'
+    )
+    server.push(*[Reply.stream([bare]) for _ in range(4)])
+
+    items, error = await collect_until_error(provider, make_request())
+
+    assert [type(i) for i in items] == [RetryNotice] * 3
+    message = str(error)
+    assert "failed to load model" in message
+    assert "(server_error)" in message
+    assert KEY not in message
+    assert "message_stop" not in message
+
+
+async def test_the_event_name_says_error_even_when_the_data_says_nothing(
+    server: LLMServer, provider: AnthropicProvider
+) -> None:
+    server.push(Reply.stream([b'event: error\ndata: {"message":"bad request body"}\n\n']))
+
+    _, error = await collect_until_error(provider, make_request())
+
+    assert "bad request body" in str(error)
 
 
 async def test_invalid_tool_input_fails_the_turn(

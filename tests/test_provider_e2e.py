@@ -175,3 +175,35 @@ async def test_a_retried_model_call_is_a_provider_retry_event_on_the_agent(
     reread = TraceTree()
     for line in (tmp_path / "t.jsonl").read_bytes().splitlines():
         reread.apply_dict(orjson.loads(line))
+
+
+async def test_a_cut_reply_and_a_refusal_are_said_in_the_tree_and_the_summary(
+    server: LLMServer, tmp_path: Path
+) -> None:
+    """Issue 21, items 20 and 21: an agent that completed on a cut or refused reply says so."""
+    from runtime.cli._live import summary_line
+    from runtime.trace._render import tree_lines
+
+    for finish, words, note in [
+        ("length", "(reply cut at max_tokens)", "1 reply cut at max_tokens"),
+        ("refusal", "(refused)", "1 refusal"),
+    ]:
+        if finish == "refusal":
+            chunks = [openai_chunk({"refusal": "I won't."}), openai_chunk({}, finish="stop")]
+        else:
+            chunks = [openai_chunk({"content": "The answer is"}), openai_chunk({}, finish="length")]
+        server.push(Reply.stream([*chunks, OPENAI_DONE]))
+        env = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1", "PATH": "/usr/bin:/bin"}
+        events: list[Event] = []
+        async with open_runtime("openai", model="m", env=env, workspace=tmp_path, trace=False,
+                                on_event=events.append) as rt:
+            outcome = await rt.run("hi")
+        assert outcome.status == "completed"
+        [turn] = [e for e in events if e.type == "turn_finished"]
+        assert turn.stop_reason == ("max_tokens" if finish == "length" else "refusal")  # type: ignore[attr-defined]
+        if finish == "refusal":
+            assert outcome.result == "I won't."
+        tree = TraceTree.from_events(events)
+        root_line = [t.plain for t in tree_lines(tree, color=False)][1]
+        assert words in root_line
+        assert summary_line(tree, rich=False).endswith(note)

@@ -146,6 +146,13 @@ def message_in(obj: Any) -> str:
     return orjson.dumps(obj).decode()
 
 
+CUT_TOOL_CALL: Final = (
+    "this call was cut off at max_tokens before its input was complete, so it did not run; "
+    "make it again with a smaller input, or split the work over several calls"
+)
+"""The error result a tool call cut by ``max_tokens`` gets, so the model can retry smaller."""
+
+
 def one_line(text: str, limit: int = 200) -> str:
     """*text* on one line, cut to *limit* characters (an event's ``reason``)."""
     text = " ".join(text.split())

@@ -109,6 +109,8 @@ class _Painter:
         label.append(f" {node.id}", self.style("dim"))
         if node.status not in ("completed", RUNNING):
             label.append(f" {node.status}", self.style(style))
+        elif node.status == "completed" and node.last_stop_reason in _STOP_NOTES:
+            label.append(f" {_STOP_NOTES[node.last_stop_reason]}", self.style("yellow"))
         label.append(f"  {fmt_duration(node.elapsed(self.now))}", self.style("blue"))
         own = f"{fmt_tokens(node.input_tokens)}→{fmt_tokens(node.output_tokens)}"
         label.append(f"  tokens {own}", self.style("dim"))
@@ -317,6 +319,10 @@ def _header(tree: TraceTree, painter: _Painter) -> Text:
     return head
 
 
+_STOP_NOTES: Final = {"max_tokens": "(reply cut at max_tokens)", "refusal": "(refused)"}
+"""What a completed agent's label says when its last reply did not end normally."""
+
+
 def plural(count: int, noun: str) -> str:
     """``1 agent``, ``2 agents``."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
@@ -336,8 +342,11 @@ def outcome_notes(tree: TraceTree, root: AgentNode | None = None) -> str:
         else [n for n in tree.iter_nodes([root]) if isinstance(n, AgentNode)]
     )
     by: dict[str, int] = {}
-    failed = 0
+    failed = cut = refused = 0
     for node in nodes:
+        if node.status == "completed":
+            cut += node.last_stop_reason == "max_tokens"
+            refused += node.last_stop_reason == "refusal"
         if node.depth == 0 or node is root:
             continue
         if node.status == "failed":
@@ -354,6 +363,10 @@ def outcome_notes(tree: TraceTree, root: AgentNode | None = None) -> str:
     ]
     if failed:
         parts.append(f"{failed} failed")
+    if cut:
+        parts.append(f"{plural(cut, 'reply')} cut at max_tokens".replace("replys", "replies"))
+    if refused:
+        parts.append(f"{plural(refused, 'refusal')}")
     return ", ".join(parts)
 
 

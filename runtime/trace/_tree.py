@@ -170,6 +170,7 @@ class _AgentInternals(_NodeBase):
     _chunks_len: int
     _dropped: int
     _retry: RetryInfo | None
+    _stop: str | None
 
 
 @dataclasses.dataclass(init=False, eq=False, repr=False)
@@ -230,9 +231,15 @@ class AgentNode(_AgentInternals):
         self._chunks_len = 0
         self._dropped = 0
         self._retry = None
+        self._stop = None
 
     def __repr__(self) -> str:
         return f"<AgentNode {self.id} {self.name} {self.status}>"
+
+    @property
+    def last_stop_reason(self) -> str | None:
+        """Why the agent's latest turn ended (``max_tokens``: its reply was cut; ``refusal``)."""
+        return self._stop
 
     @property
     def retry(self) -> RetryInfo | None:
@@ -1142,6 +1149,8 @@ class TraceTree:
             raise _invalid("turn_finished", "output_tokens")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "turn_finished")
         agent._retry = None
+        stop = fields["stop_reason"]
+        agent._stop = stop if stop.__class__ is str else None
         if agent._finished_ts is not None:
             return  # agent_finished already set the totals
         agent.turns = turn
