@@ -426,9 +426,34 @@ def test_tail_exits_130_on_ctrl_c_without_a_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in err
 
 
-def test_tail_a_missing_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tail", str(tmp_path / "nope.jsonl")]) == 2
-    assert "no such file" in capsys.readouterr().err
+def test_tail_in_a_missing_folder_is_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tail", str(tmp_path / "nowhere" / "nope.jsonl")]) == 2
+    assert "no such file, and no folder" in capsys.readouterr().err
+
+
+def test_tail_waits_for_a_trace_not_created_yet(tmp_path: Path) -> None:
+    """Issue 21, item 9: as `tail -F`, `trace tail` started before the run waits for its file,
+    saying so in one line on a terminal."""
+    pexpect = pytest.importorskip("pexpect")
+    dicts = list(run_events(small_run()))
+    path = tmp_path / "later.jsonl"
+    child = pexpect.spawn(
+        str(CLI),
+        ["trace", "tail", "--poll", "0.02", str(path)],
+        encoding="utf-8",
+        dimensions=(40, 160),
+        timeout=20,
+    )
+    try:
+        child.expect("waiting for ")
+        path.write_bytes(lines_of(dicts))
+        child.expect("run run_0001")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
 
 
 # ---------------------------------------------------------------------------- tail on a terminal

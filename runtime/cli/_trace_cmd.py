@@ -656,8 +656,12 @@ def _cmd_tail(args: argparse.Namespace) -> int:
 
     from runtime.core._errors import TraceError
 
-    if not os.path.exists(args.file):
-        raise TraceError(f"{args.file}: no such file")
+    folder = os.path.dirname(args.file) or "."
+    if not os.path.exists(args.file) and not os.path.isdir(folder):
+        # A run may yet create the file, not its folder: that is a typo.
+        raise TraceError(f"{args.file}: no such file, and no folder {folder!r} to wait in")
+    if os.path.isdir(args.file):
+        raise TraceError(f"{args.file}: is a folder, not a trace")
     try:
         return trio.run(_tail, args)
     except* KeyboardInterrupt:  # a Ctrl+C before the signal handler was in place
@@ -699,7 +703,11 @@ async def _tail(args: argparse.Namespace) -> int:
             # Too tall for the screen while running: only what runs, and the paths to it.
             tall = len(t.agents) + len(t.tools) + 1 > room and not t.ended
             parts.append(render_tree(t, now=now, color=color, status="running" if tall else None))
-        return Group(*parts) if parts else f"waiting for events in {args.file}…"
+        if parts:
+            return Group(*parts)
+        if not os.path.exists(args.file):
+            return f"waiting for {args.file} to be created… (Ctrl+C to stop)"
+        return f"waiting for events in {args.file}…"
 
     def finished() -> bool:
         trees = traces.trees
@@ -708,6 +716,12 @@ async def _tail(args: argparse.Namespace) -> int:
     async def follow(cancel_scope: trio.CancelScope, live: Any) -> None:
         nonlocal outcome
         nonlocal arrived
+        if not os.path.exists(args.file):
+            # As `tail -F`: the run that writes it may not have started yet.
+            if live is None and sys.stderr.isatty():
+                print(f"waiting for {args.file} (Ctrl+C to stop)", file=sys.stderr, flush=True)
+            while not os.path.exists(args.file):
+                await trio.sleep(args.poll)
         async with follow_lines(args.file, poll_s=args.poll) as batches:
             async for batch in batches:
                 arrived = time.monotonic()
