@@ -716,12 +716,16 @@ async def _tail(args: argparse.Namespace) -> int:
     async def follow(cancel_scope: trio.CancelScope, live: Any) -> None:
         nonlocal outcome
         nonlocal arrived
-        if not os.path.exists(args.file):
-            # As `tail -F`: the run that writes it may not have started yet.
+        trace = trio.Path(args.file)
+        if not await trace.exists():
+            # As `tail -F`: the run that writes it may not have started yet. Polled, as the
+            # file is once it exists (no file-system notifications needed).
             if live is None and sys.stderr.isatty():
                 print(f"waiting for {args.file} (Ctrl+C to stop)", file=sys.stderr, flush=True)
-            while not os.path.exists(args.file):
+            while True:
                 await trio.sleep(args.poll)
+                if await trace.exists():
+                    break
         async with follow_lines(args.file, poll_s=args.poll) as batches:
             async for batch in batches:
                 arrived = time.monotonic()
