@@ -132,12 +132,40 @@ def cmd_chat(
         # A session that cannot be used is refused before anything runs (no trace, no file
         # written): it stays exactly as it is.
         record = store.load(store.resolve(resume or None)) if resume is not None else None
+        if record is not None:
+            opts = resumed_options(opts, record)
     except SessionError as exc:
         error_line(str(exc))
         return EXIT_USAGE
     setup_logging(opts.debug, opts.verbose)
     chat = Chat(opts, store, record)
     return run_command(chat.main, debug=opts.debug)
+
+
+def resumed_options(opts: RunOptions, record: ChatSession) -> RunOptions:
+    """*opts* for continuing *record*: its provider, model and scenario, unless flags say
+    otherwise (a flag for any of the three wins, and the rest are not taken from the session).
+
+    Raises:
+        UsageError: the session ran on a scenario that is gone (or was not recorded): the
+            message says what to pass.
+    """
+    import dataclasses
+
+    from ._options import UsageError
+
+    if opts.provider or opts.scenario or opts.model or record.provider is None:
+        return opts
+    if record.provider != "scripted":
+        return dataclasses.replace(opts, provider=record.provider, model=record.model)
+    scenario = record.scenario
+    if scenario is None or not Path(scenario).is_file():
+        where = f" ({scenario} is gone)" if scenario else ""
+        raise UsageError(
+            f"session {record.id} ran on the scripted provider{where}: pass --scenario FILE "
+            "(or --provider NAME) to resume it"
+        )
+    return dataclasses.replace(opts, scenario=scenario)
 
 
 def print_sessions(store: SessionStore, *, as_json: bool = False) -> int:
@@ -273,6 +301,7 @@ class Chat:
         rec.workspace = str(rt.workspace)
         rec.provider = self.opts.provider or ("scripted" if self.opts.scenario else "openai")
         rec.model = self.opts.model or rec.model
+        rec.scenario = str(Path(self.opts.scenario).resolve()) if self.opts.scenario else None
         rec.agent_types = sorted(rt.agent_types)
         self.trace_path = rt.trace_path
         rec.trace_path = str(Path(rt.trace_path).resolve()) if rt.trace_path else None
