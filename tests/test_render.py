@@ -175,3 +175,32 @@ def test_fmt_tokens_and_first_line() -> None:
     assert first_line("\n\n  hello \nworld") == "hello"
     assert first_line("x" * 100, 10) == "x" * 9 + "…"
     assert first_line(None) == ""
+
+
+def test_a_long_tool_line_keeps_its_status_and_duration_at_80_columns() -> None:
+    """Issue 21, item 14: the description gives way, not the status and the duration."""
+    import io
+
+    from rich.console import Console
+
+    from runtime import AgentFinished, AgentStarted, ToolFinished, ToolStarted
+
+    command = "python3 -m unittest discover -s tests -p 'test_*.py' " + "-v " * 30
+    common = {"run_id": "r", "agent_id": "a1", "parent_tool_use_id": None}
+    events = [
+        AgentStarted(seq=1, ts=0.0, name="main", parent_agent_id=None, depth=0, prompt="p",
+                     **common),
+        ToolStarted(seq=2, ts=0.0, tool_use_id="t1", name="bash", input={"command": command},
+                    summary=f"bash: {command}", **common),
+        ToolFinished(seq=3, ts=2.5, tool_use_id="t1", name="bash", status="error",
+                     output="exit code 1", duration_s=2.5, **common),
+        AgentFinished(seq=4, ts=3.0, status="completed", result="ok", error=None, turns=1,
+                      input_tokens=1, output_tokens=1, duration_s=3.0, **common),
+    ]
+    tree = TraceTree.from_events(events)
+    out = io.StringIO()
+    console = Console(file=out, width=80, color_system=None, legacy_windows=False)
+    console.print(render_tree(tree, color=False))
+    [line] = [x for x in out.getvalue().splitlines() if "bash:" in x]
+    assert len(line) <= 80
+    assert "… error  2.5s" in line

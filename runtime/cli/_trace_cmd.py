@@ -351,7 +351,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
         )
         if console.is_terminal:
             for line in lines:
-                console.print(line)
+                # Whole lines, wrapped by the terminal: a tree to read, not a live region to fit.
+                console.print(line.copy())
         else:
             # Piped: plain text as it comes (rich would only strip what it added).
             out = sys.stdout

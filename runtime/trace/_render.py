@@ -40,6 +40,49 @@ TOOL_MARKS: Final[dict[str, tuple[str, str]]] = {
 }
 
 
+class FitText(Text):
+    """A tree line whose description (a tool call's summary) gives way first when the line is
+    wider than the screen, so its status and duration stay in view; what is left after that is
+    cut at the end, as any line."""
+
+    desc: tuple[int, int] | None = None
+    """Where the description is in the text (start, end), if the line has one."""
+
+    def __rich__(self) -> Any:
+        # Console.print joins plain Text objects into one before rendering; a renderable of
+        # another kind is rendered as itself, at the width it is given.
+        return _FitToWidth(self) if self.desc is not None else self
+
+    def fitted_to(self, width: int) -> Text:
+        """This line cut to *width*: the description first (down to a few characters)."""
+        desc = self.desc
+        if desc is None or len(self) <= width:
+            return self.copy()  # a plain Text: rendered as is
+        start, end = desc
+        keep = max(_MIN_DESC, (end - start) - (len(self) - width) - 1)
+        if keep >= end - start:
+            return self.copy()
+        fitted = self[:start]
+        fitted.append_text(self[start : start + keep])
+        fitted.append("…")
+        fitted.append_text(self[end:])
+        fitted.no_wrap = self.no_wrap
+        fitted.overflow = self.overflow
+        return fitted
+
+
+class _FitToWidth:
+    def __init__(self, line: FitText) -> None:
+        self.line = line
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        yield self.line.fitted_to(options.max_width)
+
+
+_MIN_DESC: Final = 12
+"""The fewest characters of a description kept when a line is cut to fit."""
+
+
 def fmt_duration(seconds: float | None) -> str:
     """A short human duration: ``850ms``, ``1.2s``, ``2m03s``, ``1h02m``; ``?`` if unknown."""
     if seconds is None or math.isnan(seconds):
@@ -138,9 +181,11 @@ class _Painter:
 
     def tool(self, node: ToolNode) -> Text:
         mark, style = status_mark(node.status, tool=True, now=self.spin_at)
-        label = Text()
+        label = FitText()
         label.append(f"{mark} ", self.style(style))
+        start = len(label)
         label.append(first_line(node.summary, 100) or node.name)
+        label.desc = (start, len(label))  # what gives way on a narrow screen
         if node.name == "agent":
             label.append(f" {node.id}", self.style("dim"))
         if node.status != "ok":
@@ -249,8 +294,11 @@ def tree_lines(
         _push_children(stack, root, "", 0, keep, limit, painter)
         while stack:
             node, prefix, last, level = stack.pop()
-            line = Text(prefix + ("└── " if last else "├── "), guide)
-            line.append_text(node if isinstance(node, Text) else painter.label(node))
+            line = FitText(prefix + ("└── " if last else "├── "), guide)
+            label = node if isinstance(node, Text) else painter.label(node)
+            if isinstance(label, FitText) and label.desc is not None:
+                line.desc = (label.desc[0] + len(line), label.desc[1] + len(line))
+            line.append_text(label)
             yield _line(line)
             if not isinstance(node, Text):
                 _push_children(
