@@ -19,6 +19,7 @@ from runtime.trace._render import (
     render_mermaid,
     render_timeline,
     render_tree,
+    tree_lines,
 )
 from runtime.trace._tree import TraceTree
 
@@ -204,3 +205,27 @@ def test_a_long_tool_line_keeps_its_status_and_duration_at_80_columns() -> None:
     [line] = [x for x in out.getvalue().splitlines() if "bash:" in x]
     assert len(line) <= 80
     assert "… error  2.5s" in line
+
+
+def test_turns_do_not_run_together_and_markdown_is_plain_in_tree_lines() -> None:
+    """Issue 21, item 11: no ``first.A small``, no ``**shop**`` in a tree line."""
+    from runtime import AgentFinished, AgentStarted, TextDelta, TurnFinished
+
+    common = {"run_id": "r", "agent_id": "a1", "parent_tool_use_id": None}
+    turn = {"input_tokens": 1, "output_tokens": 1, "stop_reason": "tool_use"}
+    events = [
+        AgentStarted(seq=1, ts=0.0, name="main", parent_agent_id=None, depth=0, prompt="p",
+                     **common),
+        TextDelta(seq=2, ts=0.1, text="Looking first.", **common),
+        TurnFinished(seq=3, ts=0.2, turn=1, **turn, **common),
+        TextDelta(seq=4, ts=0.3, text="A small **shop** library", **common),
+    ]
+    tree = TraceTree.from_events(events, live=True)
+    [line] = [t.plain for t in tree_lines(tree, color=False, title=False)]
+    assert "first.A" not in line
+    assert line.endswith("A small shop library")
+    tree.apply(AgentFinished(seq=5, ts=1.0, status="completed", result="Review of **shop**",
+                             error=None, turns=2, input_tokens=2, output_tokens=2,
+                             duration_s=1.0, **common))
+    [line] = [t.plain for t in tree_lines(tree, color=False, title=False)]
+    assert line.endswith("Review of shop")

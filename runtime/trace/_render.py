@@ -8,6 +8,7 @@ thing: the live view calls :func:`render_tree` again on each refresh.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
@@ -125,6 +126,28 @@ def retry_text(retry: RetryInfo, now: float) -> str:
     return f"{when} (try {retry.attempt + 1}): {first_line(retry.reason, 100)}"
 
 
+def last_line(text: str | None, limit: int = 80) -> str:
+    """The last non-empty line of *text* (what is being written now), cut to *limit*."""
+    if not text:
+        return ""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line:
+            return line if len(line) <= limit else "…" + line[-(limit - 1) :]
+    return ""
+
+
+_INLINE_MARKDOWN: Final = re.compile(r"(\*\*|__|`+|~~)(?=\S)(.+?)(?<=\S)\1")
+_BLOCK_MARKDOWN: Final = re.compile(r"^(#{1,6}\s+|[-*+]\s+|>\s*|\d+[.)]\s+)")
+
+
+def plain_inline(line: str) -> str:
+    """One line of Markdown as plain words: ``**shop**`` is ``shop``, a heading or list mark
+    is dropped (a tree line has no room for formatting)."""
+    line = _BLOCK_MARKDOWN.sub("", line)
+    return _INLINE_MARKDOWN.sub(r"\2", line)
+
+
 def status_mark(status: str, *, tool: bool = False, now: float | None = None) -> tuple[str, str]:
     """The mark and style of a status; a running node spins when *now* is given."""
     mark, style = (TOOL_MARKS if tool else AGENT_MARKS).get(status, ("?", "white"))
@@ -170,9 +193,9 @@ class _Painter:
         elif retry is not None:
             label.append(f"  {retry_text(retry, self.now)}", self.style("yellow"))
         elif node.result:
-            label.append(f"  {first_line(node.result)}", self.style("italic"))
+            label.append(f"  {plain_inline(first_line(node.result))}", self.style("italic"))
         elif node.status in (RUNNING, INTERRUPTED) and node.text:
-            label.append(f"  {first_line(node.text[-200:])}", self.style("dim italic"))
+            label.append(f"  {plain_inline(last_line(node.text[-200:]))}", self.style("dim italic"))
         self._cancel(label, node.cancel)
         return label
 
@@ -406,9 +429,7 @@ def outcome_notes(tree: TraceTree, root: AgentNode | None = None) -> str:
             cancel = node.cancel or (node.parent.cancel if node.parent is not None else None)
             who = cancel.by if cancel is not None else "runtime"
             by[who] = by.get(who, 0) + 1
-    parts = [
-        f"{plural(count, 'subtree')} cancelled by {who}" for who, count in sorted(by.items())
-    ]
+    parts = [f"{plural(count, 'subtree')} cancelled by {who}" for who, count in sorted(by.items())]
     if failed:
         parts.append(f"{failed} failed")
     if cut:

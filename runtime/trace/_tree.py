@@ -273,7 +273,8 @@ class AgentNode(_AgentInternals):
 
     @property
     def text(self) -> str:
-        """The last :data:`TEXT_KEEP` characters of the agent's streamed text."""
+        """The last :data:`TEXT_KEEP` characters of the agent's streamed text (each turn's
+        text ends on a line of its own)."""
         return "".join(self._chunks)[-TEXT_KEEP:] if self._chunks else ""
 
     @property
@@ -1149,6 +1150,11 @@ class TraceTree:
             raise _invalid("turn_finished", "output_tokens")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "turn_finished")
         agent._retry = None
+        chunks = agent._chunks
+        if chunks and not chunks[-1].endswith("\n"):
+            # One turn's text ends here: the next turn's does not run on from it.
+            chunks.append("\n")
+            agent._chunks_len += 1
         stop = fields["stop_reason"]
         agent._stop = stop if stop.__class__ is str else None
         if agent._finished_ts is not None:
