@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +138,25 @@ def test_when_the_run_ends_the_picker_closes_and_the_terminal_is_given_back(
         if child.isalive():
             child.kill(9)
         child.close(force=True)
+
+
+def test_after_an_early_abort_no_cut_text_is_printed_as_the_answer(
+    spawn: object,
+    tmp_path: Path,
+) -> None:
+    """Issue 21, item 12: the text streaming when Ctrl+C aborted is not printed under the final
+    tree as if it were the answer."""
+    talk = {"agents": {"main": {"turns": [
+        {"text": "blah " * 400, "chunk_delay_s": 0.02}]}}}
+    child = spawn(  # type: ignore[operator]
+        "run", "go", "--no-trace", "--scenario", _scenario(tmp_path, talk),
+    )
+    child.expect("blah blah blah")
+    child.sendintr()  # no sub-agent runs: Ctrl+C aborts
+    child.expect("run aborted with Ctrl")  # the root's line in the final tree
+    child.expect(pexpect.EOF)
+    after_tree = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", child.before)
+    child.close()
+    assert child.exitstatus == 130
+    assert "cancelled in" in after_tree
+    assert "blah" not in after_tree

@@ -320,6 +320,8 @@ class LiveView:
         self._print_pending()
         console.print(render_tree(self.tree, time.time(), max_lines=None))
         answer = self._text.turn_done() or self._text.last_turn
+        if not _completed(self.tree):
+            answer = ""  # text cut short by an abort is not an answer (it is in the trace)
         if answer:
             from rich.markdown import Markdown
 
@@ -499,7 +501,7 @@ class PlainView:
         """Print the end of the run: its status and the trace."""
         self.flush()
         text = self._text.turn_done()
-        lines = [text] if text else []
+        lines = [text] if text and _completed(self.tree) else []
         lines.append(summary_line(self.tree, rich=False))
         lines.extend(trace_hint(trace_path))
         try:
@@ -507,6 +509,11 @@ class PlainView:
             self.out.flush()
         except (BrokenPipeError, ValueError):
             pass
+
+
+def _completed(tree: TraceTree) -> bool:
+    roots = tree.roots
+    return bool(roots) and roots[-1].status == "completed"
 
 
 def outcome_notes(tree: TraceTree, root: AgentNode | None = None) -> str:
