@@ -335,3 +335,26 @@ def test_a_corrupted_session_is_one_clear_line_and_left_untouched(
     assert re.match(r"trio-agents: error: session \S+20260101-000000-abcdef\.json: ", output)
     assert "not JSON" in output
     assert path.read_bytes() == content
+
+
+def test_tree_mid_turn_leaves_no_frozen_copy_and_the_trace_is_named_for_the_session(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """Issue 21, item 16."""
+    child = spawn(
+        "--scenario", str(SCENARIOS / "chat_typing.json"), "--permission-mode", "allow-all",
+    )
+    prompt(child)
+    child.sendline("look around")
+    child.expect_exact("bash: sleep 30")
+    child.sendline("/tree")
+    child.expect_exact("The live tree below is this turn's; it is printed whole when it ends.")
+    child.sendintr()  # no sub-agent: cancels the turn
+    child.expect_exact("cancelled in ")
+    child.expect_exact(PROMPT)
+    child.sendcontrol("d")
+    assert finish(child) == 0
+    saved = session(tmp_path)
+    [trace] = (tmp_path / ".trio-agents" / "traces").glob("*.jsonl")
+    assert trace.stem == saved["id"]  # one id for the session and its (first) run
+    assert saved["state"]["run_ids"] == [saved["id"]]

@@ -261,7 +261,7 @@ class Chat:
         self.kb = kb
         try:
             async with open_session(
-                self.opts,
+                self._with_run_id(self.opts),
                 on_abort=self._on_abort,
                 final_summary=False,
                 keyboard=kb,
@@ -292,6 +292,15 @@ class Chat:
         if not self.interactive and self.incomplete_turns:
             return EXIT_FAILED
         return EXIT_OK
+
+    def _with_run_id(self, opts: RunOptions) -> RunOptions:
+        """*opts* with the run named after the session (its trace too, by default): the
+        session's first run is the session id, the next ``ID.2``, and so on."""
+        import dataclasses
+
+        count = len(self.record.state.run_ids)
+        run_id = self.record.id if count == 0 else f"{self.record.id}.{count + 1}"
+        return dataclasses.replace(opts, extra={"run_id": run_id, **opts.extra})
 
     def _begin(self, session: Session) -> None:
         rt = session.rt
@@ -548,7 +557,12 @@ class Chat:
             self._say(line)
 
     def _show_tree(self) -> None:
-        root = self.current.agent_id if self.current is not None else self.last_root
+        current = self.current
+        if current is not None and not current.done and self.view_is_live():
+            # A copy printed now would stay in the scrollback, frozen mid-turn.
+            self._say("The live tree below is this turn's; it is printed whole when it ends.")
+            return
+        root = current.agent_id if current is not None else self.last_root
         if root is None:
             self._say("No turn yet: the tree appears with the first message.")
             return
@@ -556,6 +570,12 @@ class Chat:
 
         tree = self._session().tree
         self._print(render_tree(tree, time.time(), max_lines=None, subtree=root))
+
+    def view_is_live(self) -> bool:
+        """Whether the turn is drawn live on the terminal (not plain lines)."""
+        from ._live import LiveView
+
+        return self.session is not None and isinstance(self.session.view, LiveView)
 
     async def _cancel(self, target: str) -> None:
         if not target:
