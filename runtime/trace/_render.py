@@ -303,30 +303,60 @@ def tree_lines(
     roots, keep = tree.select(subtree=subtree, status=status)
     painter = _Painter(color=color, now=at, spinner=spinner)
     limit = math.inf if max_depth is None else max_depth
-    guide = painter.style("dim")
     if title:
         yield _header(tree, painter)
     if not roots:
         what = f"no node with status {status!r}" if status else "no agents yet"
         yield _line(Text(f"({what})", painter.style("dim")))
     for root in roots:
-        yield _line(painter.label(root))
-        # Iterative, so a pathologically deep tree cannot hit the recursion limit. Entries are
-        # (node or elision note, guide prefix, last among its siblings, agent level).
-        stack: list[tuple[AgentNode | ToolNode | Text, str, bool, int]] = []
-        _push_children(stack, root, "", 0, keep, limit, painter)
-        while stack:
-            node, prefix, last, level = stack.pop()
-            line = FitText(prefix + ("└── " if last else "├── "), guide)
-            label = node if isinstance(node, Text) else painter.label(node)
-            if isinstance(label, FitText) and label.desc is not None:
-                line.desc = (label.desc[0] + len(line), label.desc[1] + len(line))
-            line.append_text(label)
-            yield _line(line)
-            if not isinstance(node, Text):
-                _push_children(
-                    stack, node, prefix + ("    " if last else "│   "), level, keep, limit, painter
-                )
+        yield from _subtree_lines(root, painter, keep, limit)
+
+
+def node_lines(
+    node: AgentNode | ToolNode, *, now: float | None = None, color: bool = True
+) -> Iterator[Text]:
+    """The lines of one node's subtree, drawn as in :func:`tree_lines` (token totals are those
+    of the tree's last rollup)."""
+    at = (
+        now
+        if now is not None
+        else max((n.finished_ts or n.started_ts or 0.0 for n in _walk(node)), default=0.0)
+    )
+    yield from _subtree_lines(node, _Painter(color=color, now=at, spinner=False), None, math.inf)
+
+
+def _walk(node: AgentNode | ToolNode) -> Iterator[AgentNode | ToolNode]:
+    stack: list[AgentNode | ToolNode] = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
+def _subtree_lines(
+    root: AgentNode | ToolNode,
+    painter: _Painter,
+    keep: set[AgentNode | ToolNode] | None,
+    limit: float,
+) -> Iterator[Text]:
+    guide = painter.style("dim")
+    yield _line(painter.label(root))
+    # Iterative, so a pathologically deep tree cannot hit the recursion limit. Entries are
+    # (node or elision note, guide prefix, last among its siblings, agent level).
+    stack: list[tuple[AgentNode | ToolNode | Text, str, bool, int]] = []
+    _push_children(stack, root, "", 0, keep, limit, painter)
+    while stack:
+        node, prefix, last, level = stack.pop()
+        line = FitText(prefix + ("└── " if last else "├── "), guide)
+        label = node if isinstance(node, Text) else painter.label(node)
+        if isinstance(label, FitText) and label.desc is not None:
+            line.desc = (label.desc[0] + len(line), label.desc[1] + len(line))
+        line.append_text(label)
+        yield _line(line)
+        if not isinstance(node, Text):
+            _push_children(
+                stack, node, prefix + ("    " if last else "│   "), level, keep, limit, painter
+            )
 
 
 def _line(text: Text) -> Text:

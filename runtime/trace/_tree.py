@@ -151,6 +151,22 @@ class _NodeBase:
         """When the node finished."""
         return self._finished_ts
 
+    def render(self) -> str:
+        """This node's subtree as ``trace show`` draws it (plain text, no colours)."""
+        from ._render import node_lines
+
+        return "\n".join(line.plain for line in node_lines(self, color=False))  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __rich__(self) -> Any:
+        from rich.console import Group
+
+        from ._render import node_lines
+
+        return Group(*node_lines(self))  # type: ignore[arg-type]
+
     def elapsed(self, now: float) -> float | None:
         """The duration once finished (or interrupted), else the time from its start to *now*."""
         if self.duration_s is not None:
@@ -733,6 +749,26 @@ class TraceTree:
                 keep.add(up)
         return [r for r in roots if r in keep], keep
 
+    def render(self, **options: Any) -> str:
+        """The tree as ``trace show`` prints it (plain text, no colours).
+
+        Args:
+            options: as :func:`runtime.trace._render.tree_lines` (``subtree``, ``max_depth``,
+                ``status``, ``title``, ``now``).
+        """
+        from ._render import tree_lines
+
+        options.setdefault("spinner", False)
+        return "\n".join(line.plain for line in tree_lines(self, color=False, **options))
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __rich__(self) -> Any:
+        from ._render import render_tree
+
+        return render_tree(self, spinner=False)
+
     def to_json(
         self,
         *,
@@ -1185,6 +1221,10 @@ class TraceTree:
             self._pending_cancel.setdefault(target, info)
         elif node.cancel is None:  # the first request is the one that took effect
             node.cancel = info
+            if isinstance(node, ToolNode):
+                for child in node.children:  # a sub-agent that already ended cancelled
+                    if child.status == "cancelled" and child.cancel is None:
+                        child.cancel = info
 
     def _agent_finished(self, fields: Fields) -> None:
         kind = "agent_finished"
@@ -1224,6 +1264,9 @@ class TraceTree:
         agent.turns = turns
         agent.duration_s = duration
         agent._finished_ts = ts
+        call = agent._parent
+        if status == "cancelled" and agent.cancel is None and call is not None:
+            agent.cancel = call.cancel  # cancelled with the call that started it: say why
         # The agent's own totals replace what its turns added up to.
         agent.input_tokens = input_tokens
         agent.output_tokens = output_tokens
