@@ -476,7 +476,7 @@ class Chat:
         try:
             path = await trio.to_thread.run_sync(self.store.write, rec.id, data)
         except SessionError as exc:
-            self._say(f"warning: the session was not saved: {exc}", err=True)
+            self._say(f"trio-agents: warning: the session was not saved: {exc}", err=True)
             return None
         self.saved = True
         if not quiet:

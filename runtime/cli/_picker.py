@@ -267,6 +267,31 @@ class TerminalPrompts:
             self._active = None
         return None
 
+    async def _ask_picker_keyboard(self, prompt: _Prompt, picks: _PickList) -> str | None:
+        """The picker's question through the chat's keyboard, with the list kept true above
+        it (as :meth:`_read_choice` does on a terminal of our own)."""
+        keyboard = self._keyboard
+        assert keyboard is not None
+        print_above = getattr(keyboard, "print_above", None)
+
+        async def watch() -> None:
+            while True:
+                await trio.sleep(_PICKER_TICK_S)
+                for line in picks.update(self.tree):
+                    if print_above is not None:
+                        print_above(line)
+                if not picks.running():
+                    prompt.nothing_left = True
+                    prompt.scope.cancel(reason="nothing left to cancel")
+                    return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            try:
+                return await self._ask_keyboard(keyboard, prompt, "cancel> ")
+            finally:
+                nursery.cancel_scope.cancel(reason="the question is over")
+
     def _running_in_tree_order(self) -> list[RunningSubtree]:
         # The tree's own order (depth first), so a sub-agent's children follow it.
         subtrees = {s.tool_use_id: s for s in self.tree.running_subtrees()}
@@ -299,7 +324,7 @@ class TerminalPrompts:
                 if keys:
                     line = await self._read_choice(prompt, picks)
                 else:
-                    line = await self._read_line(prompt, "cancel> ")
+                    line = await self._ask_picker_keyboard(prompt, picks)
                 if prompt.interrupted:
                     await self._say_abort(session, "run aborted with Ctrl+C")
                     return
