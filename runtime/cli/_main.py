@@ -139,7 +139,8 @@ def build_parser() -> CliParser:
     cancel.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
     cancel.add_argument("id", metavar="ID", help="the agent id or tool_use_id to cancel")
     cancel.add_argument("--reason", help="why (recorded in the trace)")
-    cancel.add_argument("--debug", action="store_true", help="tracebacks on errors")
+    # Accepted as everywhere (before or after the command); cancel has nothing more to say.
+    cancel.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     cancel.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
     return parser
 
