@@ -48,6 +48,8 @@ class FitText(Text):
 
     desc: tuple[int, int] | None = None
     """Where the description is in the text (start, end), if the line has one."""
+    essential: int | None = None
+    """Where what must stay in view ends (after the duration); None: the whole line."""
 
     def __rich__(self) -> Any:
         # Console.print joins plain Text objects into one before rendering; a renderable of
@@ -57,10 +59,13 @@ class FitText(Text):
     def fitted_to(self, width: int) -> Text:
         """This line cut to *width*: the description first (down to a few characters)."""
         desc = self.desc
-        if desc is None or len(self) <= width:
-            return self.copy()  # a plain Text: rendered as is
+        needed = len(self) if self.essential is None else self.essential
+        if needed < len(self):
+            needed += 1  # room for the "…" that ends a line cut after its essential part
+        if desc is None or needed <= width:
+            return self.copy()  # a plain Text: rendered as is (cut at the end if need be)
         start, end = desc
-        keep = max(_MIN_DESC, (end - start) - (len(self) - width) - 1)
+        keep = max(_MIN_DESC, (end - start) - (needed - width) - 1)
         if keep >= end - start:
             return self.copy()
         fitted = self[:start]
@@ -216,6 +221,7 @@ class _Painter:
         if node.awaiting_permission:
             label.append(" awaiting permission", self.style("bold yellow"))
         label.append(f"  {fmt_duration(node.elapsed(self.now))}", self.style("blue"))
+        label.essential = len(label)  # up to the duration; what follows may be cut at the end
         if node.permission_wait_s:
             label.append(f" (waited {fmt_duration(node.permission_wait_s)})", self.style("dim"))
         if node.status in ("error", "denied") and node.output:
@@ -351,6 +357,8 @@ def _subtree_lines(
         label = node if isinstance(node, Text) else painter.label(node)
         if isinstance(label, FitText) and label.desc is not None:
             line.desc = (label.desc[0] + len(line), label.desc[1] + len(line))
+            if label.essential is not None:
+                line.essential = label.essential + len(line)
         line.append_text(label)
         yield _line(line)
         if not isinstance(node, Text):
