@@ -57,10 +57,11 @@ rc = 0
 """
 # A reference, not a target: the least a tree builder in CPython can do. It reads and decodes
 # only the lines a report needs (the reader's own skip rule), keeps each node as a bare list of
-# its SPEC section 3 values (no node objects, no checks of the fields, no rollup, no placeholders
-# for out-of-order events) and writes the tree as nested arrays, without the keys. Whatever the
-# real command costs above this figure is the price of correctness and of the SPEC's output;
-# this figure's own ratio is what no Python implementation of the tree beats on this machine.
+# the values of its docs/tree.md JSON (no node objects, no checks of the fields, no rollup, no
+# placeholders for out-of-order events) and writes the tree as nested arrays, without the keys.
+# Whatever the real command costs above this figure is the price of correctness and of the
+# documented output; this figure's own ratio is what no Python implementation of the tree beats
+# on this machine.
 BOUND = """
 import gc
 import orjson

@@ -13,17 +13,21 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from runtime.core._version import VERSION as __version__  # noqa: F401 - public, in __dir__
 
 if TYPE_CHECKING:
+    from runtime.cluster._placement import RayOptions as RayOptions
+    from runtime.core._agent import AgentOutcome as AgentOutcome
     from runtime.core._agent_types import AgentType as AgentType
     from runtime.core._agent_types import AgentTypes as AgentTypes
     from runtime.core._agent_types import load_agent_types as load_agent_types
     from runtime.core._bus import EventBus as EventBus
     from runtime.core._bus import SubscriberLagged as SubscriberLagged
     from runtime.core._bus import Subscription as Subscription
+    from runtime.core._context_window import context_window_for as context_window_for
     from runtime.core._errors import AgentsError as AgentsError
     from runtime.core._errors import ConfigError as ConfigError
+    from runtime.core._errors import ContextOverflowError as ContextOverflowError
     from runtime.core._errors import EventDecodeError as EventDecodeError
     from runtime.core._errors import ProviderError as ProviderError
     from runtime.core._errors import ScenarioError as ScenarioError
@@ -57,7 +61,6 @@ if TYPE_CHECKING:
     from runtime.core._events import event_to_dict as event_to_dict
     from runtime.core._limits import Budget as Budget
     from runtime.core._limits import Limits as Limits
-    from runtime.core._loop import AgentOutcome as AgentOutcome
     from runtime.core._messages import AgentState as AgentState
     from runtime.core._messages import Message as Message
     from runtime.core._messages import TextBlock as TextBlock
@@ -76,6 +79,9 @@ if TYPE_CHECKING:
     from runtime.core._provider import ToolCall as ToolCall
     from runtime.core._provider import ToolSpec as ToolSpec
     from runtime.core._provider import TurnEnd as TurnEnd
+    from runtime.core._runtime import AgentHandle as AgentHandle
+    from runtime.core._runtime import Runtime as Runtime
+    from runtime.core._sandbox import Sandbox as Sandbox
     from runtime.core._secrets import filter_env as filter_env
     from runtime.core._secrets import redact as redact
     from runtime.core._secrets import secret_values as secret_values
@@ -92,8 +98,6 @@ if TYPE_CHECKING:
     from runtime.trace._tree import TraceSet as TraceSet
     from runtime.trace._tree import TraceTree as TraceTree
     from runtime.trace._tree import split_runs as split_runs
-    from runtime.wiring._open import AgentHandle as AgentHandle
-    from runtime.wiring._open import Runtime as Runtime
     from runtime.wiring._open import open_runtime as open_runtime
 
     from .providers import AnthropicProvider as AnthropicProvider
@@ -103,9 +107,9 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {
     "AgentFinished": "runtime.core._events",
-    "AgentHandle": "runtime.wiring._open",
+    "AgentHandle": "runtime.core._runtime",
     "AgentNode": "runtime.trace._tree",
-    "AgentOutcome": "runtime.core._loop",
+    "AgentOutcome": "runtime.core._agent",
     "AgentStarted": "runtime.core._events",
     "AgentState": "runtime.core._messages",
     "AgentType": "runtime.core._agent_types",
@@ -117,6 +121,7 @@ _LAZY: dict[str, str] = {
     "CancelRequested": "runtime.core._events",
     "ConfigError": "runtime.core._errors",
     "ContextCompacted": "runtime.core._events",
+    "ContextOverflowError": "runtime.core._errors",
     "Decision": "runtime.core._permissions",
     "Event": "runtime.core._events",
     "EventBus": "runtime.core._bus",
@@ -132,13 +137,15 @@ _LAZY: dict[str, str] = {
     "ProviderError": "runtime.core._errors",
     "ProviderRetry": "runtime.core._events",
     "ReplayDiverged": "runtime.core._events",
+    "RayOptions": "runtime.cluster._placement",
     "RetryNotice": "runtime.core._provider",
     "RetryPolicy": "runtime.providers",
     "Rule": "runtime.core._permissions",
     "RunFinished": "runtime.core._events",
     "RunStarted": "runtime.core._events",
     "RunningSubtree": "runtime.trace._tree",
-    "Runtime": "runtime.wiring._open",
+    "Runtime": "runtime.core._runtime",
+    "Sandbox": "runtime.core._sandbox",
     "Scenario": "runtime.providers._scenario",
     "ScenarioError": "runtime.core._errors",
     "ScriptedProvider": "runtime.providers._scripted",
@@ -170,6 +177,7 @@ _LAZY: dict[str, str] = {
     "TurnFinished": "runtime.core._events",
     "UnknownEventType": "runtime.core._errors",
     "UserMessage": "runtime.core._events",
+    "context_window_for": "runtime.core._context_window",
     "decode_event": "runtime.core._events",
     "encode_event": "runtime.core._events",
     "event_from_dict": "runtime.core._events",
@@ -194,9 +202,18 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    _publish(importlib.import_module(module))
+    return globals()[name]
+
+
+def _publish(module: Any) -> None:
+    # Every public name of *module* reports ``runtime`` as its module (``runtime.ConfigError``).
+    from runtime.core._names import publish_names
+
+    names = [public for public, where in _LAZY.items() if where == module.__name__]
+    publish_names((getattr(module, public) for public in names), __name__)
+    for public in names:
+        globals()[public] = getattr(module, public)
 
 
 def __dir__() -> list[str]:

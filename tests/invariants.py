@@ -1,4 +1,7 @@
-"""SPEC §2 invariants, checked on a whole run's events (shared by many tests)."""
+"""The event invariants of docs/events.md#invariants, checked on a whole run's events.
+
+Shared by many tests.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from runtime import (
 
 
 def check_invariants(events: Sequence[Event]) -> None:
-    """Assert every invariant of SPEC §2 on one complete run."""
+    """Assert every invariant of docs/events.md#invariants on one complete run."""
     assert events, "no events"
     assert isinstance(events[0], RunStarted), events[0]
     assert isinstance(events[-1], RunFinished), events[-1]

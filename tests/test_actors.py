@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from runtime.actors import ActorContext, Mailbox, Registry, start_actor
+from runtime.actors import ActorContext, Mailbox, Registry, start_actor, start_actor_soon
 
 
 async def _sleeper(ctx: ActorContext[Any]) -> str:
@@ -38,17 +38,36 @@ async def test_a_failing_actor_becomes_a_message_and_its_siblings_keep_running(
         await trio.sleep(1)
         finished.append(ctx.actor_id)
 
-    supervisor_send, supervisor = trio.open_memory_channel[Any](10)
     async with trio.open_nursery() as nursery:
-        await start_actor(nursery, steady, actor_id="s1", supervisor=supervisor_send)
-        bad = await start_actor(nursery, boom, actor_id="bad", supervisor=supervisor_send)
-        await start_actor(nursery, steady, actor_id="s2", supervisor=supervisor_send)
+        s1 = await start_actor(nursery, steady, actor_id="s1")
+        bad = await start_actor(nursery, boom, actor_id="bad")
+        s2 = start_actor_soon(nursery, steady, actor_id="s2")
         exit_ = await bad.wait()
+        assert not s1.done
+        assert not s2.done
+    # The supervisor (here, the task that owned the nursery) reads every exit afterwards.
     assert exit_.kind == "failed"
     assert isinstance(exit_.error, RuntimeError)
     assert sorted(finished) == ["s1", "s2"]
-    messages = [supervisor.receive_nowait() for _ in range(3)]
-    assert sorted(m.actor_id for m in messages) == ["bad", "s1", "s2"]
+    assert [(h.exit.actor_id, h.exit.kind) for h in (s1, s2) if h.exit] == [
+        ("s1", "returned"),
+        ("s2", "returned"),
+    ]
+
+
+async def test_an_actor_started_soon_is_registered_when_it_runs() -> None:
+    registry = Registry()
+    async with trio.open_nursery() as nursery:
+        handle = start_actor_soon(nursery, _sleeper, actor_id="late", registry=registry)
+        assert handle.node is None
+        assert "late" not in registry
+        await trio.testing.wait_all_tasks_blocked()
+        assert handle.node is not None
+        assert "late" in registry
+        assert handle.cancel("enough")
+    assert handle.exit is not None
+    assert (handle.exit.kind, handle.exit.reason) == ("cancelled", "enough")
+    assert "late" not in registry
 
 
 async def test_the_registry_cancels_exactly_one_subtree() -> None:

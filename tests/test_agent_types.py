@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from runtime import AgentType, AgentTypes, Budget, ConfigError, Scenario, load_agent_types
-from runtime.core._agent_types import agent_types_from_scenario
+from runtime.providers._scenario import agent_types_from_scenario
 
 
 def test_main_and_general_always_exist() -> None:

@@ -213,3 +213,41 @@ async def test_an_end_already_waiting_goes_out_once_its_reader_is_marked_stalled
         with trio.fail_after(1):
             await done.wait()
     assert [sub.receive_nowait().text for _ in range(2)] == ["fills it", "e"]  # type: ignore[attr-defined]
+
+
+async def test_a_raising_tap_is_dropped_and_the_stream_goes_on() -> None:
+    bus = EventBus("r")
+    seen: list[int] = []
+
+    def bad(event: Event) -> None:
+        raise ValueError("observer bug")
+
+    bus.add_tap(bad)
+    bus.add_tap(lambda e: seen.append(e.seq))
+    for _ in range(3):
+        await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text="x")
+    assert seen == [1, 2, 3]
+    assert len(bus.failed_taps) == 1
+    assert "observer bug" in bus.failed_taps[0]
+    assert bus.core_error is None
+
+
+async def test_a_raising_core_hook_is_kept_and_reports_the_failure_once() -> None:
+    bus = EventBus("r")
+    calls: list[int] = []
+    failures: list[Exception] = []
+
+    def hook(event: Event) -> None:
+        calls.append(event.seq)
+        raise ValueError("bookkeeping bug")
+
+    bus.add_core_hook(hook)
+    bus.on_core_failure = failures.append
+    seen: list[int] = []
+    bus.add_tap(lambda e: seen.append(e.seq))
+    for _ in range(3):
+        await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text="x")
+    assert calls == [1, 2, 3], "never removed"
+    assert seen == [1, 2, 3], "the event still reaches everyone else"
+    assert isinstance(bus.core_error, ValueError)
+    assert len(failures) == 1

@@ -424,3 +424,84 @@ def test_ray_address_reaches_the_runtime() -> None:
     assert runtime_kwargs(options_from_args(ns))["ray_address"] == "10.0.0.5:6379"
     ns = build_parser().parse_args(["run", "x"])
     assert runtime_kwargs(options_from_args(ns))["ray_address"] is None
+
+
+def test_a_second_run_on_the_same_trace_path_exits_2_and_leaves_the_first_alone(
+    tmp_path: Path,
+) -> None:
+    scenario = tmp_path / "slow.json"
+    slow = {"agents": {"main": {"tools": [], "turns": [{"text": "done", "delay_s": 30}]}}}
+    scenario.write_text(json.dumps(slow))
+    trace = tmp_path / "t.jsonl"
+    args = cli("run", "go", "--scenario", str(scenario), "--trace", str(trace))
+    first = subprocess.Popen(
+        args,
+        cwd=tmp_path,
+        env=child_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (trace.exists() and trace.read_bytes().count(b"\n") >= 2):
+            assert time.monotonic() < deadline, "the first run stalled"
+            assert first.poll() is None, "the first run ended early"
+            time.sleep(0.02)
+        before = trace.read_bytes()
+        second = subprocess.run(
+            args,
+            cwd=tmp_path,
+            env=child_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+            timeout=20,
+        )
+        assert second.returncode == 2
+        lines = second.stderr.decode().strip().splitlines()
+        assert len(lines) == 1, lines
+        assert "being written by another run" in lines[0]
+        assert trace.read_bytes().startswith(before)
+    finally:
+        first.kill()
+        first.wait()
+        if first.stderr:
+            first.stderr.close()
+
+
+def test_bash_in_a_real_run_cannot_read_the_runtimes_secrets(tmp_path: Path) -> None:
+    # /proc/$PPID/environ is the trio-agents process: encoded, no redaction could catch it.
+    key = "sk-cli-0123456789abcdef"
+    command = "base64 -w0 < /proc/$PPID/environ"
+    call = {"name": "bash", "input": {"command": command}}
+    scenario = tmp_path / "s.json"
+    scenario.write_text(
+        json.dumps({"agents": {"main": {"turns": [{"tool_calls": [call]}, {"text": "ok"}]}}})
+    )
+    trace = tmp_path / "t.jsonl"
+    proc = subprocess.run(
+        cli(
+            "run",
+            "go",
+            "--scenario",
+            str(scenario),
+            "--trace",
+            str(trace),
+            "--permission-mode",
+            "allow-all",
+        ),
+        cwd=tmp_path,
+        env={**child_env(), "MY_API_KEY": key},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (output,) = [e.output for e in read_trace(trace) if e.type == "tool_finished"]  # type: ignore[attr-defined]
+    import base64
+
+    environ = base64.b64decode(output.split("\n")[0])
+    assert b"PATH=" in environ
+    assert key.encode() not in environ

@@ -498,3 +498,146 @@ def test_tail_on_a_terminal_exits_130_on_ctrl_c(tmp_path: Path) -> None:
         child.close(force=True)
     assert child.exitstatus == 130
     assert "Traceback" not in (child.before or "")
+
+
+@pytest.mark.parametrize("fmt", ["otlp-json", "mermaid"])
+def test_export_masks_the_secrets_it_knows_even_in_an_old_unmasked_trace(
+    tmp_path: Path, fmt: str
+) -> None:
+    # A trace written before masking existed (or by a run that did not know the key).
+    path = tmp_path / "old.jsonl"
+    events = list(run_events(small_run(), order="time"))
+    for event in events:
+        if event["type"] == "agent_started":
+            event["prompt"] = "deploy with sk-export-0123456789"
+        if event["type"] == "tool_started":
+            event["summary"] = "bash: curl -H 'key: sk-export-0123456789'"
+    write_trace(path, events)
+    out = run_cli("export", str(path), "--format", fmt, env={"MY_API_KEY": "sk-export-0123456789"})
+    assert out.returncode == 0, out.stderr
+    assert "sk-export" not in out.stdout
+    plain = run_cli("export", str(path), "--format", fmt)
+    assert plain.returncode == 0
+    assert "sk-export-0123456789" in plain.stdout  # it was there to be masked
+
+
+# ---------------------------------------------------------------------------- attacks (issue 15)
+
+
+def _ev(kind: str, seq: int, agent: str | None, ptu: str | None, **fields: Any) -> dict[str, Any]:
+    return {"type": kind, "seq": seq, "ts": 1.0 + seq, "run_id": "r", "agent_id": agent,
+            "parent_tool_use_id": ptu, **fields}
+
+
+def _started(seq: int, agent: str, ptu: str | None, parent: str | None) -> dict[str, Any]:
+    return _ev("agent_started", seq, agent, ptu, name="w", parent_agent_id=parent,
+               depth=0 if ptu is None else 1, prompt="p")
+
+
+def _call(seq: int, agent: str, tool_use_id: str) -> dict[str, Any]:
+    return _ev("tool_started", seq, agent, None, tool_use_id=tool_use_id, name="agent",
+               input={"description": "d", "prompt": "p"}, summary="agent: d")
+
+
+def _chain(depth: int) -> list[dict[str, Any]]:
+    """A run whose agents form one chain *depth* agents deep, every one finished."""
+    events = [_ev("run_started", 1, None, None, version="0", config={})]
+    for i in range(depth):
+        parent = f"t{i - 1}" if i else None
+        events.append(_started(len(events) + 1, f"a{i}", parent, f"a{i - 1}" if i else None))
+        if i < depth - 1:
+            events.append(_call(len(events) + 1, f"a{i}", f"t{i}"))
+    for i in reversed(range(depth)):
+        parent = f"t{i - 1}" if i else None
+        events.append(_ev("agent_finished", len(events) + 1, f"a{i}", parent, status="completed",
+                          result="ok", error=None, turns=1, input_tokens=1, output_tokens=1,
+                          duration_s=1.0))
+        if i:
+            events.append(_ev("tool_finished", len(events) + 1, f"a{i - 1}", None,
+                              tool_use_id=f"t{i - 1}", name="agent", status="ok", output="ok",
+                              duration_s=1.0))
+    events.append(_ev("run_finished", len(events) + 1, None, None, status="completed",
+                      duration_s=1.0))
+    return events
+
+
+@pytest.mark.parametrize("depth", [70, 1000])
+def test_every_command_handles_a_tree_deeper_than_json_nesting_limits(
+    tmp_path: Path, depth: int, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    path = tmp_path / "deep.jsonl"
+    path.write_bytes(lines_of(_chain(depth)))
+    for argv in (
+        ["show", "--json", str(path)],
+        ["show", "--json", "--status", "completed", str(path)],
+        ["show", "--json", "--max-depth", "400", str(path)],
+        ["show", str(path)],
+        ["show", "--timeline", str(path)],
+        ["stats", "--json", str(path)],
+        ["export", "--format", "mermaid", str(path)],
+        ["export", "--format", "otlp-json", str(path)],
+    ):
+        assert main(argv) == 0, argv
+        out, err = capsysbinary.readouterr()
+        assert b"Recursion" not in err, argv
+        assert b"internal error" not in err, argv
+    assert main(["show", "--json", str(path)]) == 0
+    out = capsysbinary.readouterr().out
+    assert out.count(b'"kind":"agent"') == depth
+    if depth * 4 < 900:  # within what the stdlib parser's recursion takes
+        import json
+
+        node = json.loads(out)["roots"][0]
+        for _ in range(depth - 1):
+            node = node["children"][0]["children"][0]
+        assert node["id"] == f"a{depth - 1}"
+
+
+def test_agents_whose_parents_form_a_cycle_are_shown_under_broken_links_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cycle.jsonl"
+    path.write_bytes(lines_of([
+        _ev("run_started", 1, None, None, version="0", config={}),
+        _started(2, "main", None, None),
+        _started(3, "a", "t2", "b"),  # a's parent call t2 is b's ...
+        _call(4, "a", "t1"),
+        _started(5, "b", "t1", "a"),  # ... and b's parent call t1 is a's
+        _call(6, "b", "t2"),
+    ]))
+    assert main(["show", "--no-color", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "broken links" in captured.out
+    assert " a " in captured.out or "w a" in captured.out
+    assert " b " in captured.out or "w b" in captured.out
+    assert captured.err.count("whose parents form a cycle") == 1, captured.err
+    assert captured.err.count("warning") == 1, captured.err
+    assert main(["show", "--json", str(path)]) == 0
+    shown = orjson.loads(capsys.readouterr().out)
+    ids = [root["id"] for root in shown["roots"]]
+    assert ids[0] == "main"
+    assert len(ids) == 2
+    for argv in (["stats", "--json"], ["show", "--timeline"], ["show", "--status", "running"],
+                 ["export", "--format", "mermaid"], ["export", "--format", "otlp-json"]):
+        assert main([*argv, str(path)]) == 0, argv
+        assert "internal error" not in capsys.readouterr().err
+
+
+def test_reversed_seq_and_duplicate_ids_get_one_warning_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "odd.jsonl"
+    events = [
+        _ev("run_started", 1, None, None, version="0", config={}),
+        _started(2, "main", None, None),
+        _started(3, "main", None, None),  # a duplicate id
+        _call(9, "main", "t1"),
+        _call(5, "main", "t1"),  # seq goes back, and a duplicate call id
+        _call(4, "main", "t2"),  # seq goes back again
+    ]
+    path.write_bytes(lines_of(events))
+    assert main(["show", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("seq goes back on 2 lines") == 1, err
+    assert err.count("2 events name a node a second time") == 1, err
+    assert err.count("warning") == 2, err

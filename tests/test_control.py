@@ -258,19 +258,71 @@ async def test_control_clients_answer_permission_questions_in_ask_mode(
     assert not (workspace / "asked.txt").exists()
 
 
-async def test_ask_mode_without_any_client_is_denied_at_once(
+async def test_a_question_waits_for_a_client_that_connects_later(
     sock_path: Path, workspace: Path
 ) -> None:
+    # No client is connected when the question comes: it stays pending, and a client that
+    # connects afterwards finds it and answers it with one line (as `nc -U` would).
     with trio.fail_after(15):
         async with control_run(
             "permission.json", sock_path, workspace, permission_mode="ask"
         ) as run:
-            outcome = await run.rt.run("go")
+            handle = await run.rt.start("go")
+            asked = await run.wait_for(lambda e: e.type == "permission_requested")
+            await trio.sleep(0.2)  # nobody there for a while
+            assert not [e for e in run.events if e.type == "permission_resolved"]
+            async with connect(sock_path) as client:
+                pending = await client.ask({"op": "pending"})
+            assert [p["request_id"] for p in pending["pending"]] == [asked.request_id]  # type: ignore[attr-defined]
+            assert pending["pending"][0]["summary"].startswith("bash: ")
+            # One-shot: send a line and close the writing side, without reading first.
+            stream = await trio.open_unix_socket(str(sock_path))
+            async with stream:
+                line = {"op": "permission", "request_id": asked.request_id, "granted": True}  # type: ignore[attr-defined]
+                await stream.send_all(orjson.dumps(line) + b"\n")
+                await stream.send_eof()
+                assert json.loads(await stream.receive_some(1000)) == {"ok": True}
+            outcome = await handle.wait()
     assert outcome.status == "completed"
     resolved = [e for e in run.events if e.type == "permission_resolved"]
-    assert len(resolved) == 1
-    assert resolved[0].granted is False  # type: ignore[attr-defined]
-    assert "nobody can answer" in resolved[0].reason  # type: ignore[attr-defined]
+    assert [(e.granted, e.reason) for e in resolved] == [  # type: ignore[attr-defined]
+        (True, "granted through the control socket")
+    ]
+    assert (workspace / "asked.txt").exists()
+
+
+async def test_a_question_nobody_answers_times_out_with_a_control_socket(
+    sock_path: Path, workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with control_run(
+        "permission.json", sock_path, workspace, permission_mode="ask", permission_timeout_s=30
+    ) as run:
+        start = trio.current_time()
+        outcome = await run.rt.run("go")
+    assert outcome.status == "completed"
+    (resolved,) = [e for e in run.events if e.type == "permission_resolved"]
+    assert resolved.granted is False  # type: ignore[attr-defined]
+    assert resolved.reason == "no answer within 30 s"  # type: ignore[attr-defined]
+    assert trio.current_time() - start >= 30
+
+
+async def test_ask_mode_with_neither_terminal_nor_control_socket_is_denied_at_once(
+    workspace: Path,
+) -> None:
+    events: list[Event] = []
+    with trio.fail_after(15):
+        async with open_runtime(
+            scenario=SCENARIOS / "permission.json",
+            workspace=workspace,
+            trace=False,
+            on_event=events.append,
+            permission_mode="ask",
+        ) as rt:
+            outcome = await rt.run("go")
+    assert outcome.status == "completed"
+    (resolved,) = [e for e in events if e.type == "permission_resolved"]
+    assert resolved.granted is False  # type: ignore[attr-defined]
+    assert "nobody can answer" in resolved.reason  # type: ignore[attr-defined]
 
 
 async def test_a_stale_socket_file_is_replaced_and_a_live_one_refused(
@@ -385,3 +437,72 @@ async def test_trio_agents_cancel_from_another_process(sock_path: Path, tmp_path
     assert gone.returncode == 2
     assert len(gone.stderr.decode().strip().splitlines()) == 1
     assert "cannot connect" in gone.stderr.decode()
+
+
+async def test_trio_agents_pending_and_permit_from_another_process(
+    sock_path: Path, tmp_path: Path
+) -> None:
+    # A real run without a terminal, in ask mode with --control: its question waits until a
+    # client that came later lists it (`trio-agents pending`) and answers it (`permit`).
+    proc = await trio.lowlevel.open_process(
+        _cli(
+            "run",
+            "go",
+            "--json",
+            "--permission-mode",
+            "ask",
+            "--no-trace",
+            "--control",
+            str(sock_path),
+            "--scenario",
+            str(SCENARIOS / "permission.json"),
+        ),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+
+    async def client(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return await trio.run_process(
+            _cli(*args, "--control", str(sock_path)),
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+
+    buf = b""
+    try:
+        with trio.fail_after(30):
+            while b'"permission_requested"' not in buf:
+                data = await proc.stdout.receive_some(65536)
+                assert data, "the run ended before it asked"
+                buf += data
+            await trio.sleep(0.3)  # nobody answers for a while: the question must wait
+            listed = await client("pending")
+            assert listed.returncode == 0, listed.stderr
+            (line,) = listed.stdout.decode().splitlines()
+            request_id = line.split()[0]
+            assert "bash: echo permitted > asked.txt" in line
+            as_json = await client("pending", "--json")
+            assert [p["request_id"] for p in json.loads(as_json.stdout)] == [request_id]
+            wrong = await client("permit", "perm-999", "yes")
+            assert wrong.returncode == 1
+            assert b"no pending permission request 'perm-999'" in wrong.stderr
+            done = await client("permit", request_id, "yes")
+            assert done.returncode == 0, done.stderr
+            while data := await proc.stdout.receive_some(65536):
+                buf += data
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert code == 0
+    events = [decode_event(line) for line in buf.splitlines()]
+    (resolved,) = [e for e in events if e.type == "permission_resolved"]
+    assert resolved.granted is True  # type: ignore[attr-defined]
+    assert (tmp_path / "asked.txt").read_text() == "permitted\n"
+    gone = await client("pending")
+    assert gone.returncode == 2
+    assert b"cannot connect" in gone.stderr

@@ -46,8 +46,9 @@ _SAMPLES: dict[str, dict[str, Any]] = {
     "run_finished": {"status": "completed", "duration_s": 2.0},
     "tool_progress": {"tool_use_id": "tu-2", "progress": 3.0, "total": 10.0, "message": "3/10"},
     "provider_retry": {"attempt": 1, "delay_s": 1.5, "reason": "429 Too Many Requests"},
-    "context_compacted": {"method": "trim", "tokens_before": 9000, "tokens_after": 4000,
-                          "messages_before": 40, "messages_after": 40},
+    "context_compacted": {"method": "summary", "tokens_before": 9000, "tokens_after": 4000,
+                          "messages_before": 40, "messages_after": 5, "input_tokens": 8000,
+                          "output_tokens": 600},
     "replay_diverged": {"node": "main \u203a reviewer, turn 3",
                         "detail": "read(src/x.py) returned 41 lines, recorded 38"},
 }

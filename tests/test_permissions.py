@@ -430,3 +430,69 @@ def test_remembered_path_allows_exactly_itself(parts: list[str], other: list[str
     assert policy.decide(*wr(path)).action == "allow"
     if other != parts:
         assert policy.decide(*wr("/".join(other))).action == "ask"
+
+
+# --- attacks (issue 15): every spelling of a path is judged by where it really leads -----------
+
+
+@pytest.fixture
+def linked(ws: Path) -> Path:
+    (ws / ".env").write_text("KEY=1\n")
+    (ws / "envlink").symlink_to(".env")
+    (ws / "x.md").symlink_to(".env")
+    (ws / "secrets").mkdir()
+    (ws / "secrets" / "key").write_text("k\n")
+    (ws / "s").symlink_to("secrets")
+    return ws
+
+
+def _spellings(ws: Path, rel: str) -> list[str]:
+    return [rel, f"{ws}/{rel}", f"/proc/self/root{ws}/{rel}", f"/proc/self/cwd/{rel}"]
+
+
+@pytest.mark.parametrize("spelling", range(4), ids=["relative", "absolute", "root", "cwd"])
+def test_deny_rule_holds_through_proc_self_and_a_symlink(
+    linked: Path, spelling: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(linked)
+    policy = PermissionPolicy("allow-all", deny=("write(.env)",), workspace=linked)
+    path = _spellings(linked, "envlink")[spelling]
+    assert policy.decide(*wr(path)).action == "deny", path
+
+
+@pytest.mark.parametrize("spelling", range(4), ids=["relative", "absolute", "root", "cwd"])
+def test_allow_rule_must_match_the_real_path_whatever_the_spelling(
+    linked: Path, spelling: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(linked)
+    policy = PermissionPolicy("deny", allow=("write(*.md)",), workspace=linked)
+    path = _spellings(linked, "x.md")[spelling]
+    assert policy.decide(*wr(path)).action == "deny", path
+    plain = _spellings(linked, "notes.md")[spelling]
+    assert policy.decide(*wr(plain)).action == "allow", plain
+
+
+@pytest.mark.parametrize("spelling", range(4), ids=["relative", "absolute", "root", "cwd"])
+def test_deny_rule_on_a_folder_holds_through_a_folder_symlink(
+    linked: Path, spelling: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(linked)
+    policy = PermissionPolicy("allow-all", deny=("write(secrets/**)",), workspace=linked)
+    path = _spellings(linked, "s/key")[spelling]
+    assert policy.decide(*wr(path)).action == "deny", path
+
+
+@pytest.mark.parametrize("mode", ["ask", "auto-edit", "allow-all", "deny"])
+@pytest.mark.parametrize(
+    "path", [".trio-agents/traces/run.jsonl", ".trio-agents/sessions/s.json", "t/x", "sub/.trio-agents/a"]
+)
+def test_the_runtimes_own_files_are_never_written_whatever_the_mode_and_rules(
+    ws: Path, mode: str, path: str
+) -> None:
+    (ws / ".trio-agents" / "traces").mkdir(parents=True)
+    (ws / "t").symlink_to(".trio-agents/traces")
+    policy = PermissionPolicy(mode, allow=("write", "write(**)", "edit"), workspace=ws)  # type: ignore[arg-type]
+    for tool_args in (wr(path), ed(path), wr(f"{ws}/{path}")):
+        decision = policy.decide(*tool_args)
+        assert decision.action == "deny", (mode, tool_args)
+        assert ".trio-agents" in decision.reason

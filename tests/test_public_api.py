@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import subprocess
 import sys
@@ -73,3 +74,47 @@ def test_the_readme_python_example_runs(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("completed Both parts are done.")
     assert (tmp_path / "run.jsonl").exists()
+
+
+@pytest.mark.parametrize("name", ["runtime", "tools"])
+def test_public_names_report_their_public_module(name: str) -> None:
+    package = importlib.import_module(name)
+    for public in package.__all__:
+        value = getattr(package, public)
+        if isinstance(value, type) or inspect.isfunction(value):
+            assert value.__module__ == name, public
+
+
+def test_a_public_error_prints_and_pickles_under_its_public_name() -> None:
+    import pickle
+    import traceback
+
+    from runtime import ConfigError, TextDelta
+
+    try:
+        raise ConfigError("bad settings")
+    except ConfigError as exc:
+        text = "".join(traceback.format_exception_only(exc))
+    assert text.startswith("runtime.ConfigError: bad settings")
+    again = pickle.loads(pickle.dumps(ConfigError("x")))
+    assert type(again) is ConfigError
+    event = TextDelta(seq=1, ts=0.0, run_id="r", agent_id="a", parent_tool_use_id=None, text="t")
+    assert pickle.loads(pickle.dumps(event)) == event
+
+
+def test_runtime_and_agent_handle_are_final() -> None:
+    from runtime import AgentHandle, Runtime
+
+    assert getattr(Runtime, "__final__", False)
+    assert getattr(AgentHandle, "__final__", False)
+
+
+def test_type_hints_of_public_classes_still_resolve() -> None:
+    import typing
+
+    import runtime
+
+    for public in runtime.__all__:
+        value = getattr(runtime, public)
+        if isinstance(value, type) and hasattr(value, "__attrs_attrs__"):
+            assert typing.get_type_hints(value), public

@@ -11,6 +11,7 @@ import trio.testing
 
 from runtime import (
     AgentFinished,
+    AgentsError,
     AgentStarted,
     AgentType,
     ConfigError,
@@ -301,3 +302,28 @@ async def test_several_root_agents_share_one_run(workspace: Path) -> None:
     assert (first.result, second.result) == ("a", "b")
     check_invariants(events)
     assert len(by_type(events, AgentStarted)) == 2
+
+
+async def test_a_failing_core_hook_fails_the_run_loudly_and_the_trace_stays_whole(
+    workspace: Path, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    trace = tmp_path / "run.jsonl"
+    scenario = {"agents": {"main": {"turns": [
+        {"text": "working", "tool_calls": [{"name": "bash", "input": {"command": "true"}}]},
+        {"text": "slow", "delay_s": 100}]}}}
+
+    def broken(event: Any) -> None:
+        if event.type == "tool_finished":
+            raise RuntimeError("accounting bug")
+
+    async def run() -> None:
+        async with open_runtime(scenario=scenario, workspace=workspace, trace=trace,
+                                permission_mode="allow-all") as rt:
+            rt.bus.add_core_hook(broken)
+            await rt.run("go")
+
+    with pytest.raises(AgentsError, match=r"runtime's own bookkeeping raised.*accounting bug"):
+        await run()
+    written = _read_trace(trace)
+    check_invariants(written)
+    assert written[-1].status == "failed"  # type: ignore[attr-defined]

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import io
 import os
+import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
-from runtime import EventBus, TextDelta, decode_event
-from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer
+from runtime import ConfigError, EventBus, TextDelta, decode_event
+from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
 from tests.harness import loop_ticks
 
 
@@ -170,3 +174,128 @@ def test_only_a_pipe_gets_a_pipe_writer(tmp_path: Path) -> None:
     with (tmp_path / "f").open("wb") as f:
         assert open_pipe_writer(f) is None
     assert open_pipe_writer(io.BytesIO()) is None
+
+
+# -- the trace file: private, locked, watched; and always ahead of everything else ----------
+
+
+def test_a_trace_and_the_folders_it_needs_are_created_private(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "t.jsonl"
+    open_trace_file(path).close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "a" / "b").stat().st_mode) == 0o700
+
+
+def test_a_second_writer_of_one_trace_is_refused_and_the_first_trace_kept(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.jsonl"
+    first = open_trace_file(path)
+    first.write(b"line of the first run\n")
+    first.flush()
+    with pytest.raises(ConfigError, match="being written by another run"):
+        open_trace_file(path)
+    assert path.read_bytes() == b"line of the first run\n"
+    first.close()
+    open_trace_file(path).close()  # free again once the first run closed it
+
+
+def test_the_lock_of_a_killed_writer_goes_with_it(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    code = (
+        "import sys, time; from pathlib import Path; "
+        "from runtime.trace._sinks import open_trace_file; "
+        "f = open_trace_file(Path(sys.argv[1])); print('locked', flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"locked\n"
+        with pytest.raises(ConfigError, match="another run"):
+            open_trace_file(path)
+    finally:
+        proc.kill()
+        proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+    open_trace_file(path).close()
+
+
+def test_a_symlink_or_a_fifo_at_the_trace_path_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.write_text("keep me")
+    link = tmp_path / "t.jsonl"
+    link.symlink_to(target)
+    with pytest.raises(ConfigError, match="symbolic link"):
+        open_trace_file(link)
+    assert target.read_text() == "keep me"
+    fifo = tmp_path / "f.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        open_trace_file(fifo)
+
+
+def test_an_existing_trace_is_made_private_when_it_is_reused(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text("old run\n")
+    path.chmod(0o644)
+    open_trace_file(path).close()
+    assert path.read_bytes() == b""
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("change", ["replaced", "removed", "cut"])
+def test_a_trace_changed_under_the_run_is_noticed(tmp_path: Path, change: str) -> None:
+    path = tmp_path / "t.jsonl"
+    sink = JsonlSink(open_trace_file(path), close_file=True, watch=path)
+    bus = EventBus("r")
+    bus.add_tap(sink)
+    bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text="one")
+    sink.flush()
+    assert sink.replaced is None
+    if change == "replaced":
+        other = tmp_path / "planted"
+        other.write_text("{}\n")
+        other.replace(path)
+    elif change == "removed":
+        path.unlink()
+    else:
+        os.truncate(path, 0)
+    bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text="two")
+    sink.flush()
+    assert sink.replaced is not None
+    sink.close()
+
+
+async def test_a_subscriber_gets_an_event_only_once_the_trace_has_written_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.jsonl"
+    trace = JsonlSink(open_trace_file(path), close_file=True, interval_s=3600)
+    bus = EventBus("r")
+    bus.add_tap(trace)
+    bus.set_gate(trace)
+    with bus.subscribe() as sub:
+        for i in range(3):
+            bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+        assert path.read_bytes() == b""  # buffered: the flusher has not run
+        first = await sub.receive()
+        assert len(path.read_bytes().splitlines()) >= first.seq
+        assert sub.receive_nowait().seq == 2
+    trace.close()
+
+
+def test_json_output_never_gets_ahead_of_the_trace(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    trace = JsonlSink(open_trace_file(path), close_file=True, interval_s=3600)
+    out = io.BytesIO()
+    json_sink = JsonlSink(out, gate=trace)
+    bus = EventBus("r")
+    bus.add_tap(trace)
+    bus.add_tap(json_sink)
+    for i in range(5):
+        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+        json_sink.flush()
+        assert path.read_bytes() == out.getvalue()
+    trace.close()

@@ -371,8 +371,16 @@ async def test_an_agent_not_yet_announced_cannot_be_cancelled_by_id(workspace: P
         "w": turns("w done")}}
     async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
                             limits=Limits(max_parallel=1)) as rt:
-        handle = await rt.start("go")
-        # agent-2 is the next id: registered for an instant before it announces itself.
-        assert not await rt.cancel("agent-2", "too early")
+        # A blocking subscriber we stop reading holds the next emit back: agent-2 is then
+        # registered (its actor runs) but its agent_started is not out.
+        with rt.subscribe(buffer=1, policy="block") as events:
+            handle = await rt.start("go")
+            async for event in events:
+                if event.type == "turn_finished":
+                    break  # the agent call's tool_started fills the buffer; agent-2's start waits
+            await trio.testing.wait_all_tasks_blocked()
+            assert "agent-2" in rt._run.registry
+            assert "agent-2" not in rt._run.announced
+            assert not await rt.cancel("agent-2", "too early")
         outcome = await handle.wait()
     assert outcome.status == "completed"

@@ -89,8 +89,9 @@ async def test_long_output_keeps_head_and_tail_and_says_how_much_was_cut(
     assert status == "[exit code 0]"
     assert body.startswith("START" + "x" * 495 + "\n")
     assert body.endswith("x" * 497 + "END")
-    assert "[... 99008 characters cut from the middle of the output ...]" in body
-    assert len(body) < 1100
+    assert "[... 99008 characters cut from the middle of the output; to see them, send " in body
+    assert "(read with offset and limit, or grep) ...]" in body
+    assert len(body) < 1000 + 200  # the kept characters and the note
 
 
 def test_capture_counts_characters_not_bytes_across_split_utf8() -> None:
@@ -100,7 +101,9 @@ def test_capture_counts_characters_not_bytes_across_split_utf8() -> None:
     for i in range(0, len(raw), 3):  # chunks that cut characters in half
         capture.feed(raw[i : i + 3])
     capture.flush()
-    assert capture.text() == "ééééé\n[... 20 characters cut from the middle of the output ...]\nééééé"
+    text = capture.text()
+    assert text.startswith("ééééé\n[... 20 characters cut from the middle of the output; ")
+    assert text.endswith(" ...]\nééééé")
 
 
 def test_capture_keeps_output_that_fits_whole() -> None:
@@ -472,3 +475,37 @@ def test_a_warden_that_stopped_reading_is_killed_before_it_is_replaced() -> None
         assert group.poll() is None, "the live group was left alone"
         warden.close()
         assert group.wait(timeout=5) == -signal.SIGTERM
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "setsid sleep 300 & echo $! > child.pid; echo done",  # a session of its own
+        "(setsid sleep 300 & echo $! > child.pid) ; echo done",  # and an orphan at once
+        "setsid bash -c 'sleep 300 & echo $! > child.pid; wait' & sleep 0.2; echo done",
+    ],
+    ids=["setsid", "orphan", "grandchild"],
+)
+async def test_processes_that_left_the_group_are_stopped_too(
+    workspace: Path, command: str
+) -> None:
+    # The result says background processes were stopped: it must be true of those that left
+    # the process group (setsid) as well, which the group's SIGTERM never reaches.
+    with trio.fail_after(10):
+        out = await call(BashTool(), {"command": command}, make_ctx(workspace))
+    assert out.endswith(
+        "done\n[exit code 0]\n[background processes the command left running were stopped]"
+    )
+    pid = int((workspace / "child.pid").read_text())
+    assert _wait_until_stopped([pid], limit_s=1.0) == []
+
+
+async def test_processes_that_left_the_group_are_stopped_on_timeout_too(workspace: Path) -> None:
+    with trio.fail_after(10), pytest.raises(ToolError, match="timed out"):
+        await call(
+            BashTool(kill_grace_s=0.2),
+            {"command": "setsid sleep 300 & echo $! > child.pid; sleep 300", "timeout_s": 0.5},
+            make_ctx(workspace),
+        )
+    pid = int((workspace / "child.pid").read_text())
+    assert _wait_until_stopped([pid], limit_s=1.0) == []

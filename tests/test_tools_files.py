@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +14,14 @@ import pytest
 import trio
 from _toolkit import call, make_ctx
 
-from runtime.core._errors import ToolError, ToolInputError
+from runtime.core._errors import ConfigError, ToolError, ToolInputError
+from runtime.core._globs import compile_glob
 from runtime.core._tool import Tool
 from tests.harness import loop_ticks
 from tools._bash import BashTool
 from tools._builtins import file_and_shell_tools
 from tools._edit import EditTool
-from tools._glob import GlobTool, glob_regex, run_in_thread_with_stop
+from tools._glob import GlobTool, run_in_thread_with_stop
 from tools._grep import GrepTool
 from tools._read import ReadTool
 from tools._write import WriteTool
@@ -185,7 +188,7 @@ async def test_write_failure_keeps_the_old_file_and_removes_the_temporary(
     target = workspace / "f.txt"
     target.write_text("old\n")
 
-    def broken_replace(src: str, dst: str) -> None:
+    def broken_replace(src: str, dst: str, **dir_fds: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken_replace)
@@ -442,7 +445,7 @@ async def test_glob_errors(tree: Path, args: dict[str, Any], message: str) -> No
     ],
 )
 def test_glob_pattern_semantics(pattern: str, path: str, matches: bool) -> None:
-    assert (glob_regex(pattern).fullmatch(path) is not None) is matches
+    assert compile_glob(pattern).fullmatch(path) is matches
 
 
 async def test_cancelled_walk_returns_at_once_and_tells_the_thread_to_stop() -> None:
@@ -729,3 +732,102 @@ async def test_grep_reads_posix_classes_as_grep_users_mean_them(workspace: Path)
     (workspace / "f.txt").write_text("abc\nv123\n")
     out = await call(GrepTool(), {"pattern": "[[:digit:]]+"}, make_ctx(workspace))
     assert out == "f.txt:2:v123"
+
+
+# --- attacks (issue 15) -----------------------------------------------------------------------
+
+# Eight stars: re, given the glob as a regex, tries every way to place them (O(n^8)) holding
+# the GIL; on a 200-character name that is years, on 40 characters about two seconds.
+_CATASTROPHIC_GLOB = "*a*a*a*a*a*a*a*a*b"
+
+
+async def test_glob_with_a_backtracking_pattern_answers_at_once(workspace: Path) -> None:
+    (workspace / ("a" * 200)).write_text("")
+    start = time.monotonic()
+    out = await call(GlobTool(), {"pattern": _CATASTROPHIC_GLOB}, make_ctx(workspace))
+    assert out == f"no files match {_CATASTROPHIC_GLOB!r}"
+    assert time.monotonic() - start < 1.0
+
+
+async def test_grep_include_with_a_backtracking_pattern_answers_at_once(workspace: Path) -> None:
+    (workspace / ("a" * 200)).write_text("needle\n")
+    start = time.monotonic()
+    out = await call(
+        GrepTool(), {"pattern": "needle", "include": _CATASTROPHIC_GLOB}, make_ctx(workspace)
+    )
+    assert out == "no matches for 'needle'"
+    assert time.monotonic() - start < 1.0
+
+
+async def test_the_event_loop_ticks_while_globs_match_long_names(workspace: Path) -> None:
+    for i in range(3):
+        (workspace / (f"{i}" + "a" * 40)).write_text("")
+    async with loop_ticks() as ticks:
+        start = trio.current_time()
+        for tool, args in [
+            (GlobTool(), {"pattern": _CATASTROPHIC_GLOB}),
+            (GrepTool(), {"pattern": "x", "include": _CATASTROPHIC_GLOB}),
+        ]:
+            await call(tool, args, make_ctx(workspace))
+        await trio.sleep(0.2)
+        elapsed = trio.current_time() - start
+    assert elapsed < 1.0, f"the globs held the event loop for {elapsed:.1f} s"
+    assert ticks.count >= 10, f"the event loop stalled ({ticks.count} ticks)"
+
+
+def test_glob_braces_expanding_too_far_are_refused() -> None:
+    with pytest.raises(ConfigError, match="more than 256 patterns"):
+        compile_glob("{a,b}" * 9)
+
+
+async def test_grep_searches_a_long_line_in_its_first_part_and_says_so(workspace: Path) -> None:
+    (workspace / "f.txt").write_text("x" * 50 + "needle" + "y" * 1000 + "needle\nneedle\n")
+    out = await call(GrepTool(), {"pattern": "needle"}, make_ctx(workspace, grep_max_line_bytes=100))
+    lines = out.splitlines()
+    assert lines[0].startswith("f.txt:1:" + "x" * 50 + "needle")
+    assert lines[1] == "f.txt:2:needle"
+    assert lines[2] == (
+        "[1 lines longer than 100 bytes were searched in their first part only; "
+        "search them with bash]"
+    )
+
+
+async def test_grep_searches_a_big_file_in_its_first_part_and_says_so(workspace: Path) -> None:
+    (workspace / "f.txt").write_text("needle\n" * 1000)
+    out = await call(GrepTool(), {"pattern": "needle"}, make_ctx(workspace, grep_max_file_bytes=70))
+    assert out.splitlines()[-1] == (
+        "[1 files bigger than 70 bytes were searched in their first part only: f.txt]"
+    )
+    assert len(out.splitlines()) == 11
+
+
+_GREP_MEMORY = """
+import resource, sys, trio
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from _toolkit import call, make_ctx
+from runtime.core import ToolError
+from tools import GrepTool
+ws = Path(sys.argv[1])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+async def main():
+    try:
+        await call(GrepTool(), {"pattern": "(a|aa)+$"}, make_ctx(ws, grep_timeout_s=2.0))
+    except ToolError:
+        pass
+trio.run(main)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+async def test_a_backtracking_grep_on_a_5_mb_line_stays_within_bounded_memory(
+    workspace: Path,
+) -> None:
+    (workspace / "f.txt").write_text("a" * 5_000_000 + "!\n")
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            [sys.executable, "-c", _GREP_MEMORY, str(workspace), str(Path(__file__).parent)],
+            capture_stdout=True,
+        )
+    grown_mb = int(done.stdout.decode().split()[-1])
+    assert grown_mb < 100, f"grep took {grown_mb} MB more"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +222,34 @@ async def test_follow_lines_refuses_a_missing_file(tmp_path: Path) -> None:
 def test_write_trace_round_trips(tmp_path: Path) -> None:
     n = write_trace(tmp_path / "t.jsonl", run_events(small_run()))
     assert n == len((tmp_path / "t.jsonl").read_bytes().splitlines())
+
+
+async def test_follow_lines_reads_a_long_growing_line_in_linear_time(tmp_path: Path) -> None:
+    # 16 MB without a newline, read 4 KiB at a time: joining what came so far on every read
+    # (as tail once did) copies ~32 GB; keeping the pieces copies the line once.
+    path = tmp_path / "live.jsonl"
+    path.write_bytes(b"x" * (16 << 20) + b'\n{"b": 2}\n')
+    got: list[tuple[int, bytes]] = []
+    start = time.monotonic()
+    with trio.fail_after(60):
+        async with follow_lines(path, chunk=4096) as batches:
+            async for batch in batches:
+                got.extend(batch)
+                if len(got) == 2:
+                    break
+    assert time.monotonic() - start < 3.0
+    assert got[0] == (1, b"x" * (16 << 20) + b"\n")
+    assert got[1] == (2, b'{"b": 2}\n')
+
+
+async def test_follow_lines_keeps_only_the_start_of_a_line_over_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "live.jsonl"
+    path.write_bytes(b"y" * 10_000 + b'\n{"b": 2}\n')
+    got: list[tuple[int, bytes]] = []
+    with trio.fail_after(60):
+        async with follow_lines(path, chunk=100, max_line=1000) as batches:
+            async for batch in batches:
+                got.extend(batch)
+                if len(got) == 2:
+                    break
+    assert got == [(1, b"y" * 200 + b"...[line cut]\n"), (2, b'{"b": 2}\n')]

@@ -1,4 +1,4 @@
-"""TraceTree: the tree rebuilt from the flat event stream (SPEC §3)."""
+"""TraceTree: the tree rebuilt from the flat event stream (docs/tree.md)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from runtime.core import _events
 from runtime.core._errors import EventDecodeError, UnknownEventType
 from runtime.trace._tree import (
     AGENT_STATUSES,
+    BROKEN_LINKS,
     TEXT_KEEP,
     TOOL_STATUSES,
     AgentNode,
@@ -359,8 +360,8 @@ def test_any_valid_interleaving_builds_the_canonical_tree(spec: AgentSpec, seed:
     assert sorted(d["type"] for d in shuffled) == sorted(d["type"] for d in canonical)
     expected = plain(tree_of(canonical))
     assert plain(tree_of(shuffled)) == expected
-    # The SPEC §2 invariants of the generated stream, as the tree sees them: one node per
-    # start event, every node finished, every sub-agent under its call.
+    # The event invariants (docs/events.md#invariants) of the generated stream, as the tree sees
+    # them: one node per start event, every node finished, every sub-agent under its call.
     tree = tree_of(shuffled)
     assert len(tree.agents) == sum(d["type"] == "agent_started" for d in canonical)
     assert len(tree.tools) == sum(d["type"] == "tool_started" for d in canonical)
@@ -442,3 +443,43 @@ def test_a_node_never_gains_an_attribute_after_it_is_made(keep_details: bool) ->
     tool_keys = list(vars(ToolNode("t")))
     assert all(list(vars(agent)) == agent_keys for agent in tree.agents.values())
     assert all(list(vars(tool)) == tool_keys for tool in tree.tools.values())
+
+
+# ---------------------------------------------------------------------------- corrupt links
+
+
+def _corrupt_events(data: st.DataObject) -> list[dict[str, Any]]:
+    """Agents whose parent calls, and calls whose callers, are picked at random: cycles too."""
+    agents = data.draw(st.integers(1, 8))
+    tools = data.draw(st.integers(0, 8))
+    base = {"run_id": "r", "ts": 1.0}
+    events: list[dict[str, Any]] = []
+    for i in range(agents):
+        parent = data.draw(st.sampled_from([None, *(f"t{j}" for j in range(tools + 2))]))
+        events.append({**base, "type": "agent_started", "agent_id": f"a{i}",
+                       "parent_tool_use_id": parent, "name": "w", "parent_agent_id": None,
+                       "depth": 0, "prompt": ""})
+    for j in range(tools):
+        owner = data.draw(st.integers(0, agents - 1))
+        events.append({**base, "type": "tool_started", "agent_id": f"a{owner}",
+                       "parent_tool_use_id": None, "tool_use_id": f"t{j}", "name": "agent",
+                       "input": {}, "summary": ""})
+    order = data.draw(st.permutations(events))
+    return [{**event, "seq": n} for n, event in enumerate(order, 1)]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_any_parent_links_show_every_agent_exactly_once(data: st.DataObject) -> None:
+    tree = TraceTree()
+    for event in _corrupt_events(data):
+        tree.apply_dict(event)
+    tree.end()
+    shown = [node.id for node in tree.iter_nodes() if node.kind == "agent"]
+    assert sorted(n for n in shown if n != BROKEN_LINKS) == sorted(tree.agents)
+    plain = tree.to_plain_json()
+    assert len(plain["roots"]) == len(tree.roots)
+    cycles = [m for m in tree.anomalies() if "cycle" in m]
+    assert bool(cycles) == (BROKEN_LINKS in shown)
+    for node in tree.iter_nodes():
+        assert sum(1 for _ in tree.ancestors(node)) <= len(tree.agents) + len(tree.tools)

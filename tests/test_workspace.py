@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from _toolkit import call, make_ctx
 
 from runtime.core._errors import ToolError
@@ -198,12 +203,14 @@ def test_workspace_reached_through_a_symlink_still_confines(layout: Path) -> Non
         resolve_in_workspace(alias, "link_out/secret.txt")
 
 
-def test_symlink_loop_inside_is_not_an_escape_but_fails_when_used(layout: Path) -> None:
+async def test_a_symlink_loop_inside_is_a_clear_error_for_every_file_tool(layout: Path) -> None:
     (layout / "loop_a").symlink_to("loop_b")
     (layout / "loop_b").symlink_to("loop_a")
-    resolved = resolve_in_workspace(layout, "loop_a")
-    with pytest.raises(OSError, match=r"(?i)loop|too many"):
-        resolved.read_text()
+    with pytest.raises(ToolError, match=r"too many levels of symlinks \(a loop\?\)"):
+        resolve_in_workspace(layout, "loop_a")
+    for tool in TOOLS:
+        with pytest.raises(ToolError, match="too many levels of symlinks"):
+            await call(tool, _args_for(tool, "loop_a"), make_ctx(layout))
 
 
 @pytest.mark.parametrize(
@@ -223,3 +230,207 @@ def test_symlink_loop_inside_is_not_an_escape_but_fails_when_used(layout: Path) 
 )
 def test_normalise_target(given: str, workspace: str | None, expected: str) -> None:
     assert normalise_target(given, Path(workspace) if workspace else None) == expected
+
+
+# --- attacks (issue 15) -----------------------------------------------------------------------
+
+
+_SWAPPER = """
+import os, sys
+real, d, outside = sys.argv[1:]
+while True:
+    for step in (lambda: os.rename(real, d), lambda: os.rename(d, real),
+                 lambda: os.symlink(outside, d), lambda: os.unlink(d)):
+        try:
+            step()
+        except OSError:
+            pass
+"""
+
+
+@pytest.fixture
+def swapping(workspace: Path) -> Iterator[Path]:
+    """A workspace whose ``d`` is, by turns, a folder inside and a symlink to a folder outside.
+
+    Another process (as ``bash`` would be) swaps them as fast as it can while the test runs;
+    ``outside/f.txt`` is the file no tool call may read or write.
+    """
+    outside = workspace.parent / "outside"
+    outside.mkdir()
+    (outside / "f.txt").write_text("OUTSIDE\n")
+    real = workspace / "real"
+    real.mkdir()
+    (real / "f.txt").write_text("inside\n")
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", _SWAPPER, str(real), str(workspace / "d"), str(outside)]
+    )
+    try:
+        yield workspace
+    finally:
+        swapper.kill()
+        swapper.wait()
+
+
+async def test_a_folder_swapped_for_a_symlink_never_lets_a_call_out(swapping: Path) -> None:
+    ctx = make_ctx(swapping)
+    outside = swapping.parent / "outside"
+    escapes: list[str] = []
+    for i in range(200):
+        with contextlib.suppress(ToolError):
+            out = await call(ReadTool(), {"path": "d/f.txt"}, ctx)
+            if "OUTSIDE" in out:
+                escapes.append(f"read {i}")
+        with contextlib.suppress(ToolError):
+            out = await call(GrepTool(), {"pattern": "OUTSID[E]", "path": "d"}, ctx)
+            if "OUTSIDE" in out:
+                escapes.append(f"grep {i}")
+        with contextlib.suppress(ToolError):
+            await call(WriteTool(), {"path": "d/w.txt", "content": "x"}, ctx)
+        with contextlib.suppress(ToolError):
+            await call(EditTool(), {"path": "d/f.txt", "old": "\n", "new": " \n"}, ctx)
+        if (outside / "w.txt").exists():
+            escapes.append(f"write {i}")
+            (outside / "w.txt").unlink()
+        if (outside / "f.txt").read_text() != "OUTSIDE\n":
+            escapes.append(f"edit {i}")
+            (outside / "f.txt").write_text("OUTSIDE\n")
+    assert escapes == []
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        (ReadTool(), {"path": "d/f.txt"}),
+        (GrepTool(), {"pattern": "OUTSID[E]", "path": "d"}),
+        (WriteTool(), {"path": "d/f.txt", "content": "written\n"}),
+        (EditTool(), {"path": "d/f.txt", "old": "\n", "new": " edited\n"}),
+    ],
+    ids=lambda x: getattr(x, "name", ""),
+)
+async def test_a_swap_right_after_the_check_never_lets_a_call_out(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, tool: Tool, args: dict[str, Any]
+) -> None:
+    # The race made certain: the moment the path is first looked at (a realpath, or a stat
+    # of "d"), "d" becomes a symlink to a folder outside whose f.txt holds the same text.
+    outside = workspace.parent / "outside"
+    outside.mkdir()
+    (outside / "f.txt").write_text("OUTSIDE\n")
+    (workspace / "d").mkdir()
+    (workspace / "d" / "f.txt").write_text("OUTSIDE\n")
+    swapped = False
+    real_stat, real_realpath = os.stat, os.path.realpath
+
+    def swap() -> None:
+        nonlocal swapped
+        if not swapped:
+            swapped = True
+            (workspace / "d").rename(workspace / "was_d")
+            (workspace / "d").symlink_to(outside)
+
+    def stat(path: Any, *a: Any, **kw: Any) -> os.stat_result:
+        result = real_stat(path, *a, **kw)
+        if os.fspath(path).endswith("d"):
+            swap()
+        return result
+
+    def realpath(path: Any, *a: Any, **kw: Any) -> str:
+        result = real_realpath(path, *a, **kw)
+        if "/d" in os.fspath(path):
+            swap()
+        return result
+
+    monkeypatch.setattr(os, "stat", stat)
+    monkeypatch.setattr(os.path, "realpath", realpath)
+    with contextlib.suppress(ToolError):
+        out = await call(tool, args, make_ctx(workspace))
+        assert "OUTSIDE" not in out
+    monkeypatch.undo()
+    assert swapped
+    assert (outside / "f.txt").read_text() == "OUTSIDE\n"
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["x" * 300, "sub/" + "x" * 300 + "/f.txt", "sub/" + "y/" * 3000 + "f.txt", "a\ud800b"],
+)
+@pytest.mark.parametrize("tool", TOOLS, ids=lambda t: t.name)
+async def test_system_errors_on_a_path_are_clear_tool_errors(
+    layout: Path, tool: Tool, path: str
+) -> None:
+    with pytest.raises(ToolError, match=r"too long|too deep|not a valid file name"):
+        await call(tool, _args_for(tool, path), make_ctx(layout))
+
+
+@pytest.mark.parametrize(
+    "path",
+    [".trio-agents/traces/run.jsonl", "t/run.jsonl", f"{'sub'}/.trio-agents/sessions/s.json"],
+)
+@pytest.mark.parametrize("tool", TOOLS, ids=lambda t: t.name)
+async def test_the_runtimes_own_files_are_off_limits_to_every_file_tool(
+    layout: Path, tool: Tool, path: str
+) -> None:
+    traces = layout / ".trio-agents" / "traces"
+    traces.mkdir(parents=True)
+    (traces / "run.jsonl").write_text('{"SECRET": 1}\n')
+    (layout / "sub" / ".trio-agents" / "sessions").mkdir(parents=True)
+    (layout / "sub" / ".trio-agents" / "sessions" / "s.json").write_text("SECRET\n")
+    (layout / "t").symlink_to(".trio-agents/traces")
+    with pytest.raises(ToolError, match=r"\.trio-agents/ holds the runtime's own files"):
+        await call(tool, _args_for(tool, path), make_ctx(layout))
+    assert (traces / "run.jsonl").read_text() == '{"SECRET": 1}\n'
+
+
+async def test_searches_of_the_workspace_leave_the_runtimes_own_files_out(layout: Path) -> None:
+    (layout / ".trio-agents" / "traces").mkdir(parents=True)
+    (layout / ".trio-agents" / "traces" / "run.jsonl").write_text("SECRET\n")
+    ctx = make_ctx(layout)
+    assert ".trio-agents" not in await call(GlobTool(), {"pattern": "**"}, ctx)
+    assert "run.jsonl" not in await call(GlobTool(), {"pattern": ".trio-agents/**"}, ctx)
+    assert await call(GrepTool(), {"pattern": "SECRET", "path": "sub"}, ctx) == (
+        "no matches for 'SECRET'"
+    )
+    assert ".trio-agents" not in await call(GrepTool(), {"pattern": "SECRET"}, ctx)
+
+
+async def test_a_proc_self_root_spelling_is_written_where_it_leads(layout: Path) -> None:
+    ctx = make_ctx(layout)
+    real = ctx.workspace  # resolved
+    await call(WriteTool(), {"path": f"/proc/self/root{real}/sub/p.txt", "content": "p\n"}, ctx)
+    assert (layout / "sub" / "p.txt").read_text() == "p\n"
+    with pytest.raises(ToolError, match="outside the workspace"):
+        await call(ReadTool(), {"path": "/proc/self/root/etc/passwd"}, ctx)
+
+
+# --- what held (issue 15, "Keep") -------------------------------------------------------------
+
+
+async def test_a_write_breaks_a_hard_link_and_never_changes_the_outside_file(
+    layout: Path,
+) -> None:
+    outside = layout.parent / "outside" / "secret.txt"
+    os.link(outside, layout / "hard.txt")
+    ctx = make_ctx(layout)
+    await call(WriteTool(), {"path": "hard.txt", "content": "overwritten\n"}, ctx)
+    assert outside.read_text() == "TOP SECRET\n"
+    assert (layout / "hard.txt").read_text() == "overwritten\n"
+    assert os.stat(layout / "hard.txt").st_nlink == 1
+    os.link(outside, layout / "hard2.txt")
+    await call(EditTool(), {"path": "hard2.txt", "old": "TOP", "new": "NOT"}, ctx)
+    assert outside.read_text() == "TOP SECRET\n"
+
+
+async def test_reading_through_a_hard_link_is_the_documented_limit(layout: Path) -> None:
+    # A hard link is the same file under a second name: no path check can tell it from any
+    # other file. Documented in docs/reliability.md (tools refusing st_nlink > 1 would break
+    # uv and pnpm trees, and git's hard-linked clones); the sandbox closes it for bash.
+    outside = layout.parent / "outside" / "secret.txt"
+    os.link(outside, layout / "hard.txt")
+    out = await call(ReadTool(), {"path": "hard.txt"}, make_ctx(layout))
+    assert "TOP SECRET" in out
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=lambda t: t.name)
+async def test_a_fifo_never_blocks_a_file_tool(layout: Path, tool: Tool) -> None:
+    os.mkfifo(layout / "pipe")
+    with trio.fail_after(5), contextlib.suppress(ToolError):
+        await call(tool, _args_for(tool, "pipe"), make_ctx(layout))

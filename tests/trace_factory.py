@@ -8,8 +8,8 @@ in one of three orders:
 - ``"canonical"``: depth first, each call's events (and sub-agent) before the next call's;
 - ``"time"``: merged by timestamp, as the runtime would emit parallel sub-agents;
 - ``"random"``: a random interleaving of parallel calls (needs *rng*), keeping every agent's own
-  order and the SPEC §2 constraints (a sub-agent between its call's ``tool_started`` and
-  ``tool_finished``).
+  order and the constraints of docs/events.md#invariants (a sub-agent between its call's
+  ``tool_started`` and ``tool_finished``).
 
 The timestamps belong to the events, not to their position, so every order yields the same tree.
 ``seq`` is assigned after merging, as the runtime's bus does.

@@ -1,4 +1,4 @@
-"""Built-in agent tools (SPEC §5) and the interface every tool implements."""
+"""Built-in agent tools (docs/tools.md) and the interface every tool implements."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from runtime.core import Tool as Tool
 from runtime.core import ToolContext as ToolContext
 from runtime.core import ToolLimits as ToolLimits
 from runtime.core import one_line as one_line
+from runtime.core import publish_names as _publish_names
 from runtime.core import validate_input as validate_input
 
 from ._agent import AgentTool as AgentTool
@@ -40,3 +41,6 @@ __all__ = sorted(
         "validate_input",
     ]
 )
+
+
+_publish_names([globals()[name] for name in __all__], __name__)

@@ -19,9 +19,16 @@ A non-zero exit code is an ``ok`` result that states the code, like a terminal w
 ``grep`` or ``test`` is information for the model, not a tool failure. Only a timeout (or a
 command that cannot start) is an ``error`` result.
 
-Limits: a process that leaves the group on purpose (``setsid``, a daemon) escapes the cleanup.
-Dead members of the group whose parent does not reap them (zombies under a PID 1 that does not
-reap) are not counted as left behind.
+A process that leaves the group on purpose (``setsid``, a daemon) is found by a mark in its
+environment: each call sets ``TRIO_AGENTS_BASH_CALL`` to a token of its own, inherited by every
+process it starts, and when the group is stopped the processes whose ``/proc/PID/environ`` holds
+that token are stopped too (SIGTERM, SIGKILL after the grace period; signalled through a pidfd,
+so a recycled pid is never hit).
+
+Limits: a process that leaves the group AND clears its environment (``env -i setsid ...``)
+escapes the cleanup, as does one running as another user; the sandbox (a PID namespace) closes
+that. Dead members of the group whose parent does not reap them (zombies under a PID 1 that does
+not reap) are not counted as left behind.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -37,11 +45,22 @@ from typing import Any, ClassVar
 
 import trio
 
-from runtime.core import TargetKind, Tool, ToolContext, ToolError, one_line
+from runtime.core import (
+    ConfigError,
+    Redactor,
+    TargetKind,
+    Tool,
+    ToolContext,
+    ToolError,
+    one_line,
+)
 
 from ._warden import warden
 
-__all__ = ["BashTool"]
+__all__ = ["CALL_TAG_VAR", "BashTool"]
+
+CALL_TAG_VAR = "TRIO_AGENTS_BASH_CALL"
+"""Set, for each call, to a token of its own: how processes that left the group are found."""
 
 _CHUNK_BYTES = 65_536
 # After SIGKILL the kernel needs a moment to tear processes down; we wait at most this long.
@@ -115,25 +134,32 @@ class BashTool(Tool):
                 f"input.timeout_s: {timeout:g} s is above the maximum of "
                 f"{ctx.limits.bash_max_timeout_s:g} s"
             )
-        capture = _Capture(ctx.limits.max_output_chars)
+        capture = _Capture(ctx.limits.max_output_chars, ctx.redactor)
+        tag = secrets.token_hex(8)
         guard = warden() if self.orphan_guard else None
         if guard is not None and not guard.started:
             # Once per process: the warden is up before the first group exists.
             await trio.to_thread.run_sync(guard.start)
+        argv = [shutil.which("bash") or "/bin/bash", "-c", command]
+        if ctx.sandbox is not None:
+            try:
+                argv = ctx.sandbox.command(argv, workspace=ctx.workspace, env=ctx.env)
+            except ConfigError as exc:  # bwrap gone since the run started
+                raise ToolError(str(exc)) from exc
         try:
             proc = await trio.lowlevel.open_process(
-                [shutil.which("bash") or "/bin/bash", "-c", command],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=ctx.workspace,
-                env=dict(ctx.env),
+                env={**ctx.env, CALL_TAG_VAR: tag},
                 start_new_session=True,
             )
         except OSError as exc:
             raise ToolError(f"cannot start bash: {exc}") from exc
         ctx.log.debug("bash.started", pid=proc.pid)
-        group = _ProcessGroup(proc)
+        group = _ProcessGroup(proc, tag)
         stdout = proc.stdout
         assert stdout is not None  # stdout=PIPE
         leftovers = False
@@ -198,15 +224,28 @@ async def _pump(stream: trio.abc.ReceiveStream, capture: _Capture, eof: trio.Eve
         eof.set()
 
 
+# Tells the model how to see what was cut, so one huge output need not fill its context.
+_HOW = (
+    "; to see them, send the output to a file (command > out.txt) and read it in parts "
+    "(read with offset and limit, or grep)"
+)
+
+
 class _Capture:
     """The output of a command, bounded: its first and last *limit* characters.
 
     Bytes are decoded as they arrive (UTF-8, invalid bytes replaced) so the count of characters
     cut is exact. Memory stays around ``2 * limit`` characters plus one chunk.
+
+    Secrets are masked before the cut: a cut through a secret would leave its two halves, each
+    unrecognisable, in the result. So head and tail keep a margin of the longest secret's length
+    beyond what is shown, and a secret that crosses a cut is shown (masked) whole.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, redactor: Redactor | None = None) -> None:
         self.limit = max(limit, 2)
+        self._redactor = redactor if redactor is not None else Redactor(())
+        self._keep = self.limit + self._redactor.max_len
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._head = ""
         self._tail = ""
@@ -222,24 +261,42 @@ class _Capture:
         if not text:
             return
         self._total += len(text)
-        room = self.limit - len(self._head)
+        room = self._keep - len(self._head)
         if room > 0:
             self._head += text[:room]
             text = text[room:]
         if text:
-            self._tail = (self._tail + text)[-self.limit :]
+            self._tail = (self._tail + text)[-self._keep :]
 
     def text(self) -> str:
-        """The output, or its head and tail around a note saying how many characters were cut."""
+        """The output (secrets masked), or its head and tail around a note saying how many
+        characters were cut."""
+        mask = self._redactor
         if self._total <= self.limit:
-            return self._head
+            return mask(self._head)
         keep_head = self.limit // 2
-        rest = self._head[keep_head:] + self._tail
-        tail = rest[-(self.limit - keep_head) :]
-        cut = self._total - keep_head - len(tail)
-        head = self._head[:keep_head]
+        head_end = _widen(mask, self._head, keep_head, forward=True)
+        rest = self._head[head_end:] + self._tail
+        tail_start = _widen(mask, rest, max(0, len(rest) - (self.limit - keep_head)), forward=False)
+        tail = rest[tail_start:]
+        cut = self._total - head_end - len(tail)
+        head = mask(self._head[:head_end])
+        tail = mask(tail)
+        if cut <= 0:
+            return head + tail
         sep = "" if head.endswith("\n") else "\n"
-        return f"{head}{sep}[... {cut} characters cut from the middle of the output ...]\n{tail}"
+        note = f"[... {cut} characters cut from the middle of the output{_HOW} ...]"
+        return f"{head}{sep}{note}\n{tail}"
+
+
+def _widen(mask: Redactor, text: str, at: int, *, forward: bool) -> int:
+    """*at*, moved to the end (*forward*) or the start of a secret it falls inside."""
+    for start, end in mask.spans(text):
+        if start < at < end:
+            return end if forward else start
+        if start >= at:
+            break
+    return at
 
 
 class _ProcessGroup:
@@ -252,9 +309,11 @@ class _ProcessGroup:
     pidfds do not exist (not Linux), bash is reaped at once and the tiny race is accepted.
     """
 
-    def __init__(self, proc: trio.Process) -> None:
+    def __init__(self, proc: trio.Process, tag: str | None = None) -> None:
         self.proc = proc
         self.pgid = proc.pid
+        self.tag = tag
+        self.stopped = False
         self._pidfd: int | None
         try:
             self._pidfd = os.pidfd_open(proc.pid)
@@ -292,12 +351,25 @@ class _ProcessGroup:
     async def stop(self, grace_s: float) -> bool:
         """Stop every process of the group: SIGTERM, then SIGKILL after *grace_s*.
 
+        Processes of the call that left the group are stopped too (see the module docstring).
+        Once a call finds nothing running, later calls return False at once.
+
         Returns:
             Whether any process was still running.
 
         Cancellation: a checkpoint while waiting; signals already sent stay sent. Callers that
         must finish the job run this under a shielded ``move_on_after``.
         """
+        if self.stopped:
+            await trio.lowlevel.checkpoint()
+            return False
+        in_group = await self._stop_group(grace_s)
+        escaped = await self._stop_escaped(grace_s)
+        # Nothing was running: nothing can start another process, no need to look again.
+        self.stopped = not (in_group or escaped)
+        return in_group or escaped
+
+    async def _stop_group(self, grace_s: float) -> bool:
         if not await self.running():
             return False
         self._signal(signal.SIGTERM)
@@ -313,6 +385,36 @@ class _ProcessGroup:
                 while await self.running():  # noqa: ASYNC110 - as above
                     await trio.sleep(_POLL_S)
         return True
+
+    async def _stop_escaped(self, grace_s: float) -> bool:
+        """Stop the call's processes that left its group (found by their tag); whether any ran.
+
+        Cancellation: a checkpoint; signals already sent stay sent.
+        """
+        stopped = False
+        if self.tag is None:
+            return stopped
+        for _ in range(_ESCAPE_ROUNDS):  # a daemon may fork again while it is being stopped
+            pidfds = await trio.to_thread.run_sync(_tagged_processes, self.tag)
+            if not pidfds:
+                break
+            stopped = True
+            try:
+                for sig in (signal.SIGTERM, signal.SIGCONT):
+                    for fd in pidfds:
+                        _pidfd_signal(fd, sig)
+                with trio.move_on_after(grace_s):
+                    for fd in pidfds:
+                        await trio.lowlevel.wait_readable(fd)  # readable once it has exited
+                for fd in pidfds:
+                    _pidfd_signal(fd, signal.SIGKILL)
+                with trio.move_on_after(_KILL_WAIT_S):
+                    for fd in pidfds:
+                        await trio.lowlevel.wait_readable(fd)
+            finally:
+                for fd in pidfds:
+                    os.close(fd)
+        return stopped
 
     async def reap(self) -> None:
         """Collect bash's exit status (it has exited once :meth:`stop` has run).
@@ -332,6 +434,48 @@ class _ProcessGroup:
         # Gone already; or not ours to signal (a setuid member): :meth:`running` still sees it.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
+
+
+_ESCAPE_ROUNDS = 3
+
+
+def _tagged_processes(tag: str) -> list[int]:
+    """pidfds of the live processes whose environment holds the call's *tag* (none without pidfds).
+
+    Each process is opened (pidfd) before its environment is read: if the pid was recycled in
+    between, the environment read is the newcomer's, which does not hold the tag.
+    """
+    needle = f"{CALL_TAG_VAR}={tag}".encode()
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+    me = os.getpid()
+    found: list[int] = []
+    for pid in pids:
+        if int(pid) == me:
+            continue
+        try:
+            pidfd = os.pidfd_open(int(pid))
+        except AttributeError:  # no pidfds here: no safe way to signal a stranger's pid
+            break
+        except OSError:
+            continue  # exited meanwhile
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:
+            environ = b""  # another user's, or gone
+        if needle in environ.split(b"\0"):
+            found.append(pidfd)
+        else:
+            os.close(pidfd)
+    return found
+
+
+def _pidfd_signal(pidfd: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        signal.pidfd_send_signal(pidfd, sig)
 
 
 def _running_members(pgid: int) -> bool | None:

@@ -12,12 +12,12 @@ from runtime.core import (
     Tool,
     ToolContext,
     ToolError,
+    locate,
     normalise_target,
     one_line,
-    resolve_in_workspace,
 )
 
-from ._read import looks_binary, read_file_bytes
+from ._read import SWAP_RETRIES, Swapped, looks_binary, read_at
 from ._write import atomic_write
 
 __all__ = ["EditTool"]
@@ -78,8 +78,26 @@ def _edit(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool) ->
     shown = normalise_target(path, ctx.workspace)
     if old == new:
         raise ToolError("input.new: same as old; nothing would change")
-    real = resolve_in_workspace(ctx.workspace, path)
-    raw = read_file_bytes(real, shown, max_bytes=ctx.limits.read_max_bytes)
+    for _ in range(SWAP_RETRIES):
+        # One resolution for the read and the write: the file replaced is the file read.
+        with locate(ctx.workspace, path) as place:
+            try:
+                raw = read_at(place, shown, ctx.limits.read_max_bytes)
+                count, updated = _replace(raw, shown, old, new, replace_all)
+                atomic_write(place, updated.encode("utf-8"))
+            except Swapped:
+                continue
+            except UnicodeEncodeError as exc:
+                raise ToolError(f"input.new: not valid Unicode text ({exc.reason})") from exc
+            except OSError as exc:
+                raise ToolError(f"cannot write {shown}: {exc.strerror or exc}") from exc
+            noun = "occurrence" if count == 1 else "occurrences"
+            return f"edited {shown}: replaced {count} {noun}"
+    raise ToolError(f"{shown} kept changing while it was edited (a symlink swapped in)")
+
+
+def _replace(raw: bytes, shown: str, old: str, new: str, replace_all: bool) -> tuple[int, str]:
+    """How many times *old* occurs in the file's *raw* bytes, and the text with it replaced."""
     if looks_binary(raw):
         raise ToolError(
             f"{shown} looks like a binary file (it has NUL bytes); edit changes text only"
@@ -105,12 +123,4 @@ def _edit(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool) ->
             f"old text occurs {count} times in {shown}; include more surrounding text to make it "
             "unique, or set replace_all to replace every occurrence"
         )
-    updated = text.replace(old, new)
-    try:
-        atomic_write(real, updated.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise ToolError(f"input.new: not valid Unicode text ({exc.reason})") from exc
-    except OSError as exc:
-        raise ToolError(f"cannot write {shown}: {exc.strerror or exc}") from exc
-    noun = "occurrence" if count == 1 else "occurrences"
-    return f"edited {shown}: replaced {count} {noun}"
+    return count, text.replace(old, new)

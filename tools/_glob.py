@@ -1,92 +1,162 @@
 """The ``glob`` tool, and the file walk it shares with ``grep``.
 
-The pattern syntax is :func:`runtime.core.glob_regex`'s (shared with permission rules).
+The pattern syntax is :func:`runtime.core.compile_glob`'s (shared with permission rules).
 """
 
 from __future__ import annotations
 
 import heapq
 import os
+import posixpath
+import stat
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, TypeVar, TypeVarTuple
+from typing import Any, ClassVar, Final, NamedTuple, TypeVar, TypeVarTuple
 
 import trio
 
 from runtime.core import (
+    RUNTIME_DIR,
+    ConfigError,
+    Located,
     TargetKind,
     Tool,
     ToolContext,
     ToolError,
-    glob_regex,
-    is_inside,
+    compile_glob,
+    locate,
     normalise_target,
     one_line,
-    relative,
-    resolve_in_workspace,
 )
 
-__all__ = ["GlobTool", "iter_files"]
+__all__ = ["FoundFile", "GlobTool", "iter_files", "open_folder"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 
-def iter_files(
-    root: Path, start: Path, *, skip_git: bool = True, stop: threading.Event | None = None
-) -> Iterator[Path]:
-    """Regular files under the folder *start*, never leaving the workspace *root*.
+class FoundFile(NamedTuple):
+    """A regular file :func:`iter_files` found; its descriptor is valid until the next one.
 
-    Folders are visited in name order, a folder's files before its sub-folders. Symlinked
+    Attributes:
+        rel: the file's path under the walk's start, POSIX style (not resolved: a symlink keeps
+            its own name).
+        dir_fd: a descriptor of the folder holding the file (the link's target's, for a link).
+        name: the file's name in that folder: open it with ``dir_fd`` and ``O_NOFOLLOW``.
+    """
+
+    rel: str
+    dir_fd: int
+    name: str
+
+
+MAX_WALK_DEPTH: Final = 256
+"""How deep the walk goes below its start: it holds a descriptor per level."""
+
+
+def iter_files(
+    start: Located, *, skip_git: bool = True, stop: threading.Event | None = None
+) -> Generator[FoundFile]:
+    """Regular files under the folder *start*, never leaving the workspace.
+
+    Folders are visited in name order, a folder's files before its sub-folders. The walk goes
+    from descriptor to descriptor (each folder opened relative to its parent, never through a
+    symlink), so a folder swapped for a symlink meanwhile is skipped, not followed. Symlinked
     folders are not entered (no loops, no escapes, no duplicates); a symlinked file is yielded
-    only if it resolves to a regular file inside *root*. FIFOs, sockets and devices are skipped,
-    so a reader never blocks on one. Unreadable folders are skipped.
+    only if it resolves to a regular file inside the workspace. FIFOs, sockets and devices are
+    skipped, so a reader never blocks on one. Unreadable folders, ``.trio-agents`` folders (the
+    runtime's own files) and folders deeper than :data:`MAX_WALK_DEPTH` are skipped.
 
     Args:
-        root: the resolved workspace.
-        start: a resolved folder inside *root*.
+        start: a located folder of the workspace.
         skip_git: leave out ``.git`` folders.
         stop: when set, the walk ends early (a cancelled call running in a thread).
 
     Yields:
-        Paths under *start*, not resolved (a symlinked file keeps its own name).
+        The files, each valid until the next is asked for.
     """
-    stack = [start]
-    while stack:
-        if stop is not None and stop.is_set():
-            return
-        folder = stack.pop()
-        try:
-            with os.scandir(folder) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError:
-            continue
-        subfolders: list[Path] = []
-        for entry in entries:
+    try:
+        top = start.open(os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    # One entry per open folder on the way down: its descriptor, path (relative to the start,
+    # "" for the start, else ending with "/") and sub-folders still to visit.
+    stack: list[tuple[int, str, Iterator[str]]] = []
+    pending: tuple[int, str] | None = (top, "")
+    try:
+        while pending is not None or stack:
+            if stop is not None and stop.is_set():
+                return
+            if pending is not None:
+                fd, folder = pending
+                pending = None
+                subfolders: list[str] = []
+                yield from _folder_files(fd, folder, start, skip_git, subfolders)
+                stack.append((fd, folder, iter(subfolders)))
+                continue
+            fd, folder, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                stack.pop()
+                os.close(fd)
+                continue
+            if len(stack) > MAX_WALK_DEPTH:
+                continue
             try:
-                if entry.is_dir(follow_symlinks=False):
-                    if not (skip_git and entry.name == ".git"):
-                        subfolders.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=False):
-                    yield Path(entry.path)
-                elif entry.is_symlink():
-                    real = Path(os.path.realpath(entry.path))
-                    if is_inside(root, real) and real.is_file():
-                        yield Path(entry.path)
+                child = os.open(name, _SUBFOLDER_FLAGS, dir_fd=fd)
             except OSError:
-                continue  # vanished or unreadable while we looked: not our business
-        stack.extend(reversed(subfolders))
+                continue  # swapped for a symlink, vanished or unreadable: not entered
+            pending = (child, f"{folder}{name}/")
+    finally:
+        if pending is not None:
+            os.close(pending[0])
+        for fd, _, _ in stack:
+            os.close(fd)
 
 
-def resolve_folder(workspace: Path, path: str) -> Path:
-    """The folder *path* resolved inside the workspace; a ToolError if it is not a folder."""
-    real = resolve_in_workspace(workspace, path)
-    if not real.exists():
-        raise ToolError(f"no such folder: {path}")
-    if not real.is_dir():
-        raise ToolError(f"not a folder: {path}")
-    return real
+_SUBFOLDER_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _folder_files(
+    fd: int, folder: str, start: Located, skip_git: bool, subfolders: list[str]
+) -> Iterator[FoundFile]:
+    """Yield the regular files of the open folder *fd*; add its sub-folders' names, sorted."""
+    try:
+        with os.scandir(fd) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if not (skip_git and entry.name == ".git") and entry.name != RUNTIME_DIR:
+                    subfolders.append(entry.name)
+            elif entry.is_file(follow_symlinks=False):
+                yield FoundFile(folder + entry.name, fd, entry.name)
+            elif entry.is_symlink():
+                rel = folder + entry.name
+                with locate(start.root, posixpath.join(*start.parts, rel)) as place:
+                    st = place.lstat()
+                    if st is not None and stat.S_ISREG(st.st_mode):
+                        yield FoundFile(rel, place.dir_fd, place.name)
+        except (OSError, ToolError):
+            continue  # vanished, unreadable or leading out while we looked: not our business
+
+
+def open_folder(workspace: Path, path: str) -> Located:
+    """The folder *path* located inside the workspace (close it); a ToolError if not a folder."""
+    place = locate(workspace, path)
+    try:
+        st = place.lstat()
+        if st is None:
+            raise ToolError(f"no such folder: {path}")
+        if not stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"not a folder: {path}")
+    except BaseException:
+        place.close()
+        raise
+    return place
 
 
 # The worker threads of glob and grep: their own limiter, not trio's default one, because an
@@ -99,9 +169,7 @@ FILE_TOOL_THREADS = 8
 """How many glob and grep searches run at once per trio run (each in a worker thread)."""
 
 
-async def run_in_thread_with_stop(
-    work: Callable[[*Ts, threading.Event], T], *args: *Ts
-) -> T:
+async def run_in_thread_with_stop(work: Callable[[*Ts, threading.Event], T], *args: *Ts) -> T:
     """Run ``work(*args, stop)`` in a worker thread; cancelling the call abandons the thread.
 
     Abandoning keeps the event loop responsive however big the tree; *stop* is set so the
@@ -187,19 +255,22 @@ class GlobTool(Tool):
 def _glob(
     workspace: Path, folder: str, pattern: str, limit: int, stop: threading.Event
 ) -> tuple[list[str], int]:
-    root = Path(os.path.realpath(workspace))
-    start = resolve_folder(root, folder)
-    regex = glob_regex(pattern)
-    skip_git = ".git" not in PurePosixPath(pattern).parts and ".git" not in start.parts
-    total = 0
+    try:
+        glob = compile_glob(pattern)
+    except ConfigError as exc:
+        raise ToolError(f"input.pattern: {exc}") from exc
+    with open_folder(workspace, folder) as start:
+        prefix = "" if not start.parts else start.rel + "/"
+        skip_git = ".git" not in PurePosixPath(pattern).parts and ".git" not in start.parts
+        total = 0
 
-    def matches() -> Iterator[str]:
-        nonlocal total
-        for path in iter_files(root, start, skip_git=skip_git, stop=stop):
-            if regex.fullmatch(path.relative_to(start).as_posix()):
-                total += 1
-                yield relative(root, path)
+        def matches() -> Iterator[str]:
+            nonlocal total
+            for found in iter_files(start, skip_git=skip_git, stop=stop):
+                if glob.fullmatch(found.rel):
+                    total += 1
+                    yield prefix + found.rel
 
-    # nsmallest keeps only `limit` paths in memory, however many files match.
-    found = heapq.nsmallest(limit, matches())
+        # nsmallest keeps only `limit` paths in memory, however many files match.
+        found = heapq.nsmallest(limit, matches())
     return found, total

@@ -22,28 +22,31 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import threading
 import time
 import warnings
 from collections.abc import Generator, Iterator, Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import regex
 
 from runtime.core import (
+    ConfigError,
+    Glob,
+    Located,
     TargetKind,
     Tool,
     ToolContext,
     ToolError,
-    glob_regex,
+    ToolLimits,
+    compile_glob,
+    locate,
     normalise_target,
     one_line,
-    relative,
-    resolve_in_workspace,
 )
 
-from ._glob import iter_files, run_in_thread_with_stop
+from ._glob import FoundFile, iter_files, run_in_thread_with_stop
 from ._read import BINARY_SNIFF_BYTES, looks_binary
 
 __all__ = ["GrepTool"]
@@ -192,46 +195,86 @@ def _units(parser: Any, items: Any) -> int:
     return total
 
 
+class _Notes:
+    """What a search left out, for the result: long lines cut, big files cut."""
+
+    def __init__(self) -> None:
+        self.long_lines = 0
+        self.cut_files: list[str] = []
+
+    def lines(self, limits: ToolLimits) -> list[str]:
+        out = []
+        if self.long_lines:
+            out.append(
+                f"[{self.long_lines} lines longer than {limits.grep_max_line_bytes} bytes were "
+                "searched in their first part only; search them with bash]"
+            )
+        if self.cut_files:
+            names = ", ".join(self.cut_files[:5]) + (" …" if len(self.cut_files) > 5 else "")
+            out.append(
+                f"[{len(self.cut_files)} files bigger than {limits.grep_max_file_bytes} bytes "
+                f"were searched in their first part only: {names}]"
+            )
+        return out
+
+
 def _grep(
     ctx: ToolContext, search: _Search, path: str, include: str | None, stop: threading.Event
 ) -> str:
-    root = Path(os.path.realpath(ctx.workspace))
-    start = resolve_in_workspace(root, path)
-    if not start.exists():
-        raise ToolError(f"no such file or folder: {path}")
+    try:
+        include_glob = compile_glob(include.removeprefix("./")) if include else None
+    except ConfigError as exc:
+        raise ToolError(f"input.include: {exc}") from exc
+    with locate(ctx.workspace, path) as start:
+        st = start.lstat()
+        if st is None:
+            raise ToolError(f"no such file or folder: {path}")
+        files: Generator[FoundFile]
+        if stat.S_ISDIR(st.st_mode):
+            files = iter_files(start, skip_git=".git" not in start.parts, stop=stop)
+        elif stat.S_ISREG(st.st_mode):
+            files = _one(FoundFile("", start.dir_fd, start.name))
+        else:
+            raise ToolError(f"not a regular file or folder: {path}")
+        with contextlib.closing(files):
+            return _search_files(ctx, search, start, files, include, include_glob, stop)
+
+
+def _one(file: FoundFile) -> Generator[FoundFile]:
+    yield file
+
+
+def _search_files(
+    ctx: ToolContext,
+    search: _Search,
+    start: Located,
+    files: Iterator[FoundFile],
+    include: str | None,
+    include_glob: Glob | None,
+    stop: threading.Event,
+) -> str:
     # Without a "/", an include glob matches the file name; with one, the path under `start`.
     by_name = include is not None and "/" not in include
-    include_re = glob_regex(include.removeprefix("./")) if include else None
-    files: Iterator[Path]
-    if start.is_dir():
-        files = iter_files(root, start, skip_git=".git" not in start.parts, stop=stop)
-    elif start.is_file():
-        try:
-            with start.open("rb") as fh:
-                binary = looks_binary(fh.read(BINARY_SNIFF_BYTES))
-        except OSError as exc:
-            raise ToolError(f"cannot read {path}: {exc.strerror or exc}") from exc
-        if binary:
-            raise ToolError(
-                f"{path} looks like a binary file (it has NUL bytes); grep searches text"
-            )
-        files = iter((start,))
-    else:
-        raise ToolError(f"not a regular file or folder: {path}")
-
+    prefix = "" if not start.parts else start.rel + "/"
     max_matches = ctx.limits.grep_max_matches
     max_chars = ctx.limits.max_output_chars
+    notes = _Notes()
     out: list[str] = []
     size = 0
     cut_short = ""
     for file in files:
-        if include_re is not None:
-            subject = file.name if by_name or file == start else file.relative_to(start).as_posix()
-            if not include_re.fullmatch(subject):
+        if include_glob is not None:
+            if not file.rel:
+                subject = file.name
+            else:
+                subject = file.rel.rsplit("/", 1)[-1] if by_name else file.rel
+            if not include_glob.fullmatch(subject):
                 continue
-        shown = relative(root, file)
+        single_file = not file.rel
+        shown = start.rel if single_file else prefix + file.rel
         # closing(): leaving the loop early must close the file now, not when collected.
-        with contextlib.closing(_matching_lines(file, search, stop)) as matches:
+        lines = _matching_lines(file, search, stop, ctx.limits, notes, shown, single_file)
+        with contextlib.closing(lines) as matches:
             for lineno, line in matches:
                 if len(out) >= max_matches:
                     cut_short = (
@@ -252,30 +295,71 @@ def _grep(
         if cut_short or stop.is_set():
             break
     if not out:
-        return f"no matches for {search.pattern!r}"
+        out.append(f"no matches for {search.pattern!r}")
     if cut_short:
         out.append(cut_short)
+    out += notes.lines(ctx.limits)
     return "\n".join(out)
 
 
 def _matching_lines(
-    file: Path, search: _Search, stop: threading.Event
+    file: FoundFile,
+    search: _Search,
+    stop: threading.Event,
+    limits: ToolLimits,
+    notes: _Notes,
+    shown: str,
+    single_file: bool,
 ) -> Generator[tuple[int, str]]:
-    """(line number, line) pairs of *file* that match; nothing for binary or unreadable files.
+    """(line number, line) pairs of *file* that match; nothing for unreadable files.
+
+    A line longer than ``limits.grep_max_line_bytes`` is searched in its first part, the rest
+    skipped without being kept; a file is read up to ``limits.grep_max_file_bytes``; *notes*
+    counts both. Binary files yield nothing (or, named on their own, are an error).
 
     Raises:
-        ToolError: the search's deadline passed.
+        ToolError: the search's deadline passed, or the single file named is binary.
     """
     monotonic = time.monotonic
     needle = search.needle
     deadline = search.deadline
     compiled = search.compiled()
+    max_line = limits.grep_max_line_bytes
+    budget = limits.grep_max_file_bytes
     try:
-        with file.open("rb") as fh:
+        fd = os.open(
+            file.name,
+            os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+            dir_fd=file.dir_fd,
+        )
+    except OSError:
+        return  # swapped for a symlink, vanished or unreadable since it was found
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return
             if looks_binary(fh.read(BINARY_SNIFF_BYTES)):
+                if single_file:
+                    raise ToolError(
+                        f"{shown} looks like a binary file (it has NUL bytes); grep searches text"
+                    )
                 return
             fh.seek(0)
-            for lineno, raw in enumerate(fh, start=1):
+            lineno = 0
+            while budget > 0:
+                raw = fh.readline(min(max_line, budget))
+                if not raw:
+                    break
+                budget -= len(raw)
+                lineno += 1
+                if not raw.endswith(b"\n") and len(raw) == max_line:
+                    # A long line: skip the rest of it, a bounded read at a time.
+                    notes.long_lines += 1
+                    while budget > 0:
+                        rest = fh.readline(min(1 << 20, budget))
+                        budget -= len(rest)
+                        if not rest or rest.endswith(b"\n"):
+                            break
                 if lineno % 64 == 0 and stop.is_set():
                     return
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -290,8 +374,10 @@ def _matching_lines(
                     raise ToolError(_too_long(search.pattern)) from None
                 if found:
                     yield lineno, line
-    except OSError:
-        return
+            if budget <= 0 and fh.read(1):
+                notes.cut_files.append(shown)
+        except OSError:
+            return
 
 
 def _too_long(pattern: str) -> str:

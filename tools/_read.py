@@ -2,27 +2,40 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import trio
 
 from runtime.core import (
+    Located,
     TargetKind,
     Tool,
     ToolContext,
     ToolError,
+    locate,
     normalise_target,
     one_line,
-    resolve_in_workspace,
 )
 
-__all__ = ["ReadTool", "looks_binary", "read_file_bytes", "read_text_file"]
+__all__ = [
+    "SWAP_RETRIES",
+    "ReadTool",
+    "Swapped",
+    "looks_binary",
+    "read_at",
+    "read_file_bytes",
+    "read_text_file",
+]
 
 # How much of a file decides whether it is binary (git and grep look at a similar prefix).
 BINARY_SNIFF_BYTES = 8192
+# How many times a file swapped for a symlink while it was opened is resolved again.
+SWAP_RETRIES: Final = 3
 # Longer lines are cut in the output; the note tells the model to use grep or bash for them.
 _MAX_LINE_CHARS = 2_000
 
@@ -81,8 +94,7 @@ class ReadTool(Tool):
 
 
 def _read(ctx: ToolContext, path: str, offset: int, limit: int) -> str:
-    real = resolve_in_workspace(ctx.workspace, path)
-    data = read_text_file(real, path, max_bytes=ctx.limits.read_max_bytes)
+    data = read_text_file(ctx.workspace, path, path, max_bytes=ctx.limits.read_max_bytes)
     if not data:
         return f"({path} is empty)"
     lines = data.split("\n")
@@ -113,13 +125,14 @@ def _read(ctx: ToolContext, path: str, offset: int, limit: int) -> str:
     return "\n".join(out)
 
 
-def read_text_file(real: Path, shown: str, *, max_bytes: int) -> str:
-    """The text of the file *real* (named *shown* in messages), decoded leniently.
+def read_text_file(workspace: Path, path: str, shown: str, *, max_bytes: int) -> str:
+    """The text of the file *path* in *workspace* (named *shown* in messages), decoded leniently.
 
     Raises:
-        ToolError: missing, a folder, too big, binary or unreadable.
+        ToolError: refused (see :func:`runtime.core.locate`), missing, a folder, too big, binary
+            or unreadable.
     """
-    raw = read_file_bytes(real, shown, max_bytes=max_bytes)
+    raw = read_file_bytes(workspace, path, shown, max_bytes=max_bytes)
     if looks_binary(raw):
         raise ToolError(
             f"{shown} looks like a binary file (it has NUL bytes); read shows text only"
@@ -127,21 +140,45 @@ def read_text_file(real: Path, shown: str, *, max_bytes: int) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def read_file_bytes(real: Path, shown: str, *, max_bytes: int) -> bytes:
-    """The bytes of the regular file *real* (named *shown* in messages).
+class Swapped(Exception):
+    """The file became a symlink between its resolution and its opening."""
+
+
+def read_file_bytes(workspace: Path, path: str, shown: str, *, max_bytes: int) -> bytes:
+    """The bytes of the regular file *path* in *workspace* (named *shown* in messages).
+
+    The file is opened relative to its folder's descriptor, without following a symlink
+    (:func:`runtime.core.locate`): what is read is what was checked, even while another process
+    swaps folders and symlinks.
 
     Raises:
-        ToolError: missing, a folder, not a regular file, over *max_bytes* or unreadable.
+        ToolError: refused, missing, a folder, not a regular file, over *max_bytes*, unreadable,
+            or swapped for a symlink again and again while being opened.
     """
-    try:
-        st = real.stat()
-    except FileNotFoundError:
-        raise ToolError(f"no such file: {shown}") from None
-    except OSError as exc:
-        raise ToolError(f"cannot read {shown}: {exc.strerror or exc}") from exc
-    if os.path.isdir(real):
+    for _ in range(SWAP_RETRIES):
+        with locate(workspace, path) as place:
+            try:
+                return read_at(place, shown, max_bytes)
+            except Swapped:
+                continue
+    raise ToolError(f"{shown} kept changing while it was opened (a symlink swapped in); try again")
+
+
+def read_at(place: Located, shown: str, max_bytes: int) -> bytes:
+    """The bytes of the regular file at *place* (see :func:`read_file_bytes`).
+
+    Raises:
+        Swapped: it became a symlink (or vanished) since *place* was resolved.
+        ToolError: as :func:`read_file_bytes`.
+    """
+    st = place.lstat()
+    if st is None:
+        raise ToolError(f"no such file: {shown}")
+    if stat.S_ISLNK(st.st_mode):
+        raise Swapped
+    if stat.S_ISDIR(st.st_mode):
         raise ToolError(f"{shown} is a folder, not a file (list it with glob)")
-    if not real.is_file():
+    if not stat.S_ISREG(st.st_mode):
         raise ToolError(f"{shown} is not a regular file")
     if st.st_size > max_bytes:
         raise ToolError(
@@ -149,11 +186,20 @@ def read_file_bytes(real: Path, shown: str, *, max_bytes: int) -> bytes:
             "search it with grep, or view a part with bash (head, tail, sed -n)"
         )
     try:
-        with real.open("rb") as fh:
+        # O_NONBLOCK: if a FIFO was swapped in meanwhile, opening it must not wait for a writer.
+        fd = place.open(os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOENT):
+            raise Swapped from exc
+        raise ToolError(f"cannot read {shown}: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ToolError(f"{shown} is not a regular file")
             # Read one byte past the limit: the file may have grown since stat().
             raw = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise ToolError(f"cannot read {shown}: {exc.strerror or exc}") from exc
+        except OSError as exc:
+            raise ToolError(f"cannot read {shown}: {exc.strerror or exc}") from exc
     if len(raw) > max_bytes:
         raise ToolError(f"{shown} is too big to read (over {max_bytes} bytes)")
     return raw

@@ -1,4 +1,4 @@
-"""The built-in tool set (SPEC §5)."""
+"""The built-in tool set (docs/tools.md)."""
 
 from __future__ import annotations
 

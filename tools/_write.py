@@ -5,23 +5,25 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import stat
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import trio
 
 from runtime.core import (
+    Located,
     TargetKind,
     Tool,
     ToolContext,
     ToolError,
+    locate,
     normalise_target,
     one_line,
-    resolve_in_workspace,
 )
+
+from ._read import SWAP_RETRIES, Swapped
 
 __all__ = ["WriteTool", "atomic_write", "count_lines"]
 
@@ -44,36 +46,49 @@ def _read_umask() -> int:
 _UMASK = _read_umask()
 
 
-def atomic_write(real: Path, data: bytes) -> None:
-    """Replace the file *real* with *data* so readers see the old or the new file, never a mix.
+def atomic_write(place: Located, data: bytes) -> bool:
+    """Replace the file at *place* with *data* so readers see the old or the new file, never a mix.
 
-    The data goes to a temporary file in the same folder (same filesystem, so the rename is
-    atomic), is flushed to disk, then renamed over *real*. An existing file keeps its
-    permission bits; a new one gets the usual ``0o666 & ~umask``. On failure the temporary
-    file is removed and *real* is untouched.
+    The data goes to a new temporary file in the same folder, created relative to the folder's
+    descriptor (same filesystem, so the rename is atomic; same folder that was checked, whatever
+    was swapped meanwhile), is flushed to disk, then renamed over the file. An existing file
+    keeps its permission bits; a new one gets the usual ``0o666 & ~umask``. The rename replaces
+    the name, so a hard link to the old file (another name elsewhere) keeps the old content. On
+    failure the temporary file is removed and the file is untouched.
+
+    Returns:
+        Whether the file existed before.
 
     Raises:
+        Swapped: the file became a symlink since *place* was resolved.
         OSError: from the filesystem.
     """
-    try:
-        mode = stat.S_IMODE(os.stat(real).st_mode)
-    except FileNotFoundError:
-        mode = 0o666 & ~_UMASK
+    st = place.lstat()
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise Swapped
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_UMASK
     # Keep the temporary name well under NAME_MAX whatever the file's own name is.
-    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name[:100]}.", suffix=".tmp")
+    tmp = f".{place.name[:100]}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(
+        tmp,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+        dir_fd=place.dir_fd,
+    )
     replaced = False
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, real)
+            os.fchmod(fh.fileno(), mode)
+        os.replace(tmp, place.name, src_dir_fd=place.dir_fd, dst_dir_fd=place.dir_fd)
         replaced = True
     finally:
         if not replaced:  # whatever stopped us: no temporary file left behind
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=place.dir_fd)
+    return st is not None
 
 
 def count_lines(text: str) -> int:
@@ -124,25 +139,23 @@ class WriteTool(Tool):
 
 def _write(ctx: ToolContext, path: str, content: str) -> str:
     shown = normalise_target(path, ctx.workspace)
-    real = resolve_in_workspace(ctx.workspace, path)
     try:
         data = content.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ToolError(f"input.content: not valid Unicode text ({exc.reason})") from exc
-    if real.is_dir():
-        raise ToolError(f"{shown} is a folder; give a file path")
-    existed = real.exists()
-    try:
-        real.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError) as exc:
-        raise ToolError(
-            f"cannot create the folders for {shown}: a part of the path is a file"
-        ) from exc
-    except OSError as exc:
-        raise ToolError(f"cannot create the folders for {shown}: {exc.strerror or exc}") from exc
-    try:
-        atomic_write(real, data)
-    except OSError as exc:
-        raise ToolError(f"cannot write {shown}: {exc.strerror or exc}") from exc
+    for _ in range(SWAP_RETRIES):
+        with locate(ctx.workspace, path, make_folders=True) as place:
+            st = place.lstat()
+            if not place.parts or (st is not None and stat.S_ISDIR(st.st_mode)):
+                raise ToolError(f"{shown} is a folder; give a file path")
+            try:
+                existed = atomic_write(place, data)
+            except Swapped:
+                continue
+            except OSError as exc:
+                raise ToolError(f"cannot write {shown}: {exc.strerror or exc}") from exc
+            break
+    else:
+        raise ToolError(f"{shown} kept changing while it was written (a symlink swapped in)")
     verb = "overwrote" if existed else "created"
     return f"{verb} {shown}: {len(data)} bytes, {count_lines(content)} lines"

@@ -3,14 +3,16 @@
 :func:`start_actor` starts one inside a nursery the caller owns, so actors form the same tree as
 the tasks that run them, and cancelling an actor's scope cancels exactly its subtree.
 
-Supervision: an :class:`Exception` raised by an actor never crashes its siblings or its parent's
-nursery; it is caught and becomes an :class:`ActorExit` message, delivered through
-:meth:`ActorHandle.wait` and, if given, the parent's ``supervisor`` channel.
+Supervision: the task that starts an actor is its supervisor. An :class:`Exception` raised by an
+actor never crashes its siblings or its parent's nursery; it is caught and becomes the actor's
+:class:`ActorExit` (``failed``, with the error), which the supervisor reads from
+:attr:`ActorHandle.exit` once the actor's nursery is done, or awaits with
+:meth:`ActorHandle.wait`, and turns into whatever its domain needs (the agent loop: an
+``agent_finished`` event with status ``failed``). What an actor returns is its exit value.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Literal, TypeVar
 
@@ -26,8 +28,6 @@ CmdT = TypeVar("CmdT")
 ExitKind = Literal["returned", "failed", "cancelled"]
 
 _log = structlog.get_logger("trio_agents.actors")
-# How long an actor may spend telling its supervisor it exited, when the run is being torn down.
-_NOTIFY_GRACE_S = 5.0
 
 
 @attrs.frozen(kw_only=True)
@@ -118,19 +118,16 @@ async def start_actor(
     parent_id: str | None = None,
     data: Any = None,
     mailbox_size: int = 16,
-    supervisor: trio.MemorySendChannel[ActorExit] | None = None,
 ) -> ActorHandle[Any]:
     """Start ``fn(ctx)`` as an actor in *nursery* and return its handle once it runs.
 
     Args:
         registry: where the actor's node is registered (under *parent_id*) while it lives.
-        supervisor: also receives the :class:`ActorExit` (sent with a bounded, shielded wait).
 
     Cancellation: a checkpoint; if cancelled before the actor started, nothing is left running.
     """
-    handle: ActorHandle[Any] = await nursery.start(
-        _run_actor, fn, actor_id, registry, parent_id, data, mailbox_size, supervisor
-    )
+    handle = _new_handle(actor_id, registry, mailbox_size)
+    await nursery.start(_run_actor, fn, handle, parent_id, data)
     return handle
 
 
@@ -143,39 +140,42 @@ def start_actor_soon(
     parent_id: str | None = None,
     data: Any = None,
     mailbox_size: int = 16,
-    supervisor: trio.MemorySendChannel[ActorExit] | None = None,
-) -> None:
-    """Like :func:`start_actor`, but return at once, without a handle.
+) -> ActorHandle[Any]:
+    """Like :func:`start_actor`, but return at once, before the actor's task has run.
 
-    For a caller that only waits for the actor to end (by leaving *nursery*): it saves
-    :meth:`trio.Nursery.start`'s hand-over — a temporary nursery and a round trip through the
-    scheduler per actor — which matters when a turn starts a thousand sub-agents. The actor is
-    registered (under *parent_id*) when its task starts, exactly as with :func:`start_actor`.
+    For a caller that waits for the actor to end by leaving *nursery* and then reads
+    :attr:`ActorHandle.exit`: it saves :meth:`trio.Nursery.start`'s hand-over — a temporary
+    nursery and a round trip through the scheduler per actor — which matters when a turn starts
+    a thousand sub-agents. The actor is registered (under *parent_id*) when its task starts;
+    until then :attr:`ActorHandle.node` is ``None``.
     """
-    nursery.start_soon(
-        _run_actor, fn, actor_id, registry, parent_id, data, mailbox_size, supervisor
-    )
+    handle = _new_handle(actor_id, registry, mailbox_size)
+    nursery.start_soon(_run_actor, fn, handle, parent_id, data)
+    return handle
+
+
+def _new_handle(
+    actor_id: str, registry: Registry | None, mailbox_size: int
+) -> ActorHandle[Any]:
+    return ActorHandle(actor_id, trio.CancelScope(), Mailbox(mailbox_size), None, registry)
 
 
 async def _run_actor(
     fn: ActorFn,
-    actor_id: str,
-    registry: Registry | None,
+    handle: ActorHandle[Any],
     parent_id: str | None,
     data: Any,
-    mailbox_size: int,
-    supervisor: trio.MemorySendChannel[ActorExit] | None,
     *,
-    task_status: trio.TaskStatus[ActorHandle[Any]] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    scope = trio.CancelScope()
-    mailbox: Mailbox[Any] = Mailbox(mailbox_size)
+    actor_id, scope, mailbox = handle.actor_id, handle.scope, handle.mailbox
+    registry = handle._registry
     node = (
         registry.register(actor_id, scope, parent_id=parent_id, data=data)
         if registry is not None
         else None
     )
-    handle: ActorHandle[Any] = ActorHandle(actor_id, scope, mailbox, node, registry)
+    handle.node = node
     exit_: ActorExit | None = None
     try:
         with scope:
@@ -187,11 +187,11 @@ async def _run_actor(
                     scope=scope,
                     node=node,
                 )
-                task_status.started(handle)
+                task_status.started()
                 try:
                     value = await fn(ctx)
-                except Exception as exc:  # supervision: a failure is a message, not a crash
-                    _log.warning("actor failed", actor_id=actor_id, error=repr(exc))
+                except Exception as exc:  # supervision: a failure is the exit, not a crash
+                    _log.debug("actor failed", actor_id=actor_id, error=repr(exc))
                     exit_ = ActorExit(actor_id=actor_id, kind="failed", error=exc)
                 else:
                     exit_ = ActorExit(actor_id=actor_id, kind="returned", value=value)
@@ -205,7 +205,3 @@ async def _run_actor(
             exit_ = ActorExit(actor_id=actor_id, kind="cancelled", reason=reason)
         handle._exit = exit_
         handle._done.set()
-        if supervisor is not None:
-            with trio.move_on_after(_NOTIFY_GRACE_S, shield=True):
-                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await supervisor.send(exit_)

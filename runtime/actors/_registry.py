@@ -11,10 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
-import trio
+
+
+class Cancellable(Protocol):
+    """What a node's scope must do: be cancelled, with a reason.
+
+    :class:`trio.CancelScope` is one; a placement that runs a node elsewhere (a Ray host)
+    registers a proxy that forwards the cancel.
+    """
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Cancel what this scope covers; may be called from any task, more than once."""
+        ...
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -28,7 +39,7 @@ class Node:
     """
 
     id: str
-    scope: trio.CancelScope
+    scope: Cancellable
     parent: Node | None = None
     data: Any = None
     cancel_reason: str | None = None
@@ -58,7 +69,7 @@ class Registry:
     def register(
         self,
         node_id: str,
-        scope: trio.CancelScope,
+        scope: Cancellable,
         *,
         parent_id: str | None = None,
         data: Any = None,
@@ -83,7 +94,7 @@ class Registry:
     def registered(
         self,
         node_id: str,
-        scope: trio.CancelScope,
+        scope: Cancellable,
         *,
         parent_id: str | None = None,
         data: Any = None,

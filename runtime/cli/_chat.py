@@ -1,4 +1,6 @@
-"""``trio-agents chat``: a conversation with the main agent, one turn per message (SPEC §6).
+"""``trio-agents chat``: a conversation with the main agent, one turn per message.
+
+The command is described in docs/cli.md#chat.
 
 One chat process is one run (one runtime, one trace file): each message starts a new root agent
 with the conversation so far as its history, so the trace holds one root per turn. Around it,
@@ -42,7 +44,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
-from runtime.core._events import Event, TurnFinished, UserMessage
+from runtime.core._events import ContextCompacted, Event, TurnFinished, UserMessage
 from runtime.core._messages import Message, TextBlock
 from tools import one_line
 
@@ -72,8 +74,8 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
 
-    from runtime.core._loop import AgentOutcome
-    from runtime.wiring._open import AgentHandle
+    from runtime.core._agent import AgentOutcome
+    from runtime.core._runtime import AgentHandle
 
     from ._options import Session
 
@@ -86,6 +88,8 @@ COMMANDS: dict[str, str] = {
     "/agents": "the agent types this session knows",
     "/trace": "this session's trace file",
     "/save": "save the session now (it is saved after every turn anyway)",
+    "/context": "how much of the model's context window the conversation fills",
+    "/compact [focus]": "compact the conversation now: trim old tool output, summarise the rest",
     "/clear": "start a fresh conversation (a new session; this one stays resumable)",
     "/exit": "leave the chat (Ctrl+D at the prompt too)",
 }
@@ -235,6 +239,8 @@ class Chat:
         self.incomplete_turns = 0
         self.saved = False
         self._turn_tokens = [0, 0]
+        self._context: tuple[int, int | None] | None = None  # the main agent's (size, window)
+        self._compact_scope: trio.CancelScope | None = None
         self._wait_scope: trio.CancelScope | None = None
         self._stdin = b""
         self._stdin_eof = False
@@ -472,8 +478,9 @@ class Chat:
         if self.kb is not None:
             rec.state.input_history = self.kb.history[-MAX_INPUT_HISTORY:]
         rec.updated_ts = time.time()
-        data = encode_session(rec)  # here: the record may change while the thread writes
         try:
+            # Encoded here: the record may change while the thread writes.
+            data = encode_session(rec, key_file=self.store.key_file)
             path = await trio.to_thread.run_sync(self.store.write, rec.id, data)
         except SessionError as exc:
             self._say(f"trio-agents: warning: the session was not saved: {exc}", err=True)
@@ -490,6 +497,16 @@ class Chat:
         if isinstance(event, TurnFinished):
             self._turn_tokens[0] += event.input_tokens
             self._turn_tokens[1] += event.output_tokens
+            if event.parent_tool_use_id is None and event.context_tokens is not None:
+                self._context = (event.context_tokens, event.context_window)
+        elif isinstance(event, ContextCompacted):
+            # A summary is a model call of the conversation's: its tokens are the session's.
+            self._turn_tokens[0] += event.input_tokens
+            self._turn_tokens[1] += event.output_tokens
+            if event.parent_tool_use_id is None:
+                window = self._context[1] if self._context is not None else None
+                self._context = (event.tokens_after, window)
+                self.record.state.compactions += 1
         elif isinstance(event, UserMessage):
             current = self.current
             waiting = self.sent[self.delivered :]
@@ -501,6 +518,10 @@ class Chat:
 
     async def _on_abort(self, session: Session, reason: str) -> None:
         current = self.current
+        if self._compact_scope is not None:
+            self._compact_scope.cancel(reason="compaction cancelled by user")
+            if self.interactive:
+                return
         if self.interactive:
             # Ctrl+C with no sub-agent to pick, or q / Ctrl+C at the picker: the turn ends,
             # the chat goes on; at the prompt, the line is cleared.
@@ -509,7 +530,7 @@ class Chat:
             elif self.kb is not None:
                 self.kb.interrupt()
             return
-        # No terminal to ask: SIGINT ends the chat (SPEC §6).
+        # No terminal to ask: SIGINT ends the chat (docs/cli.md#ctrlc-and-the-picker).
         self.aborted = True
         session.aborted = True
         if current is not None and not current.done:
@@ -535,6 +556,10 @@ class Chat:
             self._trace()
         elif name == "/save":
             await self._save()
+        elif name == "/context":
+            self._show_context()
+        elif name == "/compact":
+            await self._compact(arg)
         elif name == "/clear":
             self._clear()
         elif name == "/exit":
@@ -606,11 +631,75 @@ class Chat:
         if earlier:
             self._say("Earlier runs of this session: " + ", ".join(earlier))
 
+    def _show_context(self) -> None:
+        from runtime.core._context_window import DEFAULT_CHARS_PER_TOKEN, history_chars
+        from runtime.trace._render import fmt_tokens
+
+        rt = self._session().rt
+        messages = self.record.messages
+        window = rt.context_window("main")
+        if self._context is not None:
+            tokens, said = self._context
+            window = said or window
+            how = "after the last turn"
+        else:
+            tokens = round(history_chars(messages) / DEFAULT_CHARS_PER_TOKEN)
+            how = "estimated from the saved conversation"
+        threshold = rt.limits.compact_threshold
+        share = tokens / window if window else 0.0
+        count = f"{len(messages)} message" + ("" if len(messages) == 1 else "s")
+        self._say(
+            f"Context: about {fmt_tokens(tokens)} of {fmt_tokens(window)} tokens ({share:.0%}), "
+            f"{count}, {how}."
+        )
+        compactions = self.record.state.compactions
+        done = ""
+        if compactions:
+            done = f" It has been compacted {compactions} time{'s' * (compactions != 1)}."
+        self._say(
+            f"The agent compacts at {threshold:.0%} ({fmt_tokens(int(window * threshold))})."
+            f"{done} /compact [focus] compacts now."
+        )
+
+    async def _compact(self, instructions: str) -> None:
+        if self.current is not None:
+            self._say("A turn is running: wait for it (or Ctrl+C to cancel it), then /compact.")
+            return
+        rec = self.record
+        if not rec.messages:
+            self._say("Nothing to compact yet.")
+            return
+        session = self._session()
+        self._turn_tokens = [0, 0]
+        outcome: AgentOutcome | None = None
+        self._say("Compacting the conversation…")
+        try:
+            with trio.CancelScope() as self._compact_scope:  # Ctrl+C cancels it
+                outcome = await session.rt.compact(rec.messages, instructions=instructions or None)
+        finally:
+            self._compact_scope = None
+        view = session.view
+        if outcome is None:
+            self._say("Compaction cancelled; the conversation is as it was.")
+            return
+        if isinstance(view, LiveView | PlainView):
+            view.finish_turn(outcome.agent_id)
+        rec.usage.input_tokens += self._turn_tokens[0]
+        rec.usage.output_tokens += self._turn_tokens[1]
+        if outcome.status != "completed":
+            self._say(f"Not compacted: {outcome.error or outcome.status}.")
+            return
+        if (outcome.result or "").startswith("compacted"):
+            rec.messages = list(outcome.state.messages)
+            await self._save(quiet=True)
+        self._say(f"{(outcome.result or '').capitalize()}.")
+
     def _clear(self) -> None:
         if self.current is not None:
             self._say("A turn is running: wait for it (or Ctrl+C to cancel it), then /clear.")
             return
         old = self.record
+        self._context = None
         self.record = new_session()
         self.record.state.input_history = old.state.input_history
         self._begin(self._session())

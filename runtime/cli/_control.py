@@ -10,19 +10,22 @@ A unix stream socket taking JSON lines; each line gets exactly one JSON line bac
 
 ``cancel`` cancels exactly the subtree under an agent id or a tool_use_id (``by="control"``);
 ``permission`` answers a ``permission_requested`` event; ``message`` queues a user message for an
-agent's next turn; ``pending`` (an addition to SPEC §6) lists the unanswered permission requests,
+agent's next turn; ``pending`` lists the unanswered permission requests,
 so a client that does not read the event stream can still find them.
 
 Several clients may be connected at once; each is served by its own task, and a client that
 sends garbage, an over-long line or disconnects mid-line only gets an error answer or goes away:
-the run never notices. While connected, a client counts as a permission answerer, so in ``ask``
-mode without a terminal a question waits for the clients (up to ``--permission-timeout``).
+the run never notices. While the socket is served, it counts as a permission answerer: in
+``ask`` mode without a terminal a question stays pending (listed by ``pending``) for any client,
+one connected now or one that connects later (``trio-agents permit``, or a one-shot
+``printf '{"op":"permission",…}' | nc -U SOCK``), up to ``--permission-timeout``.
 
 The socket file is created mode 0600 (it can cancel and approve: it is the user's alone) and
 removed when the server stops. A stale file left by a killed run is replaced; a live one (another
 run answers on it) is refused.
 
-:func:`control_request` is the blocking client behind ``trio-agents cancel``.
+:func:`control_request` is the blocking client behind ``trio-agents cancel``, ``permit`` and
+``pending`` (:func:`cmd_permit`, :func:`cmd_pending`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import trio
 from runtime.core._errors import ConfigError
 
 if TYPE_CHECKING:
-    from runtime.wiring._open import Runtime
+    from runtime.core._runtime import Runtime
 
 MAX_LINE = 64 * 1024
 """The longest request line accepted, in bytes; a longer one gets an error answer."""
@@ -103,13 +106,16 @@ class ControlServer:
         Cancellation: the way to stop it; every client connection is closed.
         """
         listener = trio.SocketListener(self._sock)
-        async with listener, trio.open_nursery() as nursery:
-            task_status.started()
+        # The socket answers for the whole run, not only while a client happens to be
+        # connected: a client that comes a moment late must still find the question.
+        with rt.permission_answerer():
+            async with listener, trio.open_nursery() as nursery:
+                task_status.started()
 
-            async def handler(stream: trio.SocketStream) -> None:
-                await self._serve_client(rt, stream)
+                async def handler(stream: trio.SocketStream) -> None:
+                    await self._serve_client(rt, stream)
 
-            await trio.serve_listeners(handler, [listener], handler_nursery=nursery)
+                await trio.serve_listeners(handler, [listener], handler_nursery=nursery)
 
     def close(self) -> None:
         """Close the socket and remove its file (only if it is still ours)."""
@@ -124,8 +130,7 @@ class ControlServer:
         self.clients += 1
         try:
             async with stream:
-                with rt.permission_answerer():
-                    await _client_loop(rt, stream)
+                await _client_loop(rt, stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass  # the client went away; nothing to answer
         except Exception:  # a bug here must cost one client, never the run
@@ -255,6 +260,7 @@ async def handle_request(rt: Runtime, line: bytes) -> dict[str, Any]:
                         "tool_use_id": p.tool_use_id,
                         "agent_id": p.agent_id,
                         "name": p.name,
+                        "summary": p.summary,
                     }
                     for p in rt.pending_permissions()
                 ],
@@ -297,3 +303,69 @@ def control_request(path: str, request: Mapping[str, Any], *, timeout_s: float =
                 raise OSError("the run closed the connection without an answer")
             buf += data
     return orjson.loads(bytes(buf[: buf.index(b"\n")]))
+
+
+def _ask(path: str, request: Mapping[str, Any]) -> tuple[int, Any]:
+    """One request for a command line client: ``(0, answer)``, or an exit code after one line."""
+    from ._options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line
+
+    try:
+        answer = control_request(path, request)
+    except ControlConnectError as exc:
+        error_line(
+            f"cannot connect to {path}: {exc.strerror} (is a run started with --control there?)"
+        )
+        return EXIT_USAGE, None
+    except (OSError, ValueError) as exc:
+        error_line(f"control socket {path}: {exc}")
+        return EXIT_FAILED, None
+    if isinstance(answer, dict) and answer.get("ok") is True:
+        return EXIT_OK, answer
+    detail = answer.get("error") if isinstance(answer, dict) else None
+    error_line(str(detail or f"unexpected answer: {answer!r}"))
+    return EXIT_FAILED, None
+
+
+def cmd_permit(path: str, request_id: str, answer: str, *, always: bool = False) -> int:
+    """``trio-agents permit --control SOCK REQUEST_ID yes|no [--always]``.
+
+    Returns:
+        0 answered, 1 refused (no such request waiting: unknown, answered or timed out),
+        2 nothing listens at *path*.
+    """
+    granted = answer == "yes"
+    request = {
+        "op": "permission",
+        "request_id": request_id,
+        "granted": granted,
+        "remember": granted and always,
+    }
+    code, _ = _ask(path, request)
+    return code
+
+
+def cmd_pending(path: str, *, as_json: bool = False) -> int:
+    """``trio-agents pending --control SOCK``: the permission requests waiting, one a line.
+
+    Returns:
+        0 (also when none waits), 1 the run answered with an error, 2 nothing listens at *path*.
+    """
+    code, answer = _ask(path, {"op": "pending"})
+    if answer is None:
+        return code
+    pending = answer.get("pending")
+    if not isinstance(pending, list):
+        pending = []
+    if as_json:
+        print(orjson.dumps(pending).decode())
+        return code
+    if not pending:
+        print("No permission request is waiting.")
+        return code
+    for item in pending:
+        if isinstance(item, dict):
+            print(
+                f"{item.get('request_id')}  {item.get('summary') or item.get('name')}  "
+                f"(agent {item.get('agent_id')}, call {item.get('tool_use_id')})"
+            )
+    return code

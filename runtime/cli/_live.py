@@ -42,6 +42,7 @@ from runtime.core._events import (
     AgentFinished,
     AgentStarted,
     CancelRequested,
+    ContextCompacted,
     Event,
     PermissionRequested,
     PermissionResolved,
@@ -76,6 +77,25 @@ def _path(tree: TraceTree, agent_id: str | None) -> str:
 
 def _tokens(n: int) -> str:
     return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def _compaction_note(tree: TraceTree, event: ContextCompacted) -> str:
+    """The one line both views print when an agent compacts its context."""
+    from runtime.trace._render import COMPACTED_MARK, compaction_line
+
+    fields = {a: getattr(event, a) for a in _COMPACTION_FIELDS}
+    return f"{COMPACTED_MARK} [{_path(tree, event.agent_id)}] {compaction_line(fields)}"
+
+
+_COMPACTION_FIELDS = (
+    "method",
+    "tokens_before",
+    "tokens_after",
+    "messages_before",
+    "messages_after",
+    "input_tokens",
+    "output_tokens",
+)
 
 
 def trace_hint(trace_path: Path | None) -> list[str]:
@@ -152,6 +172,8 @@ class LiveView:
                 self._to_print.append(
                     f"\N{SINGLE RIGHT-POINTING ANGLE QUOTATION MARK} {event.text}"
                 )  # the conversation, in its order
+        if isinstance(event, ContextCompacted):
+            self._to_print.append(_compaction_note(self.tree, event))
 
     # -- the drawing task -------------------------------------------------------------------
 
@@ -449,6 +471,8 @@ class PlainView:
                 f"{who} model call failed (try {event.attempt}), retrying in "
                 f"{event.delay_s:.1f}s: {event.reason}"
             )
+        if isinstance(event, ContextCompacted):
+            return _compaction_note(tree, event)
         if isinstance(event, RunFinished):
             return None
         return None

@@ -1,4 +1,4 @@
-"""The ``trio-agents`` command line (SPEC §6).
+"""The ``trio-agents`` command line (docs/cli.md).
 
 Commands: ``run PROMPT``, ``demo``, ``chat`` (its own module), ``trace …`` (its own module) and
 ``cancel --control SOCK ID``. Exit codes: 0 the root agent completed; 1 it ended otherwise;
@@ -38,7 +38,10 @@ exit codes: 0 the root agent completed, 1 it ended otherwise (failed, max turns,
             2 bad usage or a bad input file, 130 aborted by the user (Ctrl+C)
 
 Ctrl+C while sub-agents run (on a terminal) lists them: type a number to cancel that
-subtree only, a to cancel them all, q to abort the run, Enter to resume."""
+subtree only, a to cancel them all, q to abort the run, Enter to resume.
+
+bash is not confined: it runs as you, with your rights, unless --sandbox (bubblewrap) is given.
+Rules such as --deny 'bash(rm *)' match the command's text: a convenience, not a boundary."""
 _CHAT_DESCRIPTION = """\
 An interactive session with the main agent: each message runs a turn, with the live tree on a
 terminal, and with the conversation so far. Type while the agent works: the line reaches it at
@@ -142,20 +145,55 @@ def build_parser() -> CliParser:
     # Accepted as everywhere (before or after the command); cancel has nothing more to say.
     cancel.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     cancel.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
+
+    permit = sub.add_parser(
+        "permit",
+        help="answer a permission request of a run started with --control SOCK",
+        description="Answer the permission request REQUEST_ID (see trio-agents pending) of a "
+        "run started with --control SOCK in ask mode. Exit 0 when answered, 1 when the run "
+        "refused (no such request is waiting), 2 when nothing listens at SOCK.",
+    )
+    permit.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
+    permit.add_argument("request_id", metavar="REQUEST_ID", help="e.g. perm-1")
+    permit.add_argument("answer", choices=["yes", "no"], help="grant or deny the call")
+    permit.add_argument(
+        "--always",
+        action="store_true",
+        help="with yes: also allow calls like this one for the rest of the run",
+    )
+
+    pending = sub.add_parser(
+        "pending",
+        help="list the permission requests waiting in a run started with --control SOCK",
+        description="List the permission requests waiting for an answer, one a line: "
+        "REQUEST_ID, what the call does, the agent and the tool call.",
+    )
+    pending.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
+    pending.add_argument("--json", action="store_true", help="as one JSON array")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
-    args = _globals_after_command(sys.argv[1:] if argv is None else argv)
+    """Entry point; returns the exit code.
+
+    Called without *argv* (the ``trio-agents`` process itself), it first seals the process's
+    environment: secrets leave ``os.environ`` and ``/proc/<pid>/environ`` (kept privately for
+    the providers), so the commands the agents run cannot read them from this process.
+    """
+    if argv is None:
+        from runtime.core._secrets import seal_process_environ
+
+        seal_process_environ()
+    lead, args = _leading_globals(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "trace":
         from ._trace_cmd import main as trace_main  # lazy on purpose
 
-        return int(trace_main(args[1:]))
+        # After the trace command's own words: `trace show F --debug`.
+        return int(trace_main([*args[1:], *lead]))
     parser = build_parser()
-    ns = parser.parse_args(args)
+    ns = parser.parse_args(_after_command(parser, lead, args))
     if ns.version:
-        from runtime import __version__
+        from runtime.core._version import VERSION as __version__
 
         print(f"{PROG} {__version__}")
         return EXIT_OK
@@ -165,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.command == "cancel":
             return cmd_cancel(ns.control, ns.id, ns.reason)
+        if ns.command in ("permit", "pending"):
+            from ._control import cmd_pending, cmd_permit
+
+            if ns.command == "permit":
+                return cmd_permit(ns.control, ns.request_id, ns.answer, always=ns.always)
+            return cmd_pending(ns.control, as_json=ns.json)
         opts = options_from_args(ns)
         if ns.command == "run":
             return cmd_run(opts, _read_prompt(ns.prompt))
@@ -186,18 +230,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(f"unknown command {ns.command!r}")
 
 
-def _globals_after_command(args: list[str]) -> list[str]:
-    """``--debug demo`` as ``demo --debug``: global options given before the command move
-    after its name, where its own parser takes them."""
-    lead = []
+def _leading_globals(args: list[str]) -> tuple[list[str], list[str]]:
+    """The global options given before the command (``--debug demo``), and the rest."""
     rest = list(args)
+    lead = []
     while rest and rest[0] in GLOBAL_FLAGS:
         lead.append(rest.pop(0))
-    if not lead or not rest or rest[0].startswith("-"):
-        return list(args)
-    if rest[0] == "trace":
-        return [*rest, *lead]  # after the trace command's own words: `trace show F --debug`
-    return [rest[0], *lead, *rest[1:]]
+    if not rest or rest[0].startswith("-"):
+        return [], list(args)  # no command after them: the top level parses them as they are
+    return lead, rest
+
+
+def _after_command(parser: argparse.ArgumentParser, lead: list[str], args: list[str]) -> list[str]:
+    """*args* with the leading global options moved after the command's name, where its own
+    parser takes them (a command's defaults would otherwise undo the top level's values); one
+    a command does not know has nothing to act on there, and is dropped."""
+    if not lead:
+        return args
+    commands: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            commands = action.choices
+    command = commands.get(args[0])
+    if command is None:
+        return [*lead, *args]  # an unknown command: the parser says so
+    known = [flag for flag in lead if flag in command._option_string_actions]
+    return [args[0], *known, *args[1:]]
 
 
 def _read_prompt(text: str) -> str:

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from runtime.core._loop import AgentOutcome
+    from runtime.core._agent import AgentOutcome
+    from runtime.core._runtime import Runtime
     from runtime.trace._tree import TraceTree
-    from runtime.wiring._open import Runtime
 
     from ._keyboard import Keyboard
     from ._live import LiveView, PlainView
@@ -121,8 +121,20 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _percent(text: str) -> float:
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"expected a percentage from 1 to 100, got {text}")
+    return value / 100
+
+
 def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -> None:
-    """Add the options every running command (``run``, ``demo``, ``chat``) takes (SPEC §6).
+    """Add the options every running command (``run``, ``demo``, ``chat``) takes.
+
+    They are described in docs/cli.md#options-of-run-demo-and-chat.
 
     Args:
         demo: word the help for ``demo``'s defaults (its own workspace, ``allow-all``).
@@ -182,6 +194,18 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         help=f"sub-agents running at once in the whole run (default: {DEFAULT_MAX_PARALLEL})",
     )
     g.add_argument(
+        "--context-window",
+        type=_positive_int,
+        metavar="N",
+        help="every agent's context window in tokens (default: known from the model's name)",
+    )
+    g.add_argument(
+        "--compact-threshold",
+        type=_percent,
+        metavar="PERCENT",
+        help="compact an agent's history once it fills this much of the window (default: 80)",
+    )
+    g.add_argument(
         "--control",
         metavar="SOCK",
         help="serve a control socket (JSON lines: cancel, permission, message) at this path",
@@ -189,8 +213,26 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
     g.add_argument(
         "--ray-address",
         metavar="ADDR",
-        help="the Ray cluster for agent types placed on ray (default RAY_ADDRESS, else a local "
-        "cluster started for the run)",
+        help="the Ray cluster for agent types placed on ray: host:port, or auto for the cluster "
+        "this machine is a node of (default RAY_ADDRESS, else a private local cluster started "
+        "for the run)",
+    )
+    g.add_argument(
+        "--ray-hosts-per-node",
+        type=_positive_int,
+        metavar="N",
+        help="Ray host actors (worker processes) per node (default 1)",
+    )
+    g.add_argument(
+        "--ray-cpus-per-host",
+        type=_positive_int,
+        metavar="N",
+        help="instead: one Ray host actor per N CPUs of a node",
+    )
+    g.add_argument(
+        "--ray-strategy",
+        choices=("spread", "pack"),
+        help="spread: hosts on every node with CPUs (default); pack: on one node",
     )
     g.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
     g.add_argument(
@@ -229,6 +271,23 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         metavar="S",
         help="how long a permission question waits for an answer (default: 300)",
     )
+    g = parser.add_argument_group(
+        "sandbox",
+        "bash is NOT confined by default: it runs as you, with your rights (files, network, "
+        "keys); permission rules such as 'bash(rm *)' match the command's text only, a "
+        "convenience, not a boundary. --sandbox is the boundary.",
+    )
+    g.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run every bash call under bubblewrap (bwrap): the workspace read-write, a private "
+        "/tmp, the rest read-only, ~/.ssh, ~/.aws and other secrets folders hidden, no network",
+    )
+    g.add_argument(
+        "--sandbox-network",
+        action="store_true",
+        help="with --sandbox (implied): let sandboxed commands use the network",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,10 +308,16 @@ class RunOptions:
     max_turns: int | None = None
     max_depth: int | None = None
     max_parallel: int | None = None
+    context_window: int | None = None
+    compact_threshold: float | None = None
     control: str | None = None
     ray_address: str | None = None
+    ray: dict[str, Any] = field(default_factory=dict)
+    """:class:`~runtime.RayOptions` fields given on the command line."""
     debug: bool = False
     verbose: bool = False
+    sandbox: bool = False
+    sandbox_network: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     """More :func:`~runtime.open_runtime` keyword arguments (a command's own)."""
 
@@ -286,10 +351,23 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         max_turns=ns.max_turns,
         max_depth=ns.max_depth,
         max_parallel=ns.max_parallel,
+        context_window=ns.context_window,
+        compact_threshold=ns.compact_threshold,
         control=ns.control,
         ray_address=ns.ray_address,
+        ray={
+            name: value
+            for name, value in (
+                ("hosts_per_node", ns.ray_hosts_per_node),
+                ("cpus_per_host", ns.ray_cpus_per_host),
+                ("strategy", ns.ray_strategy),
+            )
+            if value is not None
+        },
         debug=ns.debug,
         verbose=getattr(ns, "verbose", False),
+        sandbox=ns.sandbox or ns.sandbox_network,
+        sandbox_network=ns.sandbox_network,
     )
 
 
@@ -343,6 +421,10 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         limits["max_depth"] = opts.max_depth
     if opts.max_parallel is not None:
         limits["max_parallel"] = opts.max_parallel
+    if opts.context_window is not None:
+        limits["context_window"] = opts.context_window
+    if opts.compact_threshold is not None:
+        limits["compact_threshold"] = opts.compact_threshold
     kwargs: dict[str, Any] = {
         "provider": opts.provider,
         "scenario": opts.scenario,
@@ -357,6 +439,14 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         "permission_timeout_s": opts.permission_timeout_s,
         "ray_address": opts.ray_address,
     }
+    if opts.sandbox:
+        from runtime.core._sandbox import Sandbox
+
+        kwargs["sandbox"] = Sandbox(network=opts.sandbox_network)
+    if opts.ray:
+        from runtime.cluster._placement import RayOptions
+
+        kwargs["ray"] = RayOptions(**opts.ray)
     kwargs.update(opts.extra)
     return kwargs
 
@@ -405,6 +495,8 @@ def setup_logging(debug: bool, verbose: bool = False) -> None:
     """
     import structlog
 
+    from runtime.core._secrets import RedactingLogFilter, redact_log_event
+
     level = logging.DEBUG if debug else logging.WARNING if verbose else _QUIET
     processors: list[Any] = [] if level <= logging.CRITICAL else [_drop_all]
     processors += [
@@ -415,6 +507,8 @@ def setup_logging(debug: bool, verbose: bool = False) -> None:
         processors.append(structlog.processors.format_exc_info)
     else:
         processors.append(_drop_traceback)
+    # Last before rendering: whatever the line holds by now (an error, a path) is masked.
+    processors.append(redact_log_event)
     processors.append(
         structlog.dev.ConsoleRenderer(
             colors=False, exception_formatter=structlog.dev.plain_traceback
@@ -428,6 +522,7 @@ def setup_logging(debug: bool, verbose: bool = False) -> None:
     )
     handler = logging.StreamHandler(_Stderr())
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingLogFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -438,7 +533,9 @@ def setup_logging(debug: bool, verbose: bool = False) -> None:
 
 def error_line(message: str, *, file: TextIO | None = None) -> None:
     """Print one ``trio-agents: error: …`` line on stderr (newlines folded)."""
-    text = " ".join(message.split("\n")).strip()
+    from runtime.core._secrets import redact_text  # masked like the events and the logs
+
+    text = redact_text(" ".join(message.split("\n")).strip())
     print(f"{PROG}: error: {text}", file=file or sys.stderr, flush=True)
 
 

@@ -1,4 +1,4 @@
-"""Ctrl+C and the terminal's questions: the subtree picker and permission prompts (SPEC §6).
+"""Ctrl+C and the terminal's questions: the subtree picker and permission prompts (docs/cli.md).
 
 SIGINT is received by :func:`serve_sigint` through :func:`trio.open_signal_receiver` (never as a
 ``KeyboardInterrupt``). Without a terminal (stdin not a tty, or ``--json``) it aborts the run.

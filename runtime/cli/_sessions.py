@@ -16,6 +16,16 @@ Safety rules, because a session is someone's work:
   written by a newer format is refused with one :class:`SessionError` line, and is never
   overwritten: :meth:`SessionStore.save` checks what it would replace.
 
+* A session carries its own integrity: an HMAC-SHA256 of its content (``"integrity"``) under a
+  per-user key kept outside every workspace (``$XDG_CONFIG_HOME/trio-agents/session.key``, else
+  ``~/.config/trio-agents/session.key``; created 0600 in a 0700 folder on the first save). A file
+  without one, or whose check fails (planted by an agent, edited by hand, signed by another user),
+  is refused by ``chat --resume`` with one line and listed as refused: a planted session would
+  otherwise be replayed to the model as the user's own words. A copy under another name keeps
+  its check (a fork). The key is as safe as the user's home: an unsandboxed ``bash`` running as
+  the user can read it (``--sandbox`` hides it).
+* Secrets are masked in the file as they are in the events (``runtime/core/_secrets.py``).
+
 This module does blocking file I/O; async callers run :meth:`SessionStore.write` in a worker
 thread (see ``runtime.cli._chat``).
 """
@@ -23,6 +33,8 @@ thread (see ``runtime.cli._chat``).
 from __future__ import annotations
 
 import datetime
+import hashlib
+import hmac
 import os
 import re
 import secrets
@@ -39,6 +51,7 @@ from cattrs.preconf.orjson import make_converter
 
 from runtime.core._errors import AgentsError
 from runtime.core._messages import Message, state_converter
+from runtime.core._secrets import redact_known
 
 FORMAT_VERSION = 1
 """The session file format this version writes, and the newest it reads."""
@@ -71,6 +84,8 @@ class ChatState:
         last_agent_id: the agent id of the last turn (in the trace it was written to).
         run_ids: every run (one per ``chat`` process) the session has been in, oldest first.
         input_history: the lines typed at the prompt, oldest first (the up/down history).
+        compactions: how many times the conversation's context was compacted (automatically
+            or with ``/compact``); its saved messages are the compacted history.
     """
 
     last_status: str | None = None
@@ -78,6 +93,7 @@ class ChatState:
     last_agent_id: str | None = None
     run_ids: list[str] = attrs.Factory(list)
     input_history: list[str] = attrs.Factory(list)
+    compactions: int = 0
 
 
 @attrs.define(kw_only=True)
@@ -131,6 +147,104 @@ _converter.register_structure_hook(Message, lambda obj, _: state_converter.struc
 _converter.register_unstructure_hook(Message, lambda m: state_converter.unstructure(m, Message))
 
 
+KEY_FILE_NAME = "session.key"
+_INTEGRITY = "integrity"
+_keys: dict[Path, bytes] = {}
+
+
+def default_key_file() -> Path:
+    """Where the per-user session key lives: under ``$XDG_CONFIG_HOME`` (when absolute), else
+    ``~/.config``, in ``trio-agents/``."""
+    base = os.environ.get("XDG_CONFIG_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".config"
+    return root / "trio-agents" / KEY_FILE_NAME
+
+
+def session_key(path: Path | None = None, *, create: bool = False) -> bytes | None:
+    """The session key at *path* (default :func:`default_key_file`); made if *create*.
+
+    Returns:
+        The key, or None when there is none and *create* is false.
+
+    Raises:
+        SessionError: it cannot be read or made, or is too short to be one.
+    """
+    path = path or default_key_file()
+    if path in _keys:
+        return _keys[path]
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        if not create:
+            return None
+        data = _make_key(path)
+    except OSError as exc:
+        raise SessionError(f"cannot read the session key {path}: {exc.strerror}") from exc
+    key = data.strip()
+    if len(key) < 32:
+        raise SessionError(
+            f"the session key {path} is too short to be one; remove it and a new one is made "
+            "(sessions signed with the old one will no longer resume)"
+        )
+    _keys[path] = key
+    return key
+
+
+def _make_key(path: Path) -> bytes:
+    try:
+        missing = [p for p in (path.parent, path.parent.parent) if not p.exists()]
+        for folder in reversed(missing):
+            with suppress(FileExistsError):
+                folder.mkdir(mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return path.read_bytes()  # made meanwhile by another chat
+    except OSError as exc:
+        raise SessionError(f"cannot create the session key {path}: {exc.strerror}") from exc
+    data = secrets.token_hex(32).encode() + b"\n"
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return data
+
+
+def _mac(key: bytes, obj: Any) -> str:
+    # Sorted keys: the check does not depend on how the file was laid out, only on its content.
+    canonical = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
+
+
+def check_integrity(data: bytes, *, where: str, key_file: Path | None = None) -> None:
+    """Refuse a session file this user's trio-agents did not write (as it is now).
+
+    Raises:
+        SessionError: no integrity record, no key to check it with, or a failed check.
+    """
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise SessionError(f"{where}: not a session file: not JSON ({exc})") from exc
+    record = obj.pop(_INTEGRITY, None) if isinstance(obj, dict) else None
+    given = record.get("hmac_sha256") if isinstance(record, dict) else None
+    if not isinstance(given, str):
+        raise SessionError(
+            f"{where}: refused: it has no integrity record, so nothing shows trio-agents wrote "
+            "it for you (planted by a tool, or from a version before sessions were signed)"
+        )
+    key = session_key(key_file)
+    if key is None:
+        raise SessionError(
+            f"{where}: refused: there is no session key ({key_file or default_key_file()}) to "
+            "check it with"
+        )
+    if not hmac.compare_digest(_mac(key, obj), given):
+        raise SessionError(
+            f"{where}: refused: its integrity check failed: it was changed outside trio-agents "
+            "(or signed with another user's key)"
+        )
+
+
 def new_session_id() -> str:
     """A session id that sorts by creation time: ``20261129-193051-1a2b3c``."""
     now = datetime.datetime.now(datetime.UTC)
@@ -143,11 +257,19 @@ def new_session(**fields: Any) -> ChatSession:
     return ChatSession(id=new_session_id(), created_ts=now, updated_ts=now, **fields)
 
 
-def encode_session(session: ChatSession) -> bytes:
-    """The file's bytes: indented JSON (a person may read it), ending with a newline."""
-    data: bytes = orjson.dumps(
-        _converter.unstructure(session), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
-    )
+def encode_session(session: ChatSession, *, key_file: Path | None = None) -> bytes:
+    """The file's bytes: indented JSON (a person may read it), ending with a newline, signed
+    with the session key at *key_file* (made on first use; see the module's docstring).
+
+    Raises:
+        SessionError: the key cannot be read or made.
+    """
+    # Masked like the events: a key the user typed or a tool showed stays out of the file.
+    obj = redact_known(_converter.unstructure(session))
+    key = session_key(key_file, create=True)
+    assert key is not None  # made when missing
+    obj[_INTEGRITY] = {"hmac_sha256": _mac(key, obj)}
+    data: bytes = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
     return data
 
 
@@ -199,10 +321,14 @@ class SessionStore:
 
     Args:
         root: the folder (created on the first write).
+        key_file: the session key (default :func:`default_key_file`).
     """
 
-    def __init__(self, root: str | os.PathLike[str] = DEFAULT_SESSIONS_DIR) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str] = DEFAULT_SESSIONS_DIR, *, key_file: Path | None = None
+    ) -> None:
         self.root = Path(root)
+        self.key_file = key_file
 
     def path_for(self, session_id: str) -> Path:
         """The file of *session_id*.
@@ -273,6 +399,7 @@ class SessionStore:
         except OSError as exc:
             raise SessionError(f"cannot read session {path}: {exc.strerror}") from exc
         session = decode_session(data, where=f"session {path}")
+        check_integrity(data, where=f"session {path}", key_file=self.key_file)
         session.id = session_id
         return session
 
@@ -284,7 +411,7 @@ class SessionStore:
                 or the folder cannot be written.
         """
         session.updated_ts = time.time()
-        return self.write(session.id, encode_session(session))
+        return self.write(session.id, encode_session(session, key_file=self.key_file))
 
     def write(self, session_id: str, data: bytes) -> Path:
         """Replace the file of *session_id* with *data* atomically (temp file, fsync, rename).
@@ -342,7 +469,9 @@ class SessionStore:
             except OSError:
                 continue
             try:
-                session = decode_session(path.read_bytes(), where=path.name)
+                data = path.read_bytes()
+                session = decode_session(data, where=path.name)
+                check_integrity(data, where=path.name, key_file=self.key_file)
             except (SessionError, OSError) as exc:
                 error = str(exc).removeprefix(f"{path.name}: ")
                 out.append(SessionInfo(id=path.stem, path=path, updated_ts=mtime, error=error))

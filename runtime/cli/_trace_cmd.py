@@ -1,4 +1,4 @@
-"""``trio-agents trace``: show, stats, tail and export a JSONL trace (SPEC §6, issue #7).
+"""``trio-agents trace``: show, stats, tail and export a JSONL trace (docs/cli.md#trace).
 
 Imports are lazy: ``--help`` must start fast, and ``show --json`` / ``stats`` on a big file must
 not pay for what they do not use (the cattrs converter, trio).
@@ -16,7 +16,7 @@ import gc
 import math
 import os
 import sys
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -78,7 +78,9 @@ def _parser() -> argparse.ArgumentParser:
         "tool calls with their summary; cancels with reason and who asked.",
     )
     show.add_argument("file", metavar="FILE", help=_FILE_HELP)
-    show.add_argument("--json", action="store_true", help="the tree as JSON, one line per run")
+    show.add_argument(
+        "--json", action="store_true", help="the tree as JSON (docs/tree.md), one line per run"
+    )
     show.add_argument(
         "--subtree", metavar="ID", help="only the subtree of this agent or tool call id"
     )
@@ -249,7 +251,19 @@ class _Warnings:
         else:
             print(line, file=sys.stderr, flush=True)
 
+    def note(self, message: str) -> None:
+        """A warning about the file as a whole (not counted against the cap)."""
+        line = f"{PROG}: warning: {self.path}: {message}"
+        if self.defer:
+            self._held.append(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
     def finish(self, loader: TraceLoader | None = None) -> None:
+        if loader is not None:
+            for tree in loader.traces.trees:
+                for message in tree.anomalies():
+                    self.note(f"run {tree.run_id}: {message}")
         for line in self._held:
             print(line, file=sys.stderr)
         self._held.clear()
@@ -503,6 +517,15 @@ def run_stats(tree: TraceTree) -> dict[str, Any]:
         running += step
         if running > peak:
             peak, peak_at = running, ts
+    compactions = {
+        "count": len(tree.compactions),
+        "trim": sum(1 for c in tree.compactions if c.method == "trim"),
+        "summary": sum(1 for c in tree.compactions if c.method == "summary"),
+        "tokens_before": sum(c.tokens_before for c in tree.compactions),
+        "tokens_after": sum(c.tokens_after for c in tree.compactions),
+        "input_tokens": sum(c.input_tokens for c in tree.compactions),
+        "output_tokens": sum(c.output_tokens for c in tree.compactions),
+    }
     wall = tree.duration_s
     start = tree.started_ts
     wait_wall = _union_length(waits)
@@ -542,6 +565,7 @@ def run_stats(tree: TraceTree) -> dict[str, Any]:
             "wall_s": round(wait_wall, 6),
             "share_of_wall": round(wait_wall / wall, 4) if wall else 0.0,
         },
+        "compactions": compactions,
     }
 
 
@@ -613,6 +637,14 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
         f"waiting for permission: {fmt_duration(wait['wall_s'])} of wall time ({share}), "
         f"{wait['requests']} request(s), {fmt_duration(wait['sum_s'])} summed over calls"
     )
+    comp = run["compactions"]
+    if comp["count"]:
+        console.print(
+            f"context compactions: {comp['count']} ({comp['trim']} trim, {comp['summary']} "
+            f"summary), {fmt_tokens(comp['tokens_before'])} → {fmt_tokens(comp['tokens_after'])}"
+            f" tokens in all; summaries cost {fmt_tokens(comp['input_tokens'])}→"
+            f"{fmt_tokens(comp['output_tokens'])} tokens"
+        )
     console.print()
     console.print(Text("critical path", bold))
     for step in run["critical_path"]:
@@ -640,13 +672,24 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if args.format == "mermaid":
         from runtime.trace._render import render_mermaid
 
-        _write_bytes([render_mermaid(trees).encode()], args.output)
+        _write_bytes(_masked([render_mermaid(trees).encode()]), args.output)
         return 0
-    from runtime import __version__
+    from runtime.core._version import VERSION as __version__
     from runtime.trace._otlp import otlp_json_lines
 
-    _write_bytes(otlp_json_lines(trees, version=__version__), args.output)
+    _write_bytes(_masked(otlp_json_lines(trees, version=__version__)), args.output)
     return 0
+
+
+def _masked(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """*chunks* with this process's known secrets masked. A trace is masked as it is written;
+    this also covers one written by an older version, or by a run that did not know a key."""
+    from runtime.core._secrets import redact_text
+
+    for chunk in chunks:
+        text = chunk.decode("utf-8", "surrogateescape")
+        masked = redact_text(text)
+        yield chunk if masked == text else masked.encode("utf-8", "surrogateescape")
 
 
 # --------------------------------------------------------------------------- tail

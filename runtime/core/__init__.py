@@ -20,8 +20,12 @@ if TYPE_CHECKING:
     from ._errors import ConfigError as ConfigError
     from ._errors import ToolError as ToolError
     from ._errors import ToolInputError as ToolInputError
+    from ._globs import Glob as Glob
+    from ._globs import compile_glob as compile_glob
     from ._globs import escape_glob as escape_glob
-    from ._globs import glob_regex as glob_regex
+    from ._names import publish_names as publish_names
+    from ._sandbox import Sandbox as Sandbox
+    from ._secrets import Redactor as Redactor
     from ._tool import SubAgentSpawner as SubAgentSpawner
     from ._tool import TargetKind as TargetKind
     from ._tool import Tool as Tool
@@ -29,14 +33,22 @@ if TYPE_CHECKING:
     from ._tool import ToolLimits as ToolLimits
     from ._tool import one_line as one_line
     from ._tool import validate_input as validate_input
+    from ._workspace import RUNTIME_DIR as RUNTIME_DIR
+    from ._workspace import Located as Located
     from ._workspace import is_inside as is_inside
+    from ._workspace import is_runtime_path as is_runtime_path
+    from ._workspace import locate as locate
     from ._workspace import normalise_target as normalise_target
     from ._workspace import relative as relative
     from ._workspace import resolve_in_workspace as resolve_in_workspace
 
 _LAZY: dict[str, str] = {
+    "RUNTIME_DIR": "._workspace",
+    "Located": "._workspace",
     "AgentsError": "._errors",
     "ConfigError": "._errors",
+    "Redactor": "._secrets",
+    "Sandbox": "._sandbox",
     "SubAgentSpawner": "._tool",
     "TargetKind": "._tool",
     "Tool": "._tool",
@@ -44,11 +56,15 @@ _LAZY: dict[str, str] = {
     "ToolError": "._errors",
     "ToolInputError": "._errors",
     "ToolLimits": "._tool",
+    "Glob": "._globs",
+    "compile_glob": "._globs",
     "escape_glob": "._globs",
-    "glob_regex": "._globs",
     "is_inside": "._workspace",
+    "is_runtime_path": "._workspace",
+    "locate": "._workspace",
     "normalise_target": "._workspace",
     "one_line": "._tool",
+    "publish_names": "._names",
     "relative": "._workspace",
     "resolve_in_workspace": "._workspace",
     "validate_input": "._tool",

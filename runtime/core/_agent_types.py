@@ -9,6 +9,7 @@ Filled from the Python API, from scenario files and from an ``--agents`` TOML fi
     model = "gpt-4.1-mini"
     max_turns = 10
     budget = { tokens = 20000, seconds = 120, tool_calls = 30 }
+    context_window = 32000
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import attrs
-
-from runtime.providers._scenario import Scenario
 
 from ._errors import ConfigError
 from ._limits import Budget
@@ -38,6 +37,12 @@ GENERAL_SYSTEM = (
 )
 
 
+def _pairs(value: Any) -> tuple[tuple[Any, Any], ...]:
+    # A mapping in, sorted pairs stored: an agent type stays hashable and comparable.
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted((k, v) for k, v in items))
+
+
 @attrs.frozen(kw_only=True)
 class AgentType:
     """A kind of agent.
@@ -47,6 +52,12 @@ class AgentType:
         max_turns: overrides the run's ``max_turns`` for agents of this type.
         budget: the allowance of each agent of this type (its whole subtree).
         placement: where its subtree runs (``local`` in this process).
+        context_window: its model's context window in tokens (default: the run's, else known
+            from the model's name; docs/context.md).
+        ray_resources: with ``placement = "ray"``: only on nodes that have at least these Ray
+            resources (``{"GPU": 1}``, a custom ``{"nfs": 1}``); a selector, nothing is
+            reserved (docs/cluster.md).
+        ray_labels: with ``placement = "ray"``: only on nodes with these Ray labels.
     """
 
     name: str
@@ -57,6 +68,9 @@ class AgentType:
     max_turns: int | None = None
     budget: Budget | None = None
     placement: Placement = "local"
+    context_window: int | None = None
+    ray_resources: tuple[tuple[str, float], ...] = attrs.field(default=(), converter=_pairs)
+    ray_labels: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
 
     def merged(self, other: AgentType) -> AgentType:
         """*other*'s explicit settings over this one's (a later definition refines an earlier)."""
@@ -113,28 +127,18 @@ class AgentTypes(Mapping[str, AgentType]):
             raise ConfigError(f"unknown agent type {name!r}; known types: {known}") from None
 
 
-def agent_types_from_scenario(scenario: Scenario) -> list[AgentType]:
-    """The agent types a scenario defines (its system prompts, tool lists and limits)."""
-    out = []
-    for name, script in scenario.agents.items():
-        kwargs: dict[str, Any] = {"name": name}
-        if script.system is not None:
-            kwargs["system"] = script.system
-        if script.tools is not None:
-            kwargs["tools"] = script.tools
-        if script.description:
-            kwargs["description"] = script.description
-        if script.model is not None:
-            kwargs["model"] = script.model
-        if script.max_turns is not None:
-            kwargs["max_turns"] = script.max_turns
-        if script.placement is not None:
-            kwargs["placement"] = script.placement
-        out.append(AgentType(**kwargs))
-    return out
-
-
-_TOML_KEYS = {"description", "system", "tools", "model", "max_turns", "budget", "placement"}
+_TOML_KEYS = {
+    "description",
+    "system",
+    "tools",
+    "model",
+    "max_turns",
+    "budget",
+    "placement",
+    "context_window",
+    "ray_resources",
+    "ray_labels",
+}
 
 
 def load_agent_types(path: str | Path) -> list[AgentType]:
@@ -189,9 +193,27 @@ def agent_types_from_mapping(data: Mapping[str, Any]) -> list[AgentType]:
             if not isinstance(spec["budget"], dict):
                 raise ConfigError(f"{where}.budget: expected a table")
             kwargs["budget"] = Budget.from_mapping(spec["budget"], where=f"{where}.budget")
+        if "context_window" in spec:
+            cw = spec["context_window"]
+            if isinstance(cw, bool) or not isinstance(cw, int) or cw < 1:
+                raise ConfigError(f"{where}.context_window: expected a whole number of tokens >= 1")
+            kwargs["context_window"] = cw
         if "placement" in spec:
             if spec["placement"] not in ("local", "ray"):
                 raise ConfigError(f"{where}.placement: expected 'local' or 'ray'")
             kwargs["placement"] = spec["placement"]
+        if "ray_resources" in spec:
+            res = spec["ray_resources"]
+            if not isinstance(res, dict) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+                for v in res.values()
+            ):
+                raise ConfigError(f"{where}.ray_resources: expected a table of amounts >= 0")
+            kwargs["ray_resources"] = {str(k): float(v) for k, v in res.items()}
+        if "ray_labels" in spec:
+            labels = spec["ray_labels"]
+            if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+                raise ConfigError(f"{where}.ray_labels: expected a table of strings")
+            kwargs["ray_labels"] = labels
         out.append(AgentType(**kwargs))
     return out

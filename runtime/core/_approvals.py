@@ -31,6 +31,7 @@ class _Pending:
     args: Mapping[str, Any]
     tool_use_id: str
     agent_id: str
+    summary: str = ""
     done: trio.Event = attrs.Factory(trio.Event)
     granted: bool = False
     reason: str = ""
@@ -44,6 +45,7 @@ class PendingRequest:
     tool_use_id: str
     agent_id: str
     name: str
+    summary: str = ""
 
 
 class PermissionBroker:
@@ -81,7 +83,11 @@ class PermissionBroker:
         """Requests waiting now, oldest first."""
         return [
             PendingRequest(
-                request_id=rid, tool_use_id=p.tool_use_id, agent_id=p.agent_id, name=p.tool.name
+                request_id=rid,
+                tool_use_id=p.tool_use_id,
+                agent_id=p.agent_id,
+                name=p.tool.name,
+                summary=p.summary,
             )
             for rid, p in self._pending.items()
         ]
@@ -124,7 +130,7 @@ class PermissionBroker:
             if not self.can_ask:
                 granted, reason = False, "nobody can answer permission requests (non-interactive)"
             else:
-                pending = _Pending(tool, args, tool_use_id, agent_id)
+                pending = _Pending(tool, args, tool_use_id, agent_id, summary)
                 self._pending[request_id] = pending
                 try:
                     with trio.move_on_after(self.timeout_s):

@@ -1,26 +1,34 @@
 """Budgets as a layer that watches the stream and acts (not flags threaded through the loop).
 
-:class:`BudgetLayer` is a bus tap: it keeps the agent tree (from ``agent_started``), adds each
-``turn_finished``'s tokens and each ``tool_started`` to the agent and every ancestor, and when a
+:class:`BudgetLayer` is a core hook of the bus (never dropped): it keeps the agent tree (from
+``agent_started``), adds each ``turn_finished``'s tokens (and a summary's, from
+``context_compacted``) and each ``tool_started`` to the agent and every ancestor, and when a
 subtree with a budget goes over it, asks the runtime to cancel that subtree ``by="budget"``. The
-cancel itself runs in the layer's own task, because a tap must not emit. Wall-clock budgets are a
-deadline on the agent's cancel scope, set by the runtime when the agent starts.
+cancel itself runs in the layer's own task, because a hook must not emit. Wall-clock budgets are
+a deadline on the agent's cancel scope, set by the runtime when the agent starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import attrs
 import structlog
 import trio
 
-from ._events import AgentFinished, AgentStarted, Event, ToolStarted, TurnFinished
+from ._events import (
+    AgentFinished,
+    AgentStarted,
+    ContextCompacted,
+    Event,
+    ToolStarted,
+    TurnFinished,
+)
 from ._limits import Budget
 
 _log = structlog.get_logger("trio_agents.budget")
 
-CancelFn = Callable[[str, str], Awaitable[bool]]
+CancelFn = Callable[[str, str], bool]
 
 
 @attrs.define(eq=False)
@@ -36,7 +44,8 @@ class BudgetLayer:
     """Tracks subtree usage and cancels subtrees that exceed their budget.
 
     Args:
-        cancel: ``await cancel(agent_id, reason)`` — cancels that subtree ``by="budget"``.
+        cancel: ``cancel(agent_id, reason)`` — cancels that subtree ``by="budget"`` (see
+            :func:`~runtime.core._context.cancel_node`).
     """
 
     def __init__(self, cancel: CancelFn, *, queue_size: int = 1024) -> None:
@@ -56,7 +65,7 @@ class BudgetLayer:
         return (u.tokens, u.tool_calls) if u else (0, 0)
 
     def __call__(self, event: Event) -> None:
-        """The tap."""
+        """The hook."""
         if isinstance(event, AgentStarted):
             assert event.agent_id is not None
             self._agents[event.agent_id] = _Usage(
@@ -66,9 +75,13 @@ class BudgetLayer:
             self._add(event.agent_id, tokens=event.input_tokens + event.output_tokens)
         elif isinstance(event, ToolStarted):
             self._add(event.agent_id, tool_calls=1)
+        elif isinstance(event, ContextCompacted) and (event.input_tokens or event.output_tokens):
+            # A summary is a model call made for the agent: its tokens are the agent's.
+            self._add(event.agent_id, tokens=event.input_tokens + event.output_tokens)
         elif isinstance(event, AgentFinished) and event.agent_id is not None:
-            # Every agent under it has finished already (SPEC §2 ordering) and its usage was
-            # added to its ancestors as it came, so it can go: memory follows the live agents.
+            # Every agent under it has finished already (docs/events.md#invariants) and its
+            # usage was added to its ancestors as it came, so it can go: memory follows the live
+            # agents.
             self._agents.pop(event.agent_id, None)
             self._pending.pop(event.agent_id, None)
 
@@ -107,4 +120,4 @@ class BudgetLayer:
         """Carry out the cancels the tap asked for. Runs until cancelled."""
         task_status.started()
         async for agent_id, reason in self._recv:
-            await self._cancel(agent_id, reason)
+            self._cancel(agent_id, reason)

@@ -3,15 +3,31 @@
 ``seq`` is assigned here, at the merge point, so it is strictly increasing with no gaps. An event
 reaches consumers two ways:
 
+* **core hooks** — the runtime's own bookkeeping (budget accounting, which agents are
+  announced), run first for every event, in ``seq`` order, inside :meth:`EventBus.emit`. They are
+  never removed: one that raises fails the run loudly (:attr:`EventBus.core_error`, and the
+  ``on_core_failure`` callback the runtime uses to stop the run), since a run whose budgets or
+  cancel-by-id silently stopped working is worse than one that ends.
 * **taps** — synchronous callables run for every event in ``seq`` order, inside
-  :meth:`EventBus.emit`
-  (the trace file writer, the live view's tree, budget accounting). They must be cheap and must not
-  emit themselves; one that raises is removed, and the stream goes on without it.
+  :meth:`EventBus.emit` (the trace file writer, the live view's tree, user observers). They must be
+  cheap and must not emit themselves; one that raises is removed with a logged warning, and the
+  stream goes on without it.
 * **subscriptions** — bounded per-subscriber buffers read by a consumer task. Each chooses what a
   full buffer means: ``block`` (backpressure: emitters wait — for consumers that must see
   everything) or ``lag`` (the subscription is dropped and its reader gets
   :class:`SubscriberLagged` — a slow or stuck consumer never blocks the agents). A subscriber that
   closes simply disappears.
+
+Secrets are masked here, once for every consumer: each string field of each event (at any depth:
+a tool's input, the run's config) goes through the run's :class:`~runtime.core._secrets.Redactor`
+before the event exists. A ``text_delta`` / ``thinking_delta`` whose end could be the start of a
+secret holds that end back until the agent's next event shows whether it was (a secret streamed
+over several deltas is masked whole); the held text goes out, masked, as a delta of its own before
+that agent's next event of another kind.
+
+A *gate* (:meth:`EventBus.set_gate`, the trace file's sink) is flushed before a subscription hands
+out an event it has not written yet: whatever a subscriber shows or forwards outside the process
+is already in the trace, so a ``kill -9`` never leaves the trace behind what was reported.
 """
 
 from __future__ import annotations
@@ -19,19 +35,32 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import structlog
 import trio
 
 from ._errors import AgentsError
-from ._events import Event
+from ._events import Event, TextDelta, ThinkingDelta
+from ._secrets import Redactor
 
 E = TypeVar("E", bound=Event)
 Tap = Callable[[Event], None]
 Policy = Literal["block", "lag"]
 
 _log = structlog.get_logger("trio_agents.bus")
+_STREAMED: tuple[type[TextDelta | ThinkingDelta], ...] = (TextDelta, ThinkingDelta)
+_COMMON = frozenset({"seq", "ts", "run_id", "agent_id", "parent_tool_use_id"})
+# Fields the runtime or the provider's API fills with ids and enums, never with text: not searched.
+_NOT_TEXT = frozenset({"tool_use_id", "request_id", "status", "stop_reason", "by", "method"})
+
+
+class Gate(Protocol):
+    """What the bus needs from the trace sink: how far it has written, and a way to write now."""
+
+    written_seq: int
+
+    def flush(self) -> None: ...
 
 
 class SubscriberLagged(AgentsError):
@@ -104,6 +133,7 @@ class Subscription:
                 raise trio.EndOfChannel
             await self._readers.park()
         event = self._buffer.popleft()
+        self._bus._through_gate(event.seq)
         self._stalled = False
         if self._writers:
             # One slot freed: wake one waiting emitter, not all of them (with a thousand agents
@@ -123,6 +153,7 @@ class Subscription:
         """The next event if one is buffered, else :class:`trio.WouldBlock`."""
         if self._buffer:
             event = self._buffer.popleft()
+            self._bus._through_gate(event.seq)
             self._stalled = False
             if self._writers:
                 self._writers.unpark()
@@ -158,11 +189,26 @@ class Subscription:
 
 
 class EventBus:
-    """The merge point of a run's events. Create one per run."""
+    """The merge point of a run's events. Create one per run.
 
-    def __init__(self, run_id: str) -> None:
+    Args:
+        redactor: masks the run's secrets in every event (see the module's docstring).
+    """
+
+    def __init__(self, run_id: str, *, redactor: Redactor | None = None) -> None:
         self.run_id = run_id
+        self._redactor = redactor if redactor else None
+        #: What masks the run's secrets (an empty one when there are none); for text that is
+        #: cut before it becomes an event, so it is masked before the cut.
+        self.redactor = redactor if redactor is not None else Redactor(())
+        # Streamed text held back per (agent, kind): (text, parent_tool_use_id).
+        self._held: dict[tuple[str | None, type[Event]], tuple[str, str | None]] = {}
         self._seq = 0
+        self._core: tuple[Tap, ...] = ()
+        #: The first exception a core hook raised (see :meth:`add_core_hook`), else ``None``.
+        self.core_error: Exception | None = None
+        #: Called once with that exception; the runtime sets it to stop the run.
+        self.on_core_failure: Callable[[Exception], None] | None = None
         self._taps: list[Tap] = []
         #: Taps removed because they raised, with the error (see :meth:`add_tap`).
         self.failed_taps: list[str] = []
@@ -171,6 +217,7 @@ class EventBus:
         # A snapshot iterated by emit, so a subscription dropped mid-delivery does not skip another.
         self._fanout: tuple[Subscription, ...] = ()
         self._closed = False
+        self._gate: Gate | None = None
 
     @property
     def last_seq(self) -> int:
@@ -188,6 +235,22 @@ class EventBus:
         :attr:`failed_taps`); the event still goes to every other tap and subscriber.
         """
         self._taps.append(tap)
+
+    def set_gate(self, gate: Gate | None) -> None:
+        """Make subscriptions hand out an event only once *gate* has written it (the trace sink,
+        which must also be a tap, added before any subscription reads)."""
+        self._gate = gate
+
+    def _through_gate(self, seq: int) -> None:
+        gate = self._gate
+        if gate is not None and gate.written_seq < seq:
+            gate.flush()
+
+    def add_core_hook(self, hook: Tap) -> None:
+        """Run *hook* synchronously on every later event, before the taps, for as long as the
+        bus lives. A hook that raises is kept, the event still reaches everyone else, and the
+        run is failed (see the module docstring); hooks are the runtime's, not users'."""
+        self._core = (*self._core, hook)
 
     def remove_tap(self, tap: Tap) -> None:
         if tap in self._taps:
@@ -317,6 +380,8 @@ class EventBus:
         (the end of a run)."""
         if self._closed:
             raise trio.ClosedResourceError("the event bus is closed: the run has finished")
+        if self._redactor is not None:
+            fields = self._masked(cls, agent_id, parent_tool_use_id, fields)
         self._seq += 1
         event = cls(
             seq=self._seq,
@@ -329,7 +394,49 @@ class EventBus:
         self._deliver(event)
         return event
 
+    def _masked(
+        self,
+        cls: type[Event],
+        agent_id: str | None,
+        parent_tool_use_id: str | None,
+        fields: dict[str, Any],
+    ) -> dict[str, Any]:
+        """*fields* with the secrets masked; held-back text of this agent released first."""
+        redactor = self._redactor
+        assert redactor is not None
+        if self._held:
+            for kind in _STREAMED:
+                if kind is not cls and (agent_id, kind) in self._held:
+                    text, parent = self._held.pop((agent_id, kind))
+                    self._seq += 1
+                    self._deliver(
+                        kind(
+                            seq=self._seq,
+                            ts=time.time(),
+                            run_id=self.run_id,
+                            agent_id=agent_id,
+                            parent_tool_use_id=parent,
+                            text=redactor(text),  # the stream ended: no secret can follow
+                        )
+                    )
+        if cls in _STREAMED:
+            key = (agent_id, cls)
+            held, _ = self._held.pop(key, ("", None))
+            out, rest = redactor.split_stream(held + str(fields["text"]))
+            if rest:
+                self._held[key] = (rest, parent_tool_use_id)
+            return {**fields, "text": out}
+        return {
+            name: value if name in _NOT_TEXT else redactor.value(value)
+            for name, value in fields.items()
+        }
+
     def _deliver(self, event: Event) -> None:
+        for hook in self._core:
+            try:
+                hook(event)
+            except Exception as exc:  # the run fails, but the stream stays whole for the trace
+                self._core_failed(hook, event, exc)
         for tap in self._taps:
             try:
                 tap(event)
@@ -350,7 +457,17 @@ class EventBus:
         # as a lagging subscription is dropped, and say so.
         self._taps = [t for t in self._taps if t is not tap]
         self.failed_taps.append(f"{tap!r}: {type(exc).__name__}: {exc}")
-        _log.error("event tap raised; removed", tap=repr(tap), error=repr(exc))
+        _log.warning("event tap raised; removed", tap=repr(tap), error=repr(exc))
+
+    def _core_failed(self, hook: Tap, event: Event, exc: Exception) -> None:
+        _log.error(
+            "core hook raised; the run fails", hook=repr(hook), kind=event.type, error=repr(exc)
+        )
+        if self.core_error is not None:
+            return
+        self.core_error = exc
+        if self.on_core_failure is not None:
+            self.on_core_failure(exc)
 
     def forward(self, event: Event) -> Event:
         """Re-emit an event built elsewhere (another process) with this bus's next ``seq`` and
@@ -359,8 +476,16 @@ class EventBus:
 
         if self._closed:
             raise trio.ClosedResourceError("the event bus is closed: the run has finished")
+        changes: dict[str, Any] = {}
+        if self._redactor is not None:
+            own = {
+                a.name: getattr(event, a.name)
+                for a in attrs.fields(type(event))
+                if a.name not in _COMMON
+            }
+            changes = self._masked(type(event), event.agent_id, event.parent_tool_use_id, own)
         self._seq += 1
-        forwarded = attrs.evolve(event, seq=self._seq, run_id=self.run_id)
+        forwarded = attrs.evolve(event, seq=self._seq, run_id=self.run_id, **changes)
         self._deliver(forwarded)
         return forwarded
 

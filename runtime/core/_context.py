@@ -1,4 +1,8 @@
-"""What every agent of one run shares (internal)."""
+"""What every agent of one run shares: :class:`RunContext`, built by :func:`new_run_context`.
+
+:func:`cancel_node` is the one implementation of "cancel exactly this subtree", used by
+:meth:`~runtime.Runtime.cancel`, budgets and the Ray host alike.
+"""
 
 from __future__ import annotations
 
@@ -17,12 +21,16 @@ from ._agent_types import AgentTypes
 from ._approvals import PermissionBroker
 from ._budget import BudgetLayer
 from ._bus import EventBus
+from ._events import CancelBy, CancelRequested
 from ._limits import Limits
 from ._provider import Provider
 
 if TYPE_CHECKING:
-    from ._loop import AgentOutcome, AgentSpec
+    from ._agent import AgentOutcome, AgentSpec
+    from ._sandbox import Sandbox
     from ._tool import Tool, ToolLimits
+
+__all__ = ["Owner", "RunContext", "SubtreeRunner", "cancel_node", "new_run_context"]
 
 
 @attrs.frozen
@@ -36,7 +44,7 @@ class Owner:
 class SubtreeRunner(Protocol):
     """Runs a sub-agent's whole subtree somewhere other than this process (a placement)."""
 
-    async def run_subtree(self, run: RunContext, spec: AgentSpec) -> AgentOutcome | None:
+    async def run_subtree(self, run: RunContext, spec: AgentSpec) -> AgentOutcome:
         """Run *spec* to its end and return its outcome; its events go into ``run.bus``.
 
         Cancellation: cancels the remote subtree, whose ``cancelled`` events still arrive.
@@ -64,6 +72,7 @@ class RunContext:
     budget: BudgetLayer
     limiter: trio.CapacityLimiter
     log: Any = attrs.Factory(lambda: structlog.get_logger("trio_agents"))
+    sandbox: Sandbox | None = None
     placements: dict[str, SubtreeRunner] = attrs.Factory(dict)
     # Running agents' mailboxes, by agent id: where user messages for them go.
     mailboxes: dict[str, Mailbox[str]] = attrs.Factory(dict)
@@ -84,7 +93,7 @@ class RunContext:
         return f"agent-{next(self._ids)}"
 
     def track_announced(self, event: Any) -> None:
-        """A bus tap keeping :attr:`announced` true."""
+        """A core hook of the bus keeping :attr:`announced` true."""
         kind = event.type
         if kind == "agent_started":
             self.announced.add(event.agent_id)
@@ -118,3 +127,96 @@ class RunContext:
             self.active_children.pop(parent_id, None)
         else:
             self.active_children[parent_id] = count
+
+
+def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> bool:
+    """Cancel exactly the subtree under *node_id* (an agent id or a tool_use_id) in *run*.
+
+    Emits ``cancel_requested`` as the agent owning the node, then cancels the node's scope. Not
+    async, and nothing in it yields: the node cannot finish between the lookup and the cancel,
+    so ``cancel_requested`` always precedes the node's end, and a slow subscriber cannot stall
+    it (the event is queued with :meth:`EventBus.emit_nowait`).
+
+    Returns:
+        ``False``, changing nothing, when the id is unknown, an agent not yet announced (no
+        ``agent_started`` yet), or already finished or cancelled.
+    """
+    node = run.registry.get(node_id)
+    if node is None or node.cancel_reason is not None:
+        return False
+    owner: Owner = node.data
+    if owner.agent_id == node_id and node_id not in run.announced:
+        return False
+    run.bus.emit_nowait(
+        CancelRequested,
+        agent_id=owner.agent_id,
+        parent_tool_use_id=owner.parent_tool_use_id,
+        target=node_id,
+        reason=reason,
+        by=by,
+    )
+    return run.registry.cancel(node_id, reason, by=by)
+
+
+def new_run_context(
+    *,
+    run_id: str,
+    bus: EventBus,
+    provider: Provider,
+    model: str,
+    agent_types: AgentTypes,
+    tools: Mapping[str, Tool],
+    tool_limits: ToolLimits,
+    limits: Limits,
+    workspace: Path,
+    env: Mapping[str, str],
+    secrets: tuple[str, ...],
+    broker: PermissionBroker,
+    log: Any,
+    placements: dict[str, SubtreeRunner] | None = None,
+    registry: Registry | None = None,
+    context_class: type[RunContext] | None = None,
+    **extra: Any,
+) -> RunContext:
+    """The one way a run's :class:`RunContext` is built, locally and on a Ray host alike.
+
+    Besides the given parts it makes the registry, the ``max_parallel`` limiter and the budget
+    layer, whose cancels go through :func:`cancel_node`, and installs the run's core hooks on
+    *bus* (budget accounting, then announcement tracking). The caller runs
+    ``run.budget.run`` in a task of its own for as long as agents run.
+
+    Args:
+        registry: the node registry to use (default: a new one).
+        context_class: a :class:`RunContext` subclass (the Ray host's prefixes agent ids);
+            *extra* are its own fields.
+    """
+    run: RunContext | None = None
+
+    def budget_cancel(agent_id: str, reason: str) -> bool:
+        assert run is not None
+        return cancel_node(run, agent_id, reason, by="budget")
+
+    budget = BudgetLayer(budget_cancel)
+    run = (context_class or RunContext)(
+        run_id=run_id,
+        bus=bus,
+        registry=registry if registry is not None else Registry(),
+        provider=provider,
+        model=model,
+        agent_types=agent_types,
+        tools=tools,
+        tool_limits=tool_limits,
+        limits=limits,
+        workspace=workspace,
+        env=env,
+        secrets=secrets,
+        broker=broker,
+        budget=budget,
+        limiter=trio.CapacityLimiter(limits.max_parallel),
+        log=log,
+        placements=placements or {},
+        **extra,
+    )
+    bus.add_core_hook(budget)
+    bus.add_core_hook(run.track_announced)
+    return run

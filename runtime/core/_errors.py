@@ -6,6 +6,7 @@ One root, shallow subclasses::
     ├── ConfigError          bad options, agent-type files, limits
     ├── ScenarioError        a scripted-provider scenario file is malformed
     ├── ProviderError        a model provider failed (after its retries)
+    │   └── ContextOverflowError  the prompt is longer than the model's context window
     ├── ToolError            a tool failed; becomes an ``error`` tool result
     │   └── ToolInputError   arguments did not match the tool's schema
     ├── SubtreeCancelled     a tool's sub-agent was cancelled; the call ends ``cancelled``
@@ -34,6 +35,22 @@ class ScenarioError(AgentsError):
 
 class ProviderError(AgentsError):
     """A model provider failed; the agent that called it ends ``failed``."""
+
+
+class ContextOverflowError(ProviderError):
+    """The provider refused the request because the prompt is too long for the model.
+
+    The agent compacts its history and tries once more (docs/context.md).
+
+    Attributes:
+        tokens: the prompt's size in tokens, when the provider said.
+        limit: the model's context window in tokens, when the provider said.
+    """
+
+    def __init__(self, message: str, *, tokens: int | None = None, limit: int | None = None):
+        super().__init__(message)
+        self.tokens = tokens
+        self.limit = limit
 
 
 class ToolError(AgentsError):

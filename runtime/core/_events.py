@@ -1,4 +1,4 @@
-"""Events: the one flat stream every consumer reads (SPEC §2).
+"""Events: the one flat stream every consumer reads (docs/events.md).
 
 Every event is a frozen attrs class. On the wire (the JSONL trace, ``--json`` output) an event is
 one JSON object whose ``type`` key names its class; :data:`converter` is the one cattrs converter
@@ -187,6 +187,9 @@ class ContextCompacted(Event):
     tokens_after: int
     messages_before: int
     messages_after: int
+    input_tokens: int = 0
+    """What the summary request cost (``summary`` only; counted in the agent's usage)."""
+    output_tokens: int = 0
 
 
 @attrs.frozen(kw_only=True)

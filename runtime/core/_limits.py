@@ -73,6 +73,16 @@ def _positive(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise ConfigError(f"{attribute.name}: expected a positive number, got {value!r}")
 
 
+def _optional_positive_int(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigError(f"{attribute.name}: expected a whole number >= 1, got {value!r}")
+
+
+def _fraction(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ConfigError(f"{attribute.name}: expected a fraction in (0, 1], got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class Limits:
     """Run-wide limits.
@@ -86,6 +96,10 @@ class Limits:
         max_tool_output_chars: a tool result longer than this is cut (with a note).
         max_result_chars: an agent's final text kept in events and results.
         finish_grace_s: how long a cancelled node may take to report that it finished.
+        context_window: every agent's context window in tokens, unless its agent type sets
+            one; ``None``: known from the model's name (docs/context.md).
+        compact_threshold: the fraction of the window above which an agent compacts its
+            history before its next request.
     """
 
     max_turns: int = attrs.field(default=50, validator=_positive)
@@ -96,6 +110,8 @@ class Limits:
     max_tool_output_chars: int = attrs.field(default=30_000, validator=_positive)
     max_result_chars: int = attrs.field(default=100_000, validator=_positive)
     finish_grace_s: float = attrs.field(default=10.0, validator=_positive)
+    context_window: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    compact_threshold: float = attrs.field(default=0.8, validator=_fraction)
 
     def public(self) -> dict[str, Any]:
         """For ``run_started.config``."""

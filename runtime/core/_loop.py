@@ -11,18 +11,27 @@ any level — its ``*_finished`` event is emitted from a ``finally`` under a bou
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import aclosing
 from typing import Any
 
 import attrs
 import trio
 
-from runtime.actors import ActorContext, Registry, start_actor_soon
+from runtime.actors import ActorContext, ActorHandle, Registry, start_actor, start_actor_soon
 
+from ._agent import AgentOutcome, AgentSpec
 from ._agent_types import AgentType
+from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
 from ._context import Owner, RunContext
-from ._errors import ConfigError, ProviderError, SubtreeCancelled, ToolError, ToolInputError
+from ._errors import (
+    ConfigError,
+    ContextOverflowError,
+    ProviderError,
+    SubtreeCancelled,
+    ToolError,
+    ToolInputError,
+)
 from ._events import (
     AgentFinished,
     AgentStarted,
@@ -59,139 +68,130 @@ from ._secrets import redact
 from ._tool import Tool, ToolContext, validate_input
 
 
-@attrs.frozen(kw_only=True)
-class AgentOutcome:
-    """How an agent ended: what :meth:`AgentHandle.wait` returns.
-
-    Attributes:
-        state: the agent's whole state at the end (history, totals); valid for another turn.
-        undelivered: messages sent to the agent that it ended before taking (a chat makes
-            them the next message).
-    """
-
-    agent_id: str
-    name: str
-    status: AgentStatus
-    result: str | None
-    error: str | None
-    turns: int
-    input_tokens: int
-    output_tokens: int
-    duration_s: float
-    state: AgentState
-    undelivered: tuple[str, ...] = ()
-
-
-@attrs.frozen(kw_only=True)
-class AgentSpec:
-    """Everything needed to start one agent."""
-
-    agent_id: str
-    agent_type: AgentType
-    prompt: str
-    depth: int
-    parent_tool_use_id: str | None = None
-    parent_agent_id: str | None = None
-    history: tuple[Message, ...] = ()
-    budget: Budget | None = None
-    box: list[AgentOutcome] = attrs.Factory(list)
-
-
-def _cut(text: str, limit: int) -> str:
+def _cut(text: str, limit: int, *, how: str = "") -> str:
     if len(text) <= limit:
         return text
     head = limit * 3 // 4
     tail = limit - head
-    return f"{text[:head]}\n… [{len(text) - limit} characters cut] …\n{text[-tail:]}"
+    return f"{text[:head]}\n… [{len(text) - limit} characters cut{how}] …\n{text[-tail:]}"
 
 
-async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -> AgentOutcome:
-    """Run one agent to its end; the body of an agent actor.
+_OUTPUT_CUT_HOW = (
+    " from the middle of this output, to save context; to see them, ask for less at a time "
+    "(a range of lines, a narrower query) or send the output to a file and read parts of it"
+)
 
-    Returns the :class:`AgentOutcome` (also appended to ``spec.box``, where a parent reads it
-    when the agent was cancelled and so returned nothing).
 
-    Cancellation: ends the agent ``cancelled`` (or ``budget_exceeded`` when a budget asked),
-    after every open tool call and sub-agent has reported its own end.
+@attrs.define(eq=False)
+class _Life:
+    """One agent's run as its body and its supervisor share it."""
+
+    state: AgentState
+    t0: float
+    announced: bool = False
+    undelivered: tuple[str, ...] = ()
+
+
+async def agent_main(
+    run: RunContext, spec: AgentSpec, life: _Life, ctx: ActorContext[str]
+) -> tuple[AgentStatus, str | None, str | None]:
+    """The body of an agent actor: announce the agent, then loop until the model is done.
+
+    Returns ``(status, result, error)``. A failure (a provider error, a bug) escapes to the
+    supervisor, :func:`run_agent_actor`, which ends the agent ``failed``.
+
+    Cancellation: raises :class:`trio.Cancelled`; the supervisor reports ``cancelled``.
     """
-    t0 = trio.current_time()
-    emit = functools.partial(
-        run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
-    )
-    log = run.log.bind(agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id)
     atype = spec.agent_type
-    state = AgentState(
-        agent_id=spec.agent_id,
-        name=atype.name,
-        depth=spec.depth,
-        system=atype.system,
-        messages=_with_prompt(spec.history, spec.prompt),
-    )
-    seconds = spec.budget.seconds if spec.budget is not None else None
-    run.agents_started += 1
-    run.running_agents += 1
-    run.peak_running_agents = max(run.peak_running_agents, run.running_agents)
-    status: AgentStatus | None = None
-    result: str | None = None
-    error: str | None = None
-    announced = False
     try:
-        await emit(
+        await run.bus.emit(
             AgentStarted,
+            agent_id=spec.agent_id,
+            parent_tool_use_id=spec.parent_tool_use_id,
             name=atype.name,
             parent_agent_id=spec.parent_agent_id,
             depth=spec.depth,
             prompt=spec.prompt,
         )
-        announced = True
+        life.announced = True
         # Reachable by messages (and by Runtime.cancel) only once it has been announced.
         run.mailboxes[spec.agent_id] = ctx.mailbox
-        if seconds is not None:
-            ctx.scope.deadline = trio.current_time() + seconds
-        status, result, error = await _loop(run, spec, state, ctx, log)
-    except ProviderError as exc:
-        status, error = "failed", redact(str(exc), run.secrets)
-        log.warning("provider failed", error=error)
-    except Exception as exc:  # a bug must end this agent only, never its siblings
-        status, error = "failed", f"internal error: {type(exc).__name__}: {exc}"
-        log.exception("agent crashed")
+        if spec.budget is not None and spec.budget.seconds is not None:
+            ctx.scope.deadline = trio.current_time() + spec.budget.seconds
+        log = run.log.bind(agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id)
+        if spec.compact is not None:  # Runtime.compact: this agent only compacts its history
+            specs = [_tool_spec(run, t) for t in _tools_for(run, atype).values()]
+            return await compact_only(run, spec, life.state, specs, log)
+        return await _loop(run, spec, life.state, ctx, log)
     finally:
-        run.running_agents -= 1
         run.mailboxes.pop(spec.agent_id, None)
         # Take what is still queued and refuse more, with no yield in between: a message is
         # either in the history or handed back in the outcome, never lost.
-        undelivered = tuple(ctx.mailbox.drain())
+        life.undelivered = tuple(ctx.mailbox.drain())
         ctx.mailbox.close()
-        if status is None:
-            reason, by = Registry.cancel_reason(ctx.node) if ctx.node else (None, None)
-            # Only the subtree whose budget ran out ends budget_exceeded; agents under it
-            # were cancelled because of it, and say so in their reason.
-            if by == "budget" and ctx.node is not None and ctx.node.cancel_by == "budget":
-                status, error = "budget_exceeded", reason
-            elif (
-                reason is None and seconds is not None and trio.current_time() >= ctx.scope.deadline
-            ):
-                status, error = "budget_exceeded", f"budget exceeded: {seconds:g} s of wall time"
-            else:
-                status, error = "cancelled", f"cancelled: {reason or 'cancelled'}"
-        _close_open_tool_calls(state)
-        outcome = AgentOutcome(
+
+
+async def run_agent_actor(
+    run: RunContext,
+    spec: AgentSpec,
+    *,
+    on_outcome: Callable[[AgentOutcome], None] | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> AgentOutcome:
+    """Run *spec* as an actor in a nursery of the calling task, supervise it, and return its
+    outcome: the actor's exit, with ``agent_finished`` emitted for it.
+
+    The calling task is the agent's supervisor: a failure escaping the actor ends it
+    ``failed``, a cancel of its scope ``cancelled`` (``budget_exceeded`` when a budget asked),
+    and every case ends with exactly one ``agent_finished`` once it was announced. With
+    ``nursery.start``, it reports started as soon as the actor runs (and is registered).
+
+    Args:
+        on_outcome: called with the outcome as soon as it is known, also when the caller is
+            being cancelled (a root agent's handle learns it this way when the run is aborted).
+
+    Cancellation: if the caller is cancelled, the agent is cancelled with it, still reports
+    ``agent_finished`` (under a bounded shield), and :class:`trio.Cancelled` propagates.
+    """
+    life = _Life(
+        AgentState(
             agent_id=spec.agent_id,
-            name=atype.name,
-            status=status,
-            result=None if result is None else _cut(result, run.limits.max_result_chars),
-            error=error,
-            turns=state.turns,
-            input_tokens=state.input_tokens,
-            output_tokens=state.output_tokens,
-            duration_s=trio.current_time() - t0,
-            state=state,
-            undelivered=undelivered,
-        )
-        spec.box.append(outcome)
-        # Finished from now on: a cancel arriving while the end is reported changes nothing.
-        run.registry.unregister(spec.agent_id)
-        if announced:  # an agent cancelled before it was announced leaves no trace at all
+            name=spec.agent_type.name,
+            depth=spec.depth,
+            system=spec.agent_type.system,
+            messages=_with_prompt(spec.history, spec.prompt)
+            if spec.compact is None
+            else list(spec.history),
+        ),
+        trio.current_time(),
+    )
+    run.budget.set_budget(spec.agent_id, spec.budget)
+    run.agents_started += 1
+    run.running_agents += 1
+    run.peak_running_agents = max(run.peak_running_agents, run.running_agents)
+    handle: ActorHandle[str] | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            kwargs: dict[str, Any] = {
+                "actor_id": spec.agent_id,
+                "registry": run.registry,
+                "parent_id": spec.parent_tool_use_id,
+                "data": Owner(spec.agent_id, spec.parent_tool_use_id),
+                "mailbox_size": run.limits.mailbox_size,
+            }
+            body = functools.partial(agent_main, run, spec, life)
+            if task_status is trio.TASK_STATUS_IGNORED:
+                handle = start_actor_soon(nursery, body, **kwargs)
+            else:
+                handle = await start_actor(nursery, body, **kwargs)
+                task_status.started()
+    finally:
+        run.running_agents -= 1
+        run.budget.forget(spec.agent_id)
+        outcome = _outcome(run, spec, life, handle)
+        if on_outcome is not None:
+            on_outcome(outcome)
+        if life.announced:  # an agent cancelled before it was announced leaves no trace at all
             await run.bus.emit_final(
                 AgentFinished,
                 grace_s=run.limits.finish_grace_s,
@@ -206,6 +206,64 @@ async def agent_main(run: RunContext, spec: AgentSpec, ctx: ActorContext[str]) -
                 duration_s=outcome.duration_s,
             )
     return outcome
+
+
+def _outcome(
+    run: RunContext, spec: AgentSpec, life: _Life, handle: ActorHandle[str] | None
+) -> AgentOutcome:
+    """The supervisor's reading of the actor's exit.
+
+    A cancel that reached the agent (its own or an ancestor's: its ``cancel_requested`` is out)
+    wins over an end the agent reached at the same instant without a checkpoint in between:
+    once a subtree's cancel is in the stream, every agent in it ends ``cancelled``.
+    """
+    exit_ = handle.exit if handle is not None else None
+    node = handle.node if handle is not None else None
+    reason, by = Registry.cancel_reason(node) if node is not None else (None, None)
+    result: str | None = None
+    if exit_ is not None and exit_.kind == "returned" and reason is None:
+        status, result, error = exit_.value
+    elif exit_ is not None and exit_.kind == "failed" and reason is None:
+        exc = exit_.error
+        status = "failed"
+        if isinstance(exc, ProviderError):
+            error = redact(str(exc), run.secrets)
+            run.log.warning("provider failed", agent_id=spec.agent_id, error=error)
+        else:  # a bug ends this agent only, never its siblings
+            error = f"internal error: {type(exc).__name__}: {exc}"
+            run.log.error("agent crashed", agent_id=spec.agent_id, exc_info=exc)
+    else:
+        seconds = spec.budget.seconds if spec.budget is not None else None
+        # Only the subtree whose budget ran out ends budget_exceeded; agents under it were
+        # cancelled because of it, and say so in their reason.
+        if by == "budget" and node is not None and node.cancel_by == "budget":
+            status, error = "budget_exceeded", reason
+        elif (
+            reason is None
+            and seconds is not None
+            and handle is not None
+            and trio.current_time() >= handle.scope.deadline
+        ):
+            status, error = "budget_exceeded", f"budget exceeded: {seconds:g} s of wall time"
+        else:
+            status, error = "cancelled", f"cancelled: {reason or 'cancelled'}"
+    _close_open_tool_calls(life.state)
+    return AgentOutcome(
+        agent_id=spec.agent_id,
+        name=spec.agent_type.name,
+        status=status,
+        # Masked before the cut: a cut through a secret would leave both halves unmasked.
+        result=None
+        if result is None
+        else _cut(run.bus.redactor(result), run.limits.max_result_chars),
+        error=error,
+        turns=life.state.turns,
+        input_tokens=life.state.input_tokens,
+        output_tokens=life.state.output_tokens,
+        duration_s=trio.current_time() - life.t0,
+        state=life.state,
+        undelivered=life.undelivered,
+    )
 
 
 def _with_prompt(history: tuple[Message, ...], prompt: str) -> list[Message]:
@@ -245,6 +303,10 @@ async def _loop(
     emit = functools.partial(
         run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
     )
+    compactor = Compactor.for_agent(
+        run, spec.agent_type, spec.agent_id, system=state.system, tools=specs, emit=emit,
+        log=log, prompt=spec.prompt, prompt_index=len(state.messages) - 1,
+    )  # fmt: skip
     last_text = ""
     while True:
         if state.turns >= max_turns:
@@ -254,6 +316,7 @@ async def _loop(
             # A slot lent to its children while it waited for them comes back here.
             await run.acquire_slot(spec.agent_id)
         await _deliver_messages(ctx, state, emit)
+        await compactor.before_request(state)
         request = ModelRequest(
             model=atype.model or run.model,
             system=state.system,
@@ -262,7 +325,7 @@ async def _loop(
             agent_type=atype.name,
             agent_id=spec.agent_id,
         )
-        content, calls, end = await _stream_turn(run, request, emit)
+        content, calls, end = await _stream_fitting(run, request, state, compactor, emit)
         state.turns += 1
         state.input_tokens += end.input_tokens
         state.output_tokens += end.output_tokens
@@ -274,6 +337,8 @@ async def _loop(
             stop_reason=end.stop_reason,
             input_tokens=end.input_tokens,
             output_tokens=end.output_tokens,
+            context_tokens=compactor.after_turn(state, end.input_tokens),
+            context_window=compactor.window,
         )
         if calls:
             await _run_tool_calls(run, spec, state, tools, calls, log)
@@ -284,6 +349,21 @@ async def _loop(
             continue
         state.continue_reason = None
         return "completed", last_text, None
+
+
+async def _stream_fitting(
+    run: RunContext, request: ModelRequest, state: AgentState, compactor: Compactor, emit: Any
+) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd]:
+    """:func:`_stream_turn`; a request refused as too long is compacted and tried once more."""
+    try:
+        return await _stream_turn(run, request, emit)
+    except ContextOverflowError as exc:
+        await compactor.on_overflow(state, exc)
+    request = attrs.evolve(request, messages=tuple(state.messages))
+    try:
+        return await _stream_turn(run, request, emit)
+    except ContextOverflowError as exc:
+        raise compactor.does_not_fit(exc) from exc
 
 
 async def _deliver_messages(ctx: ActorContext[str], state: AgentState, emit: Any) -> None:
@@ -406,11 +486,12 @@ async def _run_tool_calls(
         state.messages.append(Message(role="user", content=blocks))
 
 
-def _summary(tool: Tool | None, call: ToolCall) -> str:
+def _summary(tool: Tool | None, call: ToolCall, run: RunContext) -> str:
     if tool is None:
         return f"{call.name}: (unknown tool)"
     try:
-        return tool.summary(call.input)
+        # From the masked input: a summary is cut to one line, maybe through a secret.
+        return tool.summary(run.bus.redactor.value(call.input))
     except Exception:  # a summary is cosmetic; a bad input must not break the event
         return f"{call.name}: …"
 
@@ -432,7 +513,7 @@ async def _run_tool_call(
         run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
     )
     tool = tools.get(call.name)
-    summary = _summary(tool, call)
+    summary = _summary(tool, call, run)
     t0 = trio.current_time()
     await emit(ToolStarted, tool_use_id=call.id, name=call.name, input=call.input, summary=summary)
     task_status.started()  # the next call of the turn may start: its tool_started comes after
@@ -466,7 +547,8 @@ async def _run_tool_call(
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
             status, output = "cancelled", f"cancelled: {reason or 'cancelled'}"
-        output = _cut(redact(output, run.secrets), run.limits.max_tool_output_chars)
+        cap = output_cap(run, spec.agent_type) + NOTE_ROOM
+        output = _cut(redact(output, run.secrets), cap, how=_OUTPUT_CUT_HOW)
         results[index] = ToolResultBlock(
             tool_use_id=call.id, content=output, is_error=status != "ok"
         )
@@ -518,9 +600,11 @@ async def _execute(
         tool_use_id=call.id,
         depth=spec.depth,
         env=run.env,
-        limits=run.tool_limits,
+        limits=tool_limits_for(run, spec.agent_type),
         log=log.bind(tool_use_id=call.id, tool=tool.name),
         spawner=_Spawner(run, spec, call.id, agent_id),
+        redactor=run.bus.redactor,
+        sandbox=run.sandbox,
     )
     try:
         return "ok", await tool.call(call.input, ctx)
@@ -600,8 +684,6 @@ class _Spawner:
                 run.release_slot(spec.agent_id)
         finally:
             run.child_finished(parent_id)
-        if outcome is None:  # pragma: no cover - the agent always reports, even when cancelled
-            raise ToolError(f"sub-agent {spec.agent_id} ended without an outcome")
         if outcome.status == "completed":
             return outcome.result or ""
         if outcome.status == "cancelled":
@@ -614,29 +696,3 @@ class _Spawner:
         if outcome.status == "budget_exceeded":
             raise ToolError(f"sub-agent {atype.name}: {outcome.error}")
         raise ToolError(f"sub-agent {atype.name} failed: {outcome.error}")
-
-
-async def run_agent_actor(run: RunContext, spec: AgentSpec) -> AgentOutcome | None:
-    """Run *spec* as an actor in a nursery of the calling task, and wait for its outcome.
-
-    Cancellation: cancels the agent, which still reports how it ended.
-    """
-    run.budget.set_budget(spec.agent_id, spec.budget)
-    try:
-        await _run_in_own_nursery(run, spec)
-    finally:
-        run.budget.forget(spec.agent_id)
-    return spec.box[0] if spec.box else None
-
-
-async def _run_in_own_nursery(run: RunContext, spec: AgentSpec) -> None:
-    async with trio.open_nursery() as nursery:
-        start_actor_soon(
-            nursery,
-            functools.partial(agent_main, run, spec),
-            actor_id=spec.agent_id,
-            registry=run.registry,
-            parent_id=spec.parent_tool_use_id,
-            data=Owner(spec.agent_id, spec.parent_tool_use_id),
-            mailbox_size=run.limits.mailbox_size,
-        )

@@ -24,9 +24,11 @@ matched against the call's :meth:`~tools.Tool.permission_target`:
   folder, ``**`` crosses folders (``docs/**`` is everything under ``docs``). A pattern without
   ``/`` matches the file name at any depth, like ``.gitignore`` (``edit(*.py)`` is every Python
   file); start it with ``./`` to anchor it at the workspace (``write(./setup.py)``). When the
-  policy knows the workspace, absolute paths in it are made relative and symlinks are
-  followed: a deny rule matching either the given or the real path denies; an allow rule must
-  match both.
+  policy knows the workspace, the path is resolved as the tool will resolve it (symlinks,
+  ``/proc/self/root/...`` and every other spelling): a deny rule matching either the given or
+  the real path denies; an allow rule must match the real path.
+* The runtime's own files (any ``.trio-agents/`` folder: traces, sessions, settings) are
+  refused to every tool whose target is a path, before any rule and whatever the mode.
 * Other tools: a plain glob (``*`` matches anything) on whatever their target is.
 
 Order of decision: deny rules, allow rules, tools that need no permission (read-only tools),
@@ -39,7 +41,6 @@ How a tool's target is read is told by its ``permission_target_kind`` class attr
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -48,8 +49,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import attrs
 
 from ._errors import ConfigError
-from ._globs import escape_glob, glob_regex
-from ._workspace import normalise_target
+from ._globs import Glob, compile_glob, escape_glob
+from ._workspace import RUNTIME_DIR, is_runtime_path, normalise_target, real_target
 
 if TYPE_CHECKING:
     from ._tool import Tool
@@ -94,45 +95,43 @@ class Rule:
     def matches(self, tool: str, targets: Iterable[str], kind: str, *, deny: bool) -> bool:
         """Whether this rule covers a call of *tool* whose target reads as *targets*.
 
-        *targets* holds every form of the target (a path as given and as resolved); a deny
-        rule covers the call when it matches any of them, an allow rule only when it matches
-        all of them.
+        *targets* holds the forms of the target to try (a path as given and as resolved); the
+        rule covers the call when it matches any of them (the policy gives allow rules only
+        the resolved form).
         """
         if tool != self.tool:
             return False
         if self.pattern is None:
             return True
-        forms = list(targets)
-        check = any if deny else all
-        return bool(forms) and check(self._matches_one(t, kind, deny=deny) for t in forms)
+        return any(self._matches_one(t, kind, deny=deny) for t in targets)
 
     def _matches_one(self, target: str, kind: str, *, deny: bool) -> bool:
         assert self.pattern is not None
         if kind == "command":
             if not deny:
-                strict = _regex(self.pattern, paths=False, stop_chars=_SHELL_OPERATORS)
-                return strict.fullmatch(target) is not None
-            regex = _regex(self.pattern, paths=False)
+                strict = _glob(self.pattern, paths=False, stop_chars=_SHELL_OPERATORS)
+                return strict.fullmatch(target)
+            glob = _glob(self.pattern, paths=False)
             parts = [target, *(p.strip() for p in _COMMAND_SPLIT.split(target))]
-            return any(regex.fullmatch(p) for p in parts if p)
+            return any(glob.fullmatch(p) for p in parts if p)
         if kind == "path":
             return _path_matches(self.pattern, target, deny=deny)
-        return _regex(self.pattern, paths=False).fullmatch(target) is not None
+        return _glob(self.pattern, paths=False).fullmatch(target)
 
 
 def _path_matches(pattern: str, target: str, *, deny: bool) -> bool:
     anchored = "/" in pattern
-    regex = _regex(pattern.removeprefix("./"), paths=True)
+    glob = _glob(pattern.removeprefix("./"), paths=True)
     if not anchored:
         # Like .gitignore: a pattern without "/" is about the file name, wherever it is.
-        return regex.fullmatch(target.rstrip("/").rsplit("/", 1)[-1]) is not None
-    if regex.fullmatch(target):
+        return glob.fullmatch(target.rstrip("/").rsplit("/", 1)[-1])
+    if glob.fullmatch(target):
         return True
     if deny and target.startswith("/"):
         # An absolute path the policy could not make relative (it does not know the
         # workspace): try every tail, so "secrets/**" still denies "/ws/secrets/key".
         parts = target.strip("/").split("/")
-        return any(regex.fullmatch("/".join(parts[i:])) for i in range(len(parts)))
+        return any(glob.fullmatch("/".join(parts[i:])) for i in range(len(parts)))
     return False
 
 
@@ -189,11 +188,19 @@ class PermissionPolicy:
         """Whether a call of *tool* with *args* (already validated) may run."""
         kind = _kind(tool)
         targets = self._targets(tool, args, kind)
+        if kind == "path" and any(is_runtime_path(t) for t in targets):
+            return Decision(
+                action="deny",
+                reason=f"{RUNTIME_DIR}/ holds the runtime's own files (traces, sessions, "
+                "settings): no tool call may touch them, whatever the mode or rules",
+            )
         for rule in self.deny:
             if rule.matches(tool.name, targets, kind, deny=True):
                 return Decision(action="deny", reason=f"denied by rule {rule}")
+        # An allow rule must match where the call really leads: the last form.
+        real = targets[-1:]
         for rule in self.allow:
-            if rule.matches(tool.name, targets, kind, deny=False):
+            if rule.matches(tool.name, real, kind, deny=False):
                 return Decision(action="allow", reason=f"allowed by rule {rule}")
         if not tool.needs_permission:
             why = "read-only tool" if tool.read_only else "tool needs no permission"
@@ -220,7 +227,7 @@ class PermissionPolicy:
             The rule added, as text (``bash(git status)``, ``write(./notes.md)``).
         """
         kind = _kind(tool)
-        target = self._targets(tool, args, kind)[0]
+        target = self._targets(tool, args, kind)[-1]
         if kind == "path":
             pattern = _escape(target, paths=True)
             if "/" not in pattern:
@@ -233,25 +240,23 @@ class PermissionPolicy:
         return str(rule)
 
     def _targets(self, tool: Tool, args: Mapping[str, Any], kind: str) -> list[str]:
+        """The forms of the call's target: as given, then (paths) where it really leads."""
         try:
             target = tool.permission_target(args)
         except Exception:
             target = ""  # a faulty tool must not crash the decision; "" matches few rules
         if kind != "path":
             return [target]
-        given = _normalise(target, self.workspace)
-        forms = [given]
-        if self.workspace is not None and not given.startswith("/"):
-            # The file the call would really touch, seen through symlinks. Touches the disk
-            # (a realpath); small enough to do on the event loop.
-            try:
-                root = Path(os.path.realpath(self.workspace))
-                real = Path(os.path.realpath(root / given))
-            except (OSError, ValueError):  # a NUL byte, say: the tool itself will refuse it
-                return forms
-            if real != root / given and real.is_relative_to(root):
-                forms.append(_normalise(str(real), root))
-        return forms
+        given = normalise_target(target, self.workspace)
+        if self.workspace is None:
+            return [given]
+        # The file the call would really touch, resolved as the tool resolves it (symlinks,
+        # /proc/self/root/..., every spelling). Touches the disk (a few system calls per
+        # component); small enough to do on the event loop. None: the tool will refuse it.
+        real = real_target(self.workspace, target or ".", runtime_dir_ok=True)
+        if real is None or real == given:
+            return [given]
+        return [given, real]
 
 
 def _kind(tool: Tool) -> str:
@@ -259,13 +264,9 @@ def _kind(tool: Tool) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _regex(pattern: str, *, paths: bool, stop_chars: str = "") -> re.Pattern[str]:
-    return glob_regex(pattern, paths=paths, stop_chars=stop_chars)
+def _glob(pattern: str, *, paths: bool, stop_chars: str = "") -> Glob:
+    return compile_glob(pattern, paths=paths, stop_chars=stop_chars)
 
 
 def _escape(text: str, *, paths: bool) -> str:
     return escape_glob(text, paths=paths)
-
-
-def _normalise(path: str, workspace: Path | None) -> str:
-    return normalise_target(path, workspace)

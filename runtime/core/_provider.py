@@ -9,7 +9,7 @@ underlying connection at once.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -33,6 +33,9 @@ class ModelRequest:
     Attributes:
         agent_type: the agent type's name (the scripted provider picks its script by it).
         agent_id: the calling agent, for logs.
+        purpose: ``turn`` for the agent's own turns; ``compact`` for a request that asks for a
+            summary of the conversation so far (docs/context.md), which the scripted provider
+            answers from the scenario's ``compact`` agent type.
     """
 
     model: str
@@ -42,6 +45,7 @@ class ModelRequest:
     agent_type: str
     agent_id: str
     max_tokens: int = 4096
+    purpose: Literal["turn", "compact"] = "turn"
 
 
 @attrs.frozen

@@ -14,16 +14,52 @@ Matching works on words, not substrings, so ``GIT_AUTHOR_NAME`` (the word ``AUTH
 ``AUTHTOKEN``, ``DBPASSWORD``) are caught. It errs on the side of dropping: a variable dropped by
 mistake is one ``allow`` entry away, a leaked key is not recoverable. Secrets that hide in values
 of innocent-looking names (``DATABASE_URL=postgres://user:pw@host``) are not detected.
+
+Values shorter than 8 characters are not redacted (masking ``true`` or ``1`` everywhere would wreck
+the text), except those of names that are clearly secrets (``*_TOKEN``, ``*_KEY``, ``*_SECRET``,
+``*PASSWORD*``): from 3 characters on, flag words (``true``, ``off``, ``1``...) aside.
+
+One place masks everything that leaves a run: the event bus (:class:`Redactor`, applied to every
+string field of every event, with a hold-back for secrets split over several text deltas), so
+the trace, ``--json``, sessions built from events, exports and views all see masked text. Logs
+go through :func:`redact_log_event` (a structlog processor) and :class:`RedactingLogFilter`
+(stdlib logging), with the secrets of every open run (:func:`log_secrets`).
+
+:func:`seal_process_environ` keeps secrets out of reach of the commands the agents run: the
+secret-looking variables leave this process's environment (``os.environ`` and the copy the
+kernel shows as ``/proc/<pid>/environ``, overwritten in place) once a private copy is kept for
+the providers, and the process is made non-dumpable, so a same-user process that is not root
+cannot read its memory either. A root process can still read another process's memory: run
+``bash`` under ``--sandbox`` (a separate PID namespace) where that matters.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import fnmatch
 import functools
+import logging
+import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Generator, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from typing import Any
 
-__all__ = ["filter_env", "looks_secret", "redact", "secret_values"]
+__all__ = [
+    "RedactingLogFilter",
+    "Redactor",
+    "filter_env",
+    "log_secrets",
+    "looks_secret",
+    "redact",
+    "redact_known",
+    "redact_log_event",
+    "redact_text",
+    "run_environ",
+    "seal_process_environ",
+    "secret_values",
+]
 
 # Words that make a name secret when a word of the name IS one, or ENDS with one (APIKEY).
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
@@ -36,6 +72,13 @@ _NOT_SECRET = frozenset({"PWD", "OLDPWD"})
 # Values shorter than this are not worth redacting: masking "true" or "1" everywhere would wreck
 # the text and protect nothing.
 _MIN_SECRET_LEN = 8
+# Names whose values are secrets whatever their length (down to _MIN_CLEAR_SECRET_LEN).
+_CLEARLY_SECRET = re.compile(r"(_TOKEN|_KEY|_SECRET)$|PASSWORD", re.IGNORECASE)
+_MIN_CLEAR_SECRET_LEN = 3
+# Values that are switches, not secrets, even under a clearly secret name (USE_API_KEY=true).
+_FLAG_VALUES = frozenset(
+    {"true", "false", "yes", "no", "on", "off", "none", "null", "nil", "unset", "empty"}
+)
 
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NON_ALNUM = re.compile(r"[^A-Za-z0-9]+")
@@ -88,11 +131,25 @@ def _allowed(name: str, patterns: Sequence[str]) -> bool:
 def secret_values(env: Mapping[str, str]) -> list[str]:
     """The values of the secret-looking variables of *env* worth redacting.
 
-    Values shorter than 8 characters are left out (see :func:`redact`). The list has no
-    duplicates and is ordered longest first.
+    Values shorter than 8 characters are left out, unless the name is clearly a secret's
+    (``*_TOKEN``, ``*_KEY``, ``*_SECRET``, ``*PASSWORD*``): then from 3 characters, flag words
+    and numbers below 1000 aside. The list has no duplicates and is ordered longest first.
     """
-    values = {value for name, value in env.items() if looks_secret(name)}
-    return sorted((v for v in values if len(v) >= _MIN_SECRET_LEN), key=lambda v: (-len(v), v))
+    values = {value for name, value in env.items() if _worth_redacting(name, value)}
+    return sorted(values, key=lambda v: (-len(v), v))
+
+
+def _worth_redacting(name: str, value: str) -> bool:
+    if not looks_secret(name):
+        return False
+    if len(value) >= _MIN_SECRET_LEN:
+        return True
+    if len(value) < _MIN_CLEAR_SECRET_LEN or not _CLEARLY_SECRET.search(name):
+        return False
+    stripped = value.strip()
+    if stripped.lower() in _FLAG_VALUES:
+        return False
+    return not (stripped.isdigit() and int(stripped) < 1000)
 
 
 def redact(text: str, secrets: Sequence[str], *, mask: str = "***") -> str:
@@ -114,3 +171,226 @@ def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
     # One alternation, one pass: replacing secrets one by one could create a new match across
     # the boundary of an earlier replacement.
     return re.compile("|".join(re.escape(s) for s in wanted))
+
+
+class Redactor:
+    """Masks one run's secrets in text, and in the strings of nested values (event fields).
+
+    Args:
+        secrets: the values to mask (empty strings are ignored).
+        mask: what replaces each occurrence.
+    """
+
+    def __init__(self, secrets: Iterable[str], *, mask: str = "***") -> None:
+        self.secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+        self.mask = mask
+        self._pattern = _secrets_pattern(self.secrets)
+        self.max_len = len(self.secrets[0]) if self.secrets else 0
+        # Secrets by their first character: where a streamed piece could end inside one.
+        self._by_first: dict[str, tuple[str, ...]] = {}
+        for secret in self.secrets:
+            self._by_first[secret[0]] = (*self._by_first.get(secret[0], ()), secret)
+
+    def __bool__(self) -> bool:
+        return self._pattern is not None
+
+    def __call__(self, text: str) -> str:
+        """*text* with every secret masked."""
+        pattern = self._pattern
+        # A search first: about three times cheaper than a sub that finds nothing (most text).
+        if pattern is None or pattern.search(text) is None:
+            return text
+        return pattern.sub(self.mask, text)
+
+    def value(self, obj: Any) -> Any:
+        """*obj* with every string in it masked: strings, and the keys and values of dicts,
+        lists and tuples at any depth (bounded: JSON-like values from a model or a config)."""
+        if self._pattern is None:
+            return obj
+        return self._value(obj, 0)
+
+    def _value(self, obj: Any, depth: int) -> Any:
+        if type(obj) is str:
+            return self(obj)
+        if obj is None or isinstance(obj, int | float):
+            return obj
+        if depth > 64:  # deeper than any sane tool input; masked whole rather than walked
+            return self.mask
+        if isinstance(obj, dict):
+            return {self._value(k, depth + 1): self._value(v, depth + 1) for k, v in obj.items()}
+        if isinstance(obj, list | tuple):
+            items = [self._value(v, depth + 1) for v in obj]
+            return items if isinstance(obj, list) else tuple(items)
+        return obj
+
+    def spans(self, text: str) -> Iterator[tuple[int, int]]:
+        """Where the secrets are in *text*: ``(start, end)`` of each, left to right."""
+        if self._pattern is not None:
+            for match in self._pattern.finditer(text):
+                yield match.span()
+
+    def split_stream(self, text: str) -> tuple[str, str]:
+        """Split streamed *text* into what can go out now (masked) and what to hold back.
+
+        The held part is the shortest tail that could be the start of a secret the next piece
+        completes (and never cuts a secret found whole): at most about twice the longest
+        secret. Send it with the next piece, or on its own (masked) once the stream ends.
+        """
+        pattern = self._pattern
+        if pattern is None or not text:
+            return text, ""
+        end = len(text)
+        start = max(0, end - self.max_len + 1)
+        hold_from = end
+        for first, secrets in self._by_first.items():
+            i = text.find(first, start, hold_from)
+            while i != -1:
+                tail = text[i:]
+                if any(len(s) > len(tail) and s.startswith(tail) for s in secrets):
+                    hold_from = i
+                    break
+                i = text.find(first, i + 1, hold_from)
+        if hold_from < end:
+            # Never hold back part of a secret found whole: hold all of it.
+            for match in pattern.finditer(text, max(0, hold_from - self.max_len)):
+                if match.start() < hold_from < match.end():
+                    hold_from = match.start()
+                    break
+                if match.start() >= hold_from:
+                    break
+        return self(text[:hold_from]), text[hold_from:]
+
+
+# -- logs ------------------------------------------------------------------------------------
+
+# The secrets of every open run in this process (a run may use its own env), counted so that
+# two runs with one key keep it while either is open.
+_log_secrets: collections.Counter[str] = collections.Counter()
+_log_redactor = Redactor(())
+
+
+@contextlib.contextmanager
+def log_secrets(secrets: Iterable[str]) -> Generator[None, None, None]:
+    """Mask *secrets* in every log line (and CLI error line) while the block runs."""
+    added = [s for s in set(secrets) if s]
+    _change_log_secrets(added, +1)
+    try:
+        yield
+    finally:
+        _change_log_secrets(added, -1)
+
+
+def _change_log_secrets(secrets: Sequence[str], delta: int) -> None:
+    global _log_redactor
+    for s in secrets:
+        _log_secrets[s] += delta
+        if _log_secrets[s] <= 0:
+            del _log_secrets[s]
+    _log_redactor = Redactor(_log_secrets)
+
+
+def redact_text(text: str) -> str:
+    """*text* with the secrets of every open run (and the sealed environment's) masked."""
+    return _log_redactor(text)
+
+
+def redact_known(obj: Any) -> Any:
+    """*obj* (text, or a JSON-like value) with the secrets of every open run masked: for what
+    is written outside the events (a chat session file)."""
+    return _log_redactor.value(obj)
+
+
+def redact_log_event(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Any:
+    """A structlog processor: every string in the event masked, like the run's events. Put it
+    last before the renderer, after the processors that turn exceptions into strings."""
+    redactor = _log_redactor
+    if not redactor:
+        return event_dict
+    for key, value in event_dict.items():
+        if isinstance(value, str | dict | list | tuple):
+            event_dict[key] = redactor.value(value)
+        elif isinstance(value, BaseException):
+            event_dict[key] = redactor(f"{type(value).__name__}: {value}")
+    return event_dict
+
+
+class RedactingLogFilter(logging.Filter):
+    """A stdlib logging filter that masks secrets in a record's message (arguments merged)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _log_redactor:
+            message = record.getMessage()
+            record.msg = _log_redactor(message)
+            record.args = None
+            if record.exc_info and record.exc_info[1] is not None:
+                record.exc_text = _log_redactor(
+                    logging.Formatter().formatException(record.exc_info)
+                )
+                record.exc_info = None
+        return True
+
+
+# -- the process environment -----------------------------------------------------------------
+
+_sealed_env: dict[str, str] | None = None
+
+
+def run_environ() -> dict[str, str]:
+    """The environment a run starts from when none is given: ``os.environ``, or, once
+    :func:`seal_process_environ` ran, the copy it kept (with the secrets)."""
+    return dict(os.environ if _sealed_env is None else _sealed_env)
+
+
+def seal_process_environ() -> None:
+    """Keep secrets out of reach of child processes of this one (the CLI calls this once).
+
+    A private copy of the environment is kept for the runs (:func:`run_environ`) and its
+    secrets are masked in logs for the life of the process; then every secret-looking variable
+    is removed from ``os.environ`` and overwritten in the environment block the kernel shows as
+    ``/proc/<pid>/environ``, and the process is made non-dumpable (``PR_SET_DUMPABLE`` 0), so
+    processes of the same user (not root) cannot read its memory, ``environ`` or attach to it.
+    Best effort where there is no ``/proc`` or ``prctl`` (not Linux): ``os.environ`` is still
+    cleaned. Calling it again does nothing.
+    """
+    global _sealed_env
+    if _sealed_env is not None:
+        return
+    _sealed_env = dict(os.environ)
+    names = {name for name in _sealed_env if looks_secret(name)}
+    # For the process's life: the providers of every run use these.
+    _change_log_secrets(secret_values(_sealed_env), +1)
+    for name in names:
+        os.environ.pop(name, None)
+    if sys.platform.startswith("linux"):
+        import ctypes  # only here: a plain run never needs it
+
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            _wipe_initial_environ(names)
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+
+def _wipe_initial_environ(names: set[str]) -> None:
+    """Overwrite ``NAME=value`` of each of *names* in the block the process was started with.
+
+    ``os.environ.pop`` only unhooks a variable from libc's table; the bytes stay in the block
+    between ``env_start`` and ``env_end`` (``/proc/self/stat``), which is what other processes
+    read as ``/proc/<pid>/environ``. The block is this process's own writable memory.
+    """
+    import ctypes
+
+    with open("/proc/self/stat", "rb") as f:
+        stat = f.read()
+    # Fields after "(comm)": the 3rd field is first; env_start and env_end are the 50th, 51st.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    env_start, env_end = int(fields[47]), int(fields[48])
+    if not 0 < env_start < env_end or env_end - env_start > 1 << 24:
+        return
+    block = ctypes.string_at(env_start, env_end - env_start)
+    wanted = {name.encode("utf-8", "surrogateescape") for name in names}
+    offset = 0
+    for entry in block.split(b"\0"):
+        if entry.split(b"=", 1)[0] in wanted:
+            ctypes.memset(env_start + offset, 0, len(entry))
+        offset += len(entry) + 1

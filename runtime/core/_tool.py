@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
 import attrs
 
 from ._errors import ToolInputError
+from ._sandbox import Sandbox
 from ._schema import compile_check
+from ._secrets import Redactor
 
 if TYPE_CHECKING:
     import structlog
@@ -67,6 +69,11 @@ class ToolLimits:
     grep_timeout_s: float = 30.0
     """The most one ``grep`` call may search for (a pattern that backtracks without end, such
     as ``(a|aa)+$``, is stopped by it, and never holds up the other agents meanwhile)."""
+    grep_max_line_bytes: int = 100_000
+    """A longer line is searched in its first this-many bytes only (the result says so): what
+    one line costs in memory, a backtracking pattern's bookkeeping included, stays bounded."""
+    grep_max_file_bytes: int = 100_000_000
+    """A bigger file is searched in its first this-many bytes only (the result says so)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -77,6 +84,9 @@ class ToolContext:
         workspace: the resolved workspace folder; file tools stay inside it.
         env: the environment for subprocesses, with secrets already removed.
         spawner: runs sub-agents (the ``agent`` tool); ``None`` where sub-agents are not allowed.
+        redactor: masks the run's secrets; a tool that cuts text (keeps a head and a tail)
+            masks before it cuts, or a cut through a secret leaves both halves readable.
+        sandbox: where set, ``bash`` runs every command inside it (``--sandbox``).
     """
 
     workspace: Path
@@ -87,6 +97,8 @@ class ToolContext:
     limits: ToolLimits
     log: structlog.typing.FilteringBoundLogger
     spawner: SubAgentSpawner | None = None
+    redactor: Redactor = attrs.Factory(lambda: Redactor(()))
+    sandbox: Sandbox | None = None
 
 
 class Tool(abc.ABC):

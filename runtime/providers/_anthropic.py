@@ -23,8 +23,8 @@ and consecutive messages of one role merged, as the API wants strict alternation
 """
 
 # ASYNC119 (a yield inside ``async with`` in an async generator): streaming an httpx response
-# needs exactly that; the caller consumes the generator under ``contextlib.aclosing`` (STYLE.md),
-# which runs the cleanup at once.
+# needs exactly that; the caller (the agent loop) consumes the generator under
+# ``contextlib.aclosing``, which runs the cleanup at once.
 # ruff: noqa: ASYNC119
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ import orjson
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-from runtime.core._errors import ProviderError
+from runtime.core._context_window import parse_overflow
+from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._events import StopReason
 from runtime.core._messages import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
 from runtime.core._provider import (
@@ -349,6 +350,9 @@ def _stream_error(error: Any, secrets: Sequence[str]) -> ProviderError:
     status = code if isinstance(code, int) and not isinstance(code, bool) else None
     if kind in _TRANSIENT_ERRORS or (status is not None and (status == 429 or status >= 500)):
         return TransientError(message, status=status)
+    overflow = parse_overflow(message)
+    if overflow is not None:  # the agent compacts its history and tries again
+        return ContextOverflowError(message, tokens=overflow.tokens, limit=overflow.limit)
     return ProviderError(message)
 
 

@@ -30,7 +30,8 @@ import structlog
 import trio
 from structlog.typing import FilteringBoundLogger
 
-from runtime.core._errors import ProviderError
+from runtime.core._context_window import parse_overflow
+from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._provider import RetryNotice
 from runtime.core._secrets import redact as _redact
 
@@ -343,6 +344,12 @@ async def _raise_for_status(
         raise TransientError(
             message, retry_after_s=parse_retry_after(response.headers), status=status
         )
+    if status in (400, 413, 422):
+        # "The prompt is too long" (OpenAI's context_length_exceeded, Anthropic's "prompt is
+        # too long", compatible servers' wordings): the agent compacts and tries again.
+        overflow = parse_overflow(body[:20_000].decode("utf-8", "replace"))
+        if overflow is not None:
+            raise ContextOverflowError(message, tokens=overflow.tokens, limit=overflow.limit)
     if 300 <= status < 400:
         message += " (redirects are not followed: check the base URL)"
     elif status == 404:

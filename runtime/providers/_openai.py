@@ -26,8 +26,8 @@ DeepSeek rejects them.
 """
 
 # ASYNC119 (a yield inside ``async with`` in an async generator): streaming an httpx response
-# needs exactly that; the caller consumes the generator under ``contextlib.aclosing`` (STYLE.md),
-# which runs the cleanup at once.
+# needs exactly that; the caller (the agent loop) consumes the generator under
+# ``contextlib.aclosing``, which runs the cleanup at once.
 # ruff: noqa: ASYNC119
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ import orjson
 import structlog
 from structlog.typing import FilteringBoundLogger
 
-from runtime.core._errors import ProviderError
+from runtime.core._context_window import parse_overflow
+from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._events import StopReason
 from runtime.core._messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from runtime.core._provider import (
@@ -357,6 +358,9 @@ def _stream_error(error: Any, secrets: Sequence[str]) -> ProviderError:
         "overloaded_error",
     ):
         return TransientError(message, status=status)
+    overflow = parse_overflow(message)
+    if overflow is not None:  # the agent compacts its history and tries again
+        return ContextOverflowError(message, tokens=overflow.tokens, limit=overflow.limit)
     return ProviderError(message)
 
 

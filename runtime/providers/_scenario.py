@@ -1,4 +1,6 @@
-"""Scenario files for the scripted provider (SPEC §4): parsed and checked before anything runs.
+"""Scenario files for the scripted provider: parsed and checked before anything runs.
+
+The format is described in docs/scenarios.md.
 
 A malformed file is refused with a :class:`ScenarioError` whose message starts with the JSON path
 of the fault, e.g. ``agents.worker.turns[2].tool_calls[0].name: missing``.
@@ -15,13 +17,14 @@ from typing import Any
 import attrs
 import orjson
 
+from runtime.core._agent_types import AgentType
 from runtime.core._errors import ScenarioError
 
 _TURN_KEYS = frozenset(
     {"text", "thinking", "tool_calls", "delay_s", "chunk_delay_s", "error", "usage", "stop_reason"}
 )
 _AGENT_KEYS = frozenset(
-    {"turns", "system", "tools", "description", "model", "max_turns", "placement"}
+    {"turns", "system", "tools", "description", "model", "max_turns", "placement", "context_window"}
 )
 _STOP_REASONS = ("end_turn", "tool_use", "max_tokens")
 
@@ -59,6 +62,7 @@ class ScriptedAgent:
     model: str | None = None
     max_turns: int | None = None
     placement: str | None = None
+    context_window: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -147,6 +151,11 @@ def _parse_agent(path: str, name: str, spec: Any) -> ScriptedAgent:
     placement = spec.get("placement")
     if placement is not None and placement not in ("local", "ray"):
         raise ScenarioError(f"{path}.placement: expected 'local' or 'ray'")
+    window = spec.get("context_window")
+    if window is not None and (
+        not isinstance(window, int) or isinstance(window, bool) or window < 1
+    ):
+        raise ScenarioError(f"{path}.context_window: expected a whole number of tokens >= 1")
     return ScriptedAgent(
         name=name,
         placement=placement,
@@ -156,6 +165,7 @@ def _parse_agent(path: str, name: str, spec: Any) -> ScriptedAgent:
         description=_opt_str(f"{path}.description", spec.get("description")) or "",
         model=_opt_str(f"{path}.model", spec.get("model")),
         max_turns=max_turns,
+        context_window=window,
     )
 
 
@@ -233,3 +243,26 @@ def _parse_turn(path: str, turn: Any) -> ScriptedTurn:
         output_tokens=usage_out,
         stop_reason=stop,
     )
+
+
+def agent_types_from_scenario(scenario: Scenario) -> list[AgentType]:
+    """The agent types a scenario defines (its system prompts, tool lists and limits)."""
+    out = []
+    for name, script in scenario.agents.items():
+        kwargs: dict[str, Any] = {"name": name}
+        if script.system is not None:
+            kwargs["system"] = script.system
+        if script.tools is not None:
+            kwargs["tools"] = script.tools
+        if script.description:
+            kwargs["description"] = script.description
+        if script.model is not None:
+            kwargs["model"] = script.model
+        if script.max_turns is not None:
+            kwargs["max_turns"] = script.max_turns
+        if script.placement is not None:
+            kwargs["placement"] = script.placement
+        if script.context_window is not None:
+            kwargs["context_window"] = script.context_window
+        out.append(AgentType(**kwargs))
+    return out

@@ -1,13 +1,22 @@
 """The scripted provider: deterministic, offline model turns played from a :class:`Scenario`.
 
 Every agent instance of a type plays that type's turns from the first; which turn comes next is
-the number of assistant messages already in the agent's history, so the provider keeps no
-per-agent state and a cancelled or failed turn is simply played again.
+the number of assistant messages already in the agent's history (plus the turns a summary in it
+stands for, after a compaction), so the provider keeps no per-agent state for its script and a
+cancelled or failed turn is simply played again.
 
 Tool-call ids are made here, unique in the run and the same run after run: ``tu-A.K`` is the
-K-th call of agent number A (``agent-A``), counted over its whole history, so ``tu-1.2`` is the
-root's second call. Parallel agents therefore never race for a shared counter: an id depends on
-who made the call and where, never on when.
+K-th call of agent number A (``agent-A``), so ``tu-1.2`` is the root's second call. Parallel
+agents therefore never race for a shared counter: an id depends on who made the call and where,
+never on when. (K is counted per agent, from the calls in its history when it is first seen,
+so a compaction that drops old calls from the history does not make an id again.)
+
+A compaction's summary request (``purpose="compact"``) is answered by the scenario's agent type
+``compact`` when it has one (its first turn for a first summary, the next for a summary of a
+history that holds one already, its last turn from then on), otherwise by a deterministic
+summary made from the request. A turn whose ``error`` says the prompt is too long (e.g.
+``"prompt is too long: 210000 tokens > 200000 maximum"``) fails as a provider would, with a
+:class:`~runtime.core._errors.ContextOverflowError`.
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ from typing import Any
 import orjson
 import trio
 
-from runtime.core._errors import ProviderError
+from runtime.core._compaction import SUMMARY_HEADER, compacted_turns
+from runtime.core._context_window import fixed_chars, history_chars, parse_overflow
+from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._messages import ToolUseBlock
 from runtime.core._provider import (
     ModelRequest,
@@ -30,7 +41,7 @@ from runtime.core._provider import (
     TurnEnd,
 )
 
-from ._scenario import Scenario
+from ._scenario import Scenario, ScriptedTurn
 
 _WORDS = re.compile(r"\S+\s*|\s+")
 _AGENT_NUMBER = re.compile(r"agent-(\d+)$")
@@ -50,6 +61,8 @@ class ScriptedProvider:
     def __init__(self, scenario: Scenario, *, id_prefix: str = "tu-") -> None:
         self.scenario = scenario
         self._prefix = id_prefix
+        # Tool calls made so far, per agent id: the K of the next tu-A.K (one int per agent).
+        self._calls: dict[str, int] = {}
 
     def describe(self) -> dict[str, Any]:
         return {"provider": "scripted", "scenario": self.scenario.source}
@@ -63,6 +76,10 @@ class ScriptedProvider:
 
         Cancellation: a checkpoint between deltas and during delays.
         """
+        if request.purpose == "compact":
+            async for item in self._summary(request):
+                yield item
+            return
         script = self.scenario.agents.get(request.agent_type)
         if script is None:
             known = ", ".join(sorted(self.scenario.agents))
@@ -70,12 +87,36 @@ class ScriptedProvider:
                 f"scenario has no agent type {request.agent_type!r} (it has: {known})"
             )
         index = sum(1 for m in request.messages if m.role == "assistant")
+        index += compacted_turns(request.messages)
         if index >= len(script.turns):
             raise ProviderError(
                 f"scenario: agent type {request.agent_type!r} ran past its last turn "
                 f"(it has {len(script.turns)}, this would be turn {index + 1})"
             )
-        turn = script.turns[index]
+        async for item in self._play(script.turns[index], request):
+            yield item
+
+    async def _summary(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+        script = self.scenario.agents.get("compact")
+        if script is not None and script.turns:
+            text = "".join(getattr(b, "text", "") for m in request.messages for b in m.content)
+            index = min(text.count(SUMMARY_HEADER), len(script.turns) - 1)
+            async for item in self._play(script.turns[index], request):
+                yield item
+            return
+        await trio.lowlevel.checkpoint()
+        summary = _default_summary(request)
+        for piece in chunk_text(summary):
+            yield TextChunk(piece)
+        yield TurnEnd(
+            stop_reason="end_turn",
+            input_tokens=_estimate_input(request),
+            output_tokens=max(1, len(summary) // 4),
+        )
+
+    async def _play(
+        self, turn: ScriptedTurn, request: ModelRequest
+    ) -> AsyncGenerator[StreamItem, None]:
         if turn.delay_s:
             await trio.sleep(turn.delay_s)
         else:
@@ -90,14 +131,20 @@ class ScriptedProvider:
             yield TextChunk(piece)
             await self._pause(turn.chunk_delay_s)
         if turn.error is not None:
+            overflow = parse_overflow(turn.error)
+            if overflow is not None:
+                raise ContextOverflowError(turn.error, tokens=overflow.tokens, limit=overflow.limit)
             raise ProviderError(turn.error)
-        first = 1 + sum(
-            isinstance(block, ToolUseBlock) for m in request.messages for block in m.content
-        )
+        made = self._calls.get(request.agent_id)
+        if made is None:  # first seen: count on from the calls its history holds (a resume)
+            made = sum(
+                isinstance(block, ToolUseBlock) for m in request.messages for block in m.content
+            )
         owner = _agent_number(request.agent_id)
-        for k, call in enumerate(turn.tool_calls, first):
+        for k, call in enumerate(turn.tool_calls, made + 1):
             out_chars += len(call.name) + len(orjson.dumps(call.input))
             yield ToolCall(f"{self._prefix}{owner}.{k}", call.name, dict(call.input))
+        self._calls[request.agent_id] = made + len(turn.tool_calls)
         stop = turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn")
         yield TurnEnd(
             stop_reason=stop,  # type: ignore[arg-type]  # checked when the scenario was parsed
@@ -124,9 +171,25 @@ def _agent_number(agent_id: str) -> str:
 
 
 def _estimate_input(request: ModelRequest) -> int:
-    """A stable stand-in for input tokens: about four characters a token."""
-    chars = len(request.system)
-    for message in request.messages:
-        for block in message.content:
-            chars += len(getattr(block, "text", "") or getattr(block, "content", "") or "")
+    """A stable stand-in for input tokens: about four characters a token, counted as the
+    agent's context meter counts them (system prompt, tools, messages)."""
+    chars = fixed_chars(request.system, request.tools) + history_chars(request.messages)
     return max(1, chars // 4)
+
+
+def _default_summary(request: ModelRequest) -> str:
+    """A deterministic stand-in for a model's summary: the size of what was summarised, its
+    first and last lines."""
+    text = "".join(getattr(b, "text", "") for m in request.messages for b in m.content)
+    start = text.find("<conversation>")
+    body = text[start + len("<conversation>") :] if start >= 0 else text
+    body = body.removesuffix("</conversation>").strip()
+    lines = [line for line in body.splitlines() if line.strip()]
+    first = " ".join(lines[0].split())[:200] if lines else ""
+    last = " ".join(lines[-1].split())[:200] if len(lines) > 1 else ""
+    summary = f"Scripted summary of {len(body):,} characters of conversation."
+    if first:
+        summary += f" It began: {first}"
+    if last:
+        summary += f" It ended: {last}"
+    return summary

@@ -153,6 +153,28 @@ def plain_inline(line: str) -> str:
     return _INLINE_MARKDOWN.sub(r"\2", line)
 
 
+COMPACTED_MARK: Final = "⟲"
+
+
+def compaction_line(fields: Mapping[str, Any]) -> str:
+    """One line saying what a ``context_compacted`` event did (its fields by name).
+
+    E.g. ``context compacted (summary): 152.3k → 31.0k tokens, 84 → 7 messages; the summary
+    cost 60.1k→1.2k tokens``.
+    """
+    line = (
+        f"context compacted ({fields.get('method')}): "
+        f"{fmt_tokens(int(fields.get('tokens_before') or 0))} → "
+        f"{fmt_tokens(int(fields.get('tokens_after') or 0))} tokens, "
+        f"{fields.get('messages_before')} → {fields.get('messages_after')} messages"
+    )
+    cost_in = int(fields.get("input_tokens") or 0)
+    cost_out = int(fields.get("output_tokens") or 0)
+    if cost_in or cost_out:
+        line += f"; the summary cost {fmt_tokens(cost_in)}→{fmt_tokens(cost_out)} tokens"
+    return line
+
+
 def status_mark(status: str, *, tool: bool = False, now: float | None = None) -> tuple[str, str]:
     """The mark and style of a status; a running node spins when *now* is given."""
     mark, style = (TOOL_MARKS if tool else AGENT_MARKS).get(status, ("?", "white"))
@@ -191,6 +213,16 @@ class _Painter:
         ):
             total = f"{fmt_tokens(node.total_input_tokens)}→{fmt_tokens(node.total_output_tokens)}"
             label.append(f" (Σ {total})", self.style("dim"))
+        window = node.context_window
+        if node.status == RUNNING and window and node.context_tokens is not None:
+            share = node.context_tokens / window
+            style = "yellow" if share >= 0.7 else "dim"
+            label.append(f"  ctx {share:.0%} of {fmt_tokens(window)}", self.style(style))
+        if node.compactions:
+            n = node.compactions
+            label.append(
+                f"  {COMPACTED_MARK} {n} compaction{'s' if n > 1 else ''}", self.style("cyan")
+            )
         retry = node.retry if node.status == RUNNING else None
         if node.error and not (node.status == "cancelled" and node.cancel is not None):
             # (A cancelled node's reason is said once, by its "cancelled by" below.)
@@ -624,6 +656,8 @@ def event_line(tree: TraceTree, fields: Mapping[str, Any]) -> str | None:
         wait = fmt_duration(delay) if isinstance(delay, (int, float)) else "?"
         reason = first_line(str(fields.get("reason") or ""))
         what = f"↻ {who}: model call failed, retrying in {wait}: {reason}"
+    elif kind == "context_compacted":
+        what = f"{COMPACTED_MARK} {who}: {compaction_line(fields)}"
     elif kind == "cancel_requested":
         what = (
             f"⊘ cancel {fields.get('target')} requested by {fields.get('by')}: "

@@ -14,20 +14,35 @@ left on its first page): a blocking write there would freeze the event loop, eve
 Ctrl+C with it. :class:`PipeSink` writes there instead: a ``block`` subscription, so a reader that
 falls behind makes the agents wait at their next event (backpressure, as a pipeline does), while
 the loop stays free; the writes are non-blocking and wait for the pipe to take more.
+
+The trace comes first. The trace sink is the bus's *gate* (:meth:`EventBus.set_gate
+<runtime.core._bus.EventBus.set_gate>`): a subscription (the ``--json`` pipe, a live view, a
+user's consumer) receives an event only once the trace has handed it to the OS, and a
+``--json`` :class:`JsonlSink` writes the trace before it writes itself. So after a ``kill -9``
+the trace holds every event anyone outside this process was shown (the stream is never ahead of
+the trace; it may be behind).
+
+:func:`open_trace_file` opens the trace: created 0600 in folders created 0700, never through a
+symlink, locked (``flock``) so a second run on the same path is refused instead of
+interleaving lines, and watched: a file replaced or emptied under the run is reported once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import select
 import stat
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 import structlog
 import trio
 
+from runtime.core._errors import ConfigError
 from runtime.core._events import Event, encode_event
 
 if TYPE_CHECKING:
@@ -43,6 +58,10 @@ class JsonlSink:
         file: an open binary file (a trace file, ``sys.stdout.buffer``).
         close_file: close *file* when the sink closes.
         fsync: ``os.fsync`` after each flush (slower, survives a machine crash).
+        gate: a sink (the trace) flushed before each flush of this one, so this one is never
+            ahead of it.
+        watch: the path *file* was opened at (the trace): after each flush the sink checks that
+            the path still names the same file, not cut shorter, and warns once if not.
     """
 
     def __init__(
@@ -54,6 +73,8 @@ class JsonlSink:
         interval_s: float = 0.02,
         max_buffer_bytes: int = 1 << 20,
         fsync: bool = False,
+        gate: JsonlSink | None = None,
+        watch: Path | None = None,
     ) -> None:
         self.name = name
         self._file = file
@@ -66,12 +87,22 @@ class JsonlSink:
         self._wake = trio.Event()
         self.broken: str | None = None
         self.lines_written = 0
+        self._gate = gate
+        self._watch = watch
+        self._bytes_written = 0
+        #: Set (once) when the watched file was replaced, removed or cut under the run.
+        self.replaced: str | None = None
+        self._last_seq = 0
+        #: The ``seq`` of the last event handed to the OS (or dropped by a broken sink).
+        self.written_seq = 0
 
     def __call__(self, event: Event) -> None:
         """The tap: encode *event* and buffer it."""
         if self.broken is not None:
+            self.written_seq = event.seq
             return
         line = encode_event(event)
+        self._last_seq = event.seq
         self._parts.append(line)
         self._size += len(line)
         if self._size >= self._max:
@@ -82,12 +113,17 @@ class JsonlSink:
     def flush(self) -> None:
         """Write everything buffered now. Never raises: a broken sink (a closed pipe, a full
         disk) is recorded in :attr:`broken`, logged once and stops writing."""
+        if self._gate is not None:
+            self._gate.flush()
         if not self._parts or self.broken is not None:
             return
         data = b"".join(self._parts)
         count = len(self._parts)
+        last = self._last_seq
         self._parts.clear()
         self._size = 0
+        if self._watch is not None and self.replaced is None:
+            self._check_watched()
         try:
             self._file.write(data)
             self._file.flush()
@@ -96,9 +132,36 @@ class JsonlSink:
         except (OSError, ValueError) as exc:
             # A consumer that went away (EPIPE) must not take the run down with it.
             self.broken = f"{type(exc).__name__}: {exc}"
+            self.written_seq = last  # nothing waits on a sink that cannot write
             _log.warning("sink stopped writing", sink=self.name, error=self.broken)
             return
+        self.written_seq = last
         self.lines_written += count
+        self._bytes_written += len(data)
+
+    def _check_watched(self) -> None:
+        assert self._watch is not None
+        try:
+            mine = os.fstat(self._file.fileno())
+        except (OSError, ValueError):
+            return
+        try:
+            there = os.stat(self._watch, follow_symlinks=False)
+        except OSError:
+            there = None
+        if there is None or (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
+            what = "removed" if there is None else "replaced by another file"
+        elif mine.st_size < self._bytes_written:
+            what = "cut short (by another writer)"
+        else:
+            return
+        self.replaced = what
+        _log.warning(
+            "the trace file was changed under the run; its lines from here on are lost",
+            sink=self.name,
+            path=str(self._watch),
+            change=what,
+        )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The flusher task: runs until cancelled, writing the buffer out as it fills.
@@ -115,11 +178,76 @@ class JsonlSink:
     def close(self) -> None:
         """Write what is left and close the file if the sink owns it. Synchronous on purpose."""
         self.flush()
+        if self._watch is not None and self.replaced is None and self.broken is None:
+            self._check_watched()
         if self._close_file:
             try:
                 self._file.close()
             except OSError as exc:
                 _log.warning("sink close failed", sink=self.name, error=str(exc))
+
+
+def open_trace_file(path: Path) -> BinaryIO:
+    """Open *path* to write a run's trace, refusing what could lose or corrupt one.
+
+    Missing folders are created 0700, the file 0600 (a trace holds prompts and tool output).
+    A symlink at *path* is refused rather than followed, as is anything but a regular file. The
+    file is locked (``flock``, exclusive) for as long as it stays open, and only emptied once the
+    lock is held: a second run given the same path is refused and the first one's trace is left
+    untouched. A lock left by a killed run goes with its process.
+
+    Raises:
+        ConfigError: one line naming *path* and why.
+    """
+    where = f"trace {str(path)!r}"
+    try:
+        _make_private_dirs(path.parent)
+        # O_NONBLOCK: opening a FIFO planted at the path must not hang the run; it is refused
+        # below, and the flag is cleared for the writes.
+        fd = os.open(
+            path,
+            os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+            0o600,
+        )
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{where} is a symbolic link; give the real path") from exc
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise ConfigError(f"{where} is not a regular file") from exc
+        raise ConfigError(f"cannot write {where}: {exc.strerror}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{where} is not a regular file")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise ConfigError(
+                f"{where} is being written by another run; give this run another --trace path"
+            ) from exc
+        os.ftruncate(fd, 0)
+        if st.st_uid == os.getuid():
+            os.fchmod(fd, 0o600)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "wb")
+    except OSError as exc:
+        os.close(fd)
+        raise ConfigError(f"cannot write {where}: {exc.strerror}") from exc
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _make_private_dirs(folder: Path) -> None:
+    """Create *folder* and any missing parent, each 0700 (existing ones are left as they are)."""
+    missing: list[Path] = []
+    current = folder
+    while not current.exists() and current != current.parent:
+        missing.append(current)
+        current = current.parent
+    for part in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another run
+            part.mkdir(mode=0o700)
 
 
 def open_pipe_writer(file: BinaryIO) -> int | None:

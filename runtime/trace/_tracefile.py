@@ -1,6 +1,6 @@
 """Reading JSONL trace files: streaming, honest about broken lines, and fast.
 
-A trace file is one event (SPEC §2) per line. Files come from killed processes and from newer
+A trace file is one event (docs/events.md) per line. Files come from killed processes and from newer
 versions, so reading is tolerant in precise ways:
 
 - a truncated last line (no newline, not valid JSON: the writer was killed) ends the file quietly;
@@ -41,6 +41,9 @@ READ_BUFFER: Final = 1 << 16
 """The read buffer for trace files: with the default (the file system's block size, often 4 KiB)
 iterating the lines of a big file makes a read system call every few lines; 64 KiB cuts the
 time to split a 230 MB file into lines by about a third."""
+MAX_TAIL_LINE: Final = 64 << 20
+"""The longest line ``trace tail`` keeps whole (an event is far smaller; a longer line is cut)."""
+_CUT_LINE_KEEP: Final = 200
 SNIFF_LINES: Final = 20
 """A file whose first this-many lines hold no valid event is not a trace."""
 _SNIFF_BYTES: Final = 4096
@@ -88,6 +91,12 @@ class TraceLoader:
         """Whether the file ended in a partial line (a killed writer)."""
         self._bad = 0  # lines neither an event nor blank (unknown types are events, not bad)
         self._blank = 0
+        # seq must grow within a run: lines where it went back, the first such line, and the
+        # last seq of each run seen (a run's lines may interleave with another's).
+        self.seq_backwards = 0
+        self._first_backwards: int | None = None
+        self._last_seq: dict[object, Any] = {}
+        self._reported = False
 
     def load(self, f: BinaryIO) -> None:
         """Read every line of *f* (opened in binary mode) into the trees.
@@ -148,18 +157,27 @@ class TraceLoader:
         # deltas, so this is where a report beats decoding every line; turns of agents that
         # never finished are read by a second pass, only when there are such agents.
         skip = () if traces.keep_details else _REPORT_SKIPS
+        last_seq = self._last_seq
+        seq: Any = 0
         for lineno, line in lines:
             if line.startswith(skip) and line.endswith(b"}\n"):
                 continue
             try:
                 fields = loads(line)
                 if fields["run_id"] != run_id:
+                    last_seq[run_id] = seq
                     handlers = traces.tree_for(fields["run_id"]).handlers
                     run_id = fields["run_id"]
+                    seq = last_seq.get(run_id, 0)
                 handlers[fields["type"]](fields)
+                if fields["seq"] > seq:
+                    seq = fields["seq"]
+                else:
+                    self._backwards(lineno)
             except Exception:
                 if not self._slow(lineno, line):
                     break
+        last_seq[run_id] = seq
         self.lines = lineno
         self.events = self.lines - self._bad - self._blank - sum(self.unknown_types.values())
 
@@ -169,6 +187,11 @@ class TraceLoader:
         try:
             fields = orjson.loads(line)
             self.traces.apply_dict(fields)
+            run_id = fields["run_id"]
+            if fields["seq"] > self._last_seq.get(run_id, 0):
+                self._last_seq[run_id] = fields["seq"]
+            else:
+                self._backwards(lineno)
         except Exception:
             ok = self._slow(lineno, line)
             return self._last if ok else None
@@ -238,6 +261,29 @@ class TraceLoader:
         self._check_is_trace(lineno)
         return True
 
+    def _backwards(self, lineno: int) -> None:
+        self.seq_backwards += 1
+        if self._first_backwards is None:
+            self._first_backwards = lineno
+
+    def report_anomalies(self) -> None:
+        """Report, once, lines whose ``seq`` went back: one report for them all, at the first.
+
+        What the trees worked around (events naming a node twice, parent cycles) is told by
+        :meth:`~runtime.trace._tree.TraceTree.anomalies`.
+        """
+        if self._reported:
+            return
+        self._reported = True
+        if self.seq_backwards:
+            self._on_error(
+                EventDecodeError(
+                    f"seq goes back on {self.seq_backwards} lines (two writers, or lines out "
+                    "of order); the tree is built in file order",
+                    line=self._first_backwards,
+                )
+            )
+
     def _report(self, error: EventDecodeError) -> None:
         self._bad += 1
         self._check_is_trace(error.line or 0)
@@ -256,6 +302,7 @@ class TraceLoader:
             TraceError: no line was an event (the file is empty or not a trace).
         """
         if self.lines - self._bad - self._blank > 0:
+            self.report_anomalies()
             return
         if self._bad:
             raise TraceError(f"{self.name}: not a trace file (no event in {_lines(self.lines)})")
@@ -361,7 +408,11 @@ def read_events(
 
 
 def follow_lines(
-    path: str | os.PathLike[str], *, poll_s: float = 0.1, chunk: int = 1 << 20
+    path: str | os.PathLike[str],
+    *,
+    poll_s: float = 0.1,
+    chunk: int = 1 << 20,
+    max_line: int = MAX_TAIL_LINE,
 ) -> AbstractAsyncContextManager[trio.abc.ReceiveChannel[list[tuple[int, bytes]]]]:
     """Receive the complete lines of a file still being written, in batches.
 
@@ -369,7 +420,8 @@ def follow_lines(
     batch is a list of ``(line number, line)`` for the lines that landed since the last one.
     Reads what is there, then polls for more every *poll_s* seconds, forever: the caller
     decides when to stop. A last line without its newline is held back until the newline
-    arrives (a writer in the middle of a line).
+    arrives (a writer in the middle of a line). Of a line longer than *max_line* bytes only the
+    start is kept (it then reads as a bad line): memory stays bounded.
 
     Cancellation: each batch is a checkpoint; leaving the ``async with`` closes the file.
 
@@ -388,21 +440,35 @@ def follow_lines(
             what = "no such file" if isinstance(exc, FileNotFoundError) else exc.strerror
             raise TraceError(f"{os.fspath(path)}: {what}") from None
         try:
-            pending = b""
+            # The start of a line still without its newline, in pieces: joined once, when the
+            # newline comes (joining on every read made a long line cost its length squared).
+            pending: list[bytes] = []
+            pending_len = 0
             lineno = 0
             while True:
                 data = os.read(fd, chunk)
                 if not data:
                     await trio.sleep(poll_s)
                     continue
-                pending += data
-                lines = pending.split(b"\n")
-                pending = lines.pop()
-                if not lines:
+                end = data.rfind(b"\n")
+                if end == -1:
+                    if pending_len < max_line:
+                        pending.append(data)
+                    pending_len += len(data)
                     await trio.lowlevel.checkpoint()
                     continue
+                head = data[: end + 1]
+                if pending_len:
+                    first, _, head = head.partition(b"\n")
+                    line = b"".join([*pending, first])
+                    if pending_len + len(first) > max_line:
+                        # Past the limit only its start was kept: the reader reports it.
+                        line = line[:_CUT_LINE_KEEP] + b"...[line cut]"
+                    head = line + b"\n" + head
+                pending = [data[end + 1 :]] if end + 1 < len(data) else []
+                pending_len = len(data) - end - 1
                 batch = []
-                for line in lines:
+                for line in head.split(b"\n")[:-1]:
                     lineno += 1
                     batch.append((lineno, line + b"\n"))
                 yield batch

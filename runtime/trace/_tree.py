@@ -1,4 +1,4 @@
-"""The run tree, rebuilt from the flat event stream (SPEC §3).
+"""The run tree, rebuilt from the flat event stream (docs/tree.md).
 
 :class:`TraceTree` is the one implementation of the tree: the live view feeds it events as they are
 emitted, ``trace show`` feeds it a file of a million lines. Both go through the same per-type
@@ -38,6 +38,8 @@ OUTPUT_KEEP: Final = 2000
 PROMPT_KEEP: Final = 2000
 """How many leading characters of an agent's prompt a node keeps."""
 
+BROKEN_LINKS: Final = "(broken links)"
+"""The id of the root that holds agents whose parents form a cycle in a corrupt file."""
 RUNNING: Final = "running"
 INTERRUPTED: Final = "interrupted"
 
@@ -92,6 +94,26 @@ class RetryInfo:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Compaction:
+    """One ``context_compacted`` event: an agent made its history smaller.
+
+    Attributes:
+        method: ``trim`` (old tool outputs stubbed) or ``summary`` (older turns summarised).
+        input_tokens, output_tokens: what the summary request cost (0 for a trim).
+    """
+
+    agent_id: str
+    ts: float
+    method: str
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class RunningSubtree:
     """A running ``agent`` tool call and its sub-agent, as the Ctrl+C picker lists it.
 
@@ -114,10 +136,10 @@ class RunningSubtree:
     started_ts: float | None
 
 
-# The nodes are dataclasses whose public instance attributes are exactly their SPEC §3 JSON keys,
-# in order: orjson writes such objects straight from their __dict__ (skipping "_" names), which
-# keeps `trace show --json` on a million events cheap. What is not JSON has a "_" name and a
-# read-only property.
+# The nodes are dataclasses whose public instance attributes are exactly their JSON keys
+# (docs/tree.md#the-tree-as-json), in order: orjson writes such objects straight from their
+# __dict__ (skipping "_" names), which keeps `trace show --json` on a million events cheap. What
+# is not JSON has a "_" name and a read-only property.
 #
 # __init__ sets every attribute a node will ever have, internals included, always in the same
 # order: CPython keeps the attribute values of a class's instances in a compact array keyed by
@@ -187,6 +209,8 @@ class _AgentInternals(_NodeBase):
     _dropped: int
     _retry: RetryInfo | None
     _stop: str | None
+    _context_tokens: int | None
+    _context_window: int | None
 
 
 @dataclasses.dataclass(init=False, eq=False, repr=False)
@@ -197,7 +221,8 @@ class AgentNode(_AgentInternals):
     until the agent's ``agent_started`` is seen. ``duration_s`` is the agent's own figure once
     finished, the time to the last event of the trace once interrupted, else None (see
     :meth:`elapsed`). ``total_*_tokens`` cover the subtree; they are current after
-    :meth:`TraceTree.rollup` (which every reader of the tree here calls).
+    :meth:`TraceTree.rollup` (which every reader of the tree here calls). ``compactions`` counts
+    the agent's ``context_compacted`` events (their details are in :attr:`TraceTree.compactions`).
     """
 
     kind: str
@@ -216,6 +241,7 @@ class AgentNode(_AgentInternals):
     result: str | None
     error: str | None
     cancel: CancelInfo | None
+    compactions: int
     children: list[ToolNode]
 
     def __init__(self, agent_id: str, parent_tool_use_id: str | None) -> None:
@@ -235,6 +261,7 @@ class AgentNode(_AgentInternals):
         self.result = None
         self.error = None
         self.cancel = None
+        self.compactions = 0
         self.children = []
         self._parent = None
         self._parent_agent_id = None
@@ -248,6 +275,8 @@ class AgentNode(_AgentInternals):
         self._dropped = 0
         self._retry = None
         self._stop = None
+        self._context_tokens = None
+        self._context_window = None
 
     def __repr__(self) -> str:
         return f"<AgentNode {self.id} {self.name} {self.status}>"
@@ -281,6 +310,16 @@ class AgentNode(_AgentInternals):
     def user_messages(self) -> int:
         """How many messages were injected into the agent while it ran."""
         return self._user_messages
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The agent's context size after its last turn or compaction (tokens), if reported."""
+        return self._context_tokens
+
+    @property
+    def context_window(self) -> int | None:
+        """The agent's context window (tokens), if reported."""
+        return self._context_window
 
     @property
     def thinking_len(self) -> int:
@@ -436,7 +475,7 @@ class _EventFields(Mapping[str, Any]):
 
 
 class TraceTree:
-    """The tree of one run, built incrementally from its events (SPEC §3).
+    """The tree of one run, built incrementally from its events (docs/tree.md).
 
     Feed it with :meth:`apply` (events) or :meth:`apply_dict` (their JSON objects), in any
     interleaving; call :meth:`end` when the stream is over for good, which turns every unfinished
@@ -475,6 +514,8 @@ class TraceTree:
         self.config: dict[str, Any] | None = None
         self.last_ts = -math.inf
         self.other_run_events = 0
+        self.compactions: list[Compaction] = []
+        """Every ``context_compacted`` of the run, in order."""
         self._roots: list[AgentNode] = []
         # Placeholder tool calls some sub-agent pointed at, whose tool_started is not in yet.
         self._unattached: dict[str, ToolNode] = {}
@@ -490,6 +531,16 @@ class TraceTree:
         self._agents_in_order = True
         # One string per tool name / agent type, shared by every node that has it.
         self._names: dict[str, str] = {}
+        # A tool call attached to its caller after its sub-agents may close a cycle (a corrupt
+        # file): checked, and broken, on the next read of the roots (O(nodes), once per change).
+        self._cycles_checked = True
+        # Calls cut from their caller to break a cycle, shown under the "broken links" root.
+        self._broken: list[ToolNode] = []
+        self._broken_root: AgentNode | None = None
+        self._cycle_agents = 0
+        # Lines naming a node a second time (the first one stands): how many, and the first id.
+        self.duplicates = 0
+        self._first_duplicate: str | None = None
         self.handlers: dict[str, _Handler] = {
             "run_started": self._run_started,
             "agent_started": self._agent_started,
@@ -505,6 +556,7 @@ class TraceTree:
             "cancel_requested": self._cancel_requested,
             "agent_finished": self._agent_finished,
             "run_finished": self._run_finished,
+            "context_compacted": self._context_compacted,
         }
 
     # ------------------------------------------------------------------ building
@@ -614,10 +666,78 @@ class TraceTree:
     @property
     def roots(self) -> list[AgentNode]:
         """Root agents in start order, then agents whose parent tool call never appeared."""
+        if not self._cycles_checked:
+            self._break_cycles()
+        roots = self._base_roots()
+        if self._broken_root is not None:
+            roots.append(self._broken_root)
+        return roots
+
+    def _base_roots(self) -> list[AgentNode]:
         if not self._unattached:
             return list(self._roots)
         detached = [agent for tool in self._unattached.values() for agent in tool.children]
         return self._roots + detached
+
+    def _break_cycles(self) -> None:
+        """Cut the cycles a corrupt file's parent links form; their agents go under "broken links".
+
+        Every agent not reachable from a root sits in, or below, a cycle (each node has one
+        parent). For each, walk up to the cycle and cut the call that closes it from its caller.
+        """
+        self._cycles_checked = True
+        seen: set[int] = {id(node) for node in self.iter_nodes(self._base_roots())}
+        seen.update(id(node) for node in self.iter_nodes(self._broken))
+        for agent in self.agents.values():
+            if id(agent) in seen:
+                continue
+            path: set[int] = set()
+            node: Node = agent
+            while id(node) not in path and id(node) not in seen:
+                path.add(id(node))
+                parent = node._parent
+                if parent is None:
+                    break
+                node = parent
+            if id(node) in path:  # back where we were: a cycle; cut the call that closes it
+                call = node if isinstance(node, ToolNode) else node._parent
+                if call is not None and call._parent is not None:
+                    call._parent.children.remove(call)
+                    call._parent = None
+                    self._broken.append(call)
+            for below in self.iter_nodes(self._broken[-1:] if self._broken else ()):
+                if id(below) not in seen:
+                    seen.add(id(below))
+                    if isinstance(below, AgentNode):
+                        self._cycle_agents += 1
+        if self._broken and self._broken_root is None:
+            root = self._broken_root = AgentNode(BROKEN_LINKS, None)
+            root.name = "broken links"
+            root.status = INTERRUPTED
+        if self._broken_root is not None:
+            self._broken_root.children = list(self._broken)
+        self._dirty = True
+
+    def anomalies(self) -> list[str]:
+        """What the stream got wrong that the tree worked around, one line per kind."""
+        _ = self.roots  # brings the cycle check up to date
+        out: list[str] = []
+        if self._cycle_agents:
+            out.append(
+                f"{self._cycle_agents} agents whose parents form a cycle (a corrupt file) are "
+                f"shown under the '{BROKEN_LINKS}' root"
+            )
+        if self.duplicates:
+            out.append(
+                f"{self.duplicates} events name a node a second time (first: "
+                f"{self._first_duplicate!r}); the first line of each stands"
+            )
+        return out
+
+    def _duplicate(self, node_id: str) -> None:
+        self.duplicates += 1
+        if self._first_duplicate is None:
+            self._first_duplicate = node_id
 
     @property
     def started_ts(self) -> float | None:
@@ -727,13 +847,14 @@ class TraceTree:
             KeyError: no node has the id *subtree*.
         """
         roots: list[Node]
+        all_roots = self.roots  # breaks any cycle first: ancestors() below then ends
         if subtree is not None:
             node = self.find(subtree)
             if node is None:
                 raise KeyError(subtree)
             roots = [node]
         else:
-            roots = list(self.roots)
+            roots = list(all_roots)
         if status is None:
             return roots, None
         keep: set[Node] = set()
@@ -777,7 +898,7 @@ class TraceTree:
         status: str | None = None,
         now: float | None = None,
     ) -> dict[str, Any]:
-        """The tree as SPEC §3 JSON: plain dicts and lists, except nodes left as they are.
+        """The tree as JSON (docs/tree.md#the-tree-as-json): dicts, lists, nodes left as they are.
 
         The nodes are dataclasses whose fields are their JSON keys; ``orjson.dumps`` writes them
         natively (``json`` needs :func:`node_json` as its ``default``). The whole tree
@@ -821,7 +942,10 @@ class TraceTree:
 
     def to_plain_json(self, **kwargs: Any) -> dict[str, Any]:
         """:meth:`to_json` with every node converted to a dict (for ``json`` or comparisons)."""
-        result: dict[str, Any] = orjson.loads(orjson.dumps(self.to_json(**kwargs)))
+        obj = self.to_json(**kwargs)
+        roots = obj.pop("roots")
+        result: dict[str, Any] = orjson.loads(orjson.dumps(obj))
+        result["roots"] = [_plain_subtree(root) for root in roots]
         return result
 
     def running_subtrees(self) -> list[RunningSubtree]:
@@ -919,6 +1043,7 @@ class TraceTree:
         if tool.children:
             self._dirty = True
             self._agents_in_order = False
+            self._cycles_checked = False
             for child in tool.children:
                 child._parent_agent_id = owner.id
                 if not child._seen_start:
@@ -982,6 +1107,7 @@ class TraceTree:
             raise _invalid(kind, "prompt")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, kind)
         if agent._seen_start:
+            self._duplicate(agent.id)
             return  # a duplicate line: the first one stands
         if ts > self.last_ts:
             self.last_ts = ts
@@ -1089,6 +1215,7 @@ class TraceTree:
         if tool is None:
             tool = self._new_tool(tool_use_id)
         elif tool._seen_start:
+            self._duplicate(tool.id)
             return  # a duplicate line: the first one stands
         tool._seen_start = True
         tool.name = name
@@ -1122,6 +1249,7 @@ class TraceTree:
             raise _invalid(kind, "duration_s")
         tool = self.tools.get(fields["tool_use_id"]) or self._tool_missing(fields, kind)
         if tool._finished_ts is not None:
+            self._duplicate(tool.id)
             return  # a duplicate line: the first one stands
         if ts > self.last_ts:
             self.last_ts = ts
@@ -1193,12 +1321,48 @@ class TraceTree:
             agent._chunks_len += 1
         stop = fields["stop_reason"]
         agent._stop = stop if stop.__class__ is str else None
+        context = fields.get("context_tokens")
+        if context.__class__ is int:
+            agent._context_tokens = context
+            window = fields.get("context_window")
+            agent._context_window = window if window.__class__ is int else None
         if agent._finished_ts is not None:
             return  # agent_finished already set the totals
         agent.turns = turn
         agent.input_tokens += input_tokens
         agent.output_tokens += output_tokens
         self._dirty = True
+
+    def _context_compacted(self, fields: Fields) -> None:
+        kind = "context_compacted"
+        ts = fields["ts"]
+        method = fields["method"]
+        if not _num(ts):
+            raise _invalid(kind, "ts")
+        if method.__class__ is not str:
+            raise _invalid(kind, "method")
+        numbers = {}
+        for name in ("tokens_before", "tokens_after", "messages_before", "messages_after"):
+            value = fields[name]
+            if value.__class__ is not int:
+                raise _invalid(kind, name)
+            numbers[name] = value
+        for name in ("input_tokens", "output_tokens"):  # a summary's cost; absent: none
+            value = fields.get(name, 0)
+            if value.__class__ is not int:
+                raise _invalid(kind, name)
+            numbers[name] = value
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, kind)
+        if ts > self.last_ts:
+            self.last_ts = ts
+        agent.compactions += 1
+        agent._context_tokens = numbers["tokens_after"]
+        self.compactions.append(Compaction(agent_id=agent.id, ts=ts, method=method, **numbers))
+        if agent._finished_ts is None and (numbers["input_tokens"] or numbers["output_tokens"]):
+            # A summary is a model call of the agent's: its usage, as agent_finished will say.
+            agent.input_tokens += numbers["input_tokens"]
+            agent.output_tokens += numbers["output_tokens"]
+            self._dirty = True
 
     def _cancel_requested(self, fields: Fields) -> None:
         ts = fields["ts"]
@@ -1255,6 +1419,7 @@ class TraceTree:
             raise _invalid(kind, "duration_s")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, kind)
         if agent._finished_ts is not None:
+            self._duplicate(agent.id)
             return  # a duplicate line: the first one stands
         if ts > self.last_ts:
             self.last_ts = ts
@@ -1289,14 +1454,38 @@ def _json_pieces(node: Node | dict[str, Any], levels: int) -> Iterator[bytes]:
             children = current.children
             head = node_json(current)
         if left <= 0 or not children:
-            yield orjson.dumps(current)
-            continue
+            try:
+                yield orjson.dumps(current)
+                continue
+            except orjson.JSONEncodeError:
+                if not children:
+                    raise
+                # Deeper than orjson nests (255 levels, 64 agents): one level at a time.
+                left = 1
         yield orjson.dumps(head)[:-1] + b',"children":['
         stack.append(b"]}")
         for i in range(len(children) - 1, -1, -1):
             stack.append((children[i], left - 1))
             if i:
                 stack.append(b",")
+
+
+def _plain_subtree(root: Node | dict[str, Any]) -> dict[str, Any]:
+    # Iterative: a chain of agents may be deeper than any recursive encoder or decoder goes.
+    top: dict[str, Any] = {}
+    stack: list[tuple[Node | dict[str, Any], dict[str, Any]]] = [(root, top)]
+    while stack:
+        src, dst = stack.pop()
+        if isinstance(src, dict):
+            kids = src["children"]
+            fields = {k: v for k, v in src.items() if k != "children"}
+        else:
+            kids = src.children
+            fields = node_json(src)
+        dst.update(orjson.loads(orjson.dumps(fields)))
+        dst["children"] = [{} for _ in kids]
+        stack.extend(zip(kids, dst["children"], strict=True))
+    return top
 
 
 def _subtree_json(

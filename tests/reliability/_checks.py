@@ -1,9 +1,9 @@
 """What every reliability test checks after its run, and the suite's running figures.
 
-After a run, whatever was injected: the SPEC §2 invariants hold on the live stream; the trace
-file holds exactly the live stream (every line decodes, same events, nothing lost, nothing
-extra); the runtime's registry is empty; no trio task the run started is left; no child
-process is left.
+After a run, whatever was injected: the event invariants (docs/events.md#invariants) hold on the
+live stream; the trace file holds exactly the live stream (every line decodes, same events,
+nothing lost, nothing extra); the runtime's registry is empty; no trio task the run started is
+left; no child process is left.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Cancel storm: a 500-agent run takes 200 cancels of random live nodes (agents and tool calls,
 at every depth) at random times.
 
-Afterwards: the SPEC §2 invariants hold and the trace holds exactly the live stream (see
-_checks); every node under an effective cancel that had not finished by then ended
-``cancelled``; every other node completed, and every parent carried on; the tree rebuilt from
-the trace file says the same. Virtual time (autojump_clock): the leaves nap 10-60 s each.
+Afterwards: the event invariants (docs/events.md#invariants) hold and the trace holds exactly
+the live stream (see _checks); every node under an effective cancel that had not finished by
+then ended ``cancelled``; every other node completed, and every parent carried on; the tree
+rebuilt from the trace file says the same. Virtual time (autojump_clock): the leaves nap 10-60 s
+each.
 """
 
 from __future__ import annotations

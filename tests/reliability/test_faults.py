@@ -1,7 +1,7 @@
 """Fault injection: provider errors at random turns and mid-stream, tools that raise, tools that
 hang past their timeout, subscribers that crash or stop reading.
 
-After every run, whatever was injected (see _checks.checked_runtime): the SPEC §2 invariants
+After every run, whatever was injected (see _checks.checked_runtime): the event invariants
 hold, the trace file holds exactly the live stream, the registry is empty, and no task or
 process is left. Each test also checks that the fault stayed where it was injected: the failing
 agent ends ``failed``, its parent reads an error result and carries on.

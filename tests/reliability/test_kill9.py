@@ -251,3 +251,68 @@ def test_a_run_killed_mid_bash_call_leaves_no_process_of_it_running(tmp_path: Pa
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     STATS["kill -9 of a run with bash children: none left orphaned"] += 1
+
+
+def _json_and_trace_after_kill(
+    tmp_path: Path, kill_after: int, *, to_file: bool
+) -> tuple[list[bytes], list[bytes]]:
+    """Kill a real run as soon as its --json output (a pipe, or a file) shows *kill_after*
+    lines; return the complete lines of the --json output and of the trace."""
+    trace = tmp_path / "trace.jsonl"
+    out_path = tmp_path / "out.jsonl"
+    with out_path.open("wb") as out_file:
+        proc, _ = _start_run(
+            tmp_path,
+            slow_scenario(),
+            "--trace",
+            str(trace),
+            stdout=out_file.fileno() if to_file else subprocess.PIPE,
+        )
+    seen = b""
+    try:
+        deadline = time.monotonic() + 30
+        while seen.count(b"\n") < kill_after:
+            assert time.monotonic() < deadline, "the --json output never grew"
+            assert proc.poll() is None, "the run ended before it could be killed"
+            if to_file:
+                seen = out_path.read_bytes()
+                time.sleep(0.001)
+            else:
+                assert proc.stdout is not None
+                seen += os.read(proc.stdout.fileno(), 65536)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        if to_file:
+            seen = out_path.read_bytes()
+        elif proc.stdout is not None:
+            seen += proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+    def complete(data: bytes) -> list[bytes]:
+        return data[: data.rfind(b"\n") + 1].splitlines(keepends=True)
+
+    return complete(seen), complete(trace.read_bytes())
+
+
+@pytest.mark.parametrize("to_file", [False, True], ids=["json-to-a-pipe", "json-to-a-file"])
+def test_after_kill_9_the_json_stream_is_never_ahead_of_the_trace(
+    tmp_path: Path, to_file: bool
+) -> None:
+    # Killed right after --json showed something: whatever it showed must be in the trace.
+    rng = random.Random(5)
+    for round_ in range(5):
+        folder = tmp_path / f"round{round_}"
+        folder.mkdir()
+        shown, traced = _json_and_trace_after_kill(
+            folder, rng.randrange(5, 150), to_file=to_file
+        )
+        assert len(shown) <= len(traced), (
+            f"--json showed {len(shown)} events, the trace holds {len(traced)}"
+        )
+        assert shown == traced[: len(shown)]
+        STATS["kill -9 runs: --json not ahead"] += 1

@@ -1,0 +1,338 @@
+"""The handle on a run: :class:`Runtime` (start, cancel, message, watch) and :class:`AgentHandle`.
+
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, final
+
+import attrs
+import trio
+
+from ._agent import AgentOutcome, AgentSpec
+from ._agent_types import AgentTypes
+from ._approvals import PendingRequest
+from ._bus import EventBus, Policy, Subscription, Tap
+from ._compaction import agent_window
+from ._context import RunContext, cancel_node
+from ._errors import ConfigError
+from ._events import AgentStatus, CancelBy
+from ._limits import Limits
+from ._loop import run_agent_actor
+from ._messages import Message
+
+if TYPE_CHECKING:
+    from ._tool import Tool
+
+__all__ = ["AgentHandle", "Runtime"]
+
+_CANCEL_BY = ("user", "control", "budget", "runtime")
+
+
+@final
+@attrs.define(eq=False)
+class AgentHandle:
+    """A root agent started by :meth:`Runtime.start`. Made by the runtime, not by users."""
+
+    agent_id: str
+    _runtime: Runtime
+    _done: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _outcome: AgentOutcome | None = attrs.field(default=None, init=False)
+
+    @property
+    def done(self) -> bool:
+        """Whether the agent has ended (and its ``agent_finished`` was emitted)."""
+        return self._done.is_set()
+
+    @property
+    def outcome(self) -> AgentOutcome | None:
+        """The outcome once the agent has ended, else ``None``."""
+        return self._outcome
+
+    async def wait(self) -> AgentOutcome:
+        """Wait for the agent to end and return its outcome (its actor's exit, as the runtime
+        supervised it).
+
+        Cancellation: a checkpoint; cancelling the wait does not cancel the agent.
+        """
+        await self._done.wait()
+        assert self._outcome is not None
+        return self._outcome
+
+    async def cancel(self, reason: str = "cancelled by user", *, by: CancelBy = "user") -> bool:
+        """Cancel this agent and its whole subtree (see :meth:`Runtime.cancel`)."""
+        return await self._runtime.cancel(self.agent_id, reason, by=by)
+
+    def send(self, text: str) -> bool:
+        """Queue a user message for the agent's next turn (see :meth:`Runtime.send_message`)."""
+        return self._runtime.send_message(self.agent_id, text)
+
+
+@final
+class Runtime:
+    """One run. Made by :func:`~runtime.open_runtime` (not meant to be built or subclassed by
+    users); every method must be called inside its block."""
+
+    def __init__(self, run: RunContext, nursery: trio.Nursery, trace_path: Path | None) -> None:
+        self._run = run
+        self._nursery = nursery
+        self.trace_path = trace_path
+        self._roots: list[AgentHandle] = []
+        self._closing = False
+
+    @property
+    def run_id(self) -> str:
+        return self._run.run_id
+
+    @property
+    def agent_types(self) -> AgentTypes:
+        return self._run.agent_types
+
+    @property
+    def workspace(self) -> Path:
+        return self._run.workspace
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        return self._run.tools
+
+    @property
+    def bus(self) -> EventBus:
+        return self._run.bus
+
+    @property
+    def limits(self) -> Limits:
+        return self._run.limits
+
+    def context_window(self, agent_type: str = "main") -> int:
+        """The context window (tokens) of agents of *agent_type*: the type's own, else the
+        run's, else known from its model's name (docs/context.md).
+
+        Raises:
+            ConfigError: unknown agent type.
+        """
+        return agent_window(self._run, self._run.agent_types.lookup(agent_type))
+
+    @property
+    def peak_running_agents(self) -> int:
+        """The most agents that were running at once so far."""
+        return self._run.peak_running_agents
+
+    # -- agents ---------------------------------------------------------------
+    async def start(
+        self,
+        prompt: str,
+        *,
+        agent_type: str = "main",
+        history: Iterable[Message] = (),
+    ) -> AgentHandle:
+        """Start a root agent on *prompt* and return its handle once it runs.
+
+        Args:
+            history: earlier messages it continues from (a chat session).
+
+        Raises:
+            ConfigError: unknown agent type.
+
+        Cancellation: a checkpoint; if cancelled, no agent was started.
+        """
+        if self._closing:
+            raise ConfigError("the runtime is closing; no new agents")
+        run = self._run
+        spec = AgentSpec(
+            agent_id=run.new_agent_id(),
+            agent_type=run.agent_types.lookup(agent_type),
+            prompt=prompt,
+            depth=0,
+            history=tuple(history),
+        )
+        return await self._start_spec(spec)
+
+    async def _start_spec(self, spec: AgentSpec) -> AgentHandle:
+        budget = spec.agent_type.budget
+        if budget is not None and not budget.empty:
+            spec = attrs.evolve(spec, budget=budget)
+        handle = AgentHandle(spec.agent_id, self)
+        await self._nursery.start(self._supervise_root, spec, handle)
+        # Keep running roots and the last one (its status is the run's); a long chat session
+        # must not keep every earlier turn's whole history alive here.
+        self._roots = [h for h in self._roots if not h.done]
+        self._roots.append(handle)
+        return handle
+
+    async def compact(
+        self,
+        history: Iterable[Message],
+        *,
+        instructions: str | None = None,
+        agent_type: str = "main",
+    ) -> AgentOutcome:
+        """Compact a conversation now (chat's ``/compact``) and return the agent's outcome.
+
+        A root agent of *agent_type* is started on *history* to trim and summarise it with its
+        own provider and model, as an agent near its context window does (docs/context.md);
+        it emits ``context_compacted`` and ends without a model turn of its own. The compacted
+        history is ``outcome.state.messages``; ``outcome.result`` says what was done.
+
+        Args:
+            instructions: what the summary should focus on.
+
+        Raises:
+            ConfigError: unknown agent type.
+
+        Cancellation: cancels the agent (it still reports ``cancelled``) and re-raises; the
+        conversation given is not changed.
+        """
+        if self._closing:
+            raise ConfigError("the runtime is closing; no new agents")
+        run = self._run
+        words = f" {instructions}" if instructions else ""
+        spec = AgentSpec(
+            agent_id=run.new_agent_id(),
+            agent_type=run.agent_types.lookup(agent_type),
+            prompt=f"/compact{words}",
+            depth=0,
+            history=tuple(history),
+            compact=instructions or "",
+        )
+        return await self._run_spec(spec)
+
+    async def run(
+        self, prompt: str, *, agent_type: str = "main", history: Iterable[Message] = ()
+    ) -> AgentOutcome:
+        """Start a root agent and wait for its outcome.
+
+        Cancellation: cancels the agent (it still reports ``cancelled``) and re-raises.
+        """
+        handle = await self.start(prompt, agent_type=agent_type, history=history)
+        return await self._wait_or_cancel(handle)
+
+    async def _run_spec(self, spec: AgentSpec) -> AgentOutcome:
+        return await self._wait_or_cancel(await self._start_spec(spec))
+
+    async def _wait_or_cancel(self, handle: AgentHandle) -> AgentOutcome:
+        try:
+            return await handle.wait()
+        finally:
+            if not handle.done:
+                with trio.move_on_after(self._run.limits.finish_grace_s, shield=True):
+                    await handle.cancel("the caller was cancelled", by="runtime")
+                    await handle.wait()
+
+    # -- control ---------------------------------------------------------------
+    async def cancel(
+        self, node_id: str, reason: str = "cancelled by user", *, by: CancelBy = "user"
+    ) -> bool:
+        """Cancel exactly the subtree under *node_id* (an agent id or a tool_use_id).
+
+        Emits ``cancel_requested`` as the agent owning the node, then cancels its scope: every
+        agent in it ends ``cancelled`` (``budget_exceeded`` when *by* is ``budget``), every open
+        tool call ``cancelled``; a cancelled ``agent`` call tells its parent model
+        ``cancelled: <reason>`` and the parent carries on. Cancelling a root agent ends it.
+
+        Returns:
+            ``False``, changing nothing, when the id is unknown, not yet announced (no
+            ``agent_started`` yet) or already finished or cancelled.
+
+        Cancellation: a checkpoint before anything happens; the cancel itself is not
+        interruptible, and never waits for a slow subscriber (an abort must not hang on one).
+        """
+        if by not in _CANCEL_BY:
+            raise ValueError(f"by must be one of {', '.join(_CANCEL_BY)}")
+        await trio.lowlevel.checkpoint()
+        return cancel_node(self._run, node_id, reason, by=by)
+
+    async def abort(self, reason: str = "run aborted by user", *, by: CancelBy = "user") -> None:
+        """Cancel every running root agent (and so everything)."""
+        for handle in list(self._roots):
+            if not handle.done:
+                await self.cancel(handle.agent_id, reason, by=by)
+
+    def send_message(self, agent_id: str, text: str) -> bool:
+        """Queue *text* for a running agent; it is delivered at its next turn boundary as a
+        ``user_message`` event and a user message in its history.
+
+        Returns:
+            ``False`` when the agent is unknown, finished, or its mailbox is full.
+        """
+        mailbox = self._run.mailboxes.get(agent_id)
+        if mailbox is None:
+            return False
+        try:
+            mailbox.send_nowait(text)
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            return False
+        return True
+
+    def resolve_permission(
+        self, request_id: str, granted: bool, *, remember: bool = False, reason: str | None = None
+    ) -> bool:
+        """Answer a ``permission_requested`` event.
+
+        Args:
+            remember: with *granted*, allow calls like this one for the rest of the run.
+
+        Returns:
+            ``False`` when no such request is waiting.
+        """
+        return self._run.broker.resolve(request_id, granted, remember=remember, reason=reason)
+
+    def pending_permissions(self) -> list[PendingRequest]:
+        """Permission requests waiting for an answer now."""
+        return self._run.broker.pending()
+
+    @contextmanager
+    def permission_answerer(self) -> Generator[None, None, None]:
+        """Declare that someone answers permission requests while the block runs; without one,
+        a call that must ask is denied at once."""
+        with self._run.broker.answerer():
+            yield
+
+    # -- watching --------------------------------------------------------------
+    def subscribe(self, *, buffer: int = 10_000, policy: Policy = "lag") -> Subscription:
+        """A subscription to the run's flat stream from now on; use it as a context manager.
+
+        Args:
+            policy: ``lag`` (default): a reader more than *buffer* events behind is dropped with
+                :class:`SubscriberLagged` and never slows the agents; ``block``: the agents wait
+                for this reader (backpressure).
+        """
+        return self._run.bus.subscribe(buffer=buffer, policy=policy)
+
+    def add_tap(self, tap: Tap) -> None:
+        """Call *tap* synchronously on every later event (cheap observers only)."""
+        self._run.bus.add_tap(tap)
+
+    def remove_tap(self, tap: Tap) -> None:
+        self._run.bus.remove_tap(tap)
+
+    async def _supervise_root(
+        self,
+        spec: AgentSpec,
+        handle: AgentHandle,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        # The runtime supervises root agents as an agent call supervises a sub-agent.
+        def report(outcome: AgentOutcome) -> None:
+            handle._outcome = outcome
+
+        try:
+            await run_agent_actor(self._run, spec, on_outcome=report, task_status=task_status)
+        finally:
+            handle._done.set()
+
+    async def _wait_roots(self) -> None:
+        # Roots may be started while we wait (from another task): wait until none is running.
+        while running := [h for h in self._roots if not h.done]:
+            await running[0]._done.wait()
+
+    def final_status(self) -> AgentStatus:
+        """The run's status: the last root agent's (``completed`` for a run with none)."""
+        for handle in reversed(self._roots):
+            if handle.outcome is not None:
+                return handle.outcome.status
+        return "cancelled" if self._roots else "completed"
