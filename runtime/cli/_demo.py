@@ -28,6 +28,7 @@ from ._options import (
     existing_file,
     is_interactive,
     run_command,
+    run_prompt,
     setup_logging,
     shows_live_view,
 )
@@ -190,8 +191,6 @@ def run_demo(opts: RunOptions) -> int:
     Returns:
         The exit code (0 completed, 1 otherwise, 130 aborted, 2 bad options).
     """
-    from ._main import run_prompt
-
     existing_file(opts.scenario, "--scenario")
     existing_file(opts.agents, "--agents")
     check_output_paths(opts)

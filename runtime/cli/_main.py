@@ -28,6 +28,7 @@ from ._options import (
     add_common_options,
     error_line,
     options_from_args,
+    run_prompt,
 )
 
 _DESCRIPTION = (
@@ -275,27 +276,6 @@ def cmd_run(opts: RunOptions, prompt: str) -> int:
     check_output_paths(opts)
     setup_logging(opts.debug, opts.verbose)
     return run_command(lambda: run_prompt(opts, prompt), debug=opts.debug)
-
-
-async def run_prompt(opts: RunOptions, prompt: str, **session_kwargs: Any) -> int:
-    """Run *prompt* in a CLI session (live view, Ctrl+C picker, prompts, control socket).
-
-    Returns:
-        The exit code: 0 completed, 1 ended otherwise, 130 aborted.
-
-    Cancellation: cancels the run; every node ends ``cancelled``.
-    """
-    from ._options import open_session, report_outcome
-
-    outcome = None
-    async with open_session(opts, **session_kwargs) as session:
-        handle = await session.rt.start(prompt)
-        if session.aborted:  # Ctrl+C came before the agent existed
-            await session.rt.abort("run aborted by user (Ctrl+C)")
-        outcome = await handle.wait()
-    code = session.exit_code(outcome)
-    report_outcome(session, outcome, code)
-    return code
 
 
 def cmd_cancel(path: str, target: str, reason: str | None) -> int:

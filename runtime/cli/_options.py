@@ -33,7 +33,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -46,7 +46,13 @@ if TYPE_CHECKING:
     from ._live import LiveView, PlainView
     from ._picker import TerminalPrompts
 
-PROG = "trio-agents"
+from ._exit import EXIT_ABORTED as EXIT_ABORTED
+from ._exit import EXIT_FAILED as EXIT_FAILED
+from ._exit import EXIT_OK as EXIT_OK
+from ._exit import EXIT_USAGE as EXIT_USAGE
+from ._exit import PROG as PROG
+from ._exit import error_line as error_line
+
 PERMISSION_MODES = ("ask", "auto-edit", "allow-all", "deny")
 PROVIDERS = ("openai", "anthropic", "scripted")
 
@@ -56,11 +62,6 @@ DEFAULT_MAX_DEPTH = 4
 DEFAULT_MAX_PARALLEL = 16
 GLOBAL_FLAGS = ("--debug", "-v", "--verbose")
 """Options every command takes, before or after its name."""
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_ABORTED = 130
 
 
 class UsageError(Exception):
@@ -531,14 +532,6 @@ def setup_logging(debug: bool, verbose: bool = False) -> None:
 # -- errors and exit codes -----------------------------------------------------------------
 
 
-def error_line(message: str, *, file: TextIO | None = None) -> None:
-    """Print one ``trio-agents: error: …`` line on stderr (newlines folded)."""
-    from runtime.core._secrets import redact_text  # masked like the events and the logs
-
-    text = redact_text(" ".join(message.split("\n")).strip())
-    print(f"{PROG}: error: {text}", file=file or sys.stderr, flush=True)
-
-
 def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         out: list[BaseException] = []
@@ -827,6 +820,25 @@ def silence_stdout() -> None:
         os.close(devnull)
     except (OSError, ValueError, AttributeError):
         pass
+
+
+async def run_prompt(opts: RunOptions, prompt: str, **session_kwargs: Any) -> int:
+    """Run *prompt* in a CLI session (live view, Ctrl+C picker, prompts, control socket).
+
+    Returns:
+        The exit code: 0 completed, 1 ended otherwise, 130 aborted.
+
+    Cancellation: cancels the run; every node ends ``cancelled``.
+    """
+    outcome = None
+    async with open_session(opts, **session_kwargs) as session:
+        handle = await session.rt.start(prompt)
+        if session.aborted:  # Ctrl+C came before the agent existed
+            await session.rt.abort("run aborted by user (Ctrl+C)")
+        outcome = await handle.wait()
+    code = session.exit_code(outcome)
+    report_outcome(session, outcome, code)
+    return code
 
 
 def report_outcome(session: Session, outcome: AgentOutcome | None, code: int) -> None:

@@ -150,6 +150,15 @@ class RunningSubtree:
 # dodge it).
 
 
+def _renderer() -> Any:
+    """:mod:`runtime.trace._render`, which draws trees and so depends on this module: it is
+    reached by name only when a tree is asked to draw itself, so neither module needs the other
+    to load (no import cycle)."""
+    import importlib
+
+    return importlib.import_module("runtime.trace._render")
+
+
 class _NodeBase:
     """What agents and tool calls share: a start seen or not, an end, a duration."""
 
@@ -175,9 +184,8 @@ class _NodeBase:
 
     def render(self) -> str:
         """This node's subtree as ``trace show`` draws it (plain text, no colours)."""
-        from ._render import node_lines
-
-        return "\n".join(line.plain for line in node_lines(self, color=False))  # type: ignore[arg-type]
+        node_lines = _renderer().node_lines
+        return "\n".join(line.plain for line in node_lines(self, color=False))
 
     def __str__(self) -> str:
         return self.render()
@@ -185,9 +193,7 @@ class _NodeBase:
     def __rich__(self) -> Any:
         from rich.console import Group
 
-        from ._render import node_lines
-
-        return Group(*node_lines(self))  # type: ignore[arg-type]
+        return Group(*_renderer().node_lines(self))
 
     def elapsed(self, now: float) -> float | None:
         """The duration once finished (or interrupted), else the time from its start to *now*."""
@@ -877,18 +883,15 @@ class TraceTree:
             options: as :func:`runtime.trace._render.tree_lines` (``subtree``, ``max_depth``,
                 ``status``, ``title``, ``now``).
         """
-        from ._render import tree_lines
-
         options.setdefault("spinner", False)
-        return "\n".join(line.plain for line in tree_lines(self, color=False, **options))
+        lines = _renderer().tree_lines(self, color=False, **options)
+        return "\n".join(line.plain for line in lines)
 
     def __str__(self) -> str:
         return self.render()
 
     def __rich__(self) -> Any:
-        from ._render import render_tree
-
-        return render_tree(self, spinner=False)
+        return _renderer().render_tree(self, spinner=False)
 
     def to_json(
         self,
