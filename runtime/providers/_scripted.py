@@ -8,8 +8,8 @@ cancelled or failed turn is simply played again.
 Tool-call ids are made here, unique in the run and the same run after run: ``tu-A.K`` is the
 K-th call of agent number A (``agent-A``), so ``tu-1.2`` is the root's second call. Parallel
 agents therefore never race for a shared counter: an id depends on who made the call and where,
-never on when. (K is counted per agent, from the calls in its history when it is first seen,
-so a compaction that drops old calls from the history does not make an id again.)
+never on when. K counts the calls of the script's turns before this one, so the provider keeps
+no state for it, and a compaction that drops old calls from the history makes no id again.
 
 A compaction's summary request (``purpose="compact"``) is answered by the scenario's agent type
 ``compact`` when it has one (its first turn for a first summary, the next for a summary of a
@@ -31,7 +31,6 @@ import trio
 from runtime.core._compaction import SUMMARY_HEADER, compacted_turns
 from runtime.core._context_window import fixed_chars, history_chars, parse_overflow
 from runtime.core._errors import ContextOverflowError, ProviderError
-from runtime.core._messages import ToolUseBlock
 from runtime.core._provider import (
     ModelRequest,
     StreamItem,
@@ -61,8 +60,6 @@ class ScriptedProvider:
     def __init__(self, scenario: Scenario, *, id_prefix: str = "tu-") -> None:
         self.scenario = scenario
         self._prefix = id_prefix
-        # Tool calls made so far, per agent id: the K of the next tu-A.K (one int per agent).
-        self._calls: dict[str, int] = {}
 
     def describe(self) -> dict[str, Any]:
         return {"provider": "scripted", "scenario": self.scenario.source}
@@ -93,7 +90,9 @@ class ScriptedProvider:
                 f"scenario: agent type {request.agent_type!r} ran past its last turn "
                 f"(it has {len(script.turns)}, this would be turn {index + 1})"
             )
-        async for item in self._play(script.turns[index], request):
+        # The calls this agent type's earlier turns made: the K of this turn's first tu-A.K.
+        made = sum(len(turn.tool_calls) for turn in script.turns[:index])
+        async for item in self._play(script.turns[index], request, made):
             yield item
 
     async def _summary(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
@@ -115,7 +114,7 @@ class ScriptedProvider:
         )
 
     async def _play(
-        self, turn: ScriptedTurn, request: ModelRequest
+        self, turn: ScriptedTurn, request: ModelRequest, made: int | None = None
     ) -> AsyncGenerator[StreamItem, None]:
         if turn.delay_s:
             await trio.sleep(turn.delay_s)
@@ -135,16 +134,12 @@ class ScriptedProvider:
             if overflow is not None:
                 raise ContextOverflowError(turn.error, tokens=overflow.tokens, limit=overflow.limit)
             raise ProviderError(turn.error)
-        made = self._calls.get(request.agent_id)
-        if made is None:  # first seen: count on from the calls its history holds (a resume)
-            made = sum(
-                isinstance(block, ToolUseBlock) for m in request.messages for block in m.content
-            )
         owner = _agent_number(request.agent_id)
-        for k, call in enumerate(turn.tool_calls, made + 1):
+        # A summary turn (made is None) never shares an id with the agent's own calls.
+        for k, call in enumerate(turn.tool_calls):
             out_chars += len(call.name) + len(orjson.dumps(call.input))
-            yield ToolCall(f"{self._prefix}{owner}.{k}", call.name, dict(call.input))
-        self._calls[request.agent_id] = made + len(turn.tool_calls)
+            number = made + 1 + k if made is not None else f"s{k + 1}"
+            yield ToolCall(f"{self._prefix}{owner}.{number}", call.name, dict(call.input))
         stop = turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn")
         yield TurnEnd(
             stop_reason=stop,  # type: ignore[arg-type]  # checked when the scenario was parsed
