@@ -17,6 +17,12 @@ EXIT_USAGE = 2
 EXIT_ABORTED = 130
 
 
+def warning_line(message: str) -> None:
+    """Print one ``trio-agents: warning: …`` line on stderr (newlines folded)."""
+    text = " ".join(message.split("\n")).strip()
+    print(f"{PROG}: warning: {text}", file=sys.stderr, flush=True)
+
+
 def error_line(message: str, *, file: TextIO | None = None) -> None:
     """Print one ``trio-agents: error: …`` line on stderr (newlines folded)."""
     from runtime.core._secrets import redact_text  # masked like the events and the logs

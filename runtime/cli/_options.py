@@ -52,6 +52,7 @@ from ._exit import EXIT_OK as EXIT_OK
 from ._exit import EXIT_USAGE as EXIT_USAGE
 from ._exit import PROG as PROG
 from ._exit import error_line as error_line
+from ._exit import warning_line as warning_line
 
 PERMISSION_MODES = ("ask", "auto-edit", "allow-all", "deny")
 PROVIDERS = ("openai", "anthropic", "scripted")
@@ -268,7 +269,6 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
     g.add_argument(
         "--permission-timeout",
         type=_positive_float,
-        default=300.0,
         metavar="S",
         help="how long a permission question waits for an answer (default: 300)",
     )
@@ -288,6 +288,28 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         "--sandbox-network",
         action="store_true",
         help="with --sandbox (implied): let sandboxed commands use the network",
+    )
+    add_mcp_options(parser)
+
+
+def add_mcp_options(parser: argparse.ArgumentParser) -> None:
+    """The MCP server options (docs/mcp.md), shared with ``mcp list``."""
+    g = parser.add_argument_group("MCP servers")
+    g.add_argument(
+        "--mcp-config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="MCP servers to add, in .mcp.json format; later files win (repeatable; the "
+        "workspace's .mcp.json is read first)",
+    )
+    g.add_argument("--no-mcp", action="store_true", help="start no MCP server at all")
+    g.add_argument(
+        "--mcp-start-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="S",
+        help="how long each MCP server may take to start (default: 30)",
     )
 
 
@@ -317,6 +339,9 @@ class RunOptions:
     """:class:`~runtime.RayOptions` fields given on the command line."""
     debug: bool = False
     verbose: bool = False
+    mcp_config: tuple[str, ...] = ()
+    no_mcp: bool = False
+    mcp_start_timeout_s: float | None = None
     sandbox: bool = False
     sandbox_network: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -348,7 +373,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         permission_mode=ns.permission_mode,
         allow=tuple(ns.allow),
         deny=tuple(ns.deny),
-        permission_timeout_s=ns.permission_timeout,
+        permission_timeout_s=300.0 if ns.permission_timeout is None else ns.permission_timeout,
         max_turns=ns.max_turns,
         max_depth=ns.max_depth,
         max_parallel=ns.max_parallel,
@@ -367,6 +392,9 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         },
         debug=ns.debug,
         verbose=getattr(ns, "verbose", False),
+        mcp_config=tuple(ns.mcp_config),
+        no_mcp=ns.no_mcp,
+        mcp_start_timeout_s=ns.mcp_start_timeout,
         sandbox=ns.sandbox or ns.sandbox_network,
         sandbox_network=ns.sandbox_network,
     )
@@ -440,6 +468,8 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         "permission_timeout_s": opts.permission_timeout_s,
         "ray_address": opts.ray_address,
     }
+    if not opts.no_mcp:
+        kwargs["mcp_servers"] = load_mcp_options(opts)
     if opts.sandbox:
         from runtime.core._sandbox import Sandbox
 
@@ -450,6 +480,23 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         kwargs["ray"] = RayOptions(**opts.ray)
     kwargs.update(opts.extra)
     return kwargs
+
+
+def load_mcp_options(opts: RunOptions) -> Any:
+    """The MCP configuration of *opts*: the workspace's ``.mcp.json`` (if there), then each
+    ``--mcp-config`` file; warnings go to stderr as one line each.
+
+    Raises:
+        ConfigError: a file that cannot be read or is malformed (naming it and the JSON path).
+    """
+    from runtime.mcp import DEFAULT_START_TIMEOUT_S, load_mcp_config
+
+    return load_mcp_config(
+        opts.mcp_config,
+        optional=[Path(opts.workspace or ".") / ".mcp.json"],
+        start_timeout_s=opts.mcp_start_timeout_s or DEFAULT_START_TIMEOUT_S,
+        on_warning=warning_line,
+    )
 
 
 # -- logging -------------------------------------------------------------------------------

@@ -786,7 +786,8 @@ class RayPlacement:
             run_id=run.run_id,
             agent_types=tuple(run.agent_types.values()),
             provider=config,
-            tools=tuple(run.tools.values()),
+            # MCP tools hold this process's server connections: never shipped (docs/cluster.md).
+            tools=tuple(t for n, t in run.tools.items() if not n.startswith("mcp__")),
             tool_limits=run.tool_limits,
             limits=run.limits,
             workspace=str(run.workspace),
@@ -794,6 +795,7 @@ class RayPlacement:
             policy=run.broker.policy,
             batch_interval_s=self.options.batch_interval_s,
             batch_max=self.options.batch_max,
+            system_prompt=run.system_prompt,
             sandbox=run.sandbox,
         )
         try:

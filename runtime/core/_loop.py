@@ -10,8 +10,9 @@ any level — its ``*_finished`` event is emitted from a ``finally`` under a bou
 
 from __future__ import annotations
 
+import fnmatch
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import aclosing
 from typing import Any
 
@@ -40,6 +41,7 @@ from ._events import (
     TextDelta,
     ThinkingDelta,
     ToolFinished,
+    ToolProgress,
     ToolStarted,
     ToolStatus,
     TurnFinished,
@@ -158,7 +160,7 @@ async def run_agent_actor(
             agent_id=spec.agent_id,
             name=spec.agent_type.name,
             depth=spec.depth,
-            system=spec.agent_type.system,
+            system=_system_prompt(run, spec.agent_type),
             messages=_with_prompt(spec.history, spec.prompt)
             if spec.compact is None
             else list(spec.history),
@@ -416,10 +418,29 @@ async def _stream_turn(
     return tuple(content), calls, end
 
 
+def _system_prompt(run: RunContext, atype: AgentType) -> str:
+    if run.system_prompt is None:
+        return atype.system
+    return run.system_prompt(atype, list(_tools_for(run, atype)))
+
+
 def _tools_for(run: RunContext, atype: AgentType) -> dict[str, Tool]:
     if atype.tools is None:
         return dict(run.tools)
-    return {name: run.tools[name] for name in atype.tools if name in run.tools}
+    return select_tools(run.tools, atype.tools)
+
+
+def select_tools(tools: Mapping[str, Tool], names: Iterable[str]) -> dict[str, Tool]:
+    """The tools *names* picks, in its order: a name, or a glob over names (``mcp__git__*``:
+    ``*`` any run of characters, ``?`` one). A name or glob matching nothing picks nothing."""
+    out: dict[str, Tool] = {}
+    for name in names:
+        if name in tools:
+            out.setdefault(name, tools[name])
+        elif "*" in name or "?" in name or "[" in name:
+            for candidate in fnmatch.filter(tools, name):
+                out.setdefault(candidate, tools[candidate])
+    return out
 
 
 def _tool_spec(run: RunContext, tool: Tool) -> ToolSpec:
@@ -603,6 +624,7 @@ async def _execute(
         limits=tool_limits_for(run, spec.agent_type),
         log=log.bind(tool_use_id=call.id, tool=tool.name),
         spawner=_Spawner(run, spec, call.id, agent_id),
+        report_progress=functools.partial(_report_progress, run, spec, call.id),
         redactor=run.bus.redactor,
         sandbox=run.sandbox,
     )
@@ -615,6 +637,26 @@ async def _execute(
     except Exception as exc:  # a bug in a tool is a result the model reads, not a crash
         log.exception("tool raised", tool=tool.name, tool_use_id=call.id)
         return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"
+
+
+async def _report_progress(
+    run: RunContext,
+    spec: AgentSpec,
+    tool_use_id: str,
+    progress: float,
+    total: float | None,
+    message: str | None,
+) -> None:
+    """A ``tool_progress`` event for one call (its message masked like every output)."""
+    await run.bus.emit(
+        ToolProgress,
+        agent_id=spec.agent_id,
+        parent_tool_use_id=spec.parent_tool_use_id,
+        tool_use_id=tool_use_id,
+        progress=float(progress),
+        total=None if total is None else float(total),
+        message=None if message is None else redact(message, run.secrets)[:500],
+    )
 
 
 class _Spawner:
