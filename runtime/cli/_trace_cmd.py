@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from runtime.trace._tree import AgentNode, ToolNode, TraceTree
 
 PROG: Final = "trio-agents trace"
+_ERR_PROG: Final = "trio-agents"
+"""What every error line starts with, whatever the command (``trio-agents: error: …``)."""
 MAX_WARNINGS: Final = 20
 """Bad-line warnings printed before the rest are only counted."""
 STATUSES: Final = (
@@ -44,6 +46,7 @@ STATUSES: Final = (
 
 
 _PIPE_WIDTH: Final = 400
+_FILE_HELP: Final = "a trace (JSONL) written by run, demo or chat (--trace)"
 
 
 class _UsageError(Exception):
@@ -51,14 +54,20 @@ class _UsageError(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    from ._options import CliParser
+
+    common = CliParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    parser = argparse.ArgumentParser(
+    # Every command takes -v; the trace commands print their warnings anyway.
+    common.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
+    parser = CliParser(
         prog=PROG,
         description="Inspect a JSONL trace written by `trio-agents run` (or still being written).",
         parents=[common],
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=CliParser
+    )
 
     show = sub.add_parser(
         "show",
@@ -68,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         "the tree: agents with status, duration, tokens (own and Σ subtree), result or error; "
         "tool calls with their summary; cancels with reason and who asked.",
     )
-    show.add_argument("file", metavar="FILE")
+    show.add_argument("file", metavar="FILE", help=_FILE_HELP)
     show.add_argument(
         "--json", action="store_true", help="the tree as JSON (docs/tree.md), one line per run"
     )
@@ -82,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         "--status",
         metavar="S",
         choices=STATUSES,
-        help="only nodes with status S, with their ancestors",
+        help="only nodes with status S, with their ancestors; S is one of: " + ", ".join(STATUSES),
     )
     show.add_argument(
         "--timeline", action="store_true", help="a text Gantt chart of agents over time"
@@ -100,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
         "tool calls by name and status; the most agents running at once; the critical path; "
         "time spent waiting for permission.",
     )
-    stats.add_argument("file", metavar="FILE")
+    stats.add_argument("file", metavar="FILE", help=_FILE_HELP)
     stats.add_argument("--json", action="store_true", help="as one JSON object")
     stats.add_argument("--no-color", action="store_true", help="no colours")
     stats.set_defaults(func=_cmd_stats)
@@ -112,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Follow FILE as it grows: a live tree on a terminal, one line per event "
         "otherwise. Exits 0 when the run finishes, 130 on Ctrl+C.",
     )
-    tail.add_argument("file", metavar="FILE")
+    tail.add_argument("file", metavar="FILE", help=_FILE_HELP + "; waited for if missing")
     tail.add_argument("--no-color", action="store_true", help="no colours")
     tail.add_argument("--poll", metavar="SECONDS", type=float, default=0.1, help=argparse.SUPPRESS)
     tail.set_defaults(func=_cmd_tail)
@@ -124,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
         description="otlp-json: one OTLP ExportTraceServiceRequest per line (the collector's "
         "file format), GenAI semantic-convention attributes. mermaid: a flowchart TD.",
     )
-    export.add_argument("file", metavar="FILE")
+    export.add_argument("file", metavar="FILE", help=_FILE_HELP)
     export.add_argument("--format", required=True, choices=("otlp-json", "mermaid"))
     export.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     export.set_defaults(func=_cmd_export)
@@ -155,7 +164,7 @@ def main(argv: Sequence[str]) -> int:
         with _one_shot_heap():
             return func(args)
     except _UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{_ERR_PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # show/stats/export run without trio, so Ctrl+C arrives bare here (tail handles its
@@ -171,9 +180,11 @@ def main(argv: Sequence[str]) -> int:
         if args.debug:
             raise
         if isinstance(exc, TraceError):
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            print(f"{_ERR_PROG}: error: {exc}", file=sys.stderr)
             return 2
-        print(f"{PROG}: internal error: {exc!r} (--debug shows where)", file=sys.stderr)
+        print(
+            f"{_ERR_PROG}: error: internal error: {exc!r} (--debug shows where)", file=sys.stderr
+        )
         return 1
 
 
@@ -234,7 +245,7 @@ class _Warnings:
             )
         else:
             message = str(error)
-        line = f"{PROG}: warning: {self.path}: {message}"
+        line = f"{_ERR_PROG}: warning: {self.path}: {message}"
         if self.defer:
             self._held.append(line)
         else:
@@ -258,12 +269,13 @@ class _Warnings:
         self._held.clear()
         if self.count > MAX_WARNINGS:
             print(
-                f"{PROG}: warning: {self.path}: {self.count - MAX_WARNINGS} more", file=sys.stderr
+                f"{_ERR_PROG}: warning: {self.path}: {self.count - MAX_WARNINGS} more",
+                file=sys.stderr,
             )
         if loader is not None and loader.truncated:
             print(
-                f"{PROG}: note: {self.path}: the last line is cut short (the writer was killed?); "
-                "unfinished nodes are shown as interrupted",
+                f"{_ERR_PROG}: note: {self.path}: the last line is cut short (the writer was "
+                "killed?); unfinished nodes are shown as interrupted",
                 file=sys.stderr,
             )
 
@@ -306,9 +318,12 @@ def _write_bytes(chunks: Iterable[bytes], output: str | None = None) -> None:
             out.write(chunk)
         out.flush()
         return
-    with open(output, "wb") as f:
-        for chunk in chunks:
-            f.write(chunk)
+    try:
+        with open(output, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+    except OSError as exc:
+        raise _UsageError(f"-o {output}: cannot write: {exc.strerror or exc}") from None
 
 
 # --------------------------------------------------------------------------- show
@@ -350,7 +365,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
         )
         if console.is_terminal:
             for line in lines:
-                console.print(line)
+                # Whole lines, wrapped by the terminal: a tree to read, not a live region to fit.
+                console.print(line.copy())
         else:
             # Piped: plain text as it comes (rich would only strip what it added).
             out = sys.stdout
@@ -645,6 +661,13 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    if args.output is not None:
+        from ._options import UsageError, writable_path
+
+        try:  # before the trace is read: a bad -o costs nothing
+            writable_path(args.output, "-o", make_parents=False)
+        except UsageError as exc:
+            raise _UsageError(str(exc)) from None
     trees = _load(args.file, keep_details=False)
     if args.format == "mermaid":
         from runtime.trace._render import render_mermaid
@@ -677,8 +700,12 @@ def _cmd_tail(args: argparse.Namespace) -> int:
 
     from runtime.core._errors import TraceError
 
-    if not os.path.exists(args.file):
-        raise TraceError(f"{args.file}: no such file")
+    folder = os.path.dirname(args.file) or "."
+    if not os.path.exists(args.file) and not os.path.isdir(folder):
+        # A run may yet create the file, not its folder: that is a typo.
+        raise TraceError(f"{args.file}: no such file, and no folder {folder!r} to wait in")
+    if os.path.isdir(args.file):
+        raise TraceError(f"{args.file}: is a folder, not a trace")
     try:
         return trio.run(_tail, args)
     except* KeyboardInterrupt:  # a Ctrl+C before the signal handler was in place
@@ -720,7 +747,11 @@ async def _tail(args: argparse.Namespace) -> int:
             # Too tall for the screen while running: only what runs, and the paths to it.
             tall = len(t.agents) + len(t.tools) + 1 > room and not t.ended
             parts.append(render_tree(t, now=now, color=color, status="running" if tall else None))
-        return Group(*parts) if parts else f"waiting for events in {args.file}…"
+        if parts:
+            return Group(*parts)
+        if not os.path.exists(args.file):
+            return f"waiting for {args.file} to be created… (Ctrl+C to stop)"
+        return f"waiting for events in {args.file}…"
 
     def finished() -> bool:
         trees = traces.trees
@@ -729,6 +760,16 @@ async def _tail(args: argparse.Namespace) -> int:
     async def follow(cancel_scope: trio.CancelScope, live: Any) -> None:
         nonlocal outcome
         nonlocal arrived
+        trace = trio.Path(args.file)
+        if not await trace.exists():
+            # As `tail -F`: the run that writes it may not have started yet. Polled, as the
+            # file is once it exists (no file-system notifications needed).
+            if live is None and sys.stderr.isatty():
+                print(f"waiting for {args.file} (Ctrl+C to stop)", file=sys.stderr, flush=True)
+            while True:
+                await trio.sleep(args.poll)
+                if await trace.exists():
+                    break
         async with follow_lines(args.file, poll_s=args.poll) as batches:
             async for batch in batches:
                 arrived = time.monotonic()
