@@ -1,0 +1,438 @@
+"""``trio-agents replay``: a run recorded against the loopback HTTP server, played back offline.
+
+The recording is a real run of the Anthropic provider against ``tests/llm_server.py``: a main
+agent whose first turn reads a missing file (a failed tool) and asks ``bash(rm …)`` (denied by a
+rule), whose second turn starts three sub-agents in parallel: one reads a file, one is slow and
+is cancelled by the test (a cancelled subtree), one gets a 400 from the API (a provider error).
+The replays run in a subprocess, with the server gone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from runtime import open_runtime
+from runtime.core._events import decode_event
+from runtime.trace._tree import AgentNode, TraceTree
+from tests.llm_server import (
+    LLMServer,
+    Piece,
+    RecordedRequest,
+    Reply,
+    anthropic_end,
+    anthropic_message_start,
+    anthropic_text_block,
+    anthropic_text_stream,
+    anthropic_tool_block,
+)
+
+PROMPT = "MAIN: look after the project"
+
+
+def _turn(text: str, calls: Sequence[tuple[str, str, dict[str, Any]]]) -> Reply:
+    events = [anthropic_message_start(40), *anthropic_text_block(0, [text])]
+    for i, (tool_id, name, args) in enumerate(calls, 1):
+        events += anthropic_tool_block(i, tool_id, name, [orjson.dumps(args).decode()])
+    events += anthropic_end("tool_use" if calls else "end_turn", 12)
+    return Reply.stream(events)
+
+
+def _agent(tool_id: str, prompt: str) -> tuple[str, str, dict[str, Any]]:
+    return (tool_id, "agent", {"description": prompt.split(":")[0].lower(), "prompt": prompt})
+
+
+def _route(request: RecordedRequest) -> Reply | None:
+    body = request.json
+    first = body["messages"][0]["content"]
+    prompt = first if isinstance(first, str) else first[0]["text"]
+    turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+    if prompt.startswith("MAIN"):
+        return [
+            _turn(
+                "Checking first.",
+                [
+                    ("toolu_1", "read", {"path": "missing.txt"}),
+                    ("toolu_2", "bash", {"command": "rm -rf build"}),
+                ],
+            ),
+            _turn(
+                "Splitting the work.",
+                [
+                    _agent("toolu_3", "NOTES: read notes.txt"),
+                    _agent("toolu_4", "SLOW: take your time"),
+                    _agent("toolu_5", "BROKEN: this one fails"),
+                ],
+            ),
+            Reply.stream(anthropic_text_stream(["All ", "done."])),
+        ][turn]
+    if prompt.startswith("NOTES"):
+        if turn == 0:
+            return _turn("Reading.", [("toolu_6", "read", {"path": "notes.txt"})])
+        return Reply.stream(anthropic_text_stream(["The notes say hello."]))
+    if prompt.startswith("SLOW"):  # starts, then waits far longer than the test
+        return Reply.stream([anthropic_message_start(40), Piece(b"", delay_s=60)])
+    if prompt.startswith("BROKEN"):
+        return Reply.error(400, "prompt rejected by policy", anthropic=True)
+    raise AssertionError(f"unexpected request: {prompt!r}")
+
+
+def _env(server: LLMServer) -> dict[str, str]:
+    return {
+        "ANTHROPIC_API_KEY": "sk-test-0123456789",
+        "ANTHROPIC_BASE_URL": server.url,
+        "PATH": "/usr/bin:/bin",
+    }
+
+
+async def _record(trace: Path, workspace: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(LLMServer().serve)
+        server.route = _route
+        slow = trio.Event()
+        slow_id: list[str] = []
+
+        def tap(event: Any) -> None:
+            if event.type == "agent_started" and event.prompt.startswith("SLOW"):
+                slow_id.append(event.agent_id)
+                slow.set()
+
+        async with open_runtime(
+            "anthropic",
+            model="claude-test",
+            env=_env(server),
+            workspace=workspace,
+            trace=trace,
+            permission_mode="allow-all",
+            deny=["bash(rm *)"],
+            on_event=tap,
+        ) as rt:
+            handle = await rt.start(PROMPT)
+            await slow.wait()
+            await trio.sleep(0.2)  # the others are done by now; the slow one waits
+            assert await rt.cancel(slow_id[0], "not needed")
+            outcome = await handle.wait()
+        assert outcome.status == "completed", outcome.error
+        nursery.cancel_scope.cancel()
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(trace, workspace) of the recorded run; the server is gone once this returns."""
+    root = tmp_path_factory.mktemp("replay")
+    workspace = root / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("hello\nfrom the notes\n")
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    trace = root / "recorded.jsonl"
+    trio.run(_record, trace, workspace)
+    return trace, workspace
+
+
+def replay(args: Sequence[str], cwd: Path) -> subprocess.CompletedProcess[bytes]:
+    env = dict(os.environ)
+    env["COLUMNS"] = "200"
+    for key in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        env.pop(key, None)
+    return subprocess.run(
+        [sys.executable, "-m", "runtime", "replay", *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def tree_of(path: Path) -> TraceTree:
+    return TraceTree.from_events(
+        decode_event(line) for line in path.read_bytes().splitlines() if line.strip()
+    )
+
+
+def shape(tree: TraceTree, *, outputs: bool) -> list[Any]:
+    def agent(node: AgentNode) -> Any:
+        # Parallel calls start in any order: compared as a set, by what they asked for.
+        calls = sorted(
+            (
+                c.name,
+                c.status,
+                c.summary,
+                c.output if outputs else None,
+                [agent(a) for a in c.children],
+            )
+            for c in node.children
+        )
+        return (node.name, node.status, node.result if outputs else None, calls)
+
+    return [agent(a) for a in tree.roots]
+
+
+def err(proc: subprocess.CompletedProcess[bytes]) -> str:
+    return proc.stderr.decode()
+
+
+def test_the_recording_holds_every_case(recorded: tuple[Path, Path]) -> None:
+    trace, _ = recorded
+    tree = tree_of(trace)
+    statuses = {a.prompt.split(":")[0]: a.status for a in tree.agents.values()}
+    assert statuses == {"MAIN": "completed", "NOTES": "completed", "SLOW": "cancelled",
+                        "BROKEN": "failed"}  # fmt: skip
+    tools = {t.name + ":" + t.status for t in tree.tools.values()}
+    assert {"read:error", "bash:denied", "read:ok", "agent:cancelled", "agent:error"} <= tools
+
+
+def test_replay_with_mock_tools_rebuilds_the_same_tree_offline(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, workspace = recorded
+    out = tmp_path / "replayed.jsonl"
+    proc = replay(
+        [str(trace), "--mock-tools", "--trace", str(out), "--deny", "bash(rm *)",
+         "--permission-mode", "allow-all", "--workspace", str(workspace)],
+        tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, err(proc)
+    assert "divergence" not in err(proc)
+    assert shape(tree_of(out), outputs=True) == shape(tree_of(trace), outputs=True)
+    first = tree_of(out).config or {}
+    assert first["provider"] == "replay"
+    assert first["replay_of"]["trace"] == str(trace)
+
+
+def test_replay_with_real_tools_in_a_git_workspace_matches(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, workspace = recorded
+    out = tmp_path / "replayed.jsonl"
+    proc = replay(
+        [str(trace), "--strict", "--trace", str(out), "--deny", "bash(rm *)",
+         "--permission-mode", "allow-all", "--workspace", str(workspace)],
+        tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, err(proc)
+    assert "tools run for real in" in err(proc)
+    assert "no fresh copy is made" in err(proc)
+    assert shape(tree_of(out), outputs=False) == shape(tree_of(trace), outputs=False)
+
+
+def test_a_changed_file_is_a_divergence_and_fails_strict(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, workspace = recorded
+    changed = tmp_path / "ws"
+    shutil.copytree(workspace, changed)
+    (changed / "notes.txt").write_text("hello\nfrom the notes\nand one more line\n")
+    args = [str(trace), "--deny", "bash(rm *)", "--permission-mode", "allow-all",
+            "--workspace", str(changed)]  # fmt: skip
+    loose = replay([*args, "--no-trace"], tmp_path)
+    line = "main \u203a general, turn 1: read(notes.txt) returned 3 lines, recorded 2"
+    assert loose.returncode == 0, err(loose)
+    assert line in err(loose)
+    out = tmp_path / "strict.jsonl"
+    strict = replay([*args, "--strict", "--trace", str(out)], tmp_path)
+    assert strict.returncode == 1
+    assert f"replay diverged (--strict): {line}" in err(strict)
+    tree = tree_of(out)
+    assert tree.status == "failed"
+    assert tree.divergences[0] == (
+        "main \u203a general, turn 1",
+        "read(notes.txt) returned 3 lines, recorded 2",
+    )
+
+
+def test_a_permission_answered_otherwise_is_a_divergence(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, workspace = recorded
+    proc = replay(
+        [str(trace), "--mock-tools", "--no-trace", "--permission-mode", "allow-all",
+         "--workspace", str(workspace)],
+        tmp_path,
+    )  # fmt: skip
+    assert "main, turn 1: bash(rm -rf build) was allowed, recorded denied" in err(proc)
+
+
+def test_recorded_writes_are_refused_outside_git_and_temp_unless_forced(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, _ = recorded
+    home = Path.home() / f".trio-agents-replay-test-{os.getpid()}"
+    home.mkdir()
+    try:
+        proc = replay([str(trace), "--no-trace", "--workspace", str(home)], tmp_path)
+        assert proc.returncode == 2
+        assert "is not in a git repository or a temporary folder" in err(proc)
+        assert err(proc).count("error:") == 1
+    finally:
+        home.rmdir()
+
+
+def test_export_scenario_reproduces_the_tree_through_run(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, workspace = recorded
+    scenario = tmp_path / "scenario.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime", "trace", "export", str(trace), "--format", "scenario",
+         "-o", str(scenario)],
+        capture_output=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr.decode()
+    agents = orjson.loads(scenario.read_bytes())["agents"]
+    # Three general sub-agents said different things: each is named by its place.
+    assert {"main", "main/general", "main/general#2", "main/general#3"} <= set(agents)
+    out = tmp_path / "run.jsonl"
+    run = subprocess.run(
+        [sys.executable, "-m", "runtime", "run", "--scenario", str(scenario), "--trace",
+         str(out), "--deny", "bash(rm *)", "--permission-mode", "allow-all", "--workspace",
+         str(workspace), PROMPT],
+        cwd=tmp_path, capture_output=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr.decode()
+
+    def names_and_statuses(tree: TraceTree) -> list[Any]:
+        # A scenario cannot cancel: the slow agent ends otherwise (the export notes it).
+        def agent(node: AgentNode) -> Any:
+            return sorted(
+                (c.name, c.summary.split(":")[-1], c.status if "slow" not in c.summary else "-",
+                 [agent(a) for a in c.children])  # fmt: skip
+                for c in node.children
+            )
+
+        return [agent(a) for a in tree.roots]
+
+    assert names_and_statuses(tree_of(out)) == names_and_statuses(tree_of(trace))
+    statuses = [t.status for t in tree_of(out).tools.values()]
+    assert statuses.count("denied") == 1
+    assert "a scenario cannot cancel it" in proc.stderr.decode()
+
+
+def test_a_fork_continues_with_the_scripted_provider_after_a_tool_call(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, workspace = recorded
+    tree = tree_of(trace)
+    split = next(t for t in tree.tools.values() if t.name == "agent")  # turn 2 of main
+    scenario = tmp_path / "fork.json"
+    scenario.write_bytes(
+        orjson.dumps({"agents": {"main": {"turns": [
+            {"text": "unused 1"}, {"text": "Forked: doing it myself.",
+                                   "tool_calls": [{"name": "read", "input": {"path": "notes.txt"}}]},
+            {"text": "Forked and done."}]}}})
+    )  # fmt: skip
+    out = tmp_path / "fork.jsonl"
+    proc = replay(
+        [str(trace), "--mock-tools", "--until", split.id, "--continue-provider", "scripted",
+         "--scenario", str(scenario), "--trace", str(out), "--deny", "bash(rm *)",
+         "--permission-mode", "allow-all", "--workspace", str(workspace)],
+        tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, err(proc)
+    forked = tree_of(out)
+    main = forked.roots[0]
+    assert main.result == "Forked and done."
+    # Turn 1 replayed (its two calls), then the live turns: a real read, no sub-agents.
+    assert [(c.name, c.status) for c in main.children] == [
+        ("read", "error"),
+        ("bash", "denied"),
+        ("read", "ok"),
+    ]
+    assert "from the notes" in main.children[2].output
+    config = forked.config or {}
+    assert config["provider"] == "scripted"
+    assert config["forked_from"]["trace"] == str(trace)
+    assert config["forked_from"]["until"] == split.id
+
+
+# -- bad input: one clear line each ------------------------------------------------------------
+
+
+def _write(path: Path, lines: Sequence[bytes]) -> Path:
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+def test_a_killed_run_replays_up_to_its_end_then_stops(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, workspace = recorded
+    lines = trace.read_bytes().splitlines(keepends=True)
+    # Killed while the NOTES agent waited for its read: nothing after that call's start.
+    cut = next(
+        i for i, line in enumerate(lines) if b'"notes.txt"' in line and b"tool_started" in line
+    )
+    killed = _write(tmp_path / "killed.jsonl", lines[: cut + 1])
+    out = tmp_path / "out.jsonl"
+    proc = replay([str(killed), "--mock-tools", "--trace", str(out), "--workspace",
+                   str(workspace)], tmp_path)  # fmt: skip
+    assert proc.returncode == 1
+    assert "error: replay stopped: the trace ends here: the recorded run was killed" in err(proc)
+    assert tree_of(out).status == "cancelled"
+
+
+def test_two_runs_in_one_file_need_run(recorded: tuple[Path, Path], tmp_path: Path) -> None:
+    trace, _ = recorded
+    text = trace.read_bytes()
+    run_id = tree_of(trace).run_id or ""
+    other = text.replace(run_id.encode(), b"20990101-000000-abcdef")
+    both = _write(tmp_path / "both.jsonl", [text, other])
+    proc = replay([str(both), "--mock-tools", "--no-trace"], tmp_path)
+    assert proc.returncode == 2
+    assert f"holds 2 runs ({run_id}, 20990101-000000-abcdef); choose one with --run" in err(proc)
+    chosen = replay([str(both), "--mock-tools", "--no-trace", "--run", run_id, "--deny",
+                     "bash(rm *)", "--permission-mode", "allow-all"], tmp_path)  # fmt: skip
+    assert chosen.returncode == 0, err(chosen)
+
+
+def test_a_trace_from_a_newer_version_is_refused(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, _ = recorded
+    text = trace.read_bytes().replace(b'"version":"0.1.0"', b'"version":"9.0.0"', 1)
+    proc = replay([str(_write(tmp_path / "new.jsonl", [text])), "--mock-tools"], tmp_path)
+    assert proc.returncode == 2
+    assert "written by trio-agents 9.0.0, newer than this one" in err(proc)
+    assert err(proc).count("\n") == 1
+
+
+def test_a_corrupt_line_is_refused(recorded: tuple[Path, Path], tmp_path: Path) -> None:
+    trace, _ = recorded
+    lines = trace.read_bytes().splitlines(keepends=True)
+    lines[3] = b'{"type": "tool_started", oops\n'
+    proc = replay([str(_write(tmp_path / "bad.jsonl", lines)), "--mock-tools"], tmp_path)
+    assert proc.returncode == 2
+    assert "bad.jsonl:4: corrupt line" in err(proc)
+    assert err(proc).count("\n") == 1
+
+
+def test_a_truncated_last_line_is_a_killed_run(recorded: tuple[Path, Path], tmp_path: Path) -> None:
+    trace, _ = recorded
+    lines = trace.read_bytes().splitlines(keepends=True)
+    cut = _write(tmp_path / "cut.jsonl", [*lines[:-3], lines[-3][:20]])
+    proc = replay([str(cut), "--mock-tools", "--no-trace", "--deny", "bash(rm *)",
+                   "--permission-mode", "allow-all"], tmp_path)  # fmt: skip
+    assert "note: the last line of the trace is cut short (a killed writer)" in err(proc)
+
+
+def test_an_until_id_that_does_not_exist_is_refused(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, _ = recorded
+    scenario = tmp_path / "s.json"
+    scenario.write_text('{"agents": {"main": {"turns": [{"text": "x"}]}}}')
+    proc = replay([str(trace), "--until", "toolu_nope", "--continue-provider", "scripted",
+                   "--scenario", str(scenario)], tmp_path)  # fmt: skip
+    assert proc.returncode == 2
+    assert "--until toolu_nope: no such tool call or turn in run" in err(proc)
+    assert err(proc).count("\n") == 1
