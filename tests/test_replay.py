@@ -245,6 +245,14 @@ def test_a_changed_file_is_a_divergence_and_fails_strict(
     assert f"replay diverged (--strict): {line}" in err(strict)
     tree = tree_of(out)
     assert tree.status == "failed"
+    shown = subprocess.run(
+        [sys.executable, "-m", "runtime", "trace", "show", str(out)],
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert shown.returncode == 0
+    assert b"unknown" not in shown.stderr  # replay_diverged is a kind the tree knows
     assert tree.divergences[0] == (
         "main \u203a general, turn 1",
         "read(notes.txt) returned 3 lines, recorded 2",
@@ -305,8 +313,12 @@ def test_export_scenario_reproduces_the_tree_through_run(
         # A scenario cannot cancel: the slow agent ends otherwise (the export notes it).
         def agent(node: AgentNode) -> Any:
             return sorted(
-                (c.name, c.summary.split(":")[-1], c.status if "slow" not in c.summary else "-",
-                 [agent(a) for a in c.children])  # fmt: skip
+                (
+                    c.name,
+                    c.summary.split(":")[-1],
+                    c.status if "slow" not in c.summary else "-",
+                    [agent(a) for a in c.children],
+                )
                 for c in node.children
             )
 
