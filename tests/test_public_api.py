@@ -14,7 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize(("name", "extra"), [("runtime", ["__version__"]), ("runtime.core", [])])
+@pytest.mark.parametrize(
+    ("name", "extra"), [("runtime", ["__version__"]), ("runtime.core", []), ("runtime.mcp", [])]
+)
 def test_lazy_package_exports_its_all_and_nothing_else(name: str, extra: list[str]) -> None:
     package = importlib.import_module(name)
 

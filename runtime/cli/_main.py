@@ -14,6 +14,7 @@ import argparse
 import sys
 from typing import Any
 
+from ._mcp_cmd import add_parser as add_mcp_parser
 from ._options import (
     EXIT_ABORTED,
     EXIT_FAILED,
@@ -139,6 +140,8 @@ def build_parser() -> CliParser:
         add_help=False,
     )
 
+    add_mcp_parser(sub)
+
     cancel = sub.add_parser(
         "cancel",
         help="cancel a subtree of a run started with --control SOCK",
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(args)
     if ns.version:
-        from runtime import __version__
+        from runtime.core._version import VERSION as __version__
 
         print(f"{PROG} {__version__}")
         return EXIT_OK
@@ -206,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.command == "cancel":
             return cmd_cancel(ns.control, ns.id, ns.reason)
+        if ns.command == "mcp":
+            from ._mcp_cmd import main as mcp_main
+
+            return mcp_main(ns, parser)
         if ns.command in ("permit", "pending"):
             from ._control import cmd_pending, cmd_permit
 

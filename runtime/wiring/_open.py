@@ -37,6 +37,8 @@ from runtime.providers._scripted import ScriptedProvider
 from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
 
 if TYPE_CHECKING:
+    from runtime.cluster._placement import RayOptions
+    from runtime.mcp import McpConfig
     from tools import Tool, ToolLimits
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
@@ -78,7 +80,9 @@ async def open_runtime(
     run_id: str | None = None,
     on_event: Callable[[Any], None] | None = None,
     ray_address: str | None = None,
+    mcp_servers: McpConfig | Mapping[str, Any] | None = None,
     sandbox: Sandbox | bool = False,
+    ray: RayOptions | None = None,
 ) -> AsyncGenerator[Runtime, None]:
     """Open a run: its bus, trace file, provider and root nursery.
 
@@ -97,9 +101,16 @@ async def open_runtime(
         on_event: a tap installed before ``run_started`` (sees every event of the run).
         ray_address: the Ray cluster for agent types placed on ``ray`` (default
             ``RAY_ADDRESS``; with neither, a local cluster is started for the run).
+        mcp_servers: MCP servers whose tools the agents get (``mcp__SERVER__TOOL``): an
+            :class:`~runtime.mcp.McpConfig`, or the ``mcpServers`` object of a ``.mcp.json``
+            (docs/mcp.md). They start with the run, all at once, and close after its agents; a
+            server that cannot start costs a warning, not the run.
         sandbox: run every ``bash`` call under bubblewrap (``True``, or a :class:`Sandbox`
             for its options: network, more paths to hide); see ``runtime/core/_sandbox.py``.
             Checked once at start: :class:`ConfigError` when bwrap is missing or cannot work.
+            ``RAY_ADDRESS``; with neither, a private local cluster is started for the run).
+        ray: how the ``ray`` placement uses the cluster (hosts per node, spread or pack,
+            timeouts): :class:`~runtime.cluster.RayOptions`.
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -139,8 +150,13 @@ async def open_runtime(
         if tool.name in tool_map:
             raise ConfigError(f"two tools are named {tool.name!r}")
         tool_map[tool.name] = tool
+    mcp_config = _mcp_config(mcp_servers)
     for t in types.values():
+        if mcp_config is not None and t.placement == "ray" and t.tools is not None:
+            _refuse_mcp_on_ray(t)
         for name in t.tools or ():
+            if name.startswith("mcp__") or any(c in name for c in "*?["):
+                continue  # MCP tools are known once their servers have started
             if name not in tool_map:
                 raise ConfigError(
                     f"agent type {t.name!r} names unknown tool {name!r}; "
@@ -182,6 +198,20 @@ async def open_runtime(
                 )
         else:
             prov = provider
+        mcp = None
+        if mcp_config is not None:
+            from runtime.mcp import open_mcp_servers  # the SDK is heavy: only when configured
+
+            mcp = await stack.enter_async_context(
+                open_mcp_servers(
+                    mcp_config, env=run_env, environ=base_env, workspace=ws, secrets=secret_list
+                )
+            )
+            for tool in mcp.tools:
+                if tool.name in tool_map:
+                    raise ConfigError(f"two tools are named {tool.name!r}")
+                tool_map[tool.name] = tool
+            secret_list = mcp.secrets
         placements: dict[str, Any] = {}
         if any(t.placement == "ray" for t in types.values()):
             from runtime.cluster._placement import (
@@ -189,7 +219,9 @@ async def open_runtime(
             )
 
             placements["ray"] = await stack.enter_async_context(
-                open_ray_placement(address=ray_address or base_env.get("RAY_ADDRESS"))
+                open_ray_placement(
+                    address=ray_address or base_env.get("RAY_ADDRESS"), options=ray
+                )
             )
         # Every event's strings are masked at the bus; log lines too, while the run is open.
         bus = EventBus(run_id, redactor=Redactor(secret_list))
@@ -248,6 +280,8 @@ async def open_runtime(
             "agent_types": sorted(types),
             "sandbox": None if box is None else {"network": box.network},
         }
+        if mcp is not None:
+            config["mcp_servers"] = mcp.describe()
         try:
             bus.emit_nowait(
                 RunStarted,
@@ -294,7 +328,32 @@ async def open_runtime(
             ) from bus.core_error
 
 
+def _mcp_config(servers: McpConfig | Mapping[str, Any] | None) -> McpConfig | None:
+    """The run's MCP configuration, or None when it has no server."""
+    if servers is None:
+        return None
+    from runtime.mcp import McpConfig as _McpConfig
+
+    config = servers if isinstance(servers, _McpConfig) else _McpConfig.from_mapping(servers)
+    return config if config.servers or config.warnings else None
+
+
+def _refuse_mcp_on_ray(atype: AgentType) -> None:
+    """MCP connections live in this process and are not forwarded to Ray workers
+    (docs/cluster.md): an agent type placed on Ray may not list MCP tools."""
+    import fnmatch
+
+    for name in atype.tools or ():
+        globbed = any(c in name for c in "*?[") and fnmatch.fnmatchcase("mcp__s__t", name)
+        if name.startswith("mcp__") or globbed:
+            raise ConfigError(
+                f"agent type {atype.name!r} is placed on ray and lists MCP tools ({name!r}); "
+                "MCP servers run in the driver and their tools are not forwarded to Ray "
+                "workers: place it locally or drop the MCP tools (docs/cluster.md)"
+            )
+
+
 def _version() -> str:
-    from runtime import __version__
+    from runtime.core._version import VERSION as __version__
 
     return __version__
