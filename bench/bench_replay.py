@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_core import EchoTool, _limits, _quiet_logs, fanout_scenario
 
-from runtime import __version__, open_runtime
+from runtime import open_runtime
 from runtime.core._agent_types import AgentType
 from runtime.replay import Replayer, load_recording
 from tools import builtin_tools
@@ -50,7 +50,7 @@ async def run_scenario(n: int, trace: Path, workdir: Path) -> float:
 
 async def run_replay(n: int, recorded: Path, trace: Path, workdir: Path) -> float:
     t0 = time.perf_counter()
-    rec = load_recording(recorded, this_version=__version__)
+    rec = load_recording(recorded)
     replayer = Replayer(rec, strict=True)
     async with open_runtime(
         replayer,

@@ -72,7 +72,6 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
 
 def cmd_replay(ns: argparse.Namespace, opts: RunOptions) -> int:
     """``trio-agents replay TRACE``; returns the exit code."""
-    from runtime import __version__
     from runtime.core._errors import AgentsError
     from runtime.replay import load_recording
 
@@ -94,7 +93,7 @@ def cmd_replay(ns: argparse.Namespace, opts: RunOptions) -> int:
     if opts.control:
         check_control_path(opts.control)
     try:
-        rec = load_recording(ns.trace_file, run_id=ns.run, this_version=__version__)
+        rec = load_recording(ns.trace_file, run_id=ns.run)
         until = rec.find_node(ns.until) if ns.until is not None else None
     except AgentsError as exc:
         error_line(str(exc))

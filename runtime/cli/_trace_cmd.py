@@ -668,10 +668,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _export_scenario(args: argparse.Namespace) -> int:
     import orjson
 
-    from runtime import __version__
     from runtime.replay import export_scenario, load_recording
 
-    rec = load_recording(args.file, run_id=args.run, this_version=__version__)
+    rec = load_recording(args.file, run_id=args.run)
     scenario, notes = export_scenario(rec)
     data = orjson.dumps(scenario, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
     _write_bytes(_masked([data]), args.output)

@@ -34,6 +34,7 @@ from runtime.core._events import (
     ToolStarted,
     TurnFinished,
 )
+from runtime.core._version import VERSION
 from runtime.trace._tracefile import read_events
 
 PATH_SEP = " \u203a "
@@ -153,10 +154,10 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 def load_recording(
-    path: str | os.PathLike[str], *, this_version: str, run_id: str | None = None
+    path: str | os.PathLike[str], *, run_id: str | None = None, this_version: str = VERSION
 ) -> Recording:
     """Read the run *run_id* (default: the only one) of the trace at *path*, refusing a trace
-    written by a version newer than *this_version* (``runtime.__version__``).
+    written by a version newer than *this_version* (default: this one's).
 
     Raises:
         TraceError: one line: missing or not a trace, a corrupt line, several runs and no
