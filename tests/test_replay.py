@@ -195,13 +195,10 @@ def test_the_recording_holds_every_case(recorded: tuple[Path, Path]) -> None:
 def test_replay_with_mock_tools_rebuilds_the_same_tree_offline(
     recorded: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    trace, workspace = recorded
+    trace, _ = recorded
     out = tmp_path / "replayed.jsonl"
-    proc = replay(
-        [str(trace), "--mock-tools", "--trace", str(out), "--deny", "bash(rm *)",
-         "--permission-mode", "allow-all", "--workspace", str(workspace)],
-        tmp_path,
-    )  # fmt: skip
+    # The permission mode and rules are the recorded ones (run_started.config).
+    proc = replay([str(trace), "--mock-tools", "--trace", str(out)], tmp_path)
     assert proc.returncode == 0, err(proc)
     assert "divergence" not in err(proc)
     assert shape(tree_of(out), outputs=True) == shape(tree_of(trace), outputs=True)
@@ -262,12 +259,9 @@ def test_a_changed_file_is_a_divergence_and_fails_strict(
 def test_a_permission_answered_otherwise_is_a_divergence(
     recorded: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    trace, workspace = recorded
-    proc = replay(
-        [str(trace), "--mock-tools", "--no-trace", "--permission-mode", "allow-all",
-         "--workspace", str(workspace)],
-        tmp_path,
-    )  # fmt: skip
+    trace, _ = recorded
+    # Rules given on the command line replace the recorded ones: nothing denies rm any more.
+    proc = replay([str(trace), "--mock-tools", "--no-trace", "--allow", "read"], tmp_path)
     assert "main, turn 1: bash(rm -rf build) was allowed, recorded denied" in err(proc)
 
 

@@ -10,6 +10,7 @@ recording ended before the run did (a killed run).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import tempfile
@@ -98,6 +99,7 @@ def cmd_replay(ns: argparse.Namespace, opts: RunOptions) -> int:
     except AgentsError as exc:
         error_line(str(exc))
         return EXIT_USAGE
+    opts = _recorded_defaults(opts, rec)
     workspace = Path(opts.workspace or ".")
     if not ns.mock_tools:
         _check_workspace(rec, workspace, force=ns.force)
@@ -109,6 +111,37 @@ def cmd_replay(ns: argparse.Namespace, opts: RunOptions) -> int:
         return await _replay(ns, opts, rec, until)
 
     return run_command(main, debug=opts.debug)
+
+
+def _recorded_defaults(opts: RunOptions, rec: Recording) -> RunOptions:
+    """*opts* with what the user left out taken from the recorded run's settings: its permission
+    mode (but ``ask``, which stays the usual default), its allow and deny rules, its limits."""
+    import attrs
+
+    from runtime.core._limits import Limits
+
+    config = rec.config
+    changes: dict[str, Any] = {}
+    mode = config.get("permission_mode")
+    if opts.permission_mode is None and mode in ("auto-edit", "allow-all", "deny"):
+        changes["permission_mode"] = mode
+    rules = config.get("permission_rules")
+    if not opts.allow and not opts.deny and isinstance(rules, dict):
+        changes["allow"] = tuple(str(r) for r in rules.get("allow") or ())
+        changes["deny"] = tuple(str(r) for r in rules.get("deny") or ())
+    recorded = config.get("limits")
+    if isinstance(recorded, dict):
+        known = {a.name for a in attrs.fields(Limits)}
+        values = {k: v for k, v in recorded.items() if k in known}
+        for name in ("max_turns", "max_depth", "max_parallel", "context_window"):
+            if getattr(opts, name) is not None:
+                values[name] = getattr(opts, name)
+        if opts.compact_threshold is not None:
+            values["compact_threshold"] = opts.compact_threshold
+        # Limits another version wrote that this one refuses: the usual defaults then.
+        with contextlib.suppress(TypeError, ValueError):
+            changes["extra"] = {**opts.extra, "limits": Limits(**values)}
+    return dataclasses.replace(opts, **changes)
 
 
 def _writing_tools(rec: Recording) -> list[str]:
