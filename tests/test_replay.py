@@ -207,6 +207,19 @@ def test_replay_with_mock_tools_rebuilds_the_same_tree_offline(
     assert first["replay_of"]["trace"] == str(trace)
 
 
+def test_replay_json_prints_only_events_on_stdout(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, _ = recorded
+    proc = replay([str(trace), "--mock-tools", "--json", "--no-trace"], tmp_path)
+    assert proc.returncode == 0, err(proc)
+    events = [decode_event(line) for line in proc.stdout.splitlines()]
+    assert events[0].type == "run_started"
+    assert events[0].config["provider"] == "replay"  # type: ignore[attr-defined]
+    assert events[-1].type == "run_finished"
+    assert not [e for e in events if e.type == "replay_diverged"]
+
+
 def test_replay_with_real_tools_in_a_git_workspace_matches(
     recorded: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -442,3 +455,76 @@ def test_an_until_id_that_does_not_exist_is_refused(
     assert proc.returncode == 2
     assert "--until toolu_nope: no such tool call or turn in run" in err(proc)
     assert err(proc).count("\n") == 1
+
+
+# -- in process: the Replayer itself -----------------------------------------------------------
+
+SCENARIO: dict[str, Any] = {
+    "agents": {
+        "main": {
+            "turns": [
+                {
+                    "text": "Two at once.",
+                    "tool_calls": [
+                        {"name": "agent", "input": {"description": "a", "prompt": "A"}},
+                        {"name": "agent", "input": {"description": "b", "prompt": "B"}},
+                    ],
+                },
+                {"text": "Both done.", "delay_s": 0.3},
+            ]
+        },
+        "general": {"turns": [{"text": "done"}]},
+    }
+}
+
+
+async def _record_scripted(tmp_path: Path) -> Path:
+    trace = tmp_path / "scripted.jsonl"
+    async with open_runtime(scenario=SCENARIO, workspace=tmp_path, trace=trace) as rt:
+        outcome = await rt.run("go")
+    assert outcome.status == "completed"
+    return trace
+
+
+async def _replay_in_process(trace: Path, tmp_path: Path, **kwargs: Any) -> tuple[Any, float]:
+    from runtime.replay import Replayer, load_recording
+    from tools import builtin_tools
+
+    replayer = Replayer(load_recording(trace), **kwargs)
+    t0 = trio.current_time()
+    async with open_runtime(
+        replayer, workspace=tmp_path, trace=False, tools=replayer.mock_tools(builtin_tools())
+    ) as rt:
+        replayer.attach(rt._run)
+        outcome = await rt.run("go")
+        replayer.finish()
+    assert not replayer.divergences
+    return outcome, trio.current_time() - t0
+
+
+async def test_recorded_delays_are_skipped_unless_realtime(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Recorded on the wall clock (the trace's timestamps), replayed on a virtual one.
+    trace = await trio.to_thread.run_sync(lambda: trio.run(_record_scripted, tmp_path))
+    outcome, fast = await _replay_in_process(trace, tmp_path)
+    assert (outcome.status, outcome.result, fast) == ("completed", "Both done.", 0.0)
+    outcome, slow = await _replay_in_process(trace, tmp_path, realtime=True)
+    assert outcome.result == "Both done."
+    assert 0.3 <= slow < 1.0
+
+
+async def test_an_older_trace_says_what_it_cannot_reproduce(tmp_path: Path) -> None:
+    from runtime.replay import load_recording
+
+    trace = await _record_scripted(tmp_path)
+    old = tmp_path / "old.jsonl"
+    lines = []
+    for line in trace.read_bytes().splitlines():
+        obj = orjson.loads(line)
+        obj.pop("tool_use_ids", None)
+        lines.append(orjson.dumps(obj) + b"\n")
+    old.write_bytes(b"".join(lines))
+    assert load_recording(trace).notes == []
+    (note,) = load_recording(old).notes
+    assert note.startswith("the trace predates turn_finished.tool_use_ids")
