@@ -24,6 +24,7 @@ import trio
 from runtime import open_runtime
 from runtime.core._events import decode_event
 from runtime.trace._tree import AgentNode, TraceTree
+from tests.invariants import check_invariants
 from tests.llm_server import (
     LLMServer,
     Piece,
@@ -154,6 +155,10 @@ def replay(args: Sequence[str], cwd: Path) -> subprocess.CompletedProcess[bytes]
     )
 
 
+def events_of(path: Path) -> list[Any]:
+    return [decode_event(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
 def tree_of(path: Path) -> TraceTree:
     return TraceTree.from_events(
         decode_event(line) for line in path.read_bytes().splitlines() if line.strip()
@@ -202,6 +207,7 @@ def test_replay_with_mock_tools_rebuilds_the_same_tree_offline(
     assert proc.returncode == 0, err(proc)
     assert "divergence" not in err(proc)
     assert shape(tree_of(out), outputs=True) == shape(tree_of(trace), outputs=True)
+    check_invariants(events_of(out))
     first = tree_of(out).config or {}
     assert first["provider"] == "replay"
     assert first["replay_of"]["trace"] == str(trace)
@@ -255,6 +261,7 @@ def test_a_changed_file_is_a_divergence_and_fails_strict(
     assert f"replay diverged (--strict): {line}" in err(strict)
     tree = tree_of(out)
     assert tree.status == "failed"
+    check_invariants(events_of(out))
     shown = subprocess.run(
         [sys.executable, "-m", "runtime", "trace", "show", str(out)],
         capture_output=True,
@@ -398,6 +405,7 @@ def test_a_killed_run_replays_up_to_its_end_then_stops(
     assert proc.returncode == 1
     assert "error: replay stopped: the trace ends here: the recorded run was killed" in err(proc)
     assert tree_of(out).status == "cancelled"
+    check_invariants(events_of(out))
 
 
 def test_two_runs_in_one_file_need_run(recorded: tuple[Path, Path], tmp_path: Path) -> None:
@@ -528,3 +536,38 @@ async def test_an_older_trace_says_what_it_cannot_reproduce(tmp_path: Path) -> N
     assert load_recording(trace).notes == []
     (note,) = load_recording(old).notes
     assert note.startswith("the trace predates turn_finished.tool_use_ids")
+
+
+async def test_mock_tools_stand_in_for_recorded_tools_this_runtime_lacks(tmp_path: Path) -> None:
+    from runtime.replay import Replayer, load_recording
+    from tools import builtin_tools
+
+    trace = await _record_scripted(tmp_path)
+    lines = []
+    for line in trace.read_bytes().splitlines():  # as if main had called an MCP server's tool
+        obj = orjson.loads(line)
+        if obj["type"] == "tool_started" and obj["input"].get("prompt") == "B":
+            obj["name"], obj["input"] = "mcp__srv__lookup", {"key": "B"}
+        lines.append(orjson.dumps(obj) + b"\n")
+    changed = tmp_path / "mcp.jsonl"
+    changed.write_bytes(b"".join(lines))
+    replayer = Replayer(load_recording(changed))
+    seen: list[Any] = []
+    async with open_runtime(
+        replayer,
+        workspace=tmp_path,
+        trace=False,
+        tools=replayer.mock_tools(builtin_tools()),
+        permission_mode="allow-all",
+        on_event=seen.append,
+    ) as rt:
+        replayer.attach(rt._run)
+        outcome = await rt.run("go")
+        replayer.finish()
+    assert outcome.result == "Both done."
+    (call,) = [e for e in seen if e.type == "tool_finished" and e.name == "mcp__srv__lookup"]
+    assert (call.status, call.output) == ("ok", "done")  # what the recording says it returned
+    # The recorded sub-agent under that call has no counterpart now, and that is said.
+    assert [str(d) for d in replayer.divergences] == [
+        "main \u203a general: was recorded, but the replay has no agent here"
+    ]

@@ -223,9 +223,11 @@ async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, unti
             for name in sorted({a.name for a in rec.agents.values()} - known)
         ]
         extra: dict[str, Any] = {"provider": replayer, "agent_types": types}
+        changes: dict[str, Any] = {}
         if ns.mock_tools:
             extra["tools"] = replayer.mock_tools(builtin_tools())
-        session_opts = dataclasses.replace(opts, extra={**opts.extra, **extra})
+            changes["no_mcp"] = True  # MCP tools are mocked too: no server is started
+        session_opts = dataclasses.replace(opts, extra={**opts.extra, **extra}, **changes)
         outcome = None
         async with open_session(session_opts) as session:
             replayer.attach(session.rt._run)  # the replay cancels nodes as the recording did

@@ -59,6 +59,7 @@ class _Live:
 
     rec: RecordedAgent | None
     path: str
+    parent_tool_use_id: str | None = None
     turns: int = 0
     live: bool = False
     """Its turns come from the fork's live provider."""
@@ -123,6 +124,9 @@ class Replayer:
         self._agents: dict[str, _Live] = {}
         self._calls: dict[str, RecordedCall] = {}
         self._matched: set[str] = set()
+        self._pending: list[Divergence] = []
+        self._halt_sent = False
+        self._checked: set[str] = set()
         self._roots = 0
         self._root_ids: list[str] = []
         self._ids = itertools.count(1)
@@ -146,8 +150,13 @@ class Replayer:
         return {"provider": "replay", "replay_of": replay}
 
     def mock_tools(self, tools: Iterable[Tool]) -> list[Tool]:
-        """*tools*, each but ``agent`` answering replayed calls with their recorded output."""
-        return [t if t.name == "agent" else _mocked(t, self) for t in tools]
+        """*tools*, each but ``agent`` answering replayed calls with their recorded output, and
+        a stand-in for every recorded tool not among them (an MCP server's, a user's): it takes
+        any input, asks permission like a tool that changes things, and answers the same way."""
+        out = [t if t.name == "agent" else _mocked(t, self) for t in tools]
+        missing = {c.name for c in self.recording.calls.values()} - {t.name for t in out}
+        out.extend(_stand_in(name, self) for name in sorted(missing))
+        return out
 
     def recorded_call(self, tool_use_id: str) -> RecordedCall | None:
         """The recorded call a live call replays (None for a live call after a fork)."""
@@ -197,9 +206,13 @@ class Replayer:
             owner = self._agents.get(event.parent_agent_id)
             path = (owner.path if owner is not None else "?") + PATH_SEP + event.name
             if call is None:  # started by a live turn after a fork: live from the start
-                self._agents[event.agent_id] = _Live(rec=None, path=path, live=True)
+                self._agents[event.agent_id] = _Live(
+                    rec=None, path=path, parent_tool_use_id=parent, live=True
+                )
                 return
-        self._agents[event.agent_id] = _Live(rec=rec, path=path, live=self.forked)
+        self._agents[event.agent_id] = _Live(
+            rec=rec, path=path, parent_tool_use_id=parent, live=self.forked
+        )
         if rec is None:
             self._diverge(path, "started, but the recording has no agent here", event.agent_id)
         else:
@@ -212,50 +225,59 @@ class Replayer:
         div = Divergence(node=node, detail=detail, agent_id=agent_id)
         if len(self.divergences) < MAX_REPORTED:
             self.divergences.append(div)
-        first = self.strict and self.halted is None
-        if first:
+            self._pending.append(div)
+        if self.strict and self.halted is None:
             self.halted = div
-        if self._run is None or self.divergence_count > MAX_REPORTED:
-            return
-        # A tap must not emit (the other taps have not seen this event yet): right after it.
-        trio.lowlevel.current_trio_token().run_sync_soon(self._report, div, first)
 
-    def _report(self, div: Divergence, halt: bool) -> None:
-        run = self._run
-        if run is None or run.bus.closed:
-            return
-        run.bus.emit_nowait(
-            ReplayDiverged,
-            # The run's event, not the agent's: the agent may have ended already.
-            agent_id=None,
-            parent_tool_use_id=None,
-            node=div.node,
-            detail=div.detail,
-        )
-        if halt:
-            self._halt_roots(f"replay diverged (--strict): {div}")
+    async def _report(self, agent_id: str) -> None:
+        """Emit the divergences found so far as events of *agent_id*, which is asking for a
+        model turn: a tap cannot emit (the other readers have not seen its event yet), and an
+        agent's events must lie inside its span, so they go out from the next agent to ask.
 
-    def _halt_roots(self, reason: str) -> None:
+        Cancellation: not a checkpoint (the bus waits only for a full ``block`` reader).
+        """
         run = self._run
-        assert run is not None
-        for root in self._root_ids:
-            live = self._agents.get(root)
-            for tool_use_id in list(live.tools if live is not None else ()):
-                cancel_node(run, tool_use_id, reason, by="runtime")
+        live = self._agents.get(agent_id)
+        if run is None or live is None:
+            return
+        while self._pending:
+            div = self._pending.pop(0)
+            await run.bus.emit(
+                ReplayDiverged,
+                agent_id=agent_id,
+                parent_tool_use_id=live.parent_tool_use_id,
+                node=div.node,
+                detail=div.detail,
+            )
+        if self.halted is not None and not self._halt_sent:
+            self._halt_sent = True
+            reason = f"replay diverged (--strict): {self.halted}"
+            for root in self._root_ids:  # their running calls, so each root fails next
+                root_live = self._agents.get(root)
+                for tool_use_id in list(root_live.tools if root_live is not None else ()):
+                    cancel_node(run, tool_use_id, reason, by="runtime")
+
+    def _check_left_out(self, root: RecordedAgent) -> None:
+        """Recorded agents under *root* that the replay never started, once they cannot come."""
+        if self.stopped or self.halted or self.forked or root.id in self._checked:
+            return
+        self._checked.add(root.id)
+        stack = [root]
+        while stack:
+            rec = stack.pop()
+            if rec.id not in self._matched:
+                self._diverge(rec.path, "was recorded, but the replay has no agent here", None)
+                continue
+            stack.extend(c.child for t in rec.turns for c in t.calls if c.child is not None)
 
     def finish(self) -> list[Divergence]:
-        """Check what the run left out (recorded agents with no counterpart) and report it.
+        """Check what the run left out, once the roots have ended; returns every divergence.
 
-        Call once the roots have ended, while the bus is still open. Returns every divergence.
+        Divergences found after the last root's last model turn (its own end, say) cannot be
+        events of the run any more: they are only in the returned list.
         """
-        if self.stopped or self.halted or self.forked:
-            return self.divergences
-        for rec in self.recording.agents.values():
-            if rec.id not in self._matched and (
-                rec.parent_call is None or rec.parent_call.agent.id in self._matched
-            ):
-                self._diverge(rec.path, "was recorded, but the replay has no agent here", None)
-                self._matched.add(rec.id)
+        for root in self.recording.roots[: self._roots]:
+            self._check_left_out(root)
         return self.divergences
 
     # -- the provider ------------------------------------------------------------------------
@@ -287,6 +309,7 @@ class Replayer:
                 output_tokens=max(1, len(summary) // 4),
             )
             return
+        await self._report(request.agent_id)
         if self.halted is not None:
             if request.agent_id not in self._root_ids:
                 await trio.sleep_forever()  # the halt cancels the root's calls, this one with them
@@ -296,6 +319,10 @@ class Replayer:
         rec = live.rec
         index = live.turns
         live.turns += 1
+        if rec.parent_call is None and not any(t.calls for t in rec.turns[index:]):
+            # A root's last turn: everything under it has ended, so what never started won't.
+            self._check_left_out(rec)
+            await self._report(request.agent_id)
         if index < len(rec.turns):
             async for item in self._play(rec.turns[index]):
                 yield item
@@ -410,15 +437,16 @@ class _MockTool(Tool):
     description: ClassVar[str] = ""
     input_schema: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, real: Tool, replayer: Replayer) -> None:
+    def __init__(self, real: Tool | None, replayer: Replayer) -> None:
         self.real = real
+        """The tool it stands for; None for a recorded tool this runtime does not have."""
         self.replayer = replayer
 
     def summary(self, args: Mapping[str, Any]) -> str:
-        return self.real.summary(args)
+        return self.real.summary(args) if self.real is not None else super().summary(args)
 
     def permission_target(self, args: Mapping[str, Any]) -> str:
-        return self.real.permission_target(args)
+        return self.real.permission_target(args) if self.real is not None else ""
 
     async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
         """The recorded output of a replayed call; a live call (after a fork) runs for real.
@@ -426,7 +454,11 @@ class _MockTool(Tool):
         Cancellation: a checkpoint; a call the killed run left running waits to be cancelled.
         """
         rec = self.replayer.recorded_call(ctx.tool_use_id)
+        if rec is None and self.real is None:
+            await trio.lowlevel.checkpoint()
+            raise ToolError(f"{self.name} is not available in this replay (it was only recorded)")
         if rec is None:
+            assert self.real is not None
             return await self.real.call(args, ctx)
         await trio.lowlevel.checkpoint()
         output = rec.output or ""
@@ -460,3 +492,13 @@ def _mocked(real: Tool, replayer: Replayer) -> Tool:
     }
     mock_cls: type[_MockTool] = type(f"Replayed{cls.__name__}", (_MockTool,), namespace)
     return mock_cls(real, replayer)
+
+
+def _stand_in(name: str, replayer: Replayer) -> Tool:
+    namespace = {
+        "name": name,
+        "description": f"{name} as recorded (a stand-in made by the replay)",
+        "input_schema": {"type": "object"},
+    }
+    cls: type[_MockTool] = type("RecordedTool", (_MockTool,), namespace)
+    return cls(None, replayer)
