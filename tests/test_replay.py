@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -571,3 +572,35 @@ async def test_mock_tools_stand_in_for_recorded_tools_this_runtime_lacks(tmp_pat
     assert [str(d) for d in replayer.divergences] == [
         "main \u203a general: was recorded, but the replay has no agent here"
     ]
+
+
+async def test_sigint_aborts_a_realtime_replay_with_every_node_finished(tmp_path: Path) -> None:
+    trace = await _record_scripted(tmp_path)
+    # Stretch main's last turn to a minute, as if the model had taken that long.
+    lines = trace.read_bytes().splitlines()
+    last_turn = max(i for i, line in enumerate(lines) if b'"turn_finished"' in line)
+    obj = orjson.loads(lines[last_turn])
+    obj["ts"] += 60
+    lines[last_turn] = orjson.dumps(obj)
+    slow = tmp_path / "slow.jsonl"
+    slow.write_bytes(b"\n".join(lines) + b"\n")
+    out = tmp_path / "out.jsonl"
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "runtime", "replay", str(slow), "--realtime", "--mock-tools",
+         "--trace", str(out)],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    seen = b""
+    with trio.fail_after(30):
+        while seen.count(b"agent completed") < 2:  # both sub-agents done: main waits its turn
+            chunk = await proc.stdout.receive_some(4096)
+            assert chunk, seen
+            seen += chunk
+        proc.send_signal(signal.SIGINT)
+        assert await proc.wait() == 130
+    tree = tree_of(out)
+    assert tree.status == "cancelled"
+    check_invariants(events_of(out))
