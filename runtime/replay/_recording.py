@@ -196,6 +196,11 @@ def load_recording(
         rec.notes.append(f"event types this version does not know were skipped: {unknown}")
     if rec.version is None:
         rec.notes.append("the trace has no run_started: its version and settings are unknown")
+    elif "permission_rules" not in rec.config:
+        rec.notes.append(
+            "the trace predates run_started.config.permission_rules: give the recorded run's "
+            "--allow and --deny rules again"
+        )
     with open(path, "rb") as f:  # a killed writer leaves its last line without a newline
         f.seek(0, os.SEEK_END)
         if f.tell():
@@ -268,6 +273,8 @@ def _build(rec: Recording, events: list[Event]) -> None:
                 done.status, done.output = ev.status, ev.output
         elif isinstance(ev, CancelRequested):
             target = rec.agents.get(ev.target)
+            if target is None and ev.target in rec.calls:  # an `agent` call: its sub-agent
+                target = rec.calls[ev.target].child
             if target is not None:
                 target.cancel_reason, target.cancel_by = ev.reason, ev.by
         elif isinstance(ev, AgentFinished) and agent is not None:
