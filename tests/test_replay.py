@@ -451,6 +451,11 @@ def test_a_truncated_last_line_is_a_killed_run(recorded: tuple[Path, Path], tmp_
     proc = replay([str(cut), "--mock-tools", "--no-trace", "--deny", "bash(rm *)",
                    "--permission-mode", "allow-all"], tmp_path)  # fmt: skip
     assert "note: the last line of the trace is cut short (a killed writer)" in err(proc)
+    # The cut took main's last turn with it: the replay stops where the recording does.
+    assert proc.returncode == 1
+    assert "replay stopped: the trace ends here: the recorded run was killed while main ran" in (
+        err(proc)
+    )
 
 
 def test_an_until_id_that_does_not_exist_is_refused(

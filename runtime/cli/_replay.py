@@ -252,6 +252,12 @@ async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, unti
 def _report(replayer: Any) -> None:
     if replayer.stopped:
         error_line(f"replay stopped: {replayer.stopped}")
+    elif replayer.recording.killed and not replayer.halted:
+        print(
+            f"{PROG}: replay: note: the recording has no run_finished (the recorded run was "
+            "killed) but every agent's turns were there: the replay ran to its end",
+            file=sys.stderr,
+        )
     if replayer.halted:
         error_line(f"replay diverged (--strict): {replayer.halted}")
         return
