@@ -88,9 +88,11 @@ async def test_a_producer_waits_while_a_blocking_subscriber_is_full() -> None:
     sub = bus.subscribe(buffer=2, policy="block")
     await _emit(bus, "a", "1")
     await _emit(bus, "a", "2")
-    with trio.move_on_after(0.05) as waited:
-        await _emit(bus, "a", "3")
-    assert waited.cancelled_caught
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_emit, bus, "a", "3")
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(nursery.child_tasks) == 1, "the producer waits"
+        nursery.cancel_scope.cancel(reason="test")
     assert bus.last_seq == 2, "a cancelled emit uses no seq"
     await sub.receive()
     await _emit(bus, "a", "3")
@@ -165,14 +167,15 @@ async def test_two_readers_of_one_subscription_never_take_the_same_event() -> No
     got: list[int] = []
 
     async def reader() -> None:
-        with trio.move_on_after(1):
-            got.append((await sub.receive()).seq)
+        got.append((await sub.receive()).seq)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reader)
         nursery.start_soon(reader)
         await trio.testing.wait_all_tasks_blocked()
         await _emit(bus, "a", "only one")
+        await trio.testing.wait_all_tasks_blocked()  # both readers woke and settled
+        nursery.cancel_scope.cancel(reason="test")
     assert got == [1]
 
 
@@ -207,7 +210,7 @@ async def test_an_end_already_waiting_goes_out_once_its_reader_is_marked_stalled
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(end)
-        await trio.sleep(0.1)
+        await trio.testing.wait_all_tasks_blocked()
         assert not done.is_set(), "a full reader not known to be stalled is waited for"
         sub.stall()  # e.g. its output pipe has been full for a while
         with trio.fail_after(1):

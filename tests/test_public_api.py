@@ -38,7 +38,7 @@ def test_importing_runtime_does_not_import_trio() -> None:
     assert out.stdout.split() == ["False", "False"]
 
 
-@pytest.mark.parametrize("name", ["runtime.actors", "runtime.providers", "tools"])
+@pytest.mark.parametrize("name", ["runtime.actors", "runtime.providers", "runtime.project", "tools"])
 def test_all_lists_exactly_the_public_names_sorted(name: str) -> None:
     module = importlib.import_module(name)
     public = {

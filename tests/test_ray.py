@@ -542,3 +542,28 @@ async def test_a_budget_of_an_agent_started_on_the_worker_is_kept_there(workspac
     [request] = by_type(events, CancelRequested)
     assert (request.by, started[request.target]) == ("budget", "greedy")  # type: ignore[attr-defined]
     assert outcome.result == "done"
+
+
+async def test_sub_agents_on_ray_get_the_projects_instructions_in_their_system_prompt(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    from runtime.project import load_project
+    from tests.llm_server import LLMServer
+    from tests.test_provider_e2e import KEY, _openai_route
+
+    server = LLMServer()
+    await nursery.start(server.serve)
+    server.route = _openai_route
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "AGENTS.md").write_text("RAY-RULE: be brief.")
+    env = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1", "PATH": "/usr/bin:/bin"}
+    with trio.fail_after(30):
+        async with open_runtime("openai", model="test-model", env=env, workspace=workspace,
+                                trace=False, project=load_project(workspace),
+                                agent_types=[AgentType(name="general", placement="ray")]) as rt:
+            outcome = await rt.run("Review the workspace")
+    assert outcome.status == "completed"
+    systems = [r.json["messages"][0]["content"] for r in server.requests]
+    assert len(systems) == 4
+    assert all("# Environment" in s and "RAY-RULE: be brief." in s for s in systems)

@@ -213,7 +213,6 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
     g.add_argument(
         "--permission-timeout",
         type=_positive_float,
-        default=300.0,
         metavar="S",
         help="how long a permission question waits for an answer (default: 300)",
     )
@@ -316,7 +315,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         permission_mode=ns.permission_mode,
         allow=tuple(ns.allow),
         deny=tuple(ns.deny),
-        permission_timeout_s=ns.permission_timeout,
+        permission_timeout_s=300.0 if ns.permission_timeout is None else ns.permission_timeout,
         max_turns=ns.max_turns,
         max_depth=ns.max_depth,
         max_parallel=ns.max_parallel,

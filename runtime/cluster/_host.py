@@ -67,7 +67,7 @@ from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker
 from runtime.core._bus import EventBus, Subscription
-from runtime.core._context import RunContext, new_run_context
+from runtime.core._context import RunContext, SystemPromptBuilder, new_run_context
 from runtime.core._errors import AgentsError, ConfigError
 from runtime.core._events import AgentFinished, AgentStarted, AgentStatus, Event
 from runtime.core._limits import Limits
@@ -133,6 +133,7 @@ class RunConfig:
     policy: PermissionPolicy
     batch_interval_s: float = 0.01
     batch_max: int = 512
+    system_prompt: SystemPromptBuilder | None = None
     sandbox: Sandbox | None = None
     # What every subtree of the run on one host shares, made once there (see _shared).
     _cache: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
@@ -789,6 +790,7 @@ async def _run_root(
             registry=registry,
             context_class=_RemoteRunContext,
             id_prefix=call.id_prefix,
+            system_prompt=config.system_prompt,
             sandbox=config.sandbox,
         )
         state.run = run

@@ -795,6 +795,7 @@ class RayPlacement:
             policy=run.broker.policy,
             batch_interval_s=self.options.batch_interval_s,
             batch_max=self.options.batch_max,
+            system_prompt=run.system_prompt,
             sandbox=run.sandbox,
         )
         try:

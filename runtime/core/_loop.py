@@ -151,7 +151,7 @@ async def run_agent_actor(
             agent_id=spec.agent_id,
             name=spec.agent_type.name,
             depth=spec.depth,
-            system=spec.agent_type.system,
+            system=_system_prompt(run, spec.agent_type),
             messages=_with_prompt(spec.history, spec.prompt)
             if spec.compact is None
             else list(spec.history),
@@ -404,6 +404,12 @@ async def _stream_turn(
         content.append(TextBlock(text="".join(texts)))
     content.extend(ToolUseBlock(id=c.id, name=c.name, input=c.input) for c in calls)
     return tuple(content), calls, end
+
+
+def _system_prompt(run: RunContext, atype: AgentType) -> str:
+    if run.system_prompt is None:
+        return atype.system
+    return run.system_prompt(atype, list(_tools_for(run, atype)))
 
 
 def _tools_for(run: RunContext, atype: AgentType) -> dict[str, Tool]:

@@ -67,7 +67,9 @@ class ScriptedProvider:
             ProviderError: the script has no such agent type, has run out of turns, or the turn
                 says ``error`` (after streaming its text, if any).
 
-        Cancellation: a checkpoint between deltas and during delays.
+        Cancellation: a checkpoint before each thinking or text delta, before the first item
+        after the last delta, and during delays; a turn's tool calls and its end follow
+        together without one.
         """
         if request.purpose == "compact":
             async for item in self._summary(request):

@@ -39,6 +39,7 @@ from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer, open_tra
 if TYPE_CHECKING:
     from runtime.cluster._placement import RayOptions
     from runtime.mcp import McpConfig
+    from runtime.project import Project
     from tools import Tool, ToolLimits
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
@@ -81,6 +82,8 @@ async def open_runtime(
     on_event: Callable[[Any], None] | None = None,
     ray_address: str | None = None,
     mcp_servers: McpConfig | Mapping[str, Any] | None = None,
+    project: Project | None = None,
+    trace_dir: str | os.PathLike[str] | None = None,
     sandbox: Sandbox | bool = False,
     ray: RayOptions | None = None,
 ) -> AsyncGenerator[Runtime, None]:
@@ -105,6 +108,11 @@ async def open_runtime(
             :class:`~runtime.mcp.McpConfig`, or the ``mcpServers`` object of a ``.mcp.json``
             (docs/mcp.md). They start with the run, all at once, and close after its agents; a
             server that cannot start costs a warning, not the run.
+        project: what :func:`runtime.project.load_project` read: its agent definitions come
+            after the scenario's types and before *agent_types*; its skills add the ``skill``
+            tool; every agent's system prompt gets the environment, the skill list and the
+            instructions after its type's own prompt.
+        trace_dir: the folder of the new trace file when *trace* is ``True``.
         sandbox: run every ``bash`` call under bubblewrap (``True``, or a :class:`Sandbox`
             for its options: network, more paths to hide); see ``runtime/core/_sandbox.py``.
             Checked once at start: :class:`ConfigError` when bwrap is missing or cannot work.
@@ -128,6 +136,8 @@ async def open_runtime(
     if not ws.is_dir():
         raise ConfigError(f"workspace {str(ws)!r} is not a folder")
     ws = ws.resolve()
+    if project is not None and project.workspace != ws:
+        raise ConfigError(f"the project was loaded for {project.workspace}, not the workspace {ws}")
     scen: Scenario | None = None
     if scenario is not None:
         if isinstance(scenario, Scenario):
@@ -138,12 +148,6 @@ async def open_runtime(
             scen = Scenario.load(scenario)
     if provider is None:
         provider = "scripted" if scen is not None else "openai"
-    types = AgentTypes()
-    if scen is not None:
-        for t in agent_types_from_scenario(scen):
-            types.add(t)
-    for t in agent_types:
-        types.add(t)
     tool_list = list(_default_tools() if tools is None else tools) + list(extra_tools)
     tool_map: dict[str, Tool] = {}
     for tool in tool_list:
@@ -151,6 +155,22 @@ async def open_runtime(
             raise ConfigError(f"two tools are named {tool.name!r}")
         tool_map[tool.name] = tool
     mcp_config = _mcp_config(mcp_servers)
+    if project is not None and project.skills and "skill" not in tool_map:
+        from tools import SkillTool
+
+        tool_map["skill"] = SkillTool(project.skills)
+    types = AgentTypes()
+    if scen is not None:
+        for t in agent_types_from_scenario(scen):
+            types.add(t)
+    for t in project.agent_types if project is not None else ():
+        # A definition file may name a tool this run lacks (an MCP server not configured):
+        # the agent goes without it rather than the run failing on a file it cannot fix.
+        # MCP names and globs are kept: their servers start below.
+        tools_of = None if t.tools is None else tuple(n for n in t.tools if _known(n, tool_map))
+        types.add(attrs.evolve(t, tools=tools_of))
+    for t in agent_types:
+        types.add(t)
     for t in types.values():
         if mcp_config is not None and t.placement == "ray" and t.tools is not None:
             _refuse_mcp_on_ray(t)
@@ -170,7 +190,7 @@ async def open_runtime(
     secret_list = tuple(secret_values(base_env))
     trace_path: Path | None = None
     if trace is True:
-        trace_path = DEFAULT_TRACE_DIR / f"{run_id}.jsonl"
+        trace_path = Path(trace_dir or DEFAULT_TRACE_DIR) / f"{run_id}.jsonl"
     elif trace is not False:
         trace_path = Path(trace)
     box: Sandbox | None = None
@@ -267,6 +287,7 @@ async def open_runtime(
             log=structlog.get_logger("trio_agents").bind(run_id=run_id),
             sandbox=box,
             placements=placements,
+            system_prompt=project.system_prompt() if project is not None else None,
         )
         runtime_box: list[Runtime] = []
         config = {
@@ -282,6 +303,9 @@ async def open_runtime(
         }
         if mcp is not None:
             config["mcp_servers"] = mcp.describe()
+        if project is not None:
+            config["instructions"] = [str(f.path) for f in project.instructions]
+            config["skills"] = sorted(skill.name for skill in project.skills)
         try:
             bus.emit_nowait(
                 RunStarted,
@@ -351,6 +375,12 @@ def _refuse_mcp_on_ray(atype: AgentType) -> None:
                 "MCP servers run in the driver and their tools are not forwarded to Ray "
                 "workers: place it locally or drop the MCP tools (docs/cluster.md)"
             )
+
+
+def _known(name: str, tool_map: Mapping[str, Tool]) -> bool:
+    """Whether a definition file's tool *name* can be served by this run (MCP tools and globs
+    are known once their servers have started)."""
+    return name in tool_map or name.startswith("mcp__") or any(c in name for c in "*?[")
 
 
 def _version() -> str:
