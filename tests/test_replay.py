@@ -256,6 +256,7 @@ def test_a_changed_file_is_a_divergence_and_fails_strict(
     line = "main \u203a general, turn 1: read(notes.txt) returned 3 lines, recorded 2"
     assert loose.returncode == 0, err(loose)
     assert line in err(loose)
+    assert f"replay diverged: {line}" in loose.stdout.decode()  # the plain view's line
     out = tmp_path / "strict.jsonl"
     strict = replay([*args, "--strict", "--trace", str(out)], tmp_path)
     assert strict.returncode == 1

@@ -46,6 +46,7 @@ from runtime.core._events import (
     Event,
     PermissionRequested,
     PermissionResolved,
+    ReplayDiverged,
     RunFinished,
     TextDelta,
     ToolFinished,
@@ -173,6 +174,8 @@ class LiveView:
                 )  # the conversation, in its order
         if isinstance(event, ContextCompacted):
             self._to_print.append(_compaction_note(self.tree, event))
+        if isinstance(event, ReplayDiverged):
+            self._to_print.append(f"replay diverged: {event.node}: {event.detail}")
 
     # -- the drawing task -------------------------------------------------------------------
 
@@ -465,6 +468,8 @@ class PlainView:
             return f"{who} user message: {event.text}"
         if isinstance(event, ContextCompacted):
             return _compaction_note(tree, event)
+        if isinstance(event, ReplayDiverged):
+            return f"replay diverged: {event.node}: {event.detail}"
         if isinstance(event, RunFinished):
             return None
         return None
