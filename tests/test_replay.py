@@ -613,3 +613,45 @@ async def test_sigint_aborts_a_realtime_replay_with_every_node_finished(tmp_path
     tree = tree_of(out)
     assert tree.status == "cancelled"
     check_invariants(events_of(out))
+
+
+async def test_on_a_terminal_the_live_view_and_the_picker_work_in_a_replay(tmp_path: Path) -> None:
+    import pexpect
+
+    trace = await _record_scripted(tmp_path)
+    events = events_of(trace)
+    slow_agent = next(e.agent_id for e in events if e.type == "agent_started" and e.prompt == "B")
+    lines = []
+    for line in trace.read_bytes().splitlines():  # B's only turn took a minute, as recorded
+        obj = orjson.loads(line)
+        if obj["type"] == "turn_finished" and obj["agent_id"] == slow_agent:
+            obj["ts"] += 60
+        lines.append(orjson.dumps(obj))
+    slow = tmp_path / "slow.jsonl"
+    slow.write_bytes(b"\n".join(lines) + b"\n")
+    out = tmp_path / "out.jsonl"
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
+    env["TERM"] = "xterm-256color"
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "runtime", "replay", str(slow), "--realtime", "--mock-tools", "--trace", str(out)],
+        cwd=str(tmp_path), env=env, dimensions=(50, 160), encoding="utf-8",
+        codec_errors="replace", timeout=20,
+    )  # fmt: skip
+    try:
+        await trio.to_thread.run_sync(child.expect, "general")  # the live tree is drawn
+        child.sendintr()
+        await trio.to_thread.run_sync(child.expect, r"\[(\d+)\] general (rp-\d+) b")
+        number = child.match.group(1)
+        await trio.to_thread.run_sync(child.expect, "cancel> ")
+        child.sendline(number)
+        await trio.to_thread.run_sync(child.expect, pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    tree = tree_of(out)
+    statuses = {a.name + ":" + (a.parent.input.get("prompt", "") if a.parent else ""): a.status
+                for a in tree.agents.values()}  # fmt: skip
+    assert statuses == {"main:": "completed", "general:A": "completed", "general:B": "cancelled"}
+    assert ("main \u203a general", "ended cancelled, recorded completed") in tree.divergences
+    check_invariants(events_of(out))
