@@ -182,8 +182,7 @@ async def open_runtime(
                     f"agent type {t.name!r} names unknown tool {name!r}; "
                     f"known tools: {', '.join(sorted(tool_map))}"
                 )
-    allow, deny = tuple(allow), tuple(deny)
-    policy = PermissionPolicy(mode=permission_mode, allow=allow, deny=deny, workspace=ws)
+    allow, deny = tuple(allow), tuple(deny)  # iterated twice: the policy and run_started
     base_env = run_environ() if env is None else dict(env)
     allow_env = tuple(allow_env)
     run_env = filter_env(base_env, allow_env)
@@ -193,11 +192,23 @@ async def open_runtime(
         trace_path = Path(trace_dir or DEFAULT_TRACE_DIR) / f"{run_id}.jsonl"
     elif trace is not False:
         trace_path = Path(trace)
+    # Files no tool may change, whatever the mode: .mcp.json (its commands run when the next
+    # run starts) and this run's trace (the audit trail), wherever it lies.
+    protected = [ws / ".mcp.json"]
+    if trace_path is not None:
+        protected.append(Path(os.path.abspath(trace_path)))  # noqa: ASYNC240 - no I/O
+    policy = PermissionPolicy(
+        mode=permission_mode,
+        allow=allow,
+        deny=deny,
+        workspace=ws,
+        protected=tuple(str(path) for path in protected),
+    )
     box: Sandbox | None = None
     if sandbox:
         box = sandbox if isinstance(sandbox, Sandbox) else Sandbox()
         # The runtime's own files stay read-only to sandboxed commands.
-        own = [str(ws / ".trio-agents")]
+        own = [str(ws / ".trio-agents"), str(ws / ".mcp.json")]
         if trace_path is not None:
             own.append(str(trace_path.parent.resolve()))
         box = attrs.evolve(box, read_only=(*box.read_only, *own))
