@@ -201,6 +201,8 @@ def _json_type(hint: Any) -> str:
         assert all(isinstance(a, str) for a in args), hint
         return "string"
     origin = typing.get_origin(hint) or hint
+    if origin is list:
+        return f"array of {_json_type(args[0])}s"
     names = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}
     assert origin in names, f"no JSON type for {hint!r}: add it to the test"
     return names[origin]

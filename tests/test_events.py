@@ -38,7 +38,8 @@ _SAMPLES: dict[str, dict[str, Any]] = {
     "tool_finished": {"tool_use_id": "tu-2", "name": "bash", "status": "ok", "output": "x",
                       "duration_s": 0.25},
     "turn_finished": {"turn": 1, "stop_reason": "tool_use", "input_tokens": 3, "output_tokens": 4,
-                      "context_tokens": 1200, "context_window": 200000},
+                      "context_tokens": 1200, "context_window": 200000,
+                      "tool_use_ids": ["tu-2", "tu-3"]},
     "user_message": {"text": "also check the tests"},
     "cancel_requested": {"target": "tu-2", "reason": "too slow", "by": "user"},
     "agent_finished": {"status": "cancelled", "result": None, "error": "cancelled: x", "turns": 1,
@@ -60,6 +61,7 @@ def test_turn_finished_without_context_fields_still_decodes() -> None:
     event = event_from_dict(obj)
     assert isinstance(event, TurnFinished)
     assert (event.context_tokens, event.context_window) == (None, None)
+    assert event.tool_use_ids is None
 
 
 def test_every_event_type_has_a_sample() -> None:

@@ -47,6 +47,7 @@ from runtime.core._events import (
     PermissionRequested,
     PermissionResolved,
     ProviderRetry,
+    ReplayDiverged,
     RunFinished,
     TextDelta,
     ToolFinished,
@@ -174,6 +175,8 @@ class LiveView:
                 )  # the conversation, in its order
         if isinstance(event, ContextCompacted):
             self._to_print.append(_compaction_note(self.tree, event))
+        if isinstance(event, ReplayDiverged):
+            self._to_print.append(f"replay diverged: {event.node}: {event.detail}")
 
     # -- the drawing task -------------------------------------------------------------------
 
@@ -473,6 +476,8 @@ class PlainView:
             )
         if isinstance(event, ContextCompacted):
             return _compaction_note(tree, event)
+        if isinstance(event, ReplayDiverged):
+            return f"replay diverged: {event.node}: {event.detail}"
         if isinstance(event, RunFinished):
             return None
         return None

@@ -1,8 +1,9 @@
 """The ``trio-agents`` command line (docs/cli.md).
 
 Commands: ``run PROMPT``, ``demo``, ``chat`` (its own module), ``trace …`` (its own module),
-``cancel --control SOCK ID``, and ``agents`` / ``config`` (:mod:`runtime.cli._project`, which
-also puts the settings files under the flags of ``run`` and ``chat``). Exit codes: 0 the root
+``replay TRACE`` (its own module), ``cancel --control SOCK ID``, and ``agents`` / ``config``
+(:mod:`runtime.cli._project`, which also puts the settings files under the flags of ``run`` and
+``chat``). Exit codes: 0 the root
 agent completed; 1 it ended otherwise; 2 bad usage or a bad input file; 130 aborted by the user.
 
 Start-up stays fast: this module and :mod:`runtime.cli._options` import only the standard library
@@ -138,6 +139,24 @@ def build_parser() -> CliParser:
         help="where sessions are kept (default: .trio-agents/sessions in this folder)",
     )
 
+    replay = sub.add_parser(
+        "replay",
+        help="run a recorded trace again: its model turns played back, its tools run or mocked",
+        description="Run the recorded run in TRACE again: each agent's model turns are played "
+        "back from the trace (agents matched by their place in the tree), tools run for real "
+        "in --workspace (no fresh copy is made) or, with --mock-tools, return their recorded "
+        "outputs. A difference from the recording is reported as a divergence; --strict ends "
+        "the run failed at the first one. --until with --continue-provider forks: replay up to "
+        "a tool call or turn, then go on live. See docs/replay.md.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    replay.add_argument("trace_file", metavar="TRACE", help="the JSONL trace to replay")
+    add_common_options(replay)
+    from ._replay import add_replay_options
+
+    add_replay_options(replay)
+
     sub.add_parser(
         "trace",
         help="inspect a trace: show, stats, tail, export (see trio-agents trace --help)",
@@ -272,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
             if ns.prompt is None:
                 parser.error("run: the following arguments are required: PROMPT")
             return cmd_run(opts, _read_prompt(ns.prompt))
+        if ns.command == "replay":
+            from ._replay import cmd_replay
+
+            return cmd_replay(ns, opts)
         if ns.command == "demo":
             from ._demo import run_demo
 

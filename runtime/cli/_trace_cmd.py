@@ -129,12 +129,17 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser(
         "export",
         parents=[common],
-        help="OTLP JSON spans or a Mermaid flowchart",
+        help="OTLP JSON spans, a Mermaid flowchart, or a scenario file",
         description="otlp-json: one OTLP ExportTraceServiceRequest per line (the collector's "
-        "file format), GenAI semantic-convention attributes. mermaid: a flowchart TD.",
+        "file format), GenAI semantic-convention attributes. mermaid: a flowchart TD. "
+        "scenario: the recorded model turns as a scenario file for run --scenario "
+        "(docs/replay.md); what it cannot hold is noted on stderr.",
     )
     export.add_argument("file", metavar="FILE", help=_FILE_HELP)
-    export.add_argument("--format", required=True, choices=("otlp-json", "mermaid"))
+    export.add_argument("--format", required=True, choices=("otlp-json", "mermaid", "scenario"))
+    export.add_argument(
+        "--run", metavar="RUN_ID", help="scenario: the run, when FILE holds several"
+    )
     export.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     export.set_defaults(func=_cmd_export)
     return parser
@@ -481,6 +486,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
             writable_path(args.output, "-o", make_parents=False)
         except UsageError as exc:
             raise _UsageError(str(exc)) from None
+    if args.format == "scenario":
+        return _export_scenario(args)
     trees = _load(args.file, keep_details=False)
     if args.format == "mermaid":
         from runtime.trace._render import render_mermaid
@@ -491,6 +498,20 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from runtime.trace._otlp import otlp_json_lines
 
     _write_bytes(_masked(otlp_json_lines(trees, version=__version__)), args.output)
+    return 0
+
+
+def _export_scenario(args: argparse.Namespace) -> int:
+    import orjson
+
+    from runtime.replay import export_scenario, load_recording
+
+    rec = load_recording(args.file, run_id=args.run)
+    scenario, notes = export_scenario(rec)
+    data = orjson.dumps(scenario, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    _write_bytes(_masked([data]), args.output)
+    for note in [*rec.notes, *notes]:
+        print(f"{PROG}: note: {note}", file=sys.stderr)
     return 0
 
 

@@ -121,6 +121,8 @@ class TurnFinished(Event):
     """How big the agent's context is after this turn (tokens, estimated), when it is known."""
     context_window: int | None = None
     """The agent's model's context window (tokens), when it is known."""
+    tool_use_ids: list[str] | None = None
+    """The tool calls this turn asked for, in the model's order (None in older traces)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -341,6 +341,7 @@ async def _loop(
             output_tokens=end.output_tokens,
             context_tokens=compactor.after_turn(state, end.input_tokens),
             context_window=compactor.window,
+            tool_use_ids=[c.id for c in calls],
         )
         if calls:
             await _run_tool_calls(run, spec, state, tools, calls, log)

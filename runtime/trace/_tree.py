@@ -74,6 +74,10 @@ def _opt_str(value: object) -> bool:
     return value is None or value.__class__ is str
 
 
+MAX_DIVERGENCES = 100
+"""How many ``replay_diverged`` a :class:`TraceTree` keeps (it counts them all)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class CancelInfo:
     """Who asked to cancel a node, and why (from ``cancel_requested``)."""
@@ -530,6 +534,10 @@ class TraceTree:
         self.other_run_events = 0
         self.compactions: list[Compaction] = []
         """Every ``context_compacted`` of the run, in order."""
+        self.divergences: list[tuple[str, str]] = []
+        """The first :data:`MAX_DIVERGENCES` ``replay_diverged`` of a replayed run, as
+        ``(node, detail)``; ``divergence_count`` counts them all."""
+        self.divergence_count = 0
         self._roots: list[AgentNode] = []
         # Placeholder tool calls some sub-agent pointed at, whose tool_started is not in yet.
         self._unattached: dict[str, ToolNode] = {}
@@ -571,6 +579,7 @@ class TraceTree:
             "agent_finished": self._agent_finished,
             "run_finished": self._run_finished,
             "context_compacted": self._context_compacted,
+            "replay_diverged": self._replay_diverged,
             "tool_progress": self._tool_progress,
         }
 
@@ -1375,6 +1384,22 @@ class TraceTree:
             agent.input_tokens += numbers["input_tokens"]
             agent.output_tokens += numbers["output_tokens"]
             self._dirty = True
+
+    def _replay_diverged(self, fields: Fields) -> None:
+        ts = fields["ts"]
+        node = fields["node"]
+        detail = fields["detail"]
+        if not _num(ts):
+            raise _invalid("replay_diverged", "ts")
+        if node.__class__ is not str:
+            raise _invalid("replay_diverged", "node")
+        if detail.__class__ is not str:
+            raise _invalid("replay_diverged", "detail")
+        if ts > self.last_ts:
+            self.last_ts = ts
+        self.divergence_count += 1
+        if len(self.divergences) < MAX_DIVERGENCES:
+            self.divergences.append((node, detail))
 
     def _tool_progress(self, fields: Fields) -> None:
         kind = "tool_progress"

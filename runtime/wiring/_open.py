@@ -193,6 +193,7 @@ async def open_runtime(
                     f"agent type {t.name!r} names unknown tool {name!r}; "
                     f"known tools: {', '.join(sorted(tool_map))}"
                 )
+    allow, deny = tuple(allow), tuple(deny)  # iterated twice: the policy and run_started
     base_env = run_environ() if env is None else dict(env)
     allow_env = tuple(allow_env)
     run_env = filter_env(base_env, allow_env)
@@ -209,8 +210,8 @@ async def open_runtime(
         protected.append(Path(os.path.abspath(trace_path)))  # noqa: ASYNC240 - no I/O
     policy = PermissionPolicy(
         mode=permission_mode,
-        allow=tuple(allow),
-        deny=tuple(deny),
+        allow=allow,
+        deny=deny,
         workspace=ws,
         protected=tuple(str(path) for path in protected),
     )
@@ -320,6 +321,7 @@ async def open_runtime(
             "limits": limits.public(),
             "agent_types": sorted(types),
             "sandbox": None if box is None else {"network": box.network},
+            "permission_rules": {"allow": [str(r) for r in allow], "deny": [str(r) for r in deny]},
         }
         if mcp is not None:
             config["mcp_servers"] = mcp.describe()
