@@ -46,9 +46,17 @@ def chunk_text(text: str) -> list[str]:
     return _WORDS.findall(text)
 
 
+# With no chunk delay, a checkpoint every this many deltas (besides the one that starts the
+# turn): often enough that cancellation and other agents get in during a long turn, rarely
+# enough that a turn's deltas reach the bus back to back, as a fast network delivers them, and
+# a subscriber reads them in a few wake-ups instead of one scheduler round per delta.
+CHECKPOINT_EVERY = 256
+
+
 class ScriptedProvider:
-    """Plays a scenario. Thread-free and fast: with zero delays a turn never sleeps, but it
-    checkpoints between deltas so cancellation and other agents get in."""
+    """Plays a scenario. Thread-free and fast: with zero delays a turn never sleeps; it
+    checkpoints when it starts and every :data:`CHECKPOINT_EVERY` deltas (so cancellation and
+    other agents get in), and between every two deltas when the turn has a ``chunk_delay_s``."""
 
     name = "scripted"
 
@@ -67,7 +75,8 @@ class ScriptedProvider:
             ProviderError: the script has no such agent type, has run out of turns, or the turn
                 says ``error`` (after streaming its text, if any).
 
-        Cancellation: a checkpoint between deltas and during delays.
+        Cancellation: a checkpoint when the turn starts, during delays, and between deltas
+        (every one with a ``chunk_delay_s``, else every :data:`CHECKPOINT_EVERY`-th).
         """
         if request.purpose == "compact":
             async for item in self._summary(request):
@@ -115,14 +124,24 @@ class ScriptedProvider:
         else:
             await trio.lowlevel.checkpoint()
         out_chars = 0
+        delay = turn.chunk_delay_s
+        count = 0
         for piece in chunk_text(turn.thinking):
             out_chars += len(piece)
             yield ThinkingChunk(piece)
-            await self._pause(turn.chunk_delay_s)
+            count += 1
+            if delay:
+                await trio.sleep(delay)
+            elif count % CHECKPOINT_EVERY == 0:
+                await trio.lowlevel.checkpoint()
         for piece in chunk_text(turn.text):
             out_chars += len(piece)
             yield TextChunk(piece)
-            await self._pause(turn.chunk_delay_s)
+            count += 1
+            if delay:
+                await trio.sleep(delay)
+            elif count % CHECKPOINT_EVERY == 0:
+                await trio.lowlevel.checkpoint()
         if turn.error is not None:
             overflow = parse_overflow(turn.error)
             if overflow is not None:
@@ -141,13 +160,6 @@ class ScriptedProvider:
             if turn.output_tokens is not None
             else max(1, out_chars // 4),
         )
-
-    @staticmethod
-    async def _pause(delay: float) -> None:
-        if delay:
-            await trio.sleep(delay)
-        else:
-            await trio.lowlevel.checkpoint()
 
 
 def _estimate_input(request: ModelRequest) -> int:
