@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import shutil
 import sys
@@ -134,7 +135,7 @@ def stream_scenario(deltas: int, depth: int = 2) -> dict[str, Any]:
     """An agent at *depth* (0: the root itself) streams *deltas* one-word text deltas."""
     names = ["main", "middle", "leaf"][: depth + 1]
     agents: dict[str, Any] = {}
-    for name, child in zip(names, names[1:], strict=False):
+    for name, child in itertools.pairwise(names):
         agents[name] = {
             "tools": ["agent"],
             "turns": [{"tool_calls": [_agent_call(child)]}, {"text": "done"}],
