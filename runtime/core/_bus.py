@@ -149,6 +149,9 @@ class Subscription:
                 raise trio.EndOfChannel
             self._burst = 0
             await self._readers.park()
+        return self._take()
+
+    def _take(self) -> Event:
         event = self._buffer.popleft()
         self._bus._through_gate(event.seq)
         self._stalled = False
@@ -170,12 +173,7 @@ class Subscription:
     def receive_nowait(self) -> Event:
         """The next event if one is buffered, else :class:`trio.WouldBlock`."""
         if self._buffer:
-            event = self._buffer.popleft()
-            self._bus._through_gate(event.seq)
-            self._stalled = False
-            if self._writers and len(self._buffer) <= self._low_water:
-                self._writers.unpark()
-            return event
+            return self._take()
         if self._lagged:
             raise SubscriberLagged(f"subscriber fell more than {self.max_buffer} events behind")
         if self._ended:
@@ -186,6 +184,11 @@ class Subscription:
         return self
 
     async def __anext__(self) -> Event:
+        if self._buffer and self._burst < _READ_BURST:
+            # receive()'s path for a waiting event, without a second coroutine per event.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            self._burst += 1
+            return self._take()
         try:
             return await self.receive()
         except trio.EndOfChannel:
