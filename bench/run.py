@@ -33,7 +33,7 @@ VARIANTS: dict[str, list[list[str]]] = {
     "bench_provider.py": [["--provider", "openai"], ["--provider", "anthropic"]],
 }
 # bench_core first: it is ours and the quickest to fail if something is broken.
-ORDER = ("bench_core.py", "bench_provider.py", "bench_trace.py", "bench_ray.py")
+ORDER = ("bench_core.py", "bench_provider.py", "bench_trace.py", "bench_ray.py", "bench_mcp.py")
 TIMEOUT_S = 30 * 60
 KEYS = ("name", "value", "floor", "ratio", "unit", "target", "met")
 # Targets from the issues for results whose script states none: name prefix → (target, check).

@@ -13,9 +13,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from runtime.core._version import VERSION as __version__  # noqa: F401 - public, in __dir__
 
 if TYPE_CHECKING:
+    from runtime.cluster._placement import RayOptions as RayOptions
     from runtime.core._agent import AgentOutcome as AgentOutcome
     from runtime.core._agent_types import AgentType as AgentType
     from runtime.core._agent_types import AgentTypes as AgentTypes
@@ -135,6 +136,7 @@ _LAZY: dict[str, str] = {
     "ProviderError": "runtime.core._errors",
     "ProviderRetry": "runtime.core._events",
     "ReplayDiverged": "runtime.core._events",
+    "RayOptions": "runtime.cluster._placement",
     "RetryPolicy": "runtime.providers",
     "Rule": "runtime.core._permissions",
     "RunFinished": "runtime.core._events",

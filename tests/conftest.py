@@ -30,8 +30,12 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _own_config_home(
+def user_config_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The session key lives under $XDG_CONFIG_HOME: each test gets its own, never the user's.
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+) -> Path:
+    # Each test gets its own $XDG_CONFIG_HOME, never the user's: the session key lives there,
+    # and so do the user's settings, AGENTS.md, agents and skills, which must not change what a
+    # test (or a command it starts) sees.
+    config = tmp_path_factory.mktemp("config")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    return config

@@ -10,7 +10,7 @@ import attrs
 import orjson
 import trio
 import trio.testing
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from runtime import (
@@ -82,6 +82,16 @@ def _scenario(root: Node) -> dict[str, Any]:
 @given(
     root=_nodes(0, "n"),
     cancels=st.lists(st.tuples(st.floats(0, 8), st.integers(0, 50), st.booleans()), max_size=4),
+)
+# A provider error due at the very instant an ancestor is cancelled: the cancel is in the stream
+# first, so the agent must end cancelled, not failed.
+@example(
+    root=Node(name="n", delay=3.0, provider_error=False, tool_error=False, children=(
+        Node(name="n_0", delay=0.0, provider_error=False, tool_error=False, children=(
+            Node(name="n_0_0", delay=1.0, provider_error=True, tool_error=False, children=(
+                Node(name="n_0_0_0", delay=0.0, provider_error=False, tool_error=False,
+                     children=()),)),)),)),
+    cancels=[(5.0, 0, False)],
 )
 async def test_random_trees_with_faults_and_cancels_keep_the_invariants(
     root: Node, cancels: list[tuple[float, int, bool]], tmp_path: Path,

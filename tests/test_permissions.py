@@ -209,6 +209,34 @@ def test_a_tool_whose_target_fails_is_still_decided() -> None:
     assert policy.decide(BrokenTargetTool(), {}).action == "ask"
 
 
+class _Named(Tool):
+    description = "a tool of some server"
+    input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+
+    def __init__(self) -> None:
+        pass
+
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        return ""
+
+
+def _named(name: str) -> Tool:
+    return type("NamedTool", (_Named,), {"name": name})()
+
+
+def test_a_rule_may_name_tools_by_glob() -> None:
+    policy = PermissionPolicy(
+        "deny", allow=("mcp__git__*",), deny=("mcp__git__git_res?t", "mcp__*__drop*")
+    )
+    assert policy.decide(_named("mcp__git__git_status"), {}).action == "allow"
+    assert policy.decide(_named("mcp__git__git_reset"), {}).reason == (
+        "denied by rule mcp__git__git_res?t"
+    )
+    assert policy.decide(_named("mcp__db__drop_table"), {}).action == "deny"
+    assert policy.decide(_named("mcp__gitx__status"), {}).reason == "mode deny"
+    assert parse_rule("mcp__git__*(*main*)") == Rule("mcp__git__*", "*main*")
+
+
 # --- bash rules -------------------------------------------------------------------------------
 
 BASH_ALLOW_TABLE = [

@@ -14,7 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize(("name", "extra"), [("runtime", ["__version__"]), ("runtime.core", [])])
+@pytest.mark.parametrize(
+    ("name", "extra"), [("runtime", ["__version__"]), ("runtime.core", []), ("runtime.mcp", [])]
+)
 def test_lazy_package_exports_its_all_and_nothing_else(name: str, extra: list[str]) -> None:
     package = importlib.import_module(name)
 
@@ -36,7 +38,7 @@ def test_importing_runtime_does_not_import_trio() -> None:
     assert out.stdout.split() == ["False", "False"]
 
 
-@pytest.mark.parametrize("name", ["runtime.actors", "runtime.providers", "tools"])
+@pytest.mark.parametrize("name", ["runtime.actors", "runtime.providers", "runtime.project", "tools"])
 def test_all_lists_exactly_the_public_names_sorted(name: str) -> None:
     module = importlib.import_module(name)
     public = {

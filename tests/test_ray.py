@@ -254,7 +254,7 @@ async def test_killing_the_host_mid_run_ends_its_nodes_failed_and_the_run_comple
     ends = {started[e.agent_id]: e for e in by_type(events, AgentFinished)}
     for name in ("sleeper", "inner"):
         assert ends[name].status == "failed", name  # type: ignore[attr-defined]
-        assert "ray host h1 lost" in ends[name].error  # type: ignore[attr-defined]
+        assert ends[name].error.startswith("worker died: ray host h1 ")  # type: ignore[attr-defined]
     assert ends["steady"].status == "completed"  # type: ignore[attr-defined]
     statuses = {e.name: e.status for e in by_type(events, ToolFinished)  # type: ignore[attr-defined]
                 if e.agent_id != handle.agent_id}
@@ -262,7 +262,7 @@ async def test_killing_the_host_mid_run_ends_its_nodes_failed_and_the_run_comple
     call = next(e for e in by_type(events, ToolFinished)
                 if e.agent_id == handle.agent_id and "sleeper" in e.output)  # type: ignore[attr-defined]
     assert call.status == "error"  # type: ignore[attr-defined]
-    assert "lost" in call.output  # type: ignore[attr-defined]
+    assert "worker died" in call.output  # type: ignore[attr-defined]
 
 
 async def test_a_budget_exceeded_remotely_ends_only_that_subtree(workspace: Path) -> None:
@@ -396,21 +396,26 @@ def test_an_exception_in_one_subtree_leaves_the_others_on_its_host_running(
     broken = attrs.evolve(config, tools=(functools.partial(print),))
     bad = SubtreeCall(call_id="t.2", id_prefix="t.2.", spec=spec, config=broken, max_agents=100)
     host = ray.remote(RayHost).options(num_cpus=0, max_concurrency=100).remote("t")
+    batches: dict[str, list[Any]] = {"t.1": [], "t.2": []}
     try:
-        streams = [host.run_subtree.options(num_returns="streaming").remote(c)
-                   for c in (good, bad)]
-        batches = [[ray.get(ref, timeout=30) for ref in s] for s in streams]
+        ray.get(host.submit.remote((good, bad)), timeout=30)
+        channel = host.channel.options(num_returns="streaming").remote()
+        for ref in channel:
+            for call_id, batch in ray.get(ref, timeout=30).items:
+                batches[call_id].append(batch)
+            if all(b and b[-1].final for b in batches.values()):
+                break
         assert ray.get(host.ping.remote(), timeout=30).startswith("t pid")
     finally:
         ray.kill(host)
-    good_end, bad_end = batches[0][-1], batches[1][-1]
+    good_end, bad_end = batches["t.1"][-1], batches["t.2"][-1]
     assert bad_end.final
     assert "crashed" in bad_end.error
     assert bad_end.outcome is None
     assert good_end.final
     assert good_end.error is None
     assert (good_end.outcome.status, good_end.outcome.result) == ("completed", "fine")
-    good_events = [e for b in batches[0] for e in b.events]
+    good_events = [e for b in batches["t.1"] for e in b.events]
     assert good_events[0].type == "agent_started"
     assert good_events[-1].type == "agent_finished"
 
@@ -483,3 +488,82 @@ def test_the_cli_starts_its_own_cluster_and_keeps_stdout_to_events(tmp_path: Pat
     bash = next(e for e in by_type(events, ToolFinished) if e.name == "bash")  # type: ignore[attr-defined]
     assert bash.output.startswith("from-the-worker")  # type: ignore[attr-defined]
     assert events[-1].status == "completed"  # type: ignore[attr-defined]
+
+
+def test_ray_options_come_from_the_cli_and_from_a_settings_table(tmp_path: Path) -> None:
+    from runtime import RayOptions
+    from runtime.cli._main import build_parser
+    from runtime.cli._options import options_from_args, runtime_kwargs
+
+    ns = build_parser().parse_args(["run", "x", "--ray-hosts-per-node", "2",
+                                    "--ray-strategy", "pack"])
+    assert runtime_kwargs(options_from_args(ns))["ray"] == RayOptions(
+        hosts_per_node=2, strategy="pack")
+    ns = build_parser().parse_args(["run", "x", "--ray-cpus-per-host", "4"])
+    options = runtime_kwargs(options_from_args(ns))["ray"]
+    assert [options.hosts_on(c) for c in (1, 4, 9)] == [1, 1, 2]
+    assert "ray" not in runtime_kwargs(options_from_args(build_parser().parse_args(["run", "x"])))
+    assert RayOptions.from_mapping({"strategy": "spread", "host_timeout_s": 5}).host_timeout_s == 5
+    for bad, message in [({"strategy": "wide"}, "ray.strategy: expected 'spread' or 'pack'"),
+                         ({"hosts_per_node": 0}, "ray.hosts_per_node: expected a number > 0"),
+                         ({"hosts": 2}, "ray.hosts: unknown key")]:
+        with pytest.raises(ConfigError, match=message):
+            RayOptions.from_mapping(bad)
+    from runtime import load_agent_types
+
+    path = tmp_path / "agents.toml"
+    path.write_text('[agents.gpu]\nplacement = "ray"\nray_resources = { GPU = 1 }\n'
+                    'ray_labels = { zone = "lab" }\n')
+    [gpu] = load_agent_types(path)
+    assert (dict(gpu.ray_resources), dict(gpu.ray_labels)) == ({"GPU": 1.0}, {"zone": "lab"})
+    path.write_text('[agents.gpu]\nray_resources = { GPU = "one" }\n')
+    with pytest.raises(ConfigError, match=r"agents.gpu.ray_resources: expected a table"):
+        load_agent_types(path)
+
+
+async def test_a_budget_of_an_agent_started_on_the_worker_is_kept_there(workspace: Path) -> None:
+    glob = {"name": "glob", "input": {"pattern": "*"}}
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("boss", "boss")]}, {"text": "done"}]},
+        "boss": _remote({"tools": ["agent"], "turns": [
+            {"tool_calls": [agent_call("greedy", "greedy", budget={"tool_calls": 1}),
+                            agent_call("modest", "modest")]},
+            {"text": "boss done"}]}),
+        "greedy": {"tools": ["glob"], "turns": [
+            {"tool_calls": [glob]}, {"tool_calls": [glob]},
+            *[{"tool_calls": [glob], "delay_s": 0.5}] * 20, {"text": "never"}]},
+        "modest": {"turns": [{"text": "modest result", "delay_s": 0.3}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    check_invariants(events)
+    started = {e.agent_id: e.name for e in by_type(events, AgentStarted)}  # type: ignore[attr-defined]
+    ends = {started[e.agent_id]: e for e in by_type(events, AgentFinished)}
+    assert ends["greedy"].status == "budget_exceeded"  # type: ignore[attr-defined]
+    assert (ends["modest"].status, ends["boss"].status) == ("completed", "completed")  # type: ignore[attr-defined]
+    [request] = by_type(events, CancelRequested)
+    assert (request.by, started[request.target]) == ("budget", "greedy")  # type: ignore[attr-defined]
+    assert outcome.result == "done"
+
+
+async def test_sub_agents_on_ray_get_the_projects_instructions_in_their_system_prompt(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    from runtime.project import load_project
+    from tests.llm_server import LLMServer
+    from tests.test_provider_e2e import KEY, _openai_route
+
+    server = LLMServer()
+    await nursery.start(server.serve)
+    server.route = _openai_route
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "AGENTS.md").write_text("RAY-RULE: be brief.")
+    env = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1", "PATH": "/usr/bin:/bin"}
+    with trio.fail_after(30):
+        async with open_runtime("openai", model="test-model", env=env, workspace=workspace,
+                                trace=False, project=load_project(workspace),
+                                agent_types=[AgentType(name="general", placement="ray")]) as rt:
+            outcome = await rt.run("Review the workspace")
+    assert outcome.status == "completed"
+    systems = [r.json["messages"][0]["content"] for r in server.requests]
+    assert len(systems) == 4
+    assert all("# Environment" in s and "RAY-RULE: be brief." in s for s in systems)

@@ -64,6 +64,40 @@ def test_interrupted_and_running_nodes() -> None:
     assert "interrupted" in draw(render_tree(live))
 
 
+def test_a_running_tool_shows_its_latest_progress() -> None:
+    dicts = list(run_events(small_run()))
+    started = next(d for d in dicts if d["type"] == "tool_started")
+    base = {k: started[k] for k in ("run_id", "agent_id", "parent_tool_use_id", "tool_use_id")}
+    upto = dicts[: dicts.index(started) + 1]
+    for i, (progress, total, message) in enumerate([(1, 10, "first"), (3, 10, "copying files")]):
+        upto.append(
+            {
+                **base,
+                "type": "tool_progress",
+                "seq": 10_000 + i,
+                "ts": started["ts"] + 0.1 * (i + 1),
+                "progress": progress,
+                "total": total,
+                "message": message,
+            }
+        )
+    upto.append(
+        {
+            **base,
+            "type": "tool_progress",
+            "seq": 10_002,
+            "ts": started["ts"] + 0.3,
+            "progress": 7,
+            "total": None,
+            "message": None,
+        }
+    )
+    text = draw(render_tree(tree_of(upto[:-1], live=True)))
+    assert "3/10 copying files" in text
+    assert "first" not in text
+    assert "  7" in draw(render_tree(tree_of(upto, live=True)))
+
+
 def test_max_depth_says_what_it_left_out() -> None:
     spec = AgentSpec(
         turns=[

@@ -19,6 +19,8 @@ from ._glob import GlobTool as GlobTool
 from ._grep import GrepTool as GrepTool
 from ._read import ReadTool as ReadTool
 from ._registry import builtin_tools as builtin_tools
+from ._skill import SkillSource as SkillSource
+from ._skill import SkillTool as SkillTool
 from ._write import WriteTool as WriteTool
 
 __all__ = sorted(
@@ -29,6 +31,8 @@ __all__ = sorted(
         "GlobTool",
         "GrepTool",
         "ReadTool",
+        "SkillSource",
+        "SkillTool",
         "SubAgentSpawner",
         "TargetKind",
         "Tool",

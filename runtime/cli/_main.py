@@ -1,8 +1,9 @@
 """The ``trio-agents`` command line (docs/cli.md).
 
-Commands: ``run PROMPT``, ``demo``, ``chat`` (its own module), ``trace …`` (its own module) and
-``cancel --control SOCK ID``. Exit codes: 0 the root agent completed; 1 it ended otherwise;
-2 bad usage or a bad input file; 130 aborted by the user.
+Commands: ``run PROMPT``, ``demo``, ``chat`` (its own module), ``trace …`` (its own module),
+``cancel --control SOCK ID``, and ``agents`` / ``config`` (:mod:`runtime.cli._project`, which
+also puts the settings files under the flags of ``run`` and ``chat``). Exit codes: 0 the root
+agent completed; 1 it ended otherwise; 2 bad usage or a bad input file; 130 aborted by the user.
 
 Start-up stays fast: this module and :mod:`runtime.cli._options` import only the standard library
 at the top; trio, rich and the runtime's internals are imported inside the commands.
@@ -14,6 +15,7 @@ import argparse
 import sys
 from typing import Any
 
+from ._mcp_cmd import add_parser as add_mcp_parser
 from ._options import (
     EXIT_ABORTED,
     EXIT_FAILED,
@@ -75,7 +77,16 @@ def build_parser() -> CliParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("prompt", metavar="PROMPT", help="the task for the main agent ('-': stdin)")
+    run.add_argument(
+        "prompt", metavar="PROMPT", nargs="?", help="the task for the main agent ('-': stdin)"
+    )
+    run.add_argument(
+        "--show-system-prompt",
+        nargs="?",
+        const="main",
+        metavar="TYPE",
+        help="print the system prompt the main agent (or an agent of TYPE) would get, and exit",
+    )
     add_common_options(run)
 
     demo = sub.add_parser(
@@ -120,6 +131,30 @@ def build_parser() -> CliParser:
         help="inspect a trace: show, stats, tail, export (see trio-agents trace --help)",
         add_help=False,
     )
+
+    add_mcp_parser(sub)
+
+    agents = sub.add_parser(
+        "agents",
+        help="list the known agent types and where each came from",
+        description="List the agent types a run here would know: the built-in ones, those of "
+        ".claude/agents/*.md, .trio-agents/agents/*.md and the user's config folder, and those "
+        "of --scenario and --agents, with the file each came from.",
+    )
+    agents.add_argument("--workspace", metavar="DIR", help="the project (default: this folder)")
+    agents.add_argument("--agents", metavar="FILE", help="agent types to add (TOML)")
+    agents.add_argument("--scenario", metavar="FILE", help="a scripted-provider scenario")
+    agents.add_argument("--json", action="store_true", help="print JSON")
+
+    config = sub.add_parser(
+        "config",
+        help="print the effective settings and where each value came from",
+        description="Print the settings a run with these options would use: each key, its "
+        "value and its source (a flag, the workspace's or the user's "
+        ".trio-agents/settings.toml, or the default). Takes the options of run; --json "
+        "prints JSON.",
+    )
+    add_common_options(config)
 
     cancel = sub.add_parser(
         "cancel",
@@ -178,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(args)
     if ns.version:
-        from runtime import __version__
+        from runtime.core._version import VERSION as __version__
 
         print(f"{PROG} {__version__}")
         return EXIT_OK
@@ -188,6 +223,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.command == "cancel":
             return cmd_cancel(ns.control, ns.id, ns.reason)
+        if ns.command == "mcp":
+            from ._mcp_cmd import main as mcp_main
+
+            return mcp_main(ns, parser)
+        if ns.command == "agents":
+            from ._project import cmd_agents, load_workspace_project
+
+            opts = RunOptions(workspace=ns.workspace, agents=ns.agents, scenario=ns.scenario)
+            opts.extra["project"] = load_workspace_project(opts)
+            return cmd_agents(opts, as_json=ns.json)
         if ns.command in ("permit", "pending"):
             from ._control import cmd_pending, cmd_permit
 
@@ -195,7 +240,21 @@ def main(argv: list[str] | None = None) -> int:
                 return cmd_permit(ns.control, ns.request_id, ns.answer, always=ns.always)
             return cmd_pending(ns.control, as_json=ns.json)
         opts = options_from_args(ns)
+        if ns.command == "config":
+            from ._project import cmd_config
+
+            return cmd_config(opts, ns, as_json=ns.json)
+        if ns.command in ("run", "chat"):
+            from ._project import apply_project
+
+            opts = apply_project(opts, ns)
         if ns.command == "run":
+            if ns.show_system_prompt is not None:
+                from ._project import show_system_prompt
+
+                return show_system_prompt(opts, ns.show_system_prompt)
+            if ns.prompt is None:
+                parser.error("run: the following arguments are required: PROMPT")
             return cmd_run(opts, _read_prompt(ns.prompt))
         if ns.command == "demo":
             from ._demo import run_demo

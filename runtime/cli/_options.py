@@ -166,8 +166,26 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
     g.add_argument(
         "--ray-address",
         metavar="ADDR",
-        help="the Ray cluster for agent types placed on ray (default RAY_ADDRESS, else a local "
-        "cluster started for the run)",
+        help="the Ray cluster for agent types placed on ray: host:port, or auto for the cluster "
+        "this machine is a node of (default RAY_ADDRESS, else a private local cluster started "
+        "for the run)",
+    )
+    g.add_argument(
+        "--ray-hosts-per-node",
+        type=_positive_int,
+        metavar="N",
+        help="Ray host actors (worker processes) per node (default 1)",
+    )
+    g.add_argument(
+        "--ray-cpus-per-host",
+        type=_positive_int,
+        metavar="N",
+        help="instead: one Ray host actor per N CPUs of a node",
+    )
+    g.add_argument(
+        "--ray-strategy",
+        choices=("spread", "pack"),
+        help="spread: hosts on every node with CPUs (default); pack: on one node",
     )
     g.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
     g = parser.add_argument_group("permissions")
@@ -195,7 +213,6 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
     g.add_argument(
         "--permission-timeout",
         type=_positive_float,
-        default=300.0,
         metavar="S",
         help="how long a permission question waits for an answer (default: 300)",
     )
@@ -215,6 +232,28 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         "--sandbox-network",
         action="store_true",
         help="with --sandbox (implied): let sandboxed commands use the network",
+    )
+    add_mcp_options(parser)
+
+
+def add_mcp_options(parser: argparse.ArgumentParser) -> None:
+    """The MCP server options (docs/mcp.md), shared with ``mcp list``."""
+    g = parser.add_argument_group("MCP servers")
+    g.add_argument(
+        "--mcp-config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="MCP servers to add, in .mcp.json format; later files win (repeatable; the "
+        "workspace's .mcp.json is read first)",
+    )
+    g.add_argument("--no-mcp", action="store_true", help="start no MCP server at all")
+    g.add_argument(
+        "--mcp-start-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="S",
+        help="how long each MCP server may take to start (default: 30)",
     )
 
 
@@ -240,7 +279,12 @@ class RunOptions:
     compact_threshold: float | None = None
     control: str | None = None
     ray_address: str | None = None
+    ray: dict[str, Any] = field(default_factory=dict)
+    """:class:`~runtime.RayOptions` fields given on the command line."""
     debug: bool = False
+    mcp_config: tuple[str, ...] = ()
+    no_mcp: bool = False
+    mcp_start_timeout_s: float | None = None
     sandbox: bool = False
     sandbox_network: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -271,7 +315,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         permission_mode=ns.permission_mode,
         allow=tuple(ns.allow),
         deny=tuple(ns.deny),
-        permission_timeout_s=ns.permission_timeout,
+        permission_timeout_s=300.0 if ns.permission_timeout is None else ns.permission_timeout,
         max_turns=ns.max_turns,
         max_depth=ns.max_depth,
         max_parallel=ns.max_parallel,
@@ -279,7 +323,19 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         compact_threshold=ns.compact_threshold,
         control=ns.control,
         ray_address=ns.ray_address,
+        ray={
+            name: value
+            for name, value in (
+                ("hosts_per_node", ns.ray_hosts_per_node),
+                ("cpus_per_host", ns.ray_cpus_per_host),
+                ("strategy", ns.ray_strategy),
+            )
+            if value is not None
+        },
         debug=ns.debug,
+        mcp_config=tuple(ns.mcp_config),
+        no_mcp=ns.no_mcp,
+        mcp_start_timeout_s=ns.mcp_start_timeout,
         sandbox=ns.sandbox or ns.sandbox_network,
         sandbox_network=ns.sandbox_network,
     )
@@ -353,12 +409,35 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         "permission_timeout_s": opts.permission_timeout_s,
         "ray_address": opts.ray_address,
     }
+    if not opts.no_mcp:
+        kwargs["mcp_servers"] = load_mcp_options(opts)
     if opts.sandbox:
         from runtime.core._sandbox import Sandbox
 
         kwargs["sandbox"] = Sandbox(network=opts.sandbox_network)
+    if opts.ray:
+        from runtime.cluster._placement import RayOptions
+
+        kwargs["ray"] = RayOptions(**opts.ray)
     kwargs.update(opts.extra)
     return kwargs
+
+
+def load_mcp_options(opts: RunOptions) -> Any:
+    """The MCP configuration of *opts*: the workspace's ``.mcp.json`` (if there), then each
+    ``--mcp-config`` file; warnings go to stderr as one line each.
+
+    Raises:
+        ConfigError: a file that cannot be read or is malformed (naming it and the JSON path).
+    """
+    from runtime.mcp import DEFAULT_START_TIMEOUT_S, load_mcp_config
+
+    return load_mcp_config(
+        opts.mcp_config,
+        optional=[Path(opts.workspace or ".") / ".mcp.json"],
+        start_timeout_s=opts.mcp_start_timeout_s or DEFAULT_START_TIMEOUT_S,
+        on_warning=warning_line,
+    )
 
 
 # -- logging -------------------------------------------------------------------------------
@@ -427,6 +506,12 @@ def setup_logging(debug: bool) -> None:
 
 
 # -- errors and exit codes -----------------------------------------------------------------
+
+
+def warning_line(message: str) -> None:
+    """Print one ``trio-agents: warning: …`` line on stderr (newlines folded)."""
+    text = " ".join(message.split("\n")).strip()
+    print(f"{PROG}: warning: {text}", file=sys.stderr, flush=True)
 
 
 def error_line(message: str, *, file: TextIO | None = None) -> None:

@@ -651,7 +651,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
         _write_bytes(_masked([render_mermaid(trees).encode()]), args.output)
         return 0
-    from runtime import __version__
+    from runtime.core._version import VERSION as __version__
     from runtime.trace._otlp import otlp_json_lines
 
     _write_bytes(_masked(otlp_json_lines(trees, version=__version__)), args.output)

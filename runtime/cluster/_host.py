@@ -7,16 +7,21 @@ actor class and the calls it receives.
 What runs on the worker::
 
     Ray worker process
-    └── asyncio loop (Ray's, for the async actor)
-        ├── RayHost.run_subtree(call)      one streaming actor call per subtree: yields Batches
-        ├── RayHost.cancel / .answer       small control calls
-        └── trio loop in guest mode        started on the first call, lives as long as the actor
-            └── host nursery
-                └── _serve_call            one per subtree, its own cancel scope; catches Exception
-                    ├── _ship_events       remote bus (block subscription) → Batch → outbox
-                    ├── BudgetLayer.run    budgets of agents started on this worker
-                    └── boundary scope     registered as the parent's agent-call tool_use_id
-                        └── run_agent_actor(remote run, spec)   the UNCHANGED agent loop
+    ├── asyncio loop (Ray's, for the async actor)
+    │   ├── RayHost.channel()              ONE streaming actor call per host: yields Envelopes
+    │   │                                  (the batches of every subtree queued meanwhile)
+    │   ├── RayHost.submit(calls)          starts subtrees (many per call)
+    │   ├── RayHost.cancel/.answer/.message/.abort   small control calls
+    │   └── trio loop in guest mode        started on the first call, lives as long as the actor
+    │       └── host nursery
+    │           └── _serve_call            one per subtree, its own cancel scope; catches Exception
+    │               ├── _ship_events       remote bus (block subscription) → Batch → outbox
+    │               ├── BudgetLayer.run    budgets of agents started on this worker
+    │               └── boundary scope     registered as the parent's agent-call tool_use_id
+    │                   └── run_agent_actor(remote run, spec)   the UNCHANGED agent loop
+    └── the node watch (a thread)          the raylet that started this worker dies: report
+                                           "node lost" on the channel, then exit at once (the
+                                           bash warden then stops every bash process group)
 
 A subtree runs the unchanged agent code on a :class:`RunContext` of its own (its own bus,
 registry, budget layer and broker). Its events are batched every ``batch_interval_s`` or
@@ -28,21 +33,27 @@ the run. Sub-agents started by this subtree run here too (their placement is for
 Cancellation: :meth:`RayHost.cancel` cancels one node of one subtree (``by`` and ``reason``
 kept, so a budget cancel still ends ``budget_exceeded``); cancelling the boundary node is "the
 parent's agent call was cancelled". The subtree's ``cancelled`` events then flow back like any
-others before the stream ends. A Ray-level cancel of the streaming call (``ray.cancel``) aborts
-the subtree at once: Ray drops whatever the generator yields after that, so the parent only uses
-it as a last resort. An exception in one subtree ends that subtree ``failed``; it never reaches
-the host nursery or the other subtrees.
+others before its final batch. :meth:`RayHost.abort` stops a subtree at once and is the parent's
+last resort (its events are no longer awaited). An exception in one subtree ends that subtree
+``failed``; it never reaches the host nursery or the other subtrees.
+
+The channel doubles as the host's heartbeat: with nothing to send it yields an empty envelope
+every ``heartbeat_s``, so the parent can tell a silent host from a lost one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import gc
 import itertools
 import os
+import select
 import socket
-from collections import deque
-from collections.abc import Callable, Mapping
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -56,7 +67,7 @@ from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker
 from runtime.core._bus import EventBus, Subscription
-from runtime.core._context import RunContext, new_run_context
+from runtime.core._context import RunContext, SystemPromptBuilder, new_run_context
 from runtime.core._errors import AgentsError, ConfigError
 from runtime.core._events import AgentFinished, AgentStarted, AgentStatus, Event
 from runtime.core._limits import Limits
@@ -75,6 +86,8 @@ _log = structlog.get_logger("trio_agents.ray_host")
 
 # How long a subtree's end may take to be reported when its stream is being torn down.
 _FINISH_GRACE_S = 10.0
+# How long a host whose node is lost waits for that news to leave before it exits.
+_LOST_REPORT_S = 1.0
 
 
 # -- what travels between the parent and the host ---------------------------------------------
@@ -120,7 +133,36 @@ class RunConfig:
     policy: PermissionPolicy
     batch_interval_s: float = 0.01
     batch_max: int = 512
+    system_prompt: SystemPromptBuilder | None = None
     sandbox: Sandbox | None = None
+    # What every subtree of the run on one host shares, made once there (see _shared).
+    _cache: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+
+    def workspace_path(self) -> Path:
+        """The workspace, checked once on this host (a host is checked before it gets work).
+
+        Raises:
+            ConfigError: this worker does not see it.
+        """
+        path = self._cache.get("workspace")
+        if path is None:
+            path = self._cache["workspace"] = _check_workspace(self.workspace)
+        return path
+
+    def log(self) -> Any:
+        """The host's logger bound to this run (binding it first is the costly part)."""
+        log = self._cache.get("log")
+        if log is None:
+            log = self._cache["log"] = _log.bind(run_id=self.run_id)
+        return log
+
+    def shared(self) -> tuple[AgentTypes, dict[str, Tool]]:
+        """The agent types (all placed ``local`` here) and the tools by name, made once."""
+        made = self._cache.get("shared")
+        if made is None:
+            types = AgentTypes(attrs.evolve(t, placement="local") for t in self.agent_types)
+            made = self._cache["shared"] = (types, {t.name: t for t in self.tools})
+        return made
 
 
 @attrs.frozen(kw_only=True)
@@ -152,6 +194,19 @@ class Batch:
     outcome: AgentOutcome | None = None
     final: bool = False
     error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Envelope:
+    """One item of a host's channel: batches of any of its subtrees, in the order queued.
+
+    Attributes:
+        items: ``(call_id, batch)`` pairs; empty for a heartbeat.
+        lost: set when the host is going away (its node is lost): why. Its last item.
+    """
+
+    items: tuple[tuple[str, Batch], ...] = ()
+    lost: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -271,6 +326,9 @@ class _CallState:
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     registry: Registry = attrs.Factory(Registry)
     broker: _ForwardingBroker | None = None
+    run: RunContext | None = None
+    # The root's outcome, once its supervisor has reported it.
+    outcome: AgentOutcome | None = None
     # The parent's agent-call tool_use_id: cancelling it is "cancelled from above".
     boundary_id: str = attrs.field(
         default=attrs.Factory(
@@ -280,8 +338,6 @@ class _CallState:
     )
     # Cancels that came before the node they name was registered here.
     early: list[tuple[str, str, str | None]] = attrs.Factory(list)
-    # The root's outcome, once its supervisor has reported it.
-    outcome: AgentOutcome | None = None
 
     def cancel(self, node_id: str, reason: str, by: str | None) -> None:
         if self.registry.cancel(node_id, reason, by=by):
@@ -297,44 +353,50 @@ class _CallState:
 
 
 class _Outbox:
-    """The hand-off from the subtree's trio tasks to the asyncio generator Ray streams from.
+    """The hand-off from the subtrees' trio tasks to the asyncio generator Ray streams from.
 
     Both sides run on the asyncio loop's thread (guest mode runs trio's tasks there), so plain
-    data structures do; each side wakes the other through its own loop's primitives.
+    data structures do; each side wakes the other through its own loop's primitives. One per
+    host: whatever every subtree queued while the last envelope was on its way leaves together.
     """
 
-    def __init__(self, token: trio.lowlevel.TrioToken, max_pending: int) -> None:
-        self._token = token
+    def __init__(self, max_pending: int) -> None:
         self._max = max_pending
-        self._items: deque[Batch] = deque()
+        self._items: list[tuple[str, Batch]] = []
         self._ready = asyncio.Event()
         self._space: trio.Event | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
 
     # trio side
-    async def put(self, batch: Batch) -> None:
+    async def put(self, call_id: str, batch: Batch) -> None:
         """Queue a batch, waiting while *max_pending* are unsent (backpressure from Ray)."""
         while len(self._items) >= self._max:
-            self._space = trio.Event()
+            if self._space is None:
+                self._space = trio.Event()
+                self._token = trio.lowlevel.current_trio_token()
             await self._space.wait()
-        self.put_nowait(batch)
+        self.put_nowait(call_id, batch)
 
-    def put_nowait(self, batch: Batch) -> None:
-        self._items.append(batch)
+    def put_nowait(self, call_id: str, batch: Batch) -> None:
+        self._items.append((call_id, batch))
         self._ready.set()
 
     def _wake(self) -> None:
-        if self._space is not None:
-            self._space.set()
+        space, self._space = self._space, None
+        if space is not None:
+            space.set()
 
     # asyncio side
-    async def get(self) -> Batch:
-        while not self._items:
+    async def take(self, wait_s: float) -> list[tuple[str, Batch]]:
+        """Everything queued, once there is something; ``[]`` after *wait_s* with nothing."""
+        if not self._items:
             self._ready.clear()
-            await self._ready.wait()
-        batch = self._items.popleft()
-        if self._space is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ready.wait(), wait_s)
+        items, self._items = self._items, []
+        if items and self._space is not None and self._token is not None:
             self._token.run_sync_soon(self._wake)
-        return batch
+        return items
 
 
 # -- the actor --------------------------------------------------------------------------------
@@ -345,20 +407,43 @@ class RayHost:
 
     Args:
         name: this host's name in the run (``h1``), for logs and errors.
-        max_pending: batches a subtree may have queued for Ray before its agents wait.
+        max_pending: batches the host may have queued for Ray before its agents wait.
+        heartbeat_s: with nothing to send, the channel yields an empty envelope this often.
+        watch_node: watch the process that started this worker (the raylet) and leave when
+            it dies (see the module doc).
     """
 
-    def __init__(self, name: str, max_pending: int = 8) -> None:
+    def __init__(
+        self,
+        name: str,
+        max_pending: int = 1024,
+        heartbeat_s: float = 1.0,
+        watch_node: bool = True,
+    ) -> None:
         self.name = name
-        self._max_pending = max_pending
+        self._heartbeat_s = heartbeat_s
         self._token: trio.lowlevel.TrioToken | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._nursery: trio.Nursery | None = None
         self._starting: asyncio.Future[None] | None = None
         self._ended: str | None = None
+        self._lost: str | None = None
+        self._lost_sent = threading.Event()
         self._calls: dict[str, _CallState] = {}
+        self._open: set[str] = set()  # calls whose final batch is not queued yet
         self._early: dict[str, list[tuple[str, str, str | None]]] = {}
-        self._outboxes: dict[str, _Outbox] = {}
+        self._outbox = _Outbox(max_pending)
         self._configs: dict[str, RunConfig] = {}
+        # What the worker imported (Ray, the runtime: most of its heap) is there for good: the
+        # garbage collector need not walk it on every collection of a busy subtree.
+        gc.freeze()
+        # Many short subtrees allocate fast: collect the young generation less often.
+        gc.set_threshold(20_000, 20, 20)
+        if watch_node:
+            threading.Thread(
+                target=_watch_parent, args=(self._node_lost,), name="trio-agents-node-watch",
+                daemon=True,
+            ).start()
 
     # -- the guest loop ---------------------------------------------------------------------
     async def _ensure_trio(self) -> trio.lowlevel.TrioToken:
@@ -367,6 +452,7 @@ class RayHost:
         if self._token is not None:
             return self._token
         loop = asyncio.get_running_loop()
+        self._loop = loop
         if self._starting is None:
             self._starting = loop.create_future()
             trio.lowlevel.start_guest_run(
@@ -394,13 +480,39 @@ class RayHost:
             await trio.sleep_forever()
 
     def _trio_done(self, outcome: Any) -> None:
-        # Only a bug gets here (the host nursery never ends on its own): every open stream ends
-        # with an error the parent reports, and later calls are refused.
+        # Only a bug gets here (the host nursery never ends on its own): every open subtree
+        # ends with an error the parent reports, and later calls are refused.
         self._ended = repr(outcome)
         _log.error("trio host loop ended", host=self.name, outcome=self._ended)
-        for call_id, outbox in list(self._outboxes.items()):
-            outbox.put_nowait(Batch(final=True, error=f"ray host {self.name}: trio loop ended"))
-            self._outboxes.pop(call_id, None)
+        self._fail_open(f"worker died: ray host {self.name}: its trio loop ended")
+
+    def _fail_open(self, error: str) -> None:
+        for call_id in list(self._open):
+            self._outbox.put_nowait(call_id, Batch(final=True, error=error))
+        self._open.clear()
+
+    # -- the node watch (asyncio side) --------------------------------------------------------
+    def _node_lost(self, what: str) -> None:
+        """Called on the watch thread when this worker's raylet is gone; never returns."""
+        _log.error("node lost", host=self.name, reason=what)
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
+                loop.call_soon_threadsafe(self._report_lost, what)
+                self._lost_sent.wait(_LOST_REPORT_S)
+        # Exiting closes the bash warden's pipe: it stops every bash process group at once.
+        os._exit(70)
+
+    def _report_lost(self, what: str) -> None:
+        self._lost = f"node lost: ray host {self.name} on {socket.gethostname()}: {what}"
+        self._outbox.put_nowait("", Batch())  # wakes the channel, which sends the news
+        if self._token is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                self._token.run_sync_soon(self._abort_all)
+
+    def _abort_all(self) -> None:
+        for state in self._calls.values():
+            state.scope.cancel(reason="the node was lost")
 
     # -- calls --------------------------------------------------------------------------------
     async def ping(self) -> str:
@@ -408,32 +520,47 @@ class RayHost:
         await self._ensure_trio()
         return f"{self.name} pid {os.getpid()} on {socket.gethostname()}"
 
-    async def run_subtree(self, call: SubtreeCall) -> Any:
-        """Run one subtree; yield :class:`Batch` objects until its root agent has finished.
-
-        An async generator, called as a streaming actor call.
-
-        Cancellation: a Ray-level cancel (``ray.cancel``) raises :class:`asyncio.CancelledError`
-        here; the subtree's scope is then cancelled and nothing more is streamed.
-        """
-        token = await self._ensure_trio()
-        config = await self._config(call)
-        outbox = _Outbox(token, self._max_pending)
-        self._outboxes[call.call_id] = outbox
-        token.run_sync_soon(self._start_call, call, config, outbox)
-        finished = False
+    async def check(self, workspace: str) -> str | None:
+        """Start the trio loop; ``None`` if this host can serve the run, else why not."""
+        await self._ensure_trio()
         try:
-            while True:
-                batch = await outbox.get()
-                yield batch
-                if batch.final:
-                    finished = True
-                    return
-        finally:
-            self._outboxes.pop(call.call_id, None)
-            if not finished and self._ended is None:
-                # Cancelled through Ray, or the consumer went away: stop the subtree.
-                token.run_sync_soon(self._abort_call, call.call_id)
+            _check_workspace(workspace)
+        except ConfigError as exc:
+            return str(exc)
+        return None
+
+    async def channel(self) -> Any:
+        """Yield :class:`Envelope` objects for as long as the host lives (a streaming call).
+
+        Cancellation: a Ray-level cancel ends the stream; the subtrees go on (the parent
+        aborts them with :meth:`abort`).
+        """
+        await self._ensure_trio()
+        while True:
+            items = await self._outbox.take(self._heartbeat_s)
+            items = [(c, b) for c, b in items if c]
+            if self._lost is not None:
+                yield Envelope(items=tuple(items), lost=self._lost)
+                await asyncio.sleep(0.1)  # Ray sends the item before the worker exits
+                self._lost_sent.set()
+                return
+            yield Envelope(items=tuple(items))
+
+    async def submit(self, calls: tuple[SubtreeCall, ...]) -> None:
+        """Start *calls*; their batches leave through :meth:`channel`."""
+        token = await self._ensure_trio()
+        for call in calls:
+            try:
+                config = await self._config(call)
+            except Exception as exc:  # the settings cannot be read here: fail that call only
+                self._outbox.put_nowait(
+                    call.call_id,
+                    Batch(final=True, error=f"ray host {self.name}: cannot read the run's "
+                          f"settings: {type(exc).__name__}: {exc}"),
+                )
+                continue
+            self._open.add(call.call_id)
+            token.run_sync_soon(self._start_call, call, config)
 
     async def _config(self, call: SubtreeCall) -> RunConfig:
         if isinstance(call.config, RunConfig):
@@ -458,21 +585,31 @@ class RayHost:
         token = await self._ensure_trio()
         token.run_sync_soon(self._answer_in_trio, call_id, question_id, granted, reason)
 
+    async def message(self, call_id: str, agent_id: str, text: str) -> None:
+        """Queue *text* for agent *agent_id* of subtree *call_id* (``Runtime.send_message``)."""
+        token = await self._ensure_trio()
+        token.run_sync_soon(self._message_in_trio, call_id, agent_id, text)
+
+    async def abort(self, call_id: str, reason: str) -> None:
+        """Stop subtree *call_id* now (the parent no longer waits for its events)."""
+        token = await self._ensure_trio()
+        token.run_sync_soon(self._abort_call, call_id, reason)
+
     # -- trio side ----------------------------------------------------------------------------
-    def _start_call(self, call: SubtreeCall, config: RunConfig, outbox: _Outbox) -> None:
+    def _start_call(self, call: SubtreeCall, config: RunConfig) -> None:
         assert self._nursery is not None
         state = _CallState(call, config)
         state.early.extend(self._early.pop(call.call_id, ()))
         self._calls[call.call_id] = state
-        self._nursery.start_soon(self._serve_call, state, outbox, name=f"subtree {call.call_id}")
+        self._nursery.start_soon(self._serve_call, state, name=f"subtree {call.call_id}")
 
     def _cancel_in_trio(self, call_id: str, node_id: str, reason: str, by: str | None) -> None:
         state = self._calls.get(call_id)
         if state is not None:
             state.cancel(node_id, reason, by)
         elif len(self._early) < 10_000:
-            # Ray may run this control call before the stream call it refers to has started;
-            # it is applied when that call starts (or forgotten, if it had already ended).
+            # Ray may run this control call before the submit it refers to; it is applied
+            # when that call starts (or forgotten, if it had already ended).
             self._early.setdefault(call_id, []).append((node_id, reason, by))
 
     def _answer_in_trio(self, call_id: str, question_id: str, granted: bool, reason: str) -> None:
@@ -480,31 +617,72 @@ class RayHost:
         if state is not None and state.broker is not None:
             state.broker.answer(question_id, granted, reason)
 
-    def _abort_call(self, call_id: str) -> None:
+    def _message_in_trio(self, call_id: str, agent_id: str, text: str) -> None:
+        state = self._calls.get(call_id)
+        mailbox = state.run.mailboxes.get(agent_id) if state and state.run else None
+        if mailbox is None:
+            return  # it has finished: the parent counted the message as undelivered
+        try:
+            mailbox.send_nowait(text)
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            # The parent keeps no more in flight than the mailbox holds; only a message racing
+            # the agent's end gets here.
+            _log.warning("message not delivered", host=self.name, agent_id=agent_id)
+
+    def _abort_call(self, call_id: str, reason: str) -> None:
         state = self._calls.get(call_id)
         if state is not None:
-            state.scope.cancel(reason="the stream was cancelled through Ray")
+            state.scope.cancel(reason=reason)
 
-    async def _serve_call(self, state: _CallState, outbox: _Outbox) -> None:
+    async def _serve_call(self, state: _CallState) -> None:
         call = state.call
         outcome: AgentOutcome | None = None
         error: str | None = None
+        tail: list[Event] = []
         try:
             with state.scope:
-                outcome = await _run_call(state, outbox)
+                outcome = await _run_call(state, self._outbox, tail)
         except Exception as exc:  # one subtree's failure must never reach the host nursery
             error = f"ray host {self.name}: subtree {call.call_id} crashed: {exc!r}"
             _log.exception("subtree crashed", host=self.name, call_id=call.call_id)
         finally:
             self._calls.pop(call.call_id, None)
-            outbox.put_nowait(Batch(outcome=outcome, final=True, error=error))
+            if call.call_id in self._open:
+                self._open.discard(call.call_id)
+                self._outbox.put_nowait(
+                    call.call_id,
+                    Batch(events=tuple(tail), outcome=outcome, final=True, error=error),
+                )
+
+
+def _watch_parent(on_lost: Callable[[str], None]) -> None:
+    """Wait for the process that started this one (a Ray worker's raylet) to end; then call
+    *on_lost*. A pidfd where Linux has them (woken at once), else a poll of the parent pid."""
+    ppid = os.getppid()
+    if ppid <= 1:
+        return  # already an orphan: nothing to watch
+    fd: int | None = None
+    with contextlib.suppress(AttributeError, OSError):
+        fd = os.pidfd_open(ppid)
+    if fd is not None and os.getppid() == ppid:
+        select.select([fd], [], [])
+    else:
+        while os.getppid() == ppid:
+            time.sleep(0.2)
+    on_lost(f"its raylet (pid {ppid}) is gone")
 
 
 # -- running one subtree ----------------------------------------------------------------------
 
 
-async def _run_call(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
-    """Run the subtree of *state*, shipping its events; return the root agent's outcome."""
+async def _run_call(
+    state: _CallState, outbox: _Outbox, tail: list[Event]
+) -> AgentOutcome | None:
+    """Run the subtree of *state*, shipping its events; return the root agent's outcome.
+
+    The events left when the subtree ends are not shipped but put in *tail*: they leave with
+    the final batch (one item fewer per subtree).
+    """
     config = state.config
     bus = EventBus(config.run_id)
     # ``block``: agents wait for the shipper rather than buffering without bound.
@@ -512,25 +690,39 @@ async def _run_call(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
     flush_now = trio.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(
-            _ship_events, events, outbox, flush_now, config.batch_interval_s, config.batch_max
+            _ship_events,
+            events,
+            functools.partial(outbox.put, state.call.call_id),
+            flush_now,
+            config.batch_interval_s,
+            config.batch_max,
+            tail,
         )
+        budget_scope = trio.CancelScope()
         try:
-            return await _run_root(state, bus)
+            return await _run_root(state, bus, nursery, budget_scope)
         finally:
+            budget_scope.cancel(reason="the subtree has finished")
             bus.close()
             flush_now.set()
 
 
+async def _run_budget(run: RunContext, scope: trio.CancelScope) -> None:
+    with scope:
+        await run.budget.run()
+
+
 async def _ship_events(
     events: Subscription,
-    outbox: _Outbox,
+    put: Callable[[Batch], Awaitable[None]],
     flush_now: trio.Event,
     interval_s: float,
     batch_max: int,
+    tail: list[Event],
 ) -> None:
-    """Batch the subtree's events: a batch leaves *interval_s* after its first event, when it
-    holds *batch_max* events, or when the subtree has ended. Returns once the bus is closed and
-    everything was shipped."""
+    """Batch the subtree's events: a batch leaves *interval_s* after its first event, or when
+    it holds *batch_max* events. Returns once the bus is closed, with the last events (fewer
+    than *batch_max*) in *tail*."""
     ended = False
     while not ended:
         try:
@@ -545,7 +737,10 @@ async def _ship_events(
             with trio.move_on_after(interval_s):
                 await flush_now.wait()
             ended = _drain(events, batch, batch_max)
-        await outbox.put(Batch(events=tuple(batch)))
+        if ended and len(batch) < batch_max:
+            tail.extend(batch)
+            return
+        await put(Batch(events=tuple(batch)))
 
 
 def _drain(events: Subscription, batch: list[Event], batch_max: int) -> bool:
@@ -560,49 +755,53 @@ def _drain(events: Subscription, batch: list[Event], batch_max: int) -> bool:
     return False
 
 
-async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
+async def _run_root(
+    state: _CallState, bus: EventBus, nursery: trio.Nursery, budget_scope: trio.CancelScope
+) -> AgentOutcome | None:
+    """Build the subtree's run context and run its root; its budget task goes in *nursery*
+    (the shipper's: one nursery per subtree, not two) under *budget_scope*."""
     call, config = state.call, state.config
     spec = call.spec
     registry = state.registry
     async with AsyncExitStack() as stack:
         try:
-            workspace = _check_workspace(config.workspace)
+            workspace = config.workspace_path()
             provider = await _open_provider(stack, config.provider, call.id_prefix)
         except AgentsError as exc:
             return await _fail_root(bus, spec, str(exc))
         broker = _ForwardingBroker(bus, config.policy, call.id_prefix)
         state.broker = broker
 
-        types = AgentTypes(attrs.evolve(t, placement="local") for t in config.agent_types)
+        types, tools = config.shared()
         run = new_run_context(
             run_id=config.run_id,
             bus=bus,
             provider=provider,
             model=getattr(provider, "model", None) or "scripted",
             agent_types=types,
-            tools={t.name: t for t in config.tools},
+            tools=tools,
             tool_limits=config.tool_limits,
             limits=attrs.evolve(config.limits, max_agents=call.max_agents),
             workspace=workspace,
             env=dict(config.env),
             secrets=_secret_values(),
             broker=broker,
-            log=_log.bind(run_id=config.run_id, call_id=call.call_id),
+            log=config.log().bind(call_id=call.call_id),
             registry=registry,
             context_class=_RemoteRunContext,
             id_prefix=call.id_prefix,
+            system_prompt=config.system_prompt,
             sandbox=config.sandbox,
         )
+        state.run = run
         boundary = trio.CancelScope()
         with registry.registered(state.boundary_id, boundary):
             for _node_id, reason, by in state.early:
                 # A cancel that came before anything ran here cancels the whole subtree.
                 registry.cancel(state.boundary_id, reason, by=by)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(run.budget.run)
-                with boundary:
-                    state.outcome = await run_agent_actor(run, spec)
-                nursery.cancel_scope.cancel(reason="the subtree has finished")
+            nursery.start_soon(_run_budget, run, budget_scope)
+            with boundary:
+                state.outcome = await run_agent_actor(run, spec)
     return state.outcome
 
 

@@ -7,30 +7,48 @@ is :mod:`runtime.cluster._host`. What runs where::
     parent process (trio)                          Ray worker process (one host actor)
     ---------------------                          -----------------------------------
     agent tool call (local)                        RayHost (async actor, trio in guest mode)
-    └── RayPlacement.run_subtree                   └── _serve_call: the UNCHANGED agent loop
-        ├── the pump: Batch → run.bus.forward  ◀───────  Batches (streaming actor call)
-        ├── registry proxies of remote nodes   ───────▶  RayHost.cancel (control call)
-        └── permission questions → run.broker  ───────▶  RayHost.answer (control call)
+    └── RayPlacement.run_subtree ── queued ──┐     └── _serve_call: the UNCHANGED agent loop
+                                             ▼
+    per host: the submitter  ── submit(calls) ───▶  (many subtrees per actor call)
+              the reader     ◀── Envelopes ──────  one streaming call: every subtree's batches
+                  └── batches → run.bus.forward     (and a heartbeat when there is nothing)
+    registry proxies of remote nodes ────────────▶  RayHost.cancel (control call)
+    permission questions → run.broker ───────────▶  RayHost.answer (control call)
+    the pool keeper: ray.nodes() every refresh_s     hosts on new nodes, none on gone ones
 
     asyncio bridge thread: the one place this process awaits Ray (ray.init runs there too)
 
+**The pool**: by default one host actor per node that has CPUs (``hosts_per_node``, or one per
+``cpus_per_host`` CPUs), pinned there with Ray's node affinity (``spread``), or hosts on one
+node only (``pack``: this machine's node when it has CPUs). The keeper reads the node list every
+``refresh_s`` while the placement is in use: a new node gets its hosts, a node that left takes
+its hosts out of the pool. A new host first checks that it sees the workspace; one that does not
+never enters the pool (and its node is not asked again). Each subtree goes to the least loaded
+ready host whose node matches its agent type's ``ray_resources`` and ``ray_labels``.
+
+**Transport**: a host's subtrees share one streaming call (the channel) and one submit per
+batch of starts, so the Ray cost of a subtree is a share of a call, not a call. A host's reader
+forwards each batch into the run's bus, where ``seq`` is assigned; it waits for room in the bus
+first (a slow ``--json`` reader holds the hosts back, as it does local agents).
+
 Awaiting Ray from trio: a single asyncio loop in a thread of its own (:class:`_Bridge`) awaits
-the streaming call's items with Ray's own asyncio support, and wakes the waiting trio task with
-``TrioToken.run_sync_soon``. So thousands of open subtrees cost no thread each (trio's default
-thread limiter would cap them at 40), and no trio task ever blocks the trio loop. An item being
-awaited when the trio side is cancelled is not abandoned: the pump keeps that future and picks
-it up again while it drains the cancelled subtree, so no batch is lost.
+the channels' items with Ray's own asyncio support and wakes the waiting trio task with
+``TrioToken.run_sync_soon``: no thread per host or subtree, and no trio task ever blocks.
 
 Cancellation: every remote node (each agent and tool call) is registered in ``run.registry``
 with a :class:`_RemoteScope` proxy, so :meth:`Runtime.cancel` (the Ctrl+C picker, the control
 socket, budgets) finds it; the proxy's ``cancel`` sends ``RayHost.cancel(node, reason, by)``.
-When the local agent call itself is cancelled, the pump sends a cancel for the subtree's
-boundary, then keeps forwarding (under a bounded shield) until the host reports the root's end,
-so the subtree's ``cancelled`` events arrive before the call ends. Only if the host does not
-finish within ``finish_grace_s`` does the pump ``ray.cancel`` the streaming call and synthesise
-the missing ends. A lost worker (killed actor, crashed process) ends every unfinished remote
-node ``failed`` (tool calls ``error``) with the reason, in child-before-parent order, emitted
-here so the invariants of docs/events.md#invariants hold.
+When the local agent call itself is cancelled, its stream sends a cancel for the subtree's
+boundary and waits (under a bounded shield) until the host reports the root's end, so the
+subtree's ``cancelled`` events arrive before the call ends. Only if the host does not finish
+within ``finish_grace_s`` does it abort the subtree on the host and synthesise the missing ends.
+
+**Loss**: a host is lost when its channel fails (its worker died: ``worker died``), when it
+says its node's raylet is gone, when its node leaves the node list, or when its channel is
+silent for ``host_timeout_s`` (``node lost``). Every unfinished node of its subtrees then ends
+``failed`` (tool calls ``error``) with that reason, in child-before-parent order, emitted here
+so the invariants of docs/events.md#invariants hold; the host leaves the pool and later
+subtrees go elsewhere.
 """
 
 from __future__ import annotations
@@ -42,9 +60,10 @@ import itertools
 import logging
 import os
 import threading
+from collections import deque
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import attrs
 import structlog
@@ -52,6 +71,7 @@ import trio
 
 from runtime.actors import Registry
 from runtime.core._agent import AgentOutcome, AgentSpec
+from runtime.core._agent_types import AgentType
 from runtime.core._context import Owner, RunContext
 from runtime.core._errors import ConfigError, ToolError
 from runtime.core._events import (
@@ -62,10 +82,12 @@ from runtime.core._events import (
     ToolFinished,
     ToolStarted,
     TurnFinished,
+    UserMessage,
 )
 
 from ._host import (
     Batch,
+    Envelope,
     PermissionAsked,
     PermissionWithdrawn,
     ProviderConfig,
@@ -75,7 +97,7 @@ from ._host import (
     failed_outcome,
 )
 
-__all__ = ["RayPlacement", "open_ray_placement"]
+__all__ = ["RayOptions", "RayPlacement", "open_ray_placement"]
 
 T = TypeVar("T")
 _log = structlog.get_logger("trio_agents.ray")
@@ -85,6 +107,76 @@ _HTTP_WIRING: Mapping[str, tuple[str, str]] = {
     "openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
     "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
 }
+
+Strategy = Literal["spread", "pack"]
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[Any, Any, Any], None]:
+    def check(_: Any, attribute: Any, value: Any) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, (kind, int)) or value <= 0:
+            raise ConfigError(f"ray.{attribute.name}: expected a number > 0, got {value!r}")
+
+    return check
+
+
+def _strategy(_: Any, attribute: Any, value: Any) -> None:
+    if value not in ("spread", "pack"):
+        raise ConfigError(f"ray.{attribute.name}: expected 'spread' or 'pack', got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class RayOptions:
+    """How the ``ray`` placement uses a cluster (CLI ``--ray-*``, ``open_runtime(ray=...)``, or
+    a settings table through :meth:`from_mapping`).
+
+    Attributes:
+        address: the cluster (``host:port``, ``auto`` for the one this machine belongs to);
+            default ``RAY_ADDRESS``; with neither, a private cluster on this machine.
+        hosts_per_node: host actors on each node used (each is one worker process).
+        cpus_per_host: instead, one host per this many CPUs of a node (at least one).
+        strategy: ``spread`` (hosts on every node with CPUs) or ``pack`` (on one node).
+        host_timeout_s: a host whose channel is silent this long is lost (it sends a heartbeat
+            every second when idle).
+        host_start_timeout_s: a host that has not answered this long after it was asked for
+            leaves the pool.
+        refresh_s: how often the node list is read while the placement is in use.
+        num_cpus: CPUs of a private cluster (default: this machine's, at most 4).
+        max_concurrency: concurrent actor calls per host.
+        batch_interval_s, batch_max: a subtree's batch of events leaves the worker this long
+            after its first event, or once it holds this many.
+    """
+
+    address: str | None = None
+    hosts_per_node: int = attrs.field(default=1, validator=_positive(int))
+    cpus_per_host: float | None = attrs.field(default=None, validator=_positive(float))
+    strategy: Strategy = attrs.field(default="spread", validator=_strategy)
+    host_timeout_s: float = attrs.field(default=10.0, validator=_positive(float))
+    host_start_timeout_s: float = attrs.field(default=60.0, validator=_positive(float))
+    refresh_s: float = attrs.field(default=2.0, validator=_positive(float))
+    num_cpus: int | None = attrs.field(default=None, validator=_positive(int))
+    max_concurrency: int = attrs.field(default=10_000, validator=_positive(int))
+    batch_interval_s: float = attrs.field(default=0.01, validator=_positive(float))
+    batch_max: int = attrs.field(default=512, validator=_positive(int))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> RayOptions:
+        """From a decoded settings table (``[ray]``); unknown keys are an error."""
+        names = {f.name for f in attrs.fields(cls)}
+        for key in data:
+            if key not in names:
+                raise ConfigError(f"ray.{key}: unknown key; known: {', '.join(sorted(names))}")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ConfigError(f"ray: {exc}") from None
+
+    def hosts_on(self, cpus: float) -> int:
+        """How many hosts a node with *cpus* CPUs gets."""
+        if self.cpus_per_host is not None:
+            return max(1, int(cpus // self.cpus_per_host))
+        return self.hosts_per_node
 
 
 class _Bridge:
@@ -129,10 +221,21 @@ class _Bridge:
         return fut.result()
 
     async def stop(self) -> None:
-        """Stop the loop and wait for the thread to end."""
+        """Stop the loop (its tasks cancelled and finished first) and wait for the thread."""
         if self._thread.is_alive():
+            with contextlib.suppress(Exception):  # a wait cut short: stop anyway
+                await wait_future(self.submit(_cancel_all()))
             self._loop.call_soon_threadsafe(self._loop.stop)
             await trio.to_thread.run_sync(self._thread.join)
+
+
+async def _cancel_all() -> None:
+    """Cancel every other task of the running loop and let them finish (at most a second)."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=1.0)
 
 
 async def wait_future(fut: concurrent.futures.Future[T]) -> T:
@@ -156,25 +259,92 @@ async def wait_future(fut: concurrent.futures.Future[T]) -> T:
     return fut.result()
 
 
-async def _next_item(gen: Any) -> Batch | None:
-    """The next item of a streaming call (on the bridge loop); ``None`` at its end."""
+async def _next_envelope(gen: Any) -> Envelope | None:
+    """The next item of a host's channel (on the bridge loop); ``None`` at its end."""
     try:
         ref = await gen.__anext__()
     except StopAsyncIteration:
         return None
-    batch: Batch = await ref
-    return batch
+    envelope: Envelope = await ref
+    return envelope
 
 
-# -- hosts ------------------------------------------------------------------------------------
+async def _await_ref(ref: Any) -> Any:
+    return await ref
+
+
+# -- nodes and hosts --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Node:
+    node_id: str
+    cpus: float
+    resources: Mapping[str, float]
+    labels: Mapping[str, str]
+
+    @property
+    def short(self) -> str:
+        return self.node_id[:8]
+
+    def matches(self, atype: AgentType) -> bool:
+        """Whether subtrees of *atype* may run here (its ``ray_resources`` / ``ray_labels``)."""
+        return all(self.resources.get(k, 0.0) >= v for k, v in atype.ray_resources) and all(
+            self.labels.get(k) == v for k, v in atype.ray_labels
+        )
+
+
+def _alive_nodes() -> list[_Node]:
+    """The cluster's live nodes (a blocking GCS call: run it in a thread)."""
+    import ray
+
+    nodes = []
+    for info in ray.nodes():  # type: ignore[no-untyped-call]
+        if not info.get("Alive"):
+            continue
+        resources = {str(k): float(v) for k, v in (info.get("Resources") or {}).items()}
+        nodes.append(
+            _Node(
+                node_id=str(info["NodeID"]),
+                cpus=resources.get("CPU", 0.0),
+                resources=resources,
+                labels={str(k): str(v) for k, v in (info.get("Labels") or {}).items()},
+            )
+        )
+    return nodes
 
 
 @attrs.define(eq=False)
 class _Host:
     name: str
-    actor: Any
+    node: _Node
+    actor: Any = None
+    state: Literal["starting", "ready", "dead"] = "starting"
+    reason: str | None = None  # why it is dead
     active: int = 0
-    dead: bool = False
+    streams: dict[str, _Stream] = attrs.Factory(dict)
+    queue: list[SubtreeCall] = attrs.Factory(list)
+    wake: trio.Event = attrs.Factory(trio.Event)
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+
+    def where(self) -> str:
+        return f"ray host {self.name} (node {self.node.short})"
+
+
+class _HostLost(Exception):
+    """Why a host left the pool (``node lost: ...`` or ``worker died: ...``)."""
+
+
+def _loss_reason(host: _Host, exc: BaseException | None, node_alive: bool) -> str:
+    """Name what happened: ``node lost`` or ``worker died``, then the details."""
+    if exc is None:
+        return f"worker died: {host.where()}: its channel ended early"
+    lines = str(exc).strip().splitlines()
+    detail = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    text = str(exc)
+    if "node has died" in text or "node died" in text or not node_alive:
+        return f"node lost: {host.where()}: {detail}"
+    return f"worker died: {host.where()}: {detail}"
 
 
 @attrs.define(eq=False)
@@ -192,6 +362,31 @@ class _RemoteScope:
         node = self.stream.run.registry.get(self.node_id)
         by = node.cancel_by if node is not None else None
         self.stream.send_cancel(self.node_id, reason or "cancelled", by)
+
+
+@attrs.define(eq=False)
+class _RemoteMailbox:
+    """Stands in ``run.mailboxes`` for a remote agent's mailbox (``Runtime.send_message``).
+
+    A message is sent to the host at once; it counts as in flight until its ``user_message``
+    event comes back, and no more than the mailbox holds are in flight, so ``False`` ("full")
+    is as true as it is locally.
+    """
+
+    stream: _Stream
+    agent_id: str
+    size: int
+    in_flight: int = 0
+    closed: bool = False
+
+    def send_nowait(self, text: str) -> None:
+        host, call = self.stream.host, self.stream.call
+        if self.closed or self.stream.ended or host is None or call is None:
+            raise trio.ClosedResourceError
+        if self.in_flight >= self.size:
+            raise trio.WouldBlock
+        host.actor.message.remote(call.call_id, self.agent_id, text)
+        self.in_flight += 1
 
 
 @attrs.define(eq=False)
@@ -213,7 +408,8 @@ class _Ask:
 
 
 class RayPlacement:
-    """The ``ray`` placement of one run: runs subtrees on host actors (see the module doc).
+    """The ``ray`` placement of one run: runs subtrees on a pool of host actors (see the
+    module doc).
 
     Made by :func:`open_ray_placement`; implements :class:`~runtime.core._context.SubtreeRunner`.
     """
@@ -221,18 +417,13 @@ class RayPlacement:
     def __init__(
         self,
         bridge: _Bridge,
-        *,
-        hosts: int,
-        max_concurrency: int,
-        batch_interval_s: float,
-        batch_max: int,
+        options: RayOptions,
+        nursery: trio.Nursery,
         host_options: Mapping[str, Any],
     ) -> None:
         self._bridge = bridge
-        self._want_hosts = hosts
-        self._max_concurrency = max_concurrency
-        self._batch_interval_s = batch_interval_s
-        self._batch_max = batch_max
+        self.options = options
+        self._nursery = nursery
         self._host_options = dict(host_options)
         self._hosts: list[_Host] = []
         self._host_names = itertools.count(1)
@@ -240,28 +431,132 @@ class RayPlacement:
         self._provider: tuple[ProviderConfig, dict[str, str]] | None = None
         self._cache_run: RunContext | None = None
         self._config: tuple[RunContext, Any] | None = None
+        self._nodes: dict[str, _Node] = {}
+        self._refused: dict[str, str] = {}  # node id -> why its host could not serve the run
+        self._extra: set[str] = set()  # nodes asked for by an agent type's selectors
+        self._home: str | None = None  # pack: the node in use
+        self._driver_node: str | None = None
+        self._started = False
+        self._first_refresh = trio.Event()
+        self._settled = False  # the first hosts have answered (or had their time)
+        self._changed = trio.Event()
+        self._closing = False
+        # Queued for a host to its first batch back, per subtree (the last 10,000; bench/).
+        self.start_latencies: deque[float] = deque(maxlen=10_000)
 
+    # -- the pool -----------------------------------------------------------------------------
     @property
     def hosts(self) -> list[Any]:
-        """The live host actors (Ray actor handles), e.g. to watch or kill them."""
-        return [h.actor for h in self._hosts if not h.dead]
+        """The actors of the hosts in the pool (Ray actor handles), e.g. to watch or kill them."""
+        return [h.actor for h in self._hosts if h.state == "ready"]
 
-    def _pick_host(self, run: RunContext) -> _Host:
-        live = [h for h in self._hosts if not h.dead]
-        while len(live) < self._want_hosts:
-            live.append(self._start_host(run))
-        return min(live, key=lambda h: h.active)
+    def pool(self) -> list[dict[str, Any]]:
+        """The hosts asked for so far: name, node id, state, running subtrees, and why a dead
+        one left."""
+        return [
+            {"name": h.name, "node": h.node.node_id, "state": h.state, "active": h.active,
+             "reason": h.reason}
+            for h in self._hosts
+        ]
 
-    def _start_host(self, run: RunContext) -> _Host:
+    def _notify(self) -> None:
+        if not self._settled and not any(h.state == "starting" for h in self._hosts):
+            self._settled = True
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _ensure_started(self, run: RunContext) -> None:
+        if self._started:
+            await self._first_refresh.wait()
+            return
+        self._started = True
+        try:
+            self._driver_node = await trio.to_thread.run_sync(_current_node)
+            await self._refresh(run)
+        finally:
+            self._first_refresh.set()
+        self._nursery.start_soon(self._keep, run)
+        self._nursery.start_soon(self._settle_after, min(self.options.host_start_timeout_s, 10.0))
+
+    async def _settle_after(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+        if not self._settled:
+            self._settled = True
+            self._notify()
+
+    async def _keep(self, run: RunContext) -> None:
+        """The keeper: re-read the node list every ``refresh_s``."""
+        while True:
+            await trio.sleep(self.options.refresh_s)
+            try:
+                await self._refresh(run)
+            except Exception as exc:  # the GCS is briefly unreachable: try again next time
+                _log.warning("ray node list unavailable", error=f"{type(exc).__name__}: {exc}")
+
+    async def _refresh(self, run: RunContext) -> None:
+        nodes = await trio.to_thread.run_sync(_alive_nodes)
+        self._nodes = {n.node_id: n for n in nodes}
+        for host in self._hosts:
+            if host.state != "dead" and host.node.node_id not in self._nodes:
+                self._lose(host, f"node lost: {host.where()}: the node left the cluster")
+        for node in self._wanted(nodes):
+            have = sum(
+                1 for h in self._hosts if h.state != "dead" and h.node.node_id == node.node_id
+            )
+            for _ in range(self.options.hosts_on(node.cpus) - have):
+                self._start_host(run, node)
+        self._notify()
+
+    def _wanted(self, nodes: list[_Node]) -> list[_Node]:
+        usable = [n for n in nodes if n.cpus > 0 and n.node_id not in self._refused]
+        if self.options.strategy == "pack" and usable:
+            ids = [n.node_id for n in usable]
+            if self._home not in ids:
+                self._home = (
+                    self._driver_node
+                    if self._driver_node in ids
+                    else max(usable, key=lambda n: n.cpus).node_id
+                )
+            usable = [n for n in usable if n.node_id == self._home]
+        extra = [
+            self._nodes[i] for i in sorted(self._extra)
+            if i in self._nodes and i not in self._refused
+        ]
+        return list({n.node_id: n for n in [*usable, *extra]}.values())
+
+    def _start_host(self, run: RunContext, node: _Node) -> _Host:
+        host = _Host(f"h{next(self._host_names)}", node)
+        self._hosts.append(host)
+        self._nursery.start_soon(self._host_main, run, host, name=f"ray host {host.name}")
+        return host
+
+    async def _host_main(self, run: RunContext, host: _Host) -> None:
+        with host.scope:
+            try:
+                gen = await self._bring_up(run, host)
+            except _HostLost as exc:
+                self._lose(host, str(exc))
+                return
+            host.state = "ready"
+            self._notify()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._submitter, host)
+                reason = await self._reader(run, host, gen)
+                self._lose(host, reason)
+
+    async def _bring_up(self, run: RunContext, host: _Host) -> Any:
+        """Start the host's actor on its node, check that it can serve the run, open its
+        channel. Raises :class:`_HostLost` (and refuses the node) if it cannot."""
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         _, env_vars = self._provider_config(run)
-        name = f"h{next(self._host_names)}"
         options: dict[str, Any] = {
-            "name": f"trio-agents-{run.run_id}-{name}",
-            "max_concurrency": self._max_concurrency,
+            "name": f"trio-agents-{run.run_id}-{host.name}",
+            "max_concurrency": self.options.max_concurrency,
             "num_cpus": 0,
             "max_restarts": 0,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(host.node.node_id, soft=False),
             **self._host_options,
         }
         if env_vars:
@@ -270,10 +565,184 @@ class RayPlacement:
             runtime_env = dict(options.pop("runtime_env", None) or {})
             runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env_vars}
             options["runtime_env"] = runtime_env
-        actor = ray.remote(RayHost).options(**options).remote(name)
-        host = _Host(name, actor)
-        self._hosts.append(host)
-        return host
+        timeout = self.options.host_start_timeout_s
+        problem: str | None
+        try:
+            host.actor = ray.remote(RayHost).options(**options).remote(host.name)
+            fut = self._bridge.submit(_await_ref(host.actor.check.remote(str(run.workspace))))
+            problem = f"{host.where()} did not start within {timeout:g} s"
+            with trio.move_on_after(timeout):
+                problem = await wait_future(fut)
+            fut.cancel()
+        except Exception as exc:  # the actor could not be made there (runtime env, resources)
+            problem = f"{host.where()} could not start: {type(exc).__name__}: {exc}"
+        if problem is not None:
+            self._refused[host.node.node_id] = problem
+            _log.warning("ray host refused", host=host.name, node=host.node.short, reason=problem)
+            raise _HostLost(problem)
+        _log.debug("ray host ready", host=host.name, node=host.node.node_id)
+        return host.actor.channel.options(
+            num_returns="streaming", _generator_backpressure_num_objects=4
+        ).remote()
+
+    async def _reader(self, run: RunContext, host: _Host, gen: Any) -> str:
+        """Forward the host's envelopes into the run's bus until the host is lost; why."""
+        timeout = self.options.host_timeout_s
+        while True:
+            await run.bus.wait_for_room()
+            fut = self._bridge.submit(_next_envelope(gen))
+            envelope: Envelope | None = None
+            try:
+                with trio.move_on_after(timeout) as waited:
+                    envelope = await wait_future(fut)
+            except Exception as exc:  # the worker or its node is gone: Ray says which
+                return _loss_reason(host, exc, host.node.node_id in self._nodes)
+            finally:
+                if not fut.done():
+                    fut.cancel()
+            if waited.cancelled_caught:
+                return f"node lost: {host.where()}: nothing from it for {timeout:g} s"
+            if envelope is None:
+                return f"worker died: {host.where()}: its channel ended early"
+            for call_id, batch in envelope.items:
+                stream = host.streams.get(call_id)
+                if stream is not None:
+                    await stream.take(batch)
+            if envelope.lost is not None:
+                return envelope.lost
+
+    async def _submitter(self, host: _Host) -> None:
+        """Send the subtrees queued for *host*, many per actor call."""
+        while True:
+            await host.wake.wait()
+            host.wake = trio.Event()
+            await trio.lowlevel.checkpoint()  # the subtrees starting now join this submit
+            calls, host.queue = host.queue, []
+            if not calls:
+                continue
+            try:
+                ref = host.actor.submit.remote(tuple(calls))
+            except Exception:  # one of them cannot be pickled: send them one by one
+                for call in calls:
+                    try:
+                        one = host.actor.submit.remote((call,))
+                    except Exception as exc:
+                        error = f"cannot send it to Ray: {type(exc).__name__}: {exc}"
+                        self._fail_calls(host, [call], error)
+                    else:
+                        self._nursery.start_soon(self._submitted, host, [call], one)
+                continue
+            self._nursery.start_soon(self._submitted, host, calls, ref)
+
+    async def _submitted(self, host: _Host, calls: list[SubtreeCall], ref: Any) -> None:
+        import ray
+
+        try:
+            await wait_future(self._bridge.submit(_await_ref(ref)))
+        except ray.exceptions.RayActorError:
+            pass  # the host is lost: its reader reports it
+        except Exception as exc:
+            self._fail_calls(host, calls, f"{host.where()} refused it: {type(exc).__name__}: {exc}")
+
+    def _fail_calls(self, host: _Host, calls: list[SubtreeCall], reason: str) -> None:
+        for call in calls:
+            stream = host.streams.get(call.call_id)
+            if stream is not None and not stream.ended:
+                self._nursery.start_soon(stream.lose, reason)
+
+    def _lose(self, host: _Host, reason: str) -> None:
+        """Take *host* out of the pool; its unfinished subtrees end ``failed`` with *reason*."""
+        if host.state == "dead":
+            return
+        host.state = "dead"
+        host.reason = reason
+        host.scope.cancel(reason=reason)
+        if not self._closing:
+            _log.warning("ray host lost", host=host.name, node=host.node.short, reason=reason)
+        for stream in list(host.streams.values()):
+            if not stream.ended:
+                self._nursery.start_soon(stream.lose, reason)
+        if host.actor is not None:
+            import ray
+
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(host.actor)
+        self._notify()
+
+    async def _pick_host(self, run: RunContext, atype: AgentType) -> _Host | str:
+        """The least loaded ready host for a subtree of *atype*, or why there is none."""
+        await self._ensure_started(run)
+        while not self._closing:
+            matching = [n for n in self._nodes.values() if n.matches(atype)]
+            ids = {n.node_id for n in matching}
+            live = [h for h in self._hosts if h.state != "dead" and h.node.node_id in ids]
+            ready = [h for h in live if h.state == "ready"]
+            if ready and (self._settled or len(ready) == len(live)):
+                return min(ready, key=lambda h: h.active)
+            if not live:
+                spare = [n for n in matching if n.node_id not in self._refused]
+                if not spare:
+                    return self._no_host(atype, matching)
+                # A node only this type's selectors ask for (or none started yet): use it.
+                node = max(spare, key=lambda n: n.cpus)
+                self._extra.add(node.node_id)
+                for _ in range(self.options.hosts_on(node.cpus)):
+                    self._start_host(run, node)
+            await self._changed.wait()
+        return "the run is ending"
+
+    def _no_host(self, atype: AgentType, matching: list[_Node]) -> str:
+        refused = [self._refused[n.node_id] for n in matching if n.node_id in self._refused]
+        if refused:
+            return f"no Ray host can serve this run: {refused[0]}"
+        if atype.ray_resources or atype.ray_labels:
+            return (
+                f"no Ray node matches agent type {atype.name!r}: ray_resources "
+                f"{dict(atype.ray_resources)}, ray_labels {dict(atype.ray_labels)}"
+            )
+        return "the Ray cluster has no live node"
+
+    # -- subtrees -----------------------------------------------------------------------------
+    async def run_subtree(self, run: RunContext, spec: AgentSpec) -> AgentOutcome:
+        """Run *spec*'s whole subtree on a host actor; its events go into ``run.bus``.
+
+        Returns the root agent's outcome: as the host reported it, or ``failed`` (with the
+        reason) when the host was lost or none could run it.
+
+        Cancellation: cancels the subtree on the worker and keeps forwarding its events (for up
+        to ``run.limits.finish_grace_s``) until its root has reported ``cancelled``, then
+        re-raises; the parent's call ends ``cancelled``.
+        """
+        picked = await self._pick_host(run, spec.agent_type)
+        host = picked if isinstance(picked, _Host) else None
+        call_id = f"{host.name if host else 'h0'}.{next(self._call_ids)}"
+        remote_budget = None
+        if spec.budget is not None and spec.budget.seconds is not None:
+            # Token and tool-call budgets of the root are kept HERE, by the run's budget
+            # layer watching the forwarded events; only the wall-clock deadline goes along
+            # (agent_main applies it), so nothing is cancelled twice.
+            remote_budget = attrs.evolve(spec.budget, tokens=None, tool_calls=None)
+        run.budget.set_budget(spec.agent_id, spec.budget)
+        if host is None:
+            stream = _Stream(self, run, spec, None, None)
+            await stream.fail_unsent(str(picked))
+            return stream.outcome or failed_outcome(spec, str(picked))
+        call = SubtreeCall(
+            call_id=call_id,
+            id_prefix=f"{call_id}.",
+            spec=attrs.evolve(spec, budget=remote_budget),
+            config=self._config_ref(run),
+            max_agents=max(1, run.limits.max_agents - run.agents_started),
+        )
+        stream = _Stream(self, run, spec, host, call)
+        host.streams[call_id] = stream
+        host.active += 1
+        try:
+            outcome = await stream.serve()
+        finally:
+            host.active -= 1
+            host.streams.pop(call_id, None)
+        return outcome or failed_outcome(spec, f"{host.where()} reported no outcome")
 
     def _provider_config(self, run: RunContext) -> tuple[ProviderConfig, dict[str, str]]:
         if self._provider is not None and self._cache_run is run:
@@ -317,14 +786,16 @@ class RayPlacement:
             run_id=run.run_id,
             agent_types=tuple(run.agent_types.values()),
             provider=config,
-            tools=tuple(run.tools.values()),
+            # MCP tools hold this process's server connections: never shipped (docs/cluster.md).
+            tools=tuple(t for n, t in run.tools.items() if not n.startswith("mcp__")),
             tool_limits=run.tool_limits,
             limits=run.limits,
             workspace=str(run.workspace),
             env=dict(run.env),
             policy=run.broker.policy,
-            batch_interval_s=self._batch_interval_s,
-            batch_max=self._batch_max,
+            batch_interval_s=self.options.batch_interval_s,
+            batch_max=self.options.batch_max,
+            system_prompt=run.system_prompt,
             sandbox=run.sandbox,
         )
         try:
@@ -337,94 +808,86 @@ class RayPlacement:
         self._config = (run, ref)
         return ref
 
-    async def run_subtree(self, run: RunContext, spec: AgentSpec) -> AgentOutcome:
-        """Run *spec*'s whole subtree on a host actor; its events go into ``run.bus``.
-
-        Returns the root agent's outcome: as the host reported it, or ``failed`` (with the
-        reason) when the host was lost or could not run it.
-
-        Cancellation: cancels the subtree on the worker and keeps forwarding its events (for up
-        to ``run.limits.finish_grace_s``) until its root has reported ``cancelled``, then
-        re-raises; the parent's call ends ``cancelled``.
-        """
-        host = self._pick_host(run)
-        call_id = f"{host.name}.{next(self._call_ids)}"
-        remote_budget = None
-        if spec.budget is not None and spec.budget.seconds is not None:
-            # Token and tool-call budgets of the root are kept HERE, by the run's budget
-            # layer watching the forwarded events; only the wall-clock deadline goes along
-            # (agent_main applies it), so nothing is cancelled twice.
-            remote_budget = attrs.evolve(spec.budget, tokens=None, tool_calls=None)
-        call = SubtreeCall(
-            call_id=call_id,
-            id_prefix=f"{call_id}.",
-            spec=attrs.evolve(spec, budget=remote_budget),
-            config=self._config_ref(run),
-            max_agents=max(1, run.limits.max_agents - run.agents_started),
-        )
-        run.budget.set_budget(spec.agent_id, spec.budget)
-        stream = _Stream(self, run, spec, host, call)
-        host.active += 1
-        try:
-            outcome = await stream.serve()
-        finally:
-            host.active -= 1
-        return outcome or failed_outcome(spec, f"ray host {host.name} reported no outcome")
-
-    def _lost(self, host: _Host) -> None:
-        if not host.dead:
-            host.dead = True
-            _log.warning("ray host lost", host=host.name)
-
-    def _kill_all(self) -> None:
+    def _close(self) -> None:
         import ray
 
+        self._closing = True
         for host in self._hosts:
-            if not host.dead:
+            host.scope.cancel(reason="the run is over")
+            if host.actor is not None and host.state != "dead":
                 with contextlib.suppress(Exception):  # already gone: nothing to clean up
                     ray.kill(host.actor)
-                host.dead = True
+            host.state = "dead"
+        self._notify()
+
+
+def _current_node() -> str | None:
+    import ray
+
+    with contextlib.suppress(Exception):  # a Ray Client connection has no node of its own
+        return str(ray.get_runtime_context().get_node_id())
+    return None
 
 
 class _Stream:
-    """One remote subtree seen from the parent: the pump, the proxies, the synthesised ends."""
+    """One remote subtree seen from the parent: its proxies, its end, the synthesised ends.
+
+    Its events arrive through its host's reader (:meth:`take`); :meth:`serve` runs in the
+    agent call's task and waits for the end.
+    """
 
     def __init__(
         self,
         placement: RayPlacement,
         run: RunContext,
         spec: AgentSpec,
-        host: _Host,
-        call: SubtreeCall,
+        host: _Host | None,
+        call: SubtreeCall | None,
     ) -> None:
         self.placement = placement
         self.run = run
         self.spec = spec
         self.host = host
         self.call = call
-        self._gen: Any = None
-        self._pending: concurrent.futures.Future[Batch | None] | None = None
         self._open: dict[str, _Open] = {}
         self._asks: dict[str, _Ask] = {}
+        self._mailboxes: dict[str, _RemoteMailbox] = {}
         self._root_finished: AgentFinished | None = None
+        self._submitted_at = 0.0
+        self._first = True
         self.outcome: AgentOutcome | None = None
-        self.ended = False
+        self.ended = False  # nothing more is taken from the host
+        self.done = trio.Event()  # the outcome is set
         self._nursery: trio.Nursery | None = None
 
     # -- control --------------------------------------------------------------------------
     def send_cancel(self, node_id: str, reason: str, by: str | None) -> None:
         """Ask the host to cancel one node of this subtree (fire and forget)."""
-        if self.ended:
+        if self.ended or self.host is None or self.call is None or self.host.state == "dead":
             return
         try:
             self.host.actor.cancel.remote(self.call.call_id, node_id, reason, by)
-        except Exception as exc:  # a dead host: the stream reports the loss
+        except Exception as exc:  # a dead host: its loss is reported
             _log.warning("cancel not sent", node=node_id, error=repr(exc))
 
-    # -- the pump ---------------------------------------------------------------------------
+    def _add_mailbox(self, agent_id: str) -> None:
+        mailbox = _RemoteMailbox(self, agent_id, self.run.limits.mailbox_size)
+        self._mailboxes[agent_id] = mailbox
+        self.run.mailboxes[agent_id] = cast(Any, mailbox)
+
+    def _drop_mailbox(self, agent_id: str) -> None:
+        mailbox = self._mailboxes.pop(agent_id, None)
+        if mailbox is not None:
+            mailbox.closed = True
+            if self.run.mailboxes.get(agent_id) is cast(Any, mailbox):
+                del self.run.mailboxes[agent_id]
+
+    # -- the subtree's life -----------------------------------------------------------------
     async def serve(self) -> AgentOutcome | None:
         """Run the subtree to its end; see :meth:`RayPlacement.run_subtree`."""
-        run, spec = self.run, self.spec
+        run, spec, host, call = self.run, self.spec, self.host, self.call
+        assert host is not None
+        assert call is not None
         root_node = run.registry.register(
             spec.agent_id,
             _RemoteScope(self, spec.agent_id),
@@ -435,52 +898,31 @@ class _Stream:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 try:
-                    if self._start():
-                        await self._pump()
+                    self._submitted_at = trio.current_time()
+                    host.queue.append(call)
+                    host.wake.set()
+                    await self.done.wait()
                 finally:
                     if not self.ended:
                         await self._finish_cancelled(root_node)
+                    elif not self.done.is_set():  # being ended by a loss right now
+                        with trio.move_on_after(run.limits.finish_grace_s, shield=True):
+                            await self.done.wait()
                     for ask in self._asks.values():
                         ask.scope.cancel(reason="the subtree has ended")
         finally:
             run.registry.unregister(spec.agent_id)
+            for agent_id in list(self._mailboxes):
+                self._drop_mailbox(agent_id)
         return self.outcome
 
-    def _start(self) -> bool:
-        try:
-            self._gen = self.host.actor.run_subtree.options(num_returns="streaming").remote(
-                self.call
-            )
-        except Exception as exc:  # e.g. a provider or tool Ray cannot pickle
-            error = f"cannot send it to Ray: {type(exc).__name__}: {exc}"
-            _log.warning("subtree not sent", call_id=self.call.call_id, error=error)
-            self.outcome = failed_outcome(self.spec, error)
-            self.ended = True
-            return False
-        return True
-
-    async def _pump(self) -> None:
-        while not self.ended:
-            if self._pending is None:
-                # Backpressure, as for local agents: a full block subscriber (a --json pipe
-                # whose reader is slow) holds the next batch back, and so the remote subtree.
-                # Before asking for it: a cancel here loses nothing.
-                await self.run.bus.wait_for_room()
-                self._pending = self.placement._bridge.submit(_next_item(self._gen))
-            try:
-                batch = await wait_future(self._pending)
-            except Exception as exc:
-                self._pending = None
-                await self._lose(exc)
-                return
-            self._pending = None
-            if batch is None:
-                # The stream ended without its final item: the host went away mid-call.
-                await self._lose(None)
-                return
-            await self._take(batch)
-
-    async def _take(self, batch: Batch) -> None:
+    async def take(self, batch: Batch) -> None:
+        """Forward one batch from the host (the host's reader calls this)."""
+        if self.ended:
+            return
+        if self._first:
+            self._first = False
+            self.placement.start_latencies.append(trio.current_time() - self._submitted_at)
         # A batch is taken whole even when the call is being cancelled: its events are facts
         # that already happened on the worker. The waits inside are each bounded.
         with trio.CancelScope(shield=True):
@@ -491,6 +933,66 @@ class _Stream:
                     await self._synthesise(batch.error, agent_status="failed", tool_status="error")
                 self.outcome = batch.outcome or self._outcome_from_events(batch.error)
                 self.ended = True
+                self.done.set()
+
+    async def lose(self, reason: str) -> None:
+        """The host is lost (or refused the subtree): end every open node ``failed``."""
+        if self.ended:
+            return
+        self.ended = True
+        with trio.move_on_after(self.run.limits.finish_grace_s, shield=True):
+            await self._synthesise(reason, agent_status="failed", tool_status="error")
+        self.outcome = self._outcome_from_events(reason)
+        self.done.set()
+
+    async def fail_unsent(self, reason: str) -> None:
+        """No host could take the subtree: report its root as started, then failed."""
+        spec = self.spec
+        started = await self.run.bus.emit(
+            AgentStarted,
+            agent_id=spec.agent_id,
+            parent_tool_use_id=spec.parent_tool_use_id,
+            name=spec.agent_type.name,
+            parent_agent_id=spec.parent_agent_id,
+            depth=spec.depth,
+            prompt=spec.prompt,
+        )
+        self._open[spec.agent_id] = _Open("agent", started, trio.current_time())
+        self.run.agents_started += 1
+        self.run.running_agents += 1
+        await self.lose(reason)
+
+    async def _finish_cancelled(self, root_node: Any) -> None:
+        """The local call was cancelled: stop the subtree on the worker and forward its last
+        events; synthesise them if the worker does not answer."""
+        host, call = self.host, self.call
+        assert host is not None
+        assert call is not None
+        reason, by = Registry.cancel_reason(root_node)
+        reason = reason or "the run is over"
+        grace = self.run.limits.finish_grace_s
+        queued = [c for c in host.queue if c is not call]
+        if len(queued) < len(host.queue):  # never sent: nothing ran
+            host.queue[:] = queued
+        else:
+            boundary = call.spec.parent_tool_use_id or f"{call.call_id}.boundary"
+            self.send_cancel(boundary, reason, by or "runtime")
+            with trio.move_on_after(grace, shield=True):
+                await self.done.wait()
+            if self.ended:
+                with trio.move_on_after(grace, shield=True):
+                    await self.done.wait()
+                return
+            with contextlib.suppress(Exception):  # a dead host: nothing left to stop
+                host.actor.abort.remote(call.call_id, f"cancelled: {reason}")
+            reason = f"{reason} (the Ray worker did not confirm within {grace:g} s)"
+        self.ended = True
+        with trio.move_on_after(grace, shield=True):
+            await self._synthesise(
+                f"cancelled: {reason}", agent_status="cancelled", tool_status="cancelled"
+            )
+        self.outcome = self._outcome_from_events(f"cancelled: {reason}", status="cancelled")
+        self.done.set()
 
     async def _forward(self, event: Event) -> None:
         run = self.run
@@ -510,6 +1012,7 @@ class _Stream:
                     Owner(event.agent_id, event.parent_tool_use_id),
                 )
             self._open[event.agent_id] = _Open("agent", event, now)
+            self._add_mailbox(event.agent_id)
             run.agents_started += 1
             run.running_agents += 1
             run.peak_running_agents = max(run.peak_running_agents, run.running_agents)
@@ -528,8 +1031,13 @@ class _Stream:
         elif isinstance(event, ToolFinished):
             if self._open.pop(event.tool_use_id, None) is not None:
                 run.registry.unregister(event.tool_use_id)
+        elif isinstance(event, UserMessage):
+            mailbox = self._mailboxes.get(event.agent_id or "")
+            if mailbox is not None and mailbox.in_flight > 0:
+                mailbox.in_flight -= 1
         elif isinstance(event, AgentFinished):
             assert event.agent_id is not None
+            self._drop_mailbox(event.agent_id)
             if self._open.pop(event.agent_id, None) is not None:
                 run.running_agents -= 1
                 if event.agent_id != self.spec.agent_id:
@@ -572,6 +1080,8 @@ class _Stream:
                         summary=event.summary,
                     )
                 with contextlib.suppress(Exception):  # a dead host: the stream reports it
+                    assert self.host is not None
+                    assert self.call is not None
                     self.host.actor.answer.remote(
                         self.call.call_id, event.question_id, granted, reason
                     )
@@ -587,47 +1097,6 @@ class _Stream:
         # Its permission_resolved must come before the tool call's tool_finished.
         with trio.move_on_after(self.run.limits.finish_grace_s, shield=True):
             await ask.done.wait()
-
-    # -- endings ----------------------------------------------------------------------------
-    async def _finish_cancelled(self, root_node: Any) -> None:
-        """The local call was cancelled (or the pump failed): stop the subtree on the worker
-        and forward its last events; synthesise them if the worker does not answer."""
-        reason, by = Registry.cancel_reason(root_node)
-        reason = reason or "the run is over"
-        boundary = self.call.spec.parent_tool_use_id or f"{self.call.call_id}.boundary"
-        self.send_cancel(boundary, reason, by or "runtime")
-        grace = self.run.limits.finish_grace_s
-        with trio.move_on_after(grace, shield=True):
-            await self._pump()
-        if self.ended:
-            return
-        import ray
-
-        with contextlib.suppress(Exception):  # nothing left to cancel
-            ray.cancel(self._gen)
-        if self._pending is not None:
-            self._pending.cancel()
-            self._pending = None
-        with trio.move_on_after(grace, shield=True):
-            await self._synthesise(
-                f"cancelled: {reason} (the Ray worker did not confirm within {grace:g} s)",
-                agent_status="cancelled",
-                tool_status="cancelled",
-            )
-        self.outcome = self._outcome_from_events(f"cancelled: {reason}", status="cancelled")
-        self.ended = True
-
-    async def _lose(self, exc: BaseException | None) -> None:
-        """The host went away: end every open remote node ``failed`` with the reason."""
-        import ray
-
-        if exc is None or isinstance(exc, ray.exceptions.RayActorError):
-            self.placement._lost(self.host)
-        reason = _loss_reason(self.host.name, exc)
-        with trio.move_on_after(self.run.limits.finish_grace_s, shield=True):
-            await self._synthesise(reason, agent_status="failed", tool_status="error")
-        self.outcome = self._outcome_from_events(reason)
-        self.ended = True
 
     async def _synthesise(
         self, reason: str, *, agent_status: AgentStatus, tool_status: str
@@ -655,6 +1124,7 @@ class _Stream:
                     duration_s=now - opened.t0,
                 )
             else:
+                self._drop_mailbox(node_id)
                 if node_id != self.spec.agent_id:
                     self.run.registry.unregister(node_id)
                 self.run.running_agents -= 1
@@ -695,14 +1165,6 @@ class _Stream:
         )
 
 
-def _loss_reason(host: str, exc: BaseException | None) -> str:
-    if exc is None:
-        return f"ray host {host} lost: its stream ended early (worker killed or crashed)"
-    first = str(exc).strip().splitlines()
-    detail = first[0] if first else ""
-    return f"ray host {host} lost: {type(exc).__name__}: {detail}".rstrip(": ")
-
-
 # -- the context manager ----------------------------------------------------------------------
 
 
@@ -710,29 +1172,20 @@ def _loss_reason(host: str, exc: BaseException | None) -> str:
 async def open_ray_placement(
     address: str | None = None,
     *,
-    hosts: int | None = None,
-    max_concurrency: int = 10_000,
-    batch_interval_s: float = 0.01,
-    batch_max: int = 512,
-    num_cpus: int | None = None,
+    options: RayOptions | None = None,
     host_options: Mapping[str, Any] | None = None,
 ) -> AsyncGenerator[RayPlacement, None]:
-    """Connect to Ray (or start a local cluster) and yield the ``ray`` placement of one run.
+    """Connect to Ray (or start a private cluster) and yield the ``ray`` placement of one run.
 
     Args:
-        address: a Ray cluster (``ray://…`` or ``host:port``); default ``RAY_ADDRESS``; with
-            neither, a local cluster on this machine is started for the run and stopped after it.
-            If Ray is already initialised in this process (a test session, a notebook), that
-            connection is used as it is and left open.
-        hosts: host actors to spread subtrees over (default ``TRIO_AGENTS_RAY_HOSTS`` or 1);
-            each is one worker process with one trio loop.
-        max_concurrency: concurrent calls per host actor (Ray's default for async actors is
-            1,000; each open subtree holds one).
-        batch_interval_s, batch_max: a batch of events leaves the worker this long after its
-            first event, or once it holds this many.
-        num_cpus: CPUs of a local cluster (default: this machine's, at most 4).
+        address: a Ray cluster (``host:port``, ``auto``); overrides ``options.address``;
+            default ``RAY_ADDRESS``. With none, a private cluster on this machine is started
+            for the run and stopped after it, even on a machine that is a node of a cluster
+            (``auto`` joins that one). If Ray is already initialised in this process (a test
+            session, a notebook), that connection is used as it is and left open.
+        options: the pool's shape and timings (:class:`RayOptions`).
         host_options: extra ``.options()`` for the host actors (``resources``,
-            ``scheduling_strategy``, ``runtime_env``, …).
+            ``runtime_env``, ...).
 
     Raises:
         ConfigError: Ray is not installed, or the cluster cannot be reached or started.
@@ -747,27 +1200,23 @@ async def open_ray_placement(
         raise ConfigError(
             "agent types placed on 'ray' need Ray: pip install 'trio-agents[ray]'"
         ) from exc
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    hosts = hosts or int(os.environ.get("TRIO_AGENTS_RAY_HOSTS", "1") or 1)
+    options = options or RayOptions()
+    address = address or options.address or os.environ.get("RAY_ADDRESS") or None
+    _quiet_ray_driver()
     bridge = _Bridge()
     bridge.start()
     owned = False
     try:
         if not ray.is_initialized():
             owned = True
-            await bridge.call(lambda: _init_ray(ray, address, num_cpus))
-        placement = RayPlacement(
-            bridge,
-            hosts=max(1, hosts),
-            max_concurrency=max_concurrency,
-            batch_interval_s=batch_interval_s,
-            batch_max=batch_max,
-            host_options=host_options or {},
-        )
-        try:
-            yield placement
-        finally:
-            placement._kill_all()
+            await bridge.call(lambda: _init_ray(ray, address, options.num_cpus))
+        async with trio.open_nursery() as nursery:
+            placement = RayPlacement(bridge, options, nursery, host_options or {})
+            try:
+                yield placement
+            finally:
+                placement._close()
+                nursery.cancel_scope.cancel(reason="the run is over")
     finally:
         try:
             if owned and ray.is_initialized():
@@ -775,6 +1224,32 @@ async def open_ray_placement(
         finally:
             with trio.CancelScope(shield=True):
                 await bridge.stop()
+
+
+def _quiet_ray_driver() -> None:
+    """Send what Ray's driver prints about the cluster (a dead raylet's state dump, worker
+    lines) to the log: Ray prints them to ``sys.stdout`` whatever ``log_to_driver`` says, and
+    stdout carries the run's events.
+
+    Ray has no switch for it; its error listener and its exit flush both print through
+    ``ray._private.worker.print_worker_logs``, which this replaces (once per process).
+    """
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:  # pragma: no cover - a Ray without it prints nothing there
+        return
+    if getattr(ray_worker.print_worker_logs, "_trio_agents", False):
+        return
+
+    def to_log(data: Mapping[str, Any], print_file: Any = None, *_: Any, **__: Any) -> None:
+        lines = [str(line) for line in data.get("lines") or () if str(line).strip()]
+        if lines:
+            _log.warning("ray says", source=str(data.get("pid", "")), line=lines[0])
+            for line in lines[1:]:
+                _log.debug("ray says", source=str(data.get("pid", "")), line=line)
+
+    to_log._trio_agents = True  # type: ignore[attr-defined]
+    ray_worker.print_worker_logs = to_log
 
 
 def _init_ray(ray_mod: Any, address: str | None, num_cpus: int | None) -> None:
@@ -792,6 +1267,10 @@ def _init_ray(ray_mod: Any, address: str | None, num_cpus: int | None) -> None:
             # its token authentication guards those ports.)
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             ray_mod.init(
+                # "local": always a new cluster, even on a machine that is a node of one
+                # (where Ray would otherwise join it through its ray_current_cluster file and
+                # refuse num_cpus).
+                address="local",
                 num_cpus=num_cpus or min(os.cpu_count() or 1, 4),
                 include_dashboard=False,
                 object_store_memory=256 * 1024 * 1024,

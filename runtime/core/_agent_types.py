@@ -37,6 +37,12 @@ GENERAL_SYSTEM = (
 )
 
 
+def _pairs(value: Any) -> tuple[tuple[Any, Any], ...]:
+    # A mapping in, sorted pairs stored: an agent type stays hashable and comparable.
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted((k, v) for k, v in items))
+
+
 @attrs.frozen(kw_only=True)
 class AgentType:
     """A kind of agent.
@@ -48,6 +54,10 @@ class AgentType:
         placement: where its subtree runs (``local`` in this process).
         context_window: its model's context window in tokens (default: the run's, else known
             from the model's name; docs/context.md).
+        ray_resources: with ``placement = "ray"``: only on nodes that have at least these Ray
+            resources (``{"GPU": 1}``, a custom ``{"nfs": 1}``); a selector, nothing is
+            reserved (docs/cluster.md).
+        ray_labels: with ``placement = "ray"``: only on nodes with these Ray labels.
     """
 
     name: str
@@ -59,6 +69,8 @@ class AgentType:
     budget: Budget | None = None
     placement: Placement = "local"
     context_window: int | None = None
+    ray_resources: tuple[tuple[str, float], ...] = attrs.field(default=(), converter=_pairs)
+    ray_labels: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
 
     def merged(self, other: AgentType) -> AgentType:
         """*other*'s explicit settings over this one's (a later definition refines an earlier)."""
@@ -124,6 +136,8 @@ _TOML_KEYS = {
     "budget",
     "placement",
     "context_window",
+    "ray_resources",
+    "ray_labels",
 }
 
 
@@ -188,5 +202,18 @@ def agent_types_from_mapping(data: Mapping[str, Any]) -> list[AgentType]:
             if spec["placement"] not in ("local", "ray"):
                 raise ConfigError(f"{where}.placement: expected 'local' or 'ray'")
             kwargs["placement"] = spec["placement"]
+        if "ray_resources" in spec:
+            res = spec["ray_resources"]
+            if not isinstance(res, dict) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+                for v in res.values()
+            ):
+                raise ConfigError(f"{where}.ray_resources: expected a table of amounts >= 0")
+            kwargs["ray_resources"] = {str(k): float(v) for k, v in res.items()}
+        if "ray_labels" in spec:
+            labels = spec["ray_labels"]
+            if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+                raise ConfigError(f"{where}.ray_labels: expected a table of strings")
+            kwargs["ray_labels"] = labels
         out.append(AgentType(**kwargs))
     return out

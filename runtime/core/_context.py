@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,7 +17,7 @@ import trio
 
 from runtime.actors import Mailbox, Registry
 
-from ._agent_types import AgentTypes
+from ._agent_types import AgentType, AgentTypes
 from ._approvals import PermissionBroker
 from ._budget import BudgetLayer
 from ._bus import EventBus
@@ -52,6 +52,14 @@ class SubtreeRunner(Protocol):
         ...
 
 
+class SystemPromptBuilder(Protocol):
+    """Makes an agent's whole system prompt from its type and the names of its tools (the
+    project's instructions, environment and skills around the type's own prompt; see
+    ``runtime.project``). Sent to Ray hosts with the run's settings: it must pickle."""
+
+    def __call__(self, agent_type: AgentType, tools: Sequence[str]) -> str: ...
+
+
 @attrs.define(eq=False, kw_only=True)
 class RunContext:
     """The run-wide state agents read: one per :func:`~runtime.open_runtime`."""
@@ -74,6 +82,8 @@ class RunContext:
     log: Any = attrs.Factory(lambda: structlog.get_logger("trio_agents"))
     sandbox: Sandbox | None = None
     placements: dict[str, SubtreeRunner] = attrs.Factory(dict)
+    # None: an agent's system prompt is its type's prompt alone.
+    system_prompt: SystemPromptBuilder | None = None
     # Running agents' mailboxes, by agent id: where user messages for them go.
     mailboxes: dict[str, Mailbox[str]] = attrs.Factory(dict)
     # max_parallel bookkeeping: which sub-agents hold a slot of ``limiter``, and how many

@@ -10,8 +10,9 @@ any level — its ``*_finished`` event is emitted from a ``finally`` under a bou
 
 from __future__ import annotations
 
+import fnmatch
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import aclosing
 from typing import Any
 
@@ -39,6 +40,7 @@ from ._events import (
     TextDelta,
     ThinkingDelta,
     ToolFinished,
+    ToolProgress,
     ToolStarted,
     ToolStatus,
     TurnFinished,
@@ -149,7 +151,7 @@ async def run_agent_actor(
             agent_id=spec.agent_id,
             name=spec.agent_type.name,
             depth=spec.depth,
-            system=spec.agent_type.system,
+            system=_system_prompt(run, spec.agent_type),
             messages=_with_prompt(spec.history, spec.prompt)
             if spec.compact is None
             else list(spec.history),
@@ -202,13 +204,19 @@ async def run_agent_actor(
 def _outcome(
     run: RunContext, spec: AgentSpec, life: _Life, handle: ActorHandle[str] | None
 ) -> AgentOutcome:
-    """The supervisor's reading of the actor's exit."""
+    """The supervisor's reading of the actor's exit.
+
+    A cancel that reached the agent (its own or an ancestor's: its ``cancel_requested`` is out)
+    wins over an end the agent reached at the same instant without a checkpoint in between:
+    once a subtree's cancel is in the stream, every agent in it ends ``cancelled``.
+    """
     exit_ = handle.exit if handle is not None else None
     node = handle.node if handle is not None else None
+    reason, by = Registry.cancel_reason(node) if node is not None else (None, None)
     result: str | None = None
-    if exit_ is not None and exit_.kind == "returned":
+    if exit_ is not None and exit_.kind == "returned" and reason is None:
         status, result, error = exit_.value
-    elif exit_ is not None and exit_.kind == "failed":
+    elif exit_ is not None and exit_.kind == "failed" and reason is None:
         exc = exit_.error
         status = "failed"
         if isinstance(exc, ProviderError):
@@ -218,7 +226,6 @@ def _outcome(
             error = f"internal error: {type(exc).__name__}: {exc}"
             run.log.error("agent crashed", agent_id=spec.agent_id, exc_info=exc)
     else:
-        reason, by = Registry.cancel_reason(node) if node is not None else (None, None)
         seconds = spec.budget.seconds if spec.budget is not None else None
         # Only the subtree whose budget ran out ends budget_exceeded; agents under it were
         # cancelled because of it, and say so in their reason.
@@ -428,10 +435,29 @@ async def _stream_turn(
     return tuple(content), calls, end
 
 
+def _system_prompt(run: RunContext, atype: AgentType) -> str:
+    if run.system_prompt is None:
+        return atype.system
+    return run.system_prompt(atype, list(_tools_for(run, atype)))
+
+
 def _tools_for(run: RunContext, atype: AgentType) -> dict[str, Tool]:
     if atype.tools is None:
         return dict(run.tools)
-    return {name: run.tools[name] for name in atype.tools if name in run.tools}
+    return select_tools(run.tools, atype.tools)
+
+
+def select_tools(tools: Mapping[str, Tool], names: Iterable[str]) -> dict[str, Tool]:
+    """The tools *names* picks, in its order: a name, or a glob over names (``mcp__git__*``:
+    ``*`` any run of characters, ``?`` one). A name or glob matching nothing picks nothing."""
+    out: dict[str, Tool] = {}
+    for name in names:
+        if name in tools:
+            out.setdefault(name, tools[name])
+        elif "*" in name or "?" in name or "[" in name:
+            for candidate in fnmatch.filter(tools, name):
+                out.setdefault(candidate, tools[candidate])
+    return out
 
 
 def _tool_spec(run: RunContext, tool: Tool) -> ToolSpec:
@@ -585,6 +611,7 @@ async def _execute(
         limits=tool_limits_for(run, spec.agent_type),
         log=log.bind(tool_use_id=call.id, tool=tool.name),
         spawner=_Spawner(run, spec, call.id),
+        report_progress=functools.partial(_report_progress, run, spec, call.id),
         redactor=run.bus.redactor,
         sandbox=run.sandbox,
     )
@@ -597,6 +624,26 @@ async def _execute(
     except Exception as exc:  # a bug in a tool is a result the model reads, not a crash
         log.exception("tool raised", tool=tool.name, tool_use_id=call.id)
         return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"
+
+
+async def _report_progress(
+    run: RunContext,
+    spec: AgentSpec,
+    tool_use_id: str,
+    progress: float,
+    total: float | None,
+    message: str | None,
+) -> None:
+    """A ``tool_progress`` event for one call (its message masked like every output)."""
+    await run.bus.emit(
+        ToolProgress,
+        agent_id=spec.agent_id,
+        parent_tool_use_id=spec.parent_tool_use_id,
+        tool_use_id=tool_use_id,
+        progress=float(progress),
+        total=None if total is None else float(total),
+        message=None if message is None else redact(message, run.secrets)[:500],
+    )
 
 
 class _Spawner:

@@ -31,6 +31,10 @@ matched against the call's :meth:`~tools.Tool.permission_target`:
   refused to every tool whose target is a path, before any rule and whatever the mode.
 * Other tools: a plain glob (``*`` matches anything) on whatever their target is.
 
+The tool part may be a glob over tool names after its first letter (``*`` any run of
+characters, ``?`` one):
+``mcp__git__*`` is every tool of the MCP server ``git``, ``mcp__*`` every MCP tool.
+
 Order of decision: deny rules, allow rules, tools that need no permission (read-only tools),
 then the mode. A rule naming a tool that does not exist is accepted and never matches.
 
@@ -40,6 +44,7 @@ How a tool's target is read is told by its ``permission_target_kind`` class attr
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import re
 from collections.abc import Iterable, Mapping
@@ -66,7 +71,9 @@ _SHELL_OPERATORS = ";&|<>()`$\n\r"
 # Where to cut a command into parts for deny rules. Naive about quotes on purpose: cutting too
 # often only makes deny rules match more.
 _COMMAND_SPLIT = re.compile(r"&&|\|\||[;&|\n\r`()]|\$\(")
-_RULE = re.compile(r"(?P<tool>[A-Za-z_][A-Za-z0-9_.:-]*)(?:\((?P<pattern>.*)\))?", re.DOTALL)
+_RULE = re.compile(
+    r"(?P<tool>[A-Za-z_][A-Za-z0-9_.:*?-]*)(?:\((?P<pattern>.*)\))?", re.DOTALL
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -99,7 +106,9 @@ class Rule:
         rule covers the call when it matches any of them (the policy gives allow rules only
         the resolved form).
         """
-        if tool != self.tool:
+        if tool != self.tool and not (
+            ("*" in self.tool or "?" in self.tool) and fnmatch.fnmatchcase(tool, self.tool)
+        ):
             return False
         if self.pattern is None:
             return True

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
 
@@ -84,6 +84,9 @@ class ToolContext:
         workspace: the resolved workspace folder; file tools stay inside it.
         env: the environment for subprocesses, with secrets already removed.
         spawner: runs sub-agents (the ``agent`` tool); ``None`` where sub-agents are not allowed.
+        report_progress: emits a ``tool_progress`` event for this call (``progress``, ``total``
+            or None, ``message`` or None); a long tool calls it now and then. It waits only
+            while a ``block`` subscriber is full. ``None`` where nobody listens.
         redactor: masks the run's secrets; a tool that cuts text (keeps a head and a tail)
             masks before it cuts, or a cut through a secret leaves both halves readable.
         sandbox: where set, ``bash`` runs every command inside it (``--sandbox``).
@@ -97,6 +100,7 @@ class ToolContext:
     limits: ToolLimits
     log: structlog.typing.FilteringBoundLogger
     spawner: SubAgentSpawner | None = None
+    report_progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
     redactor: Redactor = attrs.Factory(lambda: Redactor(()))
     sandbox: Sandbox | None = None
 

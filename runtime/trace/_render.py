@@ -64,6 +64,12 @@ def fmt_tokens(count: int) -> str:
     return f"{count / 1_000_000:.1f}M"
 
 
+def fmt_progress(progress: float, total: float | None, message: str | None) -> str:
+    """A tool's latest progress: ``3/10 copying files`` (``42`` without a total)."""
+    done = f"{progress:g}" + (f"/{total:g}" if total is not None else "")
+    return f"{done} {first_line(message, 60)}" if message else done
+
+
 def first_line(text: str | None, limit: int = 80) -> str:
     """The first non-empty line of *text*, cut to *limit* characters."""
     if not text:
@@ -167,6 +173,8 @@ class _Painter:
         if node.awaiting_permission:
             label.append(" awaiting permission", self.style("bold yellow"))
         label.append(f"  {fmt_duration(node.elapsed(self.now))}", self.style("blue"))
+        if node.progress is not None:
+            label.append(f"  {fmt_progress(*node.progress)}", self.style("cyan"))
         if node.permission_wait_s:
             label.append(f" (waited {fmt_duration(node.permission_wait_s)})", self.style("dim"))
         if node.status in ("error", "denied") and node.output:

@@ -312,6 +312,7 @@ class _ToolInternals(_NodeBase):
     _permission_pending: dict[str, float] | None
     _permission_intervals: list[tuple[float, float]] | None
     _permission_granted: bool | None
+    _progress: tuple[float, float | None, str | None] | None
 
 
 @dataclasses.dataclass(init=False, eq=False, repr=False)
@@ -362,6 +363,7 @@ class ToolNode(_ToolInternals):
         self._permission_pending = None
         self._permission_intervals = None
         self._permission_granted = None
+        self._progress = None
 
     def __repr__(self) -> str:
         return f"<ToolNode {self.id} {self.name} {self.status}>"
@@ -400,6 +402,12 @@ class ToolNode(_ToolInternals):
     def permission_granted(self) -> bool | None:
         """The last permission answer, None if never asked."""
         return self._permission_granted
+
+    @property
+    def progress(self) -> tuple[float, float | None, str | None] | None:
+        """The latest ``tool_progress`` of the call while it runs: ``(progress, total,
+        message)``; None before any, and once the call has finished."""
+        return self._progress if self._finished_ts is None else None
 
 
 def node_json(node: AgentNode | ToolNode) -> dict[str, Any]:
@@ -515,6 +523,7 @@ class TraceTree:
             "agent_finished": self._agent_finished,
             "run_finished": self._run_finished,
             "context_compacted": self._context_compacted,
+            "tool_progress": self._tool_progress,
         }
 
     # ------------------------------------------------------------------ building
@@ -1274,6 +1283,23 @@ class TraceTree:
             agent.input_tokens += numbers["input_tokens"]
             agent.output_tokens += numbers["output_tokens"]
             self._dirty = True
+
+    def _tool_progress(self, fields: Fields) -> None:
+        kind = "tool_progress"
+        progress = fields["progress"]
+        total = fields["total"]
+        message = fields["message"]
+        if not _num(fields["ts"]):
+            raise _invalid(kind, "ts")
+        if not _num(progress):
+            raise _invalid(kind, "progress")
+        if total is not None and not _num(total):
+            raise _invalid(kind, "total")
+        if message is not None and message.__class__ is not str:
+            raise _invalid(kind, "message")
+        tool = self._tool_for(fields, kind)
+        if tool._finished_ts is None:
+            tool._progress = (progress, total, message)
 
     def _cancel_requested(self, fields: Fields) -> None:
         ts = fields["ts"]

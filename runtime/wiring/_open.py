@@ -37,6 +37,9 @@ from runtime.providers._scripted import ScriptedProvider
 from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
 
 if TYPE_CHECKING:
+    from runtime.cluster._placement import RayOptions
+    from runtime.mcp import McpConfig
+    from runtime.project import Project
     from tools import Tool, ToolLimits
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
@@ -78,7 +81,11 @@ async def open_runtime(
     run_id: str | None = None,
     on_event: Callable[[Any], None] | None = None,
     ray_address: str | None = None,
+    mcp_servers: McpConfig | Mapping[str, Any] | None = None,
+    project: Project | None = None,
+    trace_dir: str | os.PathLike[str] | None = None,
     sandbox: Sandbox | bool = False,
+    ray: RayOptions | None = None,
 ) -> AsyncGenerator[Runtime, None]:
     """Open a run: its bus, trace file, provider and root nursery.
 
@@ -97,9 +104,21 @@ async def open_runtime(
         on_event: a tap installed before ``run_started`` (sees every event of the run).
         ray_address: the Ray cluster for agent types placed on ``ray`` (default
             ``RAY_ADDRESS``; with neither, a local cluster is started for the run).
+        mcp_servers: MCP servers whose tools the agents get (``mcp__SERVER__TOOL``): an
+            :class:`~runtime.mcp.McpConfig`, or the ``mcpServers`` object of a ``.mcp.json``
+            (docs/mcp.md). They start with the run, all at once, and close after its agents; a
+            server that cannot start costs a warning, not the run.
+        project: what :func:`runtime.project.load_project` read: its agent definitions come
+            after the scenario's types and before *agent_types*; its skills add the ``skill``
+            tool; every agent's system prompt gets the environment, the skill list and the
+            instructions after its type's own prompt.
+        trace_dir: the folder of the new trace file when *trace* is ``True``.
         sandbox: run every ``bash`` call under bubblewrap (``True``, or a :class:`Sandbox`
             for its options: network, more paths to hide); see ``runtime/core/_sandbox.py``.
             Checked once at start: :class:`ConfigError` when bwrap is missing or cannot work.
+            ``RAY_ADDRESS``; with neither, a private local cluster is started for the run).
+        ray: how the ``ray`` placement uses the cluster (hosts per node, spread or pack,
+            timeouts): :class:`~runtime.cluster.RayOptions`.
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -117,6 +136,8 @@ async def open_runtime(
     if not ws.is_dir():
         raise ConfigError(f"workspace {str(ws)!r} is not a folder")
     ws = ws.resolve()
+    if project is not None and project.workspace != ws:
+        raise ConfigError(f"the project was loaded for {project.workspace}, not the workspace {ws}")
     scen: Scenario | None = None
     if scenario is not None:
         if isinstance(scenario, Scenario):
@@ -127,20 +148,35 @@ async def open_runtime(
             scen = Scenario.load(scenario)
     if provider is None:
         provider = "scripted" if scen is not None else "openai"
-    types = AgentTypes()
-    if scen is not None:
-        for t in agent_types_from_scenario(scen):
-            types.add(t)
-    for t in agent_types:
-        types.add(t)
     tool_list = list(_default_tools() if tools is None else tools) + list(extra_tools)
     tool_map: dict[str, Tool] = {}
     for tool in tool_list:
         if tool.name in tool_map:
             raise ConfigError(f"two tools are named {tool.name!r}")
         tool_map[tool.name] = tool
+    mcp_config = _mcp_config(mcp_servers)
+    if project is not None and project.skills and "skill" not in tool_map:
+        from tools import SkillTool
+
+        tool_map["skill"] = SkillTool(project.skills)
+    types = AgentTypes()
+    if scen is not None:
+        for t in agent_types_from_scenario(scen):
+            types.add(t)
+    for t in project.agent_types if project is not None else ():
+        # A definition file may name a tool this run lacks (an MCP server not configured):
+        # the agent goes without it rather than the run failing on a file it cannot fix.
+        # MCP names and globs are kept: their servers start below.
+        tools_of = None if t.tools is None else tuple(n for n in t.tools if _known(n, tool_map))
+        types.add(attrs.evolve(t, tools=tools_of))
+    for t in agent_types:
+        types.add(t)
     for t in types.values():
+        if mcp_config is not None and t.placement == "ray" and t.tools is not None:
+            _refuse_mcp_on_ray(t)
         for name in t.tools or ():
+            if name.startswith("mcp__") or any(c in name for c in "*?["):
+                continue  # MCP tools are known once their servers have started
             if name not in tool_map:
                 raise ConfigError(
                     f"agent type {t.name!r} names unknown tool {name!r}; "
@@ -155,7 +191,7 @@ async def open_runtime(
     run_env, secret_list = scan_env(base_env, allow_env)
     trace_path: Path | None = None
     if trace is True:
-        trace_path = DEFAULT_TRACE_DIR / f"{run_id}.jsonl"
+        trace_path = Path(trace_dir or DEFAULT_TRACE_DIR) / f"{run_id}.jsonl"
     elif trace is not False:
         trace_path = Path(trace)
     box: Sandbox | None = None
@@ -182,6 +218,20 @@ async def open_runtime(
                 )
         else:
             prov = provider
+        mcp = None
+        if mcp_config is not None:
+            from runtime.mcp import open_mcp_servers  # the SDK is heavy: only when configured
+
+            mcp = await stack.enter_async_context(
+                open_mcp_servers(
+                    mcp_config, env=run_env, environ=base_env, workspace=ws, secrets=secret_list
+                )
+            )
+            for tool in mcp.tools:
+                if tool.name in tool_map:
+                    raise ConfigError(f"two tools are named {tool.name!r}")
+                tool_map[tool.name] = tool
+            secret_list = mcp.secrets
         placements: dict[str, Any] = {}
         if any(t.placement == "ray" for t in types.values()):
             from runtime.cluster._placement import (
@@ -189,7 +239,9 @@ async def open_runtime(
             )
 
             placements["ray"] = await stack.enter_async_context(
-                open_ray_placement(address=ray_address or base_env.get("RAY_ADDRESS"))
+                open_ray_placement(
+                    address=ray_address or base_env.get("RAY_ADDRESS"), options=ray
+                )
             )
         # Every event's strings are masked at the bus; log lines too, while the run is open.
         bus = EventBus(run_id, redactor=redactor_for(secret_list))
@@ -236,6 +288,7 @@ async def open_runtime(
             log=structlog.get_logger("trio_agents").bind(run_id=run_id),
             sandbox=box,
             placements=placements,
+            system_prompt=project.system_prompt() if project is not None else None,
         )
         runtime_box: list[Runtime] = []
         config = {
@@ -248,6 +301,11 @@ async def open_runtime(
             "agent_types": sorted(types),
             "sandbox": None if box is None else {"network": box.network},
         }
+        if mcp is not None:
+            config["mcp_servers"] = mcp.describe()
+        if project is not None:
+            config["instructions"] = [str(f.path) for f in project.instructions]
+            config["skills"] = sorted(skill.name for skill in project.skills)
         try:
             bus.emit_nowait(
                 RunStarted,
@@ -294,7 +352,38 @@ async def open_runtime(
             ) from bus.core_error
 
 
+def _mcp_config(servers: McpConfig | Mapping[str, Any] | None) -> McpConfig | None:
+    """The run's MCP configuration, or None when it has no server."""
+    if servers is None:
+        return None
+    from runtime.mcp import McpConfig as _McpConfig
+
+    config = servers if isinstance(servers, _McpConfig) else _McpConfig.from_mapping(servers)
+    return config if config.servers or config.warnings else None
+
+
+def _refuse_mcp_on_ray(atype: AgentType) -> None:
+    """MCP connections live in this process and are not forwarded to Ray workers
+    (docs/cluster.md): an agent type placed on Ray may not list MCP tools."""
+    import fnmatch
+
+    for name in atype.tools or ():
+        globbed = any(c in name for c in "*?[") and fnmatch.fnmatchcase("mcp__s__t", name)
+        if name.startswith("mcp__") or globbed:
+            raise ConfigError(
+                f"agent type {atype.name!r} is placed on ray and lists MCP tools ({name!r}); "
+                "MCP servers run in the driver and their tools are not forwarded to Ray "
+                "workers: place it locally or drop the MCP tools (docs/cluster.md)"
+            )
+
+
+def _known(name: str, tool_map: Mapping[str, Tool]) -> bool:
+    """Whether a definition file's tool *name* can be served by this run (MCP tools and globs
+    are known once their servers have started)."""
+    return name in tool_map or name.startswith("mcp__") or any(c in name for c in "*?[")
+
+
 def _version() -> str:
-    from runtime import __version__
+    from runtime.core._version import VERSION as __version__
 
     return __version__

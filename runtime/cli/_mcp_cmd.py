@@ -1,0 +1,142 @@
+"""``trio-agents mcp list``: start the configured MCP servers and show each with its tools.
+
+Exit codes: 0 every server started, 1 one or more did not, 2 bad usage or a bad config file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ._options import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROG,
+    CliParser,
+    RunOptions,
+    add_mcp_options,
+    error_line,
+    run_command,
+    setup_logging,
+)
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``mcp`` (with ``mcp list``) to the subcommands *sub* of the main parser."""
+    mcp = sub.add_parser(
+        "mcp",
+        help="MCP servers: mcp list shows the configured servers and their tools",
+        description="MCP servers: the ones configured in the workspace's .mcp.json and in "
+        "--mcp-config files (docs/mcp.md).",
+    )
+    commands = mcp.add_subparsers(dest="mcp_command", metavar="COMMAND", parser_class=CliParser)
+    ls = commands.add_parser(
+        "list",
+        help="start every configured server and list it with its tools",
+        description="Start every configured MCP server (all at once), then print each with "
+        "its status, transport and tools. Exit 0 when all started, 1 when one did not, 2 on "
+        "a bad config file.",
+    )
+    ls.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    ls.add_argument(
+        "--workspace", metavar="DIR", help="where .mcp.json is read and stdio servers start"
+    )
+    ls.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
+    add_mcp_options(ls)
+
+
+def main(ns: argparse.Namespace, parser: CliParser) -> int:
+    """Run ``trio-agents mcp …`` as parsed into *ns*; returns the exit code."""
+    if ns.mcp_command is None:
+        error_line(f"{PROG} mcp needs a command: list (see {PROG} mcp --help)")
+        return EXIT_USAGE
+    opts = RunOptions(
+        workspace=ns.workspace,
+        debug=ns.debug,
+        mcp_config=tuple(ns.mcp_config),
+        no_mcp=ns.no_mcp,
+        mcp_start_timeout_s=ns.mcp_start_timeout,
+    )
+    setup_logging(opts.debug)
+    return run_command(lambda: list_servers(opts, as_json=ns.json), debug=opts.debug)
+
+
+async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
+    """Start the servers of *opts*, print them, close them; returns the exit code.
+
+    Cancellation: closes every server (their processes do not outlive the command).
+    """
+    from pathlib import Path
+
+    import attrs
+
+    from runtime.core._errors import ConfigError
+    from runtime.core._secrets import filter_env, run_environ, secret_values
+    from runtime.mcp import McpConfig, McpTool, open_mcp_servers
+
+    from ._options import load_mcp_options
+
+    workspace = Path(opts.workspace or ".")
+    if not workspace.is_dir():  # noqa: ASYNC240 - once, before anything runs
+        raise ConfigError(f"workspace {str(workspace)!r} is not a folder")
+    warnings: list[str] = []
+    config = load_mcp_options(opts) if not opts.no_mcp else McpConfig()
+    # Start failures are in the listing itself; other warnings (a tool skipped) go to stderr.
+    config = attrs.evolve(config, on_warning=warnings.append)
+    env = run_environ()
+    async with open_mcp_servers(
+        config,
+        env=filter_env(env),
+        environ=env,
+        workspace=workspace.resolve(),  # noqa: ASYNC240 - once, before anything runs
+        secrets=secret_values(env),
+    ) as servers:
+        by_server: dict[str, list[Any]] = {name: [] for name in servers.servers}
+        for tool in servers.tools:
+            assert isinstance(tool, McpTool)
+            by_server[tool.server.name].append(tool)
+        rows: list[dict[str, Any]] = [
+            {
+                "name": name,
+                "status": "ok" if server.state == "ready" else "failed",
+                "transport": server.transport,
+                "source": server.config.source,
+                "error": server.error,
+                "tools": [
+                    {
+                        "name": t.name,
+                        "description": _first_line(t.description),
+                        "read_only": t.read_only,
+                    }
+                    for t in by_server[name]
+                ],
+            }
+            for name, server in servers.servers.items()
+        ]
+    for line in warnings:
+        if not any(line.startswith(f"mcp server {r['name']!r} did not start") for r in rows):
+            print(f"{PROG}: warning: {line}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"servers": rows}, ensure_ascii=False))
+    elif not rows:
+        print("no MCP servers configured (.mcp.json, --mcp-config)")
+    else:
+        for row in rows:
+            head = f"{row['name']}  {row['status']}  {row['transport']}"
+            if row["status"] == "ok":
+                print(f"{head}  {len(row['tools'])} tools")
+            else:
+                print(f"{head}  {row['error']}")
+            for tool in row["tools"]:
+                print(f"  {tool['name']}  {tool['description']}")
+    return EXIT_FAILED if any(r["status"] != "ok" for r in rows) else EXIT_OK
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""

@@ -1,0 +1,440 @@
+"""MCP servers as actors of a run.
+
+Each configured server is one task, :meth:`McpServer.run`, that owns its connection: it starts
+the transport (a child process, or an HTTP client), the SDK's :class:`mcp.ClientSession` over
+it, says ``initialize`` and lists the tools, then waits until the connection is lost or the run
+ends. Agents call tools through the same :class:`McpServer` object from their own tasks (one
+connection per server per run, shared by every agent); each call is one JSON-RPC request, so
+cancelling a call (a subtree cancel) cancels just that request: the SDK sends
+``notifications/cancelled`` for it and the connection stays up for everyone else.
+
+Task tree (inside :func:`open_mcp_servers`, entered by ``open_runtime`` before the agents'
+nursery, so the servers outlive every agent and close after them)::
+
+    mcp nursery
+    └── McpServer.run                 one per server; restarts its connection once, on demand
+        └── connection nursery        one per connection (start-up bounded by the start timeout)
+            ├── transport             StdioTransport.run (process, pipes) or the HTTP client
+            └── ClientSession         the SDK's JSON-RPC session (its own reader task)
+
+States: ``starting`` → ``ready`` → ``lost`` (the server went away; the next call restarts it,
+once per run) → ``starting`` …; ``failed`` (it could not start: its tools are not offered, or a
+restart failed: its calls end ``error``); ``closed`` (the run is over).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import mcp_types
+import structlog
+import trio
+from mcp import ClientSession, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
+
+from runtime.core import ToolError
+
+from ._config import McpConfig, McpServerConfig
+from ._stdio import StdioTransport
+
+if TYPE_CHECKING:
+    from ._tool import McpTool
+
+__all__ = ["McpServer", "McpServers", "ServerState", "open_mcp_servers"]
+
+ServerState = Literal["starting", "ready", "lost", "failed", "closed"]
+
+RESTARTS = 1
+"""How many times per run a server that went away is started again (on the next call)."""
+_MAX_TOOL_PAGES = 100
+_CLIENT_INFO = mcp_types.Implementation(name="trio-agents", version="0.1.0")
+
+
+class McpServer:
+    """One configured server: the actor owning its connection, and the handle tools call.
+
+    Attributes:
+        name: the configured name.
+        transport: ``stdio`` or ``http`` (``unsupported`` for a type this runtime does not speak).
+        state: see the module docs.
+        error: why it is ``failed`` or ``lost`` (one line, secrets masked).
+        tools: the tools it listed when it started (SDK objects).
+        instructions: what the server said about itself in ``initialize``, if anything.
+    """
+
+    def __init__(
+        self,
+        config: McpServerConfig,
+        *,
+        env: Mapping[str, str],
+        cwd: Path,
+        start_timeout_s: float,
+        secrets: Sequence[str],
+        warn: Callable[[str], None],
+    ) -> None:
+        self.name = config.name
+        self.transport = config.transport
+        self.config = config
+        self.state: ServerState = "starting"
+        self.error: str | None = None
+        self.tools: list[mcp_types.Tool] = []
+        self.instructions: str | None = None
+        self.started = trio.Event()
+        """Set once the first start has ended, whichever way."""
+        self._env = env
+        self._cwd = cwd
+        self._start_timeout_s = start_timeout_s
+        self._secrets = tuple(secrets)
+        self._warn = warn
+        self._session: ClientSession | None = None
+        self._generation = 0
+        self._lost = trio.Event()
+        self._changed = trio.Event()
+        self._restart = trio.Event()
+        self._restarts_left = RESTARTS
+        self._stdio: StdioTransport | None = None
+        self._bad_line_warned = False
+
+    # -- the actor -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Own the server's connection until cancelled (the end of the run).
+
+        Cancellation: closes the connection (a stdio server's process group is terminated,
+        then killed; bounded) and ends ``closed``.
+        """
+        try:
+            first = True
+            while True:
+                if self.transport == "unsupported":
+                    self._set("failed", self.config.problem)
+                else:
+                    await self._connect_and_serve(first)
+                first = False
+                self.started.set()
+                if self.state != "lost":
+                    await trio.sleep_forever()
+                await self._restart.wait()
+                self._restart = trio.Event()
+        finally:
+            self._session = None
+            self._set("closed", self.error)
+            self.started.set()
+
+    async def _connect_and_serve(self, first: bool) -> None:
+        """One connection, from start to loss; leaves the state ``failed`` or ``lost``."""
+        self._set("starting", None)
+        lost = self._lost = trio.Event()
+        ready = False
+        try:
+            with trio.CancelScope(deadline=trio.current_time() + self._start_timeout_s) as start:
+                async with trio.open_nursery() as nursery:
+                    read, write = await nursery.start(self._run_transport, lost)
+                    async with ClientSession(
+                        read, write, message_handler=self._on_message, client_info=_CLIENT_INFO
+                    ) as session:
+                        init = await session.initialize()
+                        tools = await _list_tools(session)
+                        start.deadline = math.inf
+                        if first:
+                            self.tools = tools
+                            self.instructions = init.instructions
+                        ready = True
+                        self._session = session
+                        self._generation += 1
+                        self._set("ready", None)
+                        self.started.set()
+                        await lost.wait()
+                        self._session = None
+                        nursery.cancel_scope.cancel(reason="the connection was lost")
+        except Exception as exc:  # the transport's own task failed (HTTP connect, spawn)
+            why = self._why(exc)
+        else:
+            if ready:
+                why = self._lost_why()
+            elif start.cancelled_caught:
+                why = f"no answer within {self._start_timeout_s:g} s{self._tail()}"
+            else:
+                why = self._lost_why(starting=True)
+        self._session = None
+        if ready:
+            self._set("lost", why)
+            self._warn(f"mcp server {self.name!r} went away: {self.error}")
+        else:
+            self._set("failed", why)
+            if not first:
+                self._warn(f"mcp server {self.name!r} could not be restarted: {self.error}")
+
+    async def _run_transport(
+        self, lost: trio.Event, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            if self.transport == "stdio":
+                self._stdio = StdioTransport(
+                    self.config.command, self.config.args, self._env, str(self._cwd)
+                )
+                await self._stdio.run(task_status=task_status, eof=lost)
+            else:
+                import httpx2
+
+                timeout = httpx2.Timeout(30.0, read=300.0)
+                async with (
+                    httpx2.AsyncClient(
+                        headers=dict(self.config.headers), timeout=timeout
+                    ) as client,
+                    streamable_http_client(self.config.url, http_client=client) as streams,
+                ):
+                    task_status.started(streams)
+                    await trio.sleep_forever()
+        finally:
+            lost.set()
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception) and not self._bad_line_warned:
+            self._bad_line_warned = True
+            self._warn(
+                f"mcp server {self.name!r} wrote something that is not a JSON-RPC message "
+                "(ignored; a stdio server must keep stdout for the protocol)"
+            )
+
+    # -- calls -----------------------------------------------------------------------------
+
+    async def call_tool(
+        self, name: str, arguments: Mapping[str, Any], on_progress: ProgressFnT | None = None
+    ) -> mcp_types.CallToolResult:
+        """Call tool *name* (its name on the server) and return the server's result.
+
+        Waits while the server starts; starts it again if it went away (once per run).
+
+        Raises:
+            ToolError: the server is not running, went away during the call, or answered with
+                a JSON-RPC error; the message names the server.
+
+        Cancellation: cancels this request only: the SDK sends ``notifications/cancelled`` for
+        it, and the connection stays usable by every other call.
+        """
+        session, generation = await self._session_for_call()
+        try:
+            return await session.call_tool(name, dict(arguments), progress_callback=on_progress)
+        except MCPError as exc:
+            if exc.error.code == mcp_types.CONNECTION_CLOSED:
+                self._connection_lost(generation)
+                why = self._stdio.closed_reason if self._stdio is not None else None
+                raise ToolError(
+                    self._mask(
+                        f"mcp server {self.name!r} went away during the call"
+                        + (f" ({why})" if why else "")
+                        + self._tail()
+                    )
+                ) from None
+            raise ToolError(
+                self._mask(f"mcp server {self.name!r} refused the call: {exc.error.message}")
+            ) from None
+        except RuntimeError as exc:  # an answer the SDK cannot take (say, input_required)
+            raise ToolError(self._mask(f"mcp server {self.name!r}: {exc}")) from None
+
+    async def _session_for_call(self) -> tuple[ClientSession, int]:
+        while True:
+            session = self._session
+            if self.state == "ready" and session is not None:
+                return session, self._generation
+            if self.state == "starting" or self.state == "ready":
+                # Ready without a session: the connection is being closed; "lost" comes next.
+                await self._changed.wait()
+            elif self.state == "lost" and self._restarts_left > 0:
+                self._restarts_left -= 1
+                self._set("starting", None)
+                self._restart.set()
+            else:
+                raise ToolError(
+                    f"mcp server {self.name!r} is not running: {self.error or self.state}"
+                )
+
+    def _connection_lost(self, generation: int) -> None:
+        if generation == self._generation and self.state == "ready":
+            self._lost.set()
+
+    # -- state and messages ------------------------------------------------------------------
+
+    def _set(self, state: ServerState, error: str | None) -> None:
+        self.state = state
+        self.error = self._mask(error) if error else None
+        changed, self._changed = self._changed, trio.Event()
+        changed.set()
+
+    def _mask(self, text: str) -> str:
+        from runtime.core._secrets import redact
+
+        return redact(text, self._secrets)
+
+    def _tail(self) -> str:
+        stdio = self._stdio
+        if stdio is None:
+            return ""
+        tail = stdio.stderr_tail()
+        return f"; its last stderr line: {tail}" if tail else ""
+
+    def _lost_why(self, *, starting: bool = False) -> str:
+        stdio = self._stdio
+        if stdio is None:
+            return "the connection closed"
+        what = stdio.closed_reason or "it closed its stdout"
+        if stdio.returncode is not None and what == "it closed its stdout":
+            what = f"it exited with status {stdio.returncode}"
+        if starting:
+            what += " during start-up"
+        if stdio.bad_lines:
+            what += f" (after {stdio.bad_lines} line(s) on stdout that were not JSON-RPC)"
+        return what + self._tail()
+
+    def _why(self, exc: BaseException) -> str:
+        leaf = _first_leaf(exc)
+        if isinstance(leaf, FileNotFoundError) and self.transport == "stdio":
+            return f"command {self.config.command!r} not found"
+        if isinstance(leaf, PermissionError) and self.transport == "stdio":
+            return f"command {self.config.command!r} cannot be run (permission denied)"
+        if isinstance(leaf, MCPError):
+            if leaf.error.code == mcp_types.CONNECTION_CLOSED:
+                return self._lost_why(starting=True)
+            return f"it refused to start: {leaf.error.message}"
+        text = str(leaf) or type(leaf).__name__
+        return f"{type(leaf).__name__}: {text}{self._tail()}"
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
+    tools: list[mcp_types.Tool] = []
+    cursor: str | None = None
+    for _ in range(_MAX_TOOL_PAGES):
+        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+class McpServers:
+    """The MCP servers of one run (made by :func:`open_mcp_servers`).
+
+    Attributes:
+        servers: every configured server by name, started or not.
+        tools: the tools of the servers that started (``mcp__SERVER__TOOL``), ready to add to
+            the run's tools.
+        secrets: values to mask in the run's traces, logs and errors (expanded ``${VAR}``s,
+            header values).
+    """
+
+    def __init__(
+        self, servers: dict[str, McpServer], tools: list[McpTool], secrets: tuple[str, ...]
+    ) -> None:
+        self.servers = servers
+        self.tools = tools
+        self.secrets = secrets
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """Each server's transport, state and the number of tools it offers (for
+        ``run_started``: no secrets)."""
+        offered: dict[str, int] = {}
+        for tool in self.tools:
+            offered[tool.server.name] = offered.get(tool.server.name, 0) + 1
+        return {
+            name: {"transport": s.transport, "state": s.state, "tools": offered.get(name, 0)}
+            for name, s in self.servers.items()
+        }
+
+
+@asynccontextmanager
+async def open_mcp_servers(
+    config: McpConfig,
+    *,
+    env: Mapping[str, str],
+    environ: Mapping[str, str] | None = None,
+    workspace: str | os.PathLike[str] = ".",
+    secrets: Sequence[str] = (),
+) -> AsyncGenerator[McpServers, None]:
+    """Start every configured server at the same time and keep them for the block.
+
+    Args:
+        config: the servers and the start timeout.
+        env: the environment stdio servers start with (the one ``bash`` gets, secrets
+            removed); each server's own ``env`` is added to it.
+        environ: where ``${VAR}`` is looked up (default ``os.environ``).
+        workspace: the folder stdio servers start in.
+        secrets: values already secret in this run (masked in warnings and errors).
+
+    Yields once every server has started or failed (each within the start timeout; so the
+    wait is the slowest server's, not the sum). A server that cannot start costs one warning
+    (``config.on_warning``) and its tools; nothing is raised for it.
+
+    Raises:
+        ConfigError: a ``${VAR}`` without a value and without a default (before anything
+            starts).
+
+    Cancellation: at the end of the block, or when cancelled, every server is closed (stdio:
+    stdin closed, then its process group terminated, then killed; bounded by a few seconds).
+    """
+    from ._tool import make_tools
+
+    lookup = os.environ if environ is None else environ
+    warn = config.on_warning or _log_warning
+    expanded: list[McpServerConfig] = []
+    masked: set[str] = set(secrets)
+    for configured in config.servers:
+        out, found = configured.expanded(lookup)
+        expanded.append(out)
+        masked.update(found)
+    all_secrets = tuple(sorted(masked, key=lambda s: (-len(s), s)))
+    _quiet_sdk_logs()
+    for line in config.warnings:
+        warn(line)
+    cwd = Path(workspace)
+    servers = {
+        s.name: McpServer(
+            s,
+            env={**env, **s.env},
+            cwd=cwd,
+            start_timeout_s=config.start_timeout_s,
+            secrets=all_secrets,
+            warn=warn,
+        )
+        for s in expanded
+    }
+    async with trio.open_nursery() as nursery:
+        for server in servers.values():
+            nursery.start_soon(server.run, name=f"mcp server {server.name}")
+        try:
+            for server in servers.values():
+                await server.started.wait()
+                if server.state == "failed":
+                    warn(f"mcp server {server.name!r} did not start: {server.error}")
+            tools = make_tools(servers.values(), warn=warn)
+            yield McpServers(servers, tools, all_secrets)
+        finally:
+            nursery.cancel_scope.cancel(reason="the run is over")
+
+
+def _log_warning(message: str) -> None:
+    structlog.get_logger("trio_agents.mcp").warning(message)
+
+
+def _quiet_sdk_logs() -> None:
+    """The SDK logs transport trouble with tracebacks (and message contents); we report what
+    matters as one line of our own, so its loggers speak only when the user configured them."""
+    for name in ("mcp", "httpx2"):
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.CRITICAL)

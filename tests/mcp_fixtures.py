@@ -1,0 +1,59 @@
+"""What the MCP tests share: configs for the test server, real PyPI servers, a loopback
+HTTP server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SERVER = Path(__file__).parent / "mcp_server.py"
+BIN = Path(sys.executable).parent
+
+
+def stdio_server(*prefix_code: str, **extra: Any) -> dict[str, Any]:
+    """The test server over stdio (*prefix_code*: Python run in the server process first)."""
+    if prefix_code:
+        code = "; ".join(
+            [*prefix_code, f"import runpy; runpy.run_path({str(SERVER)!r}, run_name='__main__')"]
+        )
+        return {"command": sys.executable, "args": ["-c", code], **extra}
+    return {"command": sys.executable, "args": [str(SERVER), "stdio"], **extra}
+
+
+def time_server() -> dict[str, Any]:
+    return {"command": str(BIN / "mcp-server-time"), "args": ["--local-timezone", "UTC"]}
+
+
+def git_server(repo: Path) -> dict[str, Any]:
+    return {"command": str(BIN / "mcp-server-git"), "args": ["--repository", str(repo)]}
+
+
+def git_repo(path: Path) -> Path:
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    (path / "a.txt").write_text("hello\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def http_url() -> Iterator[str]:
+    """The test server over streamable HTTP on a loopback port, for the whole session."""
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER), "http"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        assert proc.stdout is not None
+        proc.stdout.close()
