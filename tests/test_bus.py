@@ -88,9 +88,11 @@ async def test_a_producer_waits_while_a_blocking_subscriber_is_full() -> None:
     sub = bus.subscribe(buffer=2, policy="block")
     await _emit(bus, "a", "1")
     await _emit(bus, "a", "2")
-    with trio.move_on_after(0.05) as waited:
-        await _emit(bus, "a", "3")
-    assert waited.cancelled_caught
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_emit, bus, "a", "3")
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(nursery.child_tasks) == 1, "the producer waits"
+        nursery.cancel_scope.cancel(reason="test")
     assert bus.last_seq == 2, "a cancelled emit uses no seq"
     await sub.receive()
     await _emit(bus, "a", "3")
@@ -165,14 +167,15 @@ async def test_two_readers_of_one_subscription_never_take_the_same_event() -> No
     got: list[int] = []
 
     async def reader() -> None:
-        with trio.move_on_after(1):
-            got.append((await sub.receive()).seq)
+        got.append((await sub.receive()).seq)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reader)
         nursery.start_soon(reader)
         await trio.testing.wait_all_tasks_blocked()
         await _emit(bus, "a", "only one")
+        await trio.testing.wait_all_tasks_blocked()  # both readers woke and settled
+        nursery.cancel_scope.cancel(reason="test")
     assert got == [1]
 
 
@@ -207,7 +210,7 @@ async def test_an_end_already_waiting_goes_out_once_its_reader_is_marked_stalled
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(end)
-        await trio.sleep(0.1)
+        await trio.testing.wait_all_tasks_blocked()
         assert not done.is_set(), "a full reader not known to be stalled is waited for"
         sub.stall()  # e.g. its output pipe has been full for a while
         with trio.fail_after(1):
@@ -273,9 +276,10 @@ async def test_a_backlog_is_read_in_bursts_that_still_let_other_tasks_in() -> No
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ticker)
         await trio.lowlevel.checkpoint()  # the ticker is running
-        for _ in range(300):
-            await sub.receive()
+        async for event in sub:  # async for reads a backlog in bursts (receive() does not)
             read += 1
+            if event.seq == 300:
+                break
         nursery.cancel_scope.cancel()
     # Never more than a burst without yielding (two bursts between two ticks at most: trio
     # runs each batch of ready tasks in a random order).
@@ -283,17 +287,17 @@ async def test_a_backlog_is_read_in_bursts_that_still_let_other_tasks_in() -> No
     assert ticks < 300 // 8  # but not one scheduler round per event either
 
 
-async def test_a_receive_with_a_backlog_still_sees_a_cancel() -> None:
+async def test_async_for_with_a_backlog_still_sees_a_cancel_and_loses_nothing() -> None:
     bus = EventBus("r")
     sub = bus.subscribe(buffer=100, policy="block")
     for i in range(10):
         bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
-    await sub.receive()  # mid-burst from here on
+    assert (await sub.__anext__()).seq == 1  # mid-burst from here on
     with trio.CancelScope() as scope:
         scope.cancel()
-        await sub.receive()
+        await sub.__anext__()
     assert scope.cancelled_caught
-    assert (await sub.receive()).seq == 2  # the cancelled receive took nothing
+    assert (await sub.__anext__()).seq == 2  # the cancelled step took nothing
 
 
 async def test_a_full_block_subscription_lets_emitters_refill_in_one_go() -> None:

@@ -359,6 +359,7 @@ async def test_sigint_aborts_a_json_run_without_a_terminal(tmp_path: Path) -> No
     check_invariants(read_trace(trace))
 
 
+@pytest.mark.slow  # seconds of real time; how long Ctrl+C takes is asserted
 def test_sigint_ends_a_json_run_whose_reader_stopped_reading(tmp_path: Path) -> None:
     # `run --json | less` left on its first page: the pipe fills, the agents wait (backpressure)
     # and the event loop stays free, so Ctrl+C still ends the run, promptly, with its trace.
@@ -444,7 +445,7 @@ def test_a_second_run_on_the_same_trace_path_exits_2_and_leaves_the_first_alone(
         while not (trace.exists() and trace.read_bytes().count(b"\n") >= 2):
             assert time.monotonic() < deadline, "the first run stalled"
             assert first.poll() is None, "the first run ended early"
-            time.sleep(0.02)
+            time.sleep(0.02)  # a real subprocess writes the trace: poll its file
         before = trace.read_bytes()
         second = subprocess.run(
             args,

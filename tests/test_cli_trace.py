@@ -395,6 +395,7 @@ def test_tail_follows_a_growing_trace_until_the_run_finishes(tmp_path: Path) -> 
         with path.open("ab") as f:
             f.write(data[-10:])
             f.flush()
+            # `trace tail` is a real subprocess: give it a poll with the line still cut short.
             time.sleep(0.1)
             f.write(lines_of(dicts[-1:]))
         out, err = proc.communicate(timeout=20)

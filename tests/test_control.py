@@ -269,7 +269,7 @@ async def test_a_question_waits_for_a_client_that_connects_later(
         ) as run:
             handle = await run.rt.start("go")
             asked = await run.wait_for(lambda e: e.type == "permission_requested")
-            await trio.sleep(0.2)  # nobody there for a while
+            await trio.testing.wait_all_tasks_blocked()  # nobody there: everything settles
             assert not [e for e in run.events if e.type == "permission_resolved"]
             async with connect(sock_path) as client:
                 pending = await client.ask({"op": "pending"})
@@ -479,7 +479,9 @@ async def test_trio_agents_pending_and_permit_from_another_process(
                 data = await proc.stdout.receive_some(65536)
                 assert data, "the run ended before it asked"
                 buf += data
-            await trio.sleep(0.3)  # nobody answers for a while: the question must wait
+            # Nobody answers for a while: the question must wait. The run is a real
+            # subprocess, so only real time can pass for it.
+            await trio.sleep(0.3)
             listed = await client("pending")
             assert listed.returncode == 0, listed.stderr
             (line,) = listed.stdout.decode().splitlines()

@@ -35,6 +35,7 @@ def test_the_demo_scenario_is_package_data_and_splits_the_work() -> None:
     assert nested
 
 
+@pytest.mark.slow  # about 7 s of real work, and its wall time is asserted
 def test_demo_without_a_terminal_does_real_work_in_parallel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

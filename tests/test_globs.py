@@ -101,6 +101,7 @@ def test_text_globs_answer_as_the_regex_translation(pattern: str, text: str, sto
         ("{*a*a*a*b,*a*a*a*c}" * 2, True, "a" * 4000),
     ],
 )
+@pytest.mark.slow  # a speed: the bound is the point
 def test_patterns_that_backtrack_as_regexes_match_in_bounded_time(
     pattern: str, paths: bool, text: str
 ) -> None:

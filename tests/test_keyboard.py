@@ -178,8 +178,10 @@ async def test_the_keyboard_task_reads_a_real_terminal_and_restores_its_mode(
         assert "cancel> 2\x1b[K\r\n" in out.getvalue()
 
         # A question cut short (a Ctrl+C) leaves the line and moves on.
-        with trio.move_on_after(0.05):
-            await kb.ask("Allow? ")
+        async with trio.open_nursery() as inner:
+            inner.start_soon(kb.ask, "Allow? ")
+            await trio.testing.wait_all_tasks_blocked()  # the question is open
+            inner.cancel_scope.cancel(reason="a Ctrl+C")
         assert out.getvalue().endswith("Allow? \x1b[K\r\n")
 
         # Ctrl+D at the prompt, on an empty line, is the end of input.

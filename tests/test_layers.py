@@ -102,3 +102,19 @@ def test_no_module_imports_itself_through_a_cycle() -> None:
                 if len(component) > 1:
                     cycles.append(sorted(component))
     assert cycles == []
+
+
+def test_every_module_appears_in_the_architecture_table() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text[text.index("## Modules"):]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    missing = []
+    for path in sorted([*ROOT.glob("runtime/**/*.py"), *ROOT.glob("tools/*.py")]):
+        rel = path.relative_to(ROOT).as_posix()
+        if path.name == "__init__.py" and rel != "runtime/__init__.py":
+            continue
+        folder = rel.rsplit("/", 1)[0] + "/"
+        if not any(rel in row or (folder in row and f"`{path.name}`" in row.replace(
+                f"`{folder}", "`")) or (folder in row and f"{path.name}`" in row) for row in rows):
+            missing.append(rel)
+    assert missing == [], "docs/architecture.md, Modules: add these"

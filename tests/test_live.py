@@ -91,16 +91,30 @@ async def live_run(
     return view, wall
 
 
-async def test_redraws_are_coalesced_and_cheap_with_100_parallel_agents(workspace: Path) -> None:
+async def test_redraws_are_coalesced_with_100_parallel_agents(workspace: Path) -> None:
     console, out = terminal()
     with trio.fail_after(30):
         view, wall = await live_run(fanout(100), workspace, console)
     events = len(view.tree.agents) + len(view.tree.tools)
     assert len(view.tree.agents) == 101
-    # Thousands of events (every streamed word of 100 agents), a dozen frames a second at most.
+    # Thousands of events (every streamed word of 100 agents), a dozen frames a second at most
+    # (an upper bound: a slower machine only makes it looser).
     assert view.frames <= wall * MAX_FPS + 2, (view.frames, wall)
     assert view.frames < events
-    # Drawing takes a bounded share of the trio thread, whatever the tree's size.
+    view.finish(trace_path=None)
+    text = out.getvalue()
+    assert "All done." in text
+    assert "completed" in text
+
+
+@pytest.mark.slow
+async def test_drawing_takes_a_bounded_share_of_a_run_with_100_parallel_agents(
+    workspace: Path,
+) -> None:
+    # A speed: drawing takes a bounded share of the trio thread, whatever the tree's size.
+    console, _ = terminal()
+    with trio.fail_after(30):
+        view, wall = await live_run(fanout(100), workspace, console)
     assert view.render_s <= 0.5 * wall, (view.render_s, wall)
     print(
         f"\n100 agents: {wall:.2f}s wall, {view.frames} frames, "
@@ -108,9 +122,6 @@ async def test_redraws_are_coalesced_and_cheap_with_100_parallel_agents(workspac
         f"{view.max_frame_s * 1000:.1f} ms max, {view.render_s / wall:.0%} of the run"
     )
     view.finish(trace_path=None)
-    text = out.getvalue()
-    assert "All done." in text
-    assert "completed" in text
 
 
 async def test_a_tall_tree_fits_the_screen_while_live(workspace: Path) -> None:

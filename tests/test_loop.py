@@ -259,10 +259,12 @@ async def test_every_tool_call_in_history_gets_a_result_even_on_cancel(workspace
     scenario = {"agents": {"main": {"turns": [
         {"tool_calls": [{"name": "bash", "input": {"command": "sleep 30"}},
                         {"name": "bash", "input": {"command": "sleep 30"}}]}]}}}
+    log = EventLog()
     async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
-                            permission_mode="allow-all") as rt:
+                            permission_mode="allow-all", on_event=log) as rt:
         handle = await rt.start("go")
-        await trio.sleep(0.2)
+        # Cancelled once the first call runs (bash calls take turns; the second is queued).
+        await log.wait_for(lambda events: by_type(events, ToolStarted))
         await handle.cancel()
         outcome = await handle.wait()
     uses = [b for m in outcome.state.messages for b in m.content if isinstance(b, ToolUseBlock)]

@@ -97,7 +97,11 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-async def test_a_stalled_pipe_reader_makes_emitters_wait_not_the_event_loop() -> None:
+async def test_a_stalled_pipe_reader_makes_emitters_wait_and_loses_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The pipe is real; the sink's stall timer runs on the virtual clock. That the event loop
+    # stays free meanwhile is measured in real time by the slow test below.
     read_end, out, fd = _pipe()
     bus = EventBus("r")
     sink = PipeSink(fd, bus, buffer=64, stall_after_s=0.05)
@@ -111,13 +115,12 @@ async def test_a_stalled_pipe_reader_makes_emitters_wait_not_the_event_loop() ->
             await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text=f"{i:0>60}")
             emitted += 1
 
-    async with loop_ticks() as ticks, trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         nursery.start_soon(sink.run)
         nursery.start_soon(emitter)
-        await trio.sleep(0.5)
+        await trio.testing.wait_all_tasks_blocked()
         assert emitted < 5000, "nobody reads: the emitter must be held back"
-        assert ticks.count >= 20, "the event loop must stay free"
-        # An end does not wait for a reader known to be stalled.
+        # An end does not wait its grace for a stalled reader (stalled after 0.05 s).
         with trio.fail_after(1):
             await bus.emit_final(
                 TextDelta, grace_s=30, agent_id="b", parent_tool_use_id=None, text="end"
@@ -135,6 +138,30 @@ async def test_a_stalled_pipe_reader_makes_emitters_wait_not_the_event_loop() ->
     os.close(read_end)
     seqs = [decode_event(line).seq for line in data.splitlines()]
     assert seqs == list(range(1, 5002))
+
+
+@pytest.mark.slow
+async def test_a_stalled_pipe_reader_leaves_the_event_loop_free() -> None:
+    # Real time: a task sleeping 10 ms at a time must keep ticking while the sink waits on a
+    # full pipe and the emitter on the sink.
+    read_end, out, fd = _pipe()
+    bus = EventBus("r")
+    sink = PipeSink(fd, bus, buffer=64, stall_after_s=0.05)
+
+    async def emitter() -> None:
+        for i in range(5000):
+            await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text=f"{i:0>60}")
+
+    async with loop_ticks() as ticks, trio.open_nursery() as nursery:
+        nursery.start_soon(sink.run)
+        nursery.start_soon(emitter)
+        await trio.sleep(0.5)
+        assert ticks.count >= 20, "the event loop must stay free"
+        nursery.cancel_scope.cancel()
+    bus.close()
+    os.close(read_end)
+    sink.close()
+    out.close()
 
 
 async def test_a_reader_that_went_away_holds_nothing_up() -> None:
@@ -163,8 +190,21 @@ def test_close_gives_up_on_a_reader_that_takes_nothing() -> None:
     for i in range(2000):
         bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=f"{i:0>100}")
     bus.close()
+    sink.close()  # nobody reads: bounded, not forever (the slow test below times it)
+    out.close()
+    os.close(read_end)
+
+
+@pytest.mark.slow
+def test_close_gives_up_on_a_silent_reader_after_its_final_timeout() -> None:
+    read_end, out, fd = _pipe()
+    bus = EventBus("r")
+    sink = PipeSink(fd, bus, final_timeout_s=0.2)
+    for i in range(2000):
+        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=f"{i:0>100}")
+    bus.close()
     started = time.monotonic()
-    sink.close()  # nobody reads: bounded, not forever
+    sink.close()
     assert time.monotonic() - started < 5
     out.close()
     os.close(read_end)

@@ -311,7 +311,7 @@ def _wait_until_stopped(pids: list[int], limit_s: float = 5.0) -> list[int]:
         left = [pid for pid in pids if is_running(pid)]
         if not left:
             return []
-        time.sleep(0.02)
+        time.sleep(0.02)  # other processes' pids: no event tells when they are gone
     return [pid for pid in pids if is_running(pid)]
 
 

@@ -224,6 +224,7 @@ def test_write_trace_round_trips(tmp_path: Path) -> None:
     assert n == len((tmp_path / "t.jsonl").read_bytes().splitlines())
 
 
+@pytest.mark.slow  # a speed: linear time is asserted as a bound on real time
 async def test_follow_lines_reads_a_long_growing_line_in_linear_time(tmp_path: Path) -> None:
     # 16 MB without a newline, read 4 KiB at a time: joining what came so far on every read
     # (as tail once did) copies ~32 GB; keeping the pieces copies the line once.

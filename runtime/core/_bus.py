@@ -128,18 +128,12 @@ class Subscription:
             SubscriberLagged: this ``lag`` subscription fell too far behind.
             trio.ClosedResourceError: :meth:`close` was called.
 
-        Cancellation: always checks for cancellation first; a cancelled receive loses no event.
-        It yields to other tasks when it waits, and otherwise at least every 64th event (a
-        backlog is drained in one wake-up).
+        Cancellation: a checkpoint; a cancelled receive loses no event.
         """
-        # The check comes first: between finding an event and taking it there is no yield, so
-        # two readers of one subscription never both take the same last event.
-        if self._buffer and self._burst < _READ_BURST:
-            await trio.lowlevel.checkpoint_if_cancelled()
-            self._burst += 1
-        else:
-            await trio.lowlevel.checkpoint()
-            self._burst = 0
+        # The checkpoint comes first: between finding an event and taking it there is no
+        # yield, so two readers of one subscription never both take the same last event.
+        await trio.lowlevel.checkpoint()
+        self._burst = 0
         while not self._buffer:
             if self._closed:
                 raise trio.ClosedResourceError("subscription closed")
@@ -184,8 +178,15 @@ class Subscription:
         return self
 
     async def __anext__(self) -> Event:
+        """The next event, as :meth:`receive` gives it, except that events already waiting
+        are taken up to 64 in a row without yielding to other tasks (issue 20: a backlog is
+        read in one wake-up, not one scheduler round per event).
+
+        Cancellation: checks for cancellation every time (a cancelled step loses no event);
+        a checkpoint whenever it waits, and at least at every 65th event.
+        """
         if self._buffer and self._burst < _READ_BURST:
-            # receive()'s path for a waiting event, without a second coroutine per event.
+            # No yield between finding the event and taking it (see receive).
             await trio.lowlevel.checkpoint_if_cancelled()
             self._burst += 1
             return self._take()

@@ -139,6 +139,9 @@ class Runtime:
 
         Cancellation: a checkpoint; if cancelled, no agent was started.
         """
+        # Without this, a start in an already-cancelled scope announced the agent (the body
+        # runs up to its first checkpoint) and returned its handle instead of raising.
+        await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             raise ConfigError("the runtime is closing; no new agents")
         run = self._run

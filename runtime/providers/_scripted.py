@@ -75,8 +75,10 @@ class ScriptedProvider:
             ProviderError: the script has no such agent type, has run out of turns, or the turn
                 says ``error`` (after streaming its text, if any).
 
-        Cancellation: a checkpoint when the turn starts, during delays, and between deltas
-        (every one with a ``chunk_delay_s``, else every :data:`CHECKPOINT_EVERY`-th).
+        Cancellation: a checkpoint when the turn starts and during delays; between deltas,
+        one after each delta when the turn has a ``chunk_delay_s``, else one after every
+        :data:`CHECKPOINT_EVERY`-th (issue 20: a turn's deltas reach the bus back to back, as
+        a fast network delivers them); a turn's tool calls and its end follow together.
         """
         if request.purpose == "compact":
             async for item in self._summary(request):

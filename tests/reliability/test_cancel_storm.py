@@ -98,6 +98,8 @@ async def _storm(seed: int, workspace: Path, trace: Path) -> None:
         await all_started.wait()
         registry = rt._run.registry
         while cancelled < CANCELS and not handle.done:
+            # Seeded real jitter on purpose: a stress test whose cancels land at random points
+            # of live nodes (what a run of it covers varies with the seed and the machine).
             await trio.sleep(rng.uniform(0, 0.05))
             live = [n for n in registry.ids() if n != handle.agent_id]
             if not live:
