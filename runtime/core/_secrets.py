@@ -325,6 +325,8 @@ def log_secrets(secrets: Iterable[str]) -> Generator[None, None, None]:
 
 def _change_log_secrets(secrets: Sequence[str], delta: int) -> None:
     global _log_redactor
+    if not secrets:  # most runs: nothing changes, and a new redactor is work per run
+        return
     for s in secrets:
         _log_secrets[s] += delta
         if _log_secrets[s] <= 0:
