@@ -5,8 +5,11 @@ Scenarios (scripted provider, zero delays, in-process, trace file on):
 * ``fanout_100`` / ``fanout_1000`` — a root starts N sub-agents in one turn; each makes one tool
   call (``echo``, a no-op tool) then answers. Wall time of the whole run against the floor;
   ``fanout_growth`` is the cost per sub-agent at 1,000 over that at 100.
-* ``nested_stream`` — 10,000 text deltas from a depth-2 sub-agent, read by a subscriber of the
-  root stream. Throughput against a depth-2 chain of memory channels into an encoding consumer.
+* ``stream_depth0`` / ``stream_depth2`` — 10,000 one-word text deltas from the root (depth 0) or
+  a depth-2 sub-agent, read by a ``block`` subscriber of the root stream; us per delta against
+  a chain of as many forwarding tasks as levels into an encoding consumer (issue 20).
+* ``small_run`` — one ``open_runtime`` block, one agent, one tool call, an answer, trace off;
+  us per run against a nursery and one task sending the same events (issue 20).
 * ``scale_10000`` — 10,000 sub-agents running at once (each parked in a tool call); Python heap
   per agent (tracemalloc) above the floor's idle task with its own nursery, scope and channel.
 * ``subtree_cancel_1000`` — cancel a running subtree of 1,000 agents; time until every one of
@@ -19,7 +22,7 @@ least disturbed one; memory and the console-script figures: the median); runtime
 alternate so drift hits both alike. Prints one JSON object per benchmark, one
 a line.
 
-Usage: ``python bench/bench_core.py [--reps N] [--only fanout,stream,cancel,scale,e2e]``
+Usage: ``python bench/bench_core.py [--reps N] [--only fanout,stream,small,cancel,scale,e2e]``
 """
 
 from __future__ import annotations
