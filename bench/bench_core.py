@@ -5,8 +5,11 @@ Scenarios (scripted provider, zero delays, in-process, trace file on):
 * ``fanout_100`` / ``fanout_1000`` — a root starts N sub-agents in one turn; each makes one tool
   call (``echo``, a no-op tool) then answers. Wall time of the whole run against the floor;
   ``fanout_growth`` is the cost per sub-agent at 1,000 over that at 100.
-* ``nested_stream`` — 10,000 text deltas from a depth-2 sub-agent, read by a subscriber of the
-  root stream. Throughput against a depth-2 chain of memory channels into an encoding consumer.
+* ``stream_depth0`` / ``stream_depth2`` — 10,000 one-word text deltas from the root (depth 0) or
+  a depth-2 sub-agent, read by a ``block`` subscriber of the root stream; us per delta against
+  a chain of as many forwarding tasks as levels into an encoding consumer (issue 20).
+* ``small_run`` — one ``open_runtime`` block, one agent, one tool call, an answer, trace off;
+  us per run against a nursery and one task sending the same events (issue 20).
 * ``scale_10000`` — 10,000 sub-agents running at once (each parked in a tool call); Python heap
   per agent (tracemalloc) above the floor's idle task with its own nursery, scope and channel.
 * ``subtree_cancel_1000`` — cancel a running subtree of 1,000 agents; time until every one of
@@ -14,17 +17,19 @@ Scenarios (scripted provider, zero delays, in-process, trace file on):
   that each then send the same finishing events.
 * ``demo_wall`` / ``demo_peak_rss`` / ``startup_help`` — the console script end to end.
 
-Each timing is the median of ``--reps`` repetitions (memory: of up to 3, it hardly varies);
-runtime and floor alternate so drift hits both alike. Prints one JSON object per benchmark, one
+Each timing is the best of ``--reps`` repetitions (the machine is shared: the best run is the
+least disturbed one; memory and the console-script figures: the median); runtime and floor
+alternate so drift hits both alike. Prints one JSON object per benchmark, one
 a line.
 
-Usage: ``python bench/bench_core.py [--reps N] [--only fanout,stream,cancel,scale,e2e]``
+Usage: ``python bench/bench_core.py [--reps N] [--only fanout,stream,small,cancel,scale,e2e]``
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import shutil
 import sys
@@ -52,6 +57,7 @@ from runtime import (
     event_to_dict,
     open_runtime,
 )
+from runtime.providers._scripted import chunk_text
 from tools import Tool, ToolContext
 
 Result = dict[str, Any]
@@ -129,21 +135,33 @@ def fanout_scenario(n: int) -> dict[str, Any]:
     }
 
 
-def stream_scenario(deltas: int) -> dict[str, Any]:
+def stream_scenario(deltas: int, depth: int = 2) -> dict[str, Any]:
+    """An agent at *depth* (0: the root itself) streams *deltas* one-word text deltas."""
+    names = ["main", "middle", "leaf"][: depth + 1]
+    agents: dict[str, Any] = {}
+    for name, child in itertools.pairwise(names):
+        agents[name] = {
+            "tools": ["agent"],
+            "turns": [{"tool_calls": [_agent_call(child)]}, {"text": "done"}],
+        }
+    agents[names[-1]] = {
+        "tools": [],
+        "turns": [{"text": " ".join(f"w{i}" for i in range(deltas))}],
+    }
+    return {"agents": agents}
+
+
+def small_scenario() -> dict[str, Any]:
+    """One agent, one tool call, one answer."""
     return {
         "agents": {
             "main": {
-                "tools": ["agent"],
-                "turns": [{"tool_calls": [_agent_call("middle")]}, {"text": "done"}],
-            },
-            "middle": {
-                "tools": ["agent"],
-                "turns": [{"tool_calls": [_agent_call("leaf")]}, {"text": "done"}],
-            },
-            "leaf": {
-                "tools": [],
-                "turns": [{"text": " ".join(f"w{i}" for i in range(deltas))}],
-            },
+                "tools": ["echo"],
+                "turns": [
+                    {"tool_calls": [{"name": "echo", "input": {"text": "hello"}}]},
+                    {"text": "The answer."},
+                ],
+            }
         }
     }
 
@@ -254,7 +272,8 @@ async def bench_fanout(reps: int, workdir: Path) -> list[Result]:
     out: list[Result] = []
     per_agent: dict[int, float] = {}
     for n in sizes:
-        value, floor = floors.median(values[n]), floors.median(floor_values[n])
+        # Best of the repetitions (the machine is shared: the best is the least disturbed).
+        value, floor = min(values[n]), min(floor_values[n])
         before, _children, after = trees[n]
         per_agent[n] = value / n
         out.append(
@@ -263,9 +282,9 @@ async def bench_fanout(reps: int, workdir: Path) -> list[Result]:
                 value * 1000,
                 floor * 1000,
                 "ms",
-                "ratio <= 3",
+                "ratio <= 2 (issue 20)",
                 lower_is_better=True,
-                limit=3.0,
+                limit=2.0,
                 events=counts[n],
                 events_per_subagent=round((counts[n] - len(before) - len(after)) / n, 1),
                 per_subagent_us=round(value / n * 1e6, 1),
@@ -282,27 +301,28 @@ async def bench_fanout(reps: int, workdir: Path) -> list[Result]:
             "floor": 1.0,
             "ratio": round(growth, 3),
             "unit": "x (cost per sub-agent at 1,000 / at 100)",
-            "target": "ratio <= 1.5 (peers: 13-25x)",
-            "met": growth <= 1.5,
+            "target": "ratio <= 1.3 (issue 20; peers: 13-25x)",
+            "met": growth <= 1.3,
         }
     )
     return out
 
 
-# -- nested streaming ------------------------------------------------------------------------
+# -- streaming ------------------------------------------------------------------------------
 
 
 async def run_stream(
-    deltas: int, workdir: Path, capture: list[dict[str, Any]] | None = None
+    deltas: int, workdir: Path, depth: int = 2, capture: list[dict[str, Any]] | None = None
 ) -> float:
-    """Seconds from the depth-2 agent's start to its last delta read by a root subscriber."""
+    """Seconds from the streaming agent's start (at *depth*) to its last delta read by a root
+    subscriber (``block`` policy, trace on)."""
     leaf: set[str] = set()
     t_first = t_last = 0.0
     on_event: Callable[[Event], None] | None = None
     if capture is not None:
         on_event = lambda e: capture.append(event_to_dict(e))  # noqa: E731
     async with open_runtime(
-        scenario=stream_scenario(deltas),
+        scenario=stream_scenario(deltas, depth),
         workspace=workdir,
         trace=workdir / "stream.jsonl",
         limits=_limits(4),
@@ -315,12 +335,13 @@ async def run_stream(
             with rt.subscribe(buffer=floors.CHANNEL_SIZE, policy="block") as sub:
                 task_status.started()
                 async for event in sub:
-                    if isinstance(event, AgentStarted) and event.depth == 2:
+                    if isinstance(event, AgentStarted) and event.depth == depth:
                         leaf.add(event.agent_id or "")
                         t_first = time.perf_counter()
                     elif isinstance(event, TextDelta) and event.agent_id in leaf:
-                        seen += 1
-                        if seen == deltas:
+                        # A delta may carry a run of words (coalesced): count the words.
+                        seen += event.text.count(" ") + (not event.text.endswith(" "))
+                        if seen >= deltas:
                             t_last = time.perf_counter()
                             return
 
@@ -332,33 +353,104 @@ async def run_stream(
     return t_last - t_first
 
 
+STREAM_US_PER_DELTA = 5.0
+
+
 async def bench_stream(reps: int, workdir: Path, deltas: int = 10_000) -> list[Result]:
+    """10,000 one-word deltas from a depth-0 and a depth-2 agent; us per delta, best of
+    *reps*, against a chain of as many forwarding tasks as levels (the floor's events are the
+    runtime's own deltas, as dicts)."""
+    out: list[Result] = []
+    for depth in (0, 2):
+        captured: list[dict[str, Any]] = []
+        await run_stream(deltas, workdir, depth, captured)
+        leaf = {
+            e["agent_id"] for e in captured if e["type"] == "agent_started" and e["depth"] == depth
+        }
+        texts = [e for e in captured if e["type"] == "text_delta" and e["agent_id"] in leaf]
+        words = chunk_text("".join(e["text"] for e in texts))
+        assert len(words) == deltas, len(words)
+        # The floor sends every word as an event of its own, as the provider streamed them
+        # (the runtime may coalesce them when its reader is behind: docs/events.md).
+        one_word = [{**texts[0], "text": word} for word in words]
+        values: list[float] = []
+        floor_values: list[float] = []
+        for _ in range(reps):
+            gc.collect()
+            floor_values.append(
+                await floors.chain_floor(one_word, workdir / "floor.jsonl", hops=depth)
+            )
+            gc.collect()
+            values.append(await run_stream(deltas, workdir, depth))
+        value = min(values) / deltas * 1e6
+        floor = min(floor_values) / deltas * 1e6
+        out.append(
+            {
+                "name": f"stream_depth{depth}",
+                "value": round(value, 3),
+                "floor": round(floor, 3),
+                "ratio": round(value / floor, 3),
+                "unit": "us per delta (10,000 one-word deltas, trace on, block subscriber)",
+                "target": f"value <= {STREAM_US_PER_DELTA:g} us and ratio <= 1",
+                "met": value <= STREAM_US_PER_DELTA and value <= floor,
+                "deltas": deltas,
+                "events_read": len(texts),
+                "runs_us": [round(v / deltas * 1e6, 2) for v in values],
+                "floor_runs_us": [round(v / deltas * 1e6, 2) for v in floor_values],
+            }
+        )
+    return out
+
+
+# -- one small run ---------------------------------------------------------------------------
+
+SMALL_RUN_US = 200.0
+
+
+async def run_small(workdir: Path, n: int, capture: list[dict[str, Any]] | None = None) -> float:
+    """Mean seconds of *n* small runs (open, one agent, one tool call, answer, close; trace
+    off), the scenario given as a dict as a library user would."""
+    on_event: Callable[[Event], None] | None = None
+    if capture is not None:
+        on_event = lambda e: capture.append(event_to_dict(e))  # noqa: E731
+    scenario = small_scenario()
+    tools = [EchoTool()]
+    t0 = time.perf_counter()
+    for _ in range(n):
+        async with open_runtime(
+            scenario=scenario, workspace=workdir, trace=False, extra_tools=tools, on_event=on_event
+        ) as rt:
+            outcome = await rt.run("Answer.")
+        assert outcome.status == "completed", outcome
+    return (time.perf_counter() - t0) / n
+
+
+async def bench_small(reps: int, workdir: Path, n: int = 200) -> list[Result]:
     captured: list[dict[str, Any]] = []
-    await run_stream(deltas, workdir, captured)
-    leaf = {e["agent_id"] for e in captured if e["type"] == "agent_started" and e["depth"] == 2}
-    texts = [e for e in captured if e["type"] == "text_delta" and e["agent_id"] in leaf]
-    assert len(texts) == deltas, len(texts)
+    await run_small(workdir, 1, captured)
     values: list[float] = []
     floor_values: list[float] = []
     for _ in range(reps):
         gc.collect()
-        floor_values.append(await floors.chain_floor(texts, workdir / "floor.jsonl", hops=2))
+        total = 0.0
+        for _ in range(n):
+            total += await floors.run_floor(captured)
+        floor_values.append(total / n)
         gc.collect()
-        values.append(await run_stream(deltas, workdir))
-    value = deltas / floors.median(values)
-    floor = deltas / floors.median(floor_values)
+        values.append(await run_small(workdir, n))
+    value, floor = min(values) * 1e6, min(floor_values) * 1e6
     return [
-        _result(
-            "nested_stream",
-            value,
-            floor,
-            "deltas/s",
-            "ratio >= 1 (at least the floor's throughput)",
-            lower_is_better=False,
-            limit=1.0,
-            deltas=deltas,
-            depth=2,
-        )
+        {
+            "name": "small_run",
+            "value": round(value, 1),
+            "floor": round(floor, 1),
+            "ratio": round(value / floor, 2),
+            "unit": "us (open_runtime, one agent, one tool call, answer, close; trace off)",
+            "target": f"value <= {SMALL_RUN_US:g} us",
+            "met": value <= SMALL_RUN_US,
+            "events": len(captured),
+            "runs_us": [round(v * 1e6, 1) for v in values],
+        }
     ]
 
 
@@ -523,8 +615,8 @@ async def bench_cancel(reps: int, workdir: Path, n: int = 1000) -> list[Result]:
     return [
         _result(
             f"subtree_cancel_{n}",
-            floors.median(values) * 1000,
-            floors.median(floor_values) * 1000,
+            min(values) * 1000,
+            min(floor_values) * 1000,
             "ms",
             "ratio <= 3",
             lower_is_better=True,
@@ -629,7 +721,7 @@ def _result(
     }
 
 
-BENCHES = ("fanout", "stream", "cancel", "scale", "e2e")
+BENCHES = ("fanout", "stream", "small", "cancel", "scale", "e2e")
 
 
 async def _async_main(only: set[str], reps: int, workdir: Path) -> None:
@@ -637,6 +729,8 @@ async def _async_main(only: set[str], reps: int, workdir: Path) -> None:
         _emit(await bench_fanout(reps, workdir))
     if "stream" in only:
         _emit(await bench_stream(reps, workdir))
+    if "small" in only:
+        _emit(await bench_small(reps, workdir))
     if "cancel" in only:
         _emit(await bench_cancel(reps, workdir))
     if "scale" in only:

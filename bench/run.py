@@ -38,8 +38,10 @@ TIMEOUT_S = 30 * 60
 KEYS = ("name", "value", "floor", "ratio", "unit", "target", "met")
 # Targets from the issues for results whose script states none: name prefix → (target, check).
 TARGETS: dict[str, tuple[str, Callable[[float], bool]]] = {
-    "trace show --json": ("ratio <= 1.5 (issue 7)", lambda ratio: ratio <= 1.5),
-    "trace stats (": ("ratio <= 1.5 (issue 7)", lambda ratio: ratio <= 1.5),
+    # Issue 7 asked 1.5x (met on CPython 3.13, not 3.11: bench/README.md); issue 20 asks that
+    # 3.11 stays within 1.8x.
+    "trace show --json": ("ratio <= 1.8 (issue 20)", lambda ratio: ratio <= 1.8),
+    "trace stats (": ("ratio <= 1.8 (issue 20)", lambda ratio: ratio <= 1.8),
 }
 
 

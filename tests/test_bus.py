@@ -254,3 +254,74 @@ async def test_a_raising_core_hook_is_kept_and_reports_the_failure_once() -> Non
     assert seen == [1, 2, 3], "the event still reaches everyone else"
     assert isinstance(bus.core_error, ValueError)
     assert len(failures) == 1
+
+
+async def test_a_backlog_is_read_in_bursts_that_still_let_other_tasks_in() -> None:
+    bus = EventBus("r")
+    sub = bus.subscribe(buffer=1000, policy="block")
+    for i in range(300):
+        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+    ticks = 0
+    reads_between: list[int] = []
+    read = 0
+
+    async def ticker() -> None:
+        nonlocal ticks, read
+        while True:
+            ticks += 1
+            reads_between.append(read)
+            read = 0
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await trio.lowlevel.checkpoint()  # the ticker is running
+        async for event in sub:  # async for reads a backlog in bursts (receive() does not)
+            read += 1
+            if event.seq == 300:
+                break
+        nursery.cancel_scope.cancel()
+    # Never more than a burst without yielding (two bursts between two ticks at most: trio
+    # runs each batch of ready tasks in a random order).
+    assert max(reads_between) <= 2 * 65
+    assert ticks < 300 // 8  # but not one scheduler round per event either
+
+
+async def test_async_for_with_a_backlog_still_sees_a_cancel_and_loses_nothing() -> None:
+    bus = EventBus("r")
+    sub = bus.subscribe(buffer=100, policy="block")
+    for i in range(10):
+        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+    assert (await sub.__anext__()).seq == 1  # mid-burst from here on
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await sub.__anext__()
+    assert scope.cancelled_caught
+    assert (await sub.__anext__()).seq == 2  # the cancelled step took nothing
+
+
+async def test_a_full_block_subscription_lets_emitters_refill_in_one_go() -> None:
+    bus = EventBus("r")
+    sub = bus.subscribe(buffer=10, policy="block")
+    emitted = 0
+
+    async def emitter() -> None:
+        nonlocal emitted
+        for i in range(100):
+            await _emit(bus, "a", str(i))
+            emitted += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(emitter)
+        await trio.testing.wait_all_tasks_blocked()
+        assert emitted == 10
+        for _ in range(4):
+            sub.receive_nowait()
+        await trio.testing.wait_all_tasks_blocked()
+        assert emitted == 10  # above the low-water mark: no emitter woken for one slot
+        sub.receive_nowait()
+        await trio.testing.wait_all_tasks_blocked()
+        assert emitted == 15  # at half: the emitter fills every free slot
+        for _ in range(95):
+            await sub.receive()
+    assert emitted == 100

@@ -343,8 +343,8 @@ def _request() -> ModelRequest:
                         tools=[], agent_type="main", agent_id="agent-1")
 
 
-async def test_scripted_stream_is_a_checkpoint_at_every_delta_and_before_the_tool_calls() -> None:
-    turn = {"text": "one two three", "thinking": "hm ok",
+async def test_scripted_stream_with_a_chunk_delay_is_a_checkpoint_at_every_delta() -> None:
+    turn = {"text": "one two three", "thinking": "hm ok", "chunk_delay_s": 0.001,
             "tool_calls": [{"name": "bash", "input": {"command": "true"}}] * 2}
     provider = ScriptedProvider(Scenario.from_obj({"agents": {"main": {"turns": [turn]}}}))
     kinds: list[str] = []
@@ -356,6 +356,24 @@ async def test_scripted_stream_is_a_checkpoint_at_every_delta_and_before_the_too
                 kinds.append(type(await stream.__anext__()).__name__)
         kinds.extend([type(item).__name__ async for item in stream])
     assert kinds == ["ThinkingChunk"] * 2 + ["TextChunk"] * 3 + ["ToolCall"] * 2 + ["TurnEnd"]
+
+
+async def test_scripted_stream_without_delays_checkpoints_at_its_start_and_every_so_often() -> None:
+    from runtime.providers._scripted import CHECKPOINT_EVERY
+
+    words = " ".join(f"w{i}" for i in range(CHECKPOINT_EVERY + 1))
+    provider = ScriptedProvider(
+        Scenario.from_obj({"agents": {"main": {"turns": [{"text": words}]}}})
+    )
+    async with aclosing(provider.stream(_request())) as stream:
+        with assert_checkpoints():
+            await stream.__anext__()  # the turn's start
+        for _ in range(CHECKPOINT_EVERY - 1):  # then back to back, as a fast network gives them
+            with assert_no_checkpoints():
+                await stream.__anext__()
+        with assert_checkpoints():
+            await stream.__anext__()  # after every CHECKPOINT_EVERY-th delta
+        assert [type(item).__name__ async for item in stream] == ["TurnEnd"]
 
 
 async def test_a_scripted_stream_is_cancelled_during_its_delay(

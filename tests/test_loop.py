@@ -9,12 +9,16 @@ from typing import Any, ClassVar
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime import (
     AgentFinished,
     AgentStarted,
+    Event,
     Limits,
     Message,
+    TextBlock,
     TextChunk,
     TextDelta,
     ThinkingDelta,
@@ -457,3 +461,131 @@ async def test_a_message_arriving_for_a_turn_past_max_turns_is_handed_back(
     assert outcome.status == "max_turns"
     assert outcome.undelivered == ("one more thing",)
     assert not by_type(events, UserMessage), "never announced as delivered"
+
+
+# -- coalesced deltas (issue 20) ---------------------------------------------------------------
+
+_pieces = st.lists(
+    st.tuples(st.sampled_from(["text", "thinking", "call"]), st.sampled_from(["a ", "bc ", "d"])),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    _pieces,
+    st.integers(1, 8),
+    st.lists(st.integers(0, 3), min_size=1, max_size=20),
+    st.booleans(),
+    st.booleans(),
+)
+def test_coalesced_deltas_carry_the_same_text_in_the_same_order_as_one_per_chunk(
+    pieces: list[tuple[str, str]], buffer: int, pauses: list[int], yields: bool, secret: bool
+) -> None:
+    """Whatever the reader's pace, the deltas a block subscriber (and the trace) see, joined per
+    run of one kind, are exactly the chunks of the straightforward one-delta-per-chunk stream;
+    seq has no gap; no delta is empty; the turn's content is the same."""
+    from types import SimpleNamespace
+
+    from runtime import EventBus, ModelRequest, ThinkingChunk
+    from runtime.core._loop import _stream_turn
+    from runtime.core._secrets import Redactor
+
+    items: list[Any] = []
+    for kind, text in pieces:
+        if kind == "text":
+            items.append(TextChunk(text))
+        elif kind == "thinking":
+            items.append(ThinkingChunk(text))
+        else:
+            items.append(ToolCall(f"tu-{len(items)}", "echo", {}))
+    items.append(TurnEnd(stop_reason="end_turn", input_tokens=1, output_tokens=1))
+
+    class Provider:
+        name = "list"
+
+        async def stream(self, request: ModelRequest) -> Any:
+            for item in items:
+                yield item
+                if yields:
+                    await trio.lowlevel.checkpoint()
+
+    def runs(kinds_texts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Consecutive pieces of one kind joined (what a consumer that joins deltas shows)."""
+        out: list[tuple[str, str]] = []
+        for kind, text in kinds_texts:
+            if out and out[-1][0] == kind:
+                out[-1] = (kind, out[-1][1] + text)
+            else:
+                out.append((kind, text))
+        return out
+
+    # Tool calls make no event of their own in a turn's stream: text around one is one run.
+    expected = runs([(k, t) for k, t in pieces if k != "call"])
+
+    async def main() -> tuple[list[Event], Any]:
+        bus = EventBus("r", redactor=Redactor(["bc d"]) if secret else None)
+        seen: list[Event] = []
+        bus.add_tap(seen.append)
+        run = SimpleNamespace(provider=Provider(), bus=bus)
+        request = ModelRequest(
+            model="m", system="", messages=(), tools=(), agent_type="main", agent_id="a"
+        )
+
+        async def emit(cls: Any, **fields: Any) -> Any:
+            return await bus.emit(cls, agent_id="a", parent_tool_use_id=None, **fields)
+
+        got: list[Event] = []
+        async with trio.open_nursery() as nursery:
+            sub = bus.subscribe(buffer=buffer, policy="block")
+
+            async def reader() -> None:
+                i = 0
+                async for event in sub:
+                    got.append(event)
+                    for _ in range(pauses[i % len(pauses)]):
+                        await trio.lowlevel.checkpoint()
+                    i += 1
+
+            nursery.start_soon(reader)
+            content = await _stream_turn(run, request, emit)  # type: ignore[arg-type]
+            # The agent's next event (in the loop, turn_finished) releases held-back text.
+            await emit(UserMessage, text="next")
+            bus.close()
+        assert got == seen
+        return seen, content
+
+    seen, (content, _calls, _end) = trio.run(main)
+    assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
+    deltas = [e for e in seen if isinstance(e, TextDelta | ThinkingDelta)]
+    if not secret:  # (a held-back secret's start can leave an empty delta: the bus's doing)
+        assert all(e.text for e in deltas)
+    streamed = runs([("text" if isinstance(e, TextDelta) else "thinking", e.text) for e in deltas])
+    streamed = [(k, t) for k, t in streamed if t]
+    if secret:
+        expected = [(k, t.replace("bc d", "***")) for k, t in expected]
+    assert streamed == expected
+    text = "".join(t for k, t in pieces if k == "text")
+    assert "".join(b.text for b in content if isinstance(b, TextBlock)) == text
+
+
+async def test_deltas_are_coalesced_while_a_block_subscriber_is_behind(workspace: Path) -> None:
+    words = " ".join(f"w{i}" for i in range(2000))
+    scenario = {"agents": {"main": {"tools": [], "turns": [{"text": words}]}}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False) as rt:
+        deltas: list[TextDelta] = []
+        with rt.subscribe(buffer=8, policy="block") as sub:
+            async with trio.open_nursery() as nursery:
+
+                async def read() -> None:
+                    async for event in sub:
+                        if isinstance(event, TextDelta):
+                            deltas.append(event)
+                        if isinstance(event, AgentFinished):
+                            return
+
+                nursery.start_soon(read)
+                outcome = await rt.run("Go.")
+    assert outcome.status == "completed"
+    assert "".join(d.text for d in deltas) == words
+    assert 8 < len(deltas) < 2000  # the first ones one per word, then runs of words

@@ -135,3 +135,19 @@ async def test_a_scripted_stop_reason_is_used() -> None:
     items = await _play(_provider(w={"turns": [{"text": "cut", "stop_reason": "max_tokens"}]}),
                         _request("w"))
     assert items[-1].stop_reason == "max_tokens"
+
+
+async def test_a_long_turn_without_delays_checkpoints_every_so_many_deltas() -> None:
+    from runtime.providers._scripted import CHECKPOINT_EVERY
+
+    words = " ".join(f"w{i}" for i in range(3 * CHECKPOINT_EVERY))
+    provider = _provider(main={"turns": [{"text": words}]})
+    taken = 0
+    with trio.CancelScope() as scope:
+        async with aclosing(provider.stream(_request())) as stream:
+            async for _item in stream:
+                taken += 1
+                if taken == 1:
+                    scope.cancel()  # seen at the provider's next checkpoint
+    assert scope.cancelled_caught
+    assert taken == CHECKPOINT_EVERY  # deltas back to back, then the checkpoint

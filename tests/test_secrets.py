@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from _toolkit import call, make_ctx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime import open_runtime
 from runtime.core._secrets import (
@@ -18,6 +20,9 @@ from runtime.core._secrets import (
     log_secrets,
     looks_secret,
     redact,
+    redactor_for,
+    run_environ,
+    scan_env,
     secret_values,
 )
 from tools._bash import BashTool, _Capture
@@ -309,3 +314,53 @@ def test_bash_cannot_read_the_secrets_from_the_runtimes_environment() -> None:
     assert key.encode() not in environ
     assert b"pw-42xy" not in environ
     assert key[::-1].encode() not in reversed_
+
+
+# -- the scan, once per distinct environment (issue 20) ----------------------------------------
+
+_names = st.sampled_from(
+    ["PATH", "HOME", "GITHUB_TOKEN", "DB_PASSWORD", "API_KEY", "GIT_AUTHOR_NAME", "MY_PAT", "X"]
+)
+_values = st.sampled_from(["", "1", "true", "abc", "hunter2hunter2", "sk-0123456789abcdef"])
+_envs = st.dictionaries(_names, _values, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(_envs, st.lists(st.sampled_from(["API_KEY", "DB_*", "*TOKEN"]), max_size=2)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_scan_env_matches_filter_env_and_secret_values_across_calls(
+    calls: list[tuple[dict[str, str], list[str]]],
+) -> None:
+    # Repeats and near repeats (a cached environment, then a changed one) in any order.
+    for env, allow in [*calls, *reversed(calls)]:
+        filtered, secrets = scan_env(env, allow)
+        assert filtered == filter_env(env, allow)
+        assert secrets == tuple(secret_values(env))
+        filtered["MUTATED"] = "by the caller"  # a copy: the next run's is untouched
+        assert "MUTATED" not in scan_env(env, allow)[0]
+
+
+def test_run_environ_follows_changes_to_the_process_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = run_environ()
+    assert first == dict(os.environ)
+    monkeypatch.setenv("TRIO_AGENTS_TEST_TOKEN", "s3cr3t-value-1234")
+    second = run_environ()
+    assert second == dict(os.environ)
+    assert second["TRIO_AGENTS_TEST_TOKEN"] == "s3cr3t-value-1234"
+    assert "s3cr3t-value-1234" in scan_env(second)[1]
+    monkeypatch.delenv("TRIO_AGENTS_TEST_TOKEN")
+    assert run_environ() == dict(os.environ)
+    second["TRIO_AGENTS_TEST_OTHER"] = "changed"  # each call gives a copy
+    assert "TRIO_AGENTS_TEST_OTHER" not in run_environ()
+
+
+def test_runs_with_the_same_secrets_share_one_redactor() -> None:
+    assert redactor_for(("abcdefgh",)) is redactor_for(("abcdefgh",))
+    assert redactor_for(("abcdefgh",))("x abcdefgh y") == "x *** y"

@@ -53,6 +53,10 @@ _STREAMED: tuple[type[TextDelta | ThinkingDelta], ...] = (TextDelta, ThinkingDel
 _COMMON = frozenset({"seq", "ts", "run_id", "agent_id", "parent_tool_use_id"})
 # Fields the runtime or the provider's API fills with ids and enums, never with text: not searched.
 _NOT_TEXT = frozenset({"tool_use_id", "request_id", "status", "stop_reason", "by", "method"})
+# A reader that finds events waiting takes up to this many in a row before it yields to the
+# scheduler (it checks for cancellation on every one): a backlog is read in one wake-up instead
+# of one scheduler round per event, and other tasks still get in.
+_READ_BURST = 64
 
 
 class Gate(Protocol):
@@ -89,6 +93,11 @@ class Subscription:
         # for again (by emit_final) until it reads.
         self._stalled = False
         self._closed = False
+        # Events taken since this reader last yielded (see _READ_BURST).
+        self._burst = 0
+        # Waiting emitters are woken once the buffer is down to this (hysteresis: a full
+        # buffer refills in one go, not one event per scheduler round).
+        self._low_water = buffer // 2
 
     # -- bus side ---------------------------------------------------------------
     def _full(self) -> bool:
@@ -124,6 +133,7 @@ class Subscription:
         # The checkpoint comes first: between finding an event and taking it there is no
         # yield, so two readers of one subscription never both take the same last event.
         await trio.lowlevel.checkpoint()
+        self._burst = 0
         while not self._buffer:
             if self._closed:
                 raise trio.ClosedResourceError("subscription closed")
@@ -131,13 +141,18 @@ class Subscription:
                 raise SubscriberLagged(f"subscriber fell more than {self.max_buffer} events behind")
             if self._ended:
                 raise trio.EndOfChannel
+            self._burst = 0
             await self._readers.park()
+        return self._take()
+
+    def _take(self) -> Event:
         event = self._buffer.popleft()
         self._bus._through_gate(event.seq)
         self._stalled = False
-        if self._writers:
-            # One slot freed: wake one waiting emitter, not all of them (with a thousand agents
-            # waiting, waking all on every read made a blocking reader quadratic).
+        if self._writers and len(self._buffer) <= self._low_water:
+            # Room freed: wake one waiting emitter, not all of them (with a thousand agents
+            # waiting, waking all on every read made a blocking reader quadratic); it passes
+            # the turn on while room is left (EventBus._pass_turn).
             self._writers.unpark()
         return event
 
@@ -152,12 +167,7 @@ class Subscription:
     def receive_nowait(self) -> Event:
         """The next event if one is buffered, else :class:`trio.WouldBlock`."""
         if self._buffer:
-            event = self._buffer.popleft()
-            self._bus._through_gate(event.seq)
-            self._stalled = False
-            if self._writers:
-                self._writers.unpark()
-            return event
+            return self._take()
         if self._lagged:
             raise SubscriberLagged(f"subscriber fell more than {self.max_buffer} events behind")
         if self._ended:
@@ -168,6 +178,18 @@ class Subscription:
         return self
 
     async def __anext__(self) -> Event:
+        """The next event, as :meth:`receive` gives it, except that events already waiting
+        are taken up to 64 in a row without yielding to other tasks (issue 20: a backlog is
+        read in one wake-up, not one scheduler round per event).
+
+        Cancellation: checks for cancellation every time (a cancelled step loses no event);
+        a checkpoint whenever it waits, and at least at every 65th event.
+        """
+        if self._buffer and self._burst < _READ_BURST:
+            # No yield between finding the event and taking it (see receive).
+            await trio.lowlevel.checkpoint_if_cancelled()
+            self._burst += 1
+            return self._take()
         try:
             return await self.receive()
         except trio.EndOfChannel:
@@ -297,13 +319,26 @@ class EventBus:
         the event was not emitted and no ``seq`` was used.
         """
         if self._blocking:
-            await self.wait_for_room()
-        event = self.emit_nowait(
+            if not self.has_room():
+                await self.wait_for_room()
+            event = self.emit_nowait(
+                cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
+            )
+            self._pass_turn()
+            return event
+        return self.emit_nowait(
             cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
         )
-        if self._blocking:
-            self._pass_turn()
-        return event
+
+    def has_room(self) -> bool:
+        """Whether an :meth:`emit` now would deliver without waiting (no ``block`` subscription
+        is full). Producers of streamed text use it to coalesce deltas while a reader is behind
+        (see docs/events.md)."""
+        # A loop, not all(...): called per streamed chunk, and a generator costs more here.
+        for sub in self._blocking:  # noqa: SIM110
+            if len(sub._buffer) >= sub.max_buffer:
+                return False
+        return True
 
     async def wait_for_room(self) -> None:
         """Wait, as :meth:`emit` does, while a ``block`` subscription is full; for producers

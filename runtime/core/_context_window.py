@@ -96,7 +96,10 @@ def block_chars(block: object) -> int:
 
 def message_chars(message: Message) -> int:
     """How many characters *message* puts into a request (its blocks plus a little framing)."""
-    return 8 + sum(block_chars(b) for b in message.content)
+    size = 8
+    for block in message.content:  # a loop: this runs for every message of every turn
+        size += block_chars(block)
+    return size
 
 
 def history_chars(messages: Sequence[Message]) -> int:

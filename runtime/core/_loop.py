@@ -391,23 +391,56 @@ async def _stream_turn(
     signature: str | None = None
     calls: list[ToolCall] = []
     end: TurnEnd | None = None
+    # Streamed text not emitted yet because a ``block`` subscriber is behind: it goes out as
+    # one delta (docs/events.md, "Coalesced deltas") as soon as there is room, before any
+    # other event of this agent, or when the stream ends.
+    pending: list[str] = []
+    pending_kind: type[TextDelta | ThinkingDelta] = TextDelta
+    has_room = run.bus.has_room
     async with aclosing(run.provider.stream(request)) as stream:
-        async for item in stream:
-            if isinstance(item, TextChunk):
-                texts.append(item.text)
-                await emit(TextDelta, text=item.text)
-            elif isinstance(item, ThinkingChunk):
-                thinking.append(item.text)
-                signature = item.signature or signature
-                await emit(ThinkingDelta, text=item.text)
-            elif isinstance(item, ToolCall):
-                calls.append(item)
-            elif isinstance(item, TurnEnd):
-                end = item
-            elif isinstance(item, RetryNotice):
-                await emit(
-                    ProviderRetry, attempt=item.attempt, delay_s=item.delay_s, reason=item.reason
-                )
+        try:
+            async for item in stream:
+                if isinstance(item, TextChunk | ThinkingChunk):
+                    if isinstance(item, TextChunk):
+                        texts.append(item.text)
+                        kind: type[TextDelta | ThinkingDelta] = TextDelta
+                    else:
+                        thinking.append(item.text)
+                        signature = item.signature or signature
+                        kind = ThinkingDelta
+                    if pending and kind is not pending_kind:
+                        await emit(pending_kind, text="".join(pending))
+                        pending.clear()
+                    if pending or not has_room():
+                        pending.append(item.text)
+                        pending_kind = kind
+                        if has_room():
+                            await emit(kind, text="".join(pending))
+                            pending.clear()
+                    else:
+                        await emit(kind, text=item.text)
+                    continue
+                if pending:
+                    await emit(pending_kind, text="".join(pending))
+                    pending.clear()
+                if isinstance(item, ToolCall):
+                    calls.append(item)
+                elif isinstance(item, TurnEnd):
+                    end = item
+                elif isinstance(item, RetryNotice):
+                    await emit(
+                        ProviderRetry,
+                        attempt=item.attempt,
+                        delay_s=item.delay_s,
+                        reason=item.reason,
+                    )
+        except Exception:
+            # The text streamed before a provider's error goes out before the error does.
+            if pending:
+                await emit(pending_kind, text="".join(pending))
+            raise
+        if pending:
+            await emit(pending_kind, text="".join(pending))
     if end is None:
         raise ProviderError(f"provider {run.provider.name} ended a turn without a stop reason")
     content: list[Block] = []

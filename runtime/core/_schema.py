@@ -116,7 +116,19 @@ def _compile(schema: Any) -> Check:
     if len(checks) == 1:
         (only,) = checks
         return lambda v: v.__class__ in _PLAIN and only(v)
-    return lambda v: v.__class__ in _PLAIN and all(check(v) for check in checks)
+    every = tuple(checks)
+
+    def check_all(v: Any) -> bool:
+        # A loop, not all(<generator>): this runs for every tool call, and the generator's
+        # set-up was most of what checking a small input cost.
+        if v.__class__ not in _PLAIN:
+            return False
+        for check in every:  # noqa: SIM110
+            if not check(v):
+                return False
+        return True
+
+    return check_all
 
 
 def _numeric_check(compare: Callable[[Any, Any], bool], bound: int | float) -> Check:

@@ -56,7 +56,9 @@ __all__ = [
     "redact_known",
     "redact_log_event",
     "redact_text",
+    "redactor_for",
     "run_environ",
+    "scan_env",
     "seal_process_environ",
     "secret_values",
 ]
@@ -105,6 +107,11 @@ def _secret_word(word: str) -> bool:
     return "AUTH" in word and ("AUTHOR" not in word or "AUTHORIZ" in word)
 
 
+# The heuristics per name, remembered: an environment's names barely change in a process, and
+# the word rules cost a few microseconds a name (bounded, should names churn).
+_looks_secret = functools.lru_cache(maxsize=4096)(looks_secret)
+
+
 def filter_env(env: Mapping[str, str], allow: Iterable[str] = ()) -> dict[str, str]:
     """A copy of *env* without the variables whose names look like secrets.
 
@@ -120,7 +127,7 @@ def filter_env(env: Mapping[str, str], allow: Iterable[str] = ()) -> dict[str, s
     return {
         name: value
         for name, value in env.items()
-        if not looks_secret(name) or _allowed(name, patterns)
+        if not _looks_secret(name) or _allowed(name, patterns)
     }
 
 
@@ -140,7 +147,7 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
 
 
 def _worth_redacting(name: str, value: str) -> bool:
-    if not looks_secret(name):
+    if not _looks_secret(name):
         return False
     if len(value) >= _MIN_SECRET_LEN:
         return True
@@ -150,6 +157,35 @@ def _worth_redacting(name: str, value: str) -> bool:
     if stripped.lower() in _FLAG_VALUES:
         return False
     return not (stripped.isdigit() and int(stripped) < 1000)
+
+
+# Environments scanned, newest last: (items, allow) -> (filtered env, secret values).
+_SCANS: collections.OrderedDict[
+    tuple[tuple[tuple[str, str], ...], tuple[str, ...]], tuple[dict[str, str], tuple[str, ...]]
+] = collections.OrderedDict()
+_MAX_SCANS = 8
+
+
+def scan_env(
+    env: Mapping[str, str], allow: Iterable[str] = ()
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """``(filter_env(env, allow), tuple(secret_values(env)))``, computed once per distinct
+    environment and *allow* (the last few are remembered), not once per run.
+
+    Returns:
+        A new dict each call (the caller may change it) and the secrets, longest first.
+    """
+    patterns = tuple(allow)
+    key = (tuple(env.items()), patterns)
+    found = _SCANS.get(key)
+    if found is None:
+        found = (filter_env(env, patterns), tuple(secret_values(env)))
+        _SCANS[key] = found
+        if len(_SCANS) > _MAX_SCANS:
+            _SCANS.popitem(last=False)
+    else:
+        _SCANS.move_to_end(key)
+    return dict(found[0]), found[1]
 
 
 def redact(text: str, secrets: Sequence[str], *, mask: str = "***") -> str:
@@ -261,6 +297,13 @@ class Redactor:
         return self(text[:hold_from]), text[hold_from:]
 
 
+@functools.lru_cache(maxsize=32)
+def redactor_for(secrets: tuple[str, ...]) -> Redactor:
+    """The :class:`Redactor` of *secrets*, built once per set of secrets (a redactor never
+    changes, so runs with the same secrets share one)."""
+    return Redactor(secrets)
+
+
 # -- logs ------------------------------------------------------------------------------------
 
 # The secrets of every open run in this process (a run may use its own env), counted so that
@@ -282,6 +325,8 @@ def log_secrets(secrets: Iterable[str]) -> Generator[None, None, None]:
 
 def _change_log_secrets(secrets: Sequence[str], delta: int) -> None:
     global _log_redactor
+    if not secrets:  # most runs: nothing changes, and a new redactor is work per run
+        return
     for s in secrets:
         _log_secrets[s] += delta
         if _log_secrets[s] <= 0:
@@ -338,7 +383,21 @@ _sealed_env: dict[str, str] | None = None
 def run_environ() -> dict[str, str]:
     """The environment a run starts from when none is given: ``os.environ``, or, once
     :func:`seal_process_environ` ran, the copy it kept (with the secrets)."""
-    return dict(os.environ if _sealed_env is None else _sealed_env)
+    if _sealed_env is not None:
+        return dict(_sealed_env)
+    global _environ_copy
+    # Decoding os.environ costs about 0.5 us a variable; its raw table is compared instead
+    # (a CPython detail: without it, the environment is decoded every time).
+    raw = getattr(os.environ, "_data", None)
+    if raw is None:
+        return dict(os.environ)
+    key = tuple(raw.items())
+    if _environ_copy is None or _environ_copy[0] != key:
+        _environ_copy = (key, dict(os.environ))
+    return dict(_environ_copy[1])
+
+
+_environ_copy: tuple[tuple[tuple[Any, Any], ...], dict[str, str]] | None = None
 
 
 def seal_process_environ() -> None:

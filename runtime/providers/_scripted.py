@@ -51,9 +51,17 @@ def chunk_text(text: str) -> list[str]:
     return _WORDS.findall(text)
 
 
+# With no chunk delay, a checkpoint every this many deltas (besides the one that starts the
+# turn): often enough that cancellation and other agents get in during a long turn, rarely
+# enough that a turn's deltas reach the bus back to back, as a fast network delivers them, and
+# a subscriber reads them in a few wake-ups instead of one scheduler round per delta.
+CHECKPOINT_EVERY = 256
+
+
 class ScriptedProvider:
-    """Plays a scenario. Thread-free and fast: with zero delays a turn never sleeps, but it
-    checkpoints between deltas so cancellation and other agents get in."""
+    """Plays a scenario. Thread-free and fast: with zero delays a turn never sleeps; it
+    checkpoints when it starts and every :data:`CHECKPOINT_EVERY` deltas (so cancellation and
+    other agents get in), and between every two deltas when the turn has a ``chunk_delay_s``."""
 
     name = "scripted"
 
@@ -71,9 +79,10 @@ class ScriptedProvider:
             ProviderError: the script has no such agent type, has run out of turns, or the turn
                 says ``error`` (after streaming its text, if any).
 
-        Cancellation: a checkpoint before each thinking or text delta, before the first item
-        after the last delta, and during delays; a turn's tool calls and its end follow
-        together without one.
+        Cancellation: a checkpoint when the turn starts and during delays; between deltas,
+        one after each delta when the turn has a ``chunk_delay_s``, else one after every
+        :data:`CHECKPOINT_EVERY`-th (issue 20: a turn's deltas reach the bus back to back, as
+        a fast network delivers them); a turn's tool calls and its end follow together.
         """
         if request.purpose == "compact":
             async for item in self._summary(request):
@@ -123,14 +132,24 @@ class ScriptedProvider:
         else:
             await trio.lowlevel.checkpoint()
         out_chars = 0
+        delay = turn.chunk_delay_s
+        count = 0
         for piece in chunk_text(turn.thinking):
             out_chars += len(piece)
             yield ThinkingChunk(piece)
-            await self._pause(turn.chunk_delay_s)
+            count += 1
+            if delay:
+                await trio.sleep(delay)
+            elif count % CHECKPOINT_EVERY == 0:
+                await trio.lowlevel.checkpoint()
         for piece in chunk_text(turn.text):
             out_chars += len(piece)
             yield TextChunk(piece)
-            await self._pause(turn.chunk_delay_s)
+            count += 1
+            if delay:
+                await trio.sleep(delay)
+            elif count % CHECKPOINT_EVERY == 0:
+                await trio.lowlevel.checkpoint()
         if turn.error is not None:
             overflow = parse_overflow(turn.error)
             if overflow is not None:
@@ -152,13 +171,6 @@ class ScriptedProvider:
             if turn.output_tokens is not None
             else max(1, out_chars // 4),
         )
-
-    @staticmethod
-    async def _pause(delay: float) -> None:
-        if delay:
-            await trio.sleep(delay)
-        else:
-            await trio.lowlevel.checkpoint()
 
 
 def _agent_number(agent_id: str) -> str:

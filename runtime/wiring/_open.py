@@ -136,7 +136,7 @@ async def open_runtime(
     cancelled, in which case every running node first ends ``cancelled``.
     """
     from runtime.core._permissions import PermissionPolicy
-    from runtime.core._secrets import Redactor, filter_env, log_secrets, run_environ, secret_values
+    from runtime.core._secrets import log_secrets, redactor_for, run_environ, scan_env
     from tools import ToolLimits as _ToolLimits
 
     limits = limits or Limits()
@@ -196,8 +196,8 @@ async def open_runtime(
     allow, deny = tuple(allow), tuple(deny)  # iterated twice: the policy and run_started
     base_env = run_environ() if env is None else dict(env)
     allow_env = tuple(allow_env)
-    run_env = filter_env(base_env, allow_env)
-    secret_list = tuple(secret_values(base_env))
+    # Scanned once per distinct environment in the process, not per run.
+    run_env, secret_list = scan_env(base_env, allow_env)
     trace_path: Path | None = None
     if trace is True:
         trace_path = Path(trace_dir or DEFAULT_TRACE_DIR) / f"{run_id}.jsonl"
@@ -265,7 +265,7 @@ async def open_runtime(
                 )
             )
         # Every event's strings are masked at the bus; log lines too, while the run is open.
-        bus = EventBus(run_id, redactor=Redactor(secret_list))
+        bus = EventBus(run_id, redactor=redactor_for(secret_list))
         stack.enter_context(log_secrets(secret_list))
         sinks: list[JsonlSink] = []
         trace_sink: JsonlSink | None = None
