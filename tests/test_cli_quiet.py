@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from runtime import decode_event
@@ -49,7 +48,6 @@ def test_verbose_adds_the_warnings(tmp_path: Path) -> None:
 def test_a_reader_that_closes_the_pipe_ends_the_run_quietly(tmp_path: Path) -> None:
     """``demo --json | head -2``: exit 0, nothing on stderr, and the trace still whole."""
     trace = tmp_path / "t.jsonl"
-    started = time.monotonic()
     with subprocess.Popen(
         [sys.executable, "-m", "runtime", "demo", "--json", "--trace", str(trace)],
         cwd=tmp_path,
@@ -68,11 +66,13 @@ def test_a_reader_that_closes_the_pipe_ends_the_run_quietly(tmp_path: Path) -> N
     assert second
     assert code == 0
     assert err == b""
-    assert time.monotonic() - started < 10, "the run ended, it did not play to its end"
     events = [decode_event(line) for line in trace.read_bytes().splitlines()]
     check_invariants(events)
     assert events[-1].type == "run_finished"
+    # It ended because the reader left, not by playing to its end (the demo takes ~13 s).
     assert events[-1].status == "cancelled"  # type: ignore[attr-defined]
+    root_end = [e for e in events if e.type == "agent_finished" and e.parent_tool_use_id is None]
+    assert "stdout closed by its reader" in (root_end[-1].error or "")  # type: ignore[attr-defined]
 
 
 def test_plain_lines_into_a_closed_pipe_end_the_run_quietly(tmp_path: Path) -> None:
