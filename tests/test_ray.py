@@ -575,7 +575,13 @@ async def test_sub_agents_on_ray_get_the_projects_instructions_in_their_system_p
 def _remote_bash_route(command: str) -> Any:
     """The root asks a ``general`` sub-agent (placed on Ray) to run *command* with bash; the
     sub-agent's model calls bash, then reports back."""
-    from tests.llm_server import OPENAI_DONE, RecordedRequest, Reply, openai_chunk, openai_text_stream
+    from tests.llm_server import (
+        OPENAI_DONE,
+        RecordedRequest,
+        Reply,
+        openai_chunk,
+        openai_text_stream,
+    )
 
     def call(name: str, arguments: dict[str, Any]) -> Reply:
         tool_call = {"index": 0, "id": f"call_{name}", "type": "function",
@@ -661,7 +667,8 @@ async def test_a_remote_bash_scanning_every_process_environment_finds_no_key(
     leaked = {"output": output, "trace": trace.read_text(),
               "requests": "".join(r.body.decode() for r in server.requests)}
     for where, text in leaked.items():
-        assert key[::-1] not in text and key not in text, f"the key is in the {where}"
+        assert key[::-1] not in text, f"the key is in the {where}, turned around"
+        assert key not in text, f"the key is in the {where}"
     # The sub-agent's requests still carried it (from the run's settings, not the environment).
     assert len(server.requests) == 4
     assert all(r.headers.get("authorization") == f"Bearer {key}" for r in server.requests)
@@ -686,7 +693,8 @@ async def test_a_drivers_secret_printed_by_a_remote_bash_is_masked_for_the_remot
         {"OPENAI_API_KEY": "sk-ray-e2e-0123456789", "MY_API_KEY": secret},
         allow_env=["MY_API_KEY"], tool_limits=ToolLimits(max_output_chars=limit))
     output = _bash_output(events)
-    assert output.startswith("***\nxxx") and "characters cut" in output
+    assert output.startswith("***\nxxx")
+    assert "characters cut" in output
     pieces = {secret[i : i + 8] for i in range(len(secret) - 7)}
     sub_requests = [r.body.decode() for r in server.requests if _from_the_sub_agent(r.json)]
     assert len(sub_requests) == 1, "the sub-agent was sent its bash output once"
@@ -694,3 +702,28 @@ async def test_a_drivers_secret_printed_by_a_remote_bash_is_masked_for_the_remot
         found = [p for p in pieces if p in text]
         assert not found, f"{len(found)} pieces of the secret are in what the {where} saw"
     assert "***" in sub_requests[0]
+
+
+def test_a_host_seals_its_workers_environment() -> None:
+    import secrets
+
+    from runtime.cluster._host import RayHost
+
+    # A key the cluster gives its workers (here through Ray's runtime_env, as an admin would).
+    token = f"tok-{secrets.token_hex(12)}"
+    host = ray.remote(RayHost).options(
+        num_cpus=0, runtime_env={"env_vars": {"WORKER_TOKEN": token, "WORKER_NOTE": "plain"}}
+    ).remote("s", watch_node=False, seal_environ=True)
+    try:
+        pid = int(ray.get(host.ping.remote(), timeout=60).split()[2])
+        try:
+            environ: bytes | None = Path(f"/proc/{pid}/environ").read_bytes()
+        except PermissionError:  # not root: the sealed worker is not dumpable, so unreadable
+            environ = None
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    finally:
+        ray.kill(host)
+    assert token.encode() not in cmdline
+    if environ is not None:
+        assert token.encode() not in environ
+        assert b"WORKER_NOTE=plain" in environ, "only secret-looking variables go"
