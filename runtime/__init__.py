@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from runtime.core._permissions import parse_rule as parse_rule
     from runtime.core._provider import ModelRequest as ModelRequest
     from runtime.core._provider import Provider as Provider
+    from runtime.core._provider import RetryNotice as RetryNotice
     from runtime.core._provider import TextChunk as TextChunk
     from runtime.core._provider import ThinkingChunk as ThinkingChunk
     from runtime.core._provider import ToolCall as ToolCall
@@ -137,6 +138,7 @@ _LAZY: dict[str, str] = {
     "ProviderRetry": "runtime.core._events",
     "ReplayDiverged": "runtime.core._events",
     "RayOptions": "runtime.cluster._placement",
+    "RetryNotice": "runtime.core._provider",
     "RetryPolicy": "runtime.providers",
     "Rule": "runtime.core._permissions",
     "RunFinished": "runtime.core._events",

@@ -168,7 +168,7 @@ async def test_a_failed_turn_is_told_to_the_model_and_the_exit_code_is_1(tmp_pat
     assert saved["state"]["last_status"] == "failed"
     last = saved["messages"][-1]
     assert last["role"] == "user"
-    assert last["content"][-1]["text"].startswith("(The previous request ended failed")
+    assert last["content"][-1]["text"].startswith("(The previous request ended (failed)")
     assert "the model fell over" in last["content"][-1]["text"]
 
 
@@ -320,3 +320,27 @@ async def test_sigint_without_a_terminal_ends_the_chat_with_130(tmp_path: Path) 
     assert events[-1].status == "cancelled"  # type: ignore[attr-defined]
     saved = session_file(tmp_path)
     assert saved["state"]["last_status"] == "cancelled"  # saved even so
+
+
+async def test_resume_keeps_the_sessions_provider_and_scenario(tmp_path: Path) -> None:
+    """Issue 21, item 7: `chat --resume` alone continues a scripted session as it ran, and says
+    what to pass when its scenario is gone."""
+    scenario = tmp_path / "s.json"
+    scenario.write_bytes((SCENARIOS / "chat_resume.json").read_bytes())
+    env = {k: v for k, v in child_env().items() if not k.startswith("OPENAI_")}
+    first = await chat(tmp_path, "--scenario", str(scenario), "--no-trace", stdin=b"one\n")
+    assert first.returncode == 0, first.stderr
+    with trio.fail_after(20):
+        again = await trio.run_process(
+            cli("chat", "--no-trace", "--resume"), cwd=tmp_path, env=env, stdin=b"two\n",
+            capture_stdout=True, capture_stderr=True, check=False,
+        )
+    assert again.returncode == 0, again.stderr
+    assert b"Second answer, after the first." in again.stdout
+    assert b"OPENAI_API_KEY" not in again.stderr
+    scenario.unlink()
+    gone = await chat(tmp_path, "--no-trace", "--resume", stdin=b"three\n")
+    assert gone.returncode == 2
+    [line] = gone.stderr.decode().splitlines()
+    assert "ran on the scripted provider" in line
+    assert "pass --scenario FILE" in line

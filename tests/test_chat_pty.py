@@ -8,6 +8,7 @@ is the terminal's interrupt character, so the kernel sends a real SIGINT), and e
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -244,7 +245,7 @@ def test_ctrl_c_picks_a_sub_agent_cancels_a_turn_and_clears_the_prompt(
     child.expect_exact("bash: sleep 30")
     child.sendintr()  # sub-agents run: the picker, as in `run`
     child.expect_exact("Running sub-agents:")
-    child.expect(r"\[(\d+)\] sleeper (tu-\d+) slow part")
+    child.expect(r"\[(\d+)\] sleeper (tu-[\d.]+) slow part")
     number, tool_use_id = child.match.group(1), child.match.group(2)
     child.expect_exact("q: abort the turn")
     child.expect_exact("cancel> ")
@@ -335,3 +336,61 @@ def test_a_corrupted_session_is_one_clear_line_and_left_untouched(
     assert re.match(r"trio-agents: error: session \S+20260101-000000-abcdef\.json: ", output)
     assert "not JSON" in output
     assert path.read_bytes() == content
+
+
+def test_tree_mid_turn_leaves_no_frozen_copy_and_the_trace_is_named_for_the_session(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """Issue 21, item 16."""
+    child = spawn(
+        "--scenario", str(SCENARIOS / "chat_typing.json"), "--permission-mode", "allow-all",
+    )
+    prompt(child)
+    child.sendline("look around")
+    child.expect_exact("bash: sleep 30")
+    child.sendline("/tree")
+    child.expect_exact("The live tree below is this turn's; it is printed whole when it ends.")
+    child.sendintr()  # no sub-agent: cancels the turn
+    child.expect_exact("cancelled in ")
+    child.expect_exact(PROMPT)
+    child.sendcontrol("d")
+    assert finish(child) == 0
+    saved = session(tmp_path)
+    [trace] = (tmp_path / ".trio-agents" / "traces").glob("*.jsonl")
+    assert trace.stem == saved["id"]  # one id for the session and its (first) run
+    assert saved["state"]["run_ids"] == [saved["id"]]
+
+
+def test_the_chat_picker_list_stays_true_while_it_is_open(spawn: Spawn, tmp_path: Path) -> None:
+    """Issue 21, item 5, in chat: a sub-agent that finishes while the picker is open is marked
+    and cannot be picked; its number stays."""
+    scenario = tmp_path / "s.json"
+    scenario.write_text(json.dumps({"agents": {
+        "main": {"turns": [
+            {"tool_calls": [
+                {"name": "agent", "input": {"description": "slow", "prompt": "s", "agent": "slow"}},
+                {"name": "agent", "input": {"description": "quick", "prompt": "q",
+                                            "agent": "quick"}}]},
+            {"text": "Both came back."}]},
+        "slow": {"tools": ["bash"], "turns": [
+            {"tool_calls": [{"name": "bash", "input": {"command": "sleep 30"}}]},
+            {"text": "slept"}]},
+        "quick": {"tools": ["bash"], "turns": [
+            {"tool_calls": [{"name": "bash", "input": {"command": "sleep 2"}}]},
+            {"text": "quick done"}]}}}))
+    child = spawn("--scenario", str(scenario), "--permission-mode", "allow-all", "--no-trace")
+    prompt(child)
+    child.sendline("split it")
+    child.expect_exact("bash: sleep 2")
+    child.sendintr()
+    child.expect(r"\[2\] quick tu-1\.2 quick")
+    child.expect_exact("cancel> ")
+    child.expect(r"\[2\] quick tu-1\.2 finished \(ok\)", timeout=10)
+    child.sendline("2")
+    child.expect_exact("quick tu-1.2 has already finished (ok); pick another.")
+    child.sendline("1")
+    child.expect_exact("Cancelling slow tu-1.1")
+    child.expect_exact("Both came back.")
+    turn_done(child)
+    child.sendcontrol("d")
+    assert finish(child) == 0

@@ -161,3 +161,16 @@ def test_settings_set_the_context_window_and_mcp_and_flags_win(tmp_path: Path) -
                                     "--context-window", "9000"])
     limits = runtime_kwargs(apply_project(options_from_args(ns), ns))["limits"]
     assert (limits.context_window, limits.compact_threshold) == (9000, 0.6)
+
+
+def test_mcp_config_files_in_settings_are_taken_from_the_workspace(tmp_path: Path) -> None:
+    from runtime.cli._main import build_parser
+    from runtime.cli._options import options_from_args
+    from runtime.cli._project import apply_project
+
+    ws = tmp_path / "ws"
+    (ws / ".trio-agents").mkdir(parents=True)
+    (ws / ".trio-agents" / "settings.toml").write_text('[mcp]\nconfig = ["mine.json"]\n')
+    ns = build_parser().parse_args(["run", "x", "--workspace", str(ws), "--no-trace"])
+    opts = apply_project(options_from_args(ns), ns)
+    assert opts.mcp_config == (str(ws / "mine.json"),)

@@ -91,7 +91,7 @@ def test_ctrl_c_then_a_number_cancels_only_that_subtree(spawn: object, tmp_path:
     child.expect("bash: sleep 30")  # the live tree shows the slow sub-agent at work
     child.sendintr()
     child.expect("Running sub-agents:")
-    child.expect(r"\[(\d+)\] sleeper (tu-\d+) slow part")
+    child.expect(r"\[(\d+)\] sleeper (tu-[\d.]+) slow part")
     number, tool_use_id = child.match.group(1), child.match.group(2)
     child.expect("cancel> ")
     child.sendline(number)

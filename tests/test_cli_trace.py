@@ -247,7 +247,7 @@ def test_an_empty_file_is_exit_2_in_one_line(
     assert main(["show", str(path)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == f"trio-agents trace: error: {path}: empty trace file\n"
+    assert captured.err == f"trio-agents: error: {path}: empty trace file\n"
 
 
 def test_a_missing_file_or_not_a_trace_is_exit_2(
@@ -273,7 +273,7 @@ def test_garbage_lines_are_warned_about_and_the_rest_shown(
     captured = capsys.readouterr()
     assert "✓ main agent_1" in captured.out
     assert captured.err.splitlines() == [
-        f"trio-agents trace: warning: {path}: line 6: not JSON: '%%% garbage %%%'"
+        f"trio-agents: warning: {path}: line 6: not JSON: '%%% garbage %%%'"
     ]
 
 
@@ -427,9 +427,34 @@ def test_tail_exits_130_on_ctrl_c_without_a_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in err
 
 
-def test_tail_a_missing_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tail", str(tmp_path / "nope.jsonl")]) == 2
-    assert "no such file" in capsys.readouterr().err
+def test_tail_in_a_missing_folder_is_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tail", str(tmp_path / "nowhere" / "nope.jsonl")]) == 2
+    assert "no such file, and no folder" in capsys.readouterr().err
+
+
+def test_tail_waits_for_a_trace_not_created_yet(tmp_path: Path) -> None:
+    """Issue 21, item 9: as `tail -F`, `trace tail` started before the run waits for its file,
+    saying so in one line on a terminal."""
+    pexpect = pytest.importorskip("pexpect")
+    dicts = list(run_events(small_run()))
+    path = tmp_path / "later.jsonl"
+    child = pexpect.spawn(
+        str(CLI),
+        ["trace", "tail", "--poll", "0.02", str(path)],
+        encoding="utf-8",
+        dimensions=(40, 160),
+        timeout=20,
+    )
+    try:
+        child.expect("waiting for ")
+        path.write_bytes(lines_of(dicts))
+        child.expect("run run_0001")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
 
 
 # ---------------------------------------------------------------------------- tail on a terminal

@@ -15,12 +15,12 @@ import pytest
 import trio
 
 from runtime import Event, decode_event, open_runtime
-from runtime.cli._trace_cmd import run_stats
 from runtime.core._budget import BudgetLayer
 from runtime.core._compaction import SUMMARY_HEADER, SUMMARY_SYSTEM, history_problems
 from runtime.core._events import AgentFinished, AgentStarted, ContextCompacted, TurnFinished
 from runtime.core._limits import Budget
 from runtime.core._messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from runtime.trace._stats import run_stats
 from runtime.trace._tree import TraceTree
 from tests.invariants import by_type, check_invariants
 from tests.llm_server import (

@@ -47,7 +47,9 @@ def test_demo_without_a_terminal_does_real_work_in_parallel(
     wall = time.monotonic() - t0
     out = capsys.readouterr().out.splitlines()
     print(f"\ndemo wall time: {wall:.1f}s")
-    assert wall < 12
+    # The tester's integration check alone takes ~10 s (long enough to try Ctrl+C on); the
+    # other sub-agents run alongside it (checked on the trace below), so the whole stays close.
+    assert wall < 18
     workspace = Path(out[0].rsplit(" ", 1)[1])
     assert not workspace.exists()  # the demo cleans up its project
     assert f"[main {ANGLE} scanner {ANGLE} triager] agent started: triage cart.py" in out
@@ -106,9 +108,10 @@ def test_demo_on_a_terminal_ctrl_c_cancels_the_slow_tester_alone(tmp_path: Path)
     )
     try:
         child.expect("while the tester runs")
+        child.expect(r"tester tu-1\.3")  # the banner names the one to pick (issue 21, item 15)
         child.expect("bash: sh scripts/integration.sh")  # the slow part is under way
         child.sendintr()
-        child.expect(r"\[(\d+)\] tester (tu-\d+) run unit \+ integration tests")
+        child.expect(r"\[(\d+)\] tester (tu-[\d.]+) run unit \+ integration tests")
         number, tool_use_id = child.match.group(1), child.match.group(2)
         child.expect("cancel> ")
         child.sendline(number)

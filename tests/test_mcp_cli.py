@@ -237,7 +237,7 @@ def test_ctrl_c_on_one_sub_agent_cancels_its_mcp_call_at_the_server(
     )
     child.expect("1/10 blocking long")  # the live tree shows the call's latest progress
     child.sendintr()
-    child.expect(r"\[(\d+)\] waiter (tu-\d+) long server call")
+    child.expect(r"\[(\d+)\] waiter (tu-[\d.]+) long server call")
     number, tool_use_id = child.match.group(1), child.match.group(2)
     child.expect("cancel> ")
     child.sendline(number)

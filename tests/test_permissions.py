@@ -524,3 +524,40 @@ def test_the_runtimes_own_files_are_never_written_whatever_the_mode_and_rules(
         decision = policy.decide(*tool_args)
         assert decision.action == "deny", (mode, tool_args)
         assert ".trio-agents" in decision.reason
+
+
+@pytest.mark.parametrize("mode", ["allow-all", "auto-edit", "ask", "deny"])
+def test_protected_files_are_never_changed_but_may_be_read(ws: Path, mode: str) -> None:
+    # .mcp.json's commands run at the next start; a trace outside .trio-agents is the audit.
+    (ws / "audit").mkdir()
+    (ws / "link").symlink_to(".mcp.json")
+    protected = (str(ws / ".mcp.json"), str(ws / "audit" / "run.jsonl"))
+    policy = PermissionPolicy(mode, allow=("write", "write(**)", "edit"),  # type: ignore[arg-type]
+                              workspace=ws, protected=protected)
+    for tool_args in (wr(".mcp.json"), ed(".mcp.json"), wr(f"{ws}/.mcp.json"), wr("link"),
+                      wr("audit/run.jsonl"), wr(f"/proc/self/root{ws}/audit/run.jsonl")):
+        decision = policy.decide(*tool_args)
+        assert decision.action == "deny", (mode, tool_args)
+        assert "runtime's own files" in decision.reason
+    assert policy.decide(*rd(".mcp.json")).action == "allow"
+    assert policy.decide(*wr("audit/other.txt")).action in ("allow", "ask", "deny")
+    assert "runtime's own" not in policy.decide(*wr("audit/other.txt")).reason
+
+
+async def test_a_run_keeps_its_trace_and_mcp_json_from_the_model(
+    ws: Path, tmp_path: Path
+) -> None:
+    from runtime import open_runtime
+
+    trace = ws / "audit" / "run.jsonl"
+    trace.parent.mkdir()
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "write", "input": {"path": "audit/run.jsonl", "content": "x"}},
+                        {"name": "write", "input": {"path": ".mcp.json", "content": "{}"}}]},
+        {"text": "done"}]}}}
+    async with open_runtime(scenario=scenario, workspace=ws, trace=trace,
+                            permission_mode="allow-all") as rt:
+        outcome = await rt.run("go")
+    assert outcome.status == "completed"
+    assert not (ws / ".mcp.json").exists()
+    assert trace.read_text().startswith('{"type":"run_started"')

@@ -114,3 +114,22 @@ async def test_a_user_skill_names_its_folder_outside_the_workspace(
     out = await tool.call({"name": "notes"}, ctx(workspace))
     assert out.startswith(f"Skill notes; its folder: {folder} (outside the workspace: read its "
                           "files with `file`)")
+
+
+async def test_a_skill_folder_swapped_for_a_link_never_reaches_the_runtimes_own_files(
+    workspace: Path, env: dict[str, str]
+) -> None:
+    import shutil
+
+    skills = workspace / ".claude" / "skills"
+    folder = skill(skills, "x", "---\ndescription: d\n---\nbody\n")
+    (workspace / ".trio-agents").mkdir()
+    (workspace / ".trio-agents" / "settings.toml").write_text("model = 'secret-plan'\n")
+    tool = SkillTool(load_project(workspace, env=env).skills)
+    # After loading, something (a sandboxed bash, say) swaps the folder for a link.
+    shutil.rmtree(folder)
+    folder.symlink_to("../../.trio-agents")
+    for args in ({"name": "x", "file": "settings.toml"}, {"name": "x"}):
+        with pytest.raises(ToolError) as info:
+            await tool.call(args, ctx(workspace))
+        assert "secret-plan" not in str(info.value)

@@ -34,8 +34,17 @@ from llm_server import (
 )
 
 from runtime.core._messages import Message, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from runtime.core._provider import Provider, TextChunk, ThinkingChunk, ToolCall, ToolSpec, TurnEnd
+from runtime.core._provider import (
+    Provider,
+    RetryNotice,
+    TextChunk,
+    ThinkingChunk,
+    ToolCall,
+    ToolSpec,
+    TurnEnd,
+)
 from runtime.providers import AnthropicProvider, RetryPolicy
+from runtime.providers._http import CUT_TOOL_CALL
 
 KEY = "sk-ant-test-DO-NOT-LEAK-0123456789abcdef"
 
@@ -225,7 +234,7 @@ async def test_usage_counts_cached_input_and_the_final_output(
         ("tool_use", "tool_use"),
         ("max_tokens", "max_tokens"),
         ("stop_sequence", "end_turn"),
-        ("refusal", "end_turn"),
+        ("refusal", "refusal"),
     ],
 )
 async def test_stop_reason_maps(
@@ -239,9 +248,10 @@ async def test_stop_reason_maps(
     assert items[-1].stop_reason == stop
 
 
-async def test_tool_call_cut_off_by_max_tokens_is_dropped(
+async def test_tool_call_cut_off_by_max_tokens_is_answered_with_an_error(
     server: LLMServer, provider: AnthropicProvider
 ) -> None:
+    """Issue 21, item 21: the model learns its call was cut, and can make it again smaller."""
     server.push(
         stream(
             anthropic_text_block(0, ["Writing."]),
@@ -254,8 +264,41 @@ async def test_tool_call_cut_off_by_max_tokens_is_dropped(
 
     assert items == [
         TextChunk("Writing."),
+        ToolCall("toolu_1", "write", {}, CUT_TOOL_CALL),
         TurnEnd(stop_reason="max_tokens", input_tokens=25, output_tokens=9),
     ]
+
+
+async def test_llama_cpp_error_event_keeps_its_message(
+    autojump_clock: trio.testing.MockClock, server: LLMServer, provider: AnthropicProvider
+) -> None:
+    """Issue 21, item 19: ``event: error`` with llama.cpp's bare ``{"code", "message",
+    "type"}`` is an error with the server's message (a 500: retried, then final)."""
+    bare = (
+        b"event: error\n"
+        b'data: {"code":500,"message":"failed to load model ' + KEY.encode()
+        + b'","type":"server_error"}\n\n'
+    )
+    server.push(*[Reply.stream([bare]) for _ in range(4)])
+
+    items, error = await collect_until_error(provider, make_request())
+
+    assert [type(i) for i in items] == [RetryNotice] * 3
+    message = str(error)
+    assert "failed to load model" in message
+    assert "(server_error)" in message
+    assert KEY not in message
+    assert "message_stop" not in message
+
+
+async def test_the_event_name_says_error_even_when_the_data_says_nothing(
+    server: LLMServer, provider: AnthropicProvider
+) -> None:
+    server.push(Reply.stream([b'event: error\ndata: {"message":"bad request body"}\n\n']))
+
+    _, error = await collect_until_error(provider, make_request())
+
+    assert "bad request body" in str(error)
 
 
 async def test_invalid_tool_input_fails_the_turn(
@@ -306,7 +349,13 @@ async def test_429_waits_for_retry_after_then_succeeds(
 
     items = await collect(provider, make_request())
 
-    assert items[0] == TextChunk("ok")
+    # The retry is told to the loop first (it becomes a provider_retry event), then the reply.
+    notice, text = items[:2]
+    assert isinstance(notice, RetryNotice)
+    assert (notice.attempt, notice.delay_s) == (1, 12)
+    assert "HTTP 429" in notice.reason
+    assert KEY not in notice.reason
+    assert text == TextChunk("ok")
     first, second = server.requests
     assert second.at == first.at + 12
     [retry] = [e for e in logs if e["event"] == "provider.retry"]
@@ -325,7 +374,11 @@ async def test_overloaded_529_twice_then_success(
 
     items = await collect(provider, make_request())
 
-    assert items[0] == TextChunk("ok")
+    assert [(n.attempt, n.delay_s) for n in items if isinstance(n, RetryNotice)] == [
+        (1, 0.5),
+        (2, 1.0),
+    ]
+    assert items[2] == TextChunk("ok")
     times = [r.at for r in server.requests]
     # RetryPolicy(jitter=0): 0.5 s, then 1 s; the virtual clock lands exactly on each wake-up.
     assert times[1] == times[0] + 0.5  # noqa: RUF069
@@ -374,7 +427,9 @@ async def test_error_event_before_any_output_is_retried(
 
     items = await collect(provider, make_request())
 
-    assert items[0] == TextChunk("ok")
+    assert isinstance(items[0], RetryNotice)
+    assert "Overloaded" in items[0].reason
+    assert items[1] == TextChunk("ok")
     assert len(server.requests) == 2
 
 

@@ -131,3 +131,79 @@ async def test_a_main_agent_with_two_parallel_sub_agents_over_http(
     last = server.requests[-1].body.decode()
     assert "There are 2 files." in last, "the main agent's second call carries both results"
     assert "The notes say hi." in last
+
+
+async def test_a_retried_model_call_is_a_provider_retry_event_on_the_agent(
+    server: LLMServer, tmp_path: Path
+) -> None:
+    """Issue 21, item 3: a retry is an event (for --json, traces and the live tree), not a log."""
+    from runtime import ProviderRetry
+    from runtime.trace._render import render_tree
+
+    server.push(
+        Reply.error(429, f"slow down, {KEY}", kind="rate_limit_error",
+                    headers=[("retry-after", "0.2")]),
+        Reply.stream(openai_text_stream(["fine"])),
+    )
+    env = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1", "PATH": "/usr/bin:/bin"}
+    events: list[Event] = []
+    tree = TraceTree()
+    seen_while_waiting: list[str] = []
+
+    def tap(event: Event) -> None:
+        events.append(event)
+        tree.apply(event)
+        if isinstance(event, ProviderRetry):
+            line = render_tree(tree, now=event.ts + 0.05, color=False)
+            seen_while_waiting.extend(t.plain for t in line.renderables)  # type: ignore[attr-defined]
+
+    with trio.fail_after(20):
+        async with open_runtime("openai", model="m", env=env, workspace=tmp_path,
+                                trace=tmp_path / "t.jsonl", on_event=tap) as rt:
+            outcome = await rt.run("hi")
+    check_invariants(events)
+    assert outcome.status == "completed"
+    [retry] = by_type(events, ProviderRetry)
+    assert retry.agent_id == outcome.agent_id
+    assert (retry.attempt, retry.delay_s) == (1, 0.2)  # type: ignore[attr-defined]
+    assert "HTTP 429" in retry.reason  # type: ignore[attr-defined]
+    assert KEY not in retry.reason  # type: ignore[attr-defined]
+    assert any("retrying in 150ms (try 2): openai: HTTP 429" in line for line in seen_while_waiting)
+    # Once the call answers, the node no longer says it is retrying.
+    assert tree.roots[0].retry is None
+    # A trace holding the event reads back without a warning (it is a known kind).
+    reread = TraceTree()
+    for line in (tmp_path / "t.jsonl").read_bytes().splitlines():
+        reread.apply_dict(orjson.loads(line))
+
+
+async def test_a_cut_reply_and_a_refusal_are_said_in_the_tree_and_the_summary(
+    server: LLMServer, tmp_path: Path
+) -> None:
+    """Issue 21, items 20 and 21: an agent that completed on a cut or refused reply says so."""
+    from runtime.cli._live import summary_line
+    from runtime.trace._render import tree_lines
+
+    for finish, words, note in [
+        ("length", "(reply cut at max_tokens)", "1 reply cut at max_tokens"),
+        ("refusal", "(refused)", "1 refusal"),
+    ]:
+        if finish == "refusal":
+            chunks = [openai_chunk({"refusal": "I won't."}), openai_chunk({}, finish="stop")]
+        else:
+            chunks = [openai_chunk({"content": "The answer is"}), openai_chunk({}, finish="length")]
+        server.push(Reply.stream([*chunks, OPENAI_DONE]))
+        env = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1", "PATH": "/usr/bin:/bin"}
+        events: list[Event] = []
+        async with open_runtime("openai", model="m", env=env, workspace=tmp_path, trace=False,
+                                on_event=events.append) as rt:
+            outcome = await rt.run("hi")
+        assert outcome.status == "completed"
+        [turn] = [e for e in events if e.type == "turn_finished"]
+        assert turn.stop_reason == ("max_tokens" if finish == "length" else "refusal")  # type: ignore[attr-defined]
+        if finish == "refusal":
+            assert outcome.result == "I won't."
+        tree = TraceTree.from_events(events)
+        root_line = [t.plain for t in tree_lines(tree, color=False)][1]
+        assert words in root_line
+        assert summary_line(tree, rich=False).endswith(note)

@@ -44,6 +44,7 @@ from runtime.core._provider import (
     TurnEnd,
 )
 from runtime.providers import OpenAIProvider, RetryPolicy
+from runtime.providers._http import CUT_TOOL_CALL
 
 KEY = "sk-test-0penai-DO-NOT-LEAK-1234567890abcdef"
 
@@ -265,9 +266,10 @@ async def test_finish_reason_maps_to_stop_reason(
     assert items[-1] == TurnEnd(stop_reason=stop)  # type: ignore[arg-type]
 
 
-async def test_tool_call_cut_off_by_max_tokens_is_dropped(
+async def test_tool_call_cut_off_by_max_tokens_is_answered_with_an_error(
     server: LLMServer, provider: OpenAIProvider
 ) -> None:
+    """Issue 21, item 21: the model learns its call was cut, and can make it again smaller."""
     call = {"index": 0, "id": "c1", "function": {"name": "write", "arguments": '{"content": "ab'}}
     server.push(
         Reply.stream(
@@ -275,7 +277,31 @@ async def test_tool_call_cut_off_by_max_tokens_is_dropped(
         )
     )
 
-    assert await collect(provider, make_request()) == [TurnEnd(stop_reason="max_tokens")]
+    assert await collect(provider, make_request()) == [
+        ToolCall("c1", "write", {}, CUT_TOOL_CALL),
+        TurnEnd(stop_reason="max_tokens"),
+    ]
+
+
+async def test_a_refusal_is_text_and_stop_reason_refusal(
+    server: LLMServer, provider: OpenAIProvider
+) -> None:
+    """Issue 21, item 20: delta.refusal reaches the user, and the turn says it was a refusal."""
+    server.push(
+        Reply.stream([
+            openai_chunk({"role": "assistant", "content": None, "refusal": ""}),
+            openai_chunk({"refusal": "I can't help "}),
+            openai_chunk({"refusal": "with that."}),
+            openai_chunk({}, finish="stop"),
+            OPENAI_DONE,
+        ])
+    )
+
+    assert await collect(provider, make_request()) == [
+        TextChunk("I can't help "),
+        TextChunk("with that."),
+        TurnEnd(stop_reason="refusal"),
+    ]
 
 
 async def test_invalid_tool_arguments_become_a_call_the_model_is_told_about(

@@ -19,6 +19,7 @@ from runtime.trace._render import (
     render_mermaid,
     render_timeline,
     render_tree,
+    tree_lines,
 )
 from runtime.trace._tree import TraceTree
 
@@ -158,6 +159,16 @@ def test_mermaid_escapes_labels_and_links_every_node() -> None:
     assert edges == [(nodes[0], nodes[1])]
 
 
+def test_mermaid_subgraphs_lay_out_top_to_bottom() -> None:
+    """Issue 21, item 22: a subgraph ignores the chart's TD unless it has a direction."""
+    trees = [tree_of(list(run_events(small_run()))), tree_of(list(run_events(small_run())))]
+    lines = render_mermaid(trees).splitlines()
+    opened = [i for i, line in enumerate(lines) if line.lstrip().startswith("subgraph ")]
+    assert len(opened) == 2
+    for i in opened:
+        assert lines[i + 1] == "    direction TB"
+
+
 def test_event_lines_for_plain_output() -> None:
     dicts = list(run_events(small_run()))
     tree = TraceTree()
@@ -199,3 +210,56 @@ def test_fmt_tokens_and_first_line() -> None:
     assert first_line("\n\n  hello \nworld") == "hello"
     assert first_line("x" * 100, 10) == "x" * 9 + "…"
     assert first_line(None) == ""
+
+
+def test_a_long_tool_line_keeps_its_status_and_duration_at_80_columns() -> None:
+    """Issue 21, item 14: the description gives way, not the status and the duration."""
+    import io
+
+    from rich.console import Console
+
+    from runtime import AgentFinished, AgentStarted, ToolFinished, ToolStarted
+
+    command = "python3 -m unittest discover -s tests -p 'test_*.py' " + "-v " * 30
+    common = {"run_id": "r", "agent_id": "a1", "parent_tool_use_id": None}
+    events = [
+        AgentStarted(seq=1, ts=0.0, name="main", parent_agent_id=None, depth=0, prompt="p",
+                     **common),
+        ToolStarted(seq=2, ts=0.0, tool_use_id="t1", name="bash", input={"command": command},
+                    summary=f"bash: {command}", **common),
+        ToolFinished(seq=3, ts=2.5, tool_use_id="t1", name="bash", status="error",
+                     output="exit code 1", duration_s=2.5, **common),
+        AgentFinished(seq=4, ts=3.0, status="completed", result="ok", error=None, turns=1,
+                      input_tokens=1, output_tokens=1, duration_s=3.0, **common),
+    ]
+    tree = TraceTree.from_events(events)
+    out = io.StringIO()
+    console = Console(file=out, width=80, color_system=None, legacy_windows=False)
+    console.print(render_tree(tree, color=False))
+    [line] = [x for x in out.getvalue().splitlines() if "bash:" in x]
+    assert len(line) <= 80
+    assert "… error  2.5s" in line
+
+
+def test_turns_do_not_run_together_and_markdown_is_plain_in_tree_lines() -> None:
+    """Issue 21, item 11: no ``first.A small``, no ``**shop**`` in a tree line."""
+    from runtime import AgentFinished, AgentStarted, TextDelta, TurnFinished
+
+    common = {"run_id": "r", "agent_id": "a1", "parent_tool_use_id": None}
+    turn = {"input_tokens": 1, "output_tokens": 1, "stop_reason": "tool_use"}
+    events = [
+        AgentStarted(seq=1, ts=0.0, name="main", parent_agent_id=None, depth=0, prompt="p",
+                     **common),
+        TextDelta(seq=2, ts=0.1, text="Looking first.", **common),
+        TurnFinished(seq=3, ts=0.2, turn=1, **turn, **common),
+        TextDelta(seq=4, ts=0.3, text="A small **shop** library", **common),
+    ]
+    tree = TraceTree.from_events(events, live=True)
+    [line] = [t.plain for t in tree_lines(tree, color=False, title=False)]
+    assert "first.A" not in line
+    assert line.endswith("A small shop library")
+    tree.apply(AgentFinished(seq=5, ts=1.0, status="completed", result="Review of **shop**",
+                             error=None, turns=2, input_tokens=2, output_tokens=2,
+                             duration_s=1.0, **common))
+    [line] = [t.plain for t in tree_lines(tree, color=False, title=False)]
+    assert line.endswith("Review of shop")

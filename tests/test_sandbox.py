@@ -45,8 +45,13 @@ needs_bwrap = pytest.mark.skipif(_NO_BWRAP is not None, reason=str(_NO_BWRAP))
 
 @pytest.fixture
 def outside() -> Iterator[Path]:
-    """A folder outside the workspace and outside /tmp (which the sandbox replaces)."""
-    folder = Path(tempfile.mkdtemp(prefix=".sandbox-test-", dir=ROOT))
+    """A folder outside the workspace and outside /tmp and /var/tmp (which the sandbox
+    replaces): in the home folder, else in the checkout (which may itself lie under /tmp)."""
+    base = Path.home()
+    private = ("/tmp", "/var/tmp")
+    if not os.access(base, os.W_OK) or any(base.resolve().is_relative_to(p) for p in private):
+        base = ROOT
+    folder = Path(tempfile.mkdtemp(prefix=".sandbox-test-", dir=base))
     try:
         yield folder
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import aclosing
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -19,6 +20,7 @@ from runtime import (
     TextChunk,
     ThinkingChunk,
     ToolCall,
+    ToolUseBlock,
     TurnEnd,
 )
 from runtime.providers._scripted import chunk_text
@@ -57,19 +59,27 @@ async def test_a_turn_streams_thinking_then_text_then_tool_calls_then_its_end() 
     items = await _play(provider, _request("w"))
     assert items == [
         ThinkingChunk("hmm "), ThinkingChunk("ok"), TextChunk("doing "), TextChunk("it"),
-        ToolCall("tu-1", "bash", {"command": "ls"}), ToolCall("tu-2", "read", {"path": "a"}),
+        ToolCall("tu-1.1", "bash", {"command": "ls"}), ToolCall("tu-1.2", "read", {"path": "a"}),
         TurnEnd(stop_reason="tool_use", input_tokens=11, output_tokens=22),
     ]
 
 
-async def test_tool_call_ids_are_unique_across_agents_of_the_run() -> None:
-    turn = {"tool_calls": [{"name": "glob", "input": {}}]}
-    provider = _provider(w={"turns": [turn]})
+async def test_tool_call_ids_are_unique_in_the_run_and_the_same_run_after_run() -> None:
+    """``tu-A.K``: the K-th call of agent-A over its history, so an id depends on who made the
+    call and where, never on which parallel agent asked first (issue 21, item 4)."""
+    turn = {"tool_calls": [{"name": "glob", "input": {}}, {"name": "glob", "input": {}}]}
+    provider = _provider(w={"turns": [turn, turn]})
     ids = []
-    for _ in range(3):
-        items = await _play(provider, _request("w"))
-        ids.append(items[0].id)
-    assert len(set(ids)) == 3
+    for agent in ("agent-3", "agent-2", "agent-10"):
+        request = attrs.evolve(_request("w"), agent_id=agent)
+        ids += [item.id for item in await _play(provider, request) if isinstance(item, ToolCall)]
+    assert ids == ["tu-3.1", "tu-3.2", "tu-2.1", "tu-2.2", "tu-10.1", "tu-10.2"]
+    # The agent's next turn counts on from the calls already in its history.
+    first = await _play(provider, _request("w"))
+    calls = tuple(ToolUseBlock(id=c.id, name=c.name, input=c.input) for c in first[:2])
+    history = [*_request("w").messages, Message(role="assistant", content=calls)]
+    second = await _play(provider, attrs.evolve(_request("w"), messages=history))
+    assert [c.id for c in second[:2]] == ["tu-1.3", "tu-1.4"]
 
 
 async def test_delays_happen_in_virtual_time(autojump_clock: trio.testing.MockClock) -> None:

@@ -254,7 +254,7 @@ def test_log_lines_are_masked_like_events(capsys: pytest.CaptureFixture[str]) ->
     from runtime.cli._options import error_line, setup_logging
 
     key = "k3y-in-a-path-0123456789"
-    setup_logging(debug=False)
+    setup_logging(debug=False, verbose=True)  # warnings shown (quiet is the default)
     try:
         with log_secrets([key]):
             structlog.get_logger("trio_agents.tools").error(

@@ -117,7 +117,13 @@ def cmd_chat(
         list_only: list the sessions and exit (``--list``).
         sessions_dir: the sessions folder (default ``.trio-agents/sessions``).
     """
-    from ._options import check_control_path, existing_file, run_command, setup_logging
+    from ._options import (
+        check_output_paths,
+        existing_file,
+        run_command,
+        setup_logging,
+        writable_path,
+    )
 
     store = SessionStore(sessions_dir or DEFAULT_SESSIONS_DIR)
     try:
@@ -125,17 +131,45 @@ def cmd_chat(
             return print_sessions(store, as_json=opts.json)
         existing_file(opts.scenario, "--scenario")
         existing_file(opts.agents, "--agents")
-        if opts.control:
-            check_control_path(opts.control)
+        check_output_paths(opts)
+        writable_path(store.root, "--sessions-dir" if sessions_dir else "sessions", folder=True)
         # A session that cannot be used is refused before anything runs (no trace, no file
         # written): it stays exactly as it is.
         record = store.load(store.resolve(resume or None)) if resume is not None else None
+        if record is not None:
+            opts = resumed_options(opts, record)
     except SessionError as exc:
         error_line(str(exc))
         return EXIT_USAGE
-    setup_logging(opts.debug)
+    setup_logging(opts.debug, opts.verbose)
     chat = Chat(opts, store, record)
     return run_command(chat.main, debug=opts.debug)
+
+
+def resumed_options(opts: RunOptions, record: ChatSession) -> RunOptions:
+    """*opts* for continuing *record*: its provider, model and scenario, unless flags say
+    otherwise (a flag for any of the three wins, and the rest are not taken from the session).
+
+    Raises:
+        UsageError: the session ran on a scenario that is gone (or was not recorded): the
+            message says what to pass.
+    """
+    import dataclasses
+
+    from ._options import UsageError
+
+    if opts.provider or opts.scenario or opts.model or record.provider is None:
+        return opts
+    if record.provider != "scripted":
+        return dataclasses.replace(opts, provider=record.provider, model=record.model)
+    scenario = record.scenario
+    if scenario is None or not Path(scenario).is_file():
+        where = f" ({scenario} is gone)" if scenario else ""
+        raise UsageError(
+            f"session {record.id} ran on the scripted provider{where}: pass --scenario FILE "
+            "(or --provider NAME) to resume it"
+        )
+    return dataclasses.replace(opts, scenario=scenario)
 
 
 def print_sessions(store: SessionStore, *, as_json: bool = False) -> int:
@@ -233,7 +267,7 @@ class Chat:
         self.kb = kb
         try:
             async with open_session(
-                self.opts,
+                self._with_run_id(self.opts),
                 on_abort=self._on_abort,
                 final_summary=False,
                 keyboard=kb,
@@ -265,6 +299,15 @@ class Chat:
             return EXIT_FAILED
         return EXIT_OK
 
+    def _with_run_id(self, opts: RunOptions) -> RunOptions:
+        """*opts* with the run named after the session (its trace too, by default): the
+        session's first run is the session id, the next ``ID.2``, and so on."""
+        import dataclasses
+
+        count = len(self.record.state.run_ids)
+        run_id = self.record.id if count == 0 else f"{self.record.id}.{count + 1}"
+        return dataclasses.replace(opts, extra={"run_id": run_id, **opts.extra})
+
     def _begin(self, session: Session) -> None:
         rt = session.rt
         rec = self.record
@@ -273,6 +316,7 @@ class Chat:
         rec.workspace = str(rt.workspace)
         rec.provider = self.opts.provider or ("scripted" if self.opts.scenario else "openai")
         rec.model = self.opts.model or rec.model
+        rec.scenario = str(Path(self.opts.scenario).resolve()) if self.opts.scenario else None
         rec.agent_types = sorted(rt.agent_types)
         self.trace_path = rt.trace_path
         rec.trace_path = str(Path(rt.trace_path).resolve()) if rt.trace_path else None
@@ -418,7 +462,8 @@ class Chat:
             why = f": {outcome.error}" if outcome.error else ""
             # The model should know why its last request has no answer.
             messages = _with_note(
-                messages, f"(The previous request ended {outcome.status} before it finished{why})"
+                messages,
+                f"(The previous request ended ({outcome.status}) before it finished{why})",
             )
         rec.messages = messages
         rec.turns += 1
@@ -438,7 +483,7 @@ class Chat:
             data = encode_session(rec, key_file=self.store.key_file)
             path = await trio.to_thread.run_sync(self.store.write, rec.id, data)
         except SessionError as exc:
-            self._say(f"warning: the session was not saved: {exc}", err=True)
+            self._say(f"trio-agents: warning: the session was not saved: {exc}", err=True)
             return None
         self.saved = True
         if not quiet:
@@ -537,7 +582,12 @@ class Chat:
             self._say(line)
 
     def _show_tree(self) -> None:
-        root = self.current.agent_id if self.current is not None else self.last_root
+        current = self.current
+        if current is not None and not current.done and self.view_is_live():
+            # A copy printed now would stay in the scrollback, frozen mid-turn.
+            self._say("The live tree below is this turn's; it is printed whole when it ends.")
+            return
+        root = current.agent_id if current is not None else self.last_root
         if root is None:
             self._say("No turn yet: the tree appears with the first message.")
             return
@@ -545,6 +595,12 @@ class Chat:
 
         tree = self._session().tree
         self._print(render_tree(tree, time.time(), max_lines=None, subtree=root))
+
+    def view_is_live(self) -> bool:
+        """Whether the turn is drawn live on the terminal (not plain lines)."""
+        from ._live import LiveView
+
+        return self.session is not None and isinstance(self.session.view, LiveView)
 
     async def _cancel(self, target: str) -> None:
         if not target:

@@ -307,7 +307,7 @@ def control_request(path: str, request: Mapping[str, Any], *, timeout_s: float =
 
 def _ask(path: str, request: Mapping[str, Any]) -> tuple[int, Any]:
     """One request for a command line client: ``(0, answer)``, or an exit code after one line."""
-    from ._options import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line
+    from ._exit import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line
 
     try:
         answer = control_request(path, request)

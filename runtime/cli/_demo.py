@@ -3,7 +3,7 @@
 No key, no network: the scripted provider plays ``runtime/demo/demo.json``. A main agent looks at
 the project, then splits a review over three parallel sub-agents — a scanner that greps the to-do
 markers and starts a sub-agent of its own to triage the worst file, a tester that runs the unit
-tests and a slow integration script (a few seconds: the one to try Ctrl+C on), and a reader that
+tests and a slow integration script (about ten seconds: the one to try Ctrl+C on), and a reader that
 reads the README and the code — and ends with the answer, the trace path and the command to inspect
 it. Every tool call is real (glob, grep, read, bash) and runs in a temporary folder filled with the
 project below, removed at the end; the trace stays under ``.trio-agents/traces/``.
@@ -24,10 +24,11 @@ from pathlib import Path
 from ._options import (
     RunOptions,
     UsageError,
-    check_control_path,
+    check_output_paths,
     existing_file,
     is_interactive,
     run_command,
+    run_prompt,
     setup_logging,
     shows_live_view,
 )
@@ -160,7 +161,7 @@ if __name__ == "__main__":
 #!/bin/sh
 # Integration check: places an order against the warehouse service and waits for it.
 echo "placing a test order with the warehouse service..."
-sleep 3
+sleep 10
 echo "order 1042 confirmed: 3 x apple, 1 x bread"
 echo "integration check passed"
 """,
@@ -190,18 +191,15 @@ def run_demo(opts: RunOptions) -> int:
     Returns:
         The exit code (0 completed, 1 otherwise, 130 aborted, 2 bad options).
     """
-    from ._main import run_prompt
-
     existing_file(opts.scenario, "--scenario")
     existing_file(opts.agents, "--agents")
-    if opts.control:
-        check_control_path(opts.control)
+    check_output_paths(opts)
     if opts.provider not in (None, "scripted"):
         raise UsageError(
             "the demo runs on the scripted provider; use 'trio-agents run' for "
             f"--provider {opts.provider}"
         )
-    setup_logging(opts.debug)
+    setup_logging(opts.debug, opts.verbose)
     keep = opts.workspace is not None
     if keep:
         folder = Path(opts.workspace or ".")
@@ -240,8 +238,9 @@ def _intro(folder: Path, *, live: bool, picker: bool) -> None:
         from ._options import make_console
 
         hint = (
-            "[dim]Try [/][bold]Ctrl+C[/][dim] while the tester runs: pick its number to cancel "
-            "that sub-agent alone; the others carry on.[/]\n"
+            "[dim]Try [/][bold]Ctrl+C[/][dim] while the tester runs its integration check "
+            "(about 10 s): pick [/][bold]tester tu-1.3[/][dim] from the list to cancel that "
+            "sub-agent alone; the others carry on.[/]\n"
             if picker
             else ""
         )

@@ -645,6 +645,12 @@ class Keyboard:
         back = f"\r\x1b[{column}C" if column else "\r"
         self._write(f"\r{prompt}{before}{at}{after}\x1b[K{back}")
 
+    def print_above(self, line: str) -> None:
+        """Print *line* above the line being edited (a question's or the prompt's), which is
+        then drawn again below it, as typed so far."""
+        self._write(f"\r{line}\x1b[K\r\n")
+        self._draw()
+
     def _commit(self, prompt: str, editor: LineEditor) -> None:
         # The whole line stays on screen as entered (the terminal wraps a long one).
         self._write(f"\r{prompt}{editor.shown()}\x1b[K\r\n")

@@ -46,6 +46,7 @@ from runtime.core._events import (
     Event,
     PermissionRequested,
     PermissionResolved,
+    ProviderRetry,
     RunFinished,
     TextDelta,
     ToolFinished,
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.live import Live
 
-    from runtime.trace._tree import TraceTree
+    from runtime.trace._tree import AgentNode, TraceTree
 
 MAX_FPS = 12.0
 """The most frames a second the live view draws (spinners and clocks look smooth at 10-12)."""
@@ -341,6 +342,8 @@ class LiveView:
         self._print_pending()
         console.print(render_tree(self.tree, time.time(), max_lines=None))
         answer = self._text.turn_done() or self._text.last_turn
+        if not _completed(self.tree):
+            answer = ""  # text cut short by an abort is not an answer (it is in the trace)
         if answer:
             from rich.markdown import Markdown
 
@@ -463,6 +466,11 @@ class PlainView:
             return f"{who} cancel requested: {event.target} by {event.by}: {event.reason}"
         if isinstance(event, UserMessage):
             return f"{who} user message: {event.text}"
+        if isinstance(event, ProviderRetry):
+            return (
+                f"{who} model call failed (try {event.attempt}), retrying in "
+                f"{event.delay_s:.1f}s: {event.reason}"
+            )
         if isinstance(event, ContextCompacted):
             return _compaction_note(tree, event)
         if isinstance(event, RunFinished):
@@ -517,7 +525,7 @@ class PlainView:
         """Print the end of the run: its status and the trace."""
         self.flush()
         text = self._text.turn_done()
-        lines = [text] if text else []
+        lines = [text] if text and _completed(self.tree) else []
         lines.append(summary_line(self.tree, rich=False))
         lines.extend(trace_hint(trace_path))
         try:
@@ -525,6 +533,17 @@ class PlainView:
             self.out.flush()
         except (BrokenPipeError, ValueError):
             pass
+
+
+def _completed(tree: TraceTree) -> bool:
+    roots = tree.roots
+    return bool(roots) and roots[-1].status == "completed"
+
+
+def outcome_notes(tree: TraceTree, root: AgentNode | None = None) -> str:
+    from runtime.trace._render import outcome_notes as notes
+
+    return notes(tree, root)
 
 
 def summary_line(tree: TraceTree, *, rich: bool = True) -> str:
@@ -538,6 +557,9 @@ def summary_line(tree: TraceTree, *, rich: bool = True) -> str:
     agents = len(tree.agents)
     plural = "s" * (agents != 1)
     body = f"{status} in {duration:.1f}s · {agents} agent{plural} · {_tokens(tokens)} tokens"
+    notes = outcome_notes(tree)
+    if notes:
+        body += f" · {notes}"
     if not rich:
         return f"run {body}"
     style = {"completed": "bold green", "cancelled": "bold yellow"}.get(status, "bold red")
@@ -555,6 +577,9 @@ def turn_summary(tree: TraceTree, root_id: str, *, rich: bool = True) -> str:
     duration = node.elapsed(time.time()) or 0.0
     plural = "s" * (agents != 1)
     body = f"{node.status} in {duration:.1f}s · {agents} agent{plural} · {_tokens(tokens)} tokens"
+    notes = outcome_notes(tree, node)
+    if notes:
+        body += f" · {notes}"
     if not rich:
         return f"turn {body}"
     style = {"completed": "green", "cancelled": "yellow"}.get(node.status, "red")

@@ -21,13 +21,16 @@ from ._options import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    GLOBAL_FLAGS,
     PROG,
     CliParser,
+    HelpFormatter,
     RunOptions,
     UsageError,
     add_common_options,
     error_line,
     options_from_args,
+    run_prompt,
 )
 
 _DESCRIPTION = (
@@ -64,9 +67,18 @@ def build_parser() -> CliParser:
         prog=PROG,
         description=_DESCRIPTION,
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument(
+        "--debug", action="store_true", help="debug logs and tracebacks (before or after COMMAND)"
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="warnings on stderr too (before or after COMMAND)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
 
     run = sub.add_parser(
@@ -75,7 +87,7 @@ def build_parser() -> CliParser:
         description="Run the main agent on PROMPT. On a terminal: a live tree of agents and "
         "tool calls, Ctrl+C to cancel one subtree. Otherwise: one plain line per event.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     run.add_argument(
         "prompt", metavar="PROMPT", nargs="?", help="the task for the main agent ('-': stdin)"
@@ -96,7 +108,7 @@ def build_parser() -> CliParser:
         "parallel sub-agents that grep, read and run commands in a temporary project. Needs no "
         "key and no network. Try Ctrl+C while the slow sub-agent works.",
         epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_common_options(demo, demo=True)
 
@@ -105,7 +117,7 @@ def build_parser() -> CliParser:
         help="an interactive session: one turn per message, sessions saved and resumed",
         description=_CHAT_DESCRIPTION,
         epilog=_CHAT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     add_common_options(chat)
     g = chat.add_argument_group("sessions")
@@ -166,6 +178,9 @@ def build_parser() -> CliParser:
     cancel.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
     cancel.add_argument("id", metavar="ID", help="the agent id or tool_use_id to cancel")
     cancel.add_argument("--reason", help="why (recorded in the trace)")
+    # Accepted as everywhere (before or after the command); cancel has nothing more to say.
+    cancel.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    cancel.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
 
     permit = sub.add_parser(
         "permit",
@@ -205,13 +220,14 @@ def main(argv: list[str] | None = None) -> int:
         from runtime.core._secrets import seal_process_environ
 
         seal_process_environ()
-    args = sys.argv[1:] if argv is None else argv
+    lead, args = _leading_globals(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "trace":
         from ._trace_cmd import main as trace_main  # lazy on purpose
 
-        return int(trace_main(args[1:]))
+        # After the trace command's own words: `trace show F --debug`.
+        return int(trace_main([*args[1:], *lead]))
     parser = build_parser()
-    ns = parser.parse_args(args)
+    ns = parser.parse_args(_after_command(parser, lead, args))
     if ns.version:
         from runtime.core._version import VERSION as __version__
 
@@ -274,6 +290,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.error(f"unknown command {ns.command!r}")
 
 
+def _leading_globals(args: list[str]) -> tuple[list[str], list[str]]:
+    """The global options given before the command (``--debug demo``), and the rest."""
+    rest = list(args)
+    lead = []
+    while rest and rest[0] in GLOBAL_FLAGS:
+        lead.append(rest.pop(0))
+    if not rest or rest[0].startswith("-"):
+        return [], list(args)  # no command after them: the top level parses them as they are
+    return lead, rest
+
+
+def _after_command(parser: argparse.ArgumentParser, lead: list[str], args: list[str]) -> list[str]:
+    """*args* with the leading global options moved after the command's name, where its own
+    parser takes them (a command's defaults would otherwise undo the top level's values); one
+    a command does not know has nothing to act on there, and is dropped."""
+    if not lead:
+        return args
+    commands: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            commands = action.choices
+    command = commands.get(args[0])
+    if command is None:
+        return [*lead, *args]  # an unknown command: the parser says so
+    known = [flag for flag in lead if flag in command._option_string_actions]
+    return [args[0], *known, *args[1:]]
+
+
 def _read_prompt(text: str) -> str:
     if text == "-":
         text = sys.stdin.read()
@@ -284,35 +328,13 @@ def _read_prompt(text: str) -> str:
 
 def cmd_run(opts: RunOptions, prompt: str) -> int:
     """``trio-agents run PROMPT``: run the main agent to its end; returns the exit code."""
-    from ._options import check_control_path, existing_file, run_command, setup_logging
+    from ._options import check_output_paths, existing_file, run_command, setup_logging
 
     existing_file(opts.scenario, "--scenario")
     existing_file(opts.agents, "--agents")
-    if opts.control:
-        check_control_path(opts.control)
-    setup_logging(opts.debug)
+    check_output_paths(opts)
+    setup_logging(opts.debug, opts.verbose)
     return run_command(lambda: run_prompt(opts, prompt), debug=opts.debug)
-
-
-async def run_prompt(opts: RunOptions, prompt: str, **session_kwargs: Any) -> int:
-    """Run *prompt* in a CLI session (live view, Ctrl+C picker, prompts, control socket).
-
-    Returns:
-        The exit code: 0 completed, 1 ended otherwise, 130 aborted.
-
-    Cancellation: cancels the run; every node ends ``cancelled``.
-    """
-    from ._options import open_session, report_outcome
-
-    outcome = None
-    async with open_session(opts, **session_kwargs) as session:
-        handle = await session.rt.start(prompt)
-        if session.aborted:  # Ctrl+C came before the agent existed
-            await session.rt.abort("run aborted by user (Ctrl+C)")
-        outcome = await handle.wait()
-    code = session.exit_code(outcome)
-    report_outcome(session, outcome, code)
-    return code
 
 
 def cmd_cancel(path: str, target: str, reason: str | None) -> int:

@@ -26,13 +26,14 @@ rich and the runtime are imported inside the functions that need them.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,25 +46,58 @@ if TYPE_CHECKING:
     from ._live import LiveView, PlainView
     from ._picker import TerminalPrompts
 
-PROG = "trio-agents"
+from ._exit import EXIT_ABORTED as EXIT_ABORTED
+from ._exit import EXIT_FAILED as EXIT_FAILED
+from ._exit import EXIT_OK as EXIT_OK
+from ._exit import EXIT_USAGE as EXIT_USAGE
+from ._exit import PROG as PROG
+from ._exit import error_line as error_line
+from ._exit import warning_line as warning_line
+
 PERMISSION_MODES = ("ask", "auto-edit", "allow-all", "deny")
 PROVIDERS = ("openai", "anthropic", "scripted")
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_ABORTED = 130
+# The Limits defaults, for --help (which must not import the runtime); a test keeps them equal.
+DEFAULT_MAX_TURNS = 50
+DEFAULT_MAX_DEPTH = 4
+DEFAULT_MAX_PARALLEL = 16
+GLOBAL_FLAGS = ("--debug", "-v", "--verbose")
+"""Options every command takes, before or after its name."""
 
 
 class UsageError(Exception):
     """Bad command-line usage found after parsing (exit 2); the message is one line."""
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs wrapped to the terminal, paragraph by paragraph; a paragraph
+    with indented lines (a table, an example) is kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        out = []
+        for paragraph in text.split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line[:1].isspace() for line in lines[1:]):
+                out.append("\n".join(indent + line for line in lines))
+            else:
+                out.append(
+                    textwrap.fill(
+                        " ".join(paragraph.split()),
+                        width,
+                        initial_indent=indent,
+                        subsequent_indent=indent,
+                    )
+                )
+        return "\n\n".join(out)
+
+
 class CliParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line on stderr and exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(EXIT_USAGE, f"{PROG}: error: {message} (see {self.prog} --help)\n")
 
 
 # -- options -------------------------------------------------------------------------------
@@ -108,16 +142,19 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         demo: word the help for ``demo``'s defaults (its own workspace, ``allow-all``).
     """
     g = parser.add_argument_group("model")
-    g.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        help="the model provider (default: scripted with --scenario, else openai)",
-    )
-    g.add_argument("--model", help="the model name to ask the provider for")
+    if not demo:  # the demo plays its script on the scripted provider, and needs no model
+        g.add_argument(
+            "--provider",
+            choices=PROVIDERS,
+            help="the model provider (default: scripted with --scenario, else openai)",
+        )
+        g.add_argument("--model", help="the model name to ask the provider for")
     g.add_argument(
         "--scenario",
         metavar="FILE",
-        help="a scripted-provider scenario (JSON); implies --provider scripted",
+        help="play this scenario (JSON) instead of the built-in one"
+        if demo
+        else "a scripted-provider scenario (JSON); implies --provider scripted",
     )
     g.add_argument("--agents", metavar="FILE", help="agent types to add (TOML, [agents.NAME])")
     g = parser.add_argument_group("run")
@@ -139,12 +176,24 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         action="store_true",
         help="print every event as a JSON line on stdout, and nothing else there",
     )
-    g.add_argument("--max-turns", type=_positive_int, metavar="N", help="model turns per agent")
     g.add_argument(
-        "--max-depth", type=_positive_int, metavar="N", help="deepest sub-agent (root is 0)"
+        "--max-turns",
+        type=_positive_int,
+        metavar="N",
+        help=f"model turns per agent (default: {DEFAULT_MAX_TURNS})",
     )
     g.add_argument(
-        "--max-parallel", type=_positive_int, metavar="N", help="sub-agents running at once"
+        "--max-depth",
+        type=_positive_int,
+        metavar="N",
+        help="how deep sub-agents may nest: 1 lets only the main agent start them, 2 lets "
+        f"those start their own, and so on (default: {DEFAULT_MAX_DEPTH})",
+    )
+    g.add_argument(
+        "--max-parallel",
+        type=_positive_int,
+        metavar="N",
+        help=f"sub-agents running at once in the whole run (default: {DEFAULT_MAX_PARALLEL})",
     )
     g.add_argument(
         "--context-window",
@@ -188,6 +237,13 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         help="spread: hosts on every node with CPUs (default); pack: on one node",
     )
     g.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
+    g.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="warnings on stderr too (retries, a sink that stopped writing); default: only the "
+        "one-line outcome",
+    )
     g = parser.add_argument_group("permissions")
     g.add_argument(
         "--permission-mode",
@@ -282,6 +338,7 @@ class RunOptions:
     ray: dict[str, Any] = field(default_factory=dict)
     """:class:`~runtime.RayOptions` fields given on the command line."""
     debug: bool = False
+    verbose: bool = False
     mcp_config: tuple[str, ...] = ()
     no_mcp: bool = False
     mcp_start_timeout_s: float | None = None
@@ -297,16 +354,17 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
     Raises:
         UsageError: options that contradict each other.
     """
-    if ns.scenario is not None and ns.provider not in (None, "scripted"):
+    provider = getattr(ns, "provider", None)  # not an option of every command (demo)
+    if ns.scenario is not None and provider not in (None, "scripted"):
         raise UsageError(
-            f"--scenario runs the scripted provider; it cannot go with --provider {ns.provider}"
+            f"--scenario runs the scripted provider; it cannot go with --provider {provider}"
         )
-    if ns.provider == "scripted" and ns.scenario is None:
+    if provider == "scripted" and ns.scenario is None:
         raise UsageError("--provider scripted needs --scenario FILE")
     trace: str | bool = False if ns.no_trace else (ns.trace if ns.trace is not None else True)
     return RunOptions(
-        provider=ns.provider,
-        model=ns.model,
+        provider=provider,
+        model=getattr(ns, "model", None),
         scenario=ns.scenario,
         agents=ns.agents,
         workspace=ns.workspace,
@@ -333,6 +391,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
             if value is not None
         },
         debug=ns.debug,
+        verbose=getattr(ns, "verbose", False),
         mcp_config=tuple(ns.mcp_config),
         no_mcp=ns.no_mcp,
         mcp_start_timeout_s=ns.mcp_start_timeout,
@@ -454,6 +513,12 @@ class _Stderr:
         sys.stderr.flush()
 
 
+def _drop_all(_: Any, __: str, ___: dict[str, Any]) -> dict[str, Any]:
+    import structlog
+
+    raise structlog.DropEvent
+
+
 def _drop_traceback(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     # Without --debug an error is one line: keep what went wrong, not where.
     exc_info = event_dict.pop("exc_info", None)
@@ -464,19 +529,25 @@ def _drop_traceback(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, An
     return event_dict
 
 
-def setup_logging(debug: bool) -> None:
-    """Send structlog (and stdlib logging) to stderr only: WARNING and up, DEBUG with *debug*.
+_QUIET: Final = logging.CRITICAL + 10
+"""Above every level: nothing is logged (stderr carries only the command's own lines)."""
 
-    Stdout is left to the view or to ``--json`` events.
+
+def setup_logging(debug: bool, verbose: bool = False) -> None:
+    """Send structlog (and stdlib logging) to stderr only: nothing by default, WARNING and up
+    with *verbose* (``-v``), DEBUG with *debug*.
+
+    Quiet by default: what a user needs (a retry, a failure) is in the view and the events;
+    the one-line outcome is printed by the command. Stdout is left to the view or to
+    ``--json`` events.
     """
-    import logging
-
     import structlog
 
     from runtime.core._secrets import RedactingLogFilter, redact_log_event
 
-    level = logging.DEBUG if debug else logging.WARNING
-    processors: list[Any] = [
+    level = logging.DEBUG if debug else logging.WARNING if verbose else _QUIET
+    processors: list[Any] = [] if level <= logging.CRITICAL else [_drop_all]
+    processors += [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
     ]
@@ -493,7 +564,7 @@ def setup_logging(debug: bool) -> None:
     )
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(level),
+        wrapper_class=structlog.make_filtering_bound_logger(min(level, logging.CRITICAL)),
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
@@ -506,20 +577,6 @@ def setup_logging(debug: bool) -> None:
 
 
 # -- errors and exit codes -----------------------------------------------------------------
-
-
-def warning_line(message: str) -> None:
-    """Print one ``trio-agents: warning: …`` line on stderr (newlines folded)."""
-    text = " ".join(message.split("\n")).strip()
-    print(f"{PROG}: warning: {text}", file=sys.stderr, flush=True)
-
-
-def error_line(message: str, *, file: TextIO | None = None) -> None:
-    """Print one ``trio-agents: error: …`` line on stderr (newlines folded)."""
-    from runtime.core._secrets import redact_text  # masked like the events and the logs
-
-    text = redact_text(" ".join(message.split("\n")).strip())
-    print(f"{PROG}: error: {text}", file=file or sys.stderr, flush=True)
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -605,6 +662,8 @@ class Session:
         self.tree = tree if tree is not None else view.tree if view is not None else TraceTree()
         self.prompts = prompts
         self.aborted = False
+        self.reader_gone = False
+        """Stdout is a pipe whose reader closed it (``| head``): the run was ended quietly."""
         self.interactive = prompts is not None
         self.abort_noun = "the run"
         """What an abort ends, in the picker's words (``chat``: the turn)."""
@@ -625,7 +684,13 @@ class Session:
         await self.rt.abort(reason)
 
     def exit_code(self, outcome: AgentOutcome | None) -> int:
-        """0 when the root completed, 130 when aborted, 1 otherwise."""
+        """0 when the root completed, 130 when aborted, 1 otherwise.
+
+        A run ended because stdout's reader left (``| head``) exits 0, as ``cat`` does in a
+        pipeline: the command the user sees is the reader's.
+        """
+        if self.reader_gone:
+            return EXIT_OK
         if self.aborted:
             return EXIT_ABORTED
         if outcome is not None and outcome.status == "completed":
@@ -731,6 +796,8 @@ async def open_session(
                         if prompts is not None:
                             await nursery.start(prompts.run, session)
                         nursery.start_soon(serve_sigint, sigint, session)
+                        if _stdout_is_pipe():
+                            nursery.start_soon(watch_stdout_reader, session)
                         if control is not None:
                             await nursery.start(control.serve, rt)
                         answerer = rt.permission_answerer() if prompts else nullcontext()
@@ -755,8 +822,76 @@ async def open_session(
         view.finish(trace_path=trace_path)
 
 
+def _stdout_is_pipe() -> bool:
+    import stat
+
+    try:
+        return stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+async def watch_stdout_reader(session: Session) -> None:
+    """End the run quietly once the reader of stdout (a pipe) has closed it, as ``cat`` ends
+    under ``| head``: nobody will read what the run says, so it stops (every node ends
+    ``cancelled``, the trace is complete) instead of working on unseen.
+
+    The write end of a pipe never becomes readable: the event loop reports it so only when the
+    pipe breaks (``POLLERR``), which is then checked with ``poll``.
+
+    Cancellation: the way to stop it.
+    """
+    import select
+
+    import trio
+
+    fd = sys.stdout.fileno()
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        poller = select.poll()
+        poller.register(fd, 0)  # no events asked: only errors and hang-ups are reported
+        if any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0)):
+            break
+        await trio.sleep(0.1)  # woken for another reason: look again, never spin
+    session.reader_gone = True
+    silence_stdout()
+    await session.rt.abort("stdout closed by its reader", by="user")
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null: its reader is gone, and Python's last flush would otherwise
+    complain (``BrokenPipeError``) on stderr."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+async def run_prompt(opts: RunOptions, prompt: str, **session_kwargs: Any) -> int:
+    """Run *prompt* in a CLI session (live view, Ctrl+C picker, prompts, control socket).
+
+    Returns:
+        The exit code: 0 completed, 1 ended otherwise, 130 aborted.
+
+    Cancellation: cancels the run; every node ends ``cancelled``.
+    """
+    outcome = None
+    async with open_session(opts, **session_kwargs) as session:
+        handle = await session.rt.start(prompt)
+        if session.aborted:  # Ctrl+C came before the agent existed
+            await session.rt.abort("run aborted by user (Ctrl+C)")
+        outcome = await handle.wait()
+    code = session.exit_code(outcome)
+    report_outcome(session, outcome, code)
+    return code
+
+
 def report_outcome(session: Session, outcome: AgentOutcome | None, code: int) -> None:
     """One line on stderr when the run did not complete (the view already showed the rest)."""
+    if session.reader_gone:
+        return
     if code == EXIT_ABORTED:
         if not session.interactive:
             error_line("the run was aborted")
@@ -764,8 +899,19 @@ def report_outcome(session: Session, outcome: AgentOutcome | None, code: int) ->
         if outcome is None:
             error_line("the run ended without an outcome")
         else:
-            detail = f": {outcome.error}" if outcome.error else ""
-            error_line(f"the {outcome.name} agent ended {outcome.status}{detail}")
+            error = (outcome.error or "").removeprefix("cancelled: ")  # said once, not twice
+            detail = f": {error}" if error else ""
+            ended = _ENDED.get(outcome.status, outcome.status)
+            error_line(f"the {outcome.name} agent {ended}{detail}")
+
+
+_ENDED: Final = {
+    "failed": "failed",
+    "cancelled": "was cancelled",
+    "max_turns": "stopped at its turn limit",
+    "budget_exceeded": "ran out of budget",
+}
+"""How an agent that did not complete ended, in words (not ``ended failed``)."""
 
 
 def check_control_path(path: str) -> None:
@@ -785,3 +931,57 @@ def existing_file(path: str | None, option: str) -> None:
     """Fail early, with one line, when an input file does not exist."""
     if path is not None and not Path(path).is_file():
         raise UsageError(f"{option} {path}: no such file")
+
+
+def writable_path(
+    path: str | os.PathLike[str], option: str, *, folder: bool = False, make_parents: bool = True
+) -> None:
+    """Fail early, with one line naming the path and why, when an output path cannot be written.
+
+    Checks what can be known before anything is written: the path is not a folder (or, with
+    *folder*, not a file), the nearest existing folder above it is a folder we may write in,
+    and (without *make_parents*) its parent folder exists. A failure found only while writing
+    (a full disk) is still reported where the write happens.
+
+    Args:
+        option: how the user gave the path (``--trace``, ``-o``), for the message.
+        folder: the path is a folder the command writes files into (``--sessions-dir``).
+        make_parents: missing folders above the path are created by the command.
+
+    Raises:
+        UsageError: naming the path and the reason.
+    """
+    target = Path(path)
+    where = f"{option} {os.fspath(path)}"
+    if target.exists():
+        if folder and not target.is_dir():
+            raise UsageError(f"{where}: not a folder")
+        if not folder and target.is_dir():
+            raise UsageError(f"{where}: is a folder, not a file")
+        probe = target if folder else target.parent
+        if not os.access(probe, os.W_OK):
+            raise UsageError(f"{where}: permission denied")
+        return
+    parent = target.parent
+    if not make_parents and not parent.exists():
+        raise UsageError(f"{where}: no such folder {os.fspath(parent)!r}")
+    ancestor = parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{where}: {os.fspath(ancestor)!r} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"{where}: permission denied in {os.fspath(ancestor)!r}")
+
+
+def check_output_paths(opts: RunOptions) -> None:
+    """Check every output path of the common options (``--trace``, ``--control``).
+
+    Raises:
+        UsageError: one line naming the first path that cannot be written, and why.
+    """
+    if isinstance(opts.trace, str):
+        writable_path(opts.trace, "--trace")
+    if opts.control:
+        check_control_path(opts.control)
+        writable_path(opts.control, "--control", make_parents=False)

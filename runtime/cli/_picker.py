@@ -42,7 +42,7 @@ import os
 import sys
 import termios
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import trio
@@ -106,6 +106,7 @@ class _Prompt:
         self.request_id = request_id
         self.scope = trio.CancelScope()
         self.interrupted = False
+        self.nothing_left = False
         self.resolved_elsewhere: PermissionResolved | None = None
 
 
@@ -266,6 +267,31 @@ class TerminalPrompts:
             self._active = None
         return None
 
+    async def _ask_picker_keyboard(self, prompt: _Prompt, picks: _PickList) -> str | None:
+        """The picker's question through the chat's keyboard, with the list kept true above
+        it (as :meth:`_read_choice` does on a terminal of our own)."""
+        keyboard = self._keyboard
+        assert keyboard is not None
+        print_above = getattr(keyboard, "print_above", None)
+
+        async def watch() -> None:
+            while True:
+                await trio.sleep(_PICKER_TICK_S)
+                for line in picks.update(self.tree):
+                    if print_above is not None:
+                        print_above(line)
+                if not picks.running():
+                    prompt.nothing_left = True
+                    prompt.scope.cancel(reason="nothing left to cancel")
+                    return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            try:
+                return await self._ask_keyboard(keyboard, prompt, "cancel> ")
+            finally:
+                nursery.cancel_scope.cancel(reason="the question is over")
+
     def _running_in_tree_order(self) -> list[RunningSubtree]:
         # The tree's own order (depth first), so a sub-agent's children follow it.
         subtrees = {s.tool_use_id: s for s in self.tree.running_subtrees()}
@@ -278,60 +304,149 @@ class TerminalPrompts:
         if not subtrees:
             await session.abort("run aborted with Ctrl+C")
             return
+        picks = _PickList(subtrees)
+        keys = self._keyboard is None  # our own terminal: a key is an answer, no Enter needed
         with self.view.paused():
             self.console.print(
                 "[bold]Paused[/] — agents keep running. Running sub-agents:", highlight=False
             )
-            for i, sub in enumerate(subtrees, 1):
-                indent = "  " * max(0, sub.depth - 1)
-                self.console.print(
-                    f"  {indent}[{i}] {sub.agent_name} {sub.tool_use_id} {sub.description}",
-                    markup=False,
-                    highlight=False,
-                )
+            for entry in picks.lines():
+                self.console.print(entry, markup=False, highlight=False)
+            number = "N" if keys else "N Enter"
             self.console.print(
-                f"[dim]N: cancel that subtree · a: cancel all · q: abort {session.abort_noun} · "
-                "Enter: resume · Ctrl+C: abort[/]",
+                f"[dim]{number}: cancel that subtree · a: cancel all · q: abort "
+                f"{session.abort_noun} · Enter: resume · Ctrl+C: abort[/]",
                 highlight=False,
             )
             while True:
                 prompt = _Prompt("picker")
-                line = await self._read_line(prompt, "cancel> ")
+                line: str | None
+                if keys:
+                    line = await self._read_choice(prompt, picks)
+                else:
+                    line = await self._ask_picker_keyboard(prompt, picks)
                 if prompt.interrupted:
-                    await self._say_abort(session)
+                    await self._say_abort(session, "run aborted with Ctrl+C")
+                    return
+                if prompt.nothing_left:
+                    self.console.print(
+                        "Every listed sub-agent has finished: nothing left to cancel. Resumed.",
+                        highlight=False,
+                    )
                     return
                 if not line:
                     self.console.print("[dim]Resumed.[/]", highlight=False)
                     return
                 if line.lower() in ("q", "quit"):
-                    await self._say_abort(session)
+                    await self._say_abort(session, "run aborted by user (q at the Ctrl+C picker)")
                     return
                 if line.lower() in ("a", "all"):
-                    await self._cancel_all(session, subtrees)
+                    await self._cancel_all(session, picks.running())
                     return
-                chosen = self._choose(line, subtrees)
+                picks.update(self.tree)
+                chosen = picks.choose(line)
                 if chosen is None:
                     self.console.print(
-                        f"Not a choice: {line!r}. Type a number from 1 to {len(subtrees)}, "
+                        f"Not a choice: {line!r}. Type a number from 1 to {len(picks.entries)}, "
                         "a, q, or Enter.",
                         markup=False,
                         highlight=False,
                     )
                     continue
-                await self._cancel_one(session, chosen)
-                return
+                if chosen.done is not None:
+                    self.console.print(
+                        f"{chosen.sub.agent_name} {chosen.sub.tool_use_id} has already finished "
+                        f"({chosen.done}); pick another.",
+                        markup=False,
+                        highlight=False,
+                    )
+                    continue
+                if await self._cancel_one(session, chosen.sub):
+                    return
 
-    @staticmethod
-    def _choose(line: str, subtrees: list[RunningSubtree]) -> RunningSubtree | None:
-        text = line.strip().strip("[]")
-        if text.isdigit() and 1 <= int(text) <= len(subtrees):
-            return subtrees[int(text) - 1]
-        for sub in subtrees:
-            if text == sub.tool_use_id:
-                return sub
+    async def _read_choice(self, prompt: _Prompt, picks: _PickList) -> str | None:
+        """Read the picker's answer key by key, keeping the list above it up to date.
+
+        The terminal leaves canonical mode for the question (no line editing or echo by the
+        kernel; Ctrl+C still signals): a number that cannot start a longer one, ``a`` or ``q``
+        is an answer at once, anything else ends with Enter. Sub-agents that finish meanwhile
+        are marked, new ones added with the next number. Whatever was typed and not taken is
+        discarded when the question ends, so no key goes on to a later prompt or the shell.
+        """
+        assert self._stream is not None
+        assert self._fd is not None
+        fd = self._fd
+        try:
+            saved = termios.tcgetattr(fd)
+        except termios.error:  # not a terminal after all: line by line
+            return await self._read_line(prompt, "cancel> ")
+        keys = list(saved)
+        keys[3] &= ~(termios.ICANON | termios.ECHO)
+        keys[6] = list(saved[6])
+        keys[6][termios.VMIN] = 1
+        keys[6][termios.VTIME] = 0
+        typed = ""
+        answered = False
+        self._active = prompt
+        try:
+            termios.tcsetattr(fd, termios.TCSANOW, keys)
+            termios.tcflush(fd, termios.TCIFLUSH)
+            self._prompt_line(typed, fresh=True)
+            with prompt.scope:
+                while True:
+                    changes = picks.update(self.tree)
+                    if changes:
+                        self._prompt_line(typed, above=changes)
+                    if not picks.running():
+                        prompt.nothing_left = True
+                        break
+                    data = None
+                    with trio.move_on_after(_PICKER_TICK_S):
+                        data = await self._stream.receive_some(1024)
+                    if data is None:
+                        continue
+                    if not data:
+                        return None
+                    for char in data.decode(errors="replace"):
+                        if char in "\r\n":
+                            answered = True
+                            self.console.file.write("\n")
+                            return typed.strip()
+                        if char in "\x7f\b":
+                            typed = typed[:-1]
+                        elif char.isprintable():
+                            typed += char
+                        self._prompt_line(typed)
+                        if picks.complete(typed):
+                            answered = True
+                            self.console.file.write("\n")
+                            return typed
+        finally:
+            self._active = None
+            with contextlib.suppress(termios.error):
+                termios.tcsetattr(fd, termios.TCSANOW, saved)
+                termios.tcflush(fd, termios.TCIFLUSH)
+            if not answered:
+                self.console.file.write("\n")
+                if not (prompt.interrupted or prompt.nothing_left):
+                    # Cut short by the end of the run (the session is closing).
+                    self.console.print(
+                        "The run has ended: the picker is closed.",
+                        highlight=False,
+                    )
+            self.console.file.flush()
         return None
 
-    async def _cancel_one(self, session: Session, sub: RunningSubtree) -> None:
+    def _prompt_line(self, typed: str, *, above: Sequence[str] = (), fresh: bool = False) -> None:
+        out = self.console.file
+        if not fresh:
+            out.write("\r\x1b[K")  # back to the start of the prompt's line, cleared
+        for line in above:
+            out.write(line + "\n")
+        out.write("cancel> " + typed)
+        out.flush()
+
+    async def _cancel_one(self, session: Session, sub: RunningSubtree) -> bool:
         done = await session.rt.cancel(sub.tool_use_id, "picked with Ctrl+C", by="user")
         if done:
             self.console.print(
@@ -341,10 +456,11 @@ class TerminalPrompts:
             )
         else:
             self.console.print(
-                f"{sub.agent_name} {sub.tool_use_id} has already finished.",
+                f"{sub.agent_name} {sub.tool_use_id} has just finished; pick another.",
                 markup=False,
                 highlight=False,
             )
+        return done
 
     async def _cancel_all(self, session: Session, subtrees: list[RunningSubtree]) -> None:
         # "Of the turn": the sub-agents the root agent is waiting for; cancelling them takes
@@ -357,9 +473,9 @@ class TerminalPrompts:
                 count += 1
         self.console.print(f"Cancelling {count} running subtree(s).", highlight=False)
 
-    async def _say_abort(self, session: Session) -> None:
+    async def _say_abort(self, session: Session, reason: str) -> None:
         self.console.print(f"[bold]Aborting {session.abort_noun}…[/]", highlight=False)
-        await session.abort("run aborted with Ctrl+C")
+        await session.abort(reason)
 
     async def _ask_permission(self, session: Session, req: PermissionRequested) -> None:
         if not any(p.request_id == req.request_id for p in session.rt.pending_permissions()):
@@ -432,3 +548,70 @@ def _escape(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
+
+
+_PICKER_TICK_S = 0.2
+"""How often the open picker looks at the tree for sub-agents that finished or started."""
+
+
+class _Entry:
+    __slots__ = ("done", "sub")
+
+    def __init__(self, sub: RunningSubtree) -> None:
+        self.sub = sub
+        self.done: str | None = None  # the final status once the subtree has finished
+
+
+class _PickList:
+    """The picker's numbered list, kept true while it is open: a subtree that finishes keeps
+    its number, marked and no longer pickable; one that starts gets the next number."""
+
+    def __init__(self, subtrees: list[RunningSubtree]) -> None:
+        self.entries = [_Entry(sub) for sub in subtrees]
+
+    @staticmethod
+    def _line(number: int, sub: RunningSubtree) -> str:
+        indent = "  " * max(0, sub.depth - 1)
+        return f"  {indent}[{number}] {sub.agent_name} {sub.tool_use_id} {sub.description}"
+
+    def lines(self) -> list[str]:
+        return [self._line(i, e.sub) for i, e in enumerate(self.entries, 1)]
+
+    def running(self) -> list[RunningSubtree]:
+        return [e.sub for e in self.entries if e.done is None]
+
+    def update(self, tree: TraceTree) -> list[str]:
+        """Bring the list up to date with *tree*; the lines that say what changed."""
+        running = {s.tool_use_id: s for s in tree.running_subtrees()}
+        changes = []
+        for number, entry in enumerate(self.entries, 1):
+            if entry.done is None and entry.sub.tool_use_id not in running:
+                call = tree.tools.get(entry.sub.tool_use_id)
+                entry.done = call.status if call is not None else "finished"
+                sub = entry.sub
+                changes.append(
+                    f"  [{number}] {sub.agent_name} {sub.tool_use_id} finished ({entry.done})"
+                )
+        known = {e.sub.tool_use_id for e in self.entries}
+        for node in tree.iter_nodes():
+            new = running.get(node.id)
+            if new is not None and new.tool_use_id not in known:
+                self.entries.append(_Entry(new))
+                changes.append(self._line(len(self.entries), new) + "  (new)")
+        return changes
+
+    def choose(self, text: str) -> _Entry | None:
+        text = text.strip().strip("[]")
+        if text.isdigit() and 1 <= int(text) <= len(self.entries):
+            return self.entries[int(text) - 1]
+        for entry in self.entries:
+            if text == entry.sub.tool_use_id:
+                return entry
+        return None
+
+    def complete(self, typed: str) -> bool:
+        """Whether *typed* is an answer without Enter: ``a``, ``q``, or a number that no
+        longer one on the list starts with."""
+        if typed.lower() in ("a", "q"):
+            return True
+        return typed.isdigit() and int(typed) * 10 > len(self.entries)

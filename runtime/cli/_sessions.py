@@ -119,6 +119,7 @@ class ChatSession:
     workspace: str | None = None
     provider: str | None = None
     model: str | None = None
+    scenario: str | None = None
     agent_types: list[str] = attrs.Factory(list)
     trace_path: str | None = None
     traces: list[str] = attrs.Factory(list)

@@ -24,9 +24,11 @@ if TYPE_CHECKING:
 
     from runtime.core._errors import EventDecodeError
     from runtime.trace._tracefile import TraceLoader
-    from runtime.trace._tree import AgentNode, ToolNode, TraceTree
+    from runtime.trace._tree import TraceTree
 
 PROG: Final = "trio-agents trace"
+_ERR_PROG: Final = "trio-agents"
+"""What every error line starts with, whatever the command (``trio-agents: error: …``)."""
 MAX_WARNINGS: Final = 20
 """Bad-line warnings printed before the rest are only counted."""
 STATUSES: Final = (
@@ -44,6 +46,7 @@ STATUSES: Final = (
 
 
 _PIPE_WIDTH: Final = 400
+_FILE_HELP: Final = "a trace (JSONL) written by run, demo or chat (--trace)"
 
 
 class _UsageError(Exception):
@@ -51,14 +54,20 @@ class _UsageError(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    from ._options import CliParser
+
+    common = CliParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    parser = argparse.ArgumentParser(
+    # Every command takes -v; the trace commands print their warnings anyway.
+    common.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
+    parser = CliParser(
         prog=PROG,
         description="Inspect a JSONL trace written by `trio-agents run` (or still being written).",
         parents=[common],
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=CliParser
+    )
 
     show = sub.add_parser(
         "show",
@@ -68,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         "the tree: agents with status, duration, tokens (own and Σ subtree), result or error; "
         "tool calls with their summary; cancels with reason and who asked.",
     )
-    show.add_argument("file", metavar="FILE")
+    show.add_argument("file", metavar="FILE", help=_FILE_HELP)
     show.add_argument(
         "--json", action="store_true", help="the tree as JSON (docs/tree.md), one line per run"
     )
@@ -82,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         "--status",
         metavar="S",
         choices=STATUSES,
-        help="only nodes with status S, with their ancestors",
+        help="only nodes with status S, with their ancestors; S is one of: " + ", ".join(STATUSES),
     )
     show.add_argument(
         "--timeline", action="store_true", help="a text Gantt chart of agents over time"
@@ -100,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
         "tool calls by name and status; the most agents running at once; the critical path; "
         "time spent waiting for permission.",
     )
-    stats.add_argument("file", metavar="FILE")
+    stats.add_argument("file", metavar="FILE", help=_FILE_HELP)
     stats.add_argument("--json", action="store_true", help="as one JSON object")
     stats.add_argument("--no-color", action="store_true", help="no colours")
     stats.set_defaults(func=_cmd_stats)
@@ -112,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Follow FILE as it grows: a live tree on a terminal, one line per event "
         "otherwise. Exits 0 when the run finishes, 130 on Ctrl+C.",
     )
-    tail.add_argument("file", metavar="FILE")
+    tail.add_argument("file", metavar="FILE", help=_FILE_HELP + "; waited for if missing")
     tail.add_argument("--no-color", action="store_true", help="no colours")
     tail.add_argument("--poll", metavar="SECONDS", type=float, default=0.1, help=argparse.SUPPRESS)
     tail.set_defaults(func=_cmd_tail)
@@ -124,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
         description="otlp-json: one OTLP ExportTraceServiceRequest per line (the collector's "
         "file format), GenAI semantic-convention attributes. mermaid: a flowchart TD.",
     )
-    export.add_argument("file", metavar="FILE")
+    export.add_argument("file", metavar="FILE", help=_FILE_HELP)
     export.add_argument("--format", required=True, choices=("otlp-json", "mermaid"))
     export.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     export.set_defaults(func=_cmd_export)
@@ -155,7 +164,7 @@ def main(argv: Sequence[str]) -> int:
         with _one_shot_heap():
             return func(args)
     except _UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{_ERR_PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # show/stats/export run without trio, so Ctrl+C arrives bare here (tail handles its
@@ -171,9 +180,11 @@ def main(argv: Sequence[str]) -> int:
         if args.debug:
             raise
         if isinstance(exc, TraceError):
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
+            print(f"{_ERR_PROG}: error: {exc}", file=sys.stderr)
             return 2
-        print(f"{PROG}: internal error: {exc!r} (--debug shows where)", file=sys.stderr)
+        print(
+            f"{_ERR_PROG}: error: internal error: {exc!r} (--debug shows where)", file=sys.stderr
+        )
         return 1
 
 
@@ -234,7 +245,7 @@ class _Warnings:
             )
         else:
             message = str(error)
-        line = f"{PROG}: warning: {self.path}: {message}"
+        line = f"{_ERR_PROG}: warning: {self.path}: {message}"
         if self.defer:
             self._held.append(line)
         else:
@@ -258,12 +269,13 @@ class _Warnings:
         self._held.clear()
         if self.count > MAX_WARNINGS:
             print(
-                f"{PROG}: warning: {self.path}: {self.count - MAX_WARNINGS} more", file=sys.stderr
+                f"{_ERR_PROG}: warning: {self.path}: {self.count - MAX_WARNINGS} more",
+                file=sys.stderr,
             )
         if loader is not None and loader.truncated:
             print(
-                f"{PROG}: note: {self.path}: the last line is cut short (the writer was killed?); "
-                "unfinished nodes are shown as interrupted",
+                f"{_ERR_PROG}: note: {self.path}: the last line is cut short (the writer was "
+                "killed?); unfinished nodes are shown as interrupted",
                 file=sys.stderr,
             )
 
@@ -306,9 +318,12 @@ def _write_bytes(chunks: Iterable[bytes], output: str | None = None) -> None:
             out.write(chunk)
         out.flush()
         return
-    with open(output, "wb") as f:
-        for chunk in chunks:
-            f.write(chunk)
+    try:
+        with open(output, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+    except OSError as exc:
+        raise _UsageError(f"-o {output}: cannot write: {exc.strerror or exc}") from None
 
 
 # --------------------------------------------------------------------------- show
@@ -350,7 +365,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
         )
         if console.is_terminal:
             for line in lines:
-                console.print(line)
+                # Whole lines, wrapped by the terminal: a tree to read, not a live region to fit.
+                console.print(line.copy())
         else:
             # Piped: plain text as it comes (rich would only strip what it added).
             out = sys.stdout
@@ -364,196 +380,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- stats
 
 
-def _summary(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"sum": 0.0, "p50": 0.0, "max": 0.0}
-    ordered = sorted(values)
-    n = len(ordered)
-    mid = n // 2
-    p50 = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return {"sum": round(sum(ordered), 6), "p50": round(p50, 6), "max": round(ordered[-1], 6)}
-
-
-class _Group:
-    __slots__ = ("count", "durations", "input_tokens", "output_tokens", "statuses")
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.durations: list[float] = []
-        self.statuses: dict[str, int] = {}
-
-    def add(
-        self, status: str, duration: float | None, input_tokens: int = 0, output_tokens: int = 0
-    ) -> None:
-        self.count += 1
-        self.input_tokens += input_tokens
-        self.output_tokens += output_tokens
-        if duration is not None:
-            self.durations.append(duration)
-        self.statuses[status] = self.statuses.get(status, 0) + 1
-
-    def to_json(self, *, tokens: bool = True, statuses: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {"count": self.count}
-        if tokens:
-            out["input_tokens"] = self.input_tokens
-            out["output_tokens"] = self.output_tokens
-        out["duration_s"] = _summary(self.durations)
-        if statuses:
-            out["statuses"] = dict(sorted(self.statuses.items()))
-        return out
-
-
-def _union_length(intervals: list[tuple[float, float]]) -> float:
-    total = 0.0
-    end = -float("inf")
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
-
-
-def _critical_path(tree: TraceTree) -> list[tuple[int, AgentNode | ToolNode]]:
-    """The chain of nodes that set the run's wall time, as ``(level, node)`` in time order.
-
-    An agent's time is its turns one after another, each waiting for its slowest tool call:
-    calls that overlap in time form one turn's parallel group, and the one that ended last
-    held the agent up. So the path goes through that call of every group, and on into the
-    sub-agent it started, the same way; it starts at the root agent that ended last.
-    """
-    from runtime.trace._tree import AgentNode
-
-    last = tree.last_ts
-
-    def end(node: AgentNode | ToolNode) -> float:
-        start = node.started_ts
-        return -math.inf if start is None else start + (node.elapsed(last) or 0.0)
-
-    roots = tree.roots
-    if not roots:
-        return []
-    path: list[tuple[int, AgentNode | ToolNode]] = []
-    stack: list[tuple[int, AgentNode | ToolNode]] = [(0, max(roots, key=end))]
-    while stack:
-        level, node = stack.pop()
-        path.append((level, node))
-        if isinstance(node, AgentNode):
-            calls = sorted(
-                (c for c in node.children if c.started_ts is not None),
-                key=lambda c: c.started_ts or 0.0,
-            )
-            critical: list[ToolNode] = []
-            group_end = -math.inf
-            for call in calls:
-                if critical and (call.started_ts or 0.0) < group_end:
-                    if end(call) > end(critical[-1]):
-                        critical[-1] = call
-                    group_end = max(group_end, end(call))
-                else:
-                    critical.append(call)
-                    group_end = end(call)
-            stack.extend((level + 1, call) for call in reversed(critical))
-        else:
-            stack.extend((level + 1, child) for child in reversed(node.children))
-    return path
-
-
-def run_stats(tree: TraceTree) -> dict[str, Any]:
-    """The statistics of one run, as JSON-ready data (what ``trace stats --json`` prints)."""
-    tree.rollup()
-    last = tree.last_ts
-    by_type: dict[str, _Group] = {}
-    by_status: dict[str, _Group] = {}
-    edges: list[tuple[float, int]] = []
-    for agent in tree.agents.values():
-        duration = agent.elapsed(last)
-        for key, groups in ((agent.name, by_type), (agent.status, by_status)):
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = _Group()
-            group.add(agent.status, duration, agent.input_tokens, agent.output_tokens)
-        if agent.started_ts is not None:
-            edges.append((agent.started_ts, 1))
-            edges.append((agent.started_ts + (duration or 0.0), -1))
-    tools: dict[str, _Group] = {}
-    waits: list[tuple[float, float]] = []
-    requests = 0
-    wait_sum = 0.0
-    for tool in tree.tools.values():
-        group = tools.get(tool.name)
-        if group is None:
-            group = tools[tool.name] = _Group()
-        group.add(tool.status, tool.elapsed(last))
-        intervals = tool.permission_intervals
-        if intervals:
-            requests += len(intervals)
-            wait_sum += tool.permission_wait_s
-            waits.extend(intervals)
-    # Most agents at once: a sweep over start/end edges; an end sorts before a start at the
-    # same instant, so a hand-over is not counted as overlap.
-    edges.sort()
-    running = peak = 0
-    peak_at: float | None = None
-    for ts, step in edges:
-        running += step
-        if running > peak:
-            peak, peak_at = running, ts
-    compactions = {
-        "count": len(tree.compactions),
-        "trim": sum(1 for c in tree.compactions if c.method == "trim"),
-        "summary": sum(1 for c in tree.compactions if c.method == "summary"),
-        "tokens_before": sum(c.tokens_before for c in tree.compactions),
-        "tokens_after": sum(c.tokens_after for c in tree.compactions),
-        "input_tokens": sum(c.input_tokens for c in tree.compactions),
-        "output_tokens": sum(c.output_tokens for c in tree.compactions),
-    }
-    wall = tree.duration_s
-    start = tree.started_ts
-    wait_wall = _union_length(waits)
-    path = _critical_path(tree)
-    return {
-        "run_id": tree.run_id,
-        "status": tree.status,
-        "wall_s": wall,
-        "agents": len(tree.agents),
-        "tool_calls": len(tree.tools),
-        "input_tokens": tree.total_input_tokens,
-        "output_tokens": tree.total_output_tokens,
-        "by_agent_type": {k: g.to_json() for k, g in sorted(by_type.items())},
-        "by_status": {k: g.to_json(statuses=False) for k, g in sorted(by_status.items())},
-        "tools": {k: g.to_json(tokens=False) for k, g in sorted(tools.items())},
-        "max_parallel_agents": {
-            "count": peak,
-            "at_s": None if peak_at is None or start is None else round(peak_at - start, 6),
-        },
-        "critical_path": [
-            {
-                "level": level,
-                "kind": node.kind,
-                "id": node.id,
-                "name": node.name,
-                "status": node.status,
-                "start_s": None
-                if node.started_ts is None or start is None
-                else round(node.started_ts - start, 6),
-                "duration_s": node.elapsed(last),
-            }
-            for level, node in path
-        ],
-        "permission_wait": {
-            "requests": requests,
-            "sum_s": round(wait_sum, 6),
-            "wall_s": round(wait_wall, 6),
-            "share_of_wall": round(wait_wall / wall, 4) if wall else 0.0,
-        },
-        "compactions": compactions,
-    }
-
-
 def _cmd_stats(args: argparse.Namespace) -> int:
+    from runtime.trace._stats import run_stats
+
     trees = _load(args.file, keep_details=False)
     stats = [run_stats(tree) for tree in trees]
     if args.json:
@@ -645,6 +474,13 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    if args.output is not None:
+        from ._options import UsageError, writable_path
+
+        try:  # before the trace is read: a bad -o costs nothing
+            writable_path(args.output, "-o", make_parents=False)
+        except UsageError as exc:
+            raise _UsageError(str(exc)) from None
     trees = _load(args.file, keep_details=False)
     if args.format == "mermaid":
         from runtime.trace._render import render_mermaid
@@ -677,8 +513,12 @@ def _cmd_tail(args: argparse.Namespace) -> int:
 
     from runtime.core._errors import TraceError
 
-    if not os.path.exists(args.file):
-        raise TraceError(f"{args.file}: no such file")
+    folder = os.path.dirname(args.file) or "."
+    if not os.path.exists(args.file) and not os.path.isdir(folder):
+        # A run may yet create the file, not its folder: that is a typo.
+        raise TraceError(f"{args.file}: no such file, and no folder {folder!r} to wait in")
+    if os.path.isdir(args.file):
+        raise TraceError(f"{args.file}: is a folder, not a trace")
     try:
         return trio.run(_tail, args)
     except* KeyboardInterrupt:  # a Ctrl+C before the signal handler was in place
@@ -720,7 +560,11 @@ async def _tail(args: argparse.Namespace) -> int:
             # Too tall for the screen while running: only what runs, and the paths to it.
             tall = len(t.agents) + len(t.tools) + 1 > room and not t.ended
             parts.append(render_tree(t, now=now, color=color, status="running" if tall else None))
-        return Group(*parts) if parts else f"waiting for events in {args.file}…"
+        if parts:
+            return Group(*parts)
+        if not os.path.exists(args.file):
+            return f"waiting for {args.file} to be created… (Ctrl+C to stop)"
+        return f"waiting for events in {args.file}…"
 
     def finished() -> bool:
         trees = traces.trees
@@ -729,6 +573,16 @@ async def _tail(args: argparse.Namespace) -> int:
     async def follow(cancel_scope: trio.CancelScope, live: Any) -> None:
         nonlocal outcome
         nonlocal arrived
+        trace = trio.Path(args.file)
+        if not await trace.exists():
+            # As `tail -F`: the run that writes it may not have started yet. Polled, as the
+            # file is once it exists (no file-system notifications needed).
+            if live is None and sys.stderr.isatty():
+                print(f"waiting for {args.file} (Ctrl+C to stop)", file=sys.stderr, flush=True)
+            while True:
+                await trio.sleep(args.poll)
+                if await trace.exists():
+                    break
         async with follow_lines(args.file, poll_s=args.poll) as batches:
             async for batch in batches:
                 arrived = time.monotonic()

@@ -20,7 +20,7 @@ from ._errors import EventDecodeError, UnknownEventType
 
 ToolStatus: TypeAlias = Literal["ok", "error", "cancelled", "denied"]
 AgentStatus: TypeAlias = Literal["completed", "cancelled", "failed", "max_turns", "budget_exceeded"]
-StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens"]
+StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "refusal"]
 CancelBy: TypeAlias = Literal["user", "control", "budget", "runtime"]
 
 TOOL_STATUSES: tuple[str, ...] = ("ok", "error", "cancelled", "denied")

@@ -37,6 +37,7 @@ from ._events import (
     AgentFinished,
     AgentStarted,
     AgentStatus,
+    ProviderRetry,
     TextDelta,
     ThinkingDelta,
     ToolFinished,
@@ -56,7 +57,15 @@ from ._messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from ._provider import ModelRequest, TextChunk, ThinkingChunk, ToolCall, ToolSpec, TurnEnd
+from ._provider import (
+    ModelRequest,
+    RetryNotice,
+    TextChunk,
+    ThinkingChunk,
+    ToolCall,
+    ToolSpec,
+    TurnEnd,
+)
 from ._secrets import redact
 from ._tool import Tool, ToolContext, validate_input
 
@@ -394,6 +403,10 @@ async def _stream_turn(
                 calls.append(item)
             elif isinstance(item, TurnEnd):
                 end = item
+            elif isinstance(item, RetryNotice):
+                await emit(
+                    ProviderRetry, attempt=item.attempt, delay_s=item.delay_s, reason=item.reason
+                )
     if end is None:
         raise ProviderError(f"provider {run.provider.name} ended a turn without a stop reason")
     content: list[Block] = []
@@ -455,20 +468,37 @@ async def _run_tool_calls(
     finish read ``cancelled``), so the history stays valid for another turn.
 
     The calls run at the same time when every one of them is concurrency-safe (read-only tools,
-    ``agent``), else one after another.
+    ``agent``), else one after another. Either way they start in call order (each parallel
+    call's ``tool_started`` is out before the next call starts), and the sub-agents of the
+    turn's ``agent`` calls get their ids in call order before any of them starts: the same
+    script gives the same ids and the same order, run after run.
     """
     results: list[ToolResultBlock | None] = [None] * len(calls)
     parallel = len(calls) > 1 and all(
         (t := tools.get(c.name)) is None or t.concurrency_safe for c in calls
     )
+    agent_ids = [run.new_agent_id() if c.name == "agent" else None for c in calls]
     try:
         if parallel:
+            all_started = trio.Event()
             async with trio.open_nursery() as nursery:
                 for i, call in enumerate(calls):
-                    nursery.start_soon(_run_tool_call, run, spec, tools, call, i, results, log)
+                    await nursery.start(
+                        _run_tool_call,
+                        run,
+                        spec,
+                        tools,
+                        call,
+                        i,
+                        results,
+                        log,
+                        agent_ids[i],
+                        all_started,
+                    )
+                all_started.set()
         else:
             for i, call in enumerate(calls):
-                await _run_tool_call(run, spec, tools, call, i, results, log)
+                await _run_tool_call(run, spec, tools, call, i, results, log, agent_ids[i])
     finally:
         blocks = tuple(
             r or ToolResultBlock(tool_use_id=c.id, content="cancelled", is_error=True)
@@ -495,6 +525,10 @@ async def _run_tool_call(
     index: int,
     results: list[ToolResultBlock | None],
     log: Any,
+    agent_id: str | None = None,
+    all_started: trio.Event | None = None,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     emit = functools.partial(
         run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
@@ -503,11 +537,14 @@ async def _run_tool_call(
     summary = _summary(tool, call, run)
     t0 = trio.current_time()
     await emit(ToolStarted, tool_use_id=call.id, name=call.name, input=call.input, summary=summary)
+    task_status.started()  # the next call of the turn may start: its tool_started comes after
     status: ToolStatus | None = None
     output = ""
     scope = trio.CancelScope()
     node = None
     try:
+        if all_started is not None:
+            await all_started.wait()  # the turn's calls are announced first, then run together
         try:
             node = run.registry.register(
                 call.id,
@@ -520,7 +557,7 @@ async def _run_tool_call(
         else:
             with scope:
                 try:
-                    status, output = await _execute(run, spec, tool, call, summary, log)
+                    status, output = await _execute(run, spec, tool, call, summary, log, agent_id)
                 except Exception as exc:  # validation, permissions, context: a bug here is
                     # this call's error, never a crash of the agent and its other calls
                     log.exception("tool call failed", tool=call.name, tool_use_id=call.id)
@@ -550,7 +587,13 @@ async def _run_tool_call(
 
 
 async def _execute(
-    run: RunContext, spec: AgentSpec, tool: Tool | None, call: ToolCall, summary: str, log: Any
+    run: RunContext,
+    spec: AgentSpec,
+    tool: Tool | None,
+    call: ToolCall,
+    summary: str,
+    log: Any,
+    agent_id: str | None = None,
 ) -> tuple[ToolStatus, str]:
 
     if tool is None:
@@ -580,7 +623,7 @@ async def _execute(
         env=run.env,
         limits=tool_limits_for(run, spec.agent_type),
         log=log.bind(tool_use_id=call.id, tool=tool.name),
-        spawner=_Spawner(run, spec, call.id),
+        spawner=_Spawner(run, spec, call.id, agent_id),
         report_progress=functools.partial(_report_progress, run, spec, call.id),
         redactor=run.bus.redactor,
         sandbox=run.sandbox,
@@ -619,10 +662,17 @@ async def _report_progress(
 class _Spawner:
     """Starts sub-agents for one ``agent`` tool call, inside that call's scope."""
 
-    def __init__(self, run: RunContext, parent: AgentSpec, tool_use_id: str) -> None:
+    def __init__(
+        self, run: RunContext, parent: AgentSpec, tool_use_id: str, agent_id: str | None = None
+    ) -> None:
         self._run = run
         self._parent = parent
         self._tool_use_id = tool_use_id
+        self._agent_id = agent_id  # given in call order by the turn; used by the first sub-agent
+
+    def _take_agent_id(self) -> str:
+        agent_id, self._agent_id = self._agent_id, None
+        return agent_id or self._run.new_agent_id()
 
     async def run_subagent(
         self,
@@ -649,7 +699,7 @@ class _Spawner:
         run.agents_reserved += 1
         effective = (atype.budget or Budget()).tighter(call_budget)
         spec = AgentSpec(
-            agent_id=run.new_agent_id(),
+            agent_id=self._take_agent_id(),
             agent_type=atype,
             prompt=prompt,
             depth=depth,

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -192,6 +193,10 @@ class PermissionPolicy:
     allow: tuple[Rule, ...] = attrs.field(default=(), converter=_to_rules)
     deny: tuple[Rule, ...] = attrs.field(default=(), converter=_to_rules)
     workspace: Path | None = attrs.field(default=None, kw_only=True)
+    protected: tuple[str, ...] = attrs.field(default=(), kw_only=True)
+    """Absolute paths (files or folders) no tool may change, whatever the mode or rules: files
+    the runtime acts on (``.mcp.json``: its commands run at the next start) or writes (a trace
+    outside ``.trio-agents/``)."""
 
     def decide(self, tool: Tool, args: Mapping[str, Any]) -> Decision:
         """Whether a call of *tool* with *args* (already validated) may run."""
@@ -202,6 +207,12 @@ class PermissionPolicy:
                 action="deny",
                 reason=f"{RUNTIME_DIR}/ holds the runtime's own files (traces, sessions, "
                 "settings): no tool call may touch them, whatever the mode or rules",
+            )
+        if kind == "path" and not tool.read_only and (hit := self._protected_hit(targets)):
+            return Decision(
+                action="deny",
+                reason=f"{hit} is one of the runtime's own files (a trace, or a file whose "
+                "commands it runs): no tool may change it, whatever the mode or rules",
             )
         for rule in self.deny:
             if rule.matches(tool.name, targets, kind, deny=True):
@@ -247,6 +258,16 @@ class PermissionPolicy:
         if rule not in self.allow:
             self.allow = (*self.allow, rule)
         return str(rule)
+
+    def _protected_hit(self, targets: list[str]) -> str | None:
+        if not self.protected or self.workspace is None:
+            return None
+        for target in targets:
+            where = Path(os.path.normpath(self.workspace / target))
+            for path in self.protected:
+                if where == Path(path) or where.is_relative_to(path):
+                    return normalise_target(str(where), self.workspace)
+        return None
 
     def _targets(self, tool: Tool, args: Mapping[str, Any], kind: str) -> list[str]:
         """The forms of the call's target: as given, then (paths) where it really leads."""

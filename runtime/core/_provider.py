@@ -81,7 +81,25 @@ class TurnEnd:
     output_tokens: int = 0
 
 
-StreamItem: TypeAlias = TextChunk | ThinkingChunk | ToolCall | TurnEnd
+@attrs.frozen(kw_only=True)
+class RetryNotice:
+    """The call failed in a way worth retrying; the provider waits ``delay_s``, then tries again.
+
+    Yielded before any other item of the turn (a failure after output is final), so the loop
+    can report it (``provider_retry``) while the provider waits.
+
+    Attributes:
+        attempt: the try that failed, 1-based.
+        delay_s: the wait before the next try.
+        reason: what failed, one line, never a secret.
+    """
+
+    attempt: int
+    delay_s: float
+    reason: str
+
+
+StreamItem: TypeAlias = TextChunk | ThinkingChunk | ToolCall | TurnEnd | RetryNotice
 
 
 @runtime_checkable

@@ -53,15 +53,19 @@ class TextFile:
     size: int
 
 
-def read_text_capped(path: Path, cap: int) -> TextFile:
+def read_text_capped(path: Path, cap: int, *, fd: int | None = None) -> TextFile:
     """Read at most *cap* bytes of *path* as UTF-8 (a multi-byte character cut by the cap is
     dropped), never more however big the file is.
+
+    Args:
+        fd: read this open descriptor (taken over and closed) instead of opening *path*, which
+            then only names the file in messages.
 
     Raises:
         ProjectFileError: unreadable, or not UTF-8 text.
     """
     try:
-        with path.open("rb") as f:
+        with path.open("rb") if fd is None else os.fdopen(fd, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             data = f.read(cap + 1)
     except OSError as exc:

@@ -108,7 +108,8 @@ class Setting:
         flag: the command-line flag that overrides it, if any.
         default: the value when nothing sets it (``None``: the runtime's own default).
         merge: ``replace`` (the nearest layer wins) or ``append`` (lists add up).
-        is_path: a relative value is taken from the folder the file belongs to.
+        is_path: a relative value (or each value of a list) is taken from the folder the file
+            belongs to.
     """
 
     name: str
@@ -156,7 +157,7 @@ SETTINGS: dict[str, Setting] = {
                 flag="--compact-threshold", default=0.8),
         Setting("mcp.config", strings,
                 "more MCP config files, beside the workspace's .mcp.json (docs/mcp.md)",
-                flag="--mcp-config", default=(), merge="append"),
+                flag="--mcp-config", default=(), merge="append", is_path=True),
         Setting("mcp.enabled", boolean, "start the MCP servers of .mcp.json and mcp.config",
                 flag="--no-mcp", default=True),
         Setting("sandbox.enabled", boolean, "run every bash call under bubblewrap",
@@ -243,7 +244,9 @@ def load_settings(
         files.append(file)
         for name, (value, line) in read_settings_file(file).items():
             setting = SETTINGS[name]
-            if setting.is_path:
+            if setting.is_path and isinstance(value, tuple):
+                value = tuple(str((base / Path(v).expanduser()).resolve()) for v in value)
+            elif setting.is_path:
                 value = str((base / Path(value).expanduser()).resolve())
             _layer(values, setting, value, f"{scope} {file}:{line}")
     for name, value in (flags or {}).items():

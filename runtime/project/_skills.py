@@ -10,7 +10,9 @@ Claude Code's ``allowed-tools`` is ignored: a skill grants no permission.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -60,11 +62,37 @@ class Skill:
         target = self.folder / relative
         if not inside(target, self.folder) or not inside(target, self.root):
             raise ProjectFileError(f"{relative}: not a file of skill {self.name}")
-        if not target.is_file():
-            raise ProjectFileError(f"{relative}: no such file in skill {self.name}")
-        content = read_text_capped(target, MAX_SKILL_BYTES)
+        content = read_text_capped(target, MAX_SKILL_BYTES, fd=self._open(relative))
         note = f"\n[cut: the file has {content.size} bytes]" if content.truncated else ""
         return content.text + note
+
+    def _open(self, relative: str) -> int:
+        """Open *relative* in the skill's folder as the file tools open files: walked from the
+        root's descriptor without following a link out of it or into the runtime's own files,
+        checked to be in the folder, and opened by the descriptor that was checked (a folder
+        swapped for a link in between cannot redirect it)."""
+        from runtime.core import ToolError, locate
+
+        folder = self.folder.relative_to(self.root).as_posix()
+        try:
+            with locate(self.root, folder) as place:
+                where = place.parts
+            with locate(self.root, f"{folder}/{relative}") as place:
+                if place.parts[: len(where)] != where or len(place.parts) == len(where):
+                    raise ProjectFileError(f"{relative}: not a file of skill {self.name}")
+                fd = place.open(os.O_RDONLY)
+        except ToolError as exc:
+            raise ProjectFileError(f"{relative}: {exc}") from None
+        except OSError as exc:
+            raise ProjectFileError(
+                f"{relative}: no such file in skill {self.name}"
+                if isinstance(exc, FileNotFoundError)
+                else f"{relative}: cannot read: {exc.strerror or exc}"
+            ) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ProjectFileError(f"{relative}: no such file in skill {self.name}")
+        return fd
 
 
 def read_skill(folder: Path, root: Path) -> Skill:

@@ -52,6 +52,7 @@ from runtime.core._provider import (
 )
 
 from ._http import (
+    CUT_TOOL_CALL,
     Retrier,
     RetryPolicy,
     TransientError,
@@ -72,10 +73,11 @@ _STOP: Final[dict[str, StopReason]] = {
     "max_tokens": "max_tokens",
     "stop_sequence": "end_turn",
     "model_context_window_exceeded": "max_tokens",
+    "refusal": "refusal",
 }
 # Error types worth another try, from the API's error documentation.
 _TRANSIENT_ERRORS: Final = frozenset(
-    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+    {"overloaded_error", "api_error", "rate_limit_error", "timeout_error", "server_error"}
 )
 _log: FilteringBoundLogger = structlog.get_logger("trio_agents.providers")
 
@@ -141,7 +143,7 @@ class AnthropicProvider:
             try:
                 blocks: dict[int, _Block] = {}
                 # A tool call cut off by max_tokens is only known to be so at message_delta.
-                truncated: list[str] = []
+                truncated: list[_Block] = []
                 stop_reason: str | None = None
                 stopped = False
                 input_tokens = output_tokens = 0
@@ -173,7 +175,9 @@ class AnthropicProvider:
                             raise ProviderError(
                                 redact(f"anthropic: unexpected event: {data[:80]!r}", secrets)
                             )
-                        kind = event.get("type")
+                        # The SSE event name says what the event is (llama.cpp's error
+                        # event carries no "type": "error" in its data).
+                        kind = "error" if sse.event == "error" else event.get("type") or sse.event
                         if kind == "content_block_delta":
                             delta = event.get("delta") or {}
                             delta_kind = delta.get("type")
@@ -216,7 +220,7 @@ class AnthropicProvider:
                             if done.kind == "tool_use":
                                 arguments = _tool_input(done)
                                 if arguments is None:
-                                    truncated.append(done.name)
+                                    truncated.append(done)
                                     continue
                                 if not done.id or not done.name:
                                     raise ProviderError(
@@ -242,17 +246,23 @@ class AnthropicProvider:
                         elif kind == "message_stop":
                             stopped = True
                         elif kind == "error":
-                            raise _stream_error(event.get("error"), secrets)
+                            error = event.get("error")
+                            # The API nests the error; llama.cpp sends it bare.
+                            raise _stream_error(error if error is not None else event, secrets)
                         # ping, and event types newer than this code: nothing to do.
                 if not stopped:
                     raise TransientError("anthropic: the stream ended before message_stop")
                 if truncated:
                     if stop_reason != "max_tokens":
                         raise ProviderError(
-                            f"anthropic: the model's input for tool {truncated[0]!r} is not"
-                            " a valid JSON object"
+                            f"anthropic: the model's input for tool {truncated[0].name!r} is"
+                            " not a valid JSON object"
                         )
-                    log.warning("provider.truncated_tool_call", tools=truncated)
+                    log.warning("provider.truncated_tool_call", tools=[b.name for b in truncated])
+                    for cut in truncated:
+                        # Answered with an error result the model reads: it can retry smaller.
+                        yielded = True
+                        yield ToolCall(cut.id, cut.name, {}, CUT_TOOL_CALL)
                 stop = _STOP.get(stop_reason or "", "end_turn")
                 if stop_reason not in _STOP:
                     log.warning("provider.stop_reason", stop_reason=stop_reason, stop=stop)
@@ -262,7 +272,9 @@ class AnthropicProvider:
                 )
                 return
             except ProviderError as exc:
-                await retrier.failed(exc, yielded=yielded)
+                notice = retrier.retry_notice(exc, yielded=yielded)
+            yield notice  # before anything else of the turn: the loop reports it
+            await retrier.wait(notice)
 
     @property
     def _secrets(self) -> tuple[str, ...]:
@@ -328,12 +340,16 @@ def _input_tokens(usage: dict[str, Any]) -> int:
 
 
 def _stream_error(error: Any, secrets: Sequence[str]) -> ProviderError:
+    """An ``error`` event as an exception: the API's ``{"type", "message"}`` or llama.cpp's
+    ``{"code", "message", "type"}``; transient for the API's retryable types and 429/5xx."""
     message = redact(
         f"anthropic: error in the stream: {shorten(message_in({'error': error}))}", secrets
     )
     kind = error.get("type") if isinstance(error, dict) else None
-    if kind in _TRANSIENT_ERRORS:
-        return TransientError(message)
+    code = error.get("code") if isinstance(error, dict) else None
+    status = code if isinstance(code, int) and not isinstance(code, bool) else None
+    if kind in _TRANSIENT_ERRORS or (status is not None and (status == 429 or status >= 500)):
+        return TransientError(message, status=status)
     overflow = parse_overflow(message)
     if overflow is not None:  # the agent compacts its history and tries again
         return ContextOverflowError(message, tokens=overflow.tokens, limit=overflow.limit)

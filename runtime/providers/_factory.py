@@ -100,7 +100,7 @@ async def open_provider(
     api_key = (env.get(wiring.key_var) or "").strip() or None
     if api_key is None and not _is_loopback(host):
         raise ConfigError(
-            f"{name}: set {wiring.key_var} (no key is needed only for a server on localhost)"
+            f"{name}: set {wiring.key_var} (only a server on localhost may go without a key)"
         )
     if max_retries < 0:
         raise ConfigError(f"max_retries must be 0 or more, not {max_retries}")

@@ -6,7 +6,8 @@ back the server-sent events (parsed by ``httpx-sse``). :class:`Retrier` keeps co
 retries a :class:`TransientError` (429, 5xx, connection failures, a stream cut short) with
 exponential backoff and jitter, honouring ``Retry-After``, as long as nothing has reached the
 caller yet; once an item has been yielded a failure is final, because the caller may already have
-shown it. Every retry is logged; no log line or error message holds the API key
+shown it. Every retry is yielded as a ``RetryNotice`` (the loop reports it as a
+``provider_retry`` event) and logged; no log line or error message holds the API key
 (:func:`redact`).
 """
 
@@ -31,6 +32,7 @@ from structlog.typing import FilteringBoundLogger
 
 from runtime.core._context_window import parse_overflow
 from runtime.core._errors import ContextOverflowError, ProviderError
+from runtime.core._provider import RetryNotice
 from runtime.core._secrets import redact as _redact
 
 REDACTED: Final = "[redacted]"
@@ -143,6 +145,19 @@ def message_in(obj: Any) -> str:
             if isinstance(value, str) and value:
                 return value
     return orjson.dumps(obj).decode()
+
+
+CUT_TOOL_CALL: Final = (
+    "this call was cut off at max_tokens before its input was complete, so it did not run; "
+    "make it again with a smaller input, or split the work over several calls"
+)
+"""The error result a tool call cut by ``max_tokens`` gets, so the model can retry smaller."""
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """*text* on one line, cut to *limit* characters (an event's ``reason``)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def shorten(text: str) -> str:
@@ -360,14 +375,17 @@ class Retrier:
                     ...                         # set yielded = True before each yield
                 return
             except ProviderError as exc:
-                await retrier.failed(exc, yielded=yielded)
+                notice = retrier.retry_notice(exc, yielded=yielded)   # or raises
+            yield notice                        # the loop reports it: provider_retry
+            await retrier.wait(notice)
 
     (The loop lives in the provider's own generator rather than in a wrapping one: a
     generator layer costs as much per streamed item as the rest of the parsing.)
 
     A :class:`TransientError` before the first item is retried, up to ``policy.max_retries``
     times, after the server's ``Retry-After`` or else the policy's backoff; after an item, or
-    once the retries are spent, it is final. Each retry is logged as ``provider.retry``.
+    once the retries are spent, it is final. Each retry is logged as ``provider.retry`` and
+    told to the caller as a :class:`~runtime.core._provider.RetryNotice`.
 
     Attributes:
         deadline: when the whole call must be over (:func:`trio.current_time`), backoffs and
@@ -390,11 +408,33 @@ class Retrier:
     async def failed(self, exc: ProviderError, *, yielded: bool) -> None:
         """Wait before the next try, or raise the call's final error.
 
+        The same as :meth:`retry_notice` then :meth:`wait`, for a caller that does not report
+        retries.
+
+        Raises:
+            ProviderError: as :meth:`retry_notice`.
+
+        Cancellation: cancelled during the wait, nothing is retried.
+        """
+        await self.wait(self.retry_notice(exc, yielded=yielded))
+
+    async def wait(self, notice: RetryNotice) -> None:
+        """Wait out *notice*'s delay and count the next try.
+
+        Cancellation: a checkpoint; cancelled during the wait, nothing is retried.
+        """
+        await trio.sleep(notice.delay_s)
+        self.tries += 1
+
+    def retry_notice(self, exc: ProviderError, *, yielded: bool) -> RetryNotice:
+        """What to tell the caller before the next try (log it too), or raise the final error.
+
+        A provider yields the notice (the loop reports it as a ``provider_retry`` event), then
+        calls :meth:`wait`.
+
         Raises:
             ProviderError: ``exc`` itself when it is not transient; a new one, worded for the
                 user and caused by ``exc``, when it cannot be retried.
-
-        Cancellation: cancelled during the wait, nothing is retried.
         """
         if isinstance(exc, DeadlineExceeded):
             raise ProviderError(
@@ -427,5 +467,4 @@ class Retrier:
             status=exc.status,
             reason=reason,
         )
-        await trio.sleep(delay)
-        self.tries += 1
+        return RetryNotice(attempt=self.tries, delay_s=delay, reason=one_line(reason))

@@ -56,6 +56,7 @@ from runtime.core._provider import (
 )
 
 from ._http import (
+    CUT_TOOL_CALL,
     Retrier,
     RetryPolicy,
     TransientError,
@@ -152,6 +153,7 @@ class OpenAIProvider:
             yielded = False
             try:
                 calls: dict[int, _PartialCall] = {}
+                refused = False
                 finish: str | None = None
                 done = False
                 input_tokens = output_tokens = 0
@@ -183,6 +185,11 @@ class OpenAIProvider:
                                 if delta:
                                     # Plain text deltas are by far the most common: test first.
                                     if len(delta) > 1 or "content" not in delta:
+                                        refusal = delta.get("refusal")
+                                        if refusal and isinstance(refusal, str):
+                                            # The model declined: the user reads why.
+                                            refused = yielded = True
+                                            yield TextChunk(refusal)
                                         reasoning = delta.get("reasoning_content") or delta.get(
                                             "reasoning"
                                         )
@@ -230,6 +237,8 @@ class OpenAIProvider:
                     raise TransientError("openai: the stream ended before the model finished")
                 if calls and finish != "length":
                     stop: StopReason = "tool_use"
+                elif refused:
+                    stop = "refusal"
                 else:
                     stop = _FINISH.get(finish, "end_turn")
                     if finish not in _FINISH or finish == "content_filter":
@@ -240,7 +249,9 @@ class OpenAIProvider:
                 )
                 return
             except ProviderError as exc:
-                await retrier.failed(exc, yielded=yielded)
+                notice = retrier.retry_notice(exc, yielded=yielded)
+            yield notice  # before anything else of the turn: the loop reports it
+            await retrier.wait(notice)
 
     @property
     def _secrets(self) -> tuple[str, ...]:
@@ -311,18 +322,19 @@ def _complete_calls(
     for index in sorted(calls):
         call = calls[index]
         text = "".join(call.arguments)
+        error: str | None = None
         try:
             arguments = orjson.loads(text) if text.strip() else {}
         except orjson.JSONDecodeError as exc:
-            if finish == "length":
-                # Cut off by max_tokens mid-call: the turn ends max_tokens without it.
-                log.warning("provider.truncated_tool_call", tool=call.name)
-                continue
-            # The model's mistake, not the server's: it reads an error result and can retry.
-            error: str | None = f"the arguments are not valid JSON ({exc})"
             arguments = {}
-        else:
-            error = None
+            if finish == "length":
+                # Cut off by max_tokens mid-call: answered with an error result the model
+                # reads, so it can make the call again, smaller.
+                log.warning("provider.truncated_tool_call", tool=call.name)
+                error = CUT_TOOL_CALL
+            else:
+                # The model's mistake, not the server's: it reads an error result and can retry.
+                error = f"the arguments are not valid JSON ({exc})"
         if not isinstance(arguments, dict):
             error, arguments = "the arguments are not a JSON object", {}
         if not call.name:

@@ -2,9 +2,14 @@
 
 Every agent instance of a type plays that type's turns from the first; which turn comes next is
 the number of assistant messages already in the agent's history (plus the turns a summary in it
-stands for, after a compaction), so the provider keeps no per-agent state and a cancelled or
-failed turn is simply played again. Tool-call ids are made here, unique in the run (``tu-1``,
-``tu-2``, …).
+stands for, after a compaction), so the provider keeps no per-agent state for its script and a
+cancelled or failed turn is simply played again.
+
+Tool-call ids are made here, unique in the run and the same run after run: ``tu-A.K`` is the
+K-th call of agent number A (``agent-A``), so ``tu-1.2`` is the root's second call. Parallel
+agents therefore never race for a shared counter: an id depends on who made the call and where,
+never on when. K counts the calls of the script's turns before this one, so the provider keeps
+no state for it, and a compaction that drops old calls from the history makes no id again.
 
 A compaction's summary request (``purpose="compact"``) is answered by the scenario's agent type
 ``compact`` when it has one (its first turn for a first summary, the next for a summary of a
@@ -16,7 +21,6 @@ summary made from the request. A turn whose ``error`` says the prompt is too lon
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -39,6 +43,7 @@ from runtime.core._provider import (
 from ._scenario import Scenario, ScriptedTurn
 
 _WORDS = re.compile(r"\S+\s*|\s+")
+_AGENT_NUMBER = re.compile(r"agent-(\d+)$")
 
 
 def chunk_text(text: str) -> list[str]:
@@ -54,7 +59,6 @@ class ScriptedProvider:
 
     def __init__(self, scenario: Scenario, *, id_prefix: str = "tu-") -> None:
         self.scenario = scenario
-        self._ids = itertools.count(1)
         self._prefix = id_prefix
 
     def describe(self) -> dict[str, Any]:
@@ -88,7 +92,9 @@ class ScriptedProvider:
                 f"scenario: agent type {request.agent_type!r} ran past its last turn "
                 f"(it has {len(script.turns)}, this would be turn {index + 1})"
             )
-        async for item in self._play(script.turns[index], request):
+        # The calls this agent type's earlier turns made: the K of this turn's first tu-A.K.
+        made = sum(len(turn.tool_calls) for turn in script.turns[:index])
+        async for item in self._play(script.turns[index], request, made):
             yield item
 
     async def _summary(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
@@ -110,7 +116,7 @@ class ScriptedProvider:
         )
 
     async def _play(
-        self, turn: ScriptedTurn, request: ModelRequest
+        self, turn: ScriptedTurn, request: ModelRequest, made: int | None = None
     ) -> AsyncGenerator[StreamItem, None]:
         if turn.delay_s:
             await trio.sleep(turn.delay_s)
@@ -130,9 +136,12 @@ class ScriptedProvider:
             if overflow is not None:
                 raise ContextOverflowError(turn.error, tokens=overflow.tokens, limit=overflow.limit)
             raise ProviderError(turn.error)
-        for call in turn.tool_calls:
+        owner = _agent_number(request.agent_id)
+        # A summary turn (made is None) never shares an id with the agent's own calls.
+        for k, call in enumerate(turn.tool_calls):
             out_chars += len(call.name) + len(orjson.dumps(call.input))
-            yield ToolCall(f"{self._prefix}{next(self._ids)}", call.name, dict(call.input))
+            number = made + 1 + k if made is not None else f"s{k + 1}"
+            yield ToolCall(f"{self._prefix}{owner}.{number}", call.name, dict(call.input))
         stop = turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn")
         yield TurnEnd(
             stop_reason=stop,  # type: ignore[arg-type]  # checked when the scenario was parsed
@@ -150,6 +159,12 @@ class ScriptedProvider:
             await trio.sleep(delay)
         else:
             await trio.lowlevel.checkpoint()
+
+
+def _agent_number(agent_id: str) -> str:
+    """``7`` for ``agent-7`` (also behind a placement's prefix); else the id itself."""
+    match = _AGENT_NUMBER.search(agent_id)
+    return match.group(1) if match else agent_id
 
 
 def _estimate_input(request: ModelRequest) -> int:

@@ -8,6 +8,7 @@ thing: the live view calls :func:`render_tree` again on each refresh.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
@@ -15,7 +16,7 @@ from typing import Any, Final
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ._tree import INTERRUPTED, RUNNING, AgentNode, ToolNode, TraceTree
+from ._tree import INTERRUPTED, RUNNING, AgentNode, RetryInfo, ToolNode, TraceTree
 
 SPINNER_FRAMES: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _SPINNER_FPS: Final = 12.5
@@ -38,6 +39,54 @@ TOOL_MARKS: Final[dict[str, tuple[str, str]]] = {
     INTERRUPTED: ("⚠", "yellow"),
     RUNNING: ("●", "cyan"),
 }
+
+
+class FitText(Text):
+    """A tree line whose description (a tool call's summary) gives way first when the line is
+    wider than the screen, so its status and duration stay in view; what is left after that is
+    cut at the end, as any line."""
+
+    desc: tuple[int, int] | None = None
+    """Where the description is in the text (start, end), if the line has one."""
+    essential: int | None = None
+    """Where what must stay in view ends (after the duration); None: the whole line."""
+
+    def __rich__(self) -> Any:
+        # Console.print joins plain Text objects into one before rendering; a renderable of
+        # another kind is rendered as itself, at the width it is given.
+        return _FitToWidth(self) if self.desc is not None else self
+
+    def fitted_to(self, width: int) -> Text:
+        """This line cut to *width*: the description first (down to a few characters)."""
+        desc = self.desc
+        needed = len(self) if self.essential is None else self.essential
+        if needed < len(self):
+            needed += 1  # room for the "…" that ends a line cut after its essential part
+        if desc is None or needed <= width:
+            return self.copy()  # a plain Text: rendered as is (cut at the end if need be)
+        start, end = desc
+        keep = max(_MIN_DESC, (end - start) - (needed - width) - 1)
+        if keep >= end - start:
+            return self.copy()
+        fitted = self[:start]
+        fitted.append_text(self[start : start + keep])
+        fitted.append("…")
+        fitted.append_text(self[end:])
+        fitted.no_wrap = self.no_wrap
+        fitted.overflow = self.overflow
+        return fitted
+
+
+class _FitToWidth:
+    def __init__(self, line: FitText) -> None:
+        self.line = line
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        yield self.line.fitted_to(options.max_width)
+
+
+_MIN_DESC: Final = 12
+"""The fewest characters of a description kept when a line is cut to fit."""
 
 
 def fmt_duration(seconds: float | None) -> str:
@@ -79,6 +128,35 @@ def first_line(text: str | None, limit: int = 80) -> str:
         if line:
             return line if len(line) <= limit else line[: limit - 1] + "…"
     return ""
+
+
+def retry_text(retry: RetryInfo, now: float) -> str:
+    """``retrying in 1.2s (try 2): HTTP 429 …`` while the wait runs, then ``retrying (try 2)``."""
+    left = retry.ts + retry.delay_s - now
+    when = f"retrying in {fmt_duration(left)}" if left > 0 else "retrying"
+    return f"{when} (try {retry.attempt + 1}): {first_line(retry.reason, 100)}"
+
+
+def last_line(text: str | None, limit: int = 80) -> str:
+    """The last non-empty line of *text* (what is being written now), cut to *limit*."""
+    if not text:
+        return ""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line:
+            return line if len(line) <= limit else "…" + line[-(limit - 1) :]
+    return ""
+
+
+_INLINE_MARKDOWN: Final = re.compile(r"(\*\*|__|`+|~~)(?=\S)(.+?)(?<=\S)\1")
+_BLOCK_MARKDOWN: Final = re.compile(r"^(#{1,6}\s+|[-*+]\s+|>\s*|\d+[.)]\s+)")
+
+
+def plain_inline(line: str) -> str:
+    """One line of Markdown as plain words: ``**shop**`` is ``shop``, a heading or list mark
+    is dropped (a tree line has no room for formatting)."""
+    line = _BLOCK_MARKDOWN.sub("", line)
+    return _INLINE_MARKDOWN.sub(r"\2", line)
 
 
 COMPACTED_MARK: Final = "⟲"
@@ -130,6 +208,8 @@ class _Painter:
         label.append(f" {node.id}", self.style("dim"))
         if node.status not in ("completed", RUNNING):
             label.append(f" {node.status}", self.style(style))
+        elif node.status == "completed" and node.last_stop_reason in _STOP_NOTES:
+            label.append(f" {_STOP_NOTES[node.last_stop_reason]}", self.style("yellow"))
         label.append(f"  {fmt_duration(node.elapsed(self.now))}", self.style("blue"))
         own = f"{fmt_tokens(node.input_tokens)}→{fmt_tokens(node.output_tokens)}"
         label.append(f"  tokens {own}", self.style("dim"))
@@ -149,12 +229,16 @@ class _Painter:
             label.append(
                 f"  {COMPACTED_MARK} {n} compaction{'s' if n > 1 else ''}", self.style("cyan")
             )
-        if node.error:
+        retry = node.retry if node.status == RUNNING else None
+        if node.error and not (node.status == "cancelled" and node.cancel is not None):
+            # (A cancelled node's reason is said once, by its "cancelled by" below.)
             label.append(f"  {first_line(node.error)}", self.style("red"))
+        elif retry is not None:
+            label.append(f"  {retry_text(retry, self.now)}", self.style("yellow"))
         elif node.result:
-            label.append(f"  {first_line(node.result)}", self.style("italic"))
+            label.append(f"  {plain_inline(first_line(node.result))}", self.style("italic"))
         elif node.status in (RUNNING, INTERRUPTED) and node.text:
-            label.append(f"  {first_line(node.text[-200:])}", self.style("dim italic"))
+            label.append(f"  {plain_inline(last_line(node.text[-200:]))}", self.style("dim italic"))
         self._cancel(label, node.cancel)
         return label
 
@@ -163,9 +247,11 @@ class _Painter:
 
     def tool(self, node: ToolNode) -> Text:
         mark, style = status_mark(node.status, tool=True, now=self.spin_at)
-        label = Text()
+        label = FitText()
         label.append(f"{mark} ", self.style(style))
+        start = len(label)
         label.append(first_line(node.summary, 100) or node.name)
+        label.desc = (start, len(label))  # what gives way on a narrow screen
         if node.name == "agent":
             label.append(f" {node.id}", self.style("dim"))
         if node.status != "ok":
@@ -175,6 +261,7 @@ class _Painter:
         label.append(f"  {fmt_duration(node.elapsed(self.now))}", self.style("blue"))
         if node.progress is not None:
             label.append(f"  {fmt_progress(*node.progress)}", self.style("cyan"))
+        label.essential = len(label)  # up to the duration; what follows may be cut at the end
         if node.permission_wait_s:
             label.append(f" (waited {fmt_duration(node.permission_wait_s)})", self.style("dim"))
         if node.status in ("error", "denied") and node.output:
@@ -262,27 +349,62 @@ def tree_lines(
     roots, keep = tree.select(subtree=subtree, status=status)
     painter = _Painter(color=color, now=at, spinner=spinner)
     limit = math.inf if max_depth is None else max_depth
-    guide = painter.style("dim")
     if title:
         yield _header(tree, painter)
     if not roots:
         what = f"no node with status {status!r}" if status else "no agents yet"
         yield _line(Text(f"({what})", painter.style("dim")))
     for root in roots:
-        yield _line(painter.label(root))
-        # Iterative, so a pathologically deep tree cannot hit the recursion limit. Entries are
-        # (node or elision note, guide prefix, last among its siblings, agent level).
-        stack: list[tuple[AgentNode | ToolNode | Text, str, bool, int]] = []
-        _push_children(stack, root, "", 0, keep, limit, painter)
-        while stack:
-            node, prefix, last, level = stack.pop()
-            line = Text(prefix + ("└── " if last else "├── "), guide)
-            line.append_text(node if isinstance(node, Text) else painter.label(node))
-            yield _line(line)
-            if not isinstance(node, Text):
-                _push_children(
-                    stack, node, prefix + ("    " if last else "│   "), level, keep, limit, painter
-                )
+        yield from _subtree_lines(root, painter, keep, limit)
+
+
+def node_lines(
+    node: AgentNode | ToolNode, *, now: float | None = None, color: bool = True
+) -> Iterator[Text]:
+    """The lines of one node's subtree, drawn as in :func:`tree_lines` (token totals are those
+    of the tree's last rollup)."""
+    at = (
+        now
+        if now is not None
+        else max((n.finished_ts or n.started_ts or 0.0 for n in _walk(node)), default=0.0)
+    )
+    yield from _subtree_lines(node, _Painter(color=color, now=at, spinner=False), None, math.inf)
+
+
+def _walk(node: AgentNode | ToolNode) -> Iterator[AgentNode | ToolNode]:
+    stack: list[AgentNode | ToolNode] = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
+def _subtree_lines(
+    root: AgentNode | ToolNode,
+    painter: _Painter,
+    keep: set[AgentNode | ToolNode] | None,
+    limit: float,
+) -> Iterator[Text]:
+    guide = painter.style("dim")
+    yield _line(painter.label(root))
+    # Iterative, so a pathologically deep tree cannot hit the recursion limit. Entries are
+    # (node or elision note, guide prefix, last among its siblings, agent level).
+    stack: list[tuple[AgentNode | ToolNode | Text, str, bool, int]] = []
+    _push_children(stack, root, "", 0, keep, limit, painter)
+    while stack:
+        node, prefix, last, level = stack.pop()
+        line = FitText(prefix + ("└── " if last else "├── "), guide)
+        label = node if isinstance(node, Text) else painter.label(node)
+        if isinstance(label, FitText) and label.desc is not None:
+            line.desc = (label.desc[0] + len(line), label.desc[1] + len(line))
+            if label.essential is not None:
+                line.essential = label.essential + len(line)
+        line.append_text(label)
+        yield _line(line)
+        if not isinstance(node, Text):
+            _push_children(
+                stack, node, prefix + ("    " if last else "│   "), level, keep, limit, painter
+            )
 
 
 def _line(text: Text) -> Text:
@@ -336,11 +458,63 @@ def _header(tree: TraceTree, painter: _Painter) -> Text:
         duration = max(0.0, painter.now - tree.started_ts)
     head.append(f"  {fmt_duration(duration)}", painter.style("blue"))
     head.append(
-        f"  {len(tree.agents)} agents, {len(tree.tools)} tool calls, tokens "
+        f"  {plural(len(tree.agents), 'agent')}, {plural(len(tree.tools), 'tool call')}, tokens "
         f"{fmt_tokens(tree.total_input_tokens)}→{fmt_tokens(tree.total_output_tokens)}",
         painter.style("dim"),
     )
+    notes = outcome_notes(tree)
+    if notes:
+        head.append(f"  {notes}", painter.style("yellow"))
     return head
+
+
+_STOP_NOTES: Final = {"max_tokens": "(reply cut at max_tokens)", "refusal": "(refused)"}
+"""What a completed agent's label says when its last reply did not end normally."""
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 agent``, ``2 agents``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def outcome_notes(tree: TraceTree, root: AgentNode | None = None) -> str:
+    """What did not go to plan below the roots (or below *root*): ``1 subtree cancelled by
+    user, 1 failed``; empty when every sub-agent completed.
+
+    A cancelled subtree is counted once, at its top (the agents under it were cancelled with
+    it), with who asked (``user``, ``control``, ``budget``, ``runtime``).
+    """
+    agents = tree.agents
+    nodes = (
+        agents.values()
+        if root is None
+        else [n for n in tree.iter_nodes([root]) if isinstance(n, AgentNode)]
+    )
+    by: dict[str, int] = {}
+    failed = cut = refused = 0
+    for node in nodes:
+        if node.status == "completed":
+            cut += node.last_stop_reason == "max_tokens"
+            refused += node.last_stop_reason == "refusal"
+        if node.depth == 0 or node is root:
+            continue
+        if node.status == "failed":
+            failed += 1
+        elif node.status == "cancelled":
+            parent = agents.get(node.parent_agent_id or "")
+            if parent is not None and parent.status == "cancelled":
+                continue  # inside a cancelled subtree (or run): counted at its top
+            cancel = node.cancel or (node.parent.cancel if node.parent is not None else None)
+            who = cancel.by if cancel is not None else "runtime"
+            by[who] = by.get(who, 0) + 1
+    parts = [f"{plural(count, 'subtree')} cancelled by {who}" for who, count in sorted(by.items())]
+    if failed:
+        parts.append(f"{failed} failed")
+    if cut:
+        parts.append(f"{plural(cut, 'reply')} cut at max_tokens".replace("replys", "replies"))
+    if refused:
+        parts.append(f"{plural(refused, 'refusal')}")
+    return ", ".join(parts)
 
 
 def render_timeline(
@@ -403,6 +577,9 @@ def render_mermaid(trees: Iterable[TraceTree]) -> str:
         tree.rollup()
         ids: dict[int, str] = {}
         lines.append(f'  subgraph run_{counter}["run {_mermaid_label(str(tree.run_id))}"]')
+        # A subgraph lays itself out left to right unless it says otherwise (flowchart TD
+        # applies to the top level only).
+        lines.append("    direction TB")
         for node in tree.iter_nodes():
             nid = f"n{counter}"
             counter += 1
@@ -482,6 +659,11 @@ def event_line(tree: TraceTree, fields: Mapping[str, Any]) -> str | None:
     elif kind == "permission_resolved" and tool is not None:
         answer = "granted" if fields.get("granted") else "denied"
         what = f"? {who} permission {answer} for {tool.id}"
+    elif kind == "provider_retry" and agent is not None:
+        delay = fields.get("delay_s")
+        wait = fmt_duration(delay) if isinstance(delay, (int, float)) else "?"
+        reason = first_line(str(fields.get("reason") or ""))
+        what = f"↻ {who}: model call failed, retrying in {wait}: {reason}"
     elif kind == "context_compacted":
         what = f"{COMPACTED_MARK} {who}: {compaction_line(fields)}"
     elif kind == "cancel_requested":

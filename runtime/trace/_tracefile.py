@@ -292,7 +292,7 @@ class TraceLoader:
     def _check_is_trace(self, lineno: int) -> None:
         if lineno >= SNIFF_LINES and self._bad + self._blank == lineno:
             raise TraceError(
-                f"{self.name}: not a trace file (no event in its first {lineno} lines)"
+                f"{self.name}: not a trace file (no event in {_lines(lineno, first=True)})"
             )
 
     def finish(self) -> None:
@@ -305,7 +305,7 @@ class TraceLoader:
             self.report_anomalies()
             return
         if self._bad:
-            raise TraceError(f"{self.name}: not a trace file (no event in its {self.lines} lines)")
+            raise TraceError(f"{self.name}: not a trace file (no event in {_lines(self.lines)})")
         if self.truncated:
             raise TraceError(f"{self.name}: no complete event (the only line is cut short)")
         raise TraceError(f"{self.name}: empty trace file")
@@ -395,7 +395,7 @@ def read_events(
                 bad += 1
                 if not good and lineno >= SNIFF_LINES:
                     raise TraceError(
-                        f"{name}: not a trace file (no event in its first {lineno} lines)"
+                        f"{name}: not a trace file (no event in {_lines(lineno, first=True)})"
                     ) from None
                 report(exc)
                 continue
@@ -403,7 +403,7 @@ def read_events(
             yield event
     if not good:
         if bad:
-            raise TraceError(f"{name}: not a trace file (no event in its {lineno} lines)")
+            raise TraceError(f"{name}: not a trace file (no event in {_lines(lineno)})")
         raise TraceError(f"{name}: empty trace file")
 
 
@@ -476,3 +476,10 @@ def follow_lines(
             os.close(fd)
 
     return batches()
+
+
+def _lines(count: int, *, first: bool = False) -> str:
+    """``its 1 lines`` reads wrong: ``its only line``, ``its 3 lines``, ``its first 3 lines``."""
+    if count == 1:
+        return "its first line" if first else "its only line"
+    return f"its first {count} lines" if first else f"its {count} lines"

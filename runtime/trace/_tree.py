@@ -83,6 +83,16 @@ class CancelInfo:
     ts: float
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryInfo:
+    """A ``provider_retry``: the try that failed, when, the wait before the next, and why."""
+
+    attempt: int
+    ts: float
+    delay_s: float
+    reason: str
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Compaction:
     """One ``context_compacted`` event: an agent made its history smaller.
@@ -140,6 +150,15 @@ class RunningSubtree:
 # dodge it).
 
 
+def _renderer() -> Any:
+    """:mod:`runtime.trace._render`, which draws trees and so depends on this module: it is
+    reached by name only when a tree is asked to draw itself, so neither module needs the other
+    to load (no import cycle)."""
+    import importlib
+
+    return importlib.import_module("runtime.trace._render")
+
+
 class _NodeBase:
     """What agents and tool calls share: a start seen or not, an end, a duration."""
 
@@ -163,6 +182,19 @@ class _NodeBase:
         """When the node finished."""
         return self._finished_ts
 
+    def render(self) -> str:
+        """This node's subtree as ``trace show`` draws it (plain text, no colours)."""
+        node_lines = _renderer().node_lines
+        return "\n".join(line.plain for line in node_lines(self, color=False))
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __rich__(self) -> Any:
+        from rich.console import Group
+
+        return Group(*_renderer().node_lines(self))
+
     def elapsed(self, now: float) -> float | None:
         """The duration once finished (or interrupted), else the time from its start to *now*."""
         if self.duration_s is not None:
@@ -181,6 +213,8 @@ class _AgentInternals(_NodeBase):
     _chunks: list[str] | None
     _chunks_len: int
     _dropped: int
+    _retry: RetryInfo | None
+    _stop: str | None
     _context_tokens: int | None
     _context_window: int | None
 
@@ -245,11 +279,23 @@ class AgentNode(_AgentInternals):
         self._chunks = None
         self._chunks_len = 0
         self._dropped = 0
+        self._retry = None
+        self._stop = None
         self._context_tokens = None
         self._context_window = None
 
     def __repr__(self) -> str:
         return f"<AgentNode {self.id} {self.name} {self.status}>"
+
+    @property
+    def last_stop_reason(self) -> str | None:
+        """Why the agent's latest turn ended (``max_tokens``: its reply was cut; ``refusal``)."""
+        return self._stop
+
+    @property
+    def retry(self) -> RetryInfo | None:
+        """The model call's latest retry (``provider_retry``), until the turn streams or ends."""
+        return self._retry
 
     @property
     def parent(self) -> ToolNode | None:
@@ -288,7 +334,8 @@ class AgentNode(_AgentInternals):
 
     @property
     def text(self) -> str:
-        """The last :data:`TEXT_KEEP` characters of the agent's streamed text."""
+        """The last :data:`TEXT_KEEP` characters of the agent's streamed text (each turn's
+        text ends on a line of its own)."""
         return "".join(self._chunks)[-TEXT_KEEP:] if self._chunks else ""
 
     @property
@@ -518,6 +565,7 @@ class TraceTree:
             "permission_resolved": self._permission_resolved,
             "tool_finished": self._tool_finished,
             "turn_finished": self._turn_finished,
+            "provider_retry": self._provider_retry,
             "user_message": self._user_message,
             "cancel_requested": self._cancel_requested,
             "agent_finished": self._agent_finished,
@@ -837,6 +885,23 @@ class TraceTree:
                 keep.add(up)
         return [r for r in roots if r in keep], keep
 
+    def render(self, **options: Any) -> str:
+        """The tree as ``trace show`` prints it (plain text, no colours).
+
+        Args:
+            options: as :func:`runtime.trace._render.tree_lines` (``subtree``, ``max_depth``,
+                ``status``, ``title``, ``now``).
+        """
+        options.setdefault("spinner", False)
+        lines = _renderer().tree_lines(self, color=False, **options)
+        return "\n".join(line.plain for line in lines)
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __rich__(self) -> Any:
+        return _renderer().render_tree(self, spinner=False)
+
     def to_json(
         self,
         *,
@@ -1070,6 +1135,7 @@ class TraceTree:
         if text.__class__ is not str:
             raise _invalid("text_delta", "text")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "text_delta")
+        agent._retry = None  # the retried call answers
         chunks = agent._chunks
         if chunks is None:
             agent._chunks = [text]
@@ -1078,6 +1144,24 @@ class TraceTree:
         agent._chunks_len += len(text)
         if agent._chunks_len > _TEXT_COMPACT:
             agent._compact()
+
+    def _provider_retry(self, fields: Fields) -> None:
+        ts = fields["ts"]
+        attempt = fields["attempt"]
+        delay = fields["delay_s"]
+        reason = fields["reason"]
+        if not _num(ts):
+            raise _invalid("provider_retry", "ts")
+        if attempt.__class__ is not int:
+            raise _invalid("provider_retry", "attempt")
+        if not _num(delay):
+            raise _invalid("provider_retry", "delay_s")
+        if reason.__class__ is not str:
+            raise _invalid("provider_retry", "reason")
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "provider_retry")
+        if ts > self.last_ts:
+            self.last_ts = ts
+        agent._retry = RetryInfo(attempt, ts, float(delay), reason)
 
     def _thinking_delta(self, fields: Fields) -> None:
         text = fields["text"]
@@ -1241,6 +1325,14 @@ class TraceTree:
         if output_tokens.__class__ is not int:
             raise _invalid("turn_finished", "output_tokens")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "turn_finished")
+        agent._retry = None
+        chunks = agent._chunks
+        if chunks and not chunks[-1].endswith("\n"):
+            # One turn's text ends here: the next turn's does not run on from it.
+            chunks.append("\n")
+            agent._chunks_len += 1
+        stop = fields["stop_reason"]
+        agent._stop = stop if stop.__class__ is str else None
         context = fields.get("context_tokens")
         if context.__class__ is int:
             agent._context_tokens = context
@@ -1322,6 +1414,10 @@ class TraceTree:
             self._pending_cancel.setdefault(target, info)
         elif node.cancel is None:  # the first request is the one that took effect
             node.cancel = info
+            if isinstance(node, ToolNode):
+                for child in node.children:  # a sub-agent that already ended cancelled
+                    if child.status == "cancelled" and child.cancel is None:
+                        child.cancel = info
 
     def _agent_finished(self, fields: Fields) -> None:
         kind = "agent_finished"
@@ -1362,6 +1458,9 @@ class TraceTree:
         agent.turns = turns
         agent.duration_s = duration
         agent._finished_ts = ts
+        call = agent._parent
+        if status == "cancelled" and agent.cancel is None and call is not None:
+            agent.cancel = call.cancel  # cancelled with the call that started it: say why
         # The agent's own totals replace what its turns added up to.
         agent.input_tokens = input_tokens
         agent.output_tokens = output_tokens

@@ -87,20 +87,31 @@ async def open_runtime(
     sandbox: Sandbox | bool = False,
     ray: RayOptions | None = None,
 ) -> AsyncGenerator[Runtime, None]:
-    """Open a run: its bus, trace file, provider and root nursery.
+    """Open a run: its bus, trace file, provider and root nursery. An async context manager::
+
+        async with open_runtime("anthropic", workspace="repo") as rt:
+            outcome = await rt.run("Find the TODOs")
 
     Args:
         provider: a :class:`Provider`, or ``"scripted"`` / ``"openai"`` / ``"anthropic"``.
             Default: ``scripted`` when a *scenario* is given.
         scenario: for the scripted provider: a :class:`Scenario`, a path, or a decoded object.
+        model: the model to ask for (default: the provider's own default).
+        agent_types: more agent types, beside the built-in ones (a type of the same name
+            replaces one).
         tools: replaces the built-in tools; *extra_tools* adds to them.
+        workspace: the folder the file tools and ``bash`` work in (they cannot leave it).
         trace: a JSONL path, ``True`` for a new file under ``.trio-agents/traces/``, or ``False``.
         json_out: also write every event as JSONL to this binary stream (``--json``).
+        limits: run-wide limits (turns, depth, parallel sub-agents, …; default :class:`Limits`).
+        tool_limits: the tools' own limits (timeouts, output sizes; default ``ToolLimits()``).
         permission_mode: ``ask``, ``auto-edit``, ``allow-all`` or ``deny``; *allow* / *deny*
             are rules such as ``bash(git status*)``.
+        permission_timeout_s: how long a permission question waits for an answer.
         env: the environment tools see (default ``os.environ``, or the copy the CLI kept before
             sealing it, see ``runtime/core/_secrets.py``), secrets removed unless named in
             *allow_env*. Its secrets are masked in every event and log line of the run.
+        run_id: the run's id (default: a new one, sortable by time); names the default trace.
         on_event: a tap installed before ``run_started`` (sees every event of the run).
         ray_address: the Ray cluster for agent types placed on ``ray`` (default
             ``RAY_ADDRESS``; with neither, a local cluster is started for the run).
@@ -182,9 +193,6 @@ async def open_runtime(
                     f"agent type {t.name!r} names unknown tool {name!r}; "
                     f"known tools: {', '.join(sorted(tool_map))}"
                 )
-    policy = PermissionPolicy(
-        mode=permission_mode, allow=tuple(allow), deny=tuple(deny), workspace=ws
-    )
     base_env = run_environ() if env is None else dict(env)
     allow_env = tuple(allow_env)
     run_env = filter_env(base_env, allow_env)
@@ -194,11 +202,23 @@ async def open_runtime(
         trace_path = Path(trace_dir or DEFAULT_TRACE_DIR) / f"{run_id}.jsonl"
     elif trace is not False:
         trace_path = Path(trace)
+    # Files no tool may change, whatever the mode: .mcp.json (its commands run when the next
+    # run starts) and this run's trace (the audit trail), wherever it lies.
+    protected = [ws / ".mcp.json"]
+    if trace_path is not None:
+        protected.append(Path(os.path.abspath(trace_path)))  # noqa: ASYNC240 - no I/O
+    policy = PermissionPolicy(
+        mode=permission_mode,
+        allow=tuple(allow),
+        deny=tuple(deny),
+        workspace=ws,
+        protected=tuple(str(path) for path in protected),
+    )
     box: Sandbox | None = None
     if sandbox:
         box = sandbox if isinstance(sandbox, Sandbox) else Sandbox()
         # The runtime's own files stay read-only to sandboxed commands.
-        own = [str(ws / ".trio-agents")]
+        own = [str(ws / ".trio-agents"), str(ws / ".mcp.json")]
         if trace_path is not None:
             own.append(str(trace_path.parent.resolve()))
         box = attrs.evolve(box, read_only=(*box.read_only, *own))

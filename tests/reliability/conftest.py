@@ -34,5 +34,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not STATS:
         return
     terminalreporter.section("reliability figures")
+    # Each figure counts what its own test checked and found right; two figures on one topic
+    # come from different tests and different runs, so neither is a share of the other.
+    terminalreporter.write_line("(each line: checks that passed, counted by the test that made them)")
     for key in sorted(STATS):
         terminalreporter.write_line(f"{key}: {STATS[key]:,}")

@@ -148,7 +148,7 @@ def test_a_run_killed_mid_run_leaves_a_trace_that_reads_back(
     trace_lines = data.splitlines(keepends=True)
     common = min(len(lines), len(trace_lines))
     assert lines[:common] == trace_lines[:common]
-    STATS["kill -9 runs read back"] += 1
+    STATS["kill -9 of a run mid-write: traces read back whole"] += 1
     STATS["events checked"] += len(events)
 
 
@@ -250,7 +250,7 @@ def test_a_run_killed_mid_bash_call_leaves_no_process_of_it_running(tmp_path: Pa
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    STATS["kill -9 runs without orphans"] += 1
+    STATS["kill -9 of a run with bash children: none left orphaned"] += 1
 
 
 def _json_and_trace_after_kill(

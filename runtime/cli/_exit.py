@@ -1,0 +1,31 @@
+"""The program's name, its exit codes and its one error line: what every command shares.
+
+A module of its own, below :mod:`runtime.cli._options`, so the commands that need only these
+(``permit``, ``pending``) import them without the session's module (no import cycle).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+PROG = "trio-agents"
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_ABORTED = 130
+
+
+def warning_line(message: str) -> None:
+    """Print one ``trio-agents: warning: …`` line on stderr (newlines folded)."""
+    text = " ".join(message.split("\n")).strip()
+    print(f"{PROG}: warning: {text}", file=sys.stderr, flush=True)
+
+
+def error_line(message: str, *, file: TextIO | None = None) -> None:
+    """Print one ``trio-agents: error: …`` line on stderr (newlines folded)."""
+    from runtime.core._secrets import redact_text  # masked like the events and the logs
+
+    text = redact_text(" ".join(message.split("\n")).strip())
+    print(f"{PROG}: error: {text}", file=file or sys.stderr, flush=True)
