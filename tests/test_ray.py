@@ -567,3 +567,163 @@ async def test_sub_agents_on_ray_get_the_projects_instructions_in_their_system_p
     systems = [r.json["messages"][0]["content"] for r in server.requests]
     assert len(systems) == 4
     assert all("# Environment" in s and "RAY-RULE: be brief." in s for s in systems)
+
+
+# -- secrets on the worker -------------------------------------------------------------------
+
+
+def _remote_bash_route(command: str) -> Any:
+    """The root asks a ``general`` sub-agent (placed on Ray) to run *command* with bash; the
+    sub-agent's model calls bash, then reports back."""
+    from tests.llm_server import (
+        OPENAI_DONE,
+        RecordedRequest,
+        Reply,
+        openai_chunk,
+        openai_text_stream,
+    )
+
+    def call(name: str, arguments: dict[str, Any]) -> Reply:
+        tool_call = {"index": 0, "id": f"call_{name}", "type": "function",
+                     "function": {"name": name, "arguments": json.dumps(arguments)}}
+        return Reply.stream([openai_chunk({"role": "assistant", "content": ""}),
+                             openai_chunk({"tool_calls": [tool_call]}),
+                             openai_chunk({}, finish="tool_calls"), OPENAI_DONE])
+
+    def route(request: RecordedRequest) -> Reply:
+        messages = request.json["messages"]
+        first_user = str(next(m["content"] for m in messages if m["role"] == "user"))
+        answered = any(m["role"] == "tool" for m in messages)
+        if "RUN-BASH" in first_user:  # the sub-agent, on the worker
+            if answered:
+                return Reply.stream(openai_text_stream(["ran it"]))
+            return call("bash", {"command": command})
+        if answered:
+            return Reply.stream(openai_text_stream(["done"]))
+        return call("agent", {"description": "run it", "prompt": "RUN-BASH now",
+                              "agent": "general"})
+
+    return route
+
+
+async def _run_remote_bash(
+    nursery: trio.Nursery, tmp_path: Path, command: str, env: dict[str, str], **kwargs: Any
+) -> tuple[list[Event], Any, Path]:
+    """One run of :func:`_remote_bash_route` against the loopback LLM server: its events, the
+    server (its recorded requests are what the models saw) and the trace file."""
+    from tests.llm_server import LLMServer
+
+    server = LLMServer()
+    await nursery.start(server.serve)
+    server.route = _remote_bash_route(command)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    trace = tmp_path / "run.jsonl"
+    events: list[Event] = []
+    env = {"OPENAI_BASE_URL": server.url + "/v1", "PATH": "/usr/bin:/bin", **env}
+    with trio.fail_after(60):
+        async with open_runtime("openai", model="test-model", env=env, workspace=workspace,
+                                trace=trace, on_event=events.append, permission_mode="allow-all",
+                                agent_types=[AgentType(name="general", placement="ray")],
+                                **kwargs) as rt:
+            outcome = await rt.run("Go")
+    check_invariants(events)
+    assert (outcome.status, outcome.result) == ("completed", "done")
+    return events, server, trace
+
+
+def _from_the_sub_agent(body: dict[str, Any]) -> bool:
+    """Whether a request is the sub-agent's, after its bash call."""
+    messages = body["messages"]
+    first_user = str(next(m["content"] for m in messages if m["role"] == "user"))
+    return "RUN-BASH" in first_user and any(m["role"] == "tool" for m in messages)
+
+
+def _bash_output(events: list[Event]) -> str:
+    [bash] = [e for e in by_type(events, ToolFinished) if e.name == "bash"]  # type: ignore[attr-defined]
+    assert bash.status == "ok", bash.output  # type: ignore[attr-defined]
+    return str(bash.output)  # type: ignore[attr-defined]
+
+
+async def test_a_remote_bash_scanning_every_process_environment_finds_no_key(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    import secrets
+
+    # A key of this test only: other runs on the machine hold the usual test key.
+    key = f"sk-ray-scan-{secrets.token_hex(12)}"
+    # What a command can do to get past the masking of the key's value: read it from another
+    # process's environment and turn it around. Only lines with this test's key or its marker
+    # are kept (the machine's other processes are none of this test's business).
+    command = ("cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' "
+               f"| grep -a -e {key[3:]} -e SCAN_MARKER | rev")
+    events, server, trace = await _run_remote_bash(
+        nursery, tmp_path, command, {"OPENAI_API_KEY": key, "SCAN_MARKER": "visible"})
+    output = _bash_output(events)
+    # The scan ran and read environments (its own at least)...
+    assert "elbisiv=REKRAM_NACS" in output
+    # ...but the key is nowhere: not in the worker's environment, so not (turned around) in
+    # the output, the events, the trace or what the models were sent.
+    leaked = {"output": output, "trace": trace.read_text(),
+              "requests": "".join(r.body.decode() for r in server.requests)}
+    for where, text in leaked.items():
+        assert key[::-1] not in text, f"the key is in the {where}, turned around"
+        assert key not in text, f"the key is in the {where}"
+    # The sub-agent's requests still carried it (from the run's settings, not the environment).
+    assert len(server.requests) == 4
+    assert all(r.headers.get("authorization") == f"Bearer {key}" for r in server.requests)
+
+
+async def test_a_drivers_secret_printed_by_a_remote_bash_is_masked_for_the_remote_model(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    import secrets
+
+    from tools import ToolLimits
+
+    secret = f"my-{secrets.token_hex(12)}"
+    limit = 2000
+    # Printed whole, then once more across the place where the output is cut (the head keeps
+    # limit // 2 characters): masking after the cut would leave most of it unrecognised.
+    pad = limit // 2 - (len(secret) + 1) - len(secret) // 2
+    command = (f'echo "$MY_API_KEY"; head -c {pad} /dev/zero | tr "\\0" x; echo "$MY_API_KEY"; '
+               f'head -c {3 * limit} /dev/zero | tr "\\0" y')
+    events, server, trace = await _run_remote_bash(
+        nursery, tmp_path, command,
+        {"OPENAI_API_KEY": "sk-ray-e2e-0123456789", "MY_API_KEY": secret},
+        allow_env=["MY_API_KEY"], tool_limits=ToolLimits(max_output_chars=limit))
+    output = _bash_output(events)
+    assert output.startswith("***\nxxx")
+    assert "characters cut" in output
+    pieces = {secret[i : i + 8] for i in range(len(secret) - 7)}
+    sub_requests = [r.body.decode() for r in server.requests if _from_the_sub_agent(r.json)]
+    assert len(sub_requests) == 1, "the sub-agent was sent its bash output once"
+    for where, text in {"events": trace.read_text(), "remote model": sub_requests[0]}.items():
+        found = [p for p in pieces if p in text]
+        assert not found, f"{len(found)} pieces of the secret are in what the {where} saw"
+    assert "***" in sub_requests[0]
+
+
+def test_a_host_seals_its_workers_environment() -> None:
+    import secrets
+
+    from runtime.cluster._host import RayHost
+
+    # A key the cluster gives its workers (here through Ray's runtime_env, as an admin would).
+    token = f"tok-{secrets.token_hex(12)}"
+    host = ray.remote(RayHost).options(
+        num_cpus=0, runtime_env={"env_vars": {"WORKER_TOKEN": token, "WORKER_NOTE": "plain"}}
+    ).remote("s", watch_node=False, seal_environ=True)
+    try:
+        pid = int(ray.get(host.ping.remote(), timeout=60).split()[2])
+        try:
+            environ: bytes | None = Path(f"/proc/{pid}/environ").read_bytes()
+        except PermissionError:  # not root: the sealed worker is not dumpable, so unreadable
+            environ = None
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    finally:
+        ray.kill(host)
+    assert token.encode() not in cmdline
+    if environ is not None:
+        assert token.encode() not in environ
+        assert b"WORKER_NOTE=plain" in environ, "only secret-looking variables go"

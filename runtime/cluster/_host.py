@@ -24,7 +24,18 @@ What runs on the worker::
                                            bash warden then stops every bash process group)
 
 A subtree runs the unchanged agent code on a :class:`RunContext` of its own (its own bus,
-registry, budget layer and broker). Its events are batched every ``batch_interval_s`` or
+registry, budget layer and broker). Its bus masks the run's secrets (the driver's list, shipped
+in the run's settings) with the same :class:`~runtime.core._secrets.Redactor` as the driver's,
+so a tool's output is masked before it is cut and before the remote model sees it.
+
+Secrets on the worker: the provider key and the run's secret values travel in the run's
+settings (Ray's object store), never in the worker's environment; a host started by the
+placement seals the worker process's environment first
+(:func:`~runtime.core._secrets.seal_process_environ`: secret-looking variables out of
+``os.environ`` and ``/proc/<pid>/environ``, the process non-dumpable), so the commands its agents
+run cannot read a key from there. It is sealed once for the worker's life; every run's keys come
+with that run's settings, so a worker that serves several runs needs nothing from its
+environment. Its events are batched every ``batch_interval_s`` or
 ``batch_max`` events and yielded as :class:`Batch` objects; the parent forwards them into the
 run's bus, where ``seq`` is assigned. Agent ids made here carry the call's prefix
 (``h1.7.agent-3``), and so do the scripted provider's tool-call ids, so every id is unique in
@@ -75,6 +86,13 @@ from runtime.core._loop import run_agent_actor
 from runtime.core._messages import AgentState, Message, TextBlock
 from runtime.core._provider import Provider
 from runtime.core._sandbox import Sandbox
+from runtime.core._secrets import (
+    Redactor,
+    log_secrets,
+    run_environ,
+    seal_process_environ,
+    secret_values,
+)
 from runtime.providers._scenario import Scenario
 from runtime.providers._scripted import ScriptedProvider
 
@@ -95,13 +113,15 @@ _LOST_REPORT_S = 1.0
 
 @attrs.frozen(kw_only=True)
 class ProviderConfig:
-    """How the worker gets a provider: settings travel, keys come from the worker's environment.
+    """How the worker gets a provider: its settings and its key travel with the run's settings.
 
     Attributes:
         kind: ``scripted`` (the scenario travels), ``http`` (``openai``/``anthropic``, opened
-            on the worker with :func:`~runtime.providers.open_provider`; the key is read from
-            *key_var* in the worker's environment, which Ray's ``runtime_env`` filled), or
-            ``object`` (a picklable provider instance, sent as is).
+            on the worker with :func:`~runtime.providers.open_provider`), or ``object`` (a
+            picklable provider instance, sent as is).
+        key: the ``http`` provider's key (never shown in a repr); without one, *key_var* of
+            the worker's own environment as it was before it was sealed (a cluster that gives
+            its workers a key).
     """
 
     kind: Literal["scripted", "http", "object"]
@@ -111,6 +131,7 @@ class ProviderConfig:
     base_url: str | None = None
     url_var: str | None = None
     key_var: str | None = None
+    key: str | None = attrs.field(default=None, repr=False)
     max_retries: int = 4
     call_deadline_s: float | None = 600.0
     provider: Any = None
@@ -118,9 +139,13 @@ class ProviderConfig:
 
 @attrs.frozen(kw_only=True)
 class RunConfig:
-    """What every subtree of one run shares (no secrets). Sent once per host: the parent puts
-    it in Ray's object store and each call carries the reference, which the host resolves once
-    and keeps (unpickling the tools, agent types and scenario on every call would dominate)."""
+    """What every subtree of one run shares. Sent once per host: the parent puts it in Ray's
+    object store and each call carries the reference, which the host resolves once and keeps
+    (unpickling the tools, agent types and scenario on every call would dominate).
+
+    It holds secrets (the run's environment, the provider key, *secrets*: the values the
+    driver masks, MCP header values included), so none of them is ever shown in its repr.
+    """
 
     run_id: str
     agent_types: tuple[AgentType, ...]
@@ -129,12 +154,13 @@ class RunConfig:
     tool_limits: ToolLimits
     limits: Limits
     workspace: str
-    env: Mapping[str, str]
+    env: Mapping[str, str] = attrs.field(repr=False)
     policy: PermissionPolicy
     batch_interval_s: float = 0.01
     batch_max: int = 512
     system_prompt: SystemPromptBuilder | None = None
     sandbox: Sandbox | None = None
+    secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
     # What every subtree of the run on one host shares, made once there (see _shared).
     _cache: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
@@ -155,6 +181,17 @@ class RunConfig:
         if log is None:
             log = self._cache["log"] = _log.bind(run_id=self.run_id)
         return log
+
+    def redactor(self) -> Redactor:
+        """What masks the run's secrets here, made once: the driver's, the provider key, and
+        those of this worker's own environment (as it was before it was sealed)."""
+        redactor = self._cache.get("redactor")
+        if redactor is None:
+            own = secret_values(run_environ())
+            key = (self.provider.key,) if self.provider.key else ()
+            redactor = self._cache["redactor"] = Redactor((*self.secrets, *key, *own))
+        assert isinstance(redactor, Redactor)
+        return redactor
 
     def shared(self) -> tuple[AgentTypes, dict[str, Tool]]:
         """The agent types (all placed ``local`` here) and the tools by name, made once."""
@@ -411,6 +448,8 @@ class RayHost:
         heartbeat_s: with nothing to send, the channel yields an empty envelope this often.
         watch_node: watch the process that started this worker (the raylet) and leave when
             it dies (see the module doc).
+        seal_environ: seal this process's environment (see the module doc); the placement
+            asks for it, always in a worker process of its own.
     """
 
     def __init__(
@@ -419,7 +458,11 @@ class RayHost:
         max_pending: int = 1024,
         heartbeat_s: float = 1.0,
         watch_node: bool = True,
+        seal_environ: bool = False,
     ) -> None:
+        if seal_environ:
+            # Ray's own mode switch stays: the worker may read it again (its value is no secret).
+            seal_process_environ(keep=("RAY_AUTH_MODE",))
         self.name = name
         self._heartbeat_s = heartbeat_s
         self._token: trio.lowlevel.TrioToken | None = None
@@ -684,27 +727,29 @@ async def _run_call(
     the final batch (one item fewer per subtree).
     """
     config = state.config
-    bus = EventBus(config.run_id)
+    redactor = config.redactor()
+    bus = EventBus(config.run_id, redactor=redactor)
     # ``block``: agents wait for the shipper rather than buffering without bound.
     events = bus.subscribe(buffer=max(2 * config.batch_max, 64), policy="block")
     flush_now = trio.Event()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(
-            _ship_events,
-            events,
-            functools.partial(outbox.put, state.call.call_id),
-            flush_now,
-            config.batch_interval_s,
-            config.batch_max,
-            tail,
-        )
-        budget_scope = trio.CancelScope()
-        try:
-            return await _run_root(state, bus, nursery, budget_scope)
-        finally:
-            budget_scope.cancel(reason="the subtree has finished")
-            bus.close()
-            flush_now.set()
+    with log_secrets(redactor.secrets):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                _ship_events,
+                events,
+                functools.partial(outbox.put, state.call.call_id),
+                flush_now,
+                config.batch_interval_s,
+                config.batch_max,
+                tail,
+            )
+            budget_scope = trio.CancelScope()
+            try:
+                return await _run_root(state, bus, nursery, budget_scope)
+            finally:
+                budget_scope.cancel(reason="the subtree has finished")
+                bus.close()
+                flush_now.set()
 
 
 async def _run_budget(run: RunContext, scope: trio.CancelScope) -> None:
@@ -784,7 +829,7 @@ async def _run_root(
             limits=attrs.evolve(config.limits, max_agents=call.max_agents),
             workspace=workspace,
             env=dict(config.env),
-            secrets=_secret_values(),
+            secrets=bus.redactor.secrets,
             broker=broker,
             log=config.log().bind(call_id=call.call_id),
             registry=registry,
@@ -829,8 +874,10 @@ async def _open_provider(stack: AsyncExitStack, config: ProviderConfig, prefix: 
     env: dict[str, str] = {}
     if config.url_var and config.base_url:
         env[config.url_var] = config.base_url
-    if config.key_var and os.environ.get(config.key_var):
-        env[config.key_var] = os.environ[config.key_var]
+    if config.key_var:
+        key = config.key or run_environ().get(config.key_var)
+        if key:
+            env[config.key_var] = key
     return await stack.enter_async_context(
         open_provider(
             config.name,
@@ -840,14 +887,6 @@ async def _open_provider(stack: AsyncExitStack, config: ProviderConfig, prefix: 
             call_deadline_s=config.call_deadline_s,
         )
     )
-
-
-@functools.cache
-def _secret_values() -> tuple[str, ...]:
-    # The worker's environment is fixed for its life (keys come from Ray's runtime_env).
-    from runtime.core._secrets import secret_values
-
-    return tuple(secret_values(os.environ))
 
 
 async def _fail_root(bus: EventBus, spec: AgentSpec, error: str) -> AgentOutcome:

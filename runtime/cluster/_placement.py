@@ -428,7 +428,7 @@ class RayPlacement:
         self._hosts: list[_Host] = []
         self._host_names = itertools.count(1)
         self._call_ids = itertools.count(1)
-        self._provider: tuple[ProviderConfig, dict[str, str]] | None = None
+        self._provider: ProviderConfig | None = None
         self._cache_run: RunContext | None = None
         self._config: tuple[RunContext, Any] | None = None
         self._nodes: dict[str, _Node] = {}
@@ -550,7 +550,6 @@ class RayPlacement:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        _, env_vars = self._provider_config(run)
         options: dict[str, Any] = {
             "name": f"trio-agents-{run.run_id}-{host.name}",
             "max_concurrency": self.options.max_concurrency,
@@ -559,16 +558,14 @@ class RayPlacement:
             "scheduling_strategy": NodeAffinitySchedulingStrategy(host.node.node_id, soft=False),
             **self._host_options,
         }
-        if env_vars:
-            # Keys reach the worker through Ray's runtime environment, never in a call's
-            # arguments, an event or a log line.
-            runtime_env = dict(options.pop("runtime_env", None) or {})
-            runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env_vars}
-            options["runtime_env"] = runtime_env
         timeout = self.options.host_start_timeout_s
         problem: str | None
         try:
-            host.actor = ray.remote(RayHost).options(**options).remote(host.name)
+            # Keys reach the worker in the run's settings, never in its environment (which the
+            # host seals), a call's arguments, an event or a log line.
+            host.actor = ray.remote(RayHost).options(**options).remote(
+                host.name, seal_environ=True
+            )
             fut = self._bridge.submit(_await_ref(host.actor.check.remote(str(run.workspace))))
             problem = f"{host.where()} did not start within {timeout:g} s"
             with trio.move_on_after(timeout):
@@ -744,20 +741,16 @@ class RayPlacement:
             host.streams.pop(call_id, None)
         return outcome or failed_outcome(spec, f"{host.where()} reported no outcome")
 
-    def _provider_config(self, run: RunContext) -> tuple[ProviderConfig, dict[str, str]]:
+    def _provider_config(self, run: RunContext) -> ProviderConfig:
         if self._provider is not None and self._cache_run is run:
             return self._provider
         from runtime.providers._scripted import ScriptedProvider
 
         provider = run.provider
-        env_vars: dict[str, str] = {}
         if isinstance(provider, ScriptedProvider):
             config = ProviderConfig(kind="scripted", name="scripted", scenario=provider.scenario)
         elif provider.name in _HTTP_WIRING and hasattr(provider, "base_url"):
             key_var, url_var = _HTTP_WIRING[provider.name]
-            key = getattr(provider, "api_key", None)
-            if key:
-                env_vars[key_var] = key
             retry = getattr(provider, "retry", None)
             config = ProviderConfig(
                 kind="http",
@@ -766,13 +759,14 @@ class RayPlacement:
                 base_url=provider.base_url,
                 url_var=url_var,
                 key_var=key_var,
+                key=getattr(provider, "api_key", None) or None,
                 max_retries=getattr(retry, "max_retries", 4),
                 call_deadline_s=getattr(provider, "call_deadline_s", 600.0),
             )
         else:
             config = ProviderConfig(kind="object", name=provider.name, provider=provider)
-        self._provider, self._cache_run = (config, env_vars), run
-        return config, env_vars
+        self._provider, self._cache_run = config, run
+        return config
 
     def _config_ref(self, run: RunContext) -> Any:
         """The run's :class:`RunConfig` in Ray's object store (put once, resolved once per
@@ -781,7 +775,7 @@ class RayPlacement:
 
         if self._config is not None and self._config[0] is run:
             return self._config[1]
-        config, _ = self._provider_config(run)
+        config = self._provider_config(run)
         settings = RunConfig(
             run_id=run.run_id,
             agent_types=tuple(run.agent_types.values()),
@@ -797,6 +791,9 @@ class RayPlacement:
             batch_max=self.options.batch_max,
             system_prompt=run.system_prompt,
             sandbox=run.sandbox,
+            # The values the driver masks (its environment's, MCP header values): the host's
+            # bus masks the same ones (docs/cluster.md).
+            secrets=run.secrets,
         )
         try:
             ref = ray.put(settings)

@@ -400,8 +400,9 @@ def run_environ() -> dict[str, str]:
 _environ_copy: tuple[tuple[tuple[Any, Any], ...], dict[str, str]] | None = None
 
 
-def seal_process_environ() -> None:
-    """Keep secrets out of reach of child processes of this one (the CLI calls this once).
+def seal_process_environ(keep: Iterable[str] = ()) -> None:
+    """Keep secrets out of reach of child processes of this one (the CLI calls this once, and
+    so does each Ray worker that hosts subtrees, see ``runtime/cluster/_host.py``).
 
     A private copy of the environment is kept for the runs (:func:`run_environ`) and its
     secrets are masked in logs for the life of the process; then every secret-looking variable
@@ -409,13 +410,20 @@ def seal_process_environ() -> None:
     ``/proc/<pid>/environ``, and the process is made non-dumpable (``PR_SET_DUMPABLE`` 0), so
     processes of the same user (not root) cannot read its memory, ``environ`` or attach to it.
     Best effort where there is no ``/proc`` or ``prctl`` (not Linux): ``os.environ`` is still
-    cleaned. Calling it again does nothing.
+    cleaned. Calling it again does nothing: the first call's copy stays what
+    :func:`run_environ` gives (a process's environment is fixed when it starts; a long-lived
+    process that serves many runs, a Ray worker, gets their keys with their settings).
+
+    Args:
+        keep: names of secret-looking variables that stay: settings, not secrets, that the
+            process itself still reads (a Ray worker's ``RAY_AUTH_MODE``).
     """
     global _sealed_env
     if _sealed_env is not None:
         return
     _sealed_env = dict(os.environ)
-    names = {name for name in _sealed_env if looks_secret(name)}
+    kept = set(keep)
+    names = {name for name in _sealed_env if looks_secret(name) and name not in kept}
     # For the process's life: the providers of every run use these.
     _change_log_secrets(secret_values(_sealed_env), +1)
     for name in names:
