@@ -238,7 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         from runtime.core._secrets import seal_process_environ
 
-        seal_process_environ()
+        # Ray reads its cluster's authentication from the environment when it connects (and
+        # again when it reconnects); without them a run cannot join a token-protected cluster.
+        # They stay out of every child's environment all the same (filter_env).
+        seal_process_environ(keep=("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"))
     lead, args = _leading_globals(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "trace":
         from ._trace_cmd import main as trace_main  # lazy on purpose
