@@ -215,6 +215,7 @@ def open_trace_file(path: Path) -> BinaryIO:
         if exc.errno == errno.ENXIO:  # a FIFO nobody reads
             raise ConfigError(f"{where} is not a regular file") from exc
         raise ConfigError(f"cannot write {where}: {exc.strerror}") from exc
+    handed_over = False
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -229,13 +230,14 @@ def open_trace_file(path: Path) -> BinaryIO:
         if st.st_uid == os.getuid():
             os.fchmod(fd, 0o600)
         os.set_blocking(fd, True)
-        return os.fdopen(fd, "wb")
+        file = os.fdopen(fd, "wb")
+        handed_over = True
+        return file
     except OSError as exc:
-        os.close(fd)
         raise ConfigError(f"cannot write {where}: {exc.strerror}") from exc
-    except BaseException:
-        os.close(fd)
-        raise
+    finally:
+        if not handed_over:  # whatever went wrong, Ctrl+C included: the descriptor goes
+            os.close(fd)
 
 
 def _make_private_dirs(folder: Path) -> None:
