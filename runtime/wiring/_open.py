@@ -186,9 +186,7 @@ async def open_runtime(
         if mcp_config is not None and t.placement == "ray" and t.tools is not None:
             _refuse_mcp_on_ray(t)
         for name in t.tools or ():
-            if name.startswith("mcp__") or any(c in name for c in "*?["):
-                continue  # MCP tools are known once their servers have started
-            if name not in tool_map:
+            if not _known(name, tool_map):  # MCP tools are known once their servers start
                 raise ConfigError(
                     f"agent type {t.name!r} names unknown tool {name!r}; "
                     f"known tools: {', '.join(sorted(tool_map))}"
