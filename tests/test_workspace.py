@@ -434,3 +434,11 @@ async def test_a_fifo_never_blocks_a_file_tool(layout: Path, tool: Tool) -> None
     os.mkfifo(layout / "pipe")
     with trio.fail_after(5), contextlib.suppress(ToolError):
         await call(tool, _args_for(tool, "pipe"), make_ctx(layout))
+
+
+async def test_a_write_too_deep_makes_no_folder_on_the_way(layout: Path) -> None:
+    before = sorted(os.listdir(layout))
+    with pytest.raises(ToolError, match="too deep"):
+        await call(WriteTool(), {"path": "deep/" + "y/" * 3000 + "f.txt", "content": "x"},
+                   make_ctx(layout))
+    assert sorted(os.listdir(layout)) == before

@@ -182,20 +182,25 @@ def locate(
             raise ToolError(f"path {path!r} refused: it is outside the workspace {root}")
     else:
         parts = list(PurePosixPath(path).parts)
+    if len(parts) > _MAX_DEPTH + 1:  # before a write makes any folder on the way
+        raise ToolError(f"path {path!r} is too deep (over {_MAX_DEPTH} folders)")
     try:
         root_fd = os.open(root, _DIR_FLAGS)
     except OSError as exc:
         raise ToolError(f"cannot open the workspace {root}: {exc.strerror or exc}") from exc
     fds = [root_fd]
+    located = False
     try:
-        return _walk(
+        place = _walk(
             root, fds, parts, path, make_folders=make_folders, runtime_dir_ok=runtime_dir_ok
         )
-    except BaseException:
-        for fd in fds:
-            if fd >= 0:
-                os.close(fd)
-        raise
+        located = True
+        return place
+    finally:
+        if not located:  # whatever went wrong, Ctrl+C included: the descriptors go
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
 
 
 def resolve_in_workspace(workspace: Path, path: str) -> Path:
