@@ -83,6 +83,7 @@ class StdioTransport:
         :data:`STOP_GRACE_S` SIGTERM to its process group, then SIGKILL; bounded, shielded.
         """
         err_read, err_write = os.pipe()
+        started = False
         try:
             proc = await trio.lowlevel.open_process(
                 self._argv,
@@ -93,11 +94,11 @@ class StdioTransport:
                 cwd=self._cwd,
                 start_new_session=True,
             )
-        except BaseException:
-            os.close(err_read)
-            raise
+            started = True
         finally:
             os.close(err_write)
+            if not started:  # whatever stopped it, Ctrl+C included: the read end goes too
+                os.close(err_read)
         self.pid = proc.pid
         read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
