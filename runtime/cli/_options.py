@@ -443,17 +443,9 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
     from runtime.core._agent_types import load_agent_types
     from runtime.core._limits import Limits
 
-    limits: dict[str, Any] = {}
-    if opts.max_turns is not None:
-        limits["max_turns"] = opts.max_turns
-    if opts.max_depth is not None:
-        limits["max_depth"] = opts.max_depth
-    if opts.max_parallel is not None:
-        limits["max_parallel"] = opts.max_parallel
-    if opts.context_window is not None:
-        limits["context_window"] = opts.context_window
-    if opts.compact_threshold is not None:
-        limits["compact_threshold"] = opts.compact_threshold
+    # The limits given as options (the rest keep the runtime's defaults).
+    limit_names = ("max_turns", "max_depth", "max_parallel", "context_window", "compact_threshold")
+    limits = {n: getattr(opts, n) for n in limit_names if getattr(opts, n) is not None}
     kwargs: dict[str, Any] = {
         "provider": opts.provider,
         "scenario": opts.scenario,

@@ -249,20 +249,12 @@ def agent_types_from_scenario(scenario: Scenario) -> list[AgentType]:
     """The agent types a scenario defines (its system prompts, tool lists and limits)."""
     out = []
     for name, script in scenario.agents.items():
-        kwargs: dict[str, Any] = {"name": name}
-        if script.system is not None:
-            kwargs["system"] = script.system
-        if script.tools is not None:
-            kwargs["tools"] = script.tools
-        if script.description:
-            kwargs["description"] = script.description
-        if script.model is not None:
-            kwargs["model"] = script.model
-        if script.max_turns is not None:
-            kwargs["max_turns"] = script.max_turns
-        if script.placement is not None:
-            kwargs["placement"] = script.placement
-        if script.context_window is not None:
-            kwargs["context_window"] = script.context_window
-        out.append(AgentType(**kwargs))
+        # What the scenario sets (an empty description counts as unset); the rest, defaults.
+        given = ("system", "tools", "description", "model", "max_turns", "placement",
+                 "context_window")
+        kwargs: dict[str, Any] = {
+            field: getattr(script, field) for field in given if getattr(script, field)
+            not in (None, "")
+        }
+        out.append(AgentType(name=name, **kwargs))
     return out
