@@ -401,7 +401,7 @@ def test_an_exception_in_one_subtree_leaves_the_others_on_its_host_running(
         ray.get(host.submit.remote((good, bad)), timeout=30)
         channel = host.channel.options(num_returns="streaming").remote()
         for ref in channel:
-            for call_id, batch in ray.get(ref, timeout=30).items:
+            for call_id, batch in ray.get(ref, timeout=30).batches():
                 batches[call_id].append(batch)
             if all(b and b[-1].final for b in batches.values()):
                 break
@@ -541,6 +541,43 @@ async def test_a_budget_of_an_agent_started_on_the_worker_is_kept_there(workspac
     assert (ends["modest"].status, ends["boss"].status) == ("completed", "completed")  # type: ignore[attr-defined]
     [request] = by_type(events, CancelRequested)
     assert (request.by, started[request.target]) == ("budget", "greedy")  # type: ignore[attr-defined]
+    assert outcome.result == "done"
+
+
+async def test_a_budget_trips_in_its_own_subtree_when_subtrees_share_a_host(
+    workspace: Path,
+) -> None:
+    """The subtrees of one run on one host share a budget layer: a budget exceeded in one of
+    them cancels that agent, in that subtree, and nothing in its sibling running beside it."""
+    glob = {"name": "glob", "input": {"pattern": "*"}}
+    scenario = {"agents": {
+        # The budgeted subtree is the second one: a cancel must find it, not the first.
+        "main": {"turns": [{"tool_calls": [agent_call("b2", "boss2"), agent_call("b1", "boss1")]},
+                           {"text": "done"}]},
+        "boss1": _remote({"tools": ["agent"], "turns": [
+            {"tool_calls": [agent_call("greedy", "greedy", budget={"tool_calls": 1})]},
+            {"text": "boss1 done"}]}),
+        "boss2": _remote({"tools": ["agent"], "turns": [
+            {"tool_calls": [agent_call("busy", "busy", budget={"tool_calls": 10})]},
+            {"text": "boss2 done"}]}),
+        "greedy": {"tools": ["glob"], "turns": [
+            {"tool_calls": [glob]}, {"tool_calls": [glob]},
+            *[{"tool_calls": [glob], "delay_s": 0.5}] * 20, {"text": "never"}]},
+        "busy": {"tools": ["glob"], "turns": [
+            *[{"tool_calls": [glob], "delay_s": 0.1}] * 5, {"text": "busy done"}]}}}
+    outcome, events = await run_scenario(scenario, workspace)
+    check_invariants(events)
+    started = {e.agent_id: e.name for e in by_type(events, AgentStarted)}  # type: ignore[attr-defined]
+    ends = {started[e.agent_id]: e for e in by_type(events, AgentFinished)}
+    assert ends["greedy"].status == "budget_exceeded"  # type: ignore[attr-defined]
+    assert ends["busy"].status == "completed"  # type: ignore[attr-defined]
+    assert ends["busy"].result == "busy done"  # type: ignore[attr-defined]
+    assert (ends["boss1"].status, ends["boss2"].status) == ("completed", "completed")  # type: ignore[attr-defined]
+    [request] = by_type(events, CancelRequested)
+    assert (request.by, started[request.target]) == ("budget", "greedy")  # type: ignore[attr-defined]
+    # Both subtrees ran on the one host of this one-node cluster, side by side.
+    hosts = {aid.split(".")[0] for aid, name in started.items() if name in ("greedy", "busy")}
+    assert len(hosts) == 1
     assert outcome.result == "done"
 
 

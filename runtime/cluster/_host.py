@@ -14,9 +14,9 @@ What runs on the worker::
     │   ├── RayHost.cancel/.answer/.message/.abort   small control calls
     │   └── trio loop in guest mode        started on the first call, lives as long as the actor
     │       └── host nursery
+    │           ├── BudgetLayer.run        one per run while any of its subtrees runs here
     │           └── _serve_call            one per subtree, its own cancel scope; catches Exception
     │               ├── _ship_events       remote bus (block subscription) → Batch → outbox
-    │               ├── BudgetLayer.run    budgets of agents started on this worker
     │               └── boundary scope     registered as the parent's agent-call tool_use_id
     │                   └── run_agent_actor(remote run, spec)   the UNCHANGED agent loop
     └── the node watch (a thread)          the raylet that started this worker dies: report
@@ -24,9 +24,11 @@ What runs on the worker::
                                            bash warden then stops every bash process group)
 
 A subtree runs the unchanged agent code on a :class:`RunContext` of its own (its own bus,
-registry, budget layer and broker). Its bus masks the run's secrets (the driver's list, shipped
-in the run's settings) with the same :class:`~runtime.core._secrets.Redactor` as the driver's,
-so a tool's output is masked before it is cut and before the remote model sees it.
+registry and broker; the budget layer is shared by the run's subtrees on this host, and routes a
+cancel to the subtree whose registry holds the agent). Its bus masks the run's secrets (the
+driver's list, shipped in the run's settings) with the same
+:class:`~runtime.core._secrets.Redactor` as the driver's, so a tool's output is masked before it
+is cut and before the remote model sees it.
 
 Secrets on the worker: the provider key and the run's secret values travel in the run's
 settings (Ray's object store), never in the worker's environment; a host started by the
@@ -55,11 +57,14 @@ every ``heartbeat_s``, so the parent can tell a silent host from a lost one.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import gc
 import itertools
+import operator
 import os
+import pickle
 import select
 import socket
 import threading
@@ -77,8 +82,9 @@ from runtime.actors import Registry
 from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker
+from runtime.core._budget import BudgetLayer
 from runtime.core._bus import EventBus, Subscription
-from runtime.core._context import RunContext, SystemPromptBuilder, new_run_context
+from runtime.core._context import RunContext, SystemPromptBuilder, cancel_node, new_run_context
 from runtime.core._errors import AgentsError, ConfigError
 from runtime.core._events import AgentFinished, AgentStarted, AgentStatus, Event
 from runtime.core._limits import Limits
@@ -106,6 +112,11 @@ _log = structlog.get_logger("trio_agents.ray_host")
 _FINISH_GRACE_S = 10.0
 # How long a host whose node is lost waits for that news to leave before it exits.
 _LOST_REPORT_S = 1.0
+# Subtrees a host starts per trio scheduling round. A burst (200 arriving in one submit) started
+# all at once advances in lockstep and ends all together, so nothing goes back to the parent
+# until the last one is done; started a few at a time, the first ones finish and ship while
+# later ones start, and the parent forwards them meanwhile (bench/README.md, issue 22).
+_ADMIT_PER_TICK = 16
 
 
 # -- what travels between the parent and the host ---------------------------------------------
@@ -193,6 +204,17 @@ class RunConfig:
         assert isinstance(redactor, Redactor)
         return redactor
 
+    def limits_for(self, max_agents: int) -> Limits:
+        """The run's limits with this subtree's ``max_agents`` (one object per value: making
+        one with ``attrs.evolve`` per subtree showed in the profiles)."""
+        made: dict[int, Limits] = self._cache.setdefault("limits", {})
+        limits = made.get(max_agents)
+        if limits is None:
+            if len(made) >= 64:
+                made.clear()
+            limits = made[max_agents] = attrs.evolve(self.limits, max_agents=max_agents)
+        return limits
+
     def shared(self) -> tuple[AgentTypes, dict[str, Tool]]:
         """The agent types (all placed ``local`` here) and the tools by name, made once."""
         made = self._cache.get("shared")
@@ -238,12 +260,63 @@ class Envelope:
     """One item of a host's channel: batches of any of its subtrees, in the order queued.
 
     Attributes:
-        items: ``(call_id, batch)`` pairs; empty for a heartbeat.
+        data: the ``(call_id, batch)`` pairs packed by :func:`pack_items` (what the host
+            sends); empty for a heartbeat.
+        items: the same pairs as objects, only when they could not be packed (Ray's own
+            pickling then carries them, as it carries everything else).
         lost: set when the host is going away (its node is lost): why. Its last item.
     """
 
+    data: bytes = b""
     items: tuple[tuple[str, Batch], ...] = ()
     lost: str | None = None
+
+    def batches(self) -> tuple[tuple[str, Batch], ...] | list[tuple[str, Batch]]:
+        """The ``(call_id, batch)`` pairs, unpacked."""
+        return unpack_items(self.data) if self.data else self.items
+
+
+# Per event class: its field names and a getter of their values, in attrs order.
+_SHAPES: dict[type[Event], tuple[tuple[str, ...], Callable[[Any], Any]]] = {}
+
+
+def _shape(cls: type[Event]) -> tuple[tuple[str, ...], Callable[[Any], Any]]:
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        # Every event has the five common fields, so the getter always gives a tuple.
+        names = tuple(a.name for a in attrs.fields(cls))
+        shape = _SHAPES[cls] = (names, operator.attrgetter(*names))
+    return shape
+
+
+def pack_items(items: list[tuple[str, Batch]] | tuple[tuple[str, Batch], ...]) -> bytes:
+    """Batches as one ``bytes`` object for the channel: each event as its class and the tuple
+    of its field values, pickled by the standard (C) pickler in one go.
+
+    Handing Ray the events themselves made it pickle every one through cloudpickle's
+    per-object hook and the attrs ``__getstate__``, and unpickle them on the parent's Ray
+    thread (the GIL taken from the parent's trio loop): about 10x the cost of this
+    (bench/README.md). :func:`unpack_items` is the inverse.
+
+    Raises:
+        Exception: something in a batch cannot be pickled (the caller sends objects instead).
+    """
+    packed = []
+    for call_id, batch in items:
+        events = tuple((type(e), _shape(type(e))[1](e)) for e in batch.events)
+        packed.append((call_id, events, batch.outcome, batch.final, batch.error))
+    return pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack_items(data: bytes) -> list[tuple[str, Batch]]:
+    """The ``(call_id, batch)`` pairs :func:`pack_items` packed, events rebuilt equal."""
+    out = []
+    for call_id, events, outcome, final, error in pickle.loads(data):
+        rebuilt = tuple(
+            cls(**dict(zip(_shape(cls)[0], values, strict=True))) for cls, values in events
+        )
+        out.append((call_id, Batch(events=rebuilt, outcome=outcome, final=final, error=error)))
+    return out
 
 
 @attrs.frozen(kw_only=True)
@@ -355,11 +428,22 @@ class _ForwardingBroker(PermissionBroker):
 
 
 @attrs.define(eq=False)
+class _SharedBudget:
+    """The budget layer every subtree of one run running on this host shares, and its task
+    (one per run while any of its subtrees runs, instead of one of each per subtree)."""
+
+    layer: BudgetLayer
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    users: int = 0
+
+
+@attrs.define(eq=False)
 class _CallState:
     """One subtree on this host, as the control calls see it."""
 
     call: SubtreeCall
     config: RunConfig
+    budget: BudgetLayer
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     registry: Registry = attrs.Factory(Registry)
     broker: _ForwardingBroker | None = None
@@ -477,6 +561,9 @@ class RayHost:
         self._early: dict[str, list[tuple[str, str, str | None]]] = {}
         self._outbox = _Outbox(max_pending)
         self._configs: dict[str, RunConfig] = {}
+        self._budgets: dict[str, _SharedBudget] = {}  # by run id
+        self._admit: collections.deque[_CallState] = collections.deque()  # submitted, not started
+        self._admitting = False
         # What the worker imported (Ray, the runtime: most of its heap) is there for good: the
         # garbage collector need not walk it on every collection of a busy subtree.
         gc.freeze()
@@ -582,12 +669,13 @@ class RayHost:
         while True:
             items = await self._outbox.take(self._heartbeat_s)
             items = [(c, b) for c, b in items if c]
+            envelope = _envelope(items, self._lost)
             if self._lost is not None:
-                yield Envelope(items=tuple(items), lost=self._lost)
+                yield envelope
                 await asyncio.sleep(0.1)  # Ray sends the item before the worker exits
                 self._lost_sent.set()
                 return
-            yield Envelope(items=tuple(items))
+            yield envelope
 
     async def submit(self, calls: tuple[SubtreeCall, ...]) -> None:
         """Start *calls*; their batches leave through :meth:`channel`."""
@@ -641,10 +729,50 @@ class RayHost:
     # -- trio side ----------------------------------------------------------------------------
     def _start_call(self, call: SubtreeCall, config: RunConfig) -> None:
         assert self._nursery is not None
-        state = _CallState(call, config)
+        shared = self._budgets.get(config.run_id)
+        if shared is None:
+            shared = self._budgets[config.run_id] = _SharedBudget(BudgetLayer(self._budget_cancel))
+            self._nursery.start_soon(_run_budget, shared.layer, shared.scope)
+        shared.users += 1
+        state = _CallState(call, config, shared.layer)
         state.early.extend(self._early.pop(call.call_id, ()))
+        # Known to the control calls at once (a cancel, an abort or a message finds it), run
+        # when the admitter gets to it.
         self._calls[call.call_id] = state
-        self._nursery.start_soon(self._serve_call, state, name=f"subtree {call.call_id}")
+        self._admit.append(state)
+        if not self._admitting:
+            self._admitting = True
+            self._nursery.start_soon(self._admitter)
+
+    async def _admitter(self) -> None:
+        """Start the submitted subtrees, ``_ADMIT_PER_TICK`` per scheduling round."""
+        assert self._nursery is not None
+        try:
+            while self._admit:
+                for _ in range(min(_ADMIT_PER_TICK, len(self._admit))):
+                    state = self._admit.popleft()
+                    self._nursery.start_soon(
+                        self._serve_call, state, name=f"subtree {state.call.call_id}"
+                    )
+                await trio.lowlevel.checkpoint()
+        finally:
+            self._admitting = False
+
+    def _budget_cancel(self, agent_id: str, reason: str) -> bool:
+        """A shared budget layer's cancel: in whichever subtree the agent runs (a rare event,
+        so a walk over the live subtrees is fine)."""
+        for state in list(self._calls.values()):
+            if state.run is not None and agent_id in state.registry:
+                return cancel_node(state.run, agent_id, reason, by="budget")
+        return False
+
+    def _release_budget(self, run_id: str) -> None:
+        shared = self._budgets.get(run_id)
+        if shared is not None:
+            shared.users -= 1
+            if shared.users <= 0:
+                shared.scope.cancel(reason="no subtree of the run is left here")
+                del self._budgets[run_id]
 
     def _cancel_in_trio(self, call_id: str, node_id: str, reason: str, by: str | None) -> None:
         state = self._calls.get(call_id)
@@ -690,12 +818,22 @@ class RayHost:
             _log.exception("subtree crashed", host=self.name, call_id=call.call_id)
         finally:
             self._calls.pop(call.call_id, None)
+            self._release_budget(state.config.run_id)
             if call.call_id in self._open:
                 self._open.discard(call.call_id)
                 self._outbox.put_nowait(
                     call.call_id,
                     Batch(events=tuple(tail), outcome=outcome, final=True, error=error),
                 )
+
+
+def _envelope(items: list[tuple[str, Batch]], lost: str | None) -> Envelope:
+    if not items:
+        return Envelope(lost=lost)
+    try:
+        return Envelope(data=pack_items(items), lost=lost)
+    except Exception:  # an unpicklable value in an event or an outcome: let Ray try its way
+        return Envelope(items=tuple(items), lost=lost)
 
 
 def _watch_parent(on_lost: Callable[[str], None]) -> None:
@@ -743,18 +881,16 @@ async def _run_call(
                 config.batch_max,
                 tail,
             )
-            budget_scope = trio.CancelScope()
             try:
-                return await _run_root(state, bus, nursery, budget_scope)
+                return await _run_root(state, bus)
             finally:
-                budget_scope.cancel(reason="the subtree has finished")
                 bus.close()
                 flush_now.set()
 
 
-async def _run_budget(run: RunContext, scope: trio.CancelScope) -> None:
+async def _run_budget(layer: BudgetLayer, scope: trio.CancelScope) -> None:
     with scope:
-        await run.budget.run()
+        await layer.run()
 
 
 async def _ship_events(
@@ -800,11 +936,9 @@ def _drain(events: Subscription, batch: list[Event], batch_max: int) -> bool:
     return False
 
 
-async def _run_root(
-    state: _CallState, bus: EventBus, nursery: trio.Nursery, budget_scope: trio.CancelScope
-) -> AgentOutcome | None:
-    """Build the subtree's run context and run its root; its budget task goes in *nursery*
-    (the shipper's: one nursery per subtree, not two) under *budget_scope*."""
+async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
+    """Build the subtree's run context (with the run's shared budget layer) and run its
+    root."""
     call, config = state.call, state.config
     spec = call.spec
     registry = state.registry
@@ -826,7 +960,7 @@ async def _run_root(
             agent_types=types,
             tools=tools,
             tool_limits=config.tool_limits,
-            limits=attrs.evolve(config.limits, max_agents=call.max_agents),
+            limits=config.limits_for(call.max_agents),
             workspace=workspace,
             env=dict(config.env),
             secrets=bus.redactor.secrets,
@@ -837,6 +971,7 @@ async def _run_root(
             id_prefix=call.id_prefix,
             system_prompt=config.system_prompt,
             sandbox=config.sandbox,
+            budget=state.budget,
         )
         state.run = run
         boundary = trio.CancelScope()
@@ -844,7 +979,6 @@ async def _run_root(
             for _node_id, reason, by in state.early:
                 # A cancel that came before anything ran here cancels the whole subtree.
                 registry.cancel(state.boundary_id, reason, by=by)
-            nursery.start_soon(_run_budget, run, budget_scope)
             with boundary:
                 state.outcome = await run_agent_actor(run, spec)
     return state.outcome

@@ -601,7 +601,7 @@ class RayPlacement:
                 return f"node lost: {host.where()}: nothing from it for {timeout:g} s"
             if envelope is None:
                 return f"worker died: {host.where()}: its channel ended early"
-            for call_id, batch in envelope.items:
+            for call_id, batch in envelope.batches():
                 stream = host.streams.get(call_id)
                 if stream is not None:
                     await stream.take(batch)

@@ -186,6 +186,7 @@ def new_run_context(
     placements: dict[str, SubtreeRunner] | None = None,
     registry: Registry | None = None,
     context_class: type[RunContext] | None = None,
+    budget: BudgetLayer | None = None,
     **extra: Any,
 ) -> RunContext:
     """The one way a run's :class:`RunContext` is built, locally and on a Ray host alike.
@@ -199,6 +200,9 @@ def new_run_context(
         registry: the node registry to use (default: a new one).
         context_class: a :class:`RunContext` subclass (the Ray host's prefixes agent ids);
             *extra* are its own fields.
+        budget: a budget layer shared with other contexts (the Ray host keeps one per run
+            for all its subtrees): installed on *bus* all the same, but its cancels and its
+            task are the caller's.
     """
     run: RunContext | None = None
 
@@ -206,7 +210,8 @@ def new_run_context(
         assert run is not None
         return cancel_node(run, agent_id, reason, by="budget")
 
-    budget = BudgetLayer(budget_cancel)
+    if budget is None:
+        budget = BudgetLayer(budget_cancel)
     run = (context_class or RunContext)(
         run_id=run_id,
         bus=bus,
