@@ -206,7 +206,7 @@ async def main(args: argparse.Namespace) -> None:
                 "floor": round(local_wall, 4), "ratio": round(ray_wall / local_wall, 3),
                 "unit": f"s ({args.oneshot} one-call sub-agents, median of {args.reps})",
                 "target": "ratio <= 2 (issue 22)", "met": ray_wall <= 2 * local_wall,
-                **where}), flush=True)
+                "load_avg_1m": round(os.getloadavg()[0], 2), **where}), flush=True)
             latencies.sort()
             print(json.dumps({
                 "name": "ray_subtree_start_s", "value": round(statistics.median(latencies), 4),
