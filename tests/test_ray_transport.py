@@ -10,19 +10,24 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runtime.cluster import _host as host_module
 from runtime.cluster._host import Batch, Envelope, _envelope, failed_outcome, unpack_items
+from runtime.core import _events as events_module
 from runtime.core._agent import AgentSpec
 from runtime.core._agent_types import AgentType
 from runtime.core._events import Event
 
 
 def _event_classes() -> list[type[Event]]:
-    found: list[type[Event]] = []
-    todo = list(Event.__subclasses__())
-    while todo:
-        cls = todo.pop()
-        found.append(cls)
-        todo.extend(cls.__subclasses__())
+    """Every event class the runtime defines (read from its modules: ``Event.__subclasses__``
+    also lists other test modules' local classes, and the first class of each ``class``
+    statement, which attrs replaces with a slotted copy, until it is collected)."""
+    found = {
+        obj
+        for module in (events_module, host_module)
+        for obj in vars(module).values()
+        if isinstance(obj, type) and issubclass(obj, Event) and obj is not Event
+    }
     return sorted(found, key=lambda c: c.__qualname__)
 
 
