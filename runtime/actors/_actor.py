@@ -59,6 +59,13 @@ class ActorHandle(Generic[CmdT]):
     _done: trio.Event = attrs.field(factory=trio.Event)
     _exit: ActorExit | None = None
 
+    @classmethod
+    def new(
+        cls, actor_id: str, *, registry: Registry | None = None, mailbox_size: int = 16
+    ) -> ActorHandle[Any]:
+        """The handle of an actor not started yet, for :func:`run_actor`."""
+        return _new_handle(actor_id, registry, mailbox_size)
+
     @property
     def done(self) -> bool:
         return self._done.is_set()
@@ -154,6 +161,30 @@ def start_actor_soon(
     return handle
 
 
+async def run_actor(
+    handle: ActorHandle[Any],
+    fn: ActorFn,
+    *,
+    parent_id: str | None = None,
+    data: Any = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``fn(ctx)`` as the actor *handle* (from :meth:`ActorHandle.new`) in the calling task.
+
+    For a task that exists only to run this actor (the runtime's task for a root agent, or for
+    one of a turn's parallel ``agent`` calls): the actor gets its own cancel scope, nursery and
+    mailbox, is registered (under *parent_id*) before *fn* runs and supervised as with
+    :func:`start_actor` — an :class:`Exception` from *fn* becomes the ``failed`` exit — but
+    without a second task, and without the nursery its supervisor would need to wait for one.
+    When this returns or raises, :attr:`ActorHandle.exit` says how the actor ended. With
+    ``nursery.start``, it reports started once the actor is registered and running.
+
+    Cancellation: the actor is cancelled with the calling task; its exit is ``cancelled`` and
+    :class:`trio.Cancelled` propagates.
+    """
+    await _run_actor(fn, handle, parent_id, data, task_status=task_status)
+
+
 def _new_handle(
     actor_id: str, registry: Registry | None, mailbox_size: int
 ) -> ActorHandle[Any]:
@@ -195,7 +226,8 @@ async def _run_actor(
                     exit_ = ActorExit(actor_id=actor_id, kind="failed", error=exc)
                 else:
                     exit_ = ActorExit(actor_id=actor_id, kind="returned", value=value)
-                actor_nursery.cancel_scope.cancel(reason="actor finished")
+                if actor_nursery.child_tasks:  # what the actor left running ends with it
+                    actor_nursery.cancel_scope.cancel(reason="actor finished")
     finally:
         mailbox.close()
         if registry is not None:

@@ -19,7 +19,14 @@ from typing import Any
 import attrs
 import trio
 
-from runtime.actors import ActorContext, ActorHandle, Registry, start_actor, start_actor_soon
+from runtime.actors import (
+    ActorContext,
+    ActorHandle,
+    Registry,
+    run_actor,
+    start_actor,
+    start_actor_soon,
+)
 
 from ._agent import AgentOutcome, AgentSpec
 from ._agent_types import AgentType
@@ -138,6 +145,7 @@ async def run_agent_actor(
     spec: AgentSpec,
     *,
     on_outcome: Callable[[AgentOutcome], None] | None = None,
+    own_task: bool = False,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> AgentOutcome:
     """Run *spec* as an actor in a nursery of the calling task, supervise it, and return its
@@ -151,6 +159,10 @@ async def run_agent_actor(
     Args:
         on_outcome: called with the outcome as soon as it is known, also when the caller is
             being cancelled (a root agent's handle learns it this way when the run is aborted).
+        own_task: the calling task exists only to run this agent (a root's, or one of a turn's
+            parallel ``agent`` calls): the agent runs in it (``run_actor``), with its own
+            scope, nursery and mailbox as ever, instead of in a task started for it. The
+            events and the outcome are the same; it saves a task and a nursery per agent.
 
     Cancellation: if the caller is cancelled, the agent is cancelled with it, still reports
     ``agent_finished`` (under a bounded shield), and :class:`trio.Cancelled` propagates.
@@ -172,21 +184,34 @@ async def run_agent_actor(
     run.running_agents += 1
     run.peak_running_agents = max(run.peak_running_agents, run.running_agents)
     handle: ActorHandle[str] | None = None
+    body = functools.partial(agent_main, run, spec, life)
+    owner = Owner(spec.agent_id, spec.parent_tool_use_id)
     try:
-        async with trio.open_nursery() as nursery:
-            kwargs: dict[str, Any] = {
-                "actor_id": spec.agent_id,
-                "registry": run.registry,
-                "parent_id": spec.parent_tool_use_id,
-                "data": Owner(spec.agent_id, spec.parent_tool_use_id),
-                "mailbox_size": run.limits.mailbox_size,
-            }
-            body = functools.partial(agent_main, run, spec, life)
-            if task_status is trio.TASK_STATUS_IGNORED:
-                handle = start_actor_soon(nursery, body, **kwargs)
-            else:
-                handle = await start_actor(nursery, body, **kwargs)
-                task_status.started()
+        if own_task:
+            handle = ActorHandle.new(
+                spec.agent_id, registry=run.registry, mailbox_size=run.limits.mailbox_size
+            )
+            await run_actor(
+                handle,
+                body,
+                parent_id=spec.parent_tool_use_id,
+                data=owner,
+                task_status=task_status,
+            )
+        else:
+            async with trio.open_nursery() as nursery:
+                kwargs: dict[str, Any] = {
+                    "actor_id": spec.agent_id,
+                    "registry": run.registry,
+                    "parent_id": spec.parent_tool_use_id,
+                    "data": owner,
+                    "mailbox_size": run.limits.mailbox_size,
+                }
+                if task_status is trio.TASK_STATUS_IGNORED:
+                    handle = start_actor_soon(nursery, body, **kwargs)
+                else:
+                    handle = await start_actor(nursery, body, **kwargs)
+                    task_status.started()
     finally:
         run.running_agents -= 1
         run.budget.forget(spec.agent_id)
@@ -517,7 +542,11 @@ async def _run_tool_calls(
             all_started = trio.Event()
             async with trio.open_nursery() as nursery:
                 for i, call in enumerate(calls):
-                    await nursery.start(
+                    # Announced here, then started: each call's tool_started is out before the
+                    # next call's, with no hand-over (nursery.start) per call. The call's task
+                    # runs only this call, so a sub-agent it starts runs in it (own_task).
+                    announced = await _announce_tool_call(run, spec, tools, call)
+                    nursery.start_soon(
                         _run_tool_call,
                         run,
                         spec,
@@ -528,6 +557,7 @@ async def _run_tool_calls(
                         log,
                         agent_ids[i],
                         all_started,
+                        announced,
                     )
                 all_started.set()
         else:
@@ -551,6 +581,25 @@ def _summary(tool: Tool | None, call: ToolCall, run: RunContext) -> str:
         return f"{call.name}: …"
 
 
+async def _announce_tool_call(
+    run: RunContext, spec: AgentSpec, tools: Mapping[str, Tool], call: ToolCall
+) -> tuple[Tool | None, str, float]:
+    """Emit a call's ``tool_started``; its tool, summary and start time."""
+    tool = tools.get(call.name)
+    summary = _summary(tool, call, run)
+    t0 = trio.current_time()
+    await run.bus.emit(
+        ToolStarted,
+        agent_id=spec.agent_id,
+        parent_tool_use_id=spec.parent_tool_use_id,
+        tool_use_id=call.id,
+        name=call.name,
+        input=call.input,
+        summary=summary,
+    )
+    return tool, summary, t0
+
+
 async def _run_tool_call(
     run: RunContext,
     spec: AgentSpec,
@@ -561,17 +610,15 @@ async def _run_tool_call(
     log: Any,
     agent_id: str | None = None,
     all_started: trio.Event | None = None,
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    announced: tuple[Tool | None, str, float] | None = None,
 ) -> None:
-    emit = functools.partial(
-        run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
-    )
-    tool = tools.get(call.name)
-    summary = _summary(tool, call, run)
-    t0 = trio.current_time()
-    await emit(ToolStarted, tool_use_id=call.id, name=call.name, input=call.input, summary=summary)
-    task_status.started()  # the next call of the turn may start: its tool_started comes after
+    """Run one tool call, from its ``tool_started`` (unless *announced* says the turn emitted
+    it already: the call's tool, summary and start time; the call then runs in a task of its
+    own, started for it) to its ``tool_finished``."""
+    if announced is None:
+        tool, summary, t0 = await _announce_tool_call(run, spec, tools, call)
+    else:
+        tool, summary, t0 = announced
     status: ToolStatus | None = None
     output = ""
     scope = trio.CancelScope()
@@ -591,7 +638,10 @@ async def _run_tool_call(
         else:
             with scope:
                 try:
-                    status, output = await _execute(run, spec, tool, call, summary, log, agent_id)
+                    own_task = announced is not None
+                    status, output = await _execute(
+                        run, spec, tool, call, summary, log, agent_id, own_task=own_task
+                    )
                 except Exception as exc:  # validation, permissions, context: a bug here is
                     # this call's error, never a crash of the agent and its other calls
                     log.exception("tool call failed", tool=call.name, tool_use_id=call.id)
@@ -628,6 +678,8 @@ async def _execute(
     summary: str,
     log: Any,
     agent_id: str | None = None,
+    *,
+    own_task: bool = False,
 ) -> tuple[ToolStatus, str]:
 
     if tool is None:
@@ -657,7 +709,7 @@ async def _execute(
         env=run.env,
         limits=tool_limits_for(run, spec.agent_type),
         log=log.bind(tool_use_id=call.id, tool=tool.name),
-        spawner=_Spawner(run, spec, call.id, agent_id),
+        spawner=_Spawner(run, spec, call.id, agent_id, own_task=own_task),
         report_progress=functools.partial(_report_progress, run, spec, call.id),
         redactor=run.bus.redactor,
         sandbox=run.sandbox,
@@ -697,12 +749,21 @@ class _Spawner:
     """Starts sub-agents for one ``agent`` tool call, inside that call's scope."""
 
     def __init__(
-        self, run: RunContext, parent: AgentSpec, tool_use_id: str, agent_id: str | None = None
+        self,
+        run: RunContext,
+        parent: AgentSpec,
+        tool_use_id: str,
+        agent_id: str | None = None,
+        *,
+        own_task: bool = False,
     ) -> None:
         self._run = run
         self._parent = parent
         self._tool_use_id = tool_use_id
         self._agent_id = agent_id  # given in call order by the turn; used by the first sub-agent
+        # The call runs in a task of its own: its first sub-agent, started from that task, may
+        # run in it (any other gets a task of its own, as in a call that shares its task).
+        self._own_task = trio.lowlevel.current_task() if own_task else None
 
     def _take_agent_id(self) -> str:
         agent_id, self._agent_id = self._agent_id, None
@@ -753,7 +814,9 @@ class _Spawner:
             await run.acquire_slot(spec.agent_id)
             try:
                 if runner is None:
-                    outcome = await run_agent_actor(run, spec)
+                    own_task = self._own_task is trio.lowlevel.current_task()
+                    self._own_task = None
+                    outcome = await run_agent_actor(run, spec, own_task=own_task)
                 else:
                     outcome = await runner.run_subtree(run, spec)
             finally:
