@@ -13,6 +13,7 @@ actor never crashes its siblings or its parent's nursery; it is caught and becom
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Literal, TypeVar
 
@@ -134,7 +135,7 @@ async def start_actor(
     Cancellation: a checkpoint; if cancelled before the actor started, nothing is left running.
     """
     handle = _new_handle(actor_id, registry, mailbox_size)
-    await nursery.start(_run_actor, fn, handle, parent_id, data)
+    await nursery.start(functools.partial(run_actor, handle, fn, parent_id=parent_id, data=data))
     return handle
 
 
@@ -157,7 +158,7 @@ def start_actor_soon(
     until then :attr:`ActorHandle.node` is ``None``.
     """
     handle = _new_handle(actor_id, registry, mailbox_size)
-    nursery.start_soon(_run_actor, fn, handle, parent_id, data)
+    nursery.start_soon(functools.partial(run_actor, handle, fn, parent_id=parent_id, data=data))
     return handle
 
 
@@ -182,58 +183,54 @@ async def run_actor(
     Cancellation: the actor is cancelled with the calling task; its exit is ``cancelled`` and
     :class:`trio.Cancelled` propagates.
     """
-    await _run_actor(fn, handle, parent_id, data, task_status=task_status)
-
-
-def _new_handle(
-    actor_id: str, registry: Registry | None, mailbox_size: int
-) -> ActorHandle[Any]:
-    return ActorHandle(actor_id, trio.CancelScope(), Mailbox(mailbox_size), None, registry)
-
-
-async def _run_actor(
-    fn: ActorFn,
-    handle: ActorHandle[Any],
-    parent_id: str | None,
-    data: Any,
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    actor_id, scope, mailbox = handle.actor_id, handle.scope, handle.mailbox
+    actor_id, mailbox = handle.actor_id, handle.mailbox
     registry = handle._registry
-    node = (
-        registry.register(actor_id, scope, parent_id=parent_id, data=data)
-        if registry is not None
-        else None
-    )
-    handle.node = node
+    node: Node | None = None
     exit_: ActorExit | None = None
     try:
-        with scope:
-            async with trio.open_nursery() as actor_nursery:
-                ctx = ActorContext(
-                    actor_id=actor_id,
-                    mailbox=mailbox,
-                    nursery=actor_nursery,
-                    scope=scope,
-                    node=node,
-                )
-                task_status.started()
-                try:
-                    value = await fn(ctx)
-                except Exception as exc:  # supervision: a failure is the exit, not a crash
-                    _log.debug("actor failed", actor_id=actor_id, error=repr(exc))
-                    exit_ = ActorExit(actor_id=actor_id, kind="failed", error=exc)
-                else:
-                    exit_ = ActorExit(actor_id=actor_id, kind="returned", value=value)
-                if actor_nursery.child_tasks:  # what the actor left running ends with it
-                    actor_nursery.cancel_scope.cancel(reason="actor finished")
+        async with trio.open_nursery() as actor_nursery:
+            # The actor's scope is its nursery's: one scope where there were two (a scope and
+            # a nursery inside it), a measurable share of an agent's cost. A cancel or deadline
+            # given to the handle before the actor ran carries over.
+            scope = actor_nursery.cancel_scope
+            early = handle.scope
+            if early is not scope:
+                if early.cancel_called:
+                    scope.cancel(reason="cancelled before it started")
+                scope.deadline = early.deadline
+                handle.scope = scope
+            if registry is not None:
+                node = registry.register(actor_id, scope, parent_id=parent_id, data=data)
+            handle.node = node
+            ctx = ActorContext(
+                actor_id=actor_id,
+                mailbox=mailbox,
+                nursery=actor_nursery,
+                scope=scope,
+                node=node,
+            )
+            task_status.started()
+            try:
+                value = await fn(ctx)
+            except Exception as exc:  # supervision: a failure is the exit, not a crash
+                _log.debug("actor failed", actor_id=actor_id, error=repr(exc))
+                exit_ = ActorExit(actor_id=actor_id, kind="failed", error=exc)
+            else:
+                exit_ = ActorExit(actor_id=actor_id, kind="returned", value=value)
+            if actor_nursery.child_tasks:  # what the actor left running ends with it
+                scope.cancel(reason="actor finished")
     finally:
         mailbox.close()
-        if registry is not None:
+        if node is not None and registry is not None:
             registry.unregister(actor_id)
         if exit_ is None:
             reason = (Registry.cancel_reason(node)[0] if node is not None else None) or "cancelled"
             exit_ = ActorExit(actor_id=actor_id, kind="cancelled", reason=reason)
         handle._exit = exit_
         handle._done.set()
+
+
+def _new_handle(
+    actor_id: str, registry: Registry | None, mailbox_size: int
+) -> ActorHandle[Any]:
+    return ActorHandle(actor_id, trio.CancelScope(), Mailbox(mailbox_size), None, registry)
