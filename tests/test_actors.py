@@ -235,3 +235,18 @@ async def test_run_actor_is_cancelled_with_its_caller_and_the_cancel_propagates(
     assert outer.cancelled_caught
     assert handle.exit is not None
     assert handle.exit.kind == "cancelled"
+
+
+async def test_a_cancel_or_deadline_given_before_the_actor_ran_carries_over(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        cancelled = start_actor_soon(nursery, _sleeper, actor_id="c")
+        assert cancelled.cancel("early")
+        timed = start_actor_soon(nursery, _sleeper, actor_id="t")
+        timed.scope.deadline = trio.current_time() + 5
+    assert cancelled.exit is not None
+    assert cancelled.exit.kind == "cancelled"
+    assert timed.exit is not None
+    assert timed.exit.kind == "cancelled"
+    assert trio.current_time() == 5

@@ -28,6 +28,7 @@ from runtime.core._bus import EventBus
 from runtime.core._context import new_run_context
 from runtime.core._errors import AgentsError, ConfigError
 from runtime.core._events import RunFinished, RunStarted
+from runtime.core._lazylog import LazyLogger
 from runtime.core._limits import Limits
 from runtime.core._provider import Provider
 from runtime.core._runtime import Runtime
@@ -304,7 +305,7 @@ async def open_runtime(
             env=run_env,
             secrets=secret_list,
             broker=PermissionBroker(bus, policy, timeout_s=permission_timeout_s),
-            log=structlog.get_logger("trio_agents").bind(run_id=run_id),
+            log=LazyLogger(structlog.get_logger("trio_agents"), run_id=run_id),
             sandbox=box,
             placements=placements,
             system_prompt=project.system_prompt() if project is not None else None,
