@@ -106,6 +106,8 @@ class AgentTypes(Mapping[str, AgentType]):
 
     def __init__(self, types: Iterable[AgentType] = ()) -> None:
         self._types: dict[str, AgentType] = {t.name: t for t in _DEFAULT_TYPES}
+        #: Counts the changes (:meth:`add`): what was made from the table is made again after one.
+        self.version = 0
         for t in types:
             self.add(t)
 
@@ -113,6 +115,7 @@ class AgentTypes(Mapping[str, AgentType]):
         """Add or refine a type (explicit settings of the newer definition win)."""
         old = self._types.get(agent_type.name)
         self._types[agent_type.name] = old.merged(agent_type) if old else agent_type
+        self.version += 1
 
     def __getitem__(self, name: str) -> AgentType:
         return self._types[name]

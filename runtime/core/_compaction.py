@@ -505,8 +505,10 @@ class Compactor:
         log: Any,
         prompt: str | None,
         prompt_index: int,
+        fixed: int | None = None,
     ) -> Compactor:
-        """The compactor of one agent of *run*."""
+        """The compactor of one agent of *run* (*fixed*: ``fixed_chars(system, tools)``, when
+        the caller knows it already)."""
         return cls(
             provider=run.provider,
             model=agent_type.model or run.model,
@@ -514,7 +516,7 @@ class Compactor:
             agent_id=agent_id,
             window=agent_window(run, agent_type),
             threshold=run.limits.compact_threshold,
-            fixed=fixed_chars(system, tools),
+            fixed=fixed_chars(system, tools) if fixed is None else fixed,
             tools=run.tools,
             emit=emit,
             log=log,

@@ -93,6 +93,8 @@ class RunContext:
     # Agents whose agent_started went through the bus and whose agent_finished has not: only
     # those can be cancelled by id (local or remote alike, since remote events pass the bus).
     announced: set[str] = attrs.Factory(set)
+    # Per agent type (by id), what its agents get in this run: runtime/core/_loop.type_setup.
+    type_setups: dict[int, Any] = attrs.Factory(dict)
     agents_reserved: int = 0
     agents_started: int = 0
     running_agents: int = 0

@@ -14,6 +14,7 @@ import fnmatch
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import aclosing
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -32,6 +33,7 @@ from ._agent import AgentOutcome, AgentSpec
 from ._agent_types import AgentType
 from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
 from ._context import Owner, RunContext
+from ._context_window import fixed_chars
 from ._errors import (
     ConfigError,
     ContextOverflowError,
@@ -74,7 +76,7 @@ from ._provider import (
     TurnEnd,
 )
 from ._secrets import redact
-from ._tool import Tool, ToolContext, validate_input
+from ._tool import Tool, ToolContext, ToolLimits, validate_input
 
 
 def _cut(text: str, limit: int, *, how: str = "") -> str:
@@ -129,7 +131,7 @@ async def agent_main(
             ctx.scope.deadline = trio.current_time() + spec.budget.seconds
         log = run.log.bind(agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id)
         if spec.compact is not None:  # Runtime.compact: this agent only compacts its history
-            specs = [_tool_spec(run, t) for t in _tools_for(run, atype).values()]
+            specs = list(type_setup(run, atype).specs)
             return await compact_only(run, spec, life.state, specs, log)
         return await _loop(run, spec, life.state, ctx, log)
     finally:
@@ -172,7 +174,7 @@ async def run_agent_actor(
             agent_id=spec.agent_id,
             name=spec.agent_type.name,
             depth=spec.depth,
-            system=_system_prompt(run, spec.agent_type),
+            system=type_setup(run, spec.agent_type).system,
             messages=_with_prompt(spec.history, spec.prompt)
             if spec.compact is None
             else list(spec.history),
@@ -325,14 +327,16 @@ async def _loop(
 ) -> tuple[AgentStatus, str | None, str | None]:
     atype = spec.agent_type
     max_turns = atype.max_turns or run.limits.max_turns
-    tools = _tools_for(run, atype)
-    specs = [_tool_spec(run, t) for t in tools.values()]
+    setup = type_setup(run, atype)
+    tools = setup.tools
+    specs = setup.specs
     emit = functools.partial(
         run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
     )
     compactor = Compactor.for_agent(
         run, spec.agent_type, spec.agent_id, system=state.system, tools=specs, emit=emit,
         log=log, prompt=spec.prompt, prompt_index=len(state.messages) - 1,
+        fixed=setup.fixed_chars if state.system is setup.system else None,
     )  # fmt: skip
     last_text = ""
     while True:
@@ -475,6 +479,46 @@ async def _stream_turn(
         content.append(TextBlock(text="".join(texts)))
     content.extend(ToolUseBlock(id=c.id, name=c.name, input=c.input) for c in calls)
     return tuple(content), calls, end
+
+
+@attrs.frozen
+class TypeSetup:
+    """What every agent of one type gets in one run, made once (issue 20: it was made per
+    agent): its tools, their specs as the model sees them, its system prompt, the size of those
+    two in the context, and its tools' limits."""
+
+    agent_type: AgentType
+    types_version: int
+    tools: Mapping[str, Tool]
+    specs: tuple[ToolSpec, ...]
+    system: str
+    fixed_chars: int
+    output_cap: int
+    tool_limits: ToolLimits
+
+
+def type_setup(run: RunContext, atype: AgentType) -> TypeSetup:
+    """The :class:`TypeSetup` of *atype* in *run*, made on first use; made again when the run's
+    agent types changed since (the ``agent`` tool's description lists them)."""
+    version = run.agent_types.version
+    setup: TypeSetup | None = run.type_setups.get(id(atype))
+    if setup is not None and setup.agent_type is atype and setup.types_version == version:
+        return setup
+    tools = _tools_for(run, atype)
+    specs = tuple(_tool_spec(run, t) for t in tools.values())
+    system = _system_prompt(run, atype)
+    setup = TypeSetup(
+        agent_type=atype,
+        types_version=version,
+        tools=MappingProxyType(tools),
+        specs=specs,
+        system=system,
+        fixed_chars=fixed_chars(system, specs),
+        output_cap=output_cap(run, atype),
+        tool_limits=tool_limits_for(run, atype),
+    )
+    run.type_setups[id(atype)] = setup
+    return setup
 
 
 def _system_prompt(run: RunContext, atype: AgentType) -> str:
@@ -652,7 +696,7 @@ async def _run_tool_call(
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
             status, output = "cancelled", f"cancelled: {reason or 'cancelled'}"
-        cap = output_cap(run, spec.agent_type) + NOTE_ROOM
+        cap = type_setup(run, spec.agent_type).output_cap + NOTE_ROOM
         output = _cut(redact(output, run.secrets), cap, how=_OUTPUT_CUT_HOW)
         results[index] = ToolResultBlock(
             tool_use_id=call.id, content=output, is_error=status != "ok"
@@ -683,7 +727,7 @@ async def _execute(
 ) -> tuple[ToolStatus, str]:
 
     if tool is None:
-        known = ", ".join(sorted(_tools_for(run, spec.agent_type)))
+        known = ", ".join(sorted(type_setup(run, spec.agent_type).tools))
         return "error", f"unknown tool {call.name!r}; available tools: {known}"
     if call.error is not None:
         return "error", f"invalid input for {tool.name}: {call.error}"
@@ -707,7 +751,7 @@ async def _execute(
         tool_use_id=call.id,
         depth=spec.depth,
         env=run.env,
-        limits=tool_limits_for(run, spec.agent_type),
+        limits=type_setup(run, spec.agent_type).tool_limits,
         log=log.bind(tool_use_id=call.id, tool=tool.name),
         spawner=_Spawner(run, spec, call.id, agent_id, own_task=own_task),
         report_progress=functools.partial(_report_progress, run, spec, call.id),
