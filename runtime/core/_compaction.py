@@ -487,7 +487,7 @@ class Compactor:
         self._agent_id = agent_id
         self._emit = emit
         self._log = log
-        self._describe = _describer(tools)
+        self._tools = tools  # described only when compacting (_describer)
         self._prompt = prompt
         self._prompt_index = prompt_index
         self._retry_at = 0
@@ -620,7 +620,7 @@ class Compactor:
         trimmed, stubbed = trim_tool_results(
             state.messages,
             cap_chars=max(STUB_MIN_CHARS, window_chars // 4),
-            describe=self._describe,
+            describe=_describer(self._tools),
         )
         if stubbed:
             state.messages[:] = trimmed

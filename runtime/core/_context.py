@@ -195,7 +195,8 @@ def new_run_context(
     Besides the given parts it makes the registry, the ``max_parallel`` limiter and the budget
     layer, whose cancels go through :func:`cancel_node`, and installs the run's core hooks on
     *bus* (budget accounting, then announcement tracking). The caller runs
-    ``run.budget.run`` in a task of its own for as long as agents run.
+    ``run.budget.run`` in a task of its own for as long as agents run (or has
+    ``run.budget.serve_in(nursery)`` start it there once a budget is set).
 
     Args:
         registry: the node registry to use (default: a new one).

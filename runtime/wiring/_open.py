@@ -338,7 +338,7 @@ async def open_runtime(
             async with trio.open_nursery() as nursery:
                 for writer in writers:
                     nursery.start_soon(writer.run)
-                nursery.start_soon(run.budget.run)
+                run.budget.serve_in(nursery)  # its task starts with the first budget
 
                 def core_failed(exc: Exception) -> None:
                     nursery.cancel_scope.cancel(reason=f"the runtime failed: {exc!r}")
