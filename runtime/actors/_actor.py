@@ -199,6 +199,7 @@ async def run_actor(
                     scope.cancel(reason="cancelled before it started")
                 scope.deadline = early.deadline
                 handle.scope = scope
+            del early  # not kept alive in this frame for the actor's whole life
             if registry is not None:
                 node = registry.register(actor_id, scope, parent_id=parent_id, data=data)
             handle.node = node

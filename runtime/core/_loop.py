@@ -356,7 +356,12 @@ async def _loop(
             agent_type=atype.name,
             agent_id=spec.agent_id,
         )
-        content, calls, end = await _stream_fitting(run, request, state, compactor, emit)
+        try:
+            content, calls, end = await _stream_turn(run, request, emit)
+        except ContextOverflowError as exc:  # compacted, then tried once more
+            content, calls, end = await _stream_refitted(
+                run, request, state, compactor, emit, exc
+            )
         state.turns += 1
         state.input_tokens += end.input_tokens
         state.output_tokens += end.output_tokens
@@ -383,14 +388,17 @@ async def _loop(
         return "completed", last_text, None
 
 
-async def _stream_fitting(
-    run: RunContext, request: ModelRequest, state: AgentState, compactor: Compactor, emit: Any
+async def _stream_refitted(
+    run: RunContext,
+    request: ModelRequest,
+    state: AgentState,
+    compactor: Compactor,
+    emit: Any,
+    overflow: ContextOverflowError,
 ) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd]:
-    """:func:`_stream_turn`; a request refused as too long is compacted and tried once more."""
-    try:
-        return await _stream_turn(run, request, emit)
-    except ContextOverflowError as exc:
-        await compactor.on_overflow(state, exc)
+    """The turn again after *request* was refused as too long: compacted, then tried once
+    more (the first try is inline in the loop: one coroutine less per agent)."""
+    await compactor.on_overflow(state, overflow)
     request = attrs.evolve(request, messages=tuple(state.messages))
     try:
         return await _stream_turn(run, request, emit)
@@ -745,6 +753,8 @@ async def _execute(
     )
     if not granted:
         return "denied", f"permission denied: {reason}"
+    # One object per call both spawns its sub-agents and reports its progress.
+    spawner = _Spawner(run, spec, call.id, agent_id, own_task=own_task)
     ctx = ToolContext(
         workspace=run.workspace,
         agent_id=spec.agent_id,
@@ -753,8 +763,8 @@ async def _execute(
         env=run.env,
         limits=type_setup(run, spec.agent_type).tool_limits,
         log=log.bind(tool_use_id=call.id, tool=tool.name),
-        spawner=_Spawner(run, spec, call.id, agent_id, own_task=own_task),
-        report_progress=functools.partial(_report_progress, run, spec, call.id),
+        spawner=spawner,
+        report_progress=spawner,
         redactor=run.bus.redactor,
         sandbox=run.sandbox,
     )
@@ -790,7 +800,8 @@ async def _report_progress(
 
 
 class _Spawner:
-    """Starts sub-agents for one ``agent`` tool call, inside that call's scope."""
+    """Starts sub-agents for one tool call, inside that call's scope; called, it reports the
+    call's progress (a ``tool_progress`` event)."""
 
     def __init__(
         self,
@@ -808,6 +819,9 @@ class _Spawner:
         # The call runs in a task of its own: its first sub-agent, started from that task, may
         # run in it (any other gets a task of its own, as in a call that shares its task).
         self._own_task = trio.lowlevel.current_task() if own_task else None
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        await _report_progress(self._run, self._parent, self._tool_use_id, progress, total, message)
 
     def _take_agent_id(self) -> str:
         agent_id, self._agent_id = self._agent_id, None

@@ -72,12 +72,15 @@ class ScriptedProvider:
     def describe(self) -> dict[str, Any]:
         return {"provider": "scripted", "scenario": self.scenario.source}
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
         """Stream the next scripted turn of ``request.agent_type``.
 
+        The turn's own generator, found without one around it (issue 20: a generator per turn,
+        not two).
+
         Raises:
-            ProviderError: the script has no such agent type, has run out of turns, or the turn
-                says ``error`` (after streaming its text, if any).
+            ProviderError: the script has no such agent type or has run out of turns (when
+                called), or the turn says ``error`` (after streaming its text, if any).
 
         Cancellation: a checkpoint when the turn starts and during delays; between deltas,
         one after each delta when the turn has a ``chunk_delay_s``, else one after every
@@ -85,9 +88,7 @@ class ScriptedProvider:
         a fast network delivers them); a turn's tool calls and its end follow together.
         """
         if request.purpose == "compact":
-            async for item in self._summary(request):
-                yield item
-            return
+            return self._summary(request)
         script = self.scenario.agents.get(request.agent_type)
         if script is None:
             known = ", ".join(sorted(self.scenario.agents))
@@ -103,8 +104,7 @@ class ScriptedProvider:
             )
         # The calls this agent type's earlier turns made: the K of this turn's first tu-A.K.
         made = sum(len(turn.tool_calls) for turn in script.turns[:index])
-        async for item in self._play(script.turns[index], request, made):
-            yield item
+        return self._play(script.turns[index], request, made)
 
     async def _summary(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
         script = self.scenario.agents.get("compact")
