@@ -676,8 +676,11 @@ async def _run_tool_call(
     scope = trio.CancelScope()
     node = None
     try:
-        if all_started is not None:
-            await all_started.wait()  # the turn's calls are announced first, then run together
+        if all_started is not None and not all_started.is_set():
+            # The turn's calls are announced first, then run together. (Usually they are all
+            # announced before this task first runs: then there is nothing to wait for, and no
+            # scheduler round is spent per call on finding that out.)
+            await all_started.wait()
         try:
             node = run.registry.register(
                 call.id,
