@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets as _secrets
 import time
@@ -54,6 +55,12 @@ DEFAULT_TRACE_DIR = Path(".trio-agents") / "traces"
 def new_run_id() -> str:
     """A run id that sorts by start time: ``20261129-193051-1a2b3c``."""
     return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{_secrets.token_hex(3)}"
+
+
+@functools.cache
+def _default_limits() -> Limits:
+    # One instance for every run given none (frozen): made and checked once per process.
+    return Limits()
 
 
 def _default_tools() -> list[Tool]:
@@ -143,7 +150,7 @@ async def open_runtime(
     from runtime.core._secrets import log_secrets, redactor_for, run_environ, scan_env
     from tools import ToolLimits as _ToolLimits
 
-    limits = limits or Limits()
+    limits = limits or _default_limits()
     t0 = trio.current_time()
     run_id = run_id or new_run_id()
     # Setting up a run touches the disk a few times before anything runs; that is fine.
