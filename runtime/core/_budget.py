@@ -21,6 +21,7 @@ from ._events import (
     AgentStarted,
     ContextCompacted,
     Event,
+    TextDelta,
     ToolStarted,
     TurnFinished,
 )
@@ -90,6 +91,8 @@ class BudgetLayer:
 
     def __call__(self, event: Event) -> None:
         """The hook."""
+        if type(event) is TextDelta:  # most of a stream, and nothing to count
+            return
         if isinstance(event, AgentStarted):
             assert event.agent_id is not None
             self._agents[event.agent_id] = _Usage(

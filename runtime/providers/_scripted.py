@@ -21,6 +21,7 @@ summary made from the request. A turn whose ``error`` says the prompt is too lon
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -173,6 +174,7 @@ class ScriptedProvider:
         )
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the id, asked once per turn
 def _agent_number(agent_id: str) -> str:
     """``7`` for ``agent-7`` (also behind a placement's prefix); else the id itself."""
     match = _AGENT_NUMBER.search(agent_id)
