@@ -343,10 +343,15 @@ async def _loop(
         if state.turns >= max_turns:
             # Before delivering: a message no turn will answer goes back in the outcome.
             return "max_turns", last_text or None, f"stopped after {state.turns} turns (max_turns)"
-        if spec.depth > 0 and spec.agent_id not in run.active_children:
+        if (
+            spec.depth > 0
+            and spec.agent_id not in run.slot_holders
+            and spec.agent_id not in run.active_children
+        ):
             # A slot lent to its children while it waited for them comes back here.
             await run.acquire_slot(spec.agent_id)
-        await _deliver_messages(ctx, state, emit)
+        if ctx.mailbox.pending():
+            await _deliver_messages(ctx, state, emit)
         await compactor.before_request(state)
         request = ModelRequest(
             model=atype.model or run.model,
