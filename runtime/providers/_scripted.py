@@ -21,7 +21,7 @@ summary made from the request. A turn whose ``error`` says the prompt is too lon
 
 from __future__ import annotations
 
-import functools
+import copy
 import re
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -161,7 +161,7 @@ class ScriptedProvider:
         for k, call in enumerate(turn.tool_calls):
             out_chars += len(call.name) + len(orjson.dumps(call.input))
             number = made + 1 + k if made is not None else f"s{k + 1}"
-            yield ToolCall(f"{self._prefix}{owner}.{number}", call.name, dict(call.input))
+            yield ToolCall(f"{self._prefix}{owner}.{number}", call.name, _fresh_input(call.input))
         stop = turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn")
         yield TurnEnd(
             stop_reason=stop,  # type: ignore[arg-type]  # checked when the scenario was parsed
@@ -174,7 +174,16 @@ class ScriptedProvider:
         )
 
 
-@functools.lru_cache(maxsize=4096)  # a pure function of the id, asked once per turn
+def _fresh_input(args: dict[str, Any]) -> dict[str, Any]:
+    """A call's input, the tool's own to change: a scripted scenario is shared by every run that
+    opens it (and, given as a dict, kept between runs: runtime/providers/_scenario.py), so
+    nothing a tool does to its input may reach the script."""
+    for value in args.values():
+        if value is not None and not isinstance(value, str | int | float):  # bool is an int
+            return copy.deepcopy(args)
+    return dict(args)  # flat: copying the top level is enough
+
+
 def _agent_number(agent_id: str) -> str:
     """``7`` for ``agent-7`` (also behind a placement's prefix); else the id itself."""
     match = _AGENT_NUMBER.search(agent_id)
