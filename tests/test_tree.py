@@ -491,6 +491,7 @@ def test_nodes_stay_small_enough_for_compact_attribute_storage() -> None:
     # 30 % slower). Rare agent figures live in one `_rare` object for that reason.
     tree = tree_of(run_events(small_run()))
     agents, tools = list(tree.agents.values()), list(tree.tools.values())
-    assert agents and tools
+    assert agents
+    assert tools
     for node in [*agents, *tools, AgentNode("a", None), ToolNode("t")]:
         assert len(vars(node)) < 30, type(node).__name__

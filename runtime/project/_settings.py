@@ -283,6 +283,11 @@ def read_settings_file(file: Path) -> dict[str, tuple[Any, int]]:
         line = lines.find(name)
         where = f"{file}:{line}" if line else str(file)
         setting = SETTINGS.get(name)
+        if setting is None and name in SECTIONS:
+            keys = ", ".join(k.split(".", 1)[1] for k in SETTINGS if k.startswith(f"{name}."))
+            raise ProjectFileError(
+                f"{where}: {name}: a table of settings, not a value: write [{name}] and "
+                f"its keys under it ({keys})")
         if setting is None:
             raise ProjectFileError(f"{where}: {name}: unknown key{_did_you_mean(name)}")
         try:
