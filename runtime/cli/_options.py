@@ -126,6 +126,15 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _env_name(text: str) -> str:
+    from runtime.project._settings import env_names
+
+    try:
+        return env_names([text])[0]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _percent(text: str) -> float:
     try:
         value = float(text.strip().removesuffix("%"))
@@ -270,6 +279,15 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         help="refuse calls matching RULE, e.g. 'bash(rm *)' (repeatable)",
     )
     g.add_argument(
+        "--allow-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        type=_env_name,
+        help="let the tools see the environment variable NAME although it looks secret, e.g. "
+        "GH_TOKEN for gh; its value is still masked in every event (repeatable)",
+    )
+    g.add_argument(
         "--permission-timeout",
         type=_positive_float,
         metavar="S",
@@ -330,6 +348,7 @@ class RunOptions:
     permission_mode: str | None = None
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    allow_env: tuple[str, ...] = ()
     permission_timeout_s: float = 300.0
     max_turns: int | None = None
     max_depth: int | None = None
@@ -376,6 +395,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         permission_mode=ns.permission_mode,
         allow=tuple(ns.allow),
         deny=tuple(ns.deny),
+        allow_env=tuple(ns.allow_env),
         permission_timeout_s=300.0 if ns.permission_timeout is None else ns.permission_timeout,
         max_turns=ns.max_turns,
         max_depth=ns.max_depth,
@@ -460,6 +480,7 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         "permission_mode": permission_mode(opts),
         "allow": opts.allow,
         "deny": opts.deny,
+        "allow_env": opts.allow_env,
         "permission_timeout_s": opts.permission_timeout_s,
         "ray_address": opts.ray_address,
     }
