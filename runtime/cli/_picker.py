@@ -159,6 +159,9 @@ class TerminalPrompts:
 
     def tap(self, event: Event) -> None:
         """Watch the stream for permission questions and for answers given elsewhere."""
+        kind = event.__class__
+        if kind is not PermissionRequested and kind is not PermissionResolved:
+            return  # most events: called for every one, so two identity checks and out
         if isinstance(event, PermissionRequested):
             self._requests.append(event)
             self._poke()
