@@ -1,31 +1,36 @@
 """The live view's cost: a CPU-bound run drawn on a real terminal against the same run without it.
 
 The run (scripted provider, zero delays, so every millisecond is CPU): a main agent starts
-``--agents`` (100) sub-agents in one turn; each streams ``--words`` one-word text deltas (on
-several lines), makes one ``glob`` call, streams as many again and answers. About 100 k deltas in
-all, so the run takes around a second without the view.
+``--agents`` (100) sub-agents in one turn, all running at once (``--max-parallel 1000``); each
+streams ``--words`` (500) one-word text deltas on lines of a dozen words, makes one ``glob``
+call, streams as many again and answers: about 100,000 deltas, under a second of CPU.
 
-Both sides are the real command, ``trio-agents run --scenario FILE go``, called in-process
+Every side is the real command, ``trio-agents run --scenario FILE … go``, called in-process
 through the console script's own entry point (``runtime.cli._main.main``: argument parsing, the
-session, the view, the trace file, the final tree), in a child process whose stdin, stdout and
-stderr are the slave side of a pty sized ``--size`` (160x50) that is its controlling terminal;
-this script drains the master side as a terminal emulator would. So the view finds a terminal
-exactly as when a person runs the command, and pays for every byte it writes to it.
+session, the view, the trace file, the final tree and summary), in a child process whose
+stdin, stdout and stderr are the slave side of a pty sized ``--size`` (160x50) that is its
+controlling terminal; this script drains the master side at once, as a terminal emulator
+would. So the view finds a terminal exactly as when a person runs the command (the Ctrl+C
+picker is armed too), and pays for every byte it writes to it.
 
-* **with the view**: stdout is the pty — the live tree redraws while the run goes, and the final
-  tree, answer and summary are printed at the end (all counted).
-* **without** (the floor): the same run with stdout sent to ``/dev/null`` — what
-  ``trio-agents run … > /dev/null`` does at the same terminal: the plain-line view, which feeds
-  the same tree from the same events but draws nothing (a few hundred short lines into
-  ``/dev/null``). ``--json`` was not taken as the floor because it adds work of its own (each
-  event encoded for stdout as well as for the trace), which would flatter the view.
+* **view** (the value): stdout is the pty: the live tree redraws while the run goes; the final
+  tree, answer and summary are printed at the end; all of it is counted.
+* **none** (the floor): the same command with stdout sent to ``/dev/null`` and the view replaced
+  by a tap that only feeds the session's tree (as the session does with ``--json``): the run
+  with no view at all. The tree is fed either way (the session keeps it for the picker and the
+  summary), so the difference is what the view adds: its tap, its frames, the final print.
+  ``--json`` itself was not taken: it encodes every event once more for stdout, work the view
+  does not do, which would flatter the view.
+* **plain** (reported as ``plain_ms``/``ratio_to_plain``): ``trio-agents run … > /dev/null``,
+  the plain-line view that a run without a terminal gets.
 
-Both sides write the trace file (the default), use ``--permission-mode allow-all`` (nothing to
-ask) and run in the same process, alternating, after a warm-up run of each, with a garbage
-collection before each; each figure is the best of ``--reps``. The result is the wall time of
-one whole command with the view against without; the target (issue 20) is that the view costs
-at most 10 % (ratio <= 1.10). Extra fields say how many frames were drawn, the time spent in
-them, and the bytes written to the terminal.
+Each mode runs once to warm up (imports, caches), then ``--reps`` times, the three alternating
+in a rotating order, with a garbage collection before each; each figure is the best of its
+runs (the machine is shared: the best run is the least disturbed). Trace file on (the default),
+``--permission-mode allow-all`` (nothing to ask). The target (issue 20) is that the view costs at
+most 10 % of the run's wall time: ratio <= 1.10. ``cpu_ratio`` is the same for the process's
+CPU time (steadier on a loaded machine); extra fields give the frames drawn, their time, the
+final print's time and the bytes written to the terminal per run.
 
 Usage: ``python bench/bench_live.py [--reps N] [--agents N] [--words N] [--size COLSxROWS]``
 """
@@ -56,10 +61,9 @@ MODES = ("view", "none", "plain")
 
 def scenario(agents: int, words: int) -> dict[str, Any]:
     """The run: *agents* parallel workers, each streaming 2 x *words* deltas and one tool call."""
-    lines = []
-    for i in range(0, words, 12):  # a dozen words a line, so the text has many lines
-        lines.append(" ".join(f"w{j}" for j in range(i, min(words, i + 12))))
-    text = "\n".join(lines)
+    # A dozen words a line, so the text has many lines.
+    rows = range(0, words, 12)
+    text = "\n".join(" ".join(f"w{j}" for j in range(i, min(words, i + 12))) for i in rows)
     calls = [
         {"name": "agent", "input": {"description": f"part {i}", "prompt": "go", "agent": "w"}}
         for i in range(agents)
@@ -137,11 +141,20 @@ def child(args: argparse.Namespace) -> int:
         os.dup2(terminal_fd if mode == "view" else devnull, 1)
         live.PlainView = TreeOnly if mode == "none" else plain_view  # type: ignore[misc]
         gc.collect()
+        profile = None
+        if args.profile and n == args.reps - 1:  # the last repetition, profiled
+            import cProfile
+
+            profile = cProfile.Profile()
+            profile.enable()
         t0 = time.perf_counter()
         c0 = time.process_time()
         code = cli_main(argv)
         wall = time.perf_counter() - t0
         stats["cpu_s"] = time.process_time() - c0
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(str(Path(args.profile) / f"{mode}.prof"))
         sys.stdout.flush()
         os.dup2(terminal_fd, 1)
         trace.unlink()
@@ -208,6 +221,7 @@ def run_on_terminal(args: argparse.Namespace, work: Path, scenario_path: Path) -
         "--result-fd",
         str(write_end),
         *[f"--extra={x}" for x in args.extra],
+        *(["--profile", str(Path(args.profile).resolve())] if args.profile else []),
     ]
     proc = subprocess.Popen(  # our own script, our own interpreter
         cmd,
@@ -244,6 +258,9 @@ def main() -> int:
     parser.add_argument("--size", type=size, default=(160, 50), help="terminal COLSxROWS")
     parser.add_argument("--extra", action="append", default=[], help="another `run` argument")
     parser.add_argument("--verbose", action="store_true", help="every run's figures on stderr")
+    parser.add_argument(
+        "--profile", metavar="DIR", help="write a cProfile of each mode's last run (MODE.prof)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)

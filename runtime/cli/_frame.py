@@ -291,10 +291,12 @@ class LiveRegion(RenderHook):
         if not self.shown:
             return
         old = self._lines
-        if width != self._width:  # the old lines may have wrapped: start afresh
+        if width != self._width or not lines:  # a new width: the old lines may have wrapped
             self.write(self._clear())
-            old = []
+            old = self._lines = []
             self._width = width
+        if not lines:
+            return
         out: list[str] = []
         if old:
             out.append("\r")
@@ -305,15 +307,12 @@ class LiveRegion(RenderHook):
                 out.append("\n")
             if i < len(old) and old[i] == (text, size):
                 continue
-            if i < len(old):
-                out.append("\r")
+            out.append("\r")
             out.append(text)
             if size < width:
                 out.append("\x1b[K")  # the rest of the old line
-        extra = len(old) - len(lines)
-        if extra > 0:  # the region shrank: blank the lines below it, come back up
-            out.append("\n\r\x1b[2K" * extra)
-            out.append(f"\x1b[{extra}A")
+        if len(old) > len(lines):  # the region shrank: blank what is below, come back up
+            out.append("\n\r\x1b[J\x1b[1A")
         self._lines = list(lines)
         self.write("".join(out))
 

@@ -782,14 +782,17 @@ async def open_session(
         else:
             prompts = TerminalPrompts.open_for_stdin(tree, view)
 
-    def tap(event: Any) -> None:
-        # Runs inside whichever agent emitted the event: tree updates and queueing only.
-        if view is not None:
-            view.tap(event)
-        else:
-            tree.apply(event)
-        if prompts is not None:
-            prompts.tap(event)  # after the tree: a question names the agent by its path
+    # Runs for every event, inside whichever agent emitted it: tree updates and queueing only,
+    # with as few calls as possible (a streaming run emits one event per word).
+    feed: Callable[[Any], None] = view.tap if view is not None else tree.apply
+    tap = feed
+    if prompts is not None:
+        ask, asks = prompts.tap, prompts.WATCHED
+
+        def tap(event: Any) -> None:
+            feed(event)
+            if event.__class__ in asks:
+                ask(event)  # after the tree: a question names the agent by its path
 
     control: ControlServer | None = None
     trace_path = None

@@ -43,7 +43,7 @@ import sys
 import termios
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import trio
 
@@ -157,11 +157,11 @@ class TerminalPrompts:
 
     # -- inputs ----------------------------------------------------------------------------
 
+    WATCHED: ClassVar[frozenset[type[Event]]] = frozenset({PermissionRequested, PermissionResolved})
+    """The only events :meth:`tap` acts on (the session passes it no others)."""
+
     def tap(self, event: Event) -> None:
         """Watch the stream for permission questions and for answers given elsewhere."""
-        kind = event.__class__
-        if kind is not PermissionRequested and kind is not PermissionResolved:
-            return  # most events: called for every one, so two identity checks and out
         if isinstance(event, PermissionRequested):
             self._requests.append(event)
             self._poke()

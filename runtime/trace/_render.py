@@ -124,6 +124,12 @@ class StyledLine:
     def __len__(self) -> int:
         return self._len
 
+    def __repr__(self) -> str:
+        return (
+            f"StyledLine(parts={self.parts!r}, base={self.base!r}, desc={self.desc!r}, "
+            f"essential={self.essential!r}, wrap={self.wrap!r})"
+        )
+
     @property
     def plain(self) -> str:
         """The line's characters, without styles."""
