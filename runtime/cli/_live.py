@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
@@ -165,7 +165,7 @@ def _from_a_line(tail: str, *, cut: bool) -> str:
     return tail
 
 
-_NOTED: Final = frozenset({ContextCompacted, ReplayDiverged})
+_NOTED: Final[frozenset[type[Event]]] = frozenset({ContextCompacted, ReplayDiverged})
 """Events of any agent that the live view prints above the tree."""
 
 
@@ -189,6 +189,9 @@ class LiveView:
         self.fps = MAX_FPS if fps is None else fps
         if not self.fps > 0:
             raise ValueError(f"fps must be above 0, got {fps!r}")
+        self._apply = tree.apply
+        self._noted: frozenset[type[Event]] = _NOTED
+        self._watchers: dict[type[Event], list[Callable[[Event], None]]] = {}
         self._text = _RootText()
         self._to_print: list[str] = []
         self._region = LiveRegion(console)
@@ -214,12 +217,21 @@ class LiveView:
         """Apply *event* to the tree and note what to draw (never draws; O(1)).
 
         Called for every event, inside the agent that emitted it: a sub-agent's delta (most
-        events) costs the tree's update and a flag.
+        events) costs the tree's update, a flag and two checks.
         """
-        self.tree.apply(event)
+        self._apply(event)
         self._dirty = True
-        if event.parent_tool_use_id is not None and event.__class__ not in _NOTED:
-            return
+        if event.parent_tool_use_id is None or event.__class__ in self._noted:
+            self._note(event)
+
+    def watch(self, kinds: Iterable[type[Event]], callback: Callable[[Event], None]) -> None:
+        """Also give events of these kinds to *callback*, after the tree has them (the
+        terminal's permission prompts): one tap for the session instead of two."""
+        for kind in kinds:
+            self._watchers.setdefault(kind, []).append(callback)
+        self._noted = frozenset({*_NOTED, *self._watchers})
+
+    def _note(self, event: Event) -> None:
         if event.parent_tool_use_id is None and event.agent_id is not None:
             if isinstance(event, TextDelta):
                 self._text.delta(event.text)
@@ -236,6 +248,8 @@ class LiveView:
             self._to_print.append(_compaction_note(self.tree, event))
         if isinstance(event, ReplayDiverged):
             self._to_print.append(f"replay diverged: {event.node}: {event.detail}")
+        for callback in self._watchers.get(event.__class__, ()):
+            callback(event)
 
     # -- the drawing task -------------------------------------------------------------------
 

@@ -781,18 +781,12 @@ async def open_session(
             prompts = TerminalPrompts(tree, view, None, keyboard=keyboard)
         else:
             prompts = TerminalPrompts.open_for_stdin(tree, view)
+        view.watch(prompts.WATCHED, prompts.tap)
 
     # Runs for every event, inside whichever agent emitted it: tree updates and queueing only,
-    # with as few calls as possible (a streaming run emits one event per word).
-    feed: Callable[[Any], None] = view.tap if view is not None else tree.apply
-    tap = feed
-    if prompts is not None:
-        ask, asks = prompts.tap, prompts.WATCHED
-
-        def tap(event: Any) -> None:
-            feed(event)
-            if event.__class__ in asks:
-                ask(event)  # after the tree: a question names the agent by its path
+    # in as few calls as possible (a streaming run emits one event per word). The prompts see
+    # their events after the tree: a question names the agent by its path.
+    tap: Callable[[Any], None] = view.tap if view is not None else tree.apply
 
     control: ControlServer | None = None
     trace_path = None
