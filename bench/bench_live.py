@@ -127,6 +127,27 @@ def child(args: argparse.Namespace) -> int:
         stats["max_frame_s"] = self.max_frame_s
 
     live.LiveView.finish = counting_finish  # type: ignore[method-assign]
+    import runtime.cli._frame as frame
+
+    write = frame.LiveRegion.write
+
+    def timed_write(self: frame.LiveRegion, data: str) -> None:
+        t0 = time.perf_counter()
+        write(self, data)
+        stats["write_s"] = stats.get("write_s", 0.0) + time.perf_counter() - t0
+
+    frame.LiveRegion.write = timed_write  # type: ignore[method-assign]
+    gc_started = [0.0]
+
+    def gc_timer(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        else:
+            stats["gc_s"] = stats.get("gc_s", 0.0) + time.perf_counter() - gc_started[0]
+            key = f"gc{info['generation']}"
+            stats[key] = stats.get(key, 0) + 1
+
+    gc.callbacks.append(gc_timer)
 
     work = Path(args.work)
     argv_base = ["run", "--scenario", args.scenario, "--permission-mode", "allow-all"]
@@ -317,6 +338,7 @@ def main() -> int:
         "frames_ms": round(view.get("render_s", 0.0) * 1000, 1),
         "max_frame_ms": round(view.get("max_frame_s", 0.0) * 1000, 2),
         "final_print_ms": round(view.get("final_s", 0.0) * 1000, 1),
+        "terminal_write_ms": round(view.get("write_s", 0.0) * 1000, 2),
         "terminal_bytes_per_run": drained // (args.reps + 1),
         "reps": args.reps,
         "fastest_kept": keep,

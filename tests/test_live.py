@@ -1,7 +1,11 @@
 """The views: the live tree (coalesced redraws, fitted to the screen, NO_COLOR) and plain lines.
 
 The live view draws on a rich console writing to memory (a terminal as far as rich knows); runs
-are real scripted runs, in real time where the cost of drawing is what is measured.
+are real scripted runs, in real time where the cost of drawing is what is measured. The frame
+clock is checked in virtual time (many events between two ticks make one frame showing the
+latest state; a tick with nothing new draws nothing; the end shows the last state), the screen
+read back with a small terminal emulator (tests/screen.py). What a frame's lines look like, cell
+for cell against rich, is tests/test_frame.py's.
 """
 
 from __future__ import annotations
