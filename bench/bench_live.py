@@ -31,7 +31,8 @@ disturbed, and a third of them is steadier than the single fastest). Trace file 
 ``--permission-mode allow-all`` (nothing to ask). The target (issue 20) is that the view costs at
 most 10 % of the run's wall time: ratio <= 1.10. ``cpu_ratio`` is the same for the process's
 CPU time (steadier on a loaded machine); extra fields give the frames drawn, their time, the
-final print's time and the bytes written to the terminal per run.
+final print's time, the time in terminal writes and in the garbage collector (of the fastest
+run with the view), and the bytes written to the terminal per run.
 
 Usage: ``python bench/bench_live.py [--reps N] [--agents N] [--words N] [--size COLSxROWS]``
 """
@@ -339,6 +340,7 @@ def main() -> int:
         "max_frame_ms": round(view.get("max_frame_s", 0.0) * 1000, 2),
         "final_print_ms": round(view.get("final_s", 0.0) * 1000, 1),
         "terminal_write_ms": round(view.get("write_s", 0.0) * 1000, 2),
+        "gc_ms": round(view.get("gc_s", 0.0) * 1000, 1),
         "terminal_bytes_per_run": drained // (args.reps + 1),
         "reps": args.reps,
         "fastest_kept": keep,
