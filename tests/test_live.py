@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from runtime import Limits, open_runtime
 from runtime.cli._live import MAX_FPS, ROOT_TEXT_LINES, LiveView, PlainView, _tail_lines
+from runtime.cli._options import UsageError
 from runtime.trace._render import SPINNER_FRAMES
 from runtime.trace._tree import TraceTree
 
@@ -578,3 +579,27 @@ def test_the_root_text_a_frame_shows_is_the_end_of_the_whole_turn(
         assert shown == before  # lines of at most 3,000 characters: the same lines on screen
     assert text.turn_done() == "".join(chunks).strip()
     assert text.tail() == ""
+
+
+def test_the_frame_rate_comes_from_the_flag_over_the_settings_file(tmp_path: Path) -> None:
+    from runtime.cli._main import build_parser
+    from runtime.cli._options import options_from_args
+    from runtime.cli._project import apply_project
+
+    (tmp_path / ".trio-agents").mkdir()
+    (tmp_path / ".trio-agents" / "settings.toml").write_text("[view]\nfps = 4\n")
+    parser = build_parser()
+
+    def fps(*flags: str) -> float | None:
+        ns = parser.parse_args(["run", "--workspace", str(tmp_path), *flags, "go"])
+        return apply_project(options_from_args(ns), ns).fps
+
+    assert fps() == pytest.approx(4)
+    assert fps("--fps", "2.5") == pytest.approx(2.5)
+    for bad in ("0", "61", "fast"):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(["run", "--fps", bad, "go"])
+        assert exc.value.code == 2
+    (tmp_path / ".trio-agents" / "settings.toml").write_text("[view]\nfps = 0\n")
+    with pytest.raises(UsageError, match=r"view\.fps"):
+        fps()
