@@ -5,7 +5,7 @@ command-line run needs, in one place so ``chat`` can reuse it::
 
     opts = options_from_args(namespace)
     async with open_session(opts) as session:      # runtime, view, Ctrl+C, prompts, --control
-        handle = await session.rt.start(prompt)
+        handle = await session.start_root(prompt)
         outcome = await handle.wait()
     return session.exit_code(outcome)
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from runtime.core._agent import AgentOutcome
-    from runtime.core._runtime import Runtime
+    from runtime.core._runtime import AgentHandle, Runtime
     from runtime.trace._tree import TraceTree
 
     from ._keyboard import Keyboard
@@ -53,6 +53,9 @@ from ._exit import EXIT_USAGE as EXIT_USAGE
 from ._exit import PROG as PROG
 from ._exit import error_line as error_line
 from ._exit import warning_line as warning_line
+
+READER_GONE: Final = "stdout closed by its reader"
+"""The cancel reason of a run whose stdout reader left (``| head``)."""
 
 PERMISSION_MODES = ("ask", "auto-edit", "allow-all", "deny")
 PROVIDERS = ("openai", "anthropic", "scripted")
@@ -133,6 +136,15 @@ def _fps(text: str) -> float:
     if not 0 < value <= MAX_FPS_OPTION:
         raise argparse.ArgumentTypeError(f"expected a number above 0, at most 60; got {text}")
     return value
+
+
+def _env_name(text: str) -> str:
+    from runtime.project._settings import env_names
+
+    try:
+        return env_names([text])[0]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _percent(text: str) -> float:
@@ -285,6 +297,15 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         help="refuse calls matching RULE, e.g. 'bash(rm *)' (repeatable)",
     )
     g.add_argument(
+        "--allow-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        type=_env_name,
+        help="let the tools see the environment variable NAME although it looks secret, e.g. "
+        "GH_TOKEN for gh; its value is still masked in every event (repeatable)",
+    )
+    g.add_argument(
         "--permission-timeout",
         type=_positive_float,
         metavar="S",
@@ -345,6 +366,7 @@ class RunOptions:
     permission_mode: str | None = None
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    allow_env: tuple[str, ...] = ()
     permission_timeout_s: float = 300.0
     max_turns: int | None = None
     max_depth: int | None = None
@@ -393,6 +415,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         permission_mode=ns.permission_mode,
         allow=tuple(ns.allow),
         deny=tuple(ns.deny),
+        allow_env=tuple(ns.allow_env),
         permission_timeout_s=300.0 if ns.permission_timeout is None else ns.permission_timeout,
         max_turns=ns.max_turns,
         max_depth=ns.max_depth,
@@ -478,6 +501,7 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         "permission_mode": permission_mode(opts),
         "allow": opts.allow,
         "deny": opts.deny,
+        "allow_env": opts.allow_env,
         "permission_timeout_s": opts.permission_timeout_s,
         "ray_address": opts.ray_address,
     }
@@ -696,6 +720,19 @@ class Session:
         self.aborted = True
         await self.rt.abort(reason)
 
+    async def start_root(self, prompt: str, **kwargs: Any) -> AgentHandle:
+        """Start a root agent (:meth:`Runtime.start`) and apply an abort that came before it
+        existed: Ctrl+C during start-up, or stdout's reader leaving after the first lines.
+
+        Cancellation: as :meth:`Runtime.start`.
+        """
+        handle = await self.rt.start(prompt, **kwargs)
+        if self.reader_gone:
+            await self.rt.abort(READER_GONE, by="user")
+        elif self.aborted:
+            await self.rt.abort("run aborted by user (Ctrl+C)")
+        return handle
+
     def exit_code(self, outcome: AgentOutcome | None) -> int:
         """0 when the root completed, 130 when aborted, 1 otherwise.
 
@@ -865,7 +902,7 @@ async def watch_stdout_reader(session: Session) -> None:
         await trio.sleep(0.1)  # woken for another reason: look again, never spin
     session.reader_gone = True
     silence_stdout()
-    await session.rt.abort("stdout closed by its reader", by="user")
+    await session.rt.abort(READER_GONE, by="user")  # a root not started yet: start_root
 
 
 def silence_stdout() -> None:
@@ -889,9 +926,7 @@ async def run_prompt(opts: RunOptions, prompt: str, **session_kwargs: Any) -> in
     """
     outcome = None
     async with open_session(opts, **session_kwargs) as session:
-        handle = await session.rt.start(prompt)
-        if session.aborted:  # Ctrl+C came before the agent existed
-            await session.rt.abort("run aborted by user (Ctrl+C)")
+        handle = await session.start_root(prompt)
         outcome = await handle.wait()
     code = session.exit_code(outcome)
     report_outcome(session, outcome, code)

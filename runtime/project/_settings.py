@@ -87,6 +87,17 @@ def rules(value: Any) -> tuple[str, ...]:
     return out
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_names(value: Any) -> tuple[str, ...]:
+    out = strings(value)
+    for name in out:
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"expected environment variable names; got {name!r}")
+    return out
+
+
 def path(value: Any) -> str:
     return string(value)
 
@@ -142,6 +153,9 @@ SETTINGS: dict[str, Setting] = {
                 flag="--allow", default=(), merge="append"),
         Setting("permissions.deny", rules, "rules of calls always refused",
                 flag="--deny", default=(), merge="append"),
+        Setting("permissions.allow_env", env_names,
+                "secret-looking environment variables the tools may see all the same",
+                flag="--allow-env", default=(), merge="append"),
         Setting("permissions.timeout_s", positive_float,
                 "how long a permission question waits", flag="--permission-timeout",
                 default=300.0),
@@ -291,6 +305,11 @@ def read_settings_file(file: Path) -> dict[str, tuple[Any, int]]:
         line = lines.find(name)
         where = f"{file}:{line}" if line else str(file)
         setting = SETTINGS.get(name)
+        if setting is None and name in SECTIONS:
+            keys = ", ".join(k.split(".", 1)[1] for k in SETTINGS if k.startswith(f"{name}."))
+            raise ProjectFileError(
+                f"{where}: {name}: a table of settings, not a value: write [{name}] and "
+                f"its keys under it ({keys})")
         if setting is None:
             raise ProjectFileError(f"{where}: {name}: unknown key{_did_you_mean(name)}")
         try:
