@@ -15,7 +15,7 @@ The task tree of a session::
     └── session nursery                      (cancelled once the runtime has closed)
         ├── serve_sigint        SIGINT → the picker (terminal) or an abort (no terminal / --json)
         ├── TerminalPrompts.run the one task that asks the terminal anything (picker, permissions)
-        ├── LiveView.run        redraws the tree on a timer; PlainView.run flushes its lines
+        ├── LiveView.run        redraws the tree on a frame clock; PlainView.run flushes its lines
         └── serve_control       --control: one task per connected client
         open_runtime            (inside the nursery block, so the tasks above outlive its exit)
 
@@ -64,6 +64,8 @@ PROVIDERS = ("openai", "anthropic", "scripted")
 DEFAULT_MAX_TURNS = 50
 DEFAULT_MAX_DEPTH = 4
 DEFAULT_MAX_PARALLEL = 16
+MAX_FPS_OPTION = 60.0
+"""The most frames a second ``--fps`` may ask of the live view."""
 GLOBAL_FLAGS = ("--debug", "-v", "--verbose")
 """Options every command takes, before or after its name."""
 
@@ -123,6 +125,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+    return value
+
+
+def _fps(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected frames a second, got {text!r}") from None
+    if not 0 < value <= MAX_FPS_OPTION:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, at most 60; got {text}")
     return value
 
 
@@ -248,6 +260,12 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         choices=("spread", "pack"),
         help="spread: hosts on every node with CPUs (default); pack: on one node",
     )
+    g.add_argument(
+        "--fps",
+        type=_fps,
+        metavar="N",
+        help="the most frames a second the live tree is redrawn on a terminal (default: 12)",
+    )
     g.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
     g.add_argument(
         "-v",
@@ -366,6 +384,8 @@ class RunOptions:
     mcp_start_timeout_s: float | None = None
     sandbox: bool = False
     sandbox_network: bool = False
+    fps: float | None = None
+    """The live view's most frames a second (None: its default)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """More :func:`~runtime.open_runtime` keyword arguments (a command's own)."""
 
@@ -420,6 +440,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         mcp_start_timeout_s=ns.mcp_start_timeout,
         sandbox=ns.sandbox or ns.sandbox_network,
         sandbox_network=ns.sandbox_network,
+        fps=getattr(ns, "fps", None),
     )
 
 
@@ -787,7 +808,7 @@ async def open_session(
     if opts.json:
         kwargs["json_out"] = sys.stdout.buffer
     elif interactive or shows_live_view(opts):
-        view = LiveView(tree, console or make_console(), held=view_held)
+        view = LiveView(tree, console or make_console(), held=view_held, fps=opts.fps)
     else:
         view = PlainView(tree, sys.stdout)
 
@@ -797,15 +818,12 @@ async def open_session(
             prompts = TerminalPrompts(tree, view, None, keyboard=keyboard)
         else:
             prompts = TerminalPrompts.open_for_stdin(tree, view)
+        view.watch(prompts.WATCHED, prompts.tap)
 
-    def tap(event: Any) -> None:
-        # Runs inside whichever agent emitted the event: tree updates and queueing only.
-        if view is not None:
-            view.tap(event)
-        else:
-            tree.apply(event)
-        if prompts is not None:
-            prompts.tap(event)  # after the tree: a question names the agent by its path
+    # Runs for every event, inside whichever agent emitted it: tree updates and queueing only,
+    # in as few calls as possible (a streaming run emits one event per word). The prompts see
+    # their events after the tree: a question names the agent by its path.
+    tap: Callable[[Any], None] = view.tap if view is not None else tree.apply
 
     control: ControlServer | None = None
     trace_path = None

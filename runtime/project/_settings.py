@@ -66,6 +66,12 @@ def positive_float(value: Any) -> float:
     return float(value)
 
 
+def fps(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 60:
+        raise ValueError(f"expected a number of frames a second above 0, at most 60; got {value!r}")
+    return float(value)
+
+
 def strings(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"expected a list of strings; got {value!r}")
@@ -182,6 +188,8 @@ SETTINGS: dict[str, Setting] = {
                 default=True),
         Setting("trace.dir", path, "the folder of new trace files",
                 default=".trio-agents/traces", is_path=True),
+        Setting("view.fps", fps, "the most frames a second the live tree is redrawn",
+                flag="--fps", default=12.0),
     ]
 }
 """The settings schema, by dotted name."""

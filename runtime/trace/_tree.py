@@ -368,6 +368,19 @@ class AgentNode(_AgentInternals):
         text ends on a line of its own)."""
         return "".join(self._chunks)[-TEXT_KEEP:] if self._chunks else ""
 
+    def text_tail(self, count: int) -> str:
+        """The last *count* characters of :attr:`text`, joining only the pieces they are in
+        (a running agent's label shows them on every frame of the live view)."""
+        chunks = self._chunks
+        if not chunks:
+            return ""
+        size = 0
+        start = len(chunks)
+        while start > 0 and size < count:
+            start -= 1
+            size += len(chunks[start])
+        return "".join(chunks[start:])[-min(count, TEXT_KEEP) :]
+
     @property
     def text_len(self) -> int:
         """How many characters of text the agent streamed in all."""
