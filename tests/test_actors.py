@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from runtime.actors import ActorContext, Mailbox, Registry, start_actor, start_actor_soon
+from runtime.actors import (
+    ActorContext,
+    ActorHandle,
+    Mailbox,
+    Registry,
+    run_actor,
+    start_actor,
+    start_actor_soon,
+)
 
 
 async def _sleeper(ctx: ActorContext[Any]) -> str:
@@ -174,3 +183,70 @@ async def test_an_actor_leaves_no_task_behind_when_it_returns() -> None:
         async with trio.open_nursery() as nursery:
             handle = await start_actor(nursery, spawner, actor_id="sp")
     assert (await handle.wait()).value == "done"
+
+
+# -- run_actor: the actor in the calling task --------------------------------------------------
+
+
+async def test_run_actor_runs_the_actor_in_the_calling_task_registered_while_it_runs() -> None:
+    registry = Registry()
+    seen: list[Any] = []
+
+    async def work(ctx: ActorContext[Any]) -> str:
+        seen.append((trio.lowlevel.current_task(), registry.ids(), ctx.scope.cancel_called))
+        return "done"
+
+    handle = ActorHandle.new("a", registry=registry)
+    await run_actor(handle, work, parent_id=None)
+    assert seen == [(trio.lowlevel.current_task(), ["a"], False)]
+    assert handle.exit is not None
+    assert (handle.exit.kind, handle.exit.value) == ("returned", "done")
+    assert handle.done
+    assert registry.ids() == []
+
+
+async def test_run_actor_turns_a_failure_into_the_exit_and_does_not_raise() -> None:
+    async def boom(ctx: ActorContext[Any]) -> None:
+        raise RuntimeError("bug")
+
+    handle = ActorHandle.new("a")
+    await run_actor(handle, boom)
+    assert handle.exit is not None
+    assert handle.exit.kind == "failed"
+    assert isinstance(handle.exit.error, RuntimeError)
+
+
+async def test_run_actor_cancelled_through_the_registry_ends_cancelled_with_the_reason() -> None:
+    registry = Registry()
+    handle = ActorHandle.new("a", registry=registry)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(functools.partial(run_actor, handle, _sleeper))
+        assert registry.cancel("a", "stop it", by="user")
+    assert handle.exit is not None
+    assert (handle.exit.kind, handle.exit.reason) == ("cancelled", "stop it")
+    assert registry.ids() == []
+
+
+async def test_run_actor_is_cancelled_with_its_caller_and_the_cancel_propagates() -> None:
+    handle = ActorHandle.new("a")
+    with trio.CancelScope() as outer:
+        outer.cancel()
+        await run_actor(handle, _sleeper)
+    assert outer.cancelled_caught
+    assert handle.exit is not None
+    assert handle.exit.kind == "cancelled"
+
+
+async def test_a_cancel_or_deadline_given_before_the_actor_ran_carries_over(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        cancelled = start_actor_soon(nursery, _sleeper, actor_id="c")
+        assert cancelled.cancel("early")
+        timed = start_actor_soon(nursery, _sleeper, actor_id="t")
+        timed.scope.deadline = trio.current_time() + 5
+    assert cancelled.exit is not None
+    assert cancelled.exit.kind == "cancelled"
+    assert timed.exit is not None
+    assert timed.exit.kind == "cancelled"
+    assert trio.current_time() == 5

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime import AgentType, AgentTypes, Budget, ConfigError, Scenario, load_agent_types
+from runtime.core._agent_types import default_agent_types
 from runtime.providers._scenario import agent_types_from_scenario
 
 
@@ -77,3 +81,40 @@ def test_scenario_agents_become_agent_types() -> None:
     types = {t.name: t for t in agent_types_from_scenario(scenario)}
     assert types["w"] == AgentType(name="w", system="S", tools=("bash",), max_turns=2,
                                    description="worker")
+
+
+# -- merging is remembered (issue 20): the same as merging afresh --------------------------------
+
+
+def _merged_afresh(base: AgentType, other: AgentType) -> AgentType:
+    changes = {
+        f.name: getattr(other, f.name)
+        for f in attrs.fields(AgentType)
+        if getattr(other, f.name) != f.default and f.name != "name"
+    }
+    return attrs.evolve(base, **changes)
+
+
+_TYPES = st.builds(
+    AgentType,
+    name=st.sampled_from(["main", "general", "worker"]),
+    description=st.sampled_from(["", "d1", "d2"]),
+    tools=st.none() | st.tuples(st.sampled_from(["read", "bash"])),
+    model=st.none() | st.sampled_from(["m1", "m2"]),
+    max_turns=st.none() | st.integers(1, 3),
+    budget=st.none() | st.builds(Budget, tokens=st.none() | st.integers(1, 9)),
+    context_window=st.none() | st.integers(1, 9),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(types=st.lists(_TYPES, max_size=6))
+def test_a_table_of_types_is_the_defaults_merged_with_each_in_turn(types: list[AgentType]) -> None:
+    expected = {t.name: t for t in default_agent_types()}
+    for t in types:
+        old = expected.get(t.name)
+        expected[t.name] = _merged_afresh(old, t) if old else t
+    for _ in range(2):  # the second time, merges come from the cache
+        table = AgentTypes(types)
+        assert dict(table) == expected
+        assert list(table) == list(expected)

@@ -129,3 +129,22 @@ async def test_the_budget_layer_only_remembers_live_agents(workspace: Path) -> N
                             limits=Limits(max_parallel=50)) as rt:
         await rt.run("go")
         assert len(rt._run.budget) == 0
+
+
+def _budget_tasks(rt: Any) -> list[str]:
+    return [t.name for t in rt._nursery.child_tasks if "BudgetLayer.run" in t.name]
+
+
+async def test_the_budget_task_runs_only_once_a_budget_that_can_trip_is_set(
+    tmp_path: Path,
+) -> None:
+    scenario = {"agents": {"main": {"turns": [{"text": "hi"}]}}}
+    async with open_runtime(scenario=scenario, workspace=tmp_path, trace=False) as rt:
+        assert (await rt.run("go")).status == "completed"
+        assert _budget_tasks(rt) == []  # no budget anywhere: nothing to carry out
+    budgeted = AgentType(name="main", budget=Budget(tokens=10**6))
+    async with open_runtime(
+        scenario=scenario, workspace=tmp_path, trace=False, agent_types=[budgeted]
+    ) as rt:
+        assert (await rt.run("go")).status == "completed"
+        assert len(_budget_tasks(rt)) == 1

@@ -106,6 +106,20 @@ def test_config_prints_each_setting_its_value_and_source(
     assert lines[-1] == f"settings files read: {settings}"
 
 
+def test_config_names_the_provider_and_model_a_run_would_use_by_default(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runtime.providers import DEFAULT_MODELS
+
+    assert main(["config", "--workspace", str(workspace)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["provider", "openai"]
+    assert lines[1].split() == ["model", DEFAULT_MODELS["openai"], "[default", "of", "openai]"]
+    assert main(["config", "--workspace", str(workspace), "--provider", "anthropic"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:2] == ["model", DEFAULT_MODELS["anthropic"]]
+
+
 def test_demo_ignores_settings_files(tmp_path: Path, user_config_home: Path) -> None:
     user = user_config_home / "trio-agents"
     user.mkdir()

@@ -6,9 +6,12 @@ Real subprocesses with real pipes.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from runtime import decode_event
 from tests.invariants import check_invariants
@@ -90,3 +93,28 @@ def test_plain_lines_into_a_closed_pipe_end_the_run_quietly(tmp_path: Path) -> N
         err = proc.stderr.read()
         code = proc.wait(timeout=30)
     assert (code, err) == (0, b"")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("config",), ("config", "--json"), ("agents",), ("agents", "--json"), ("--help",)],
+)
+def test_listing_commands_into_a_closed_pipe_end_quietly(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """``trio-agents config | head -2`` where head left before the first write: exit 0, no
+    traceback (a closed pipe is not an error of the command's)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "runtime", *args],
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.stderr == b""
+    assert proc.returncode == 0

@@ -506,3 +506,48 @@ def test_bash_in_a_real_run_cannot_read_the_runtimes_secrets(tmp_path: Path) -> 
     environ = base64.b64decode(output.split("\n")[0])
     assert b"PATH=" in environ
     assert key.encode() not in environ
+
+
+@pytest.mark.parametrize("how", ["none", "flag", "settings"])
+def test_allow_env_lets_bash_see_a_secret_that_stays_masked(tmp_path: Path, how: str) -> None:
+    """`gh` needs GH_TOKEN: --allow-env (or permissions.allow_env) passes a secret-looking
+    variable to the tools; its value is still masked in what the run records."""
+    token = "ghp-0123456789abcdefXYZ"
+    command = 'test "$GH_TOKEN" = "' + token + '" && echo "present $GH_TOKEN" || echo absent'
+    call = {"name": "bash", "input": {"command": command}}
+    scenario = tmp_path / "s.json"
+    scenario.write_text(
+        json.dumps({"agents": {"main": {"turns": [{"tool_calls": [call]}, {"text": "ok"}]}}})
+    )
+    args = ["run", "go", "--scenario", str(scenario), "--trace", str(tmp_path / "t.jsonl"),
+            "--permission-mode", "allow-all"]
+    if how == "flag":
+        args += ["--allow-env", "GH_TOKEN"]
+    elif how == "settings":
+        (tmp_path / ".trio-agents").mkdir()
+        (tmp_path / ".trio-agents" / "settings.toml").write_text(
+            '[permissions]\nallow_env = ["GH_TOKEN"]\n')
+    proc = subprocess.run(
+        cli(*args),
+        cwd=tmp_path,
+        env={**child_env(), "GH_TOKEN": token},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (output,) = [e.output for e in read_trace(tmp_path / "t.jsonl") if e.type == "tool_finished"]  # type: ignore[attr-defined]
+    if how == "none":
+        assert output.splitlines()[0] == "absent"
+    else:
+        assert output.startswith("present ")
+    assert token not in (tmp_path / "t.jsonl").read_text()
+
+
+def test_allow_env_refuses_what_is_not_a_variable_name(tmp_path: Path) -> None:
+    proc = subprocess.run(cli("run", "go", "--allow-env", "A B"), cwd=tmp_path,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert proc.returncode == 2
+    assert "--allow-env: expected environment variable names; got 'A B'" in proc.stderr

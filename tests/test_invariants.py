@@ -135,7 +135,9 @@ async def test_random_trees_with_faults_and_cancels_keep_the_invariants(
     for request in by_type(events, CancelRequested):
         target = request.target  # type: ignore[attr-defined]
         agent = call_owner.get(target, target)
-        cancelled_roots[agent] = request.seq
+        # The earliest: a node cancelled twice (by its id, then by its call's) counts from the
+        # first, which may come before an end the second one follows.
+        cancelled_roots.setdefault(agent, request.seq)
 
     def cancelled_ancestor(agent_id: str) -> int | None:
         """The earliest cancel that reached *agent_id* (its own or an ancestor's)."""

@@ -94,6 +94,8 @@ def test_dotted_keys_and_inline_tables_are_read_too(workspace: Path, user_dir: P
         ('model = "m"\n[permisions]\nmode = "ask"\n',
          ":3: permisions.mode: unknown key; did you mean permissions.mode?"),
         ("max_depth = 3\n", ":1: max_depth: unknown key; did you mean limits.max_depth?"),
+        ("limits = 3\n", ":1: limits: a table of settings, not a value: write [limits] and its "
+         "keys under it (max_turns, max_depth, "),
         ('provider = "x"\n', ":1: provider: expected one of openai, anthropic, scripted; got 'x'"),
         ("\n\n[limits]\nmax_parallel = 0\n",
          ":4: limits.max_parallel: expected a whole number >= 1; got 0"),

@@ -151,3 +151,13 @@ async def test_a_long_turn_without_delays_checkpoints_every_so_many_deltas() -> 
                     scope.cancel()  # seen at the provider's next checkpoint
     assert scope.cancelled_caught
     assert taken == CHECKPOINT_EVERY  # deltas back to back, then the checkpoint
+
+
+async def test_a_tool_changing_its_input_does_not_change_the_script() -> None:
+    provider = _provider(w={"turns": [{"tool_calls": [
+        {"name": "t", "input": {"flat": "x", "nested": {"items": [1, 2]}}}]}]})
+    first = next(i for i in await _play(provider, _request("w")) if isinstance(i, ToolCall))
+    first.input["flat"] = "changed"
+    first.input["nested"]["items"].append(3)
+    again = next(i for i in await _play(provider, _request("w")) if isinstance(i, ToolCall))
+    assert again.input == {"flat": "x", "nested": {"items": [1, 2]}}

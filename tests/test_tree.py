@@ -483,3 +483,15 @@ def test_any_parent_links_show_every_agent_exactly_once(data: st.DataObject) -> 
     assert bool(cycles) == (BROKEN_LINKS in shown)
     for node in tree.iter_nodes():
         assert sum(1 for _ in tree.ancestors(node)) <= len(tree.agents) + len(tree.tools)
+
+
+def test_nodes_stay_small_enough_for_compact_attribute_storage() -> None:
+    # CPython keeps up to 29 instance attributes of a class in a compact array; from 30 on, every
+    # instance gets a full dict (about five times the memory, and a million-event `trace show`
+    # 30 % slower). Rare agent figures live in one `_rare` object for that reason.
+    tree = tree_of(run_events(small_run()))
+    agents, tools = list(tree.agents.values()), list(tree.tools.values())
+    assert agents
+    assert tools
+    for node in [*agents, *tools, AgentNode("a", None), ToolNode("t")]:
+        assert len(vars(node)) < 30, type(node).__name__

@@ -8,6 +8,7 @@ from __future__ import annotations
 from ._actor import ActorContext as ActorContext
 from ._actor import ActorExit as ActorExit
 from ._actor import ActorHandle as ActorHandle
+from ._actor import run_actor as run_actor
 from ._actor import start_actor as start_actor
 from ._actor import start_actor_soon as start_actor_soon
 from ._mailbox import Mailbox as Mailbox
@@ -22,6 +23,7 @@ __all__ = sorted(
         "Mailbox",
         "Node",
         "Registry",
+        "run_actor",
         "start_actor",
         "start_actor_soon",
     ]

@@ -13,6 +13,7 @@ actor never crashes its siblings or its parent's nursery; it is caught and becom
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Literal, TypeVar
 
@@ -58,6 +59,13 @@ class ActorHandle(Generic[CmdT]):
     _registry: Registry | None
     _done: trio.Event = attrs.field(factory=trio.Event)
     _exit: ActorExit | None = None
+
+    @classmethod
+    def new(
+        cls, actor_id: str, *, registry: Registry | None = None, mailbox_size: int = 16
+    ) -> ActorHandle[Any]:
+        """The handle of an actor not started yet, for :func:`run_actor`."""
+        return _new_handle(actor_id, registry, mailbox_size)
 
     @property
     def done(self) -> bool:
@@ -127,7 +135,7 @@ async def start_actor(
     Cancellation: a checkpoint; if cancelled before the actor started, nothing is left running.
     """
     handle = _new_handle(actor_id, registry, mailbox_size)
-    await nursery.start(_run_actor, fn, handle, parent_id, data)
+    await nursery.start(functools.partial(run_actor, handle, fn, parent_id=parent_id, data=data))
     return handle
 
 
@@ -150,58 +158,80 @@ def start_actor_soon(
     until then :attr:`ActorHandle.node` is ``None``.
     """
     handle = _new_handle(actor_id, registry, mailbox_size)
-    nursery.start_soon(_run_actor, fn, handle, parent_id, data)
+    nursery.start_soon(functools.partial(run_actor, handle, fn, parent_id=parent_id, data=data))
     return handle
 
 
-def _new_handle(
-    actor_id: str, registry: Registry | None, mailbox_size: int
-) -> ActorHandle[Any]:
-    return ActorHandle(actor_id, trio.CancelScope(), Mailbox(mailbox_size), None, registry)
-
-
-async def _run_actor(
-    fn: ActorFn,
+async def run_actor(
     handle: ActorHandle[Any],
-    parent_id: str | None,
-    data: Any,
+    fn: ActorFn,
     *,
+    parent_id: str | None = None,
+    data: Any = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    actor_id, scope, mailbox = handle.actor_id, handle.scope, handle.mailbox
+    """Run ``fn(ctx)`` as the actor *handle* (from :meth:`ActorHandle.new`) in the calling task.
+
+    For a task that exists only to run this actor (the runtime's task for a root agent, or for
+    one of a turn's parallel ``agent`` calls): the actor gets its own cancel scope, nursery and
+    mailbox, is registered (under *parent_id*) before *fn* runs and supervised as with
+    :func:`start_actor` — an :class:`Exception` from *fn* becomes the ``failed`` exit — but
+    without a second task, and without the nursery its supervisor would need to wait for one.
+    When this returns or raises, :attr:`ActorHandle.exit` says how the actor ended. With
+    ``nursery.start``, it reports started once the actor is registered and running.
+
+    Cancellation: the actor is cancelled with the calling task; its exit is ``cancelled`` and
+    :class:`trio.Cancelled` propagates.
+    """
+    actor_id, mailbox = handle.actor_id, handle.mailbox
     registry = handle._registry
-    node = (
-        registry.register(actor_id, scope, parent_id=parent_id, data=data)
-        if registry is not None
-        else None
-    )
-    handle.node = node
+    node: Node | None = None
     exit_: ActorExit | None = None
     try:
-        with scope:
-            async with trio.open_nursery() as actor_nursery:
-                ctx = ActorContext(
-                    actor_id=actor_id,
-                    mailbox=mailbox,
-                    nursery=actor_nursery,
-                    scope=scope,
-                    node=node,
-                )
-                task_status.started()
-                try:
-                    value = await fn(ctx)
-                except Exception as exc:  # supervision: a failure is the exit, not a crash
-                    _log.debug("actor failed", actor_id=actor_id, error=repr(exc))
-                    exit_ = ActorExit(actor_id=actor_id, kind="failed", error=exc)
-                else:
-                    exit_ = ActorExit(actor_id=actor_id, kind="returned", value=value)
-                actor_nursery.cancel_scope.cancel(reason="actor finished")
+        async with trio.open_nursery() as actor_nursery:
+            # The actor's scope is its nursery's: one scope where there were two (a scope and
+            # a nursery inside it), a measurable share of an agent's cost. A cancel or deadline
+            # given to the handle before the actor ran carries over.
+            scope = actor_nursery.cancel_scope
+            early = handle.scope
+            if early is not scope:
+                if early.cancel_called:
+                    scope.cancel(reason="cancelled before it started")
+                scope.deadline = early.deadline
+                handle.scope = scope
+            del early  # not kept alive in this frame for the actor's whole life
+            if registry is not None:
+                node = registry.register(actor_id, scope, parent_id=parent_id, data=data)
+            handle.node = node
+            ctx = ActorContext(
+                actor_id=actor_id,
+                mailbox=mailbox,
+                nursery=actor_nursery,
+                scope=scope,
+                node=node,
+            )
+            task_status.started()
+            try:
+                value = await fn(ctx)
+            except Exception as exc:  # supervision: a failure is the exit, not a crash
+                _log.debug("actor failed", actor_id=actor_id, error=repr(exc))
+                exit_ = ActorExit(actor_id=actor_id, kind="failed", error=exc)
+            else:
+                exit_ = ActorExit(actor_id=actor_id, kind="returned", value=value)
+            if actor_nursery.child_tasks:  # what the actor left running ends with it
+                scope.cancel(reason="actor finished")
     finally:
         mailbox.close()
-        if registry is not None:
+        if node is not None and registry is not None:
             registry.unregister(actor_id)
         if exit_ is None:
             reason = (Registry.cancel_reason(node)[0] if node is not None else None) or "cancelled"
             exit_ = ActorExit(actor_id=actor_id, kind="cancelled", reason=reason)
         handle._exit = exit_
         handle._done.set()
+
+
+def _new_handle(
+    actor_id: str, registry: Registry | None, mailbox_size: int
+) -> ActorHandle[Any]:
+    return ActorHandle(actor_id, trio.CancelScope(), Mailbox(mailbox_size), None, registry)

@@ -5,13 +5,18 @@ inside the emitting agent's task. A tap must never slow the agents, so it only u
 :class:`~runtime.TraceTree` (O(1) per event) and notes what changed; the drawing happens in
 the view's own task (:meth:`LiveView.run`).
 
-:class:`LiveView` redraws on a timer, not per event: at most :data:`MAX_FPS` frames a second,
-and fewer when a frame is expensive (the time between frames is at least :data:`RENDER_SHARE`⁻¹
-times the cost of the last one), so drawing takes a bounded share of the one trio thread however
-many agents run — 100 parallel sub-agents streaming text cost the same frames as one. The frame
-shows the tree (drawn by :mod:`runtime.trace._render`), then the root agent's current turn streaming
-below it. A root turn that ends with tool calls is printed above the live region for good; the
-final turn stays at the bottom and is printed after the final tree when the run ends.
+:class:`LiveView` redraws on a frame clock, not per event: at most ``fps`` frames a second
+(:data:`MAX_FPS` by default; ``--fps``), and fewer when a frame is expensive (the time between
+frames is at least :data:`RENDER_SHARE`⁻¹ times the cost of the last one), so drawing takes a
+bounded share of the one trio thread however many agents run — 100 parallel sub-agents streaming
+text cost the same frames as one. Between frames the tap only marks the view dirty; a tick with
+nothing new (and no running clock on screen) draws nothing. A frame is at most the terminal's
+height: the tree (its running part when the whole does not fit, then a ``… N more`` line), then
+the last lines of the root agent's current turn streaming below it. It is written by
+:mod:`runtime.cli._frame` (escape codes straight from the tree's styled lines, only the lines
+that changed), a small fraction of what rich takes for the same lines. A root turn that ends with
+tool calls is printed above the live region for good; the final turn stays at the bottom and is
+printed after the final tree when the run ends, so the last state is always on screen.
 
 :class:`PlainView` (stdout not a terminal) prints one line per significant event — an agent
 started or finished, a tool call started or finished, a permission asked or answered, a cancel —
@@ -31,10 +36,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Final, TextIO
 
 import trio
 
@@ -57,17 +62,23 @@ from runtime.core._events import (
 )
 
 if TYPE_CHECKING:
-    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
-    from rich.live import Live
+    from rich.console import Console, RenderableType
 
     from runtime.trace._tree import AgentNode, TraceTree
 
+    from ._frame import Line
+
 MAX_FPS = 12.0
-"""The most frames a second the live view draws (spinners and clocks look smooth at 10-12)."""
-RENDER_SHARE = 0.15
+"""The most frames a second the live view draws by default (spinners and clocks look smooth at
+10-12); ``--fps`` (setting ``view.fps``) changes it."""
+RENDER_SHARE = 0.05
 """The largest share of the trio thread's time the live view may spend drawing."""
 ROOT_TEXT_LINES = 8
 """How many lines of the root's streaming text the live region shows."""
+ROOT_TEXT_KEEP = 16384
+"""How many trailing characters of the root's streaming turn a frame looks at (the text itself
+is kept whole: it is the answer)."""
+MORE_NOTE = "more below (the whole tree is printed at the end)"
 
 
 def _path(tree: TraceTree, agent_id: str | None) -> str:
@@ -107,12 +118,18 @@ def trace_hint(trace_path: Path | None) -> list[str]:
 
 
 class _RootText:
-    """The root agents' text, turn by turn: what is streaming now, and what is complete."""
+    """The root agents' text, turn by turn: what is streaming now, and what is complete.
+
+    A delta is appended (O(1)); the frame's tail (:meth:`tail`) joins only what came since the
+    last frame, and keeps at most :data:`ROOT_TEXT_KEEP` characters.
+    """
 
     def __init__(self) -> None:
         self.current: list[str] = []
-        self.completed: list[str] = []  # whole turns not shown yet
         self.last_turn = ""  # the latest completed turn not printed yet
+        self._tail = ""
+        self._joined = 0  # pieces of current already in _tail
+        self._length = 0  # characters of current already in _tail
 
     def delta(self, text: str) -> None:
         self.current.append(text)
@@ -120,26 +137,65 @@ class _RootText:
     def turn_done(self) -> str:
         text = "".join(self.current).strip()
         self.current.clear()
+        self._tail = ""
+        self._joined = self._length = 0
         if text:
             self.last_turn = text
         return text
 
+    def tail(self) -> str:
+        """The streaming turn's text to show: its end, from the start of a line when the text
+        is longer than :data:`ROOT_TEXT_KEEP` (the end of a longer line is shown as is)."""
+        current = self.current
+        if self._joined < len(current):
+            new = "".join(current[self._joined :])
+            self._joined = len(current)
+            self._length += len(new)
+            self._tail = (self._tail + new)[-ROOT_TEXT_KEEP:]
+        return _from_a_line(self._tail, cut=self._length > ROOT_TEXT_KEEP)
+
+
+def _from_a_line(tail: str, *, cut: bool) -> str:
+    """*tail* without the piece of a line it starts with, when it was cut from a longer text
+    and a line starts in its first half."""
+    if cut:
+        start = tail.find("\n", 0, len(tail) // 2)
+        if start >= 0:
+            return tail[start + 1 :]
+    return tail
+
+
+_NOTED: Final[frozenset[type[Event]]] = frozenset({ContextCompacted, ReplayDiverged})
+"""Events of any agent that the live view prints above the tree."""
+
 
 class LiveView:
-    """The live tree on a terminal (rich), redrawn by :meth:`run` on a timer.
+    """The live tree on a terminal, redrawn by :meth:`run` on a frame clock.
 
     Args:
         tree: the run's tree; this view feeds it in :meth:`tap`.
-        console: the terminal console (``NO_COLOR`` and ``TERM`` are honoured by rich).
+        console: the terminal console (``NO_COLOR`` and ``TERM`` are honoured as rich does).
         held: start held (see :meth:`hold`): no live region until :meth:`release`.
+        fps: the most frames a second (default :data:`MAX_FPS`).
     """
 
-    def __init__(self, tree: TraceTree, console: Console, *, held: bool = False) -> None:
+    def __init__(
+        self, tree: TraceTree, console: Console, *, held: bool = False, fps: float | None = None
+    ) -> None:
+        from ._frame import AnsiLines, LiveRegion
+
         self.tree = tree
         self.console = console
+        self.fps = MAX_FPS if fps is None else fps
+        if not self.fps > 0:
+            raise ValueError(f"fps must be above 0, got {fps!r}")
+        self._apply = tree.apply
+        self._noted: frozenset[type[Event]] = _NOTED
+        self._watchers: dict[type[Event], list[Callable[[Event], None]]] = {}
         self._text = _RootText()
         self._to_print: list[str] = []
-        self._live: Live | None = None
+        self._region = LiveRegion(console)
+        self._ansi = AnsiLines(console)
         self._running = False
         self._paused = 1 if held else 0
         self._dirty = True
@@ -158,9 +214,24 @@ class LiveView:
     # -- in the agents' tasks: cheap --------------------------------------------------------
 
     def tap(self, event: Event) -> None:
-        """Apply *event* to the tree and note what to draw (never draws)."""
-        self.tree.apply(event)
+        """Apply *event* to the tree and note what to draw (never draws; O(1)).
+
+        Called for every event, inside the agent that emitted it: a sub-agent's delta (most
+        events) costs the tree's update, a flag and two checks.
+        """
+        self._apply(event)
         self._dirty = True
+        if event.parent_tool_use_id is None or event.__class__ in self._noted:
+            self._note(event)
+
+    def watch(self, kinds: Iterable[type[Event]], callback: Callable[[Event], None]) -> None:
+        """Also give events of these kinds to *callback*, after the tree has them (the
+        terminal's permission prompts): one tap for the session instead of two."""
+        for kind in kinds:
+            self._watchers.setdefault(kind, []).append(callback)
+        self._noted = frozenset({*_NOTED, *self._watchers})
+
+    def _note(self, event: Event) -> None:
         if event.parent_tool_use_id is None and event.agent_id is not None:
             if isinstance(event, TextDelta):
                 self._text.delta(event.text)
@@ -177,11 +248,13 @@ class LiveView:
             self._to_print.append(_compaction_note(self.tree, event))
         if isinstance(event, ReplayDiverged):
             self._to_print.append(f"replay diverged: {event.node}: {event.detail}")
+        for callback in self._watchers.get(event.__class__, ()):
+            callback(event)
 
     # -- the drawing task -------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Draw the live region until cancelled.
+        """Draw the live region until cancelled: a frame per tick of the frame clock.
 
         Cancellation: the way to stop it; the live region is cleared (the final tree is printed
         by :meth:`finish`).
@@ -197,40 +270,20 @@ class LiveView:
                 spacing = cost / RENDER_SHARE
                 await trio.sleep(spacing)
                 if not poked.is_set():
-                    with trio.move_on_after(max(0.0, 1.0 / MAX_FPS - spacing)):
+                    with trio.move_on_after(max(0.0, 1.0 / self.fps - spacing)):
                         await poked.wait()
         finally:
             self._running = False
             self._stop_live()
 
     def _start_live(self) -> None:
-        from rich.live import Live
-
-        # Our task refreshes: rich's own refresh thread would read the tree while trio
-        # tasks change it. Transient: a pause or the end clears the region, and what stays on
-        # screen is printed on purpose.
-        self._live = Live(
-            console=self.console,
-            auto_refresh=False,
-            transient=True,
-            redirect_stdout=True,
-            redirect_stderr=True,
-            vertical_overflow="crop",
-        )
-        self._live.start()
+        # Transient: a pause or the end clears the region, and what stays on screen is printed
+        # on purpose.
+        self._region.show()
         self._dirty = True
 
     def _stop_live(self) -> None:
-        live = self._live
-        if live is None:
-            return
-        self._live = None
-        from rich.text import Text
-
-        # Stop redraws the last frame uncropped before clearing it: make that frame empty, so a
-        # tree taller than the screen leaves nothing behind.
-        live.update(Text(""), refresh=False)
-        live.stop()
+        self._region.hide()
 
     def poke(self) -> None:
         """Redraw soon (a key was typed), still no faster than :data:`RENDER_SHARE` allows."""
@@ -240,15 +293,16 @@ class LiveView:
 
     def _frame(self) -> float:
         """Draw one frame if anything can have changed; return what it cost in seconds."""
-        live = self._live
-        if live is None or self._paused:
+        region = self._region
+        if not region.shown or self._paused:
             return 0.0
         t0 = time.perf_counter()
         self._print_pending()
-        # Running nodes show clocks and spinners: until the run ends, every frame changes.
-        if self._dirty or not self.tree.ended:
+        # A running run shows clocks and spinners: until it ends, every tick changes the frame.
+        if self._dirty or self.tree.run_status is None:
             self._dirty = False
-            live.update(self.renderable(), refresh=True)
+            size = self.console.size
+            region.draw(self.frame_lines(size.width, size.height), size.width)
             self.frames += 1
         cost = time.perf_counter() - t0
         self.render_s += cost
@@ -262,38 +316,69 @@ class LiveView:
                 self.console.print(text, markup=False, highlight=False)
             self._to_print.clear()
 
-    def renderable(self, *, final: bool = False) -> RenderableType:
-        """The frame: the tree, then the root's streaming text."""
-        from rich.console import Group
+    def frame_lines(self, width: int, height: int) -> list[Line]:
+        """The frame for a *width* x *height* terminal: the tree, then the root's streaming
+        text, then the footer; at most ``height - 1`` lines (at least 6)."""
+        ansi = self._ansi
+        height = max(6, height - 1)
+        streaming = self._text.tail().rstrip()
+        text_lines = _tail_lines(streaming, width, ROOT_TEXT_LINES) if streaming else []
+        footer: list[Line] = []
+        if self.footer is not None:
+            for renderable in self.footer(width):
+                footer += ansi.renderable(renderable, width)
+        below = len(text_lines) + (1 if text_lines else 0) + len(footer) + (1 if footer else 0)
+        lines = self._tree_frame(width, max(3, height - below))
+        if text_lines:
+            lines.append(("", 0))
+            lines += [ansi.text(line, width) for line in text_lines]
+        if footer:
+            lines.append(("", 0))
+            lines += footer
+        return lines[: max(height, 3)]
+
+    def _tree_frame(self, width: int, max_lines: int) -> list[Line]:
+        """The tree's lines, at most *max_lines*: when the whole tree does not fit, only the
+        running nodes and the paths to them, and a last line says how many more there are."""
+        from runtime.trace._render import styled_tree_lines
+
+        ansi = self._ansi
+        tree = self.tree
+        subtree = self.focus
+        if subtree is None:
+            nodes = len(tree.agents) + len(tree.tools)
+            ended = tree.ended
+        else:
+            node = tree.find(subtree)
+            if node is None:  # started, but its first event has not come yet
+                return [ansi.text("starting…", width, "dim")]
+            nodes = sum(1 for _ in tree.iter_nodes([node]))
+            ended = tree.ended or node.finished
+        title = subtree is None
+        status = None if nodes + title <= max_lines or ended else "running"
+        chosen = tree.select(subtree=subtree, status=status)
+        _, keep = chosen
+        total = title + (nodes if keep is None else len(keep))
+        styled = styled_tree_lines(
+            tree, now=time.time(), subtree=subtree, status=status, title=title, roots=chosen
+        )
+        budget = max(1, max_lines - 1)  # keep a line for the note
+        out: list[Line] = []
+        for shown, line in enumerate(styled):
+            if len(out) >= budget:
+                more = max(1, total - shown)
+                out.append(ansi.text(f"… {more} {MORE_NOTE}", width, "dim"))
+                break
+            out += ansi.line(line, width)
+        return out
+
+    def renderable(self) -> RenderableType:
+        """The frame as a rich renderable, for the console's size (what :meth:`run` draws)."""
         from rich.text import Text
 
-        height = max(6, self.console.size.height - 1)
-        streaming = "".join(self._text.current).rstrip()
-        parts: list[RenderableType] = []
-        text_lines: list[str] = []
-        footer: Sequence[RenderableType] = ()
-        if streaming and not final:
-            text_lines = _tail_lines(streaming, self.console.size.width, ROOT_TEXT_LINES)
-        if self.footer is not None and not final:
-            footer = self.footer(self.console.size.width)
-        below = len(text_lines) + (1 if text_lines else 0) + len(footer) + (1 if footer else 0)
-        tree_height = None if final else max(3, height - below)
-        # One line per node, cut at the edge: the region's height is then known, and a long
-        # label never pushes running nodes off the screen.
-        parts.append(
-            _Fitted(
-                render_tree(self.tree, time.time(), max_lines=tree_height, subtree=self.focus),
-                tree_height,
-                "… more below (the whole tree is printed at the end)",
-            )
-        )
-        if text_lines:
-            parts.append(Text(""))
-            parts.append(Text("\n".join(text_lines)))
-        if footer:
-            parts.append(Text(""))
-            parts.extend(footer)
-        return Group(*parts)
+        size = self.console.size
+        lines = self.frame_lines(size.width, size.height)
+        return Text("\n").join(Text.from_ansi(text) for text, _ in lines)
 
     @contextmanager
     def paused(self) -> Generator[None, None, None]:
@@ -322,6 +407,23 @@ class LiveView:
 
     # -- the end ----------------------------------------------------------------------------
 
+    def _print_tree(self, subtree: str | None = None) -> None:
+        """Print the whole tree (or *subtree*) for good, as ``trace show`` draws it."""
+        console = self.console
+        if not console.is_terminal:
+            console.print(render_tree(self.tree, time.time(), max_lines=None, subtree=subtree))
+            return
+        from runtime.trace._render import styled_tree_lines
+
+        width = console.width
+        lines: list[str] = []
+        for line in styled_tree_lines(
+            self.tree, now=time.time(), subtree=subtree, title=subtree is None
+        ):
+            lines += [text for text, _ in self._ansi.line(line, width)]
+        lines.append("")
+        self._region.write("\n".join(lines))
+
     def finish_turn(self, root_id: str) -> None:
         """Print what stays of one chat turn: its tree (when it did more than answer), its
         answer and a summary line. Call it while the view is held."""
@@ -329,7 +431,7 @@ class LiveView:
         self._print_pending()
         node = self.tree.agents.get(root_id)
         if node is not None and node.children:
-            console.print(render_tree(self.tree, time.time(), max_lines=None, subtree=root_id))
+            self._print_tree(root_id)
         answer = self._text.turn_done() or self._text.last_turn
         self._text.last_turn = ""
         if answer:
@@ -339,11 +441,14 @@ class LiveView:
         console.print(turn_summary(self.tree, root_id), highlight=False)
 
     def finish(self, *, trace_path: Path | None) -> None:
-        """Print what stays on screen: the final tree, the answer, the trace and how to read it."""
+        """Print what stays on screen: the final tree, the answer, the trace and how to read it.
+
+        Whatever came after the last frame is in them: the end always shows the last state.
+        """
         self._stop_live()
         console = self.console
         self._print_pending()
-        console.print(render_tree(self.tree, time.time(), max_lines=None))
+        self._print_tree()
         answer = self._text.turn_done() or self._text.last_turn
         if not _completed(self.tree):
             answer = ""  # text cut short by an abort is not an answer (it is in the trace)
@@ -357,39 +462,6 @@ class LiveView:
         for line in trace_hint(trace_path):
             # Not wrapped by us: the terminal wraps it, and a copied command stays one line.
             console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
-
-
-class _Fitted:
-    """Its content drawn one line per line (long lines end in an ellipsis), at most *max_lines*.
-
-    The content is rendered lazily and dropped past the limit, so a tree of a thousand nodes
-    costs what the screen shows, not what it would take to draw it all (rich builds a tree's
-    lines as they are consumed).
-    """
-
-    def __init__(self, renderable: RenderableType, max_lines: int | None, note: str) -> None:
-        self.renderable = renderable
-        self.max_lines = max_lines
-        self.note = note
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        from rich.segment import Segment
-
-        opts = options.update(no_wrap=True, overflow="ellipsis")
-        if self.max_lines is None:
-            yield from console.render(self.renderable, opts)
-            return
-        budget = max(1, self.max_lines - 1)  # keep a line for the note
-        lines = 0
-        segments = iter(console.render(self.renderable, opts))
-        for segment in segments:
-            if lines >= budget:
-                # More is coming: say so instead of drawing it.
-                yield Segment(self.note, console.get_style("dim"))
-                yield Segment.line()
-                return
-            yield segment
-            lines += segment.text.count("\n")
 
 
 class PlainView:
@@ -592,13 +664,15 @@ def turn_summary(tree: TraceTree, root_id: str, *, rich: bool = True) -> str:
 
 
 def _tail_lines(text: str, width: int, count: int) -> list[str]:
+    """The last *count* lines of *text* wrapped at *width* characters (from the end: only the
+    lines shown are wrapped)."""
     lines: list[str] = []
-    for raw in text.splitlines() or [""]:
+    for raw in reversed(text.splitlines() or [""]):
         raw = raw.expandtabs()
-        while len(raw) > width:
-            lines.append(raw[:width])
-            raw = raw[width:]
-        lines.append(raw)
+        pieces = [raw[i : i + width] for i in range(0, len(raw), width)] or [""]
+        lines[:0] = pieces
+        if len(lines) >= count:
+            break
     return lines[-count:]
 
 

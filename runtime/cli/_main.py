@@ -234,7 +234,22 @@ def main(argv: list[str] | None = None) -> int:
     Called without *argv* (the ``trio-agents`` process itself), it first seals the process's
     environment: secrets leave ``os.environ`` and ``/proc/<pid>/environ`` (kept privately for
     the providers), so the commands the agents run cannot read them from this process.
+
+    A reader that closed stdout (``trio-agents config | head -1``) ends the command quietly
+    with exit 0, as ``cat`` ends: the reader had what it wanted.
     """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe could only complain
+    except BrokenPipeError:
+        from ._options import silence_stdout
+
+        silence_stdout()
+        return EXIT_OK
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
     if argv is None:
         from runtime.core._secrets import seal_process_environ
 

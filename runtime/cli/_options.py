@@ -5,7 +5,7 @@ command-line run needs, in one place so ``chat`` can reuse it::
 
     opts = options_from_args(namespace)
     async with open_session(opts) as session:      # runtime, view, Ctrl+C, prompts, --control
-        handle = await session.rt.start(prompt)
+        handle = await session.start_root(prompt)
         outcome = await handle.wait()
     return session.exit_code(outcome)
 
@@ -15,7 +15,7 @@ The task tree of a session::
     └── session nursery                      (cancelled once the runtime has closed)
         ├── serve_sigint        SIGINT → the picker (terminal) or an abort (no terminal / --json)
         ├── TerminalPrompts.run the one task that asks the terminal anything (picker, permissions)
-        ├── LiveView.run        redraws the tree on a timer; PlainView.run flushes its lines
+        ├── LiveView.run        redraws the tree on a frame clock; PlainView.run flushes its lines
         └── serve_control       --control: one task per connected client
         open_runtime            (inside the nursery block, so the tasks above outlive its exit)
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from runtime.core._agent import AgentOutcome
-    from runtime.core._runtime import Runtime
+    from runtime.core._runtime import AgentHandle, Runtime
     from runtime.trace._tree import TraceTree
 
     from ._keyboard import Keyboard
@@ -54,6 +54,9 @@ from ._exit import PROG as PROG
 from ._exit import error_line as error_line
 from ._exit import warning_line as warning_line
 
+READER_GONE: Final = "stdout closed by its reader"
+"""The cancel reason of a run whose stdout reader left (``| head``)."""
+
 PERMISSION_MODES = ("ask", "auto-edit", "allow-all", "deny")
 PROVIDERS = ("openai", "anthropic", "scripted")
 
@@ -61,6 +64,8 @@ PROVIDERS = ("openai", "anthropic", "scripted")
 DEFAULT_MAX_TURNS = 50
 DEFAULT_MAX_DEPTH = 4
 DEFAULT_MAX_PARALLEL = 16
+MAX_FPS_OPTION = 60.0
+"""The most frames a second ``--fps`` may ask of the live view."""
 GLOBAL_FLAGS = ("--debug", "-v", "--verbose")
 """Options every command takes, before or after its name."""
 
@@ -121,6 +126,25 @@ def _positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
     return value
+
+
+def _fps(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected frames a second, got {text!r}") from None
+    if not 0 < value <= MAX_FPS_OPTION:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, at most 60; got {text}")
+    return value
+
+
+def _env_name(text: str) -> str:
+    from runtime.project._settings import env_names
+
+    try:
+        return env_names([text])[0]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _percent(text: str) -> float:
@@ -236,6 +260,12 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         choices=("spread", "pack"),
         help="spread: hosts on every node with CPUs (default); pack: on one node",
     )
+    g.add_argument(
+        "--fps",
+        type=_fps,
+        metavar="N",
+        help="the most frames a second the live tree is redrawn on a terminal (default: 12)",
+    )
     g.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
     g.add_argument(
         "-v",
@@ -265,6 +295,15 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
         default=[],
         metavar="RULE",
         help="refuse calls matching RULE, e.g. 'bash(rm *)' (repeatable)",
+    )
+    g.add_argument(
+        "--allow-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        type=_env_name,
+        help="let the tools see the environment variable NAME although it looks secret, e.g. "
+        "GH_TOKEN for gh; its value is still masked in every event (repeatable)",
     )
     g.add_argument(
         "--permission-timeout",
@@ -327,6 +366,7 @@ class RunOptions:
     permission_mode: str | None = None
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
+    allow_env: tuple[str, ...] = ()
     permission_timeout_s: float = 300.0
     max_turns: int | None = None
     max_depth: int | None = None
@@ -344,6 +384,8 @@ class RunOptions:
     mcp_start_timeout_s: float | None = None
     sandbox: bool = False
     sandbox_network: bool = False
+    fps: float | None = None
+    """The live view's most frames a second (None: its default)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """More :func:`~runtime.open_runtime` keyword arguments (a command's own)."""
 
@@ -373,6 +415,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         permission_mode=ns.permission_mode,
         allow=tuple(ns.allow),
         deny=tuple(ns.deny),
+        allow_env=tuple(ns.allow_env),
         permission_timeout_s=300.0 if ns.permission_timeout is None else ns.permission_timeout,
         max_turns=ns.max_turns,
         max_depth=ns.max_depth,
@@ -397,6 +440,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         mcp_start_timeout_s=ns.mcp_start_timeout,
         sandbox=ns.sandbox or ns.sandbox_network,
         sandbox_network=ns.sandbox_network,
+        fps=getattr(ns, "fps", None),
     )
 
 
@@ -457,6 +501,7 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         "permission_mode": permission_mode(opts),
         "allow": opts.allow,
         "deny": opts.deny,
+        "allow_env": opts.allow_env,
         "permission_timeout_s": opts.permission_timeout_s,
         "ray_address": opts.ray_address,
     }
@@ -675,6 +720,19 @@ class Session:
         self.aborted = True
         await self.rt.abort(reason)
 
+    async def start_root(self, prompt: str, **kwargs: Any) -> AgentHandle:
+        """Start a root agent (:meth:`Runtime.start`) and apply an abort that came before it
+        existed: Ctrl+C during start-up, or stdout's reader leaving after the first lines.
+
+        Cancellation: as :meth:`Runtime.start`.
+        """
+        handle = await self.rt.start(prompt, **kwargs)
+        if self.reader_gone:
+            await self.rt.abort(READER_GONE, by="user")
+        elif self.aborted:
+            await self.rt.abort("run aborted by user (Ctrl+C)")
+        return handle
+
     def exit_code(self, outcome: AgentOutcome | None) -> int:
         """0 when the root completed, 130 when aborted, 1 otherwise.
 
@@ -750,7 +808,7 @@ async def open_session(
     if opts.json:
         kwargs["json_out"] = sys.stdout.buffer
     elif interactive or shows_live_view(opts):
-        view = LiveView(tree, console or make_console(), held=view_held)
+        view = LiveView(tree, console or make_console(), held=view_held, fps=opts.fps)
     else:
         view = PlainView(tree, sys.stdout)
 
@@ -760,15 +818,12 @@ async def open_session(
             prompts = TerminalPrompts(tree, view, None, keyboard=keyboard)
         else:
             prompts = TerminalPrompts.open_for_stdin(tree, view)
+        view.watch(prompts.WATCHED, prompts.tap)
 
-    def tap(event: Any) -> None:
-        # Runs inside whichever agent emitted the event: tree updates and queueing only.
-        if view is not None:
-            view.tap(event)
-        else:
-            tree.apply(event)
-        if prompts is not None:
-            prompts.tap(event)  # after the tree: a question names the agent by its path
+    # Runs for every event, inside whichever agent emitted it: tree updates and queueing only,
+    # in as few calls as possible (a streaming run emits one event per word). The prompts see
+    # their events after the tree: a question names the agent by its path.
+    tap: Callable[[Any], None] = view.tap if view is not None else tree.apply
 
     control: ControlServer | None = None
     trace_path = None
@@ -847,7 +902,7 @@ async def watch_stdout_reader(session: Session) -> None:
         await trio.sleep(0.1)  # woken for another reason: look again, never spin
     session.reader_gone = True
     silence_stdout()
-    await session.rt.abort("stdout closed by its reader", by="user")
+    await session.rt.abort(READER_GONE, by="user")  # a root not started yet: start_root
 
 
 def silence_stdout() -> None:
@@ -871,9 +926,7 @@ async def run_prompt(opts: RunOptions, prompt: str, **session_kwargs: Any) -> in
     """
     outcome = None
     async with open_session(opts, **session_kwargs) as session:
-        handle = await session.rt.start(prompt)
-        if session.aborted:  # Ctrl+C came before the agent existed
-            await session.rt.abort("run aborted by user (Ctrl+C)")
+        handle = await session.start_root(prompt)
         outcome = await handle.wait()
     code = session.exit_code(outcome)
     report_outcome(session, outcome, code)

@@ -43,7 +43,7 @@ import sys
 import termios
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import trio
 
@@ -156,6 +156,9 @@ class TerminalPrompts:
         self._closed = True
 
     # -- inputs ----------------------------------------------------------------------------
+
+    WATCHED: ClassVar[frozenset[type[Event]]] = frozenset({PermissionRequested, PermissionResolved})
+    """The only events :meth:`tap` acts on (the session passes it no others)."""
 
     def tap(self, event: Event) -> None:
         """Watch the stream for permission questions and for answers given elsewhere."""

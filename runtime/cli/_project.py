@@ -269,6 +269,13 @@ def cmd_config(opts: RunOptions, ns: argparse.Namespace, *, as_json: bool) -> in
             source = "default (" + (
                 "stdin and stdout are terminals)" if stdio_is_terminal() else "no terminal)"
             )
+        if name == "provider" and value is None:
+            value, source = "openai", "default (scripted with --scenario)"
+        if name == "model" and value is None:
+            from runtime.providers import DEFAULT_MODELS
+
+            provider = settings["provider"] or "openai"
+            value, source = DEFAULT_MODELS.get(provider), f"default of {provider}"
         rows.append({"key": name, "value": value, "source": source})
     if as_json:
         print(json.dumps({r["key"]: {"value": r["value"], "source": r["source"]} for r in rows},

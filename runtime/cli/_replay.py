@@ -232,9 +232,7 @@ async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, unti
         async with open_session(session_opts) as session:
             replayer.attach(session.rt._run)  # the replay cancels nodes as the recording did
             for root in rec.roots:
-                handle = await session.rt.start(root.prompt, agent_type=root.name)
-                if session.aborted:
-                    await session.rt.abort("run aborted by user (Ctrl+C)")
+                handle = await session.start_root(root.prompt, agent_type=root.name)
                 outcome = await handle.wait()
                 if session.aborted or replayer.stopped or replayer.halted:
                     break

@@ -14,6 +14,7 @@ Filled from the Python API, from scenario files and from an ``--agents`` TOML fi
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -74,29 +75,39 @@ class AgentType:
 
     def merged(self, other: AgentType) -> AgentType:
         """*other*'s explicit settings over this one's (a later definition refines an earlier)."""
-        changes = {
-            f.name: getattr(other, f.name)
-            for f in attrs.fields(AgentType)
-            if getattr(other, f.name) != f.default and f.name != "name"
-        }
-        return attrs.evolve(self, **changes)
+        return _merged(self, other)
+
+
+@functools.lru_cache(maxsize=256)
+def _merged(base: AgentType, other: AgentType) -> AgentType:
+    # Remembered: every run merges its scenario's or project's types over the defaults, and
+    # both are immutable (equal inputs, equal result).
+    changes = {
+        f.name: getattr(other, f.name)
+        for f in attrs.fields(AgentType)
+        if getattr(other, f.name) != f.default and f.name != "name"
+    }
+    return attrs.evolve(base, **changes)
 
 
 def default_agent_types() -> list[AgentType]:
     """``main`` (the root) and ``general`` (the default sub-agent type)."""
-    return [
-        AgentType(name="main", description="The root agent.", system=DEFAULT_SYSTEM),
-        AgentType(name="general", description="A general-purpose sub-agent for any focused task."),
-    ]
+    return list(_DEFAULT_TYPES)
+
+
+_DEFAULT_TYPES = (
+    AgentType(name="main", description="The root agent.", system=DEFAULT_SYSTEM),
+    AgentType(name="general", description="A general-purpose sub-agent for any focused task."),
+)
 
 
 class AgentTypes(Mapping[str, AgentType]):
     """The registry of agent types known to a run."""
 
     def __init__(self, types: Iterable[AgentType] = ()) -> None:
-        self._types: dict[str, AgentType] = {}
-        for t in default_agent_types():
-            self._types[t.name] = t
+        self._types: dict[str, AgentType] = {t.name: t for t in _DEFAULT_TYPES}
+        #: Counts the changes (:meth:`add`): what was made from the table is made again after one.
+        self.version = 0
         for t in types:
             self.add(t)
 
@@ -104,6 +115,7 @@ class AgentTypes(Mapping[str, AgentType]):
         """Add or refine a type (explicit settings of the newer definition win)."""
         old = self._types.get(agent_type.name)
         self._types[agent_type.name] = old.merged(agent_type) if old else agent_type
+        self.version += 1
 
     def __getitem__(self, name: str) -> AgentType:
         return self._types[name]

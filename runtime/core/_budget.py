@@ -21,6 +21,7 @@ from ._events import (
     AgentStarted,
     ContextCompacted,
     Event,
+    TextDelta,
     ToolStarted,
     TurnFinished,
 )
@@ -29,6 +30,7 @@ from ._limits import Budget
 _log = structlog.get_logger("trio_agents.budget")
 
 CancelFn = Callable[[str, str], bool]
+_Queue = tuple[trio.MemorySendChannel[tuple[str, str]], trio.MemoryReceiveChannel[tuple[str, str]]]
 
 
 @attrs.define(eq=False)
@@ -52,12 +54,35 @@ class BudgetLayer:
         self._cancel = cancel
         self._agents: dict[str, _Usage] = {}
         self._pending: dict[str, Budget] = {}
-        self._send, self._recv = trio.open_memory_channel[tuple[str, str]](queue_size)
+        self._queue_size = queue_size
+        # Made when first needed: most runs set no token or tool-call budget, and then neither
+        # the queue nor the task that carries out its cancels is needed (issue 20).
+        self._channel: _Queue | None = None
+        self._nursery: trio.Nursery | None = None
+        self._serving = False
+
+    def _queue(self) -> _Queue:
+        if self._channel is None:
+            self._channel = trio.open_memory_channel(self._queue_size)
+        return self._channel
+
+    def serve_in(self, nursery: trio.Nursery) -> None:
+        """Run :meth:`run` in *nursery* as soon as a budget that can trip is set (at once if
+        one is set already); until then there is nothing for it to do and no task runs."""
+        self._nursery = nursery
+        if self._pending:
+            self._serve()
+
+    def _serve(self) -> None:
+        if self._nursery is not None and not self._serving:
+            self._serving = True
+            self._nursery.start_soon(self.run)
 
     def set_budget(self, agent_id: str, budget: Budget | None) -> None:
         """Give *agent_id* (about to start) a token / tool-call allowance for its subtree."""
         if budget is not None and (budget.tokens is not None or budget.tool_calls is not None):
             self._pending[agent_id] = budget
+            self._serve()
 
     def usage(self, agent_id: str) -> tuple[int, int]:
         """(tokens, tool calls) of *agent_id*'s subtree so far."""
@@ -66,6 +91,8 @@ class BudgetLayer:
 
     def __call__(self, event: Event) -> None:
         """The hook."""
+        if type(event) is TextDelta:  # most of a stream, and nothing to count
+            return
         if isinstance(event, AgentStarted):
             assert event.agent_id is not None
             self._agents[event.agent_id] = _Usage(
@@ -111,7 +138,7 @@ class BudgetLayer:
                 if why is not None:
                     u.tripped = True
                     try:
-                        self._send.send_nowait((cur, why))
+                        self._queue()[0].send_nowait((cur, why))
                     except trio.WouldBlock:
                         _log.error("budget queue full; cancel dropped", agent_id=cur, reason=why)
             cur = u.parent
@@ -119,5 +146,5 @@ class BudgetLayer:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Carry out the cancels the tap asked for. Runs until cancelled."""
         task_status.started()
-        async for agent_id, reason in self._recv:
+        async for agent_id, reason in self._queue()[1]:
             self._cancel(agent_id, reason)

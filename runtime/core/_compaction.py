@@ -487,7 +487,7 @@ class Compactor:
         self._agent_id = agent_id
         self._emit = emit
         self._log = log
-        self._describe = _describer(tools)
+        self._tools = tools  # described only when compacting (_describer)
         self._prompt = prompt
         self._prompt_index = prompt_index
         self._retry_at = 0
@@ -505,8 +505,10 @@ class Compactor:
         log: Any,
         prompt: str | None,
         prompt_index: int,
+        fixed: int | None = None,
     ) -> Compactor:
-        """The compactor of one agent of *run*."""
+        """The compactor of one agent of *run* (*fixed*: ``fixed_chars(system, tools)``, when
+        the caller knows it already)."""
         return cls(
             provider=run.provider,
             model=agent_type.model or run.model,
@@ -514,7 +516,7 @@ class Compactor:
             agent_id=agent_id,
             window=agent_window(run, agent_type),
             threshold=run.limits.compact_threshold,
-            fixed=fixed_chars(system, tools),
+            fixed=fixed_chars(system, tools) if fixed is None else fixed,
             tools=run.tools,
             emit=emit,
             log=log,
@@ -618,7 +620,7 @@ class Compactor:
         trimmed, stubbed = trim_tool_results(
             state.messages,
             cap_chars=max(STUB_MIN_CHARS, window_chars // 4),
-            describe=self._describe,
+            describe=_describer(self._tools),
         )
         if stubbed:
             state.messages[:] = trimmed

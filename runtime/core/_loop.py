@@ -14,17 +14,26 @@ import fnmatch
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import aclosing
+from types import MappingProxyType
 from typing import Any
 
 import attrs
 import trio
 
-from runtime.actors import ActorContext, ActorHandle, Registry, start_actor, start_actor_soon
+from runtime.actors import (
+    ActorContext,
+    ActorHandle,
+    Registry,
+    run_actor,
+    start_actor,
+    start_actor_soon,
+)
 
 from ._agent import AgentOutcome, AgentSpec
 from ._agent_types import AgentType
 from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
 from ._context import Owner, RunContext
+from ._context_window import fixed_chars
 from ._errors import (
     ConfigError,
     ContextOverflowError,
@@ -67,7 +76,7 @@ from ._provider import (
     TurnEnd,
 )
 from ._secrets import redact
-from ._tool import Tool, ToolContext, validate_input
+from ._tool import Tool, ToolContext, ToolLimits, validate_input
 
 
 def _cut(text: str, limit: int, *, how: str = "") -> str:
@@ -122,7 +131,7 @@ async def agent_main(
             ctx.scope.deadline = trio.current_time() + spec.budget.seconds
         log = run.log.bind(agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id)
         if spec.compact is not None:  # Runtime.compact: this agent only compacts its history
-            specs = [_tool_spec(run, t) for t in _tools_for(run, atype).values()]
+            specs = list(type_setup(run, atype).specs)
             return await compact_only(run, spec, life.state, specs, log)
         return await _loop(run, spec, life.state, ctx, log)
     finally:
@@ -138,6 +147,7 @@ async def run_agent_actor(
     spec: AgentSpec,
     *,
     on_outcome: Callable[[AgentOutcome], None] | None = None,
+    own_task: bool = False,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> AgentOutcome:
     """Run *spec* as an actor in a nursery of the calling task, supervise it, and return its
@@ -151,6 +161,10 @@ async def run_agent_actor(
     Args:
         on_outcome: called with the outcome as soon as it is known, also when the caller is
             being cancelled (a root agent's handle learns it this way when the run is aborted).
+        own_task: the calling task exists only to run this agent (a root's, or one of a turn's
+            parallel ``agent`` calls): the agent runs in it (``run_actor``), with its own
+            scope, nursery and mailbox as ever, instead of in a task started for it. The
+            events and the outcome are the same; it saves a task and a nursery per agent.
 
     Cancellation: if the caller is cancelled, the agent is cancelled with it, still reports
     ``agent_finished`` (under a bounded shield), and :class:`trio.Cancelled` propagates.
@@ -160,7 +174,7 @@ async def run_agent_actor(
             agent_id=spec.agent_id,
             name=spec.agent_type.name,
             depth=spec.depth,
-            system=_system_prompt(run, spec.agent_type),
+            system=type_setup(run, spec.agent_type).system,
             messages=_with_prompt(spec.history, spec.prompt)
             if spec.compact is None
             else list(spec.history),
@@ -172,21 +186,34 @@ async def run_agent_actor(
     run.running_agents += 1
     run.peak_running_agents = max(run.peak_running_agents, run.running_agents)
     handle: ActorHandle[str] | None = None
+    body = functools.partial(agent_main, run, spec, life)
+    owner = Owner(spec.agent_id, spec.parent_tool_use_id)
     try:
-        async with trio.open_nursery() as nursery:
-            kwargs: dict[str, Any] = {
-                "actor_id": spec.agent_id,
-                "registry": run.registry,
-                "parent_id": spec.parent_tool_use_id,
-                "data": Owner(spec.agent_id, spec.parent_tool_use_id),
-                "mailbox_size": run.limits.mailbox_size,
-            }
-            body = functools.partial(agent_main, run, spec, life)
-            if task_status is trio.TASK_STATUS_IGNORED:
-                handle = start_actor_soon(nursery, body, **kwargs)
-            else:
-                handle = await start_actor(nursery, body, **kwargs)
-                task_status.started()
+        if own_task:
+            handle = ActorHandle.new(
+                spec.agent_id, registry=run.registry, mailbox_size=run.limits.mailbox_size
+            )
+            await run_actor(
+                handle,
+                body,
+                parent_id=spec.parent_tool_use_id,
+                data=owner,
+                task_status=task_status,
+            )
+        else:
+            async with trio.open_nursery() as nursery:
+                kwargs: dict[str, Any] = {
+                    "actor_id": spec.agent_id,
+                    "registry": run.registry,
+                    "parent_id": spec.parent_tool_use_id,
+                    "data": owner,
+                    "mailbox_size": run.limits.mailbox_size,
+                }
+                if task_status is trio.TASK_STATUS_IGNORED:
+                    handle = start_actor_soon(nursery, body, **kwargs)
+                else:
+                    handle = await start_actor(nursery, body, **kwargs)
+                    task_status.started()
     finally:
         run.running_agents -= 1
         run.budget.forget(spec.agent_id)
@@ -300,24 +327,31 @@ async def _loop(
 ) -> tuple[AgentStatus, str | None, str | None]:
     atype = spec.agent_type
     max_turns = atype.max_turns or run.limits.max_turns
-    tools = _tools_for(run, atype)
-    specs = [_tool_spec(run, t) for t in tools.values()]
+    setup = type_setup(run, atype)
+    tools = setup.tools
+    specs = setup.specs
     emit = functools.partial(
         run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
     )
     compactor = Compactor.for_agent(
         run, spec.agent_type, spec.agent_id, system=state.system, tools=specs, emit=emit,
         log=log, prompt=spec.prompt, prompt_index=len(state.messages) - 1,
+        fixed=setup.fixed_chars if state.system is setup.system else None,
     )  # fmt: skip
     last_text = ""
     while True:
         if state.turns >= max_turns:
             # Before delivering: a message no turn will answer goes back in the outcome.
             return "max_turns", last_text or None, f"stopped after {state.turns} turns (max_turns)"
-        if spec.depth > 0 and spec.agent_id not in run.active_children:
+        if (
+            spec.depth > 0
+            and spec.agent_id not in run.slot_holders
+            and spec.agent_id not in run.active_children
+        ):
             # A slot lent to its children while it waited for them comes back here.
             await run.acquire_slot(spec.agent_id)
-        await _deliver_messages(ctx, state, emit)
+        if ctx.mailbox.pending():
+            await _deliver_messages(ctx, state, emit)
         await compactor.before_request(state)
         request = ModelRequest(
             model=atype.model or run.model,
@@ -327,7 +361,12 @@ async def _loop(
             agent_type=atype.name,
             agent_id=spec.agent_id,
         )
-        content, calls, end = await _stream_fitting(run, request, state, compactor, emit)
+        try:
+            content, calls, end = await _stream_turn(run, request, emit)
+        except ContextOverflowError as exc:  # compacted, then tried once more
+            content, calls, end = await _stream_refitted(
+                run, request, state, compactor, emit, exc
+            )
         state.turns += 1
         state.input_tokens += end.input_tokens
         state.output_tokens += end.output_tokens
@@ -354,14 +393,17 @@ async def _loop(
         return "completed", last_text, None
 
 
-async def _stream_fitting(
-    run: RunContext, request: ModelRequest, state: AgentState, compactor: Compactor, emit: Any
+async def _stream_refitted(
+    run: RunContext,
+    request: ModelRequest,
+    state: AgentState,
+    compactor: Compactor,
+    emit: Any,
+    overflow: ContextOverflowError,
 ) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd]:
-    """:func:`_stream_turn`; a request refused as too long is compacted and tried once more."""
-    try:
-        return await _stream_turn(run, request, emit)
-    except ContextOverflowError as exc:
-        await compactor.on_overflow(state, exc)
+    """The turn again after *request* was refused as too long: compacted, then tried once
+    more (the first try is inline in the loop: one coroutine less per agent)."""
+    await compactor.on_overflow(state, overflow)
     request = attrs.evolve(request, messages=tuple(state.messages))
     try:
         return await _stream_turn(run, request, emit)
@@ -452,6 +494,46 @@ async def _stream_turn(
     return tuple(content), calls, end
 
 
+@attrs.frozen
+class TypeSetup:
+    """What every agent of one type gets in one run, made once (issue 20: it was made per
+    agent): its tools, their specs as the model sees them, its system prompt, the size of those
+    two in the context, and its tools' limits."""
+
+    agent_type: AgentType
+    types_version: int
+    tools: Mapping[str, Tool]
+    specs: tuple[ToolSpec, ...]
+    system: str
+    fixed_chars: int
+    output_cap: int
+    tool_limits: ToolLimits
+
+
+def type_setup(run: RunContext, atype: AgentType) -> TypeSetup:
+    """The :class:`TypeSetup` of *atype* in *run*, made on first use; made again when the run's
+    agent types changed since (the ``agent`` tool's description lists them)."""
+    version = run.agent_types.version
+    setup: TypeSetup | None = run.type_setups.get(id(atype))
+    if setup is not None and setup.agent_type is atype and setup.types_version == version:
+        return setup
+    tools = _tools_for(run, atype)
+    specs = tuple(_tool_spec(run, t) for t in tools.values())
+    system = _system_prompt(run, atype)
+    setup = TypeSetup(
+        agent_type=atype,
+        types_version=version,
+        tools=MappingProxyType(tools),
+        specs=specs,
+        system=system,
+        fixed_chars=fixed_chars(system, specs),
+        output_cap=output_cap(run, atype),
+        tool_limits=tool_limits_for(run, atype),
+    )
+    run.type_setups[id(atype)] = setup
+    return setup
+
+
 def _system_prompt(run: RunContext, atype: AgentType) -> str:
     if run.system_prompt is None:
         return atype.system
@@ -517,7 +599,11 @@ async def _run_tool_calls(
             all_started = trio.Event()
             async with trio.open_nursery() as nursery:
                 for i, call in enumerate(calls):
-                    await nursery.start(
+                    # Announced here, then started: each call's tool_started is out before the
+                    # next call's, with no hand-over (nursery.start) per call. The call's task
+                    # runs only this call, so a sub-agent it starts runs in it (own_task).
+                    announced = await _announce_tool_call(run, spec, tools, call)
+                    nursery.start_soon(
                         _run_tool_call,
                         run,
                         spec,
@@ -528,6 +614,7 @@ async def _run_tool_calls(
                         log,
                         agent_ids[i],
                         all_started,
+                        announced,
                     )
                 all_started.set()
         else:
@@ -551,6 +638,25 @@ def _summary(tool: Tool | None, call: ToolCall, run: RunContext) -> str:
         return f"{call.name}: …"
 
 
+async def _announce_tool_call(
+    run: RunContext, spec: AgentSpec, tools: Mapping[str, Tool], call: ToolCall
+) -> tuple[Tool | None, str, float]:
+    """Emit a call's ``tool_started``; its tool, summary and start time."""
+    tool = tools.get(call.name)
+    summary = _summary(tool, call, run)
+    t0 = trio.current_time()
+    await run.bus.emit(
+        ToolStarted,
+        agent_id=spec.agent_id,
+        parent_tool_use_id=spec.parent_tool_use_id,
+        tool_use_id=call.id,
+        name=call.name,
+        input=call.input,
+        summary=summary,
+    )
+    return tool, summary, t0
+
+
 async def _run_tool_call(
     run: RunContext,
     spec: AgentSpec,
@@ -561,24 +667,25 @@ async def _run_tool_call(
     log: Any,
     agent_id: str | None = None,
     all_started: trio.Event | None = None,
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    announced: tuple[Tool | None, str, float] | None = None,
 ) -> None:
-    emit = functools.partial(
-        run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
-    )
-    tool = tools.get(call.name)
-    summary = _summary(tool, call, run)
-    t0 = trio.current_time()
-    await emit(ToolStarted, tool_use_id=call.id, name=call.name, input=call.input, summary=summary)
-    task_status.started()  # the next call of the turn may start: its tool_started comes after
+    """Run one tool call, from its ``tool_started`` (unless *announced* says the turn emitted
+    it already: the call's tool, summary and start time; the call then runs in a task of its
+    own, started for it) to its ``tool_finished``."""
+    if announced is None:
+        tool, summary, t0 = await _announce_tool_call(run, spec, tools, call)
+    else:
+        tool, summary, t0 = announced
     status: ToolStatus | None = None
     output = ""
     scope = trio.CancelScope()
     node = None
     try:
-        if all_started is not None:
-            await all_started.wait()  # the turn's calls are announced first, then run together
+        if all_started is not None and not all_started.is_set():
+            # The turn's calls are announced first, then run together. (Usually they are all
+            # announced before this task first runs: then there is nothing to wait for, and no
+            # scheduler round is spent per call on finding that out.)
+            await all_started.wait()
         try:
             node = run.registry.register(
                 call.id,
@@ -591,7 +698,10 @@ async def _run_tool_call(
         else:
             with scope:
                 try:
-                    status, output = await _execute(run, spec, tool, call, summary, log, agent_id)
+                    own_task = announced is not None
+                    status, output = await _execute(
+                        run, spec, tool, call, summary, log, agent_id, own_task=own_task
+                    )
                 except Exception as exc:  # validation, permissions, context: a bug here is
                     # this call's error, never a crash of the agent and its other calls
                     log.exception("tool call failed", tool=call.name, tool_use_id=call.id)
@@ -602,7 +712,7 @@ async def _run_tool_call(
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
             status, output = "cancelled", f"cancelled: {reason or 'cancelled'}"
-        cap = output_cap(run, spec.agent_type) + NOTE_ROOM
+        cap = type_setup(run, spec.agent_type).output_cap + NOTE_ROOM
         output = _cut(redact(output, run.secrets), cap, how=_OUTPUT_CUT_HOW)
         results[index] = ToolResultBlock(
             tool_use_id=call.id, content=output, is_error=status != "ok"
@@ -628,10 +738,12 @@ async def _execute(
     summary: str,
     log: Any,
     agent_id: str | None = None,
+    *,
+    own_task: bool = False,
 ) -> tuple[ToolStatus, str]:
 
     if tool is None:
-        known = ", ".join(sorted(_tools_for(run, spec.agent_type)))
+        known = ", ".join(sorted(type_setup(run, spec.agent_type).tools))
         return "error", f"unknown tool {call.name!r}; available tools: {known}"
     if call.error is not None:
         return "error", f"invalid input for {tool.name}: {call.error}"
@@ -649,16 +761,18 @@ async def _execute(
     )
     if not granted:
         return "denied", f"permission denied: {reason}"
+    # One object per call both spawns its sub-agents and reports its progress.
+    spawner = _Spawner(run, spec, call.id, agent_id, own_task=own_task)
     ctx = ToolContext(
         workspace=run.workspace,
         agent_id=spec.agent_id,
         tool_use_id=call.id,
         depth=spec.depth,
         env=run.env,
-        limits=tool_limits_for(run, spec.agent_type),
+        limits=type_setup(run, spec.agent_type).tool_limits,
         log=log.bind(tool_use_id=call.id, tool=tool.name),
-        spawner=_Spawner(run, spec, call.id, agent_id),
-        report_progress=functools.partial(_report_progress, run, spec, call.id),
+        spawner=spawner,
+        report_progress=spawner,
         redactor=run.bus.redactor,
         sandbox=run.sandbox,
     )
@@ -694,15 +808,28 @@ async def _report_progress(
 
 
 class _Spawner:
-    """Starts sub-agents for one ``agent`` tool call, inside that call's scope."""
+    """Starts sub-agents for one tool call, inside that call's scope; called, it reports the
+    call's progress (a ``tool_progress`` event)."""
 
     def __init__(
-        self, run: RunContext, parent: AgentSpec, tool_use_id: str, agent_id: str | None = None
+        self,
+        run: RunContext,
+        parent: AgentSpec,
+        tool_use_id: str,
+        agent_id: str | None = None,
+        *,
+        own_task: bool = False,
     ) -> None:
         self._run = run
         self._parent = parent
         self._tool_use_id = tool_use_id
         self._agent_id = agent_id  # given in call order by the turn; used by the first sub-agent
+        # The call runs in a task of its own: its first sub-agent, started from that task, may
+        # run in it (any other gets a task of its own, as in a call that shares its task).
+        self._own_task = trio.lowlevel.current_task() if own_task else None
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        await _report_progress(self._run, self._parent, self._tool_use_id, progress, total, message)
 
     def _take_agent_id(self) -> str:
         agent_id, self._agent_id = self._agent_id, None
@@ -753,7 +880,9 @@ class _Spawner:
             await run.acquire_slot(spec.agent_id)
             try:
                 if runner is None:
-                    outcome = await run_agent_actor(run, spec)
+                    own_task = self._own_task is trio.lowlevel.current_task()
+                    self._own_task = None
+                    outcome = await run_agent_actor(run, spec, own_task=own_task)
                 else:
                     outcome = await runner.run_subtree(run, spec)
             finally:

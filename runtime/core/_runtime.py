@@ -324,7 +324,9 @@ class Runtime:
             handle._outcome = outcome
 
         try:
-            await run_agent_actor(self._run, spec, on_outcome=report, task_status=task_status)
+            await run_agent_actor(
+                self._run, spec, on_outcome=report, own_task=True, task_status=task_status
+            )
         finally:
             handle._done.set()
 

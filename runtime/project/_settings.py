@@ -66,6 +66,12 @@ def positive_float(value: Any) -> float:
     return float(value)
 
 
+def fps(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 60:
+        raise ValueError(f"expected a number of frames a second above 0, at most 60; got {value!r}")
+    return float(value)
+
+
 def strings(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"expected a list of strings; got {value!r}")
@@ -78,6 +84,17 @@ def rules(value: Any) -> tuple[str, ...]:
     out = strings(value)
     for rule in out:
         parse_rule(rule)  # ConfigError → reported like a ValueError by the loader
+    return out
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_names(value: Any) -> tuple[str, ...]:
+    out = strings(value)
+    for name in out:
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"expected environment variable names; got {name!r}")
     return out
 
 
@@ -136,6 +153,9 @@ SETTINGS: dict[str, Setting] = {
                 flag="--allow", default=(), merge="append"),
         Setting("permissions.deny", rules, "rules of calls always refused",
                 flag="--deny", default=(), merge="append"),
+        Setting("permissions.allow_env", env_names,
+                "secret-looking environment variables the tools may see all the same",
+                flag="--allow-env", default=(), merge="append"),
         Setting("permissions.timeout_s", positive_float,
                 "how long a permission question waits", flag="--permission-timeout",
                 default=300.0),
@@ -168,6 +188,8 @@ SETTINGS: dict[str, Setting] = {
                 default=True),
         Setting("trace.dir", path, "the folder of new trace files",
                 default=".trio-agents/traces", is_path=True),
+        Setting("view.fps", fps, "the most frames a second the live tree is redrawn",
+                flag="--fps", default=12.0),
     ]
 }
 """The settings schema, by dotted name."""
@@ -283,6 +305,11 @@ def read_settings_file(file: Path) -> dict[str, tuple[Any, int]]:
         line = lines.find(name)
         where = f"{file}:{line}" if line else str(file)
         setting = SETTINGS.get(name)
+        if setting is None and name in SECTIONS:
+            keys = ", ".join(k.split(".", 1)[1] for k in SETTINGS if k.startswith(f"{name}."))
+            raise ProjectFileError(
+                f"{where}: {name}: a table of settings, not a value: write [{name}] and "
+                f"its keys under it ({keys})")
         if setting is None:
             raise ProjectFileError(f"{where}: {name}: unknown key{_did_you_mean(name)}")
         try:

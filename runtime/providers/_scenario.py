@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,44 @@ class Scenario:
             name: _parse_agent(f"agents.{name}", name, spec) for name, spec in agents_obj.items()
         }
         return cls(agents=agents, source=source)
+
+
+# Scenarios given as decoded objects, parsed, by their JSON encoding: a library user or a test
+# suite opening many runtimes on one scenario dict pays for checking it once (issue 20). Only
+# objects that JSON encodes back to themselves are kept (so a hit parses to what a fresh check
+# of the object would), and each entry is parsed from its own decoded copy: a caller changing
+# its dict afterwards changes the key, never a cached scenario. Bounded, least recent first out.
+_PARSED: OrderedDict[bytes, tuple[Scenario, tuple[AgentType, ...]]] = OrderedDict()
+_PARSED_MAX = 16
+_PARSED_MAX_BYTES = 64 * 1024
+
+
+def scenario_from_mapping(obj: Mapping[str, Any]) -> tuple[Scenario, tuple[AgentType, ...]]:
+    """A decoded scenario checked (:meth:`Scenario.from_obj`), with the agent types it defines
+    (:func:`agent_types_from_scenario`); remembered for objects already seen in this process.
+
+    Raises:
+        ScenarioError: malformed (naming the JSON path).
+    """
+    try:
+        key = orjson.dumps(obj)
+    except TypeError:  # not JSON (a tuple, a custom mapping …): checked as given, every time
+        key = None
+    if key is not None:
+        hit = _PARSED.get(key)
+        if hit is not None:
+            _PARSED.move_to_end(key)
+            return hit
+    scenario = Scenario.from_obj(dict(obj))  # a malformed one raises here, as ever
+    if key is not None and len(key) <= _PARSED_MAX_BYTES:
+        copy = orjson.loads(key)
+        if copy == obj:
+            scenario = Scenario.from_obj(copy)  # its own data: the caller's dict is not kept
+            hit = _PARSED[key] = (scenario, tuple(agent_types_from_scenario(scenario)))
+            while len(_PARSED) > _PARSED_MAX:
+                _PARSED.popitem(last=False)
+            return hit
+    return scenario, tuple(agent_types_from_scenario(scenario))
 
 
 def _kind(value: Any) -> str:

@@ -21,6 +21,7 @@ summary made from the request. A turn whose ``error`` says the prompt is too lon
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -72,12 +73,15 @@ class ScriptedProvider:
     def describe(self) -> dict[str, Any]:
         return {"provider": "scripted", "scenario": self.scenario.source}
 
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+    def stream(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
         """Stream the next scripted turn of ``request.agent_type``.
 
+        The turn's own generator, found without one around it (issue 20: a generator per turn,
+        not two).
+
         Raises:
-            ProviderError: the script has no such agent type, has run out of turns, or the turn
-                says ``error`` (after streaming its text, if any).
+            ProviderError: the script has no such agent type or has run out of turns (when
+                called), or the turn says ``error`` (after streaming its text, if any).
 
         Cancellation: a checkpoint when the turn starts and during delays; between deltas,
         one after each delta when the turn has a ``chunk_delay_s``, else one after every
@@ -85,9 +89,7 @@ class ScriptedProvider:
         a fast network delivers them); a turn's tool calls and its end follow together.
         """
         if request.purpose == "compact":
-            async for item in self._summary(request):
-                yield item
-            return
+            return self._summary(request)
         script = self.scenario.agents.get(request.agent_type)
         if script is None:
             known = ", ".join(sorted(self.scenario.agents))
@@ -103,8 +105,7 @@ class ScriptedProvider:
             )
         # The calls this agent type's earlier turns made: the K of this turn's first tu-A.K.
         made = sum(len(turn.tool_calls) for turn in script.turns[:index])
-        async for item in self._play(script.turns[index], request, made):
-            yield item
+        return self._play(script.turns[index], request, made)
 
     async def _summary(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
         script = self.scenario.agents.get("compact")
@@ -160,7 +161,7 @@ class ScriptedProvider:
         for k, call in enumerate(turn.tool_calls):
             out_chars += len(call.name) + len(orjson.dumps(call.input))
             number = made + 1 + k if made is not None else f"s{k + 1}"
-            yield ToolCall(f"{self._prefix}{owner}.{number}", call.name, dict(call.input))
+            yield ToolCall(f"{self._prefix}{owner}.{number}", call.name, _fresh_input(call.input))
         stop = turn.stop_reason or ("tool_use" if turn.tool_calls else "end_turn")
         yield TurnEnd(
             stop_reason=stop,  # type: ignore[arg-type]  # checked when the scenario was parsed
@@ -171,6 +172,16 @@ class ScriptedProvider:
             if turn.output_tokens is not None
             else max(1, out_chars // 4),
         )
+
+
+def _fresh_input(args: dict[str, Any]) -> dict[str, Any]:
+    """A call's input, the tool's own to change: a scripted scenario is shared by every run that
+    opens it (and, given as a dict, kept between runs: runtime/providers/_scenario.py), so
+    nothing a tool does to its input may reach the script."""
+    for value in args.values():
+        if value is not None and not isinstance(value, str | int | float):  # bool is an int
+            return copy.deepcopy(args)
+    return dict(args)  # flat: copying the top level is enough
 
 
 def _agent_number(agent_id: str) -> str:

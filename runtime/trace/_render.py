@@ -89,6 +89,66 @@ _MIN_DESC: Final = 12
 """The fewest characters of a description kept when a line is cut to fit."""
 
 
+class StyledLine:
+    """One line of a drawn tree as styled pieces: what both ways of drawing it start from.
+
+    :meth:`to_text` makes the rich :class:`FitText` that ``trace show`` prints; the live view
+    turns the pieces into terminal escapes itself (:mod:`runtime.cli._ansi`), which costs a
+    small fraction of rich's rendering. Each character's style is *base* combined with its
+    piece's style (pieces never overlap).
+
+    Attributes:
+        parts: ``(text, style)`` pieces, in order (style ``""``: only the base).
+        base: the style under the whole line (the guides' ``dim``).
+        desc: where the description is (start, end), if the line has one; it gives way first
+            when the line is too wide (see :class:`FitText`).
+        essential: where what must stay in view ends; None: the whole line.
+        wrap: a line too wide for the screen wraps (the run's header) instead of being cut.
+    """
+
+    __slots__ = ("_len", "base", "desc", "essential", "parts", "wrap")
+
+    def __init__(self, text: str = "", base: str = "", *, wrap: bool = False) -> None:
+        self.parts: list[tuple[str, str]] = [(text, "")] if text else []
+        self.base = base
+        self._len = len(text)
+        self.desc: tuple[int, int] | None = None
+        self.essential: int | None = None
+        self.wrap = wrap
+
+    def append(self, text: str, style: str = "") -> None:
+        """Add *text* in *style* at the end."""
+        self.parts.append((text, style))
+        self._len += len(text)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __repr__(self) -> str:
+        return (
+            f"StyledLine(parts={self.parts!r}, base={self.base!r}, desc={self.desc!r}, "
+            f"essential={self.essential!r}, wrap={self.wrap!r})"
+        )
+
+    @property
+    def plain(self) -> str:
+        """The line's characters, without styles."""
+        return "".join(text for text, _ in self.parts)
+
+    def to_text(self) -> FitText:
+        """The line as rich text, cut with ``…`` (unless :attr:`wrap`) when wider than the
+        console."""
+        if self.wrap:
+            text = FitText(style=self.base)
+        else:
+            text = FitText(style=self.base, no_wrap=True, overflow="ellipsis")
+        for piece, style in self.parts:
+            text.append(piece, style or None)
+        text.desc = self.desc
+        text.essential = self.essential
+        return text
+
+
 def fmt_duration(seconds: float | None) -> str:
     """A short human duration: ``850ms``, ``1.2s``, ``2m03s``, ``1h02m``; ``?`` if unknown."""
     if seconds is None or math.isnan(seconds):
@@ -200,9 +260,8 @@ class _Painter:
     def style(self, style: str) -> str:
         return style if self.color else ""
 
-    def agent(self, node: AgentNode) -> Text:
+    def agent(self, node: AgentNode, label: StyledLine) -> None:
         mark, style = status_mark(node.status, now=self.spin_at)
-        label = Text()
         label.append(f"{mark} ", self.style(style))
         label.append(node.name, self.style("bold"))
         label.append(f" {node.id}", self.style("dim"))
@@ -237,17 +296,20 @@ class _Painter:
             label.append(f"  {retry_text(retry, self.now)}", self.style("yellow"))
         elif node.result:
             label.append(f"  {plain_inline(first_line(node.result))}", self.style("italic"))
-        elif node.status in (RUNNING, INTERRUPTED) and node.text:
-            label.append(f"  {plain_inline(last_line(node.text[-200:]))}", self.style("dim italic"))
+        elif node.status in (RUNNING, INTERRUPTED) and node.text_len:
+            tail = last_line(node.text_tail(200))
+            label.append(f"  {plain_inline(tail)}", self.style("dim italic"))
         self._cancel(label, node.cancel)
-        return label
 
-    def label(self, node: AgentNode | ToolNode) -> Text:
-        return self.agent(node) if isinstance(node, AgentNode) else self.tool(node)
+    def label(self, node: AgentNode | ToolNode, line: StyledLine) -> None:
+        """Append *node*'s label to *line*."""
+        if isinstance(node, AgentNode):
+            self.agent(node, line)
+        else:
+            self.tool(node, line)
 
-    def tool(self, node: ToolNode) -> Text:
+    def tool(self, node: ToolNode, label: StyledLine) -> None:
         mark, style = status_mark(node.status, tool=True, now=self.spin_at)
-        label = FitText()
         label.append(f"{mark} ", self.style(style))
         start = len(label)
         label.append(first_line(node.summary, 100) or node.name)
@@ -267,9 +329,8 @@ class _Painter:
         if node.status in ("error", "denied") and node.output:
             label.append(f"  {first_line(node.output)}", self.style("red"))
         self._cancel(label, node.cancel)
-        return label
 
-    def _cancel(self, label: Text, cancel: object) -> None:
+    def _cancel(self, label: StyledLine, cancel: object) -> None:
         if cancel is None:
             return
         reason = getattr(cancel, "reason", "")
@@ -342,19 +403,54 @@ def tree_lines(
     Raises:
         KeyError: no node has the id *subtree* (when the first line is asked for).
     """
+    lines = styled_tree_lines(
+        tree,
+        now=now,
+        subtree=subtree,
+        max_depth=max_depth,
+        status=status,
+        color=color,
+        spinner=spinner,
+        title=title,
+    )
+    for line in lines:
+        yield line.to_text()
+
+
+def styled_tree_lines(
+    tree: TraceTree,
+    *,
+    now: float | None = None,
+    subtree: str | None = None,
+    max_depth: int | None = None,
+    status: str | None = None,
+    color: bool = True,
+    spinner: bool = True,
+    title: bool = True,
+    roots: tuple[list[AgentNode | ToolNode], set[AgentNode | ToolNode] | None] | None = None,
+) -> Iterator[StyledLine]:
+    """The lines of :func:`tree_lines` as :class:`StyledLine` pieces (same arguments).
+
+    Args:
+        roots: what :meth:`~runtime.TraceTree.select` returned for *subtree* and *status*, if
+            the caller has it already.
+
+    Raises:
+        KeyError: no node has the id *subtree* (when the first line is asked for).
+    """
     tree.rollup()
     at = tree.last_ts if now is None else now
     if not math.isfinite(at):
         at = 0.0
-    roots, keep = tree.select(subtree=subtree, status=status)
+    tops, keep = tree.select(subtree=subtree, status=status) if roots is None else roots
     painter = _Painter(color=color, now=at, spinner=spinner)
     limit = math.inf if max_depth is None else max_depth
     if title:
         yield _header(tree, painter)
-    if not roots:
+    if not tops:
         what = f"no node with status {status!r}" if status else "no agents yet"
-        yield _line(Text(f"({what})", painter.style("dim")))
-    for root in roots:
+        yield StyledLine(f"({what})", painter.style("dim"))
+    for root in tops:
         yield from _subtree_lines(root, painter, keep, limit)
 
 
@@ -368,7 +464,9 @@ def node_lines(
         if now is not None
         else max((n.finished_ts or n.started_ts or 0.0 for n in _walk(node)), default=0.0)
     )
-    yield from _subtree_lines(node, _Painter(color=color, now=at, spinner=False), None, math.inf)
+    painter = _Painter(color=color, now=at, spinner=False)
+    for line in _subtree_lines(node, painter, None, math.inf):
+        yield line.to_text()
 
 
 def _walk(node: AgentNode | ToolNode) -> Iterator[AgentNode | ToolNode]:
@@ -384,43 +482,34 @@ def _subtree_lines(
     painter: _Painter,
     keep: set[AgentNode | ToolNode] | None,
     limit: float,
-) -> Iterator[Text]:
+) -> Iterator[StyledLine]:
     guide = painter.style("dim")
-    yield _line(painter.label(root))
+    line = StyledLine()
+    painter.label(root, line)
+    yield line
     # Iterative, so a pathologically deep tree cannot hit the recursion limit. Entries are
     # (node or elision note, guide prefix, last among its siblings, agent level).
-    stack: list[tuple[AgentNode | ToolNode | Text, str, bool, int]] = []
-    _push_children(stack, root, "", 0, keep, limit, painter)
+    stack: list[tuple[AgentNode | ToolNode | str, str, bool, int]] = []
+    _push_children(stack, root, "", 0, keep, limit)
     while stack:
         node, prefix, last, level = stack.pop()
-        line = FitText(prefix + ("└── " if last else "├── "), guide)
-        label = node if isinstance(node, Text) else painter.label(node)
-        if isinstance(label, FitText) and label.desc is not None:
-            line.desc = (label.desc[0] + len(line), label.desc[1] + len(line))
-            if label.essential is not None:
-                line.essential = label.essential + len(line)
-        line.append_text(label)
-        yield _line(line)
-        if not isinstance(node, Text):
-            _push_children(
-                stack, node, prefix + ("    " if last else "│   "), level, keep, limit, painter
-            )
-
-
-def _line(text: Text) -> Text:
-    text.no_wrap = True
-    text.overflow = "ellipsis"
-    return text
+        line = StyledLine(prefix + ("└── " if last else "├── "), guide)
+        if isinstance(node, str):
+            line.append(node, painter.style("dim italic"))
+        else:
+            painter.label(node, line)
+        yield line
+        if not isinstance(node, str):
+            _push_children(stack, node, prefix + ("    " if last else "│   "), level, keep, limit)
 
 
 def _push_children(
-    stack: list[tuple[AgentNode | ToolNode | Text, str, bool, int]],
+    stack: list[tuple[AgentNode | ToolNode | str, str, bool, int]],
     node: AgentNode | ToolNode,
     prefix: str,
     level: int,
     keep: set[AgentNode | ToolNode] | None,
     limit: float,
-    painter: _Painter,
 ) -> None:
     children: list[AgentNode | ToolNode] = [c for c in node.children if keep is None or c in keep]
     if not children:
@@ -428,8 +517,7 @@ def _push_children(
     if isinstance(node, ToolNode):
         level += 1
         if level > limit:
-            note = Text(f"… {_count(children)} below --max-depth", painter.style("dim italic"))
-            stack.append((note, prefix, True, level))
+            stack.append((f"… {_count(children)} below --max-depth", prefix, True, level))
             return
     last = len(children) - 1
     stack.extend(
@@ -445,12 +533,13 @@ def _count(agents: Iterable[AgentNode | ToolNode]) -> str:
 def render_header(tree: TraceTree, *, now: float | None = None, color: bool = True) -> Text:
     """The one-line summary of a run that :func:`render_tree` puts above the tree."""
     at = tree.last_ts if now is None else now
-    return _header(tree, _Painter(color=color, now=at if math.isfinite(at) else 0.0, spinner=False))
+    painter = _Painter(color=color, now=at if math.isfinite(at) else 0.0, spinner=False)
+    return _header(tree, painter).to_text()
 
 
-def _header(tree: TraceTree, painter: _Painter) -> Text:
+def _header(tree: TraceTree, painter: _Painter) -> StyledLine:
     mark, style = status_mark(tree.status, now=painter.spin_at)
-    head = Text()
+    head = StyledLine(wrap=True)
     head.append(f"{mark} run {tree.run_id}", painter.style(f"bold {style}"))
     head.append(f"  {tree.status}", painter.style(style))
     duration = tree.duration_s

@@ -151,7 +151,11 @@ class RunningSubtree:
 # (say `_finished_ts` when the call ends) may not fit, and then that instance is converted to a
 # full dict on the spot. With every start before any finish (a wide fan-out) that made a
 # tool_finished 2-4 us instead of 1.1 us (CPython 3.11; the writer's time order happened to
-# dodge it).
+# dodge it). That array holds at most 29 names: a class whose instances get 30 or more keeps
+# each instance's attributes in a full dict, five times the memory (an AgentNode with 32 took
+# 1.6 KB and a million-event `trace show` 30 % more time). So figures that few agents have live
+# in one `_rare` object made on first write; tests/test_tree.py keeps every node class
+# under that size.
 
 
 def _renderer() -> Any:
@@ -208,19 +212,40 @@ class _NodeBase:
         return max(0.0, now - self.started_ts)
 
 
+class _AgentRare:
+    """An agent's figures that most agents of a big trace never set: made on first use, so that
+    an AgentNode keeps fewer than 30 attributes (see the note above the node classes)."""
+
+    __slots__ = (
+        "context_tokens",
+        "context_window",
+        "dropped",
+        "retry",
+        "stop",
+        "thinking_len",
+        "user_messages",
+    )
+
+    def __init__(self) -> None:
+        self.user_messages = 0
+        self.thinking_len = 0
+        self.dropped = 0
+        self.retry: RetryInfo | None = None
+        self.stop: str | None = None
+        self.context_tokens: int | None = None
+        self.context_window: int | None = None
+
+
+_NO_RARE: Final = _AgentRare()  # read-only stand-in while an agent has none of its own
+
+
 class _AgentInternals(_NodeBase):
     _parent: ToolNode | None
     _parent_agent_id: str | None
     _prompt: str
-    _user_messages: int
-    _thinking_len: int
     _chunks: list[str] | None
     _chunks_len: int
-    _dropped: int
-    _retry: RetryInfo | None
-    _stop: str | None
-    _context_tokens: int | None
-    _context_window: int | None
+    _rare: _AgentRare
 
 
 @dataclasses.dataclass(init=False, eq=False, repr=False)
@@ -278,28 +303,29 @@ class AgentNode(_AgentInternals):
         self._prompt = ""
         self._seen_start = False
         self._finished_ts = None
-        self._user_messages = 0
-        self._thinking_len = 0
         self._chunks = None
         self._chunks_len = 0
-        self._dropped = 0
-        self._retry = None
-        self._stop = None
-        self._context_tokens = None
-        self._context_window = None
+        self._rare = _NO_RARE
 
     def __repr__(self) -> str:
         return f"<AgentNode {self.id} {self.name} {self.status}>"
 
+    def _more(self) -> _AgentRare:
+        """The agent's own rare figures, made on first write."""
+        rare = self._rare
+        if rare is _NO_RARE:
+            rare = self._rare = _AgentRare()
+        return rare
+
     @property
     def last_stop_reason(self) -> str | None:
         """Why the agent's latest turn ended (``max_tokens``: its reply was cut; ``refusal``)."""
-        return self._stop
+        return self._rare.stop
 
     @property
     def retry(self) -> RetryInfo | None:
         """The model call's latest retry (``provider_retry``), until the turn streams or ends."""
-        return self._retry
+        return self._rare.retry
 
     @property
     def parent(self) -> ToolNode | None:
@@ -319,22 +345,22 @@ class AgentNode(_AgentInternals):
     @property
     def user_messages(self) -> int:
         """How many messages were injected into the agent while it ran."""
-        return self._user_messages
+        return self._rare.user_messages
 
     @property
     def context_tokens(self) -> int | None:
         """The agent's context size after its last turn or compaction (tokens), if reported."""
-        return self._context_tokens
+        return self._rare.context_tokens
 
     @property
     def context_window(self) -> int | None:
         """The agent's context window (tokens), if reported."""
-        return self._context_window
+        return self._rare.context_window
 
     @property
     def thinking_len(self) -> int:
         """How many characters of thinking the agent streamed."""
-        return self._thinking_len
+        return self._rare.thinking_len
 
     @property
     def text(self) -> str:
@@ -342,15 +368,28 @@ class AgentNode(_AgentInternals):
         text ends on a line of its own)."""
         return "".join(self._chunks)[-TEXT_KEEP:] if self._chunks else ""
 
+    def text_tail(self, count: int) -> str:
+        """The last *count* characters of :attr:`text`, joining only the pieces they are in
+        (a running agent's label shows them on every frame of the live view)."""
+        chunks = self._chunks
+        if not chunks:
+            return ""
+        size = 0
+        start = len(chunks)
+        while start > 0 and size < count:
+            start -= 1
+            size += len(chunks[start])
+        return "".join(chunks[start:])[-min(count, TEXT_KEEP) :]
+
     @property
     def text_len(self) -> int:
         """How many characters of text the agent streamed in all."""
-        return self._dropped + self._chunks_len
+        return self._rare.dropped + self._chunks_len
 
     def _compact(self) -> None:
         joined = "".join(self._chunks or ())
         kept = joined[-TEXT_KEEP:]
-        self._dropped += len(joined) - len(kept)
+        self._more().dropped += len(joined) - len(kept)
         self._chunks = [kept]
         self._chunks_len = len(kept)
 
@@ -1144,7 +1183,8 @@ class TraceTree:
         if text.__class__ is not str:
             raise _invalid("text_delta", "text")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "text_delta")
-        agent._retry = None  # the retried call answers
+        if agent._rare.retry is not None:
+            agent._rare.retry = None  # the retried call answers
         chunks = agent._chunks
         if chunks is None:
             agent._chunks = [text]
@@ -1170,14 +1210,14 @@ class TraceTree:
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "provider_retry")
         if ts > self.last_ts:
             self.last_ts = ts
-        agent._retry = RetryInfo(attempt, ts, float(delay), reason)
+        agent._more().retry = RetryInfo(attempt, ts, float(delay), reason)
 
     def _thinking_delta(self, fields: Fields) -> None:
         text = fields["text"]
         if text.__class__ is not str:
             raise _invalid("thinking_delta", "text")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "thinking_delta")
-        agent._thinking_len += len(text)
+        agent._more().thinking_len += len(text)
 
     def _delta_no_text(self, fields: Fields) -> None:
         if fields["text"].__class__ is not str:
@@ -1189,7 +1229,7 @@ class TraceTree:
         if fields["text"].__class__ is not str:
             raise _invalid("user_message", "text")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "user_message")
-        agent._user_messages += 1
+        agent._more().user_messages += 1
 
     def _tool_started(self, fields: Fields) -> None:
         kind = "tool_started"
@@ -1334,19 +1374,22 @@ class TraceTree:
         if output_tokens.__class__ is not int:
             raise _invalid("turn_finished", "output_tokens")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "turn_finished")
-        agent._retry = None
         chunks = agent._chunks
         if chunks and not chunks[-1].endswith("\n"):
             # One turn's text ends here: the next turn's does not run on from it.
             chunks.append("\n")
             agent._chunks_len += 1
         stop = fields["stop_reason"]
-        agent._stop = stop if stop.__class__ is str else None
         context = fields.get("context_tokens")
-        if context.__class__ is int:
-            agent._context_tokens = context
-            window = fields.get("context_window")
-            agent._context_window = window if window.__class__ is int else None
+        rare = agent._rare
+        if rare is not _NO_RARE or stop.__class__ is str or context.__class__ is int:
+            rare = agent._more()
+            rare.retry = None
+            rare.stop = stop if stop.__class__ is str else None
+            if context.__class__ is int:
+                rare.context_tokens = context
+                window = fields.get("context_window")
+                rare.context_window = window if window.__class__ is int else None
         if agent._finished_ts is not None:
             return  # agent_finished already set the totals
         agent.turns = turn
@@ -1377,7 +1420,7 @@ class TraceTree:
         if ts > self.last_ts:
             self.last_ts = ts
         agent.compactions += 1
-        agent._context_tokens = numbers["tokens_after"]
+        agent._more().context_tokens = numbers["tokens_after"]
         self.compactions.append(Compaction(agent_id=agent.id, ts=ts, method=method, **numbers))
         if agent._finished_ts is None and (numbers["input_tokens"] or numbers["output_tokens"]):
             # A summary is a model call of the agent's: its usage, as agent_finished will say.
