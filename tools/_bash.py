@@ -40,6 +40,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -444,6 +445,11 @@ def _tagged_processes(tag: str) -> list[int]:
 
     Each process is opened (pidfd) before its environment is read: if the pid was recycled in
     between, the environment read is the newcomer's, which does not hold the tag.
+
+    A process in the middle of ``execve`` shows an empty environment for a moment (its new
+    memory has no environment area yet): one that reads empty and is neither a zombie nor a
+    kernel thread is read once more a few milliseconds later, so ``setsid sleep 300`` caught
+    while it execs is not missed.
     """
     needle = f"{CALL_TAG_VAR}={tag}".encode()
     try:
@@ -452,6 +458,7 @@ def _tagged_processes(tag: str) -> list[int]:
         return []
     me = os.getpid()
     found: list[int] = []
+    unsure: list[tuple[str, int]] = []
     for pid in pids:
         if int(pid) == me:
             continue
@@ -461,16 +468,49 @@ def _tagged_processes(tag: str) -> list[int]:
             break
         except OSError:
             continue  # exited meanwhile
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                environ = fh.read()
-        except OSError:
-            environ = b""  # another user's, or gone
-        if needle in environ.split(b"\0"):
+        environ = _environ_of(pid)
+        if environ is not None and needle in environ.split(b"\0"):
             found.append(pidfd)
+        elif environ == b"" and _may_be_execing(pid):
+            unsure.append((pid, pidfd))
         else:
             os.close(pidfd)
+    if unsure:
+        time.sleep(_EXEC_RECHECK_S)
+        for pid, pidfd in unsure:
+            if needle in (_environ_of(pid) or b"").split(b"\0"):
+                found.append(pidfd)
+            else:
+                os.close(pidfd)
     return found
+
+
+_EXEC_RECHECK_S = 0.005
+_PF_KTHREAD = 0x00200000
+
+
+def _environ_of(pid: str) -> bytes | None:
+    """The process's environment block; None when it cannot be read (another user's, gone)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _may_be_execing(pid: str) -> bool:
+    """Whether a process whose environment read empty may be mid-exec: not a zombie (no
+    memory at all) and not a kernel thread (never had one)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return fields[0] not in (b"Z", b"X") and not int(fields[6]) & _PF_KTHREAD
+    except (IndexError, ValueError):
+        return False
 
 
 def _pidfd_signal(pidfd: int, sig: signal.Signals) -> None:
