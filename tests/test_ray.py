@@ -764,3 +764,32 @@ def test_a_host_seals_its_workers_environment() -> None:
     if environ is not None:
         assert token.encode() not in environ
         assert b"WORKER_NOTE=plain" in environ, "only secret-looking variables go"
+
+
+_UNUSED_RAY_TYPE = r"""
+import sys, trio, ray
+from runtime import open_runtime
+
+async def main() -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"text": "no sub-agent today"}]},
+        "far": {"placement": "ray", "turns": [{"text": "never asked"}]}}}
+    async with open_runtime(scenario=scenario, workspace=sys.argv[1], trace=False) as rt:
+        outcome = await rt.run("go")
+        print(outcome.result, ray.is_initialized(), flush=True)
+
+trio.run(main)
+"""
+
+
+def test_a_run_that_places_nothing_on_ray_starts_no_cluster(tmp_path: Path) -> None:
+    # A project with a ray-placed agent type used to start a private cluster (seconds) when
+    # every run opened; it now starts on the first remote subtree.
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-c", _UNUSED_RAY_TYPE, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["no", "sub-agent", "today", "False"]

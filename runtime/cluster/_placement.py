@@ -420,8 +420,13 @@ class RayPlacement:
         options: RayOptions,
         nursery: trio.Nursery,
         host_options: Mapping[str, Any],
+        start_cluster: Callable[[], None] | None = None,
     ) -> None:
         self._bridge = bridge
+        # A private cluster is started by the run's first remote subtree, not when the run
+        # opens: a run that never places a sub-agent on Ray pays nothing for it.
+        self._start_cluster = start_cluster
+        self._start_error: str | None = None
         self.options = options
         self._nursery = nursery
         self._host_options = dict(host_options)
@@ -471,6 +476,15 @@ class RayPlacement:
             return
         self._started = True
         try:
+            if self._start_cluster is not None:
+                try:
+                    # Shielded: a cancelled first subtree must not leave the run with a
+                    # cluster half started (Ray's own timeouts bound it).
+                    with trio.CancelScope(shield=True):
+                        await self._bridge.call(self._start_cluster)
+                except ConfigError as exc:
+                    self._start_error = str(exc)
+                    return  # every subtree of the run fails with this reason
             self._driver_node = await trio.to_thread.run_sync(_current_node)
             await self._refresh(run)
         finally:
@@ -669,6 +683,8 @@ class RayPlacement:
     async def _pick_host(self, run: RunContext, atype: AgentType) -> _Host | str:
         """The least loaded ready host for a subtree of *atype*, or why there is none."""
         await self._ensure_started(run)
+        if self._start_error is not None:
+            return self._start_error
         while not self._closing:
             matching = [n for n in self._nodes.values() if n.matches(atype)]
             ids = {n.node_id for n in matching}
@@ -1177,7 +1193,9 @@ async def open_ray_placement(
     Args:
         address: a Ray cluster (``host:port``, ``auto``); overrides ``options.address``;
             default ``RAY_ADDRESS``. With none, a private cluster on this machine is started
-            for the run and stopped after it, even on a machine that is a node of a cluster
+            when the run places its first subtree on Ray (a run that places none starts none;
+            one that cannot be started fails those subtrees with the reason) and stopped after
+            the run, even on a machine that is a node of a cluster
             (``auto`` joins that one). If Ray is already initialised in this process (a test
             session, a notebook), that connection is used as it is and left open.
         options: the pool's shape and timings (:class:`RayOptions`).
@@ -1185,7 +1203,7 @@ async def open_ray_placement(
             ``runtime_env``, ...).
 
     Raises:
-        ConfigError: Ray is not installed, or the cluster cannot be reached or started.
+        ConfigError: Ray is not installed, or the named cluster cannot be reached.
 
     Cancellation: starting a local cluster (a few seconds) is not cancellable. On exit the
     run's host actors are killed (every subtree has ended by then), and a cluster started here
@@ -1203,12 +1221,19 @@ async def open_ray_placement(
     bridge = _Bridge()
     bridge.start()
     owned = False
+    start_cluster: Callable[[], None] | None = None
     try:
         if not ray.is_initialized():
             owned = True
-            await bridge.call(lambda: _init_ray(ray, address, options.num_cpus))
+            if address:  # a cluster the user named: a wrong address stops the run at once
+                await bridge.call(lambda: _init_ray(ray, address, options.num_cpus))
+            else:
+                def start_cluster() -> None:
+                    _init_ray(ray, None, options.num_cpus)
         async with trio.open_nursery() as nursery:
-            placement = RayPlacement(bridge, options, nursery, host_options or {})
+            placement = RayPlacement(
+                bridge, options, nursery, host_options or {}, start_cluster=start_cluster
+            )
             try:
                 yield placement
             finally:
