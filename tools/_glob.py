@@ -147,15 +147,17 @@ def _folder_files(
 def open_folder(workspace: Path, path: str) -> Located:
     """The folder *path* located inside the workspace (close it); a ToolError if not a folder."""
     place = locate(workspace, path)
+    ok = False
     try:
         st = place.lstat()
         if st is None:
             raise ToolError(f"no such folder: {path}")
         if not stat.S_ISDIR(st.st_mode):
             raise ToolError(f"not a folder: {path}")
-    except BaseException:
-        place.close()
-        raise
+        ok = True
+    finally:
+        if not ok:  # the caller gets no place to close
+            place.close()
     return place
 
 
