@@ -69,10 +69,11 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import attrs
 import structlog
@@ -83,10 +84,11 @@ from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker
 from runtime.core._budget import BudgetLayer
-from runtime.core._bus import EventBus, Subscription
+from runtime.core._bus import EventBus
 from runtime.core._context import RunContext, SystemPromptBuilder, cancel_node, new_run_context
 from runtime.core._errors import AgentsError, ConfigError
 from runtime.core._events import AgentFinished, AgentStarted, AgentStatus, Event
+from runtime.core._lazylog import LazyLogger
 from runtime.core._limits import Limits
 from runtime.core._loop import run_agent_actor
 from runtime.core._messages import AgentState, Message, TextBlock
@@ -107,6 +109,7 @@ if TYPE_CHECKING:
     from tools import Tool, ToolLimits
 
 _log = structlog.get_logger("trio_agents.ray_host")
+E = TypeVar("E", bound=Event)
 
 # How long a subtree's end may take to be reported when its stream is being torn down.
 _FINISH_GRACE_S = 10.0
@@ -186,12 +189,18 @@ class RunConfig:
             path = self._cache["workspace"] = _check_workspace(self.workspace)
         return path
 
-    def log(self) -> Any:
-        """The host's logger bound to this run (binding it first is the costly part)."""
-        log = self._cache.get("log")
-        if log is None:
-            log = self._cache["log"] = _log.bind(run_id=self.run_id)
-        return log
+    def env_copy(self) -> Mapping[str, str]:
+        """The run's environment, one read-only copy shared by the run's subtrees here."""
+        env = self._cache.get("env")
+        if env is None:
+            env = self._cache["env"] = MappingProxyType(dict(self.env))
+        return env
+
+    def type_setups(self) -> dict[int, Any]:
+        """What each agent type's agents get (``RunContext.type_setups``), shared by the run's
+        subtrees here: it depends on the types, tools and settings, all the run's."""
+        made: dict[int, Any] = self._cache.setdefault("type_setups", {})
+        return made
 
     def redactor(self) -> Redactor:
         """What masks the run's secrets here, made once: the driver's, the provider key, and
@@ -428,13 +437,15 @@ class _ForwardingBroker(PermissionBroker):
 
 
 @attrs.define(eq=False)
-class _SharedBudget:
-    """The budget layer every subtree of one run running on this host shares, and its task
-    (one per run while any of its subtrees runs, instead of one of each per subtree)."""
+class _RunHere:
+    """What every subtree of one run running on this host shares, made when the first starts
+    and dropped when the last ends: the budget layer and its task, and the run's secrets
+    masked in log lines (one of each per run, instead of one per subtree)."""
 
     layer: BudgetLayer
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     users: int = 0
+    secrets: contextlib.ExitStack = attrs.Factory(contextlib.ExitStack)
 
 
 @attrs.define(eq=False)
@@ -476,48 +487,146 @@ class _CallState:
 class _Outbox:
     """The hand-off from the subtrees' trio tasks to the asyncio generator Ray streams from.
 
+    One per host, shared by every subtree on it: each subtree's bus puts its events here as it
+    emits them (a tap: no task, subscription or timer per subtree), and the channel takes
+    everything queued as one envelope: ``interval_s`` after the first event queued since the
+    last envelope, or at once when a subtree has ended or ``batch_max`` events are queued.
+    Each subtree's events come out in the order emitted, as one :class:`Batch` per envelope,
+    and its end (the final batch, with the events still queued) after all of them.
+
     Both sides run on the asyncio loop's thread (guest mode runs trio's tasks there), so plain
-    data structures do; each side wakes the other through its own loop's primitives. One per
-    host: whatever every subtree queued while the last envelope was on its way leaves together.
+    data structures do; each side wakes the other through its own loop's primitives.
     """
 
-    def __init__(self, max_pending: int) -> None:
+    def __init__(self, max_pending: int, interval_s: float = 0.01, batch_max: int = 512) -> None:
         self._max = max_pending
-        self._items: list[tuple[str, Batch]] = []
-        self._ready = asyncio.Event()
+        self.interval_s = interval_s
+        self.batch_max = batch_max
+        self._events: dict[str, list[Event]] = {}  # by call id, in the order first queued
+        self._ends: dict[str, tuple[AgentOutcome | None, str | None]] = {}
+        self._count = 0
+        self._ready = asyncio.Event()  # something is queued
+        self._urgent = asyncio.Event()  # send it now (an end, batch_max events, the news)
         self._space: trio.Event | None = None
         self._token: trio.lowlevel.TrioToken | None = None
+        # An end waited its whole grace for room: later ends do not wait until the next take.
+        self.stalled = False
 
     # trio side
-    async def put(self, call_id: str, batch: Batch) -> None:
-        """Queue a batch, waiting while *max_pending* are unsent (backpressure from Ray)."""
-        while len(self._items) >= self._max:
+    def add(self, call_id: str, event: Event) -> None:
+        """Queue *event* of subtree *call_id* (a tap of that subtree's bus: never waits)."""
+        events = self._events.get(call_id)
+        if events is None:
+            events = self._events[call_id] = []
+        events.append(event)
+        self._count += 1
+        if self._count == 1:
+            self._ready.set()
+        elif self._count >= self.batch_max:
+            self._urgent.set()
+
+    def finish(self, call_id: str, outcome: AgentOutcome | None, error: str | None) -> None:
+        """Queue the end of subtree *call_id*: its final batch leaves with the next envelope."""
+        self._ends[call_id] = (outcome, error)
+        self.wake()
+
+    def wake(self) -> None:
+        """Make the channel send what is queued now (possibly nothing: the host's news)."""
+        self._ready.set()
+        self._urgent.set()
+
+    def has_room(self) -> bool:
+        """Whether fewer than *max_pending* events wait for Ray."""
+        return self._count < self._max
+
+    async def wait_for_room(self) -> None:
+        """Wait while *max_pending* events wait for Ray (backpressure from Ray).
+
+        Cancellation: a checkpoint only while it waits.
+        """
+        while self._count >= self._max:
             if self._space is None:
                 self._space = trio.Event()
                 self._token = trio.lowlevel.current_trio_token()
             await self._space.wait()
-        self.put_nowait(call_id, batch)
 
-    def put_nowait(self, call_id: str, batch: Batch) -> None:
-        self._items.append((call_id, batch))
-        self._ready.set()
-
-    def _wake(self) -> None:
+    def _wake_space(self) -> None:
         space, self._space = self._space, None
         if space is not None:
             space.set()
 
     # asyncio side
     async def take(self, wait_s: float) -> list[tuple[str, Batch]]:
-        """Everything queued, once there is something; ``[]`` after *wait_s* with nothing."""
-        if not self._items:
-            self._ready.clear()
+        """Everything queued, once there is something (see the class doc); ``[]`` after
+        *wait_s* with nothing."""
+        if not self._ready.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._ready.wait(), wait_s)
-        items, self._items = self._items, []
-        if items and self._space is not None and self._token is not None:
-            self._token.run_sync_soon(self._wake)
+        if self._ready.is_set() and not self._urgent.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._urgent.wait(), self.interval_s)
+        return self.take_nowait()
+
+    def take_nowait(self) -> list[tuple[str, Batch]]:
+        """Everything queued, as ``(call_id, batch)`` pairs: the subtrees still running, then
+        those that ended (each end carrying its last events)."""
+        events, ends = self._events, self._ends
+        items = [(c, Batch(events=tuple(e))) for c, e in events.items() if c not in ends]
+        items += [
+            (c, Batch(events=tuple(events.get(c, ())), outcome=o, final=True, error=err))
+            for c, (o, err) in ends.items()
+        ]
+        self._events, self._ends, self._count = {}, {}, 0
+        self._ready.clear()
+        self._urgent.clear()
+        self.stalled = False
+        if self._space is not None and self._token is not None:
+            self._token.run_sync_soon(self._wake_space)
         return items
+
+
+class _SubtreeBus(EventBus):
+    """A subtree's event bus on a host: masks and numbers its events as any bus does, and hands
+    each one straight to the host's :class:`_Outbox` (no subscription, no shipper task).
+
+    Emitters wait while the outbox is full, as they wait for a ``block`` subscriber (that is
+    the backpressure from Ray); an end (:meth:`emit_final`) waits at most its grace.
+    """
+
+    def __init__(self, run_id: str, redactor: Redactor, outbox: _Outbox, call_id: str) -> None:
+        super().__init__(run_id, redactor=redactor)
+        self._outbox = outbox
+        self.add_tap(functools.partial(outbox.add, call_id))
+
+    def has_room(self) -> bool:
+        return self._outbox.has_room()
+
+    async def wait_for_room(self) -> None:
+        await self._outbox.wait_for_room()
+
+    async def emit(
+        self, cls: type[E], /, *, agent_id: str | None, parent_tool_use_id: str | None,
+        **fields: Any,
+    ) -> E:
+        if not self._outbox.has_room():
+            await self._outbox.wait_for_room()
+        return self.emit_nowait(
+            cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
+        )
+
+    async def emit_final(
+        self, cls: type[E], /, *, grace_s: float, agent_id: str | None,
+        parent_tool_use_id: str | None, **fields: Any,
+    ) -> E:
+        outbox = self._outbox
+        if not outbox.has_room() and not outbox.stalled:
+            with trio.move_on_after(grace_s, shield=True) as waited:
+                await outbox.wait_for_room()
+            if waited.cancelled_caught:
+                outbox.stalled = True
+        return self.emit_nowait(
+            cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
+        )
 
 
 # -- the actor --------------------------------------------------------------------------------
@@ -528,7 +637,7 @@ class RayHost:
 
     Args:
         name: this host's name in the run (``h1``), for logs and errors.
-        max_pending: batches the host may have queued for Ray before its agents wait.
+        max_pending: events the host may have queued for Ray before its agents wait.
         heartbeat_s: with nothing to send, the channel yields an empty envelope this often.
         watch_node: watch the process that started this worker (the raylet) and leave when
             it dies (see the module doc).
@@ -539,7 +648,7 @@ class RayHost:
     def __init__(
         self,
         name: str,
-        max_pending: int = 1024,
+        max_pending: int = 65_536,
         heartbeat_s: float = 1.0,
         watch_node: bool = True,
         seal_environ: bool = False,
@@ -561,7 +670,7 @@ class RayHost:
         self._early: dict[str, list[tuple[str, str, str | None]]] = {}
         self._outbox = _Outbox(max_pending)
         self._configs: dict[str, RunConfig] = {}
-        self._budgets: dict[str, _SharedBudget] = {}  # by run id
+        self._runs: dict[str, _RunHere] = {}  # by run id
         self._admit: collections.deque[_CallState] = collections.deque()  # submitted, not started
         self._admitting = False
         # What the worker imported (Ray, the runtime: most of its heap) is there for good: the
@@ -618,7 +727,7 @@ class RayHost:
 
     def _fail_open(self, error: str) -> None:
         for call_id in list(self._open):
-            self._outbox.put_nowait(call_id, Batch(final=True, error=error))
+            self._outbox.finish(call_id, None, error)
         self._open.clear()
 
     # -- the node watch (asyncio side) --------------------------------------------------------
@@ -635,7 +744,7 @@ class RayHost:
 
     def _report_lost(self, what: str) -> None:
         self._lost = f"node lost: ray host {self.name} on {socket.gethostname()}: {what}"
-        self._outbox.put_nowait("", Batch())  # wakes the channel, which sends the news
+        self._outbox.wake()  # the channel sends the news
         if self._token is not None:
             with contextlib.suppress(trio.RunFinishedError):
                 self._token.run_sync_soon(self._abort_all)
@@ -668,7 +777,6 @@ class RayHost:
         await self._ensure_trio()
         while True:
             items = await self._outbox.take(self._heartbeat_s)
-            items = [(c, b) for c, b in items if c]
             envelope = _envelope(items, self._lost)
             if self._lost is not None:
                 yield envelope
@@ -684,12 +792,13 @@ class RayHost:
             try:
                 config = await self._config(call)
             except Exception as exc:  # the settings cannot be read here: fail that call only
-                self._outbox.put_nowait(
-                    call.call_id,
-                    Batch(final=True, error=f"ray host {self.name}: cannot read the run's "
-                          f"settings: {type(exc).__name__}: {exc}"),
+                self._outbox.finish(
+                    call.call_id, None, f"ray host {self.name}: cannot read the run's "
+                    f"settings: {type(exc).__name__}: {exc}",
                 )
                 continue
+            self._outbox.interval_s = config.batch_interval_s
+            self._outbox.batch_max = config.batch_max
             self._open.add(call.call_id)
             token.run_sync_soon(self._start_call, call, config)
 
@@ -729,12 +838,13 @@ class RayHost:
     # -- trio side ----------------------------------------------------------------------------
     def _start_call(self, call: SubtreeCall, config: RunConfig) -> None:
         assert self._nursery is not None
-        shared = self._budgets.get(config.run_id)
-        if shared is None:
-            shared = self._budgets[config.run_id] = _SharedBudget(BudgetLayer(self._budget_cancel))
-            self._nursery.start_soon(_run_budget, shared.layer, shared.scope)
-        shared.users += 1
-        state = _CallState(call, config, shared.layer)
+        here = self._runs.get(config.run_id)
+        if here is None:
+            here = self._runs[config.run_id] = _RunHere(BudgetLayer(self._budget_cancel))
+            here.secrets.enter_context(log_secrets(config.redactor().secrets))
+            self._nursery.start_soon(_run_budget, here.layer, here.scope)
+        here.users += 1
+        state = _CallState(call, config, here.layer)
         state.early.extend(self._early.pop(call.call_id, ()))
         # Known to the control calls at once (a cancel, an abort or a message finds it), run
         # when the admitter gets to it.
@@ -766,13 +876,14 @@ class RayHost:
                 return cancel_node(state.run, agent_id, reason, by="budget")
         return False
 
-    def _release_budget(self, run_id: str) -> None:
-        shared = self._budgets.get(run_id)
-        if shared is not None:
-            shared.users -= 1
-            if shared.users <= 0:
-                shared.scope.cancel(reason="no subtree of the run is left here")
-                del self._budgets[run_id]
+    def _release_run(self, run_id: str) -> None:
+        here = self._runs.get(run_id)
+        if here is not None:
+            here.users -= 1
+            if here.users <= 0:
+                here.scope.cancel(reason="no subtree of the run is left here")
+                here.secrets.close()
+                del self._runs[run_id]
 
     def _cancel_in_trio(self, call_id: str, node_id: str, reason: str, by: str | None) -> None:
         state = self._calls.get(call_id)
@@ -809,22 +920,18 @@ class RayHost:
         call = state.call
         outcome: AgentOutcome | None = None
         error: str | None = None
-        tail: list[Event] = []
         try:
             with state.scope:
-                outcome = await _run_call(state, self._outbox, tail)
+                outcome = await _run_root(state, self._outbox)
         except Exception as exc:  # one subtree's failure must never reach the host nursery
             error = f"ray host {self.name}: subtree {call.call_id} crashed: {exc!r}"
             _log.exception("subtree crashed", host=self.name, call_id=call.call_id)
         finally:
             self._calls.pop(call.call_id, None)
-            self._release_budget(state.config.run_id)
+            self._release_run(state.config.run_id)
             if call.call_id in self._open:
                 self._open.discard(call.call_id)
-                self._outbox.put_nowait(
-                    call.call_id,
-                    Batch(events=tuple(tail), outcome=outcome, final=True, error=error),
-                )
+                self._outbox.finish(call.call_id, outcome, error)
 
 
 def _envelope(items: list[tuple[str, Batch]], lost: str | None) -> Envelope:
@@ -856,132 +963,64 @@ def _watch_parent(on_lost: Callable[[str], None]) -> None:
 # -- running one subtree ----------------------------------------------------------------------
 
 
-async def _run_call(
-    state: _CallState, outbox: _Outbox, tail: list[Event]
-) -> AgentOutcome | None:
-    """Run the subtree of *state*, shipping its events; return the root agent's outcome.
-
-    The events left when the subtree ends are not shipped but put in *tail*: they leave with
-    the final batch (one item fewer per subtree).
-    """
-    config = state.config
-    redactor = config.redactor()
-    bus = EventBus(config.run_id, redactor=redactor)
-    # ``block``: agents wait for the shipper rather than buffering without bound.
-    events = bus.subscribe(buffer=max(2 * config.batch_max, 64), policy="block")
-    flush_now = trio.Event()
-    with log_secrets(redactor.secrets):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                _ship_events,
-                events,
-                functools.partial(outbox.put, state.call.call_id),
-                flush_now,
-                config.batch_interval_s,
-                config.batch_max,
-                tail,
-            )
-            try:
-                return await _run_root(state, bus)
-            finally:
-                bus.close()
-                flush_now.set()
-
-
 async def _run_budget(layer: BudgetLayer, scope: trio.CancelScope) -> None:
     with scope:
         await layer.run()
 
 
-async def _ship_events(
-    events: Subscription,
-    put: Callable[[Batch], Awaitable[None]],
-    flush_now: trio.Event,
-    interval_s: float,
-    batch_max: int,
-    tail: list[Event],
-) -> None:
-    """Batch the subtree's events: a batch leaves *interval_s* after its first event, or when
-    it holds *batch_max* events. Returns once the bus is closed, with the last events (fewer
-    than *batch_max*) in *tail*."""
-    ended = False
-    while not ended:
-        try:
-            first = await events.receive()
-        except trio.EndOfChannel:
-            return
-        batch = [first]
-        ended = _drain(events, batch, batch_max)
-        if not ended and len(batch) < batch_max:
-            # One timer per batch, not per event: the events emitted meanwhile wait in the
-            # subscription (which makes the agents wait once it is full).
-            with trio.move_on_after(interval_s):
-                await flush_now.wait()
-            ended = _drain(events, batch, batch_max)
-        if ended and len(batch) < batch_max:
-            tail.extend(batch)
-            return
-        await put(Batch(events=tuple(batch)))
-
-
-def _drain(events: Subscription, batch: list[Event], batch_max: int) -> bool:
-    """Move what is buffered into *batch*; ``True`` once the stream has ended."""
-    while len(batch) < batch_max:
-        try:
-            batch.append(events.receive_nowait())
-        except trio.WouldBlock:
-            return False
-        except trio.EndOfChannel:
-            return True
-    return False
-
-
-async def _run_root(state: _CallState, bus: EventBus) -> AgentOutcome | None:
-    """Build the subtree's run context (with the run's shared budget layer) and run its
-    root."""
+async def _run_root(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
+    """Build the subtree's run context (its own bus, registry, broker and ``max_parallel``
+    limiter; the run's shared budget layer) and run its root in the calling task, its events
+    going to *outbox* as they are emitted."""
     call, config = state.call, state.config
     spec = call.spec
     registry = state.registry
-    async with AsyncExitStack() as stack:
-        try:
-            workspace = config.workspace_path()
-            provider = await _open_provider(stack, config.provider, call.id_prefix)
-        except AgentsError as exc:
-            return await _fail_root(bus, spec, str(exc))
-        broker = _ForwardingBroker(bus, config.policy, call.id_prefix)
-        state.broker = broker
-
-        types, tools = config.shared()
-        run = new_run_context(
-            run_id=config.run_id,
-            bus=bus,
-            provider=provider,
-            model=getattr(provider, "model", None) or "scripted",
-            agent_types=types,
-            tools=tools,
-            tool_limits=config.tool_limits,
-            limits=config.limits_for(call.max_agents),
-            workspace=workspace,
-            env=dict(config.env),
-            secrets=bus.redactor.secrets,
-            broker=broker,
-            log=config.log().bind(call_id=call.call_id),
-            registry=registry,
-            context_class=_RemoteRunContext,
-            id_prefix=call.id_prefix,
-            system_prompt=config.system_prompt,
-            sandbox=config.sandbox,
-            budget=state.budget,
-        )
-        state.run = run
-        boundary = trio.CancelScope()
-        with registry.registered(state.boundary_id, boundary):
-            for _node_id, reason, by in state.early:
-                # A cancel that came before anything ran here cancels the whole subtree.
-                registry.cancel(state.boundary_id, reason, by=by)
-            with boundary:
-                state.outcome = await run_agent_actor(run, spec)
-    return state.outcome
+    bus = _SubtreeBus(config.run_id, config.redactor(), outbox, call.call_id)
+    try:
+        async with AsyncExitStack() as stack:
+            try:
+                workspace = config.workspace_path()
+                provider = await _open_provider(stack, config.provider, call.id_prefix)
+            except AgentsError as exc:
+                return await _fail_root(bus, spec, str(exc))
+            broker = _ForwardingBroker(bus, config.policy, call.id_prefix)
+            state.broker = broker
+            types, tools = config.shared()
+            run = new_run_context(
+                run_id=config.run_id,
+                bus=bus,
+                provider=provider,
+                model=getattr(provider, "model", None) or "scripted",
+                agent_types=types,
+                tools=tools,
+                tool_limits=config.tool_limits,
+                limits=config.limits_for(call.max_agents),
+                workspace=workspace,
+                env=config.env_copy(),
+                secrets=bus.redactor.secrets,
+                broker=broker,
+                log=LazyLogger(_log, run_id=config.run_id, call_id=call.call_id),
+                registry=registry,
+                context_class=_RemoteRunContext,
+                id_prefix=call.id_prefix,
+                system_prompt=config.system_prompt,
+                sandbox=config.sandbox,
+                budget=state.budget,
+                type_setups=config.type_setups(),
+            )
+            state.run = run
+            boundary = trio.CancelScope()
+            with registry.registered(state.boundary_id, boundary):
+                for _node_id, reason, by in state.early:
+                    # A cancel that came before anything ran here cancels the whole subtree.
+                    registry.cancel(state.boundary_id, reason, by=by)
+                with boundary:
+                    # The agent runs in this task (the subtree's own), with its own scope,
+                    # nursery and mailbox as ever: no task or nursery more per subtree.
+                    state.outcome = await run_agent_actor(run, spec, own_task=True)
+        return state.outcome
+    finally:
+        bus.close()
 
 
 def _check_workspace(path: str) -> Path:
