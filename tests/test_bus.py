@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime import Event, EventBus, SubscriberLagged, TextDelta
+from runtime.core import _events as events_module
 
 
 async def _emit(bus: EventBus, agent: str, text: str) -> Event:
@@ -159,6 +163,40 @@ def test_forward_gives_a_foreign_event_this_bus_seq() -> None:
     out = bus.forward(foreign)
     assert (out.seq, out.run_id, out.agent_id, out.parent_tool_use_id) == (1, "r", "x", "tu-9")
     assert out.ts == pytest.approx(1.0), "when it happened, not when it arrived"
+
+
+# What event fields hold: JSON-like data (tool inputs are dicts of anything JSON).
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                max_size=3),
+    max_leaves=6,
+)
+
+
+@st.composite
+def _foreign_events(draw: st.DrawFn) -> Event:
+    cls = draw(st.sampled_from(sorted(_event_classes(), key=lambda c: c.__qualname__)))
+    return cls(**{a.name: draw(_values) for a in attrs.fields(cls)})
+
+
+def _event_classes() -> set[type[Event]]:
+    return {
+        obj for obj in vars(events_module).values()
+        if isinstance(obj, type) and issubclass(obj, Event) and obj is not Event
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_foreign_events(), min_size=1, max_size=8))
+def test_forward_copies_an_event_as_attrs_evolve_would(foreign: list[Event]) -> None:
+    """``forward`` copies through a copier written per class (issue 22); it must give what
+    the straightforward ``attrs.evolve(event, seq=..., run_id=...)`` gives, for every class."""
+    bus = EventBus("r")
+    for n, event in enumerate(foreign, start=1):
+        out = bus.forward(event)
+        assert out == attrs.evolve(event, seq=n, run_id="r")
+        assert type(out) is type(event)
 
 
 async def test_two_readers_of_one_subscription_never_take_the_same_event() -> None:

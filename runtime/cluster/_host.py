@@ -285,17 +285,33 @@ class Envelope:
         return unpack_items(self.data) if self.data else self.items
 
 
-# Per event class: its field names and a getter of their values, in attrs order.
-_SHAPES: dict[type[Event], tuple[tuple[str, ...], Callable[[Any], Any]]] = {}
+# Per event class: its field names, a getter of their values (in attrs order), and a maker of
+# an event from them.
+_Shape = tuple[tuple[str, ...], Callable[[Any], Any], Callable[[Any], Event]]
+_SHAPES: dict[type[Event], _Shape] = {}
 
 
-def _shape(cls: type[Event]) -> tuple[tuple[str, ...], Callable[[Any], Any]]:
+def _shape(cls: type[Event]) -> _Shape:
     shape = _SHAPES.get(cls)
     if shape is None:
         # Every event has the five common fields, so the getter always gives a tuple.
         names = tuple(a.name for a in attrs.fields(cls))
-        shape = _SHAPES[cls] = (names, operator.attrgetter(*names))
+        shape = _SHAPES[cls] = (names, operator.attrgetter(*names), _maker(cls, names))
     return shape
+
+
+def _maker(cls: type[Event], names: tuple[str, ...]) -> Callable[[Any], Event]:
+    """``make(values)`` is ``cls(**dict(zip(names, values)))``, written out for *cls* (the
+    way attrs writes its ``__init__``): the parent rebuilds every event of a remote subtree,
+    and the dict and the unpacking were most of that (bench/README.md)."""
+    assert all(name.isidentifier() for name in names)
+    unpacked = ", ".join(names) + ","
+    keywords = ", ".join(f"{name}={name}" for name in names)
+    source = f"def make(values):\n    {unpacked} = values\n    return cls({keywords})\n"
+    namespace: dict[str, Any] = {"cls": cls}
+    exec(compile(source, f"<event maker {cls.__qualname__}>", "exec"), namespace)
+    make: Callable[[Any], Event] = namespace["make"]
+    return make
 
 
 def pack_items(items: list[tuple[str, Batch]] | tuple[tuple[str, Batch], ...]) -> bytes:
@@ -321,9 +337,7 @@ def unpack_items(data: bytes) -> list[tuple[str, Batch]]:
     """The ``(call_id, batch)`` pairs :func:`pack_items` packed, events rebuilt equal."""
     out = []
     for call_id, events, outcome, final, error in pickle.loads(data):
-        rebuilt = tuple(
-            cls(**dict(zip(_shape(cls)[0], values, strict=True))) for cls, values in events
-        )
+        rebuilt = tuple(_shape(cls)[2](values) for cls, values in events)
         out.append((call_id, Batch(events=rebuilt, outcome=outcome, final=final, error=error)))
     return out
 

@@ -472,7 +472,8 @@ class RayPlacement:
 
     async def _ensure_started(self, run: RunContext) -> None:
         if self._started:
-            await self._first_refresh.wait()
+            if not self._first_refresh.is_set():
+                await self._first_refresh.wait()
             return
         self._started = True
         try:

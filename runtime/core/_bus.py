@@ -520,7 +520,10 @@ class EventBus:
             }
             changes = self._masked(type(event), event.agent_id, event.parent_tool_use_id, own)
         self._seq += 1
-        forwarded = attrs.evolve(event, seq=self._seq, run_id=self.run_id, **changes)
+        if changes:
+            forwarded = attrs.evolve(event, seq=self._seq, run_id=self.run_id, **changes)
+        else:
+            forwarded = _renumberer(type(event))(event, self._seq, self.run_id)
         self._deliver(forwarded)
         return forwarded
 
@@ -534,3 +537,26 @@ class EventBus:
         self._subs.clear()
         self._blocking.clear()
         self._fanout = ()
+
+
+_RENUMBERERS: dict[type[Event], Callable[[Any, int, str], Any]] = {}
+
+
+def _renumberer(cls: type[Event]) -> Callable[[Any, int, str], Any]:
+    """``copy(event, seq, run_id)`` is ``attrs.evolve(event, seq=seq, run_id=run_id)`` for
+    events of *cls*, written out for it (the way attrs writes its ``__init__``): a forwarded
+    event is copied once per event of a remote subtree, and ``evolve``'s walk over the
+    fields was most of that (bench/README.md)."""
+    copy = _RENUMBERERS.get(cls)
+    if copy is None:
+        import attrs
+
+        names = [a.name for a in attrs.fields(cls)]
+        assert all(name.isidentifier() for name in names)
+        fixed = {"seq": "seq", "run_id": "run_id"}
+        keywords = ", ".join(f"{n}={fixed.get(n, f'event.{n}')}" for n in names)
+        source = f"def copy(event, seq, run_id):\n    return cls({keywords})\n"
+        namespace: dict[str, Any] = {"cls": cls}
+        exec(compile(source, f"<event renumberer {cls.__qualname__}>", "exec"), namespace)
+        copy = _RENUMBERERS[cls] = namespace["copy"]
+    return copy
