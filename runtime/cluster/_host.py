@@ -238,14 +238,15 @@ class SubtreeCall:
     """One remote subtree.
 
     Attributes:
-        config: the run's :class:`RunConfig`, or a Ray object reference to one.
+        config: the run's :class:`RunConfig`, or a Ray object reference to one; ``None``
+            when it comes with the submit (once for all its calls).
         max_agents: how many more agents the run may start (the run-wide ``max_agents``).
     """
 
     call_id: str
     id_prefix: str
     spec: AgentSpec
-    config: Any
+    config: Any = None
     max_agents: int
 
 
@@ -799,30 +800,42 @@ class RayHost:
                 return
             yield envelope
 
-    async def submit(self, calls: tuple[SubtreeCall, ...]) -> None:
-        """Start *calls*; their batches leave through :meth:`channel`."""
+    async def submit(self, calls: tuple[SubtreeCall, ...], config: tuple[Any, ...] = ()) -> None:
+        """Start *calls*; their batches leave through :meth:`channel`.
+
+        Args:
+            config: ``(settings,)``: the run's :class:`RunConfig` or a Ray object reference to
+                one (in a tuple, so Ray passes the reference as it is), for every call whose
+                own ``config`` is ``None``.
+        """
         token = await self._ensure_trio()
+        shared = config[0] if config else None
+        starts = []
         for call in calls:
             try:
-                config = await self._config(call)
+                resolved = await self._config(call.config if call.config is not None else shared)
             except Exception as exc:  # the settings cannot be read here: fail that call only
                 self._outbox.finish(
                     call.call_id, None, f"ray host {self.name}: cannot read the run's "
                     f"settings: {type(exc).__name__}: {exc}",
                 )
                 continue
-            self._outbox.interval_s = config.batch_interval_s
-            self._outbox.batch_max = config.batch_max
+            self._outbox.interval_s = resolved.batch_interval_s
+            self._outbox.batch_max = resolved.batch_max
             self._open.add(call.call_id)
-            token.run_sync_soon(self._start_call, call, config)
+            starts.append((call, resolved))
+        # One hand-over to the trio loop for the whole submit (each is a wake-up of its own).
+        token.run_sync_soon(self._start_calls, starts)
 
-    async def _config(self, call: SubtreeCall) -> RunConfig:
-        if isinstance(call.config, RunConfig):
-            return call.config
-        key = call.config.hex()
+    async def _config(self, ref: Any) -> RunConfig:
+        if isinstance(ref, RunConfig):
+            return ref
+        if ref is None:
+            raise ConfigError("no settings came with the call")
+        key = ref.hex()
         config = self._configs.get(key)
         if config is None:
-            config = await call.config
+            config = await ref
             if len(self._configs) >= 8:  # one per run; a host serves one run
                 self._configs.pop(next(iter(self._configs)))
             self._configs[key] = config
@@ -850,6 +863,10 @@ class RayHost:
         token.run_sync_soon(self._abort_call, call_id, reason)
 
     # -- trio side ----------------------------------------------------------------------------
+    def _start_calls(self, starts: list[tuple[SubtreeCall, RunConfig]]) -> None:
+        for call, config in starts:
+            self._start_call(call, config)
+
     def _start_call(self, call: SubtreeCall, config: RunConfig) -> None:
         assert self._nursery is not None
         here = self._runs.get(config.run_id)

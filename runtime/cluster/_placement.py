@@ -323,7 +323,8 @@ class _Host:
     reason: str | None = None  # why it is dead
     active: int = 0
     streams: dict[str, _Stream] = attrs.Factory(dict)
-    queue: list[SubtreeCall] = attrs.Factory(list)
+    # Subtrees to send, each with a reference to its run's settings in Ray's object store.
+    queue: list[tuple[SubtreeCall, Any]] = attrs.Factory(list)
     wake: trio.Event = attrs.Factory(trio.Event)
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
 
@@ -629,22 +630,31 @@ class RayPlacement:
             await host.wake.wait()
             host.wake = trio.Event()
             await trio.lowlevel.checkpoint()  # the subtrees starting now join this submit
-            calls, host.queue = host.queue, []
-            if not calls:
-                continue
-            try:
-                ref = host.actor.submit.remote(tuple(calls))
-            except Exception:  # one of them cannot be pickled: send them one by one
-                for call in calls:
-                    try:
-                        one = host.actor.submit.remote((call,))
-                    except Exception as exc:
-                        error = f"cannot send it to Ray: {type(exc).__name__}: {exc}"
-                        self._fail_calls(host, [call], error)
-                    else:
-                        self._nursery.start_soon(self._submitted, host, [call], one)
-                continue
-            self._nursery.start_soon(self._submitted, host, calls, ref)
+            queued, host.queue = host.queue, []
+            # One submit per run's settings (a placement serves one run: one submit), which
+            # travel once with it rather than once per subtree.
+            by_config: dict[int, tuple[Any, list[SubtreeCall]]] = {}
+            for call, config in queued:
+                by_config.setdefault(id(config), (config, []))[1].append(call)
+            for config, calls in by_config.values():
+                self._submit(host, calls, config)
+
+    def _submit(self, host: _Host, calls: list[SubtreeCall], config: Any) -> None:
+        try:
+            # In a tuple: Ray would resolve a reference given as an argument of its own, and the
+            # host would unpickle the settings again for every submit.
+            ref = host.actor.submit.remote(tuple(calls), (config,))
+        except Exception:  # one of them cannot be pickled: send them one by one
+            for call in calls:
+                try:
+                    one = host.actor.submit.remote((call,), (config,))
+                except Exception as exc:
+                    error = f"cannot send it to Ray: {type(exc).__name__}: {exc}"
+                    self._fail_calls(host, [call], error)
+                else:
+                    self._nursery.start_soon(self._submitted, host, [call], one)
+            return
+        self._nursery.start_soon(self._submitted, host, calls, ref)
 
     async def _submitted(self, host: _Host, calls: list[SubtreeCall], ref: Any) -> None:
         import ray
@@ -745,10 +755,9 @@ class RayPlacement:
             call_id=call_id,
             id_prefix=f"{call_id}.",
             spec=attrs.evolve(spec, budget=remote_budget),
-            config=self._config_ref(run),
             max_agents=max(1, run.limits.max_agents - run.agents_started),
         )
-        stream = _Stream(self, run, spec, host, call)
+        stream = _Stream(self, run, spec, host, call, self._config_ref(run))
         host.streams[call_id] = stream
         host.active += 1
         try:
@@ -857,8 +866,10 @@ class _Stream:
         spec: AgentSpec,
         host: _Host | None,
         call: SubtreeCall | None,
+        config: Any = None,
     ) -> None:
         self.placement = placement
+        self.config = config  # the run's settings in Ray's object store
         self.run = run
         self.spec = spec
         self.host = host
@@ -913,7 +924,7 @@ class _Stream:
                 self._nursery = nursery
                 try:
                     self._submitted_at = trio.current_time()
-                    host.queue.append(call)
+                    host.queue.append((call, self.config))
                     host.wake.set()
                     await self.done.wait()
                 finally:
@@ -985,7 +996,7 @@ class _Stream:
         reason, by = Registry.cancel_reason(root_node)
         reason = reason or "the run is over"
         grace = self.run.limits.finish_grace_s
-        queued = [c for c in host.queue if c is not call]
+        queued = [q for q in host.queue if q[0] is not call]
         if len(queued) < len(host.queue):  # never sent: nothing ran
             host.queue[:] = queued
         else:
