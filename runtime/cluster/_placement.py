@@ -79,7 +79,10 @@ from runtime.core._events import (
     AgentStarted,
     AgentStatus,
     Event,
+    TextDelta,
+    ThinkingDelta,
     ToolFinished,
+    ToolProgress,
     ToolStarted,
     TurnFinished,
     UserMessage,
@@ -852,6 +855,10 @@ def _current_node() -> str | None:
     return None
 
 
+# Events the parent forwards without looking at them (see _Stream._forward).
+_PLAIN: frozenset[type[Event]] = frozenset({TextDelta, ThinkingDelta, ToolProgress})
+
+
 class _Stream:
     """One remote subtree seen from the parent: its proxies, its end, the synthesised ends.
 
@@ -1021,6 +1028,9 @@ class _Stream:
 
     async def _forward(self, event: Event) -> None:
         run = self.run
+        if type(event) in _PLAIN:  # most events (text, turns): nothing to keep track of
+            run.bus.forward(event)
+            return
         if isinstance(event, PermissionAsked):
             self._ask(event)
             return
