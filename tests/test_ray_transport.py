@@ -98,3 +98,97 @@ def test_what_cannot_be_packed_goes_as_objects() -> None:
     assert list(envelope.batches()) == items
     assert envelope.lost == "node lost: test"
     assert _envelope([], None) == Envelope()
+
+
+# -- the host's outbox: every subtree's events, handed to the channel in batches --------------
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.sampled_from(["h1.1", "h1.2", "h1.3"])),
+        st.tuples(st.just("finish"), st.sampled_from(["h1.1", "h1.2", "h1.3"])),
+        st.tuples(st.just("take"), st.just("")),
+    ),
+    max_size=60,
+)
+
+
+def _text(n: int, call_id: str) -> Event:
+    from runtime.core._events import TextDelta
+
+    return TextDelta(seq=n, ts=0.0, run_id="r", agent_id=call_id, parent_tool_use_id=None,
+                     text=str(n))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ops)
+def test_the_outbox_hands_over_what_a_plain_queue_would(ops: list[tuple[str, str]]) -> None:
+    """The outbox (one per host, a list per subtree, issue 22) against the straightforward
+    version, one queue of ``(call_id, event or end)`` in the order things happened: each
+    subtree's events come out in order, each at most once per take as one batch, its end
+    once and after all of them, nothing of it after its end, nothing lost."""
+    outbox = host_module._Outbox(max_pending=1_000, batch_max=4)
+    plain: list[tuple[str, Any]] = []  # the straightforward version
+    taken: list[tuple[str, Batch]] = []
+    ended: set[str] = set()
+    for n, (op, call_id) in enumerate(ops):
+        if op == "add" and call_id not in ended:
+            event = _text(n, call_id)
+            outbox.add(call_id, event)
+            plain.append((call_id, event))
+        elif op == "finish" and call_id not in ended:
+            outbox.finish(call_id, None, f"end {call_id}")
+            plain.append((call_id, "end"))
+            ended.add(call_id)
+        elif op == "take":
+            items = outbox.take_nowait()
+            assert len({c for c, _ in items}) == len(items), "one batch per subtree per take"
+            taken += items
+        assert outbox.has_room()
+    taken += outbox.take_nowait()
+    assert outbox.take_nowait() == []
+    for call_id in ("h1.1", "h1.2", "h1.3"):
+        want = [e for c, e in plain if c == call_id]
+        got: list[Any] = []
+        for c, batch in taken:
+            if c == call_id:
+                assert "end" not in got, "nothing after a subtree's end"
+                got += batch.events
+                if batch.final:
+                    assert batch.error == f"end {call_id}"
+                    got.append("end")
+        assert got == want
+
+
+async def test_a_full_outbox_holds_emitters_back_and_an_end_waits_at_most_its_grace(
+    autojump_clock: Any,
+) -> None:
+    """The backpressure from Ray: a subtree's emits wait while the host's outbox is full
+    (until the channel takes), and an end waits at most its grace, then goes anyway."""
+    import trio
+
+    from runtime.core._events import AgentFinished, TextDelta
+    from runtime.core._secrets import Redactor
+
+    outbox = host_module._Outbox(max_pending=2)
+    bus = host_module._SubtreeBus("r", Redactor(()), outbox, "h1.1")
+    text: dict[str, Any] = {"agent_id": "a", "parent_tool_use_id": None, "text": "x"}
+    await bus.emit(TextDelta, **text)
+    await bus.emit(TextDelta, **text)
+    assert not bus.has_room()
+    with trio.move_on_after(5) as waited:
+        await bus.emit(TextDelta, **text)
+    assert waited.cancelled_caught, "a full outbox makes the emitter wait"
+    assert len(outbox.take_nowait()[0][1].events) == 2
+    await bus.emit(TextDelta, **text)  # room again
+    await bus.emit(TextDelta, **text)
+    t0 = trio.current_time()
+    end: dict[str, Any] = {"agent_id": "a", "parent_tool_use_id": None, "status": "completed", "result": "",
+           "error": None, "turns": 1, "input_tokens": 0, "output_tokens": 0, "duration_s": 0.0}
+    await bus.emit_final(AgentFinished, grace_s=3.0, **end)
+    assert trio.current_time() - t0 == 3
+    await bus.emit_final(AgentFinished, grace_s=3.0, **end)  # stalled: no second wait
+    assert trio.current_time() - t0 == 3
+    events = outbox.take_nowait()[0][1].events
+    assert [e.type for e in events] == ["text_delta", "text_delta", "agent_finished",
+                                        "agent_finished"]
+    assert [e.seq for e in events] == [3, 4, 5, 6], "the emit cut short used no seq"
