@@ -328,8 +328,13 @@ def pack_items(items: list[tuple[str, Batch]] | tuple[tuple[str, Batch], ...]) -
         Exception: something in a batch cannot be pickled (the caller sends objects instead).
     """
     packed = []
+    shapes = _SHAPES
     for call_id, batch in items:
-        events = tuple((type(e), _shape(type(e))[1](e)) for e in batch.events)
+        events = []
+        for event in batch.events:
+            cls = type(event)
+            shape = shapes.get(cls) or _shape(cls)
+            events.append((cls, shape[1](event)))
         packed.append((call_id, events, batch.outcome, batch.final, batch.error))
     return pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -337,8 +342,9 @@ def pack_items(items: list[tuple[str, Batch]] | tuple[tuple[str, Batch], ...]) -
 def unpack_items(data: bytes) -> list[tuple[str, Batch]]:
     """The ``(call_id, batch)`` pairs :func:`pack_items` packed, events rebuilt equal."""
     out = []
+    shapes = _SHAPES
     for call_id, events, outcome, final, error in pickle.loads(data):
-        rebuilt = tuple(_shape(cls)[2](values) for cls, values in events)
+        rebuilt = tuple((shapes.get(cls) or _shape(cls))[2](values) for cls, values in events)
         out.append((call_id, Batch(events=rebuilt, outcome=outcome, final=final, error=error)))
     return out
 
@@ -962,7 +968,31 @@ class RayHost:
             self._release_run(state.config.run_id)
             if call.call_id in self._open:
                 self._open.discard(call.call_id)
-                self._outbox.finish(call.call_id, outcome, error)
+                self._outbox.finish(call.call_id, _without_history(outcome), error)
+
+
+def _without_history(outcome: AgentOutcome | None) -> AgentOutcome | None:
+    """*outcome* as the parent gets it: without the agent's history and system prompt.
+
+    The parent's ``agent`` call reads a sub-agent's status, result, error and counts, never
+    its history (only root agents' histories are kept: chats, ``Runtime.compact``), and the
+    history was most of what a subtree's end cost to pickle and unpickle (bench/README.md).
+    """
+    if outcome is None:
+        return None
+    state = outcome.state
+    return attrs.evolve(
+        outcome,
+        state=AgentState(
+            agent_id=state.agent_id,
+            name=state.name,
+            depth=state.depth,
+            turns=state.turns,
+            input_tokens=state.input_tokens,
+            output_tokens=state.output_tokens,
+            continue_reason=state.continue_reason,
+        ),
+    )
 
 
 def _envelope(items: list[tuple[str, Batch]], lost: str | None) -> Envelope:
@@ -1002,56 +1032,83 @@ async def _run_budget(layer: BudgetLayer, scope: trio.CancelScope) -> None:
 async def _run_root(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
     """Build the subtree's run context (its own bus, registry, broker and ``max_parallel``
     limiter; the run's shared budget layer) and run its root in the calling task, its events
-    going to *outbox* as they are emitted."""
-    call, config = state.call, state.config
-    spec = call.spec
-    registry = state.registry
-    bus = _SubtreeBus(config.run_id, config.redactor(), outbox, call.call_id)
+    going to *outbox* as they are emitted. Runs inside ``state.scope``."""
+    config = state.config
+    bus = _SubtreeBus(config.run_id, config.redactor(), outbox, state.call.call_id)
     try:
-        async with AsyncExitStack() as stack:
+        if config.provider.kind != "http":
             try:
                 workspace = config.workspace_path()
-                provider = await _open_provider(stack, config.provider, call.id_prefix)
+                provider = _plain_provider(config.provider, state.call.id_prefix)
             except AgentsError as exc:
-                return await _fail_root(bus, spec, str(exc))
-            broker = _ForwardingBroker(bus, config.policy, call.id_prefix)
-            state.broker = broker
-            types, tools = config.shared()
-            run = new_run_context(
-                run_id=config.run_id,
-                bus=bus,
-                provider=provider,
-                model=getattr(provider, "model", None) or "scripted",
-                agent_types=types,
-                tools=tools,
-                tool_limits=config.tool_limits,
-                limits=config.limits_for(call.max_agents),
-                workspace=workspace,
-                env=config.env_copy(),
-                secrets=bus.redactor.secrets,
-                broker=broker,
-                log=LazyLogger(_log, run_id=config.run_id, call_id=call.call_id),
-                registry=registry,
-                context_class=_RemoteRunContext,
-                id_prefix=call.id_prefix,
-                system_prompt=config.system_prompt,
-                sandbox=config.sandbox,
-                budget=state.budget,
-                type_setups=config.type_setups(),
-            )
-            state.run = run
-            boundary = trio.CancelScope()
-            with registry.registered(state.boundary_id, boundary):
-                for _node_id, reason, by in state.early:
-                    # A cancel that came before anything ran here cancels the whole subtree.
-                    registry.cancel(state.boundary_id, reason, by=by)
-                with boundary:
-                    # The agent runs in this task (the subtree's own), with its own scope,
-                    # nursery and mailbox as ever: no task or nursery more per subtree.
-                    state.outcome = await run_agent_actor(run, spec, own_task=True)
-        return state.outcome
+                return await _fail_root(bus, state.call.spec, str(exc))
+            # Cancelling the boundary cancels the subtree's own scope: one scope fewer.
+            return await _run_agent(state, bus, provider, workspace, None)
+        async with AsyncExitStack() as stack:  # the provider's client, closed at the end
+            try:
+                workspace = config.workspace_path()
+                provider = await _open_provider(stack, config.provider, state.call.id_prefix)
+            except AgentsError as exc:
+                return await _fail_root(bus, state.call.spec, str(exc))
+            # A scope of its own, so that a cancel from above leaves the client's close
+            # uncancelled.
+            return await _run_agent(state, bus, provider, workspace, trio.CancelScope())
     finally:
         bus.close()
+
+
+async def _run_agent(
+    state: _CallState,
+    bus: _SubtreeBus,
+    provider: Provider,
+    workspace: Path,
+    boundary: trio.CancelScope | None,
+) -> AgentOutcome | None:
+    """Run the subtree's root agent with *boundary* (``None``: ``state.scope``, which the
+    caller has entered) registered as the parent's agent call."""
+    call, config = state.call, state.config
+    registry = state.registry
+    broker = _ForwardingBroker(bus, config.policy, call.id_prefix)
+    state.broker = broker
+    types, tools = config.shared()
+    run = new_run_context(
+        run_id=config.run_id,
+        bus=bus,
+        provider=provider,
+        model=getattr(provider, "model", None) or "scripted",
+        agent_types=types,
+        tools=tools,
+        tool_limits=config.tool_limits,
+        limits=config.limits_for(call.max_agents),
+        workspace=workspace,
+        env=config.env_copy(),
+        secrets=bus.redactor.secrets,
+        broker=broker,
+        log=LazyLogger(_log, run_id=config.run_id, call_id=call.call_id),
+        registry=registry,
+        context_class=_RemoteRunContext,
+        id_prefix=call.id_prefix,
+        system_prompt=config.system_prompt,
+        sandbox=config.sandbox,
+        budget=state.budget,
+        type_setups=config.type_setups(),
+    )
+    state.run = run
+    registry.register(state.boundary_id, boundary or state.scope)
+    try:
+        for _node_id, reason, by in state.early:
+            # A cancel that came before anything ran here cancels the whole subtree.
+            registry.cancel(state.boundary_id, reason, by=by)
+        # The agent runs in this task (the subtree's own), with its own scope, nursery and
+        # mailbox as ever: no task or nursery more per subtree.
+        if boundary is None:
+            state.outcome = await run_agent_actor(run, call.spec, own_task=True)
+        else:
+            with boundary:
+                state.outcome = await run_agent_actor(run, call.spec, own_task=True)
+    finally:
+        registry.unregister(state.boundary_id)
+    return state.outcome
 
 
 def _check_workspace(path: str) -> Path:
@@ -1065,14 +1122,19 @@ def _check_workspace(path: str) -> Path:
     return ws
 
 
-async def _open_provider(stack: AsyncExitStack, config: ProviderConfig, prefix: str) -> Provider:
+def _plain_provider(config: ProviderConfig, prefix: str) -> Provider:
+    """The provider of a ``scripted`` or ``object`` config (nothing to open or close)."""
     if config.kind == "scripted":
         if config.scenario is None:
             raise ConfigError("the scripted provider needs a scenario")
         return ScriptedProvider(config.scenario, id_prefix=f"{prefix}tu-")
-    if config.kind == "object":
-        provider: Provider = config.provider
-        return provider
+    provider: Provider = config.provider
+    return provider
+
+
+async def _open_provider(stack: AsyncExitStack, config: ProviderConfig, prefix: str) -> Provider:
+    if config.kind != "http":
+        return _plain_provider(config, prefix)
     from runtime.providers import open_provider  # httpx only when needed
 
     env: dict[str, str] = {}

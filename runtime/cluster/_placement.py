@@ -733,8 +733,9 @@ class RayPlacement:
     async def run_subtree(self, run: RunContext, spec: AgentSpec) -> AgentOutcome:
         """Run *spec*'s whole subtree on a host actor; its events go into ``run.bus``.
 
-        Returns the root agent's outcome: as the host reported it, or ``failed`` (with the
-        reason) when the host was lost or none could run it.
+        Returns the root agent's outcome: as the host reported it (without the agent's
+        history, which the ``agent`` call does not read), or ``failed`` (with the reason) when
+        the host was lost or none could run it.
 
         Cancellation: cancels the subtree on the worker and keeps forwarding its events (for up
         to ``run.limits.finish_grace_s``) until its root has reported ``cancelled``, then
