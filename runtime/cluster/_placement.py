@@ -700,7 +700,10 @@ class RayPlacement:
         if self._start_error is not None:
             return self._start_error
         while not self._closing:
-            matching = [n for n in self._nodes.values() if n.matches(atype)]
+            if atype.ray_resources or atype.ray_labels:
+                matching = [n for n in self._nodes.values() if n.matches(atype)]
+            else:  # no selectors (the usual case): every node
+                matching = list(self._nodes.values())
             ids = {n.node_id for n in matching}
             live = [h for h in self._hosts if h.state != "dead" and h.node.node_id in ids]
             ready = [h for h in live if h.state == "ready"]
@@ -758,7 +761,7 @@ class RayPlacement:
         call = SubtreeCall(
             call_id=call_id,
             id_prefix=f"{call_id}.",
-            spec=attrs.evolve(spec, budget=remote_budget),
+            spec=spec if remote_budget is spec.budget else attrs.evolve(spec, budget=remote_budget),
             max_agents=max(1, run.limits.max_agents - run.agents_started),
         )
         stream = _Stream(self, run, spec, host, call, self._config_ref(run))
