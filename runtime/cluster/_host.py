@@ -9,23 +9,29 @@ What runs on the worker::
     Ray worker process
     ├── asyncio loop (Ray's, for the async actor)
     │   ├── RayHost.channel()              ONE streaming actor call per host: yields Envelopes
-    │   │                                  (the batches of every subtree queued meanwhile)
-    │   ├── RayHost.submit(calls)          starts subtrees (many per call)
+    │   │                                  (what the host's _Outbox holds: every subtree's
+    │   │                                  events queued meanwhile, one batch per subtree)
+    │   ├── RayHost.submit(calls, (settings,))   starts subtrees (many per call)
     │   ├── RayHost.cancel/.answer/.message/.abort   small control calls
     │   └── trio loop in guest mode        started on the first call, lives as long as the actor
     │       └── host nursery
     │           ├── BudgetLayer.run        one per run while any of its subtrees runs here
-    │           └── _serve_call            one per subtree, its own cancel scope; catches Exception
-    │               ├── _ship_events       remote bus (block subscription) → Batch → outbox
-    │               └── boundary scope     registered as the parent's agent-call tool_use_id
-    │                   └── run_agent_actor(remote run, spec)   the UNCHANGED agent loop
+    │           └── _serve_call            one task per subtree, its own cancel scope (registered
+    │               │                      as the parent's agent-call tool_use_id); catches
+    │               │                      Exception
+    │               └── run_agent_actor(remote run, spec, own_task)   the UNCHANGED agent loop,
+    │                                      in this task; its bus hands every event to the outbox
     └── the node watch (a thread)          the raylet that started this worker dies: report
                                            "node lost" on the channel, then exit at once (the
                                            bash warden then stops every bash process group)
 
 A subtree runs the unchanged agent code on a :class:`RunContext` of its own (its own bus,
-registry and broker; the budget layer is shared by the run's subtrees on this host, and routes a
-cancel to the subtree whose registry holds the agent). Its bus masks the run's secrets (the
+registry, broker and ``max_parallel`` limiter: cheap objects; the budget layer, the log
+secrets, the agent types' set-ups and the environment are the run's, made once on this host
+and shared by its subtrees; the budget layer routes a cancel to the subtree whose registry holds
+the agent). No task, nursery, subscription or timer is added per subtree: its bus
+(:class:`_SubtreeBus`) hands each event to the host's :class:`_Outbox` as it is emitted. Its bus
+masks the run's secrets (the
 driver's list, shipped in the run's settings) with the same
 :class:`~runtime.core._secrets.Redactor` as the driver's, so a tool's output is masked before it
 is cut and before the remote model sees it.
@@ -37,9 +43,11 @@ placement seals the worker process's environment first
 ``os.environ`` and ``/proc/<pid>/environ``, the process non-dumpable), so the commands its agents
 run cannot read a key from there. It is sealed once for the worker's life; every run's keys come
 with that run's settings, so a worker that serves several runs needs nothing from its
-environment. Its events are batched every ``batch_interval_s`` or
-``batch_max`` events and yielded as :class:`Batch` objects; the parent forwards them into the
-run's bus, where ``seq`` is assigned. Agent ids made here carry the call's prefix
+environment. The outbox sends what it holds ``batch_interval_s`` after the first event queued
+since the last envelope, or at once when a subtree ends or ``batch_max`` events wait, as one
+:class:`Envelope` with a :class:`Batch` per subtree; the parent forwards them into the run's
+bus, where ``seq`` is assigned. A subtree's end carries the root's outcome without its
+history. Agent ids made here carry the call's prefix
 (``h1.7.agent-3``), and so do the scripted provider's tool-call ids, so every id is unique in
 the run. Sub-agents started by this subtree run here too (their placement is forced ``local``).
 

@@ -147,8 +147,8 @@ class RayOptions:
         refresh_s: how often the node list is read while the placement is in use.
         num_cpus: CPUs of a private cluster (default: this machine's, at most 4).
         max_concurrency: concurrent actor calls per host.
-        batch_interval_s, batch_max: a subtree's batch of events leaves the worker this long
-            after its first event, or once it holds this many.
+        batch_interval_s, batch_max: a host's queued events leave the worker this long after
+            the first of them, or once this many wait (or at once when a subtree ends).
     """
 
     address: str | None = None
