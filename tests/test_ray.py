@@ -318,6 +318,32 @@ async def test_a_remote_permission_question_is_answered_through_the_parent(
     assert events.index(resolved) < events.index(bash)
 
 
+async def test_cancelling_a_remote_call_that_waits_for_permission_withdraws_its_question(
+    workspace: Path,
+) -> None:
+    """The remote bash call is cancelled while its question waits on the parent: the question
+    is withdrawn (its ``permission_resolved`` before the call's ``tool_finished``), the call
+    ends ``cancelled``, and the remote agent and the run carry on."""
+    events = EventLog()
+    async with open_runtime(scenario=_asker_scenario(), workspace=workspace, trace=False,
+                            permission_mode="ask", on_event=events) as rt:
+        with rt.permission_answerer():
+            handle = await rt.start("go")
+            [request] = await events.wait_for(lambda evs: by_type(evs, PermissionRequested))
+            bash = next(e for e in by_type(events, ToolStarted) if e.name == "bash")  # type: ignore[attr-defined]
+            assert await rt.cancel(bash.tool_use_id, "no longer needed")  # type: ignore[attr-defined]
+            outcome = await handle.wait()
+            assert rt.pending_permissions() == []
+    check_invariants(events)
+    [resolved] = by_type(events, PermissionResolved)
+    assert resolved.request_id == request.request_id  # type: ignore[attr-defined]
+    assert not resolved.granted  # type: ignore[attr-defined]
+    finished = next(e for e in by_type(events, ToolFinished) if e.name == "bash")  # type: ignore[attr-defined]
+    assert finished.status == "cancelled"  # type: ignore[attr-defined]
+    assert events.index(resolved) < events.index(finished)
+    assert outcome.result == "asked"
+
+
 async def test_a_remote_question_with_nobody_to_answer_is_denied(workspace: Path) -> None:
     outcome, events = await run_scenario(_asker_scenario(), workspace, permission_mode="ask")
     check_invariants(events)

@@ -959,17 +959,24 @@ class _Stream:
         if self._first:
             self._first = False
             self.placement.start_latencies.append(trio.current_time() - self._submitted_at)
-        # A batch is taken whole even when the call is being cancelled: its events are facts
-        # that already happened on the worker. The waits inside are each bounded.
-        with trio.CancelScope(shield=True):
-            for event in batch.events:
-                await self._forward(event)
-            if batch.final:
+        events = batch.events
+        if batch.error is None and not any(type(e) is PermissionWithdrawn for e in events):
+            # Nothing here waits (the usual batch): no scope, no await per event.
+            forward = self._forward_now
+            for event in events:
+                forward(event)
+        else:
+            # A batch is taken whole even when the call is being cancelled: its events are
+            # facts that already happened on the worker. The waits inside are each bounded.
+            with trio.CancelScope(shield=True):
+                for event in events:
+                    await self._forward(event)
                 if batch.error is not None:
                     await self._synthesise(batch.error, agent_status="failed", tool_status="error")
-                self.outcome = batch.outcome or self._outcome_from_events(batch.error)
-                self.ended = True
-                self.done.set()
+        if batch.final:
+            self.outcome = batch.outcome or self._outcome_from_events(batch.error)
+            self.ended = True
+            self.done.set()
 
     async def lose(self, reason: str) -> None:
         """The host is lost (or refused the subtree): end every open node ``failed``."""
@@ -1031,15 +1038,20 @@ class _Stream:
         self.done.set()
 
     async def _forward(self, event: Event) -> None:
+        if isinstance(event, PermissionWithdrawn):
+            await self._withdraw(event.question_id)
+        else:
+            self._forward_now(event)
+
+    def _forward_now(self, event: Event) -> None:
+        """Forward *event* (anything but a :class:`PermissionWithdrawn`), keeping track of the
+        subtree's open nodes, proxies and mailboxes."""
         run = self.run
         if type(event) in _PLAIN:  # most events (text, turns): nothing to keep track of
             run.bus.forward(event)
             return
         if isinstance(event, PermissionAsked):
             self._ask(event)
-            return
-        if isinstance(event, PermissionWithdrawn):
-            await self._withdraw(event.question_id)
             return
         now = trio.current_time()
         if isinstance(event, AgentStarted):
