@@ -894,7 +894,6 @@ class _Stream:
         self.outcome: AgentOutcome | None = None
         self.ended = False  # nothing more is taken from the host
         self.done = trio.Event()  # the outcome is set
-        self._nursery: trio.Nursery | None = None
 
     # -- control --------------------------------------------------------------------------
     def send_cancel(self, node_id: str, reason: str, by: str | None) -> None:
@@ -931,21 +930,23 @@ class _Stream:
             data=Owner(spec.agent_id, spec.parent_tool_use_id),
         )
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                try:
-                    self._submitted_at = trio.current_time()
-                    host.queue.append((call, self.config))
-                    host.wake.set()
-                    await self.done.wait()
-                finally:
-                    if not self.ended:
-                        await self._finish_cancelled(root_node)
-                    elif not self.done.is_set():  # being ended by a loss right now
-                        with trio.move_on_after(run.limits.finish_grace_s, shield=True):
-                            await self.done.wait()
+            try:
+                self._submitted_at = trio.current_time()
+                host.queue.append((call, self.config))
+                host.wake.set()
+                await self.done.wait()
+            finally:
+                if not self.ended:
+                    await self._finish_cancelled(root_node)
+                elif not self.done.is_set():  # being ended by a loss right now
+                    with trio.move_on_after(run.limits.finish_grace_s, shield=True):
+                        await self.done.wait()
+                if self._asks:  # their tasks are the placement's: wait for them here
                     for ask in self._asks.values():
                         ask.scope.cancel(reason="the subtree has ended")
+                    with trio.move_on_after(run.limits.finish_grace_s, shield=True):
+                        for ask in list(self._asks.values()):
+                            await ask.done.wait()
         finally:
             run.registry.unregister(spec.agent_id)
             for agent_id in list(self._mailboxes):
@@ -1108,10 +1109,11 @@ class _Stream:
 
     # -- permissions ------------------------------------------------------------------------
     def _ask(self, event: PermissionAsked) -> None:
-        assert self._nursery is not None
         ask = _Ask(trio.CancelScope())
         self._asks[event.question_id] = ask
-        self._nursery.start_soon(self._ask_parent, event, ask)
+        # In the placement's nursery (a nursery per subtree only for this was a measurable
+        # share of a remote subtree's start); serve waits for it before the subtree ends.
+        self.placement._nursery.start_soon(self._ask_parent, event, ask)
 
     async def _ask_parent(self, event: PermissionAsked, ask: _Ask) -> None:
         run = self.run
@@ -1122,14 +1124,18 @@ class _Stream:
                     granted, reason = False, f"tool {event.name!r} is unknown to the parent run"
                 else:
                     assert event.agent_id is not None
-                    granted, reason = await run.broker.check(
-                        tool,
-                        event.input,
-                        agent_id=event.agent_id,
-                        parent_tool_use_id=event.parent_tool_use_id,
-                        tool_use_id=event.tool_use_id,
-                        summary=event.summary,
-                    )
+                    try:
+                        granted, reason = await run.broker.check(
+                            tool,
+                            event.input,
+                            agent_id=event.agent_id,
+                            parent_tool_use_id=event.parent_tool_use_id,
+                            tool_use_id=event.tool_use_id,
+                            summary=event.summary,
+                        )
+                    except Exception as exc:  # never the placement's nursery: deny instead
+                        _log.warning("remote permission question failed", error=repr(exc))
+                        granted, reason = False, f"the question failed: {type(exc).__name__}"
                 with contextlib.suppress(Exception):  # a dead host: the stream reports it
                     assert self.host is not None
                     assert self.call is not None
