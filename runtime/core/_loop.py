@@ -198,6 +198,7 @@ async def run_agent_actor(
                 body,
                 parent_id=spec.parent_tool_use_id,
                 data=owner,
+                nursery=False,  # an agent starts no task of its own: its tool calls do
                 task_status=task_status,
             )
         else:
