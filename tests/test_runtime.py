@@ -75,6 +75,52 @@ async def test_a_cancelled_run_still_ends_its_trace(
     assert written[-1].status == "cancelled"  # type: ignore[attr-defined]
 
 
+async def test_a_cancelled_caller_of_run_cancels_its_agent_by_runtime_first(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    events: list[Event] = []
+    scenario = {"agents": {"main": {"turns": [{"text": "slow", "delay_s": 100}]}}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            on_event=events.append) as rt:
+        with trio.move_on_after(1) as scope:
+            await rt.run("go")
+    assert scope.cancelled_caught
+    check_invariants(events)
+    kinds = [e.type for e in events]
+    assert kinds == ["run_started", "agent_started", "cancel_requested", "agent_finished",
+                     "run_finished"]
+    request, end = events[2], events[3]
+    assert (request.target, request.by, request.reason) == (  # type: ignore[attr-defined]
+        "agent-1", "runtime", "the caller was cancelled")
+    assert end.status == "cancelled"  # type: ignore[attr-defined]
+    assert end.error == "cancelled: the caller was cancelled"  # type: ignore[attr-defined]
+
+
+async def test_a_caller_of_run_cancelled_before_its_agent_began_leaves_no_agent(
+    workspace: Path,
+) -> None:
+    events: list[Event] = []
+
+    def history_that_cancels(scope: trio.CancelScope) -> Any:
+        # Read while the run is being set up, after its last cancellation check: the cancel
+        # reaches the caller's wait before the agent's task has begun.
+        scope.cancel()
+        yield from ()
+
+    async with open_runtime(scenario=_SIMPLE, workspace=workspace, trace=False,
+                            on_event=events.append) as rt:
+        with trio.CancelScope() as scope:
+            await rt.run("go", history=history_that_cancels(scope))
+        assert scope.cancelled_caught
+        await trio.testing.wait_all_tasks_blocked()
+        assert [e.type for e in events] == ["run_started"]
+        assert (await rt.run("again")).status == "completed"
+    check_invariants(events)
+    assert [e.type for e in events][-1] == "run_finished"
+    assert events[-1].status == "completed"  # type: ignore[attr-defined]
+    assert [e.agent_id for e in by_type(events, AgentStarted)] == ["agent-2"]
+
+
 async def test_a_key_in_the_environment_never_reaches_a_tool_or_the_trace(
     workspace: Path, tmp_path: Path
 ) -> None:
