@@ -54,7 +54,26 @@ DEFAULT_TRACE_DIR = Path(".trio-agents") / "traces"
 
 def new_run_id() -> str:
     """A run id that sorts by start time: ``20261129-193051-1a2b3c``."""
-    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{_secrets.token_hex(3)}"
+    global _stamp, _random
+    now = int(time.time())
+    if now != _stamp[0]:
+        _stamp = (now, time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)))
+    if len(_random) < 3:  # the OS's random bytes, fetched 768 at a time (one call, not one a run)
+        _random = _secrets.token_bytes(768)
+    suffix, _random = _random[:3], _random[3:]
+    return f"{_stamp[1]}-{suffix.hex()}"
+
+
+_stamp: tuple[int, str] = (-1, "")
+_random = b""
+
+
+def _forget_random() -> None:
+    global _random
+    _random = b""  # a forked child must not hand out its parent's next suffixes
+
+
+os.register_at_fork(after_in_child=_forget_random)
 
 
 @functools.cache
@@ -211,15 +230,16 @@ async def open_runtime(
         trace_path = Path(trace)
     # Files no tool may change, whatever the mode: .mcp.json (its commands run when the next
     # run starts) and this run's trace (the audit trail), wherever it lies.
-    protected = [ws / ".mcp.json"]
+    ws_str = str(ws)
+    protected = [os.path.join(ws_str, ".mcp.json")]
     if trace_path is not None:
-        protected.append(Path(os.path.abspath(trace_path)))  # noqa: ASYNC240 - no I/O
+        protected.append(str(Path(os.path.abspath(trace_path))))  # noqa: ASYNC240 - no I/O
     policy = PermissionPolicy(
         mode=permission_mode,
         allow=allow,
         deny=deny,
         workspace=ws,
-        protected=tuple(str(path) for path in protected),
+        protected=tuple(protected),
     )
     box: Sandbox | None = None
     if sandbox:
@@ -322,7 +342,7 @@ async def open_runtime(
             **prov.describe(),
             "provider": prov.name,
             "model": run.model,
-            "workspace": str(ws),
+            "workspace": ws_str,
             "permission_mode": permission_mode,
             "limits": limits.public(),
             "agent_types": sorted(types),
@@ -358,7 +378,9 @@ async def open_runtime(
                     await rt._wait_roots()
                 finally:
                     rt._closing = True
-                    nursery.cancel_scope.cancel(reason="the run is over")
+                    if nursery.child_tasks:  # else nothing is left to stop (and no checkpoint
+                        # follows in this scope): a cancel here would be pure cost (issue 20)
+                        nursery.cancel_scope.cancel(reason="the run is over")
         finally:
             status = runtime_box[0].final_status() if runtime_box else "cancelled"
             if bus.core_error is not None:
