@@ -22,6 +22,7 @@ summary made from the request. A turn whose ``error`` says the prompt is too lon
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -184,6 +185,7 @@ def _fresh_input(args: dict[str, Any]) -> dict[str, Any]:
     return dict(args)  # flat: copying the top level is enough
 
 
+@functools.lru_cache(maxsize=4096)  # the same few ids come back in every run
 def _agent_number(agent_id: str) -> str:
     """``7`` for ``agent-7`` (also behind a placement's prefix); else the id itself."""
     match = _AGENT_NUMBER.search(agent_id)

@@ -76,6 +76,13 @@ def _forget_random() -> None:
 os.register_at_fork(after_in_child=_forget_random)
 
 
+@functools.lru_cache(maxsize=64)
+def _path(real: str) -> Path:
+    # A Path costs more to make than the realpath it holds (a third of the workspace check);
+    # it is immutable, so runs in one workspace share one (issue 20).
+    return Path(real)
+
+
 @functools.cache
 def _default_limits() -> Limits:
     # One instance for every run given none (frozen): made and checked once per process.
@@ -177,7 +184,7 @@ async def open_runtime(
     where = os.path.expanduser(os.fspath(workspace))  # noqa: ASYNC240 - no I/O
     if not os.path.isdir(where):  # noqa: ASYNC240 - one stat
         raise ConfigError(f"workspace {where!r} is not a folder")
-    ws = Path(os.path.realpath(where))  # noqa: ASYNC240 - a few lstat calls
+    ws = _path(os.path.realpath(where))  # noqa: ASYNC240 - a few lstat calls
     if project is not None and project.workspace != ws:
         raise ConfigError(f"the project was loaded for {project.workspace}, not the workspace {ws}")
     scen: Scenario | None = None
