@@ -22,7 +22,6 @@ summary made from the request. A turn whose ``error`` says the prompt is too lon
 from __future__ import annotations
 
 import copy
-import functools
 import re
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -185,9 +184,11 @@ def _fresh_input(args: dict[str, Any]) -> dict[str, Any]:
     return dict(args)  # flat: copying the top level is enough
 
 
-@functools.lru_cache(maxsize=4096)  # the same few ids come back in every run
 def _agent_number(agent_id: str) -> str:
     """``7`` for ``agent-7`` (also behind a placement's prefix); else the id itself."""
+    tail = agent_id.rpartition("agent-")[2]
+    if tail and tail.isdecimal() and len(tail) < len(agent_id):  # the usual id, without re
+        return tail
     match = _AGENT_NUMBER.search(agent_id)
     return match.group(1) if match else agent_id
 
