@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from tools import Tool, ToolLimits
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
+# A lazy proxy: it reads structlog's configuration when it logs, so one serves every run.
+_LOG = structlog.get_logger("trio_agents")
 DEFAULT_TRACE_DIR = Path(".trio-agents") / "traces"
 
 
@@ -299,7 +301,8 @@ async def open_runtime(
             )
         # Every event's strings are masked at the bus; log lines too, while the run is open.
         bus = EventBus(run_id, redactor=redactor_for(secret_list))
-        stack.enter_context(log_secrets(secret_list))
+        if secret_list:  # masking nothing changes nothing (most runs)
+            stack.enter_context(log_secrets(secret_list))
         sinks: list[JsonlSink] = []
         trace_sink: JsonlSink | None = None
         if trace_path is not None:
@@ -339,7 +342,7 @@ async def open_runtime(
             env=run_env,
             secrets=secret_list,
             broker=PermissionBroker(bus, policy, timeout_s=permission_timeout_s),
-            log=LazyLogger(structlog.get_logger("trio_agents"), run_id=run_id),
+            log=LazyLogger(_LOG, run_id=run_id),
             sandbox=box,
             placements=placements,
             system_prompt=project.system_prompt() if project is not None else None,
