@@ -56,12 +56,9 @@ from runtime.core import (
     one_line,
 )
 
-from ._warden import warden
+from ._warden import CALL_TAG_VAR, Warden, warden
 
 __all__ = ["CALL_TAG_VAR", "BashTool"]
-
-CALL_TAG_VAR = "TRIO_AGENTS_BASH_CALL"
-"""Set, for each call, to a token of its own: how processes that left the group are found."""
 
 _CHUNK_BYTES = 65_536
 # After SIGKILL the kernel needs a moment to tear processes down; we wait at most this long.
@@ -147,6 +144,27 @@ class BashTool(Tool):
                 argv = ctx.sandbox.command(argv, workspace=ctx.workspace, env=ctx.env)
             except ConfigError as exc:  # bwrap gone since the run started
                 raise ToolError(str(exc)) from exc
+        if guard is None:
+            return await self._run(ctx, argv, tag, capture, timeout_s=timeout, guard=None)
+        # The tag is guarded before bash starts: should this process die before it learns the
+        # group's number, the warden still finds the call's processes by their environment.
+        guard.guard_call(tag)
+        try:
+            return await self._run(ctx, argv, tag, capture, timeout_s=timeout, guard=guard)
+        finally:
+            guard.release_call(tag)
+
+    async def _run(
+        self,
+        ctx: ToolContext,
+        argv: list[str],
+        tag: str,
+        capture: _Capture,
+        *,
+        timeout_s: float,
+        guard: Warden | None,
+    ) -> str:
+        timeout = timeout_s
         try:
             proc = await trio.lowlevel.open_process(
                 argv,
