@@ -214,7 +214,9 @@ async def open_runtime(
         # A definition file may name a tool this run lacks (an MCP server not configured):
         # the agent goes without it rather than the run failing on a file it cannot fix.
         # MCP names and globs are kept: their servers start below.
-        tools_of = None if t.tools is None else tuple(n for n in t.tools if _known(n, tool_map))
+        tools_of = (
+            None if t.tools is None else tuple(n for n in t.tools if tool_name_known(n, tool_map))
+        )
         types.add(attrs.evolve(t, tools=tools_of))
     for t in agent_types:
         types.add(t)
@@ -222,7 +224,7 @@ async def open_runtime(
         if mcp_config is not None and t.placement == "ray" and t.tools is not None:
             _refuse_mcp_on_ray(t)
         for name in t.tools or ():
-            if not _known(name, tool_map):  # MCP tools are known once their servers start
+            if not tool_name_known(name, tool_map):  # MCP tools are known once their servers start
                 raise ConfigError(
                     f"agent type {t.name!r} names unknown tool {name!r}; "
                     f"known tools: {', '.join(sorted(tool_map))}"
@@ -437,7 +439,7 @@ def _refuse_mcp_on_ray(atype: AgentType) -> None:
             )
 
 
-def _known(name: str, tool_map: Mapping[str, Tool]) -> bool:
+def tool_name_known(name: str, tool_map: Mapping[str, Tool] | Mapping[str, object]) -> bool:
     """Whether a definition file's tool *name* can be served by this run (MCP tools and globs
     are known once their servers have started)."""
     return name in tool_map or name.startswith("mcp__") or any(c in name for c in "*?[")
