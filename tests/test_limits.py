@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 
 import attrs
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from runtime import Limits
+from runtime.wiring import _open
 from runtime.wiring._open import new_run_id
 
 _limits = st.builds(
@@ -38,11 +41,23 @@ def test_public_is_asdict_of_the_instance_asked_every_time_and_a_fresh_dict(
         assert limits.public() == attrs.asdict(limits)
 
 
-def test_run_ids_sort_by_time_never_repeat_and_differ_in_a_forked_child() -> None:
-    ids = [new_run_id() for _ in range(2000)]  # several refills of the random pool
+def test_run_ids_take_the_os_random_bytes_in_order_each_once_and_keep_their_form(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pool hands out what the OS gave, 3 bytes a run id, in order, never twice, and
+    # refills when it runs out (768 bytes: 256 ids).
+    drawn = itertools.count()
+    monkeypatch.setattr(_open._secrets, "token_bytes",
+                        lambda n: bytes(next(drawn) % 256 for _ in range(n)))
+    monkeypatch.setattr(_open, "_random", b"")
+    ids = [new_run_id() for _ in range(600)]
     assert all(re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{6}", i) for i in ids)
-    assert ids == sorted(ids, key=lambda i: i[:15])
-    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids, key=lambda i: i[:15])  # by time (a stable sort)
+    assert "".join(i[-6:] for i in ids) == bytes(k % 256 for k in range(1800)).hex()
+
+
+def test_a_forked_child_does_not_reuse_its_parents_next_run_ids() -> None:
+    new_run_id()  # the pool is filled
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its next ids must not be the parent's next ones
