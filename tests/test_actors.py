@@ -250,3 +250,60 @@ async def test_a_cancel_or_deadline_given_before_the_actor_ran_carries_over(
     assert timed.exit is not None
     assert timed.exit.kind == "cancelled"
     assert trio.current_time() == 5
+
+
+# -- run_actor(nursery=False): an actor that starts no tasks -----------------------------------
+
+
+async def test_an_actor_without_a_nursery_runs_in_its_handles_scope_registered_while_it_runs(
+) -> None:
+    registry = Registry()
+    seen: list[Any] = []
+    handle = ActorHandle.new("a", registry=registry)
+
+    async def work(ctx: ActorContext[Any]) -> str:
+        seen.append((ctx.nursery, ctx.scope is handle.scope, registry.ids(),
+                     trio.lowlevel.current_task()))
+        return "done"
+
+    await run_actor(handle, work, nursery=False)
+    assert seen == [(None, True, ["a"], trio.lowlevel.current_task())]
+    assert handle.exit is not None
+    assert (handle.exit.kind, handle.exit.value) == ("returned", "done")
+    assert registry.ids() == []
+
+
+async def test_an_actor_without_a_nursery_is_supervised_and_cancelled_like_any_actor(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def boom(ctx: ActorContext[Any]) -> None:
+        raise RuntimeError("bug")
+
+    failed = ActorHandle.new("f")
+    await run_actor(failed, boom, nursery=False)
+    assert failed.exit is not None
+    assert (failed.exit.kind, type(failed.exit.error)) == ("failed", RuntimeError)
+
+    registry = Registry()
+    by_id = ActorHandle.new("c", registry=registry)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(functools.partial(run_actor, by_id, _sleeper, nursery=False))
+        assert registry.cancel("c", "stop it", by="user")
+    assert by_id.exit is not None
+    assert (by_id.exit.kind, by_id.exit.reason) == ("cancelled", "stop it")
+
+    early, timed = ActorHandle.new("e"), ActorHandle.new("t")
+    assert early.cancel("early")
+    timed.scope.deadline = trio.current_time() + 5
+    await run_actor(early, _sleeper, nursery=False)
+    await run_actor(timed, _sleeper, nursery=False)
+    assert early.exit is not None
+    assert early.exit.kind == "cancelled"
+    assert timed.exit is not None
+    assert timed.exit.kind == "cancelled"
+    assert trio.current_time() == 5
+
+    with trio.CancelScope() as outer:
+        outer.cancel()
+        await run_actor(ActorHandle.new("o"), _sleeper, nursery=False)
+    assert outer.cancelled_caught

@@ -256,3 +256,27 @@ def test_ctrl_c_on_one_sub_agent_cancels_its_mcp_call_at_the_server(
     assert [(e.target, e.by) for e in events if e.type == "cancel_requested"] == [
         (tool_use_id, "user")
     ]  # type: ignore[attr-defined]
+
+
+async def test_show_system_prompt_lists_the_mcp_tools_a_run_would_have(tmp_path: Path) -> None:
+    # The servers start (as a run starts them) and close again; a type with a tool list gets
+    # the MCP tools it names or matches, as in a run; a server that fails is one warning line.
+    mcp_json(tmp_path / ".mcp.json", {"time": time_server(),
+                                     "gone": {"command": "no-such-command-xyz"}})
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "clock.md").write_text(
+        "---\nname: clock\ndescription: Tells the time\ntools: read, mcp__time__get_*\n---\n"
+        "You tell the time.\n")
+    proc = await run_cli(cli("run", "--show-system-prompt"), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [tools] = [line for line in proc.stdout.decode().splitlines() if line.startswith("Tools: ")]
+    assert tools.endswith(", mcp__time__get_current_time, mcp__time__convert_time")
+    assert proc.stderr.decode().splitlines() == [
+        "trio-agents: warning: mcp server 'gone' did not start: command 'no-such-command-xyz' "
+        "not found"]
+    proc = await run_cli(cli("run", "--show-system-prompt", "clock"), tmp_path)
+    assert "Tools: read, mcp__time__get_current_time\n" in proc.stdout.decode()
+    proc = await run_cli(cli("run", "--show-system-prompt", "--no-mcp"), tmp_path)
+    assert "mcp__" not in proc.stdout.decode()
+    assert proc.stderr == b""

@@ -356,7 +356,8 @@ def test_removing_a_node_during_a_json_run_keeps_stdout_to_events(
     check_invariants(events)
     ends = by_type(events, AgentFinished)
     lost = [e for e in ends if "node lost" in (e.error or "")]  # type: ignore[attr-defined]
-    assert lost, "the subtrees on the removed node ended failed, naming the loss"
+    errors = [e.error for e in ends]  # type: ignore[attr-defined]
+    assert lost, f"the subtrees on the removed node ended failed, naming the loss: {errors}"
     assert all(e.status == "failed" for e in lost)  # type: ignore[attr-defined]
     assert ends[-1].result == "carried on"  # type: ignore[attr-defined]
 

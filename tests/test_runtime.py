@@ -75,6 +75,65 @@ async def test_a_cancelled_run_still_ends_its_trace(
     assert written[-1].status == "cancelled"  # type: ignore[attr-defined]
 
 
+async def test_a_cancelled_caller_of_run_cancels_its_agent_by_runtime_first(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    events: list[Event] = []
+    scenario = {"agents": {"main": {"turns": [{"text": "slow", "delay_s": 100}]}}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            on_event=events.append) as rt:
+        with trio.move_on_after(1) as scope:
+            await rt.run("go")
+    assert scope.cancelled_caught
+    check_invariants(events)
+    kinds = [e.type for e in events]
+    assert kinds == ["run_started", "agent_started", "cancel_requested", "agent_finished",
+                     "run_finished"]
+    request, end = events[2], events[3]
+    assert (request.target, request.by, request.reason) == (  # type: ignore[attr-defined]
+        "agent-1", "runtime", "the caller was cancelled")
+    assert end.status == "cancelled"  # type: ignore[attr-defined]
+    assert end.error == "cancelled: the caller was cancelled"  # type: ignore[attr-defined]
+
+
+async def test_a_caller_of_run_cancelled_as_it_starts_leaves_no_agent_or_cancels_it_first(
+    workspace: Path,
+) -> None:
+    # The cancel reaches the caller's wait right after the agent's task was spawned; whether
+    # that task has begun by then is up to the scheduler (trio runs a batch in either order).
+    # Either no agent starts (no event at all), or it starts and is cancelled by the runtime,
+    # its cancel_requested before its end (or it finishes its one turn first: the cancel
+    # itself is a checkpoint). Over enough tries, some leave no agent.
+    events: list[Event] = []
+
+    def history_that_cancels(scope: trio.CancelScope) -> Any:
+        # Read after run()'s last cancellation check, before the agent's task is spawned.
+        scope.cancel()
+        yield from ()
+
+    shapes = set()
+    async with open_runtime(scenario=_SIMPLE, workspace=workspace, trace=False,
+                            on_event=events.append) as rt:
+        for _ in range(40):
+            before = len(events)
+            with trio.CancelScope() as scope:
+                await rt.run("go", history=history_that_cancels(scope))
+            assert scope.cancelled_caught
+            await trio.testing.wait_all_tasks_blocked()
+            kinds = tuple(e.type for e in events[before:])
+            finished = ("agent_started", "text_delta", "turn_finished", "agent_finished")
+            assert kinds in {(), ("agent_started", "cancel_requested", "agent_finished"),
+                             finished}, kinds
+            if kinds and kinds != finished:
+                assert events[before + 1].by == "runtime"  # type: ignore[attr-defined]
+                assert events[before + 2].status == "cancelled"  # type: ignore[attr-defined]
+            shapes.add(kinds)
+        assert () in shapes
+        assert (await rt.run("again")).status == "completed"
+    check_invariants(events)
+    assert events[-1].status == "completed"  # type: ignore[attr-defined]
+
+
 async def test_a_key_in_the_environment_never_reaches_a_tool_or_the_trace(
     workspace: Path, tmp_path: Path
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from contextlib import aclosing
 from typing import Any
 
@@ -9,6 +10,8 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 from runtime import (
     Message,
@@ -23,7 +26,7 @@ from runtime import (
     ToolUseBlock,
     TurnEnd,
 )
-from runtime.providers._scripted import chunk_text
+from runtime.providers._scripted import _agent_number, chunk_text
 
 
 def _request(agent_type: str = "main", assistant_turns: int = 0) -> ModelRequest:
@@ -161,3 +164,11 @@ async def test_a_tool_changing_its_input_does_not_change_the_script() -> None:
     first.input["nested"]["items"].append(3)
     again = next(i for i in await _play(provider, _request("w")) if isinstance(i, ToolCall))
     assert again.input == {"flat": "x", "nested": {"items": [1, 2]}}
+
+
+@given(st.lists(st.sampled_from(["agent-", "ray-", "7", "12", "\u0663", "x", "-", "\n"]))
+       .map("".join))
+def test_the_agent_number_of_any_id_is_what_the_pattern_finds(agent_id: str) -> None:
+    # The usual id is read without the regular expression (issue 20); any id gives the same.
+    match = re.search(r"agent-(\d+)$", agent_id)
+    assert _agent_number(agent_id) == (match.group(1) if match else agent_id)

@@ -18,7 +18,7 @@ from _toolkit import call, is_running, make_ctx, read_fifo, running_in_group
 
 from runtime.core._errors import ToolError, ToolInputError
 from tools._bash import BashTool, _Capture, _ProcessGroup
-from tools._warden import Warden
+from tools._warden import CALL_TAG_VAR, Warden
 
 
 async def test_output_and_exit_code_zero(workspace: Path) -> None:
@@ -202,7 +202,9 @@ async def test_cancel_escalates_to_sigkill_when_sigterm_is_ignored(workspace: Pa
 async def test_background_jobs_are_stopped_when_the_command_ends(workspace: Path) -> None:
     with trio.fail_after(5):
         out = await call(
-            BashTool(), {"command": "sleep 300 & echo $! > child.pid; echo done"}, make_ctx(workspace)
+            BashTool(),
+            {"command": "sleep 300 & echo $! > child.pid; echo done"},
+            make_ctx(workspace),
         )
     assert out == (
         "done\n[exit code 0]\n[background processes the command left running were stopped]"
@@ -218,7 +220,9 @@ async def test_timeout_above_the_maximum_is_an_error_naming_the_field(workspace:
 async def test_maximum_timeout_follows_the_limits(workspace: Path) -> None:
     with pytest.raises(ToolError, match="above the maximum of 5 s"):
         await call(
-            BashTool(), {"command": "true", "timeout_s": 6}, make_ctx(workspace, bash_max_timeout_s=5)
+            BashTool(),
+            {"command": "true", "timeout_s": 6},
+            make_ctx(workspace, bash_max_timeout_s=5),
         )
 
 
@@ -365,11 +369,57 @@ def test_the_warden_escalates_to_sigkill_when_sigterm_is_ignored() -> None:
         assert _wait_until_stopped([background]) == []
 
 
+def _tagged_sleep(tag: str) -> subprocess.Popen[bytes]:
+    """A process that carries a bash call's *tag* and left every group the warden knows."""
+    return subprocess.Popen(
+        ["sleep", "60"], start_new_session=True, env={**os.environ, CALL_TAG_VAR: tag}
+    )
+
+
+def test_the_warden_stops_the_processes_of_a_call_by_its_tag() -> None:
+    # The tag is guarded before bash starts: a process of the call whose group was never
+    # written (this process died first), or that left its group with setsid, is found anyway.
+    warden = Warden(grace_s=0.5)
+    first, second, released = (
+        _tagged_sleep("c0ffee01"),
+        _tagged_sleep("c0ffee01"),
+        _tagged_sleep("c0ffee02"),
+    )
+    untagged = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    with _reaped(first, second, released, untagged):
+        warden.guard_call("c0ffee01")
+        warden.guard_call("c0ffee02")
+        warden.release_call("c0ffee02")
+        warden.close()
+        assert first.wait(timeout=5) == -signal.SIGTERM
+        assert second.wait(timeout=5) == -signal.SIGTERM
+        assert released.poll() is None, "a released call's processes are left alone"
+        assert untagged.poll() is None
+
+
+def test_the_warden_kills_tagged_processes_that_ignore_sigterm() -> None:
+    warden = Warden(grace_s=0.3)
+    stubborn = subprocess.Popen(
+        ["bash", "-c", "trap '' TERM; sleep 60 & wait"],
+        start_new_session=True,
+        env={**os.environ, CALL_TAG_VAR: "c0ffee03"},
+    )
+    with _reaped(stubborn):
+        warden.guard_call("c0ffee03")
+        warden.close()
+        assert stubborn.wait(timeout=5) == -signal.SIGKILL
+
+
 _DIE_HOLDING_A_GROUP = """
 import os, signal, subprocess, sys, time
-from tools._warden import warden
-group = subprocess.Popen(["sleep", "60"], start_new_session=True)
-warden().guard(group.pid)
+from tools._warden import CALL_TAG_VAR, warden
+if sys.argv[1] == "tag-only":  # died before it learned the group: the call's tag is enough
+    warden().guard_call("feed01")
+    group = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                             env={**os.environ, CALL_TAG_VAR: "feed01"})
+else:
+    group = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    warden().guard(group.pid)
 forked = os.fork() if sys.argv[1] == "fork" else 0
 if forked == 0 and sys.argv[1] == "fork":
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -382,7 +432,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-@pytest.mark.parametrize("fork", ["fork", "no-fork"])
+@pytest.mark.parametrize("fork", ["fork", "no-fork", "tag-only"])
 def test_a_process_killed_with_sigkill_leaves_no_guarded_group_behind(fork: str) -> None:
     # The at-fork hook closes a forked child's copy of the pipe: the warden sees its owner die
     # even while that child lives on.
@@ -410,9 +460,11 @@ async def test_bash_guards_its_group_while_it_runs_and_releases_it_after(
     seen: list[str] = []
     monkeypatch.setattr(Warden, "guard", lambda self, pgid: seen.append(f"+{pgid}"))
     monkeypatch.setattr(Warden, "release", lambda self, pgid: seen.append(f"-{pgid}"))
-    out = await call(BashTool(), {"command": "echo $$"}, make_ctx(workspace))
-    pid = int(out.split()[0])
-    assert seen == [f"+{pid}", f"-{pid}"]
+    monkeypatch.setattr(Warden, "guard_call", lambda self, tag: seen.append(f"t{tag}"))
+    monkeypatch.setattr(Warden, "release_call", lambda self, tag: seen.append(f"u{tag}"))
+    out = await call(BashTool(), {"command": f"echo $$ ${CALL_TAG_VAR}"}, make_ctx(workspace))
+    pid, tag = out.split()[:2]
+    assert seen == [f"t{tag}", f"+{pid}", f"-{pid}", f"u{tag}"], "the tag is guarded first"
     seen.clear()
     await call(BashTool(orphan_guard=False), {"command": "true"}, make_ctx(workspace))
     assert seen == []
@@ -443,13 +495,17 @@ def test_a_warden_that_died_is_replaced_and_told_every_group_still_guarded() -> 
     second = subprocess.Popen(["sleep", "60"], start_new_session=True)
     with _reaped(first, second):
         warden.guard(first.pid)
+        warden.guard_call("c0ffee04")
         old = warden.pid
         assert old is not None
         os.kill(old, signal.SIGKILL)
         assert _wait_until_stopped([old]) == []
-        warden.guard(second.pid)  # the write fails; a new warden gets both groups
+        warden.guard(second.pid)  # the write fails; a new warden gets both groups and the tag
         assert warden.pid not in (None, old)
-        warden.close()
+        tagged = _tagged_sleep("c0ffee04")
+        with _reaped(tagged):
+            warden.close()
+            assert tagged.wait(timeout=5) == -signal.SIGTERM
         assert first.wait(timeout=5) == -signal.SIGTERM
         assert second.wait(timeout=5) == -signal.SIGTERM
         assert _wait_until_stopped([background]) == []
@@ -486,9 +542,7 @@ def test_a_warden_that_stopped_reading_is_killed_before_it_is_replaced() -> None
     ],
     ids=["setsid", "orphan", "grandchild"],
 )
-async def test_processes_that_left_the_group_are_stopped_too(
-    workspace: Path, command: str
-) -> None:
+async def test_processes_that_left_the_group_are_stopped_too(workspace: Path, command: str) -> None:
     # The result says background processes were stopped: it must be true of those that left
     # the process group (setsid) as well, which the group's SIGTERM never reaches.
     with trio.fail_after(10):

@@ -56,12 +56,9 @@ from runtime.core import (
     one_line,
 )
 
-from ._warden import warden
+from ._warden import CALL_TAG_VAR, Warden, warden
 
 __all__ = ["CALL_TAG_VAR", "BashTool"]
-
-CALL_TAG_VAR = "TRIO_AGENTS_BASH_CALL"
-"""Set, for each call, to a token of its own: how processes that left the group are found."""
 
 _CHUNK_BYTES = 65_536
 # After SIGKILL the kernel needs a moment to tear processes down; we wait at most this long.
@@ -147,6 +144,27 @@ class BashTool(Tool):
                 argv = ctx.sandbox.command(argv, workspace=ctx.workspace, env=ctx.env)
             except ConfigError as exc:  # bwrap gone since the run started
                 raise ToolError(str(exc)) from exc
+        if guard is None:
+            return await self._run(ctx, argv, tag, capture, timeout_s=timeout, guard=None)
+        # The tag is guarded before bash starts: should this process die before it learns the
+        # group's number, the warden still finds the call's processes by their environment.
+        guard.guard_call(tag)
+        try:
+            return await self._run(ctx, argv, tag, capture, timeout_s=timeout, guard=guard)
+        finally:
+            guard.release_call(tag)
+
+    async def _run(
+        self,
+        ctx: ToolContext,
+        argv: list[str],
+        tag: str,
+        capture: _Capture,
+        *,
+        timeout_s: float,
+        guard: Warden | None,
+    ) -> str:
+        timeout = timeout_s
         try:
             proc = await trio.lowlevel.open_process(
                 argv,
@@ -501,16 +519,29 @@ def _environ_of(pid: str) -> bytes | None:
 def _may_be_execing(pid: str) -> bool:
     """Whether a process whose environment read empty may be mid-exec: not a zombie (no
     memory at all) and not a kernel thread (never had one)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return False
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    fields = _stat_fields(pid)
     try:
         return fields[0] not in (b"Z", b"X") and not int(fields[6]) & _PF_KTHREAD
     except (IndexError, ValueError):
         return False
+
+
+def _stat_fields(pid: str) -> list[bytes]:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, pgrp, ...); empty
+    if the process is gone. os.open/os.read: half the cost of open(), and sweeps read one per
+    process."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        stat = os.read(fd, 1024)
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+    return stat[stat.rfind(b")") + 2 :].split(maxsplit=7)  # up to the flags
 
 
 def _pidfd_signal(pidfd: int, sig: signal.Signals) -> None:
@@ -525,19 +556,7 @@ def _running_members(pgid: int) -> bool | None:
     except OSError:
         return None
     for pid in pids:
-        # os.open/os.read: half the cost of open() per file, and this reads one per process.
-        try:
-            fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-        except OSError:
-            continue  # exited meanwhile
-        try:
-            stat = os.read(fd, 1024)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
-        fields = stat[stat.rfind(b")") + 2 :].split(maxsplit=3)
+        fields = _stat_fields(pid)
         if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
             return True
     return False

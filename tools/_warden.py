@@ -9,25 +9,34 @@ The warden closes that gap. It is a small Python process (``python -I -S``, stan
 only) started on the first ``bash`` call and shared by every later one. It reads one line per
 event on its stdin, a pipe whose only write end this process holds:
 
-- ``+PGID``: a bash call's process group started;
+- ``tTAG``: a bash call is about to start; its processes carry ``TAG`` in their environment
+  (``TRIO_AGENTS_BASH_CALL=TAG``, see ``tools/_bash.py``);
+- ``+PGID``: that call's process group started;
 - ``-PGID``: that call has stopped its group (bash is not reaped yet, so the number is still
-  that group's, see ``tools/_bash.py``).
+  that group's, see ``tools/_bash.py``);
+- ``uTAG``: that call is over.
 
 End of file on that pipe means this process is gone (or closed the pipe). The warden then sends
-SIGTERM (and SIGCONT) to every group still listed, SIGKILL to those still there after *grace_s*,
-and exits. It detaches at start (it forks and the first process exits, so it is re-parented to
-init, or to the nearest subreaper, and is not this process's child: whatever ends a dead
-process's children, as Ray does for a worker's, does not end the warden with them), runs in its
-own session from ``/`` and ignores SIGINT and SIGHUP, so the terminal's signals do not take it
-down with the run. It holds nothing but the pipe. If it dies, or stops reading, the next bash
+SIGTERM (and SIGCONT) to every group still listed and to every process whose environment holds
+a tag still listed, again to tagged processes that appear meanwhile, SIGKILL to those still
+there after *grace_s*, and exits. The tag is sent before bash starts: a process of the call is
+covered from its first instruction, even if this process dies before it learns the group's
+number (``open_process`` returns from a thread, and a loaded machine can take milliseconds to
+resume the task that guards the group), and even if it left its group with ``setsid``.
+
+It detaches at start (it forks and the first process exits, so it is re-parented to init, or to
+the nearest subreaper, and is not this process's child: whatever ends a dead process's children,
+as Ray does for a worker's, does not end the warden with them), runs in its own session from
+``/`` and ignores SIGINT and SIGHUP, so the terminal's signals do not take it down with the
+run. It holds nothing but the pipe. If it dies, or stops reading, the next bash
 call starts another and hands it the list (at most ``max_starts`` in all).
 
-Limits: a process that leaves its group on purpose (``setsid``) escapes, as it does the tool's
-own cleanup. A child made with ``os.fork`` closes its copy of the pipe at once (an at-fork hook),
-so the warden still sees its parent die. The window between bash starting and its group being
-guarded is a few microseconds: the warden is started before the first group exists. A group
+Limits: a process that leaves its group (``setsid``) and also clears its environment
+(``env -i``) escapes, as it does the tool's own sweep. A child made with ``os.fork`` closes its
+copy of the pipe at once (an at-fork hook), so the warden still sees its parent die. A group
 whose last process exits while the warden waits could in principle be renumbered by then; the
-grace is short (seconds) and pids are handed out in sequence, so this is not guarded against.
+grace is short (seconds) and pids are handed out in sequence, so this is not guarded against
+(tagged processes are signalled through a pidfd where Linux has them, so never a recycled pid).
 """
 
 from __future__ import annotations
@@ -43,7 +52,10 @@ from typing import Final
 
 import structlog
 
-__all__ = ["Warden", "warden"]
+__all__ = ["CALL_TAG_VAR", "Warden", "warden"]
+
+# The variable that carries a bash call's tag into every process it starts.
+CALL_TAG_VAR: Final = "TRIO_AGENTS_BASH_CALL"
 
 _log = structlog.get_logger("trio_agents.warden")
 
@@ -64,18 +76,59 @@ signal.signal(signal.SIGHUP, signal.SIG_IGN)
 os.write(1, b"%d\\n" % os.getpid())
 os.close(1)
 grace = float(sys.argv[1])
+var = sys.argv[2].encode()
 groups = set()
+tags = set()
 for line in sys.stdin.buffer:
-    try:
-        pgid = int(line[1:])
-    except ValueError:
-        continue
-    if line[:1] == b"+":
-        groups.add(pgid)
-    elif line[:1] == b"-":
-        groups.discard(pgid)
+    kind, arg = line[:1], line[1:].strip()
+    if kind == b"t":
+        tags.add(var + b"=" + arg)
+    elif kind == b"u":
+        tags.discard(var + b"=" + arg)
+    else:
+        try:
+            pgid = int(arg)
+        except ValueError:
+            continue
+        if kind == b"+":
+            groups.add(pgid)
+        elif kind == b"-":
+            groups.discard(pgid)
 
-def signal_all(sig):
+me = os.getpid()
+
+def tagged():
+    # Each process is opened (pidfd) before its environment is read: a recycled pid's
+    # environment is the newcomer's, which holds no tag. One caught mid-exec reads empty: the
+    # next round (50 ms later) finds it.
+    found = []
+    if not tags:
+        return found
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            fd = os.pidfd_open(pid)
+        except AttributeError:
+            fd = None
+        except OSError:
+            continue
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as fh:
+                env = fh.read().split(b"\\0")
+        except OSError:
+            env = ()
+        if not tags.isdisjoint(env):
+            found.append((pid, fd))
+        elif fd is not None:
+            os.close(fd)
+    return found
+
+def signal_groups(sig):
     for pgid in list(groups):
         try:
             os.killpg(pgid, sig)
@@ -84,13 +137,39 @@ def signal_all(sig):
         except OSError:
             pass
 
-signal_all(signal.SIGTERM)
-signal_all(signal.SIGCONT)
+termed = set()
+
+def sweep(sig, again):
+    # Signal the tagged processes (those signalled before only if *again*); whether any is left.
+    left = False
+    for pid, fd in tagged():
+        left = True
+        try:
+            if again or pid not in termed:
+                for one in (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,):
+                    if fd is None:
+                        os.kill(pid, one)
+                    else:
+                        signal.pidfd_send_signal(fd, one)
+                termed.add(pid)
+        except OSError:
+            pass
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return left
+
+signal_groups(signal.SIGTERM)
+signal_groups(signal.SIGCONT)
+sweep(signal.SIGTERM, True)
 deadline = time.monotonic() + grace
-while groups and time.monotonic() < deadline:
-    time.sleep(0.02)
-    signal_all(0)
-signal_all(signal.SIGKILL)
+while time.monotonic() < deadline:
+    time.sleep(0.05)
+    signal_groups(0)
+    if not sweep(signal.SIGTERM, False) and not groups:
+        break
+signal_groups(signal.SIGKILL)
+sweep(signal.SIGKILL, True)
 """
 
 
@@ -114,6 +193,7 @@ class Warden:
         self._owner = os.getpid()
         self._starts = 0
         self._guarded: set[int] = set()
+        self._tags: set[str] = set()
         self._lock = threading.Lock()
 
     @property
@@ -143,6 +223,20 @@ class Warden:
             self._guarded.add(pgid)
             self._send(b"+%d\n" % pgid)
 
+    def guard_call(self, tag: str) -> None:
+        """Have the warden stop every process whose environment holds *tag* (as
+        ``CALL_TAG_VAR=tag``) if this process dies before :meth:`release_call`. Sent before
+        the call's bash starts, so no moment of it is unguarded."""
+        with self._lock:
+            self._tags.add(tag)
+            self._send(b"t%s\n" % tag.encode())
+
+    def release_call(self, tag: str) -> None:
+        """The call tagged *tag* is over (its processes stopped or swept): forget it."""
+        with self._lock:
+            self._tags.discard(tag)
+            self._send(b"u%s\n" % tag.encode())
+
     def release(self, pgid: int) -> None:
         """The group *pgid* has been stopped by its call: forget it."""
         with self._lock:
@@ -158,6 +252,7 @@ class Warden:
         with self._lock:
             self._drop()
             self._guarded.clear()
+            self._tags.clear()
 
     # The methods below run with the lock held.
 
@@ -174,6 +269,7 @@ class Warden:
         self._pid = None
         self._starts = 0
         self._guarded = set()
+        self._tags = set()
         self._lock = threading.Lock()
 
     def _send(self, line: bytes) -> None:
@@ -209,7 +305,8 @@ class Warden:
         fd = self._launch()
         if fd is None:
             return False
-        listing = b"".join(b"+%d\n" % pgid for pgid in self._guarded)
+        listing = b"".join(b"t%s\n" % tag.encode() for tag in self._tags)
+        listing += b"".join(b"+%d\n" % pgid for pgid in self._guarded)
         try:
             while listing:  # more than the pipe holds only with thousands of bash calls
                 written = _write_waiting(fd, listing)
@@ -231,7 +328,7 @@ class Warden:
         self._fd = write_end
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _PROGRAM, repr(self.grace_s)],
+                [sys.executable, "-I", "-S", "-c", _PROGRAM, repr(self.grace_s), CALL_TAG_VAR],
                 stdin=read_end,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,

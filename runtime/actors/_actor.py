@@ -109,7 +109,9 @@ class ActorContext(Generic[CmdT]):
 
     actor_id: str
     mailbox: Mailbox[CmdT]
-    nursery: trio.Nursery
+    #: Where the actor starts tasks that end with it; ``None`` for an actor run with
+    #: ``run_actor(..., nursery=False)``, which starts none.
+    nursery: trio.Nursery | None
     scope: trio.CancelScope
     node: Node | None
 
@@ -168,6 +170,7 @@ async def run_actor(
     *,
     parent_id: str | None = None,
     data: Any = None,
+    nursery: bool = True,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``fn(ctx)`` as the actor *handle* (from :meth:`ActorHandle.new`) in the calling task.
@@ -180,6 +183,12 @@ async def run_actor(
     When this returns or raises, :attr:`ActorHandle.exit` says how the actor ended. With
     ``nursery.start``, it reports started once the actor is registered and running.
 
+    Args:
+        nursery: ``False`` for an actor that starts no tasks of its own (``ctx.nursery`` is
+            ``None``): its scope is then the handle's own cancel scope, with no nursery around
+            it. That saves a nursery and the scheduler round that leaving one costs (an agent,
+            whose tool calls open their own nurseries, is such an actor).
+
     Cancellation: the actor is cancelled with the calling task; its exit is ``cancelled`` and
     :class:`trio.Cancelled` propagates.
     """
@@ -188,6 +197,19 @@ async def run_actor(
     node: Node | None = None
     exit_: ActorExit | None = None
     try:
+        if not nursery:
+            # The handle's scope is the actor's: a cancel or deadline given to it before the
+            # actor ran applies as it stands.
+            with handle.scope as scope:
+                if registry is not None:
+                    node = registry.register(actor_id, scope, parent_id=parent_id, data=data)
+                handle.node = node
+                ctx = ActorContext(
+                    actor_id=actor_id, mailbox=mailbox, nursery=None, scope=scope, node=node
+                )
+                task_status.started()
+                exit_ = await _supervised(actor_id, fn, ctx)
+            return
         async with trio.open_nursery() as actor_nursery:
             # The actor's scope is its nursery's: one scope where there were two (a scope and
             # a nursery inside it), a measurable share of an agent's cost. A cancel or deadline
@@ -211,13 +233,7 @@ async def run_actor(
                 node=node,
             )
             task_status.started()
-            try:
-                value = await fn(ctx)
-            except Exception as exc:  # supervision: a failure is the exit, not a crash
-                _log.debug("actor failed", actor_id=actor_id, error=repr(exc))
-                exit_ = ActorExit(actor_id=actor_id, kind="failed", error=exc)
-            else:
-                exit_ = ActorExit(actor_id=actor_id, kind="returned", value=value)
+            exit_ = await _supervised(actor_id, fn, ctx)
             if actor_nursery.child_tasks:  # what the actor left running ends with it
                 scope.cancel(reason="actor finished")
     finally:
@@ -229,6 +245,17 @@ async def run_actor(
             exit_ = ActorExit(actor_id=actor_id, kind="cancelled", reason=reason)
         handle._exit = exit_
         handle._done.set()
+
+
+async def _supervised(actor_id: str, fn: ActorFn, ctx: ActorContext[Any]) -> ActorExit:
+    """Run the actor's function; what it returns or raises (an :class:`Exception`) is its exit.
+    Cancellation propagates."""
+    try:
+        value = await fn(ctx)
+    except Exception as exc:  # supervision: a failure is the exit, not a crash
+        _log.debug("actor failed", actor_id=actor_id, error=repr(exc))
+        return ActorExit(actor_id=actor_id, kind="failed", error=exc)
+    return ActorExit(actor_id=actor_id, kind="returned", value=value)
 
 
 def _new_handle(

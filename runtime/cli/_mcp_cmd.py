@@ -6,8 +6,10 @@ Exit codes: 0 every server started, 1 one or more did not, 2 bad usage or a bad 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from ._options import (
@@ -21,6 +23,7 @@ from ._options import (
     error_line,
     run_command,
     setup_logging,
+    warning_line,
 )
 
 
@@ -64,10 +67,15 @@ def main(ns: argparse.Namespace, parser: CliParser) -> int:
     return run_command(lambda: list_servers(opts, as_json=ns.json), debug=opts.debug)
 
 
-async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
-    """Start the servers of *opts*, print them, close them; returns the exit code.
+@contextlib.asynccontextmanager
+async def started_servers(
+    opts: RunOptions, on_warning: Callable[[str], None]
+) -> AsyncGenerator[Any]:
+    """The MCP servers of *opts* (``.mcp.json``, ``--mcp-config``), started as a run starts
+    them, all at once; closed on exit. Warnings (a server that did not start, a tool skipped)
+    go to *on_warning*.
 
-    Cancellation: closes every server (their processes do not outlive the command).
+    Cancellation: closes every server (their processes do not outlive the block).
     """
     from pathlib import Path
 
@@ -75,17 +83,15 @@ async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
 
     from runtime.core._errors import ConfigError
     from runtime.core._secrets import filter_env, run_environ, secret_values
-    from runtime.mcp import McpConfig, McpTool, open_mcp_servers
+    from runtime.mcp import McpConfig, open_mcp_servers
 
     from ._options import load_mcp_options
 
     workspace = Path(opts.workspace or ".")
     if not workspace.is_dir():  # noqa: ASYNC240 - once, before anything runs
         raise ConfigError(f"workspace {str(workspace)!r} is not a folder")
-    warnings: list[str] = []
     config = load_mcp_options(opts) if not opts.no_mcp else McpConfig()
-    # Start failures are in the listing itself; other warnings (a tool skipped) go to stderr.
-    config = attrs.evolve(config, on_warning=warnings.append)
+    config = attrs.evolve(config, on_warning=on_warning)
     env = run_environ()
     async with open_mcp_servers(
         config,
@@ -94,6 +100,26 @@ async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
         workspace=workspace.resolve(),  # noqa: ASYNC240 - once, before anything runs
         secrets=secret_values(env),
     ) as servers:
+        yield servers
+
+
+async def mcp_tool_names(opts: RunOptions) -> list[str]:
+    """The names of the tools the MCP servers of *opts* give a run (``mcp__SERVER__TOOL``);
+    a server that does not start gives none, with a warning line on stderr as a run gives."""
+    async with started_servers(opts, warning_line) as servers:
+        return [tool.name for tool in servers.tools]
+
+
+async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
+    """Start the servers of *opts*, print them, close them; returns the exit code.
+
+    Cancellation: closes every server (their processes do not outlive the command).
+    """
+    from runtime.mcp import McpTool
+
+    # Start failures are in the listing itself; other warnings (a tool skipped) go to stderr.
+    warnings: list[str] = []
+    async with started_servers(opts, warnings.append) as servers:
         by_server: dict[str, list[Any]] = {name: [] for name in servers.servers}
         for tool in servers.tools:
             assert isinstance(tool, McpTool)

@@ -21,7 +21,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._options import PROG, RunOptions, UsageError, permission_mode, stdio_is_terminal
+from ._options import (
+    RunOptions,
+    UsageError,
+    permission_mode,
+    stdio_is_terminal,
+    warning_line,
+)
 
 if TYPE_CHECKING:
     from runtime.core._agent_types import AgentTypes
@@ -44,12 +50,6 @@ def _usage_errors() -> Generator[None, None, None]:
         yield
     except AgentsError as exc:
         raise UsageError(str(exc)) from None
-
-
-def warning_line(message: str) -> None:
-    """One ``trio-agents: warning: …`` line on stderr."""
-    text = " ".join(message.split())
-    print(f"{PROG}: warning: {text}", file=sys.stderr, flush=True)
 
 
 def _dest(flag: str) -> str:
@@ -165,6 +165,7 @@ def agent_types_for(opts: RunOptions, project: Project) -> tuple[AgentTypes, lis
 
     from runtime.core._agent_types import AgentTypes, load_agent_types
     from runtime.providers._scenario import Scenario, agent_types_from_scenario
+    from runtime.wiring._open import tool_name_known
     from tools import builtin_tools
 
     tools = [t.name for t in builtin_tools()] + (["skill"] if project.skills else [])
@@ -172,8 +173,10 @@ def agent_types_for(opts: RunOptions, project: Project) -> tuple[AgentTypes, lis
     if opts.scenario:
         for t in agent_types_from_scenario(Scenario.load(opts.scenario)):
             types.add(t)
+    known = dict.fromkeys(tools)
     for t in project.agent_types:
-        kept = None if t.tools is None else tuple(n for n in t.tools if n in tools)
+        # As the run keeps them: MCP names and globs stay (their servers start with the run).
+        kept = None if t.tools is None else tuple(n for n in t.tools if tool_name_known(n, known))
         types.add(attrs.evolve(t, tools=kept))
     for t in load_agent_types(opts.agents) if opts.agents else ():
         types.add(t)
@@ -190,9 +193,28 @@ def show_system_prompt(opts: RunOptions, agent_type: str) -> int:
     with _usage_errors():
         types, tools = agent_types_for(opts, project)
         atype = types.lookup(agent_type)
-    own_tools = list(tools) if atype.tools is None else [t for t in tools if t in atype.tools]
+    from runtime.core._loop import select_tools
+
+    # As a run gives them: MCP tools (their servers started and closed again here) go to a
+    # type without a tool list, or to one whose list names or matches them.
+    every = dict.fromkeys([*tools, *_mcp_tools(opts)])
+    own_tools = list(every if atype.tools is None else select_tools(every, atype.tools))
     sys.stdout.write(project.system_prompt()(atype, own_tools) + "\n")
     return 0
+
+
+def _mcp_tools(opts: RunOptions) -> list[str]:
+    """The MCP tools a run with *opts* would have: its servers are started (as ``mcp list``
+    does) and closed again; none without servers or with ``--no-mcp``."""
+    from ._options import load_mcp_options
+
+    if opts.no_mcp or not load_mcp_options(opts).servers:
+        return []
+    import trio
+
+    from ._mcp_cmd import mcp_tool_names
+
+    return trio.run(mcp_tool_names, opts)
 
 
 # -- trio-agents agents ----------------------------------------------------------------------

@@ -43,7 +43,8 @@ boundary and waits (under a bounded shield) until the host reports the root's en
 subtree's ``cancelled`` events arrive before the call ends. Only if the host does not finish
 within ``finish_grace_s`` does it abort the subtree on the host and synthesise the missing ends.
 
-**Loss**: a host is lost when its channel fails (its worker died: ``worker died``), when it
+**Loss**: a host is lost when its channel fails (``worker died``, or ``node lost`` if the node's
+raylet no longer takes a connection: Ray itself says "unavailable" for both), when it
 says its node's raylet is gone, when its node leaves the node list, or when its channel is
 silent for ``host_timeout_s`` (``node lost``). Every unfinished node of its subtrees then ends
 ``failed`` (tool calls ``error``) with that reason, in child-before-parent order, emitted here
@@ -285,6 +286,7 @@ class _Node:
     cpus: float
     resources: Mapping[str, float]
     labels: Mapping[str, str]
+    raylet: tuple[str, int] | None = None  # where its raylet listens (``NodeManagerPort``)
 
     @property
     def short(self) -> str:
@@ -306,12 +308,14 @@ def _alive_nodes() -> list[_Node]:
         if not info.get("Alive"):
             continue
         resources = {str(k): float(v) for k, v in (info.get("Resources") or {}).items()}
+        host, port = info.get("NodeManagerAddress"), info.get("NodeManagerPort")
         nodes.append(
             _Node(
                 node_id=str(info["NodeID"]),
                 cpus=resources.get("CPU", 0.0),
                 resources=resources,
                 labels={str(k): str(v) for k, v in (info.get("Labels") or {}).items()},
+                raylet=(str(host), int(port)) if host and port else None,
             )
         )
     return nodes
@@ -337,6 +341,27 @@ class _Host:
 
 class _HostLost(Exception):
     """Why a host left the pool (``node lost: ...`` or ``worker died: ...``)."""
+
+
+_RAYLET_PROBE_S = 1.0
+
+
+async def _raylet_answers(node: _Node) -> bool:
+    """Whether *node*'s raylet still accepts a connection (``False`` if refused or silent).
+
+    Ray reports a killed node's actors as merely "unavailable" at once and marks the node dead
+    only after its health checks fail (15 s and more); this tells the two losses apart now.
+    """
+    if node.raylet is None:
+        return True  # nothing to ask: trust the node list
+    with trio.move_on_after(_RAYLET_PROBE_S):
+        try:
+            stream = await trio.open_tcp_stream(*node.raylet)
+        except OSError:
+            return False
+        await stream.aclose()
+        return True
+    return False
 
 
 def _loss_reason(host: _Host, exc: BaseException | None, node_alive: bool) -> str:
@@ -612,7 +637,8 @@ class RayPlacement:
                 with trio.move_on_after(timeout) as waited:
                     envelope = await wait_future(fut)
             except Exception as exc:  # the worker or its node is gone: Ray says which
-                return _loss_reason(host, exc, host.node.node_id in self._nodes)
+                listed = host.node.node_id in self._nodes
+                return _loss_reason(host, exc, listed and await _raylet_answers(host.node))
             finally:
                 if not fut.done():
                     fut.cancel()

@@ -78,7 +78,6 @@ class RunContext:
     secrets: tuple[str, ...]
     broker: PermissionBroker
     budget: BudgetLayer
-    limiter: trio.CapacityLimiter
     log: Any = attrs.Factory(lambda: structlog.get_logger("trio_agents"))
     sandbox: Sandbox | None = None
     placements: dict[str, SubtreeRunner] = attrs.Factory(dict)
@@ -100,9 +99,18 @@ class RunContext:
     running_agents: int = 0
     peak_running_agents: int = 0
     _ids: itertools.count[int] = attrs.Factory(lambda: itertools.count(1))
+    _limiter: trio.CapacityLimiter | None = None
 
     def new_agent_id(self) -> str:
         return f"agent-{next(self._ids)}"
+
+    @property
+    def limiter(self) -> trio.CapacityLimiter:
+        """The run-wide ``max_parallel`` limiter, made when the first sub-agent needs a slot
+        (a run without sub-agents never does; issue 20)."""
+        if self._limiter is None:
+            self._limiter = trio.CapacityLimiter(self.limits.max_parallel)
+        return self._limiter
 
     def track_announced(self, event: Any) -> None:
         """A core hook of the bus keeping :attr:`announced` true."""
@@ -238,7 +246,6 @@ def new_run_context(
         secrets=secrets,
         broker=broker,
         budget=budget,
-        limiter=trio.CapacityLimiter(limits.max_parallel),
         log=log,
         placements=placements or {},
         **extra,

@@ -114,5 +114,16 @@ class Limits:
     compact_threshold: float = attrs.field(default=0.8, validator=_fraction)
 
     def public(self) -> dict[str, Any]:
-        """For ``run_started.config``."""
-        return attrs.asdict(self)
+        """For ``run_started.config`` (a new dict each call)."""
+        # Every run asks (issue 20); a frozen instance's fields never change, so its dict is
+        # made once and copied (the values are numbers and None).
+        hit = _PUBLIC.get(id(self))
+        if hit is None or hit[0] is not self:
+            if len(_PUBLIC) >= 64:
+                _PUBLIC.clear()
+            hit = _PUBLIC[id(self)] = (self, attrs.asdict(self))
+        return dict(hit[1])
+
+
+# Limits.public per instance, by id; the instance is kept with it, so its id is not reused.
+_PUBLIC: dict[int, tuple[Limits, dict[str, Any]]] = {}

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import aclosing
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -198,6 +198,7 @@ async def run_agent_actor(
                 body,
                 parent_id=spec.parent_tool_use_id,
                 data=owner,
+                nursery=False,  # an agent starts no task of its own: its tool calls do
                 task_status=task_status,
             )
         else:
@@ -540,16 +541,19 @@ def _system_prompt(run: RunContext, atype: AgentType) -> str:
     return run.system_prompt(atype, list(_tools_for(run, atype)))
 
 
+_T = TypeVar("_T")
+
+
 def _tools_for(run: RunContext, atype: AgentType) -> dict[str, Tool]:
     if atype.tools is None:
         return dict(run.tools)
     return select_tools(run.tools, atype.tools)
 
 
-def select_tools(tools: Mapping[str, Tool], names: Iterable[str]) -> dict[str, Tool]:
+def select_tools(tools: Mapping[str, _T], names: Iterable[str]) -> dict[str, _T]:
     """The tools *names* picks, in its order: a name, or a glob over names (``mcp__git__*``:
     ``*`` any run of characters, ``?`` one). A name or glob matching nothing picks nothing."""
-    out: dict[str, Tool] = {}
+    out: dict[str, _T] = {}
     for name in names:
         if name in tools:
             out.setdefault(name, tools[name])

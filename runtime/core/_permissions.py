@@ -161,6 +161,8 @@ def parse_rule(text: str) -> Rule:
 
 
 def _to_rules(items: Iterable[str | Rule]) -> tuple[Rule, ...]:
+    if items == ():  # the usual case: no rules
+        return ()
     if isinstance(items, str):
         raise ConfigError(f"permission rules must be a list of rules, not the string {items!r}")
     return tuple(item if isinstance(item, Rule) else parse_rule(item) for item in items)

@@ -41,6 +41,10 @@ class AgentHandle:
     _runtime: Runtime
     _done: trio.Event = attrs.field(factory=trio.Event, init=False)
     _outcome: AgentOutcome | None = attrs.field(default=None, init=False)
+    # Started with start_soon (Runtime.run): whether its task has begun, and whether its
+    # caller gave up before it did (then it never starts).
+    _begun: bool = attrs.field(default=False, init=False)
+    _withdrawn: bool = attrs.field(default=False, init=False)
 
     @property
     def done(self) -> bool:
@@ -139,32 +143,49 @@ class Runtime:
 
         Cancellation: a checkpoint; if cancelled, no agent was started.
         """
+        return await self._start_spec(await self._root_spec(prompt, agent_type, history))
+
+    async def _root_spec(
+        self, prompt: str, agent_type: str, history: Iterable[Message]
+    ) -> AgentSpec:
         # Without this, a start in an already-cancelled scope announced the agent (the body
         # runs up to its first checkpoint) and returned its handle instead of raising.
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closing:
             raise ConfigError("the runtime is closing; no new agents")
         run = self._run
-        spec = AgentSpec(
+        return AgentSpec(
             agent_id=run.new_agent_id(),
             agent_type=run.agent_types.lookup(agent_type),
             prompt=prompt,
             depth=0,
             history=tuple(history),
         )
-        return await self._start_spec(spec)
 
-    async def _start_spec(self, spec: AgentSpec) -> AgentHandle:
+    def _new_root(self, spec: AgentSpec) -> tuple[AgentSpec, AgentHandle]:
         budget = spec.agent_type.budget
         if budget is not None and not budget.empty:
             spec = attrs.evolve(spec, budget=budget)
-        handle = AgentHandle(spec.agent_id, self)
-        await self._nursery.start(self._supervise_root, spec, handle)
+        return spec, AgentHandle(spec.agent_id, self)
+
+    def _add_root(self, handle: AgentHandle) -> None:
         # Keep running roots and the last one (its status is the run's); a long chat session
         # must not keep every earlier turn's whole history alive here.
         self._roots = [h for h in self._roots if not h.done]
         self._roots.append(handle)
+
+    async def _start_spec(self, spec: AgentSpec) -> AgentHandle:
+        spec, handle = self._new_root(spec)
+        await self._nursery.start(self._supervise_root, spec, handle)
+        self._add_root(handle)
         return handle
+
+    def _withdraw(self, handle: AgentHandle) -> None:
+        """Forget a root whose caller gave up before its task began: it never starts, so it
+        leaves no event and does not count for the run's status (as a cancelled start())."""
+        if not handle._begun:
+            handle._withdrawn = True
+            self._roots = [h for h in self._roots if h is not handle]
 
     async def compact(
         self,
@@ -208,19 +229,28 @@ class Runtime:
     ) -> AgentOutcome:
         """Start a root agent and wait for its outcome.
 
-        Cancellation: cancels the agent (it still reports ``cancelled``) and re-raises.
+        Cancellation: cancels the agent (it still reports ``cancelled``) and re-raises; if the
+        agent had not begun yet, it never starts (no event).
         """
-        handle = await self.start(prompt, agent_type=agent_type, history=history)
-        return await self._wait_or_cancel(handle)
+        return await self._run_spec(await self._root_spec(prompt, agent_type, history))
 
     async def _run_spec(self, spec: AgentSpec) -> AgentOutcome:
-        return await self._wait_or_cancel(await self._start_spec(spec))
+        # Started without nursery.start's hand-over (a temporary nursery and a scheduler round
+        # per run, issue 20): the caller waits for the outcome anyway, and a caller cancelled
+        # before the agent's task has begun withdraws it (it never starts, as a cancelled
+        # start() would leave it).
+        spec, handle = self._new_root(spec)
+        self._add_root(handle)
+        self._nursery.start_soon(self._supervise_root, spec, handle)
+        return await self._wait_or_cancel(handle)
 
     async def _wait_or_cancel(self, handle: AgentHandle) -> AgentOutcome:
         try:
             return await handle.wait()
         finally:
-            if not handle.done:
+            if not handle._begun:
+                self._withdraw(handle)
+            elif not handle.done:
                 with trio.move_on_after(self._run.limits.finish_grace_s, shield=True):
                     await handle.cancel("the caller was cancelled", by="runtime")
                     await handle.wait()
@@ -323,6 +353,10 @@ class Runtime:
         def report(outcome: AgentOutcome) -> None:
             handle._outcome = outcome
 
+        handle._begun = True
+        if handle._withdrawn:  # its caller gave up before this task began
+            handle._done.set()
+            return
         try:
             await run_agent_actor(
                 self._run, spec, on_outcome=report, own_task=True, task_status=task_status

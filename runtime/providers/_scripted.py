@@ -186,6 +186,9 @@ def _fresh_input(args: dict[str, Any]) -> dict[str, Any]:
 
 def _agent_number(agent_id: str) -> str:
     """``7`` for ``agent-7`` (also behind a placement's prefix); else the id itself."""
+    tail = agent_id.rpartition("agent-")[2]
+    if tail and tail.isdecimal() and len(tail) < len(agent_id):  # the usual id, without re
+        return tail
     match = _AGENT_NUMBER.search(agent_id)
     return match.group(1) if match else agent_id
 

@@ -49,12 +49,40 @@ if TYPE_CHECKING:
     from tools import Tool, ToolLimits
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
+# A lazy proxy: it reads structlog's configuration when it logs, so one serves every run.
+_LOG = structlog.get_logger("trio_agents")
 DEFAULT_TRACE_DIR = Path(".trio-agents") / "traces"
 
 
 def new_run_id() -> str:
     """A run id that sorts by start time: ``20261129-193051-1a2b3c``."""
-    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{_secrets.token_hex(3)}"
+    global _stamp, _random
+    now = int(time.time())
+    if now != _stamp[0]:
+        _stamp = (now, time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)))
+    if len(_random) < 3:  # the OS's random bytes, fetched 768 at a time (one call, not one a run)
+        _random = _secrets.token_bytes(768)
+    suffix, _random = _random[:3], _random[3:]
+    return f"{_stamp[1]}-{suffix.hex()}"
+
+
+_stamp: tuple[int, str] = (-1, "")
+_random = b""
+
+
+def _forget_random() -> None:
+    global _random
+    _random = b""  # a forked child must not hand out its parent's next suffixes
+
+
+os.register_at_fork(after_in_child=_forget_random)
+
+
+@functools.lru_cache(maxsize=64)
+def _path(real: str) -> Path:
+    # A Path costs more to make than the realpath it holds (a third of the workspace check);
+    # it is immutable, so runs in one workspace share one (issue 20).
+    return Path(real)
 
 
 @functools.cache
@@ -158,7 +186,7 @@ async def open_runtime(
     where = os.path.expanduser(os.fspath(workspace))  # noqa: ASYNC240 - no I/O
     if not os.path.isdir(where):  # noqa: ASYNC240 - one stat
         raise ConfigError(f"workspace {where!r} is not a folder")
-    ws = Path(os.path.realpath(where))  # noqa: ASYNC240 - a few lstat calls
+    ws = _path(os.path.realpath(where))  # noqa: ASYNC240 - a few lstat calls
     if project is not None and project.workspace != ws:
         raise ConfigError(f"the project was loaded for {project.workspace}, not the workspace {ws}")
     scen: Scenario | None = None
@@ -186,7 +214,9 @@ async def open_runtime(
         # A definition file may name a tool this run lacks (an MCP server not configured):
         # the agent goes without it rather than the run failing on a file it cannot fix.
         # MCP names and globs are kept: their servers start below.
-        tools_of = None if t.tools is None else tuple(n for n in t.tools if _known(n, tool_map))
+        tools_of = (
+            None if t.tools is None else tuple(n for n in t.tools if tool_name_known(n, tool_map))
+        )
         types.add(attrs.evolve(t, tools=tools_of))
     for t in agent_types:
         types.add(t)
@@ -194,7 +224,7 @@ async def open_runtime(
         if mcp_config is not None and t.placement == "ray" and t.tools is not None:
             _refuse_mcp_on_ray(t)
         for name in t.tools or ():
-            if not _known(name, tool_map):  # MCP tools are known once their servers start
+            if not tool_name_known(name, tool_map):  # MCP tools are known once their servers start
                 raise ConfigError(
                     f"agent type {t.name!r} names unknown tool {name!r}; "
                     f"known tools: {', '.join(sorted(tool_map))}"
@@ -211,15 +241,16 @@ async def open_runtime(
         trace_path = Path(trace)
     # Files no tool may change, whatever the mode: .mcp.json (its commands run when the next
     # run starts) and this run's trace (the audit trail), wherever it lies.
-    protected = [ws / ".mcp.json"]
+    ws_str = str(ws)
+    protected = [os.path.join(ws_str, ".mcp.json")]
     if trace_path is not None:
-        protected.append(Path(os.path.abspath(trace_path)))  # noqa: ASYNC240 - no I/O
+        protected.append(str(Path(os.path.abspath(trace_path))))  # noqa: ASYNC240 - no I/O
     policy = PermissionPolicy(
         mode=permission_mode,
         allow=allow,
         deny=deny,
         workspace=ws,
-        protected=tuple(str(path) for path in protected),
+        protected=tuple(protected),
     )
     box: Sandbox | None = None
     if sandbox:
@@ -272,7 +303,8 @@ async def open_runtime(
             )
         # Every event's strings are masked at the bus; log lines too, while the run is open.
         bus = EventBus(run_id, redactor=redactor_for(secret_list))
-        stack.enter_context(log_secrets(secret_list))
+        if secret_list:  # masking nothing changes nothing (most runs)
+            stack.enter_context(log_secrets(secret_list))
         sinks: list[JsonlSink] = []
         trace_sink: JsonlSink | None = None
         if trace_path is not None:
@@ -312,7 +344,7 @@ async def open_runtime(
             env=run_env,
             secrets=secret_list,
             broker=PermissionBroker(bus, policy, timeout_s=permission_timeout_s),
-            log=LazyLogger(structlog.get_logger("trio_agents"), run_id=run_id),
+            log=LazyLogger(_LOG, run_id=run_id),
             sandbox=box,
             placements=placements,
             system_prompt=project.system_prompt() if project is not None else None,
@@ -322,7 +354,7 @@ async def open_runtime(
             **prov.describe(),
             "provider": prov.name,
             "model": run.model,
-            "workspace": str(ws),
+            "workspace": ws_str,
             "permission_mode": permission_mode,
             "limits": limits.public(),
             "agent_types": sorted(types),
@@ -358,7 +390,9 @@ async def open_runtime(
                     await rt._wait_roots()
                 finally:
                     rt._closing = True
-                    nursery.cancel_scope.cancel(reason="the run is over")
+                    if nursery.child_tasks:  # else nothing is left to stop (and no checkpoint
+                        # follows in this scope): a cancel here would be pure cost (issue 20)
+                        nursery.cancel_scope.cancel(reason="the run is over")
         finally:
             status = runtime_box[0].final_status() if runtime_box else "cancelled"
             if bus.core_error is not None:
@@ -405,7 +439,7 @@ def _refuse_mcp_on_ray(atype: AgentType) -> None:
             )
 
 
-def _known(name: str, tool_map: Mapping[str, Tool]) -> bool:
+def tool_name_known(name: str, tool_map: Mapping[str, Tool] | Mapping[str, object]) -> bool:
     """Whether a definition file's tool *name* can be served by this run (MCP tools and globs
     are known once their servers have started)."""
     return name in tool_map or name.startswith("mcp__") or any(c in name for c in "*?[")
