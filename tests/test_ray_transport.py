@@ -107,6 +107,7 @@ _ops = st.lists(
         st.tuples(st.just("add"), st.sampled_from(["h1.1", "h1.2", "h1.3"])),
         st.tuples(st.just("finish"), st.sampled_from(["h1.1", "h1.2", "h1.3"])),
         st.tuples(st.just("take"), st.just("")),
+        st.tuples(st.just("close"), st.just("")),
     ),
     max_size=60,
 )
@@ -125,20 +126,27 @@ def test_the_outbox_hands_over_what_a_plain_queue_would(ops: list[tuple[str, str
     """The outbox (one per host, a list per subtree, issue 22) against the straightforward
     version, one queue of ``(call_id, event or end)`` in the order things happened: each
     subtree's events come out in order, each at most once per take as one batch, its end
-    once and after all of them, nothing of it after its end, nothing lost."""
+    once and after all of them, nothing of it after its end, nothing lost; once closed (the
+    node is lost) nothing more is taken in, and what was queued still leaves."""
     outbox = host_module._Outbox(max_pending=1_000, batch_max=4)
     plain: list[tuple[str, Any]] = []  # the straightforward version
     taken: list[tuple[str, Batch]] = []
     ended: set[str] = set()
+    closed = False
     for n, (op, call_id) in enumerate(ops):
         if op == "add" and call_id not in ended:
             event = _text(n, call_id)
             outbox.add(call_id, event)
-            plain.append((call_id, event))
+            if not closed:
+                plain.append((call_id, event))
         elif op == "finish" and call_id not in ended:
             outbox.finish(call_id, None, f"end {call_id}")
-            plain.append((call_id, "end"))
+            if not closed:
+                plain.append((call_id, "end"))
             ended.add(call_id)
+        elif op == "close":
+            outbox.close()
+            closed = True
         elif op == "take":
             items = outbox.take_nowait()
             assert len({c for c, _ in items}) == len(items), "one batch per subtree per take"

@@ -540,10 +540,13 @@ class _Outbox:
         self._token: trio.lowlevel.TrioToken | None = None
         # An end waited its whole grace for room: later ends do not wait until the next take.
         self.stalled = False
+        self._closed = False
 
     # trio side
     def add(self, call_id: str, event: Event) -> None:
         """Queue *event* of subtree *call_id* (a tap of that subtree's bus: never waits)."""
+        if self._closed:
+            return
         events = self._events.get(call_id)
         if events is None:
             events = self._events[call_id] = []
@@ -556,8 +559,14 @@ class _Outbox:
 
     def finish(self, call_id: str, outcome: AgentOutcome | None, error: str | None) -> None:
         """Queue the end of subtree *call_id*: its final batch leaves with the next envelope."""
+        if self._closed:
+            return
         self._ends[call_id] = (outcome, error)
         self.wake()
+
+    def close(self) -> None:
+        """Take nothing more: the host is going away (what is queued still leaves)."""
+        self._closed = True
 
     def wake(self) -> None:
         """Make the channel send what is queued now (possibly nothing: the host's news)."""
@@ -773,6 +782,9 @@ class RayHost:
 
     def _report_lost(self, what: str) -> None:
         self._lost = f"node lost: ray host {self.name} on {socket.gethostname()}: {what}"
+        # What the subtrees do from now on (the abort below ends them ``cancelled``) is not
+        # reported: the parent ends them ``failed``, naming the loss.
+        self._outbox.close()
         self._outbox.wake()  # the channel sends the news
         if self._token is not None:
             with contextlib.suppress(trio.RunFinishedError):

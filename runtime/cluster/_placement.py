@@ -265,12 +265,53 @@ async def wait_future(fut: concurrent.futures.Future[T]) -> T:
 
 async def _next_envelope(gen: Any) -> Envelope | None:
     """The next item of a host's channel (on the bridge loop); ``None`` at its end."""
+    if isinstance(gen, _Channel):
+        return await gen.next()
     try:
         ref = await gen.__anext__()
     except StopAsyncIteration:
         return None
     envelope: Envelope = await ref
     return envelope
+
+
+class _Channel:
+    """A host's channel (Ray's streaming generator) read one envelope ahead, on the bridge
+    loop: the next envelope is fetched while the parent forwards this one, instead of after
+    (each fetch is a few hand-overs between threads that wait for the GIL while the parent's
+    trio loop is busy; bench/README.md)."""
+
+    def __init__(self, gen: Any) -> None:
+        self.gen = gen
+        self._ahead: asyncio.Future[Envelope | None] | None = None
+
+    async def _fetch(self) -> Envelope | None:
+        try:
+            ref = await self.gen.__anext__()
+        except StopAsyncIteration:
+            return None
+        envelope: Envelope = await ref
+        return envelope
+
+    async def next(self) -> Envelope | None:
+        """The next envelope, ``None`` at the end; raises what Ray raised.
+
+        Cancellation: cancels the fetch under way (as a cancelled read of the generator).
+        """
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            ahead = asyncio.ensure_future(self._fetch())
+        envelope = await ahead
+        if envelope is not None:
+            self._ahead = asyncio.ensure_future(self._fetch())
+            # Its error, if nobody reads it (the host is lost meanwhile), is not logged.
+            self._ahead.add_done_callback(_retrieved)
+        return envelope
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 async def _await_ref(ref: Any) -> Any:
@@ -622,9 +663,11 @@ class RayPlacement:
             _log.warning("ray host refused", host=host.name, node=host.node.short, reason=problem)
             raise _HostLost(problem)
         _log.debug("ray host ready", host=host.name, node=host.node.node_id)
-        return host.actor.channel.options(
-            num_returns="streaming", _generator_backpressure_num_objects=4
-        ).remote()
+        return _Channel(
+            host.actor.channel.options(
+                num_returns="streaming", _generator_backpressure_num_objects=4
+            ).remote()
+        )
 
     async def _reader(self, run: RunContext, host: _Host, gen: Any) -> str:
         """Forward the host's envelopes into the run's bus until the host is lost; why."""
