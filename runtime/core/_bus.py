@@ -564,10 +564,10 @@ def _renumberer(cls: type[Event]) -> Callable[[Any, int, str], Any]:
     if copy is None:
         import attrs
 
-        names = [a.name for a in attrs.fields(cls)]
-        assert all(name.isidentifier() for name in names)
+        fields = [a for a in attrs.fields(cls) if a.init]  # as evolve: by alias, init ones
+        assert all(a.name.isidentifier() and a.alias.isidentifier() for a in fields)
         fixed = {"seq": "seq", "run_id": "run_id"}
-        keywords = ", ".join(f"{n}={fixed.get(n, f'event.{n}')}" for n in names)
+        keywords = ", ".join(f"{a.alias}={fixed.get(a.name, f'event.{a.name}')}" for a in fields)
         source = f"def copy(event, seq, run_id):\n    return cls({keywords})\n"
         namespace: dict[str, Any] = {"cls": cls}
         exec(compile(source, f"<event renumberer {cls.__qualname__}>", "exec"), namespace)
