@@ -313,11 +313,13 @@ def _maker(cls: type[Event], names: tuple[str, ...]) -> Callable[[Any], Event]:
     """``make(values)`` is ``cls(**dict(zip(names, values)))``, written out for *cls* (the
     way attrs writes its ``__init__``): the parent rebuilds every event of a remote subtree,
     and the dict and the unpacking were most of that (bench/README.md)."""
-    assert all(name.isidentifier() for name in names)
+    # Names no field can have (fields never start with "__"): a field named "cls" or "values"
+    # must not rebind the class or the tuple being unpacked.
+    assert all(name.isidentifier() and not name.startswith("__") for name in names)
     unpacked = ", ".join(names) + ","
     keywords = ", ".join(f"{name}={name}" for name in names)
-    source = f"def make(values):\n    {unpacked} = values\n    return cls({keywords})\n"
-    namespace: dict[str, Any] = {"cls": cls}
+    source = f"def make(__values):\n    {unpacked} = __values\n    return __cls({keywords})\n"
+    namespace: dict[str, Any] = {"__cls": cls}
     exec(compile(source, f"<event maker {cls.__qualname__}>", "exec"), namespace)
     make: Callable[[Any], Event] = namespace["make"]
     return make
