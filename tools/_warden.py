@@ -97,36 +97,56 @@ for line in sys.stdin.buffer:
 
 me = os.getpid()
 
-def tagged():
-    # Each process is opened (pidfd) before its environment is read: a recycled pid's
-    # environment is the newcomer's, which holds no tag. One caught mid-exec reads empty: the
-    # next round (50 ms later) finds it.
-    found = []
+def sweep(sig, again):
+    # Signal the processes that carry a listed tag (those signalled before only if *again*), each
+    # as it is found; whether any was found. Each is opened (pidfd) before its environment is
+    # read, so a recycled pid's environment is the newcomer's, which holds no tag; without
+    # pidfds (an old kernel, a seccomp filter) the pid itself is signalled. One caught mid-exec
+    # reads empty: the next pass finds it.
     if not tags:
-        return found
+        return False
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
-        return found
+        return False
+    found = False
     for pid in pids:
         if pid == me:
             continue
+        fd = None
+        if pidfds:
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                continue
+            except OSError:
+                fd = None
         try:
-            fd = os.pidfd_open(pid)
-        except AttributeError:
-            fd = None
-        except OSError:
-            continue
-        try:
-            with open("/proc/%d/environ" % pid, "rb") as fh:
-                env = fh.read().split(b"\\0")
-        except OSError:
-            env = ()
-        if not tags.isdisjoint(env):
-            found.append((pid, fd))
-        elif fd is not None:
-            os.close(fd)
+            try:
+                with open("/proc/%d/environ" % pid, "rb") as fh:
+                    env = fh.read().split(b"\\0")
+            except OSError:
+                continue
+            if tags.isdisjoint(env):
+                continue
+            found = True
+            if again or pid not in termed:
+                termed.add(pid)
+                for one in (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,):
+                    try:
+                        if fd is None:
+                            os.kill(pid, one)
+                        else:
+                            signal.pidfd_send_signal(fd, one)
+                    except OSError:
+                        pass
+        finally:
+            if fd is not None:
+                os.close(fd)
     return found
+
+pidfds = hasattr(os, "pidfd_open")
+termed = set()
 
 def signal_groups(sig):
     for pgid in list(groups):
@@ -136,28 +156,6 @@ def signal_groups(sig):
             groups.discard(pgid)
         except OSError:
             pass
-
-termed = set()
-
-def sweep(sig, again):
-    # Signal the tagged processes (those signalled before only if *again*); whether any is left.
-    left = False
-    for pid, fd in tagged():
-        left = True
-        try:
-            if again or pid not in termed:
-                for one in (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,):
-                    if fd is None:
-                        os.kill(pid, one)
-                    else:
-                        signal.pidfd_send_signal(fd, one)
-                termed.add(pid)
-        except OSError:
-            pass
-        finally:
-            if fd is not None:
-                os.close(fd)
-    return left
 
 signal_groups(signal.SIGTERM)
 signal_groups(signal.SIGCONT)
@@ -169,7 +167,10 @@ while time.monotonic() < deadline:
     if not sweep(signal.SIGTERM, False) and not groups:
         break
 signal_groups(signal.SIGKILL)
-sweep(signal.SIGKILL, True)
+for _ in range(5):  # children forked during a pass, and ones caught mid-exec
+    if not sweep(signal.SIGKILL, True):
+        break
+    time.sleep(0.02)
 """
 
 

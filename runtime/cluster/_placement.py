@@ -400,7 +400,8 @@ async def _raylet_answers(node: _Node) -> bool:
             stream = await trio.open_tcp_stream(*node.raylet)
         except OSError:
             return False
-        await stream.aclose()
+        with trio.CancelScope(shield=True):
+            await stream.aclose()  # a TCP close: no wait (and answered is answered)
         return True
     return False
 
@@ -1006,13 +1007,16 @@ class _Stream:
                 await self.done.wait()
             finally:
                 if not self.ended:
+                    # Cancelled: its open questions are withdrawn now, as a local subtree's are
+                    # (their tasks are the placement's, not this call's), not when the host
+                    # gets round to it.
+                    self._cancel_asks("the subtree was cancelled")
                     await self._finish_cancelled(root_node)
                 elif not self.done.is_set():  # being ended by a loss right now
                     with trio.move_on_after(run.limits.finish_grace_s, shield=True):
                         await self.done.wait()
                 if self._asks:  # their tasks are the placement's: wait for them here
-                    for ask in self._asks.values():
-                        ask.scope.cancel(reason="the subtree has ended")
+                    self._cancel_asks("the subtree has ended")
                     with trio.move_on_after(run.limits.finish_grace_s, shield=True):
                         for ask in list(self._asks.values()):
                             await ask.done.wait()
@@ -1021,6 +1025,10 @@ class _Stream:
             for agent_id in list(self._mailboxes):
                 self._drop_mailbox(agent_id)
         return self.outcome
+
+    def _cancel_asks(self, reason: str) -> None:
+        for ask in self._asks.values():
+            ask.scope.cancel(reason=reason)
 
     async def take(self, batch: Batch) -> None:
         """Forward one batch from the host (the host's reader calls this)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import secrets as _secrets
+import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -60,14 +61,16 @@ def new_run_id() -> str:
     now = int(time.time())
     if now != _stamp[0]:
         _stamp = (now, time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)))
-    if len(_random) < 3:  # the OS's random bytes, fetched 768 at a time (one call, not one a run)
-        _random = _secrets.token_bytes(768)
-    suffix, _random = _random[:3], _random[3:]
+    with _random_lock:  # runs opened in two threads at once must not share a suffix
+        if len(_random) < 3:  # the OS's random bytes, 768 at a time (one call, not one a run)
+            _random = _secrets.token_bytes(768)
+        suffix, _random = _random[:3], _random[3:]
     return f"{_stamp[1]}-{suffix.hex()}"
 
 
 _stamp: tuple[int, str] = (-1, "")
 _random = b""
+_random_lock = threading.Lock()
 
 
 def _forget_random() -> None:
