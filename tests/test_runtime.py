@@ -96,6 +96,43 @@ async def test_a_cancelled_caller_of_run_cancels_its_agent_by_runtime_first(
     assert end.error == "cancelled: the caller was cancelled"  # type: ignore[attr-defined]
 
 
+async def test_a_cancelled_caller_cancels_a_root_held_back_before_its_announcement(
+    workspace: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A block subscriber a full buffer behind holds the second root's agent_started back; its
+    # caller gives up meanwhile. Once the reader catches up, that root is announced and then
+    # cancelled by the runtime, at once, not left to run its course after the caller left.
+    events: list[Event] = []
+    scenario = {"agents": {"main": {"turns": [{"text": "slow", "delay_s": 100}]}}}
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                            on_event=events.append) as rt:
+        with rt.subscribe(policy="block", buffer=1) as sub:
+            first = await rt.start("fill the reader's buffer")
+
+            async def read_later() -> None:
+                await trio.sleep(2)
+                async for _ in sub:
+                    pass
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read_later)
+                with trio.move_on_after(1) as scope:
+                    await rt.run("held back")
+                assert scope.cancelled_caught
+                ended_at = trio.current_time()
+                await first.cancel("the test is over")
+                await first.wait()
+                nursery.cancel_scope.cancel()
+    check_invariants(events)
+    assert ended_at < 10, "the caller waited for the held-back root to be cancelled"
+    second = [e for e in events if e.agent_id == "agent-2"]
+    kinds = [e.type for e in second]
+    assert kinds == ["agent_started", "cancel_requested", "agent_finished"], kinds
+    assert (second[1].by, second[1].reason) == (  # type: ignore[attr-defined]
+        "runtime", "the caller was cancelled")
+    assert second[2].status == "cancelled"  # type: ignore[attr-defined]
+
+
 async def test_a_caller_of_run_cancelled_as_it_starts_leaves_no_agent_or_cancels_it_first(
     workspace: Path,
 ) -> None:

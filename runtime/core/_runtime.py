@@ -75,6 +75,11 @@ class AgentHandle:
         return self._runtime.send_message(self.agent_id, text)
 
 
+# How often a cancelled caller of Runtime.run asks again to cancel a root that is not yet
+# announced (a rare path: only while a block subscriber holds its agent_started back).
+_ANNOUNCE_POLL_S = 0.005
+
+
 @final
 class Runtime:
     """One run. Made by :func:`~runtime.open_runtime` (not meant to be built or subclassed by
@@ -180,6 +185,15 @@ class Runtime:
         self._add_root(handle)
         return handle
 
+    async def _cancel_root(self, handle: AgentHandle, reason: str) -> None:
+        """Cancel a root that has begun, as the runtime. One not yet announced (blocked sending
+        its ``agent_started`` to a full ``block`` subscriber) cannot be cancelled by id until it
+        is: ask again until it is, or until it ends (the caller bounds the wait)."""
+        while not await handle.cancel(reason, by="runtime"):
+            if handle.done or handle.agent_id in self._run.announced:
+                return  # ended, or already being cancelled by someone else
+            await trio.sleep(_ANNOUNCE_POLL_S)
+
     def _withdraw(self, handle: AgentHandle) -> None:
         """Forget a root whose caller gave up before its task began: it never starts, so it
         leaves no event and does not count for the run's status (as a cancelled start())."""
@@ -252,7 +266,7 @@ class Runtime:
                 self._withdraw(handle)
             elif not handle.done:
                 with trio.move_on_after(self._run.limits.finish_grace_s, shield=True):
-                    await handle.cancel("the caller was cancelled", by="runtime")
+                    await self._cancel_root(handle, "the caller was cancelled")
                     await handle.wait()
 
     # -- control ---------------------------------------------------------------
