@@ -200,3 +200,84 @@ async def test_a_full_outbox_holds_emitters_back_and_an_end_waits_at_most_its_gr
     assert [e.type for e in events] == ["text_delta", "text_delta", "agent_finished",
                                         "agent_finished"]
     assert [e.seq for e in events] == [3, 4, 5, 6], "the emit cut short used no seq"
+
+
+def _host_config(workspace: str) -> Any:
+    """The settings of a run whose ``w`` sub-agents each start a ``leaf`` of their own."""
+    from runtime.cluster._host import ProviderConfig, RunConfig
+    from runtime.core._limits import Limits
+    from runtime.core._permissions import PermissionPolicy
+    from runtime.providers._scenario import Scenario
+    from tools import ToolLimits, builtin_tools
+
+    call = {"name": "agent", "input": {"description": "d", "prompt": "p", "agent": "leaf"}}
+    scenario = Scenario.from_obj({"agents": {
+        "main": {"turns": [{"text": "x"}]},
+        "w": {"turns": [{"text": "asking", "tool_calls": [call]}, {"text": "w done"}]},
+        "leaf": {"turns": [{"text": "leaf done"}]}}})
+    return RunConfig(
+        run_id="run", agent_types=(AgentType(name="w"), AgentType(name="leaf")),
+        provider=ProviderConfig(kind="scripted", name="scripted", scenario=scenario),
+        tools=tuple(builtin_tools()), tool_limits=ToolLimits(), limits=Limits(),
+        workspace=workspace, env={}, policy=PermissionPolicy(mode="deny"))
+
+
+def test_a_finished_subtree_leaves_nothing_for_the_garbage_collector(tmp_path: Any) -> None:
+    """A subtree's objects (its run context, bus, registry, broker, provider) are freed when it
+    ends, not left in reference cycles for the collector, whose collections cost a busy host
+    a good part of its time (bench/README.md). The host runs on a plain asyncio loop here, as
+    in a Ray worker, without Ray."""
+    import asyncio
+    import gc
+
+    from runtime.cluster._host import RayHost, SubtreeCall
+
+    config = _host_config(str(tmp_path))
+
+    def calls(round_: int) -> tuple[SubtreeCall, ...]:
+        return tuple(
+            SubtreeCall(call_id=f"r{round_}.{i}", id_prefix=f"r{round_}.{i}.", max_agents=100,
+                        spec=AgentSpec(agent_id=f"agent-{i + 2}", agent_type=AgentType(name="w"),
+                                       prompt="go", depth=1, parent_tool_use_id=f"tu-{i}",
+                                       parent_agent_id="agent-1"))
+            for i in range(8))
+
+    async def burst(host: RayHost, channel: Any, round_: int) -> list[Batch]:
+        submitted = calls(round_)
+        open_calls = {c.call_id for c in submitted}
+        ends = []
+        await host.submit(submitted, (config,))
+        while open_calls:
+            for call_id, batch in (await channel.__anext__()).batches():
+                if batch.final:
+                    open_calls.discard(call_id)
+                    ends.append(batch)
+        return ends
+
+    async def main() -> tuple[list[Batch], list[str]]:
+        host = RayHost("h1", watch_node=False)
+        channel = host.channel()
+        await burst(host, channel, 0)  # what is made once per run or per host is made now
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            ends = await burst(host, channel, 1)
+            await asyncio.sleep(0.05)  # the subtrees' tasks have ended
+            gc.collect()
+            kept = sorted({type(o).__qualname__ for o in gc.garbage
+                           if type(o).__module__.startswith(("runtime", "tools"))})
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            await channel.aclose()
+        return ends, kept
+
+    threshold = gc.get_threshold()
+    try:
+        ends, kept = asyncio.run(main())
+    finally:
+        gc.unfreeze()  # the host froze this process's heap and changed its collection pace
+        gc.set_threshold(*threshold)
+    assert [(b.outcome.status, b.outcome.result) for b in ends if b.outcome] == [
+        ("completed", "w done")] * 8
+    assert kept == [], f"left for the collector: {kept}"

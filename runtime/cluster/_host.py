@@ -645,6 +645,14 @@ class _SubtreeBus(EventBus):
     def has_room(self) -> bool:
         return self._outbox.has_room()
 
+    def close(self) -> None:
+        # The hooks hold the subtree's run context, which holds this bus (and, through it, the
+        # registry, broker and provider): a cycle per subtree that only the garbage collector
+        # freed, its collections then costing the host ~8 % of a 200-subtree burst.
+        super().close()
+        self._core = ()
+        self._taps = []
+
     async def wait_for_room(self) -> None:
         await self._outbox.wait_for_room()
 
