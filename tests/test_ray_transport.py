@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from runtime.cluster import _host as host_module
 from runtime.cluster._host import Batch, Envelope, _envelope, failed_outcome, unpack_items
 from runtime.core import _events as events_module
-from runtime.core._agent import AgentSpec
+from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType
 from runtime.core._events import Event
 
@@ -57,10 +57,34 @@ def _outcome(agent_id: str) -> Any:
     return failed_outcome(spec, "it failed", status="failed")
 
 
+class _Outcome(AgentOutcome):
+    """An outcome of a subclass: packed as itself."""
+
+
+# Outcomes as a host reports them: any status and totals, with or without a history (the
+# host drops it; a failed root's synthesised one keeps it), of the class itself or not.
+_outcomes = st.builds(
+    lambda cls, base, status, result, turns, tokens, undelivered, history, reason: cls(
+        **{**attrs.asdict(base, recurse=False), "status": status, "result": result,
+           "turns": turns, "input_tokens": tokens, "undelivered": undelivered,
+           "state": attrs.evolve(base.state, messages=base.state.messages if history else [],
+                                 turns=turns, continue_reason=reason)}),
+    st.sampled_from([AgentOutcome, _Outcome]),
+    st.text(min_size=1, max_size=8).map(_outcome),
+    st.sampled_from(["completed", "failed", "cancelled", "budget_exceeded"]),
+    st.none() | st.text(max_size=10),
+    st.integers(0, 5),
+    st.integers(0, 10**9),
+    st.lists(st.text(max_size=5), max_size=2).map(tuple),
+    st.booleans(),
+    st.none() | st.sampled_from(["tool_use", "user_message"]),
+)
+
+
 _batches = st.builds(
     Batch,
     events=st.lists(_events(), max_size=6).map(tuple),
-    outcome=st.none() | st.text(min_size=1, max_size=8).map(_outcome),
+    outcome=st.none() | _outcomes,
     final=st.booleans(),
     error=st.none() | st.text(max_size=10),
 )
@@ -78,6 +102,9 @@ def test_packed_batches_come_back_equal(items: list[tuple[str, Batch]]) -> None:
         assert unpack_items(envelope.data) == items
         for (_, got), (_, want) in zip(envelope.batches(), items, strict=True):
             assert [type(e) for e in got.events] == [type(e) for e in want.events]
+            assert type(got.outcome) is type(want.outcome)
+            if want.outcome is not None:
+                assert type(got.outcome.state) is type(want.outcome.state)
 
 
 def test_every_event_class_is_covered() -> None:
