@@ -7,15 +7,27 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.cluster import _host as host_module
-from runtime.cluster._host import Batch, Envelope, _envelope, failed_outcome, unpack_items
+from runtime.cluster._host import (
+    Batch,
+    Envelope,
+    SubtreeCall,
+    _envelope,
+    failed_outcome,
+    pack_calls,
+    unpack_calls,
+    unpack_items,
+)
 from runtime.core import _events as events_module
 from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType
 from runtime.core._events import Event
+from runtime.core._limits import Budget
+from runtime.core._messages import Message, TextBlock
 
 
 def _event_classes() -> list[type[Event]]:
@@ -105,6 +117,53 @@ def test_packed_batches_come_back_equal(items: list[tuple[str, Batch]]) -> None:
             assert type(got.outcome) is type(want.outcome)
             if want.outcome is not None:
                 assert type(got.outcome.state) is type(want.outcome.state)
+
+
+_types = st.sampled_from([
+    AgentType(name="one"),
+    AgentType(name="two", system="be brief", tools=("read", "grep"), placement="ray",
+              max_turns=3),
+])
+_specs = st.builds(
+    AgentSpec,
+    agent_id=st.text(min_size=1, max_size=8),
+    agent_type=_types,
+    prompt=st.text(max_size=20),
+    depth=st.integers(0, 5),
+    parent_tool_use_id=st.none() | st.text(max_size=8),
+    parent_agent_id=st.none() | st.text(max_size=8),
+    history=st.lists(
+        st.text(max_size=10).map(
+            lambda t: Message(role="user", content=(TextBlock(text=t),))), max_size=2
+    ).map(tuple),
+    budget=st.none() | st.builds(Budget, tokens=st.none() | st.integers(1, 10**6),
+                                 seconds=st.none() | st.floats(0.5, 100), tool_calls=st.none()),
+    compact=st.none() | st.text(max_size=8),
+)
+_calls = st.builds(
+    SubtreeCall,
+    call_id=st.text(min_size=1, max_size=8),
+    id_prefix=st.text(max_size=8),
+    spec=_specs,
+    max_agents=st.integers(1, 10**6),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_calls, max_size=6))
+def test_packed_calls_come_back_equal(calls: list[SubtreeCall]) -> None:
+    """A submit's calls, packed for Ray and unpacked on the host, are the calls sent."""
+    got = unpack_calls(pack_calls(calls))
+    assert got == tuple(calls)
+    assert [type(c.spec.agent_type) for c in got] == [AgentType] * len(calls)
+
+
+def test_a_call_with_its_own_settings_is_not_packed() -> None:
+    spec = AgentSpec(agent_id="a", agent_type=AgentType(name="one"), prompt="p", depth=1)
+    call = SubtreeCall(call_id="h1.1", id_prefix="h1.1.", spec=spec, config="settings",
+                       max_agents=1)
+    with pytest.raises(ValueError, match="own settings"):
+        pack_calls([call])
 
 
 def test_every_event_class_is_covered() -> None:

@@ -99,6 +99,7 @@ from ._host import (
     RunConfig,
     SubtreeCall,
     failed_outcome,
+    pack_calls,
 )
 
 __all__ = ["RayOptions", "RayPlacement", "open_ray_placement"]
@@ -716,7 +717,11 @@ class RayPlacement:
         try:
             # In a tuple: Ray would resolve a reference given as an argument of its own, and the
             # host would unpickle the settings again for every submit.
-            ref = host.actor.submit.remote(tuple(calls), (config,))
+            try:
+                packed: tuple[SubtreeCall, ...] | bytes = pack_calls(calls)
+            except Exception:  # something only Ray's own pickling can carry: let it try
+                packed = tuple(calls)
+            ref = host.actor.submit.remote(packed, (config,))
         except Exception:  # one of them cannot be pickled: send them one by one
             for call in calls:
                 try:
