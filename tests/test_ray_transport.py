@@ -1,6 +1,8 @@
-"""The Ray channel's packing of batches (runtime/cluster/_host.py: ``pack_items``), held to the
-straightforward way: what comes out is equal to what went in, for every event class, whatever
-the field values. No Ray needed: the host module does not import it."""
+"""What travels between the parent and a Ray host (runtime/cluster/_host.py), held to the
+straightforward way: the channel's batches (``pack_items``) and a submit's calls
+(``pack_calls``) come out equal to what went in, for every event class, whatever the field
+values; the host's outbox hands over what a plain queue would; a finished subtree leaves nothing
+for the garbage collector. No Ray needed: the host module does not import it."""
 
 from __future__ import annotations
 
