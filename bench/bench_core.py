@@ -10,6 +10,9 @@ Scenarios (scripted provider, zero delays, in-process, trace file on):
   a chain of as many forwarding tasks as levels into an encoding consumer (issue 20).
 * ``small_run`` — one ``open_runtime`` block, one agent, one tool call, an answer, trace off;
   us per run against a nursery and one task sending the same events (issue 20).
+* ``small_run_reused`` — the same run as a root agent of one runtime kept open (``rt.run`` per
+  task, no block per task), against the same floor: what a caller that needs no run (trace,
+  ``run_started``) per task pays.
 * ``scale_10000`` — 10,000 sub-agents running at once (each parked in a tool call); Python heap
   per agent (tracemalloc) above the floor's idle task with its own nursery, scope and channel.
 * ``subtree_cancel_1000`` — cancel a running subtree of 1,000 agents; time until every one of
@@ -425,11 +428,25 @@ async def run_small(workdir: Path, n: int, capture: list[dict[str, Any]] | None 
     return (time.perf_counter() - t0) / n
 
 
+async def run_small_reused(workdir: Path, n: int) -> float:
+    """Mean seconds of *n* small runs as root agents of one open runtime (``rt.run`` each):
+    what a service or test suite that needs no trace per task pays per task."""
+    async with open_runtime(
+        scenario=small_scenario(), workspace=workdir, trace=False, extra_tools=[EchoTool()]
+    ) as rt:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            outcome = await rt.run("Answer.")
+            assert outcome.status == "completed", outcome
+        return (time.perf_counter() - t0) / n
+
+
 async def bench_small(reps: int, workdir: Path, n: int = 200) -> list[Result]:
     captured: list[dict[str, Any]] = []
     await run_small(workdir, 1, captured)
     values: list[float] = []
     floor_values: list[float] = []
+    reused: list[float] = []
     for _ in range(reps):
         gc.collect()
         total = 0.0
@@ -438,6 +455,8 @@ async def bench_small(reps: int, workdir: Path, n: int = 200) -> list[Result]:
         floor_values.append(total / n)
         gc.collect()
         values.append(await run_small(workdir, n))
+        gc.collect()
+        reused.append(await run_small_reused(workdir, n))
     value, floor = min(values) * 1e6, min(floor_values) * 1e6
     return [
         {
@@ -450,7 +469,17 @@ async def bench_small(reps: int, workdir: Path, n: int = 200) -> list[Result]:
             "met": value <= SMALL_RUN_US,
             "events": len(captured),
             "runs_us": [round(v * 1e6, 1) for v in values],
-        }
+        },
+        {
+            "name": "small_run_reused",
+            "value": round(min(reused) * 1e6, 1),
+            "floor": round(floor, 1),
+            "ratio": round(min(reused) * 1e6 / floor, 2),
+            "unit": "us (the same run as a root agent of one open runtime: rt.run per task)",
+            "target": None,
+            "met": None,
+            "runs_us": [round(v * 1e6, 1) for v in reused],
+        },
     ]
 
 

@@ -397,6 +397,32 @@ def test_the_warden_stops_the_processes_of_a_call_by_its_tag() -> None:
         assert untagged.poll() is None
 
 
+def test_a_warden_without_pidfds_signals_tagged_processes_by_pid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An old kernel or a seccomp filter without pidfd_open: the tagged processes are signalled
+    # by their pid (SIGTERM, then SIGKILL for one that ignores it), the others left alone.
+    from tools import _warden
+
+    line = 'pidfds = hasattr(os, "pidfd_open")'
+    assert line in _warden._PROGRAM
+    monkeypatch.setattr(_warden, "_PROGRAM", _warden._PROGRAM.replace(line, "pidfds = False"))
+    warden = Warden(grace_s=0.3)
+    polite = _tagged_sleep("c0ffee04")
+    stubborn = subprocess.Popen(
+        ["bash", "-c", "trap '' TERM; sleep 60 & wait"],
+        start_new_session=True,
+        env={**os.environ, CALL_TAG_VAR: "c0ffee04"},
+    )
+    other = _tagged_sleep("c0ffee05")
+    with _reaped(polite, stubborn, other):
+        warden.guard_call("c0ffee04")
+        warden.close()
+        assert polite.wait(timeout=5) == -signal.SIGTERM
+        assert stubborn.wait(timeout=5) == -signal.SIGKILL
+        assert other.poll() is None, "a process of an unguarded call is left alone"
+
+
 def test_the_warden_kills_tagged_processes_that_ignore_sigterm() -> None:
     warden = Warden(grace_s=0.3)
     stubborn = subprocess.Popen(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
 from pathlib import Path
 from typing import Any, Literal
 
@@ -125,6 +125,12 @@ class AgentTypes(Mapping[str, AgentType]):
 
     def __len__(self) -> int:
         return len(self._types)
+
+    def values(self) -> ValuesView[AgentType]:  # the dict's own: Mapping's calls __getitem__
+        return self._types.values()
+
+    def items(self) -> ItemsView[str, AgentType]:
+        return self._types.items()
 
     def lookup(self, name: str) -> AgentType:
         """The type *name*.

@@ -60,6 +60,10 @@ class BudgetLayer:
         self._channel: _Queue | None = None
         self._nursery: trio.Nursery | None = None
         self._serving = False
+        # Nothing is counted before the first budget that can trip is set: only agents started
+        # from then on can be in a budget's subtree (a budget is set as its agent starts), and
+        # most runs set none, so the hook on every event returns at once (issue 20).
+        self._counting = False
 
     def _queue(self) -> _Queue:
         if self._channel is None:
@@ -82,16 +86,18 @@ class BudgetLayer:
         """Give *agent_id* (about to start) a token / tool-call allowance for its subtree."""
         if budget is not None and (budget.tokens is not None or budget.tool_calls is not None):
             self._pending[agent_id] = budget
+            self._counting = True
             self._serve()
 
     def usage(self, agent_id: str) -> tuple[int, int]:
-        """(tokens, tool calls) of *agent_id*'s subtree so far."""
+        """(tokens, tool calls) of *agent_id*'s subtree so far (counted for agents started
+        once a budget was set in the run; before, there is nothing to count for)."""
         u = self._agents.get(agent_id)
         return (u.tokens, u.tool_calls) if u else (0, 0)
 
     def __call__(self, event: Event) -> None:
         """The hook."""
-        if type(event) is TextDelta:  # most of a stream, and nothing to count
+        if not self._counting or type(event) is TextDelta:  # TextDelta: nothing to count
             return
         if isinstance(event, AgentStarted):
             assert event.agent_id is not None

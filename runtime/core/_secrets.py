@@ -383,8 +383,14 @@ _sealed_env: dict[str, str] | None = None
 def run_environ() -> dict[str, str]:
     """The environment a run starts from when none is given: ``os.environ``, or, once
     :func:`seal_process_environ` ran, the copy it kept (with the secrets)."""
+    return dict(_shared_environ())
+
+
+def _shared_environ() -> dict[str, str]:
+    """:func:`run_environ` without the copy: one dict per state of the environment, which
+    nobody may change (it is the key of :func:`scan_run_environ`'s memo)."""
     if _sealed_env is not None:
-        return dict(_sealed_env)
+        return _sealed_env
     global _environ_copy
     # Decoding os.environ costs about 0.5 us a variable; its raw table is compared instead
     # (a CPython detail: without it, the environment is decoded every time).
@@ -394,7 +400,29 @@ def run_environ() -> dict[str, str]:
     key = tuple(raw.items())
     if _environ_copy is None or _environ_copy[0] != key:
         _environ_copy = (key, dict(os.environ))
-    return dict(_environ_copy[1])
+    return _environ_copy[1]
+
+
+def scan_run_environ(allow: Iterable[str] = ()) -> tuple[dict[str, str], tuple[str, ...]]:
+    """``scan_env(run_environ(), allow)``, without copying the environment or building
+    :func:`scan_env`'s key from it while it has not changed (issue 20: a run's set-up).
+
+    Returns:
+        A new dict each call (the caller may change it) and the secrets, longest first.
+    """
+    env = _shared_environ()
+    patterns = tuple(allow)
+    hit = _RUN_SCANS.get(patterns)
+    if hit is None or hit[0] is not env:
+        hit = (env, *scan_env(env, patterns))
+        if len(_RUN_SCANS) >= _MAX_SCANS:
+            _RUN_SCANS.clear()
+        _RUN_SCANS[patterns] = hit  # keeps env alive: its identity is the key
+    return dict(hit[1]), hit[2]
+
+
+# allow -> (the shared environment scanned, filtered env, secret values).
+_RUN_SCANS: dict[tuple[str, ...], tuple[dict[str, str], dict[str, str], tuple[str, ...]]] = {}
 
 
 _environ_copy: tuple[tuple[tuple[Any, Any], ...], dict[str, str]] | None = None

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import orjson
@@ -38,6 +38,7 @@ from runtime.core._provider import (
     TextChunk,
     ThinkingChunk,
     ToolCall,
+    ToolSpec,
     TurnEnd,
 )
 
@@ -49,7 +50,7 @@ _AGENT_NUMBER = re.compile(r"agent-(\d+)$")
 
 def chunk_text(text: str) -> list[str]:
     """Split *text* into word-sized deltas (each word with its trailing white space)."""
-    return _WORDS.findall(text)
+    return _WORDS.findall(text) if text else []
 
 
 # With no chunk delay, a checkpoint every this many deltas (besides the one that starts the
@@ -196,8 +197,26 @@ def _agent_number(agent_id: str) -> str:
 def _estimate_input(request: ModelRequest) -> int:
     """A stable stand-in for input tokens: about four characters a token, counted as the
     agent's context meter counts them (system prompt, tools, messages)."""
-    chars = fixed_chars(request.system, request.tools) + history_chars(request.messages)
-    return max(1, chars // 4)
+    return max(
+        1, (_fixed_chars(request.system, request.tools) + history_chars(request.messages)) // 4
+    )
+
+
+def _fixed_chars(system: str, tools: Sequence[ToolSpec]) -> int:
+    """:func:`fixed_chars`, remembered for the last system prompt and tool list seen: an agent
+    sends the same two objects on every turn (and so do all agents of a type in a run). Only a
+    tuple is remembered: a list could change and stay the same object."""
+    global _last_fixed
+    last = _last_fixed
+    if last[1] is tools and last[0] is system:
+        return last[2]
+    size = fixed_chars(system, tools)
+    if type(tools) is tuple:
+        _last_fixed = (system, tools, size)  # keeps both alive: their identity is the key
+    return size
+
+
+_last_fixed: tuple[object, object, int] = (None, None, 0)
 
 
 def _default_summary(request: ModelRequest) -> str:

@@ -32,9 +32,18 @@ from runtime.core._errors import AgentsError, ConfigError
 from runtime.core._events import RunFinished, RunStarted
 from runtime.core._lazylog import LazyLogger
 from runtime.core._limits import Limits
+from runtime.core._permissions import PermissionPolicy
 from runtime.core._provider import Provider
 from runtime.core._runtime import Runtime
 from runtime.core._sandbox import Sandbox
+from runtime.core._secrets import (
+    log_secrets,
+    redactor_for,
+    run_environ,
+    scan_env,
+    scan_run_environ,
+)
+from runtime.core._tool import ToolLimits
 from runtime.providers._scenario import (
     Scenario,
     agent_types_from_scenario,
@@ -47,7 +56,7 @@ if TYPE_CHECKING:
     from runtime.cluster._placement import RayOptions
     from runtime.mcp import McpConfig
     from runtime.project import Project
-    from tools import Tool, ToolLimits
+    from tools import Tool
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
 # A lazy proxy: it reads structlog's configuration when it logs, so one serves every run.
@@ -86,6 +95,46 @@ def _path(real: str) -> Path:
     # A Path costs more to make than the realpath it holds (a third of the workspace check);
     # it is immutable, so runs in one workspace share one (issue 20).
     return Path(real)
+
+
+@functools.lru_cache(maxsize=16)
+def _tool_limits(max_output_chars: int) -> ToolLimits:
+    # Frozen: runs with the same limits share one.
+    return ToolLimits(max_output_chars=max_output_chars)
+
+
+def _real_folder(workspace: str | os.PathLike[str]) -> str:
+    """*workspace*'s real path (``~`` expanded, every symlink resolved), which must be a folder.
+
+    On Linux the folder is opened (``O_PATH``: nothing is read) and the kernel's own name for
+    it read back: three system calls in C, where ``os.path.isdir`` and ``os.path.realpath``
+    stat every component in Python (issue 20: most of a small run's set-up). Anywhere that
+    cannot (no ``O_PATH``, no ``/proc``, a folder deleted under us), the portable way.
+
+    Raises:
+        ConfigError: it is not a folder (or cannot be reached).
+    """
+    where = os.path.expanduser(os.fspath(workspace))
+    if _O_PATH is not None and where:
+        try:
+            fd = os.open(where, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            fd = -1  # not a folder, or not reachable: the portable check says which
+        if fd >= 0:
+            try:
+                real = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                real = ""
+            finally:
+                os.close(fd)
+            if real.startswith("/") and not real.endswith(" (deleted)"):
+                return real
+    if not os.path.isdir(where):
+        raise ConfigError(f"workspace {where!r} is not a folder")
+    return os.path.realpath(where)
+
+
+_O_PATH: int | None = getattr(os, "O_PATH", None) if os.path.isdir("/proc/self/fd") else None
 
 
 @functools.cache
@@ -177,19 +226,12 @@ async def open_runtime(
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
     cancelled, in which case every running node first ends ``cancelled``.
     """
-    from runtime.core._permissions import PermissionPolicy
-    from runtime.core._secrets import log_secrets, redactor_for, run_environ, scan_env
-    from tools import ToolLimits as _ToolLimits
-
     limits = limits or _default_limits()
     t0 = trio.current_time()
     run_id = run_id or new_run_id()
     # Setting up a run touches the disk a few times before anything runs; that is fine.
     # (os.path: Path.is_dir and Path.resolve cost a third of a small run's set-up.)
-    where = os.path.expanduser(os.fspath(workspace))  # noqa: ASYNC240 - no I/O
-    if not os.path.isdir(where):  # noqa: ASYNC240 - one stat
-        raise ConfigError(f"workspace {where!r} is not a folder")
-    ws = _path(os.path.realpath(where))  # noqa: ASYNC240 - a few lstat calls
+    ws = _path(_real_folder(workspace))
     if project is not None and project.workspace != ws:
         raise ConfigError(f"the project was loaded for {project.workspace}, not the workspace {ws}")
     scen: Scenario | None = None
@@ -233,10 +275,14 @@ async def open_runtime(
                     f"known tools: {', '.join(sorted(tool_map))}"
                 )
     allow, deny = tuple(allow), tuple(deny)  # iterated twice: the policy and run_started
-    base_env = run_environ() if env is None else dict(env)
+    # The process's environment (the default) is copied only for the parts that read it.
+    given_env = None if env is None else dict(env)
     allow_env = tuple(allow_env)
     # Scanned once per distinct environment in the process, not per run.
-    run_env, secret_list = scan_env(base_env, allow_env)
+    if given_env is None:
+        run_env, secret_list = scan_run_environ(allow_env)
+    else:
+        run_env, secret_list = scan_env(given_env, allow_env)
     trace_path: Path | None = None
     if trace is True:
         trace_path = Path(trace_dir or DEFAULT_TRACE_DIR) / f"{run_id}.jsonl"
@@ -275,7 +321,7 @@ async def open_runtime(
                 from runtime.providers import open_provider  # httpx only when needed
 
                 prov = await stack.enter_async_context(
-                    open_provider(provider, model=model, env=base_env)
+                    open_provider(provider, model=model, env=given_env or run_environ())
                 )
         else:
             prov = provider
@@ -285,7 +331,11 @@ async def open_runtime(
 
             mcp = await stack.enter_async_context(
                 open_mcp_servers(
-                    mcp_config, env=run_env, environ=base_env, workspace=ws, secrets=secret_list
+                    mcp_config,
+                    env=run_env,
+                    environ=given_env or run_environ(),
+                    workspace=ws,
+                    secrets=secret_list,
                 )
             )
             for tool in mcp.tools:
@@ -301,7 +351,8 @@ async def open_runtime(
 
             placements["ray"] = await stack.enter_async_context(
                 open_ray_placement(
-                    address=ray_address or base_env.get("RAY_ADDRESS"), options=ray
+                    address=ray_address or (given_env or run_environ()).get("RAY_ADDRESS"),
+                    options=ray,
                 )
             )
         # Every event's strings are masked at the bus; log lines too, while the run is open.
@@ -341,7 +392,7 @@ async def open_runtime(
             model=model or getattr(prov, "model", None) or "scripted",
             agent_types=types,
             tools=tool_map,
-            tool_limits=tool_limits or _ToolLimits(max_output_chars=limits.max_tool_output_chars),
+            tool_limits=tool_limits or _tool_limits(limits.max_tool_output_chars),
             limits=limits,
             workspace=ws,
             env=run_env,
