@@ -6,6 +6,10 @@ where the *floor* is the same run with every agent in-process (``placement = "lo
 * ``ray_oneshot_wall_s`` — wall time of a run whose root starts N (200) remote sub-agents that
   each answer in one model call, median of ``--reps`` runs alternating with the in-process run
   (target of issue 22: at most twice the in-process time).
+* ``ray_start_loop_stall_ms`` — the longest the run's trio loop goes without running a 1 ms
+  ticker while a run starts its host actors (the worst of 3 runs after the process's first,
+  whose figure is printed beside it as ``first_run``): what starting hosts costs the live view
+  and every local agent of the run.
 * ``ray_subtree_start_s`` — in those runs, from a subtree being queued for its host to its first
   events arriving back (median; p90 and max alongside): what a remote subtree costs to start.
 
@@ -87,6 +91,33 @@ async def _oneshot_run(placement: str, n: int, workspace: Path,
         latencies = list(placement_obj.start_latencies) if placement_obj else []
     assert outcome.status == "completed", outcome
     return wall, list(latencies)
+
+
+async def _start_stalls(workspace: Path, options: RayOptions, runs: int) -> list[float]:
+    """For each of *runs* runs of one remote sub-agent (each starting its hosts), the longest
+    the run's trio loop went without scheduling a 1 ms ticker, in seconds."""
+    scenario = {"agents": {"main": {"turns": [{"tool_calls": [_call("one")]}, {"text": "ok"}]},
+                           "one": {"placement": "ray", "turns": [{"text": "remote"}]}}}
+    stalls = []
+    for _ in range(runs):
+        gaps = [0.0]
+
+        async def ticker(gaps: list[float] = gaps) -> None:
+            last = time.perf_counter()
+            while True:
+                await trio.sleep(0.001)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            async with open_runtime(scenario=scenario, workspace=workspace, trace=False,
+                                    ray=options) as rt:
+                assert (await rt.run("go")).status == "completed"
+            nursery.cancel_scope.cancel()
+        stalls.append(max(gaps))
+    return stalls
 
 
 def _big(placement: str, agents: int) -> dict[str, Any]:
@@ -201,6 +232,13 @@ async def main(args: argparse.Namespace) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             ws = Path(tmp)
+            # First: the first host of this process is the one Ray exports the class for.
+            stalls = await _start_stalls(ws, options, 4)
+            print(json.dumps({
+                "name": "ray_start_loop_stall_ms", "value": round(1000 * max(stalls[1:]), 1),
+                "unit": "ms (longest the run's trio loop went unscheduled while a run started "
+                        "its hosts, the worst of 3 runs; a 1 ms ticker)",
+                "first_run": round(1000 * stalls[0], 1), **where}), flush=True)
             local_walls, ray_walls, latencies = [], [], []
             for _ in range(args.reps):
                 local_walls.append((await _oneshot_run("local", args.oneshot, ws, options))[0])

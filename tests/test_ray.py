@@ -29,6 +29,7 @@ from runtime import (
     Limits,
     PermissionRequested,
     PermissionResolved,
+    RayOptions,
     Scenario,
     ToolFinished,
     ToolStarted,
@@ -516,8 +517,41 @@ def test_the_cli_starts_its_own_cluster_and_keeps_stdout_to_events(tmp_path: Pat
     assert events[-1].status == "completed"  # type: ignore[attr-defined]
 
 
+async def test_a_host_that_cannot_be_made_is_refused_and_made_off_the_event_loop(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Making a host actor (the first in a process makes Ray export its class: 0.1-0.2 s of
+    CPU) runs in a thread, not in the run's trio thread; when Ray cannot make it, the host is
+    refused with Ray's reason and the subtree fails with it, the run carries on."""
+    import threading
+
+    from runtime.cluster import _placement
+
+    on_loop: list[bool] = []
+    loop_thread = threading.current_thread()
+
+    class _NoHost:
+        def options(self, **_: Any) -> _NoHost:
+            return self
+
+        def remote(self, *_: Any, **__: Any) -> Any:
+            on_loop.append(threading.current_thread() is loop_thread)
+            raise RuntimeError("no room for actors here")
+
+    monkeypatch.setattr(_placement, "_host_class", _NoHost)
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("far", "far")]}, {"text": "carried on"}]},
+        "far": _remote(turns("never"))}}
+    outcome, events = await run_scenario(scenario, workspace, ray=RayOptions(hosts_per_node=1))
+    check_invariants(events)
+    assert (outcome.status, outcome.result) == ("completed", "carried on")
+    assert on_loop == [False]
+    [call] = [e for e in by_type(events, ToolFinished) if e.name == "agent"]  # type: ignore[attr-defined]
+    assert call.status == "error"  # type: ignore[attr-defined]
+    assert "could not start: RuntimeError: no room for actors here" in call.output  # type: ignore[attr-defined]
+
+
 def test_ray_options_come_from_the_cli_and_from_a_settings_table(tmp_path: Path) -> None:
-    from runtime import RayOptions
     from runtime.cli._main import build_parser
     from runtime.cli._options import options_from_args, runtime_kwargs
 

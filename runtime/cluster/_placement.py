@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -634,7 +635,6 @@ class RayPlacement:
     async def _bring_up(self, run: RunContext, host: _Host) -> Any:
         """Start the host's actor on its node, check that it can serve the run, open its
         channel. Raises :class:`_HostLost` (and refuses the node) if it cannot."""
-        import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         options: dict[str, Any] = {
@@ -650,8 +650,10 @@ class RayPlacement:
         try:
             # Keys reach the worker in the run's settings, never in its environment (which the
             # host seals), a call's arguments, an event or a log line.
-            host.actor = ray.remote(RayHost).options(**options).remote(
-                host.name, seal_environ=True
+            # In a thread: the first host of a process makes Ray export the class (a pickle
+            # and a disassembly of its methods, ~0.1-0.2 s), which must not freeze this loop.
+            host.actor = await trio.to_thread.run_sync(
+                lambda: _host_class().options(**options).remote(host.name, seal_environ=True)
             )
             fut = self._bridge.submit(_await_ref(host.actor.check.remote(str(run.workspace))))
             problem = f"{host.where()} did not start within {timeout:g} s"
@@ -1398,6 +1400,17 @@ def _quiet_ray_driver() -> None:
 
     to_log._trio_agents = True  # type: ignore[attr-defined]
     ray_worker.print_worker_logs = to_log
+
+
+@functools.cache
+def _host_class() -> Any:
+    """``ray.remote(RayHost)``, made once per process: Ray exports an actor class (pickles it
+    and disassembles its methods for a collision check) the first time each class object is
+    used in a job, so a new one per host cost the driver's trio thread ~60 ms of CPU for every
+    host of every run, the live view and the agents frozen meanwhile (bench/README.md)."""
+    import ray
+
+    return ray.remote(RayHost)
 
 
 def _init_ray(ray_mod: Any, address: str | None, num_cpus: int | None) -> None:
