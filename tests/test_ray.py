@@ -538,7 +538,7 @@ async def test_a_host_that_cannot_be_made_is_refused_and_made_off_the_event_loop
             on_loop.append(threading.current_thread() is loop_thread)
             raise RuntimeError("no room for actors here")
 
-    monkeypatch.setattr(_placement, "_host_class", _NoHost)
+    monkeypatch.setattr(_placement, "_remote_class", lambda cls: _NoHost())
     scenario = {"agents": {
         "main": {"turns": [{"tool_calls": [agent_call("far", "far")]}, {"text": "carried on"}]},
         "far": _remote(turns("never"))}}

@@ -653,7 +653,9 @@ class RayPlacement:
             # In a thread: the first host of a process makes Ray export the class (a pickle
             # and a disassembly of its methods, ~0.1-0.2 s), which must not freeze this loop.
             host.actor = await trio.to_thread.run_sync(
-                lambda: _host_class().options(**options).remote(host.name, seal_environ=True)
+                lambda: _remote_class(RayHost).options(**options).remote(
+                    host.name, seal_environ=True
+                )
             )
             fut = self._bridge.submit(_await_ref(host.actor.check.remote(str(run.workspace))))
             problem = f"{host.where()} did not start within {timeout:g} s"
@@ -1403,14 +1405,14 @@ def _quiet_ray_driver() -> None:
 
 
 @functools.cache
-def _host_class() -> Any:
-    """``ray.remote(RayHost)``, made once per process: Ray exports an actor class (pickles it
-    and disassembles its methods for a collision check) the first time each class object is
-    used in a job, so a new one per host cost the driver's trio thread ~60 ms of CPU for every
-    host of every run, the live view and the agents frozen meanwhile (bench/README.md)."""
+def _remote_class(cls: type) -> Any:
+    """``ray.remote(cls)``, made once per process: Ray exports an actor class (pickles it and
+    disassembles its methods for a collision check) the first time each class object is used
+    in a job, so a new one per host cost ~60 ms of CPU for every host of every run
+    (bench/README.md)."""
     import ray
 
-    return ray.remote(RayHost)
+    return ray.remote(cls)
 
 
 def _init_ray(ray_mod: Any, address: str | None, num_cpus: int | None) -> None:
