@@ -342,8 +342,24 @@ def test_a_finished_subtree_leaves_nothing_for_the_garbage_collector(tmp_path: A
                     ends.append(batch)
         return ends
 
+    class _StoppableHost(RayHost):
+        # Its trio loop lives as long as its worker; here it must end with the test: a guest
+        # run abandoned with the asyncio loop breaks every later trio.run of this process.
+        ended: asyncio.Future[object] | None = None
+
+        def _trio_done(self, outcome: Any) -> None:
+            if self.ended is not None:
+                self.ended.set_result(outcome)
+
+    async def stop(host: _StoppableHost) -> None:
+        host.ended = asyncio.get_running_loop().create_future()
+        assert host._token is not None
+        assert host._nursery is not None
+        host._token.run_sync_soon(host._nursery.cancel_scope.cancel)
+        await host.ended
+
     async def main() -> tuple[list[Batch], list[str]]:
-        host = RayHost("h1", watch_node=False)
+        host = _StoppableHost("h1", watch_node=False)
         channel = host.channel()
         await burst(host, channel, 0)  # what is made once per run or per host is made now
         gc.collect()
@@ -358,6 +374,7 @@ def test_a_finished_subtree_leaves_nothing_for_the_garbage_collector(tmp_path: A
             gc.set_debug(0)
             gc.garbage.clear()
             await channel.aclose()
+            await stop(host)
         return ends, kept
 
     threshold = gc.get_threshold()
