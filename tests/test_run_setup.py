@@ -121,3 +121,13 @@ async def test_a_run_masks_a_secret_set_after_an_earlier_run(
     async with open_runtime(scenario=scenario, workspace=tmp_path, trace=False) as rt:
         second = await rt.run("go")
     assert second.result == "the key is ***"
+
+
+async def test_an_empty_env_given_is_the_runs_environment_not_the_processs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # env={} is a choice (a run that must see no key), not "the default".
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-process-0123456789")
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        async with open_runtime("openai", env={}, workspace=tmp_path, trace=False):
+            pass

@@ -230,7 +230,6 @@ async def open_runtime(
     t0 = trio.current_time()
     run_id = run_id or new_run_id()
     # Setting up a run touches the disk a few times before anything runs; that is fine.
-    # (os.path: Path.is_dir and Path.resolve cost a third of a small run's set-up.)
     ws = _path(_real_folder(workspace))
     if project is not None and project.workspace != ws:
         raise ConfigError(f"the project was loaded for {project.workspace}, not the workspace {ws}")
@@ -277,6 +276,10 @@ async def open_runtime(
     allow, deny = tuple(allow), tuple(deny)  # iterated twice: the policy and run_started
     # The process's environment (the default) is copied only for the parts that read it.
     given_env = None if env is None else dict(env)
+
+    def base_env() -> dict[str, str]:
+        return run_environ() if given_env is None else given_env
+
     allow_env = tuple(allow_env)
     # Scanned once per distinct environment in the process, not per run.
     if given_env is None:
@@ -321,7 +324,7 @@ async def open_runtime(
                 from runtime.providers import open_provider  # httpx only when needed
 
                 prov = await stack.enter_async_context(
-                    open_provider(provider, model=model, env=given_env or run_environ())
+                    open_provider(provider, model=model, env=base_env())
                 )
         else:
             prov = provider
@@ -333,7 +336,7 @@ async def open_runtime(
                 open_mcp_servers(
                     mcp_config,
                     env=run_env,
-                    environ=given_env or run_environ(),
+                    environ=base_env(),
                     workspace=ws,
                     secrets=secret_list,
                 )
@@ -351,7 +354,7 @@ async def open_runtime(
 
             placements["ray"] = await stack.enter_async_context(
                 open_ray_placement(
-                    address=ray_address or (given_env or run_environ()).get("RAY_ADDRESS"),
+                    address=ray_address or base_env().get("RAY_ADDRESS"),
                     options=ray,
                 )
             )
