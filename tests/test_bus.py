@@ -165,6 +165,26 @@ def test_forward_gives_a_foreign_event_this_bus_seq() -> None:
     assert out.ts == pytest.approx(1.0), "when it happened, not when it arrived"
 
 
+def test_forward_masks_a_foreign_event_unless_its_own_bus_did() -> None:
+    from runtime.core._secrets import Redactor
+
+    secret = "zq-SECRETVALUE-0123456789"
+
+    def delta(text: str) -> TextDelta:
+        return TextDelta(seq=5, ts=1.0, run_id="o", agent_id="x", parent_tool_use_id="tu-1",
+                         text=text)
+
+    bus = EventBus("r", redactor=Redactor([secret]))
+    assert bus.forward(delta(f"key {secret} here")).text == "key *** here"
+    # A streamed text ending with the start of a secret is held back until the agent's next
+    # event, then sent on its own...
+    assert bus.forward(delta("ends zq-SEC")).text == "ends "
+    # ...but an event its own bus masked (and held back, and released) goes on as it is.
+    bus = EventBus("r", redactor=Redactor([secret]))
+    assert bus.forward(delta("zq-SEC"), masked=True).text == "zq-SEC"
+    assert [e.seq for e in (bus.forward(delta("more"), masked=True),)] == [2]
+
+
 # What event fields hold: JSON-like data (tool inputs are dicts of anything JSON).
 _values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

@@ -801,6 +801,44 @@ async def test_a_drivers_secret_printed_by_a_remote_bash_is_masked_for_the_remot
     assert "***" in sub_requests[0]
 
 
+async def test_a_remote_agents_text_reaches_the_stream_as_the_same_events_as_a_local_ones(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # A secret in the run's environment, and agents whose text ends with the start of it: the
+    # bus that builds a text event holds that start back (the next piece could complete the
+    # secret) and sends it once the agent's next event shows it did not. A remote agent's
+    # events are built, masked and held back on its host; forwarded as they are, they must
+    # be the events a local agent gives: no text held back twice (which had made one text
+    # event an empty one and one more).
+    secret = "zq-SECRETVALUE-0123456789"
+    env = {**os.environ, "MY_API_KEY": secret}
+
+    def scenario(placement: str) -> dict[str, Any]:
+        return {"agents": {
+            "main": {"turns": [{"tool_calls": [agent_call("look", "looker")]},
+                               {"text": "done"}]},
+            "looker": {"placement": placement, "turns": [
+                {"text": "the key begins zq-SEC", "tool_calls": [
+                    {"name": "bash", "input": {"command": "echo $MY_API_KEY"}}]},
+                {"text": f"it was {secret} and ends zq-SECRETVAL"}]}}}
+
+    (tmp_path / "wl").mkdir()
+    _, local = await run_scenario(scenario("local"), tmp_path / "wl", env=env,
+                                  allow_env=["MY_API_KEY"])
+    outcome, remote = await run_scenario(scenario("ray"), workspace, env=env,
+                                         allow_env=["MY_API_KEY"])
+    assert outcome.status == "completed"
+    check_invariants(remote)
+    sub_local = [e for e in local if e.parent_tool_use_id is not None]
+    sub_remote = [e for e in remote if e.parent_tool_use_id is not None]
+    text_local = [(type(e).__name__, e.text) for e in sub_local if type(e).__name__ == "TextDelta"]  # type: ignore[attr-defined]
+    text_remote = [(type(e).__name__, e.text) for e in sub_remote if type(e).__name__ == "TextDelta"]  # type: ignore[attr-defined]
+    assert text_remote == text_local
+    assert [type(e).__name__ for e in sub_remote] == [type(e).__name__ for e in sub_local]
+    assert secret not in json.dumps([attrs.asdict(e) for e in remote])
+    assert "zq-SEC" in "".join(t for _, t in text_remote), "a start that was no secret is kept"
+
+
 def test_a_host_seals_its_workers_environment() -> None:
     import secrets
 

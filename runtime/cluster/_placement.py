@@ -903,9 +903,10 @@ class RayPlacement:
             batch_max=self.options.batch_max,
             system_prompt=run.system_prompt,
             sandbox=run.sandbox,
-            # The values the driver masks (its environment's, MCP header values): the host's
-            # bus masks the same ones (docs/cluster.md).
-            secrets=run.secrets,
+            # The values the driver masks (its environment's, MCP header values; its bus's):
+            # the host's bus masks the same ones and more, so the events it sends are
+            # forwarded as they are (docs/cluster.md).
+            secrets=tuple(dict.fromkeys((*run.secrets, *run.bus.redactor.secrets))),
         )
         try:
             ref = ray.put(settings)
@@ -1135,7 +1136,7 @@ class _Stream:
         subtree's open nodes, proxies and mailboxes."""
         run = self.run
         if type(event) in _PLAIN:  # most events (text, turns): nothing to keep track of
-            run.bus.forward(event)
+            run.bus.forward(event, masked=True)  # by the host's bus (see _config_ref)
             return
         if isinstance(event, PermissionAsked):
             self._ask(event)
@@ -1182,7 +1183,7 @@ class _Stream:
                     run.registry.unregister(event.agent_id)
             if event.agent_id == self.spec.agent_id:
                 self._root_finished = event
-        run.bus.forward(event)
+        run.bus.forward(event, masked=True)
 
     def _register(self, node_id: str, parent_id: str | None, owner: Owner) -> None:
         try:

@@ -517,15 +517,23 @@ class EventBus:
         if self.on_core_failure is not None:
             self.on_core_failure(exc)
 
-    def forward(self, event: Event) -> Event:
+    def forward(self, event: Event, *, masked: bool = False) -> Event:
         """Re-emit an event built elsewhere (another process) with this bus's next ``seq`` and
-        run id, keeping its own ``ts`` (when it happened, not when it arrived here)."""
+        run id, keeping its own ``ts`` (when it happened, not when it arrived here).
+
+        Args:
+            masked: the bus that built *event* masked it with at least this bus's secrets (a
+                Ray host's bus masks the run's secrets and its own): it goes on as it is.
+                Masking it again would cost the forwarding of every remote event, and hold
+                back a second time a streamed text's end its first bus had held back and then
+                released, turning one text event into an empty one and one more.
+        """
         import attrs  # only remote runs forward events
 
         if self._closed:
             raise trio.ClosedResourceError("the event bus is closed: the run has finished")
         changes: dict[str, Any] = {}
-        if self._redactor is not None:
+        if self._redactor is not None and not masked:
             own = {
                 a.name: getattr(event, a.name)
                 for a in attrs.fields(type(event))
