@@ -364,3 +364,47 @@ def test_run_environ_follows_changes_to_the_process_environment(
 def test_runs_with_the_same_secrets_share_one_redactor() -> None:
     assert redactor_for(("abcdefgh",)) is redactor_for(("abcdefgh",))
     assert redactor_for(("abcdefgh",))("x abcdefgh y") == "x *** y"
+
+
+# JSON-like event field values, their strings sometimes holding (or nearly holding) a secret.
+_SECRET = "tok-5ecret-0123456789"
+_texts = st.sampled_from(["", "plain", _SECRET, f"a {_SECRET} b", _SECRET[:-1], "tok-", "***"])
+_field_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _texts,
+    lambda inner: st.lists(inner, max_size=3)
+    | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(_texts, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def _walked(redactor: Redactor, obj: Any) -> Any:
+    """The straightforward masking: every string at any depth, containers rebuilt."""
+    if type(obj) is str:
+        return redactor(obj)
+    if isinstance(obj, dict):
+        return {_walked(redactor, k): _walked(redactor, v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        items = [_walked(redactor, v) for v in obj]
+        return items if isinstance(obj, list) else tuple(items)
+    return obj
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.sampled_from(["text", "input", "error", "tool_use_id", "n"]),
+                       _field_values, max_size=5))
+def test_masking_an_events_fields_skips_the_copy_only_when_nothing_changes(
+    fields: dict[str, Any],
+) -> None:
+    redactor = Redactor([_SECRET])
+    keep = frozenset({"tool_use_id"})
+    expected = {n: v if n in keep else _walked(redactor, v) for n, v in fields.items()}
+    out = redactor.fields(fields, keep)
+    assert out == expected
+    assert all(type(out[n]) is type(expected[n]) for n in fields)
+    if out is fields:  # the fast path: nothing in it was a secret
+        assert expected == fields
+    assert _SECRET not in repr({n: v for n, v in out.items() if n not in keep})
+    for value in fields.values():
+        assert redactor.value(value) == _walked(redactor, value)
+    assert Redactor([]).fields(fields) is fields

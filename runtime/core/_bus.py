@@ -52,7 +52,9 @@ _log = structlog.get_logger("trio_agents.bus")
 _STREAMED: tuple[type[TextDelta | ThinkingDelta], ...] = (TextDelta, ThinkingDelta)
 _COMMON = frozenset({"seq", "ts", "run_id", "agent_id", "parent_tool_use_id"})
 # Fields the runtime or the provider's API fills with ids and enums, never with text: not searched.
-_NOT_TEXT = frozenset({"tool_use_id", "request_id", "status", "stop_reason", "by", "method"})
+_NOT_TEXT = frozenset(
+    {"tool_use_id", "tool_use_ids", "request_id", "status", "stop_reason", "by", "method"}
+)
 # A reader that finds events waiting takes up to this many in a row before it yields to the
 # scheduler (it checks for cancellation on every one): a backlog is read in one wake-up instead
 # of one scheduler round per event, and other tasks still get in.
@@ -474,10 +476,7 @@ class EventBus:
             if rest:
                 self._held[key] = (rest, parent_tool_use_id)
             return {**fields, "text": out}
-        return {
-            name: value if name in _NOT_TEXT else redactor.value(value)
-            for name, value in fields.items()
-        }
+        return redactor.fields(fields, _NOT_TEXT)
 
     def _deliver(self, event: Event) -> None:
         for hook in self._core:
@@ -532,7 +531,7 @@ class EventBus:
 
         if self._closed:
             raise trio.ClosedResourceError("the event bus is closed: the run has finished")
-        changes: dict[str, Any] = {}
+        changes: dict[str, Any] | None = None
         if self._redactor is not None and not masked:
             own = {
                 a.name: getattr(event, a.name)
@@ -540,8 +539,10 @@ class EventBus:
                 if a.name not in _COMMON
             }
             changes = self._masked(type(event), event.agent_id, event.parent_tool_use_id, own)
+            if changes is own:  # nothing masked
+                changes = None
         self._seq += 1
-        if changes:
+        if changes is not None:
             forwarded = attrs.evolve(event, seq=self._seq, run_id=self.run_id, **changes)
         else:
             forwarded = _renumberer(type(event))(event, self._seq, self.run_id)

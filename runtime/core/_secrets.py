@@ -43,7 +43,15 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Generator, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import (
+    Container,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
 from typing import Any
 
 __all__ = [
@@ -196,7 +204,10 @@ def redact(text: str, secrets: Sequence[str], *, mask: str = "***") -> str:
     (a run has one), so this is cheap enough for every tool result.
     """
     pattern = _secrets_pattern(tuple(secrets))
-    return text if pattern is None else pattern.sub(mask, text)
+    # A search first: about three times cheaper than a sub that finds nothing (most text).
+    if pattern is None or pattern.search(text) is None:
+        return text
+    return pattern.sub(mask, text)
 
 
 @functools.lru_cache(maxsize=32)
@@ -241,8 +252,8 @@ class Redactor:
     def value(self, obj: Any) -> Any:
         """*obj* with every string in it masked: strings, and the keys and values of dicts,
         lists and tuples at any depth (bounded: JSON-like values from a model or a config)."""
-        if self._pattern is None:
-            return obj
+        if self._pattern is None or not self._holds_secret(obj, 0):
+            return obj  # nothing to mask (nearly always): *obj* itself, no copy
         return self._value(obj, 0)
 
     def _value(self, obj: Any, depth: int) -> Any:
@@ -258,6 +269,52 @@ class Redactor:
             items = [self._value(v, depth + 1) for v in obj]
             return items if isinstance(obj, list) else tuple(items)
         return obj
+
+    def fields(self, fields: dict[str, Any], keep: Container[str] = ()) -> dict[str, Any]:
+        """An event's *fields* (by name) with every string in their values masked as
+        :meth:`value` masks it, those named in *keep* left as they are.
+
+        Returns *fields* itself when nothing in it is a secret: one search per string field
+        and no copy (nearly every event; walking every field through :meth:`value` was most
+        of what a run with a secret in its environment spent masking, bench/README.md).
+        """
+        pattern = self._pattern
+        if pattern is None:
+            return fields
+        search = pattern.search
+        for name, value in fields.items():
+            kind = type(value)
+            if kind is str:
+                if search(value) is None or name in keep:
+                    continue
+            elif (
+                value is None or kind is int or kind is float or kind is bool or name in keep
+                or not self._holds_secret(value, 0)
+            ):
+                continue
+            # Something to mask: every field the straightforward way.
+            return {n: v if n in keep else self._value(v, 0) for n, v in fields.items()}
+        return fields
+
+    def _holds_secret(self, obj: Any, depth: int) -> bool:
+        """Whether :meth:`_value` would change *obj* (a secret in a string in it, or deeper
+        than it walks), without building anything."""
+        if type(obj) is str:
+            assert self._pattern is not None
+            return self._pattern.search(obj) is not None
+        if obj is None or isinstance(obj, int | float):
+            return False
+        if depth > 64:
+            return True
+        if isinstance(obj, dict):
+            return any(
+                self._holds_secret(k, depth + 1) or self._holds_secret(v, depth + 1)
+                for k, v in obj.items()
+            )
+        if isinstance(obj, list | tuple):
+            # A list is rebuilt as a list and a tuple as a tuple: equal when nothing is masked.
+            return any(self._holds_secret(v, depth + 1) for v in obj)
+        return False
 
     def spans(self, text: str) -> Iterator[tuple[int, int]]:
         """Where the secrets are in *text*: ``(start, end)`` of each, left to right."""
