@@ -212,11 +212,16 @@ def _event_classes() -> set[type[Event]]:
 def test_forward_copies_an_event_as_attrs_evolve_would(foreign: list[Event]) -> None:
     """``forward`` copies through a copier written per class (issue 22); it must give what
     the straightforward ``attrs.evolve(event, seq=..., run_id=...)`` gives, for every class."""
-    bus = EventBus("r")
+    bus, fresh_bus = EventBus("r"), EventBus("r")
     for n, event in enumerate(foreign, start=1):
         out = bus.forward(event)
         assert out == attrs.evolve(event, seq=n, run_id="r")
         assert type(out) is type(event)
+        # A fresh event (just unpacked, held by nobody) is numbered in place: the same result.
+        mine = attrs.evolve(event)
+        numbered = fresh_bus.forward(mine, fresh=True)
+        assert numbered is mine
+        assert numbered == out
 
 
 async def test_two_readers_of_one_subscription_never_take_the_same_event() -> None:

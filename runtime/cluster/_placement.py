@@ -1136,7 +1136,8 @@ class _Stream:
         subtree's open nodes, proxies and mailboxes."""
         run = self.run
         if type(event) in _PLAIN:  # most events (text, turns): nothing to keep track of
-            run.bus.forward(event, masked=True)  # by the host's bus (see _config_ref)
+            # Masked by the host's bus (see _config_ref); unpacked for this bus alone.
+            run.bus.forward(event, masked=True, fresh=True)
             return
         if isinstance(event, PermissionAsked):
             self._ask(event)
@@ -1183,7 +1184,7 @@ class _Stream:
                     run.registry.unregister(event.agent_id)
             if event.agent_id == self.spec.agent_id:
                 self._root_finished = event
-        run.bus.forward(event, masked=True)
+        run.bus.forward(event, masked=True, fresh=True)
 
     def _register(self, node_id: str, parent_id: str | None, owner: Owner) -> None:
         try:

@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal, Protocol, TypeVar
 
+import attrs
 import structlog
 import trio
 
@@ -516,7 +517,7 @@ class EventBus:
         if self.on_core_failure is not None:
             self.on_core_failure(exc)
 
-    def forward(self, event: Event, *, masked: bool = False) -> Event:
+    def forward(self, event: Event, *, masked: bool = False, fresh: bool = False) -> Event:
         """Re-emit an event built elsewhere (another process) with this bus's next ``seq`` and
         run id, keeping its own ``ts`` (when it happened, not when it arrived here).
 
@@ -526,9 +527,10 @@ class EventBus:
                 Masking it again would cost the forwarding of every remote event, and hold
                 back a second time a streamed text's end its first bus had held back and then
                 released, turning one text event into an empty one and one more.
+            fresh: *event* was made for this bus and nobody holds it yet (just unpacked from a
+                host's envelope): numbered in place instead of copied, as nothing can have
+                seen its old number.
         """
-        import attrs  # only remote runs forward events
-
         if self._closed:
             raise trio.ClosedResourceError("the event bus is closed: the run has finished")
         changes: dict[str, Any] | None = None
@@ -544,6 +546,10 @@ class EventBus:
         self._seq += 1
         if changes is not None:
             forwarded = attrs.evolve(event, seq=self._seq, run_id=self.run_id, **changes)
+        elif fresh:
+            _renumber_in_place(event, "seq", self._seq)
+            _renumber_in_place(event, "run_id", self.run_id)
+            forwarded = event
         else:
             forwarded = _renumberer(type(event))(event, self._seq, self.run_id)
         self._deliver(forwarded)
@@ -562,6 +568,8 @@ class EventBus:
 
 
 _RENUMBERERS: dict[type[Event], Callable[[Any, int, str], Any]] = {}
+# Events are frozen; a fresh one (see ``EventBus.forward``) is numbered before anyone sees it.
+_renumber_in_place = object.__setattr__
 
 
 def _renumberer(cls: type[Event]) -> Callable[[Any, int, str], Any]:
@@ -571,8 +579,6 @@ def _renumberer(cls: type[Event]) -> Callable[[Any, int, str], Any]:
     fields was most of that (bench/README.md)."""
     copy = _RENUMBERERS.get(cls)
     if copy is None:
-        import attrs
-
         fields = [a for a in attrs.fields(cls) if a.init]  # as evolve: by alias, init ones
         assert all(a.name.isidentifier() and a.alias.isidentifier() for a in fields)
         fixed = {"seq": "seq", "run_id": "run_id"}
