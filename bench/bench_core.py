@@ -5,6 +5,8 @@ Scenarios (scripted provider, zero delays, in-process, trace file on):
 * ``fanout_100`` / ``fanout_1000`` — a root starts N sub-agents in one turn; each makes one tool
   call (``echo``, a no-op tool) then answers. Wall time of the whole run against the floor;
   ``fanout_growth`` is the cost per sub-agent at 1,000 over that at 100.
+* ``fanout_100_secret`` — ``fanout_100`` with a provider key in the run's environment (as most
+  users have): what masking costs, every event being searched for the key (report only).
 * ``stream_depth0`` / ``stream_depth2`` — 10,000 one-word text deltas from the root (depth 0) or
   a depth-2 sub-agent, read by a ``block`` subscriber of the root stream; us per delta against
   a chain of as many forwarding tasks as levels into an encoding consumer (issue 20).
@@ -34,6 +36,7 @@ import argparse
 import gc
 import itertools
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -197,7 +200,16 @@ def _limits(n: int) -> Limits:
 # -- fan-out ---------------------------------------------------------------------------------
 
 
-async def run_fanout(n: int, workdir: Path, capture: list[dict[str, Any]] | None = None) -> float:
+# What most users' environments hold: a provider key, so every event is searched for it.
+_SECRET_ENV = {"OPENAI_API_KEY": "sk-bench-0123456789abcdefghijklmnop"}
+
+
+async def run_fanout(
+    n: int,
+    workdir: Path,
+    capture: list[dict[str, Any]] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> float:
     """One fan-out run; its wall time from opening the runtime to the trace closed."""
     on_event: Callable[[Event], None] | None = None
     if capture is not None:
@@ -210,6 +222,7 @@ async def run_fanout(n: int, workdir: Path, capture: list[dict[str, Any]] | None
         extra_tools=[EchoTool()],
         limits=_limits(n),
         on_event=on_event,
+        env=env,
     ) as rt:
         outcome = await rt.run("Split the work.")
     elapsed = time.perf_counter() - t0
@@ -259,7 +272,14 @@ async def bench_fanout(reps: int, workdir: Path) -> list[Result]:
         assert len(trees[n][1]) == n
     values: dict[int, list[float]] = {n: [] for n in sizes}
     floor_values: dict[int, list[float]] = {n: [] for n in sizes}
+    secret_env = {**os.environ, **_SECRET_ENV}
+    with_secret: list[float] = []
     for _ in range(reps):
+        gc.collect()
+        total = 0.0
+        for _ in range(inner[100]):
+            total += await run_fanout(100, workdir, env=secret_env)
+        with_secret.append(total / inner[100])
         for n in sizes:
             before, children, after = trees[n]
             gc.collect()
@@ -296,6 +316,20 @@ async def bench_fanout(reps: int, workdir: Path) -> list[Result]:
                 floor_runs=[round(v * 1000, 1) for v in floor_values[n]],
             )
         )
+    secret_ms, floor_ms = min(with_secret) * 1000, min(floor_values[100]) * 1000
+    out.append(
+        {
+            "name": "fanout_100_secret",
+            "value": round(secret_ms, 1),
+            "floor": round(floor_ms, 1),
+            "ratio": round(secret_ms / floor_ms, 3),
+            "unit": "ms (fanout_100 with a provider key in the run's environment: every event "
+            "is searched for it)",
+            "target": None,
+            "met": None,
+            "runs": [round(v * 1000, 1) for v in with_secret],
+        }
+    )
     growth = per_agent[1000] / per_agent[100]
     out.append(
         {

@@ -408,3 +408,30 @@ def test_masking_an_events_fields_skips_the_copy_only_when_nothing_changes(
     for value in fields.values():
         assert redactor.value(value) == _walked(redactor, value)
     assert Redactor([]).fields(fields) is fields
+
+
+def test_masking_walks_as_deep_as_it_says_and_masks_deeper_containers_whole() -> None:
+    redactor = Redactor([_SECRET])
+    for depth in (63, 64, 65, 66):
+        nested: Any = ["plain"]
+        for _ in range(depth):
+            nested = [nested]
+        # Nothing to mask: the same object back, however deep (and equal to the walk).
+        assert redactor.value(nested) == _walked_bounded(redactor, nested, 0)
+        secret_inside: Any = [_SECRET]
+        for _ in range(depth):
+            secret_inside = [secret_inside]
+        assert _SECRET not in repr(redactor.value(secret_inside))
+        assert redactor.value(secret_inside) == _walked_bounded(redactor, secret_inside, 0)
+
+
+def _walked_bounded(redactor: Redactor, obj: Any, depth: int) -> Any:
+    if type(obj) is str:
+        return redactor(obj)
+    if obj is None or isinstance(obj, int | float):
+        return obj
+    if depth > 64:
+        return redactor.mask
+    if isinstance(obj, list):
+        return [_walked_bounded(redactor, v, depth + 1) for v in obj]
+    return obj

@@ -298,22 +298,44 @@ class Redactor:
 
     def _holds_secret(self, obj: Any, depth: int) -> bool:
         """Whether :meth:`_value` would change *obj* (a secret in a string in it, or deeper
-        than it walks), without building anything."""
-        if type(obj) is str:
-            assert self._pattern is not None
-            return self._pattern.search(obj) is not None
+        than it walks), without building anything. Strings and numbers among a container's
+        items are checked in place, not through a call each (a tool's input is mostly those)."""
+        assert self._pattern is not None
+        search = self._pattern.search
+        kind = type(obj)
+        if kind is str:
+            return search(obj) is not None
         if obj is None or isinstance(obj, int | float):
             return False
+        if not isinstance(obj, dict | list | tuple):
+            return False  # left as it is by _value
         if depth > 64:
-            return True
+            return True  # deeper than _value walks: it masks the container whole
         if isinstance(obj, dict):
-            return any(
-                self._holds_secret(k, depth + 1) or self._holds_secret(v, depth + 1)
-                for k, v in obj.items()
-            )
-        if isinstance(obj, list | tuple):
-            # A list is rebuilt as a list and a tuple as a tuple: equal when nothing is masked.
-            return any(self._holds_secret(v, depth + 1) for v in obj)
+            for key, item in obj.items():
+                if type(key) is str:
+                    if search(key) is not None:
+                        return True
+                elif self._holds_secret(key, depth + 1):
+                    return True
+                kind = type(item)
+                if kind is str:
+                    if search(item) is not None:
+                        return True
+                elif item is None or kind is int or kind is float or kind is bool:
+                    continue
+                elif self._holds_secret(item, depth + 1):
+                    return True
+            return False
+        for item in obj:
+            kind = type(item)
+            if kind is str:
+                if search(item) is not None:
+                    return True
+            elif item is None or kind is int or kind is float or kind is bool:
+                continue
+            elif self._holds_secret(item, depth + 1):
+                return True
         return False
 
     def spans(self, text: str) -> Iterator[tuple[int, int]]:
