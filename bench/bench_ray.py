@@ -198,10 +198,6 @@ def _figure(name: str, value: float, floor: float, unit: str, **extra: Any) -> N
 
 async def main(args: argparse.Namespace) -> None:
     import ray
-    import structlog
-
-    # An application of the runtime: its stdout is for the figures, not the runtime's debug log.
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
     from runtime.cluster._placement import _init_ray
 

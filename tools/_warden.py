@@ -50,14 +50,14 @@ import sys
 import threading
 from typing import Final
 
-import structlog
+from runtime.core import get_logger
 
 __all__ = ["CALL_TAG_VAR", "Warden", "warden"]
 
 # The variable that carries a bash call's tag into every process it starts.
 CALL_TAG_VAR: Final = "TRIO_AGENTS_BASH_CALL"
 
-_log = structlog.get_logger("trio_agents.warden")
+_log = get_logger("trio_agents.warden")
 
 # How long the launcher may take to hand over to the warden (it forks and exits at once).
 _LAUNCH_TIMEOUT_S: Final = 10.0

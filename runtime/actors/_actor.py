@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Literal, TypeVar
 
 import attrs
-import structlog
 import trio
 
+from ._logs import get_logger
 from ._mailbox import Mailbox
 from ._registry import Node, Registry
 
@@ -28,7 +28,7 @@ CmdT = TypeVar("CmdT")
 
 ExitKind = Literal["returned", "failed", "cancelled"]
 
-_log = structlog.get_logger("trio_agents.actors")
+_log = get_logger("trio_agents.actors")
 
 
 @attrs.frozen(kw_only=True)

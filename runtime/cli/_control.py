@@ -38,9 +38,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
-import structlog
 import trio
 
+from runtime.actors._logs import get_logger
 from runtime.core._errors import ConfigError
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ MAX_LINE = 64 * 1024
 """The longest request line accepted, in bytes; a longer one gets an error answer."""
 
 _OPS = "cancel, message, pending, permission"
-_log = structlog.get_logger("trio_agents.control")
+_log = get_logger("trio_agents.control")
 
 
 class ControlServer:

@@ -84,10 +84,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import attrs
-import structlog
 import trio
 
 from runtime.actors import Registry
+from runtime.actors._logs import get_logger
 from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker
@@ -116,7 +116,7 @@ if TYPE_CHECKING:
     from runtime.core._permissions import PermissionPolicy
     from tools import Tool, ToolLimits
 
-_log = structlog.get_logger("trio_agents.ray_host")
+_log = get_logger("trio_agents.ray_host")
 E = TypeVar("E", bound=Event)
 
 # How long a subtree's end may take to be reported when its stream is being torn down.

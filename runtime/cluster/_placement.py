@@ -68,10 +68,10 @@ from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar, cast
 
 import attrs
-import structlog
 import trio
 
 from runtime.actors import Registry
+from runtime.actors._logs import get_logger
 from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType
 from runtime.core._context import Owner, RunContext
@@ -106,7 +106,7 @@ from ._host import (
 __all__ = ["RayOptions", "RayPlacement", "open_ray_placement"]
 
 T = TypeVar("T")
-_log = structlog.get_logger("trio_agents.ray")
+_log = get_logger("trio_agents.ray")
 
 # Key variables of the HTTP providers, and their base-URL variables (runtime.providers).
 _HTTP_WIRING: Mapping[str, tuple[str, str]] = {

@@ -16,6 +16,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from runtime.actors._logs import get_logger as get_logger
+
     from ._errors import AgentsError as AgentsError
     from ._errors import ConfigError as ConfigError
     from ._errors import ToolError as ToolError
@@ -59,6 +61,7 @@ _LAZY: dict[str, str] = {
     "Glob": "._globs",
     "compile_glob": "._globs",
     "escape_glob": "._globs",
+    "get_logger": "runtime.actors._logs",
     "is_inside": "._workspace",
     "is_runtime_path": "._workspace",
     "locate": "._workspace",

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
-import structlog
 import trio
+
+from runtime.actors._logs import get_logger
 
 from ._events import (
     AgentFinished,
@@ -27,7 +28,7 @@ from ._events import (
 )
 from ._limits import Budget
 
-_log = structlog.get_logger("trio_agents.budget")
+_log = get_logger("trio_agents.budget")
 
 CancelFn = Callable[[str, str], bool]
 _Queue = tuple[trio.MemorySendChannel[tuple[str, str]], trio.MemoryReceiveChannel[tuple[str, str]]]

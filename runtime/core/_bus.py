@@ -38,8 +38,9 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol, TypeVar
 
 import attrs
-import structlog
 import trio
+
+from runtime.actors._logs import get_logger
 
 from ._errors import AgentsError
 from ._events import Event, TextDelta, ThinkingDelta
@@ -49,7 +50,7 @@ E = TypeVar("E", bound=Event)
 Tap = Callable[[Event], None]
 Policy = Literal["block", "lag"]
 
-_log = structlog.get_logger("trio_agents.bus")
+_log = get_logger("trio_agents.bus")
 _STREAMED: tuple[type[TextDelta | ThinkingDelta], ...] = (TextDelta, ThinkingDelta)
 _COMMON = frozenset({"seq", "ts", "run_id", "agent_id", "parent_tool_use_id"})
 # Fields the runtime or the provider's API fills with ids and enums, never with text: not searched.

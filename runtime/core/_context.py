@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
-import structlog
 import trio
 
 from runtime.actors import Mailbox, Registry
+from runtime.actors._logs import get_logger
 
 from ._agent_types import AgentType, AgentTypes
 from ._approvals import PermissionBroker
@@ -78,7 +78,7 @@ class RunContext:
     secrets: tuple[str, ...]
     broker: PermissionBroker
     budget: BudgetLayer
-    log: Any = attrs.Factory(lambda: structlog.get_logger("trio_agents"))
+    log: Any = attrs.Factory(lambda: get_logger("trio_agents"))
     sandbox: Sandbox | None = None
     placements: dict[str, SubtreeRunner] = attrs.Factory(dict)
     # None: an agent's system prompt is its type's prompt alone.

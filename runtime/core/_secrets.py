@@ -54,6 +54,8 @@ from collections.abc import (
 )
 from typing import Any
 
+from runtime.actors._logs import add_mask
+
 __all__ = [
     "RedactingLogFilter",
     "Redactor",
@@ -436,6 +438,11 @@ def redact_log_event(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> A
         elif isinstance(value, BaseException):
             event_dict[key] = redactor(f"{type(value).__name__}: {value}")
     return event_dict
+
+
+# The runtime's loggers mask with it when the application configured no structlog of its own
+# (runtime/actors/_logs.py).
+add_mask(redact_log_event)
 
 
 class RedactingLogFilter(logging.Filter):

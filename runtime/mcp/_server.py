@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import mcp_types
-import structlog
 import trio
 from mcp import ClientSession, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 
+from runtime.actors._logs import get_logger
 from runtime.core import ToolError
 
 from ._config import McpConfig, McpServerConfig
@@ -428,7 +428,7 @@ async def open_mcp_servers(
 
 
 def _log_warning(message: str) -> None:
-    structlog.get_logger("trio_agents.mcp").warning(message)
+    get_logger("trio_agents.mcp").warning(message)
 
 
 def _quiet_sdk_logs() -> None:

@@ -35,9 +35,8 @@ from typing import Any, Final
 import attrs
 import httpx
 import orjson
-import structlog
-from structlog.typing import FilteringBoundLogger
 
+from runtime.actors._logs import get_logger
 from runtime.core._context_window import parse_overflow
 from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._events import StopReason
@@ -79,7 +78,7 @@ _STOP: Final[dict[str, StopReason]] = {
 _TRANSIENT_ERRORS: Final = frozenset(
     {"overloaded_error", "api_error", "rate_limit_error", "timeout_error", "server_error"}
 )
-_log: FilteringBoundLogger = structlog.get_logger("trio_agents.providers")
+_log: Any = get_logger("trio_agents.providers")
 
 
 @attrs.define(kw_only=True, eq=False)

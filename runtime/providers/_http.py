@@ -26,10 +26,9 @@ import attrs
 import httpx
 import httpx_sse
 import orjson
-import structlog
 import trio
-from structlog.typing import FilteringBoundLogger
 
+from runtime.actors._logs import get_logger
 from runtime.core._context_window import parse_overflow
 from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._provider import RetryNotice
@@ -41,7 +40,7 @@ REDACTED: Final = "[redacted]"
 _MIN_SECRET_LEN: Final = 4
 _MESSAGE_LIMIT: Final = 500
 
-_log: FilteringBoundLogger = structlog.get_logger("trio_agents.providers")
+_log: Any = get_logger("trio_agents.providers")
 _END: Final[Any] = object()
 
 
@@ -395,7 +394,7 @@ class Retrier:
     provider: str
     policy: RetryPolicy
     call_deadline_s: float | None
-    log: FilteringBoundLogger = _log
+    log: Any = _log
     secrets: Collection[str] = ()
     rng: random.Random | None = None
     tries: int = attrs.field(default=1, init=False)

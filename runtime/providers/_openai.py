@@ -39,9 +39,8 @@ from typing import Any, Final
 import attrs
 import httpx
 import orjson
-import structlog
-from structlog.typing import FilteringBoundLogger
 
+from runtime.actors._logs import get_logger
 from runtime.core._context_window import parse_overflow
 from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._events import StopReason
@@ -77,7 +76,7 @@ _FINISH: Final[dict[str, StopReason]] = {
     "length": "max_tokens",
     "content_filter": "end_turn",
 }
-_log: FilteringBoundLogger = structlog.get_logger("trio_agents.providers")
+_log: Any = get_logger("trio_agents.providers")
 # The stream loop runs once per token; a module-level name is a cheaper lookup there.
 _loads = orjson.loads
 
@@ -316,7 +315,7 @@ def _add_fragments(calls: dict[int, _PartialCall], fragments: Any) -> None:
 
 
 def _complete_calls(
-    calls: dict[int, _PartialCall], finish: str, log: FilteringBoundLogger
+    calls: dict[int, _PartialCall], finish: str, log: Any
 ) -> list[ToolCall]:
     complete = []
     for index in sorted(calls):

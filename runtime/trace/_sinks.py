@@ -39,16 +39,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-import structlog
 import trio
 
+from runtime.actors._logs import get_logger
 from runtime.core._errors import ConfigError
 from runtime.core._events import Event, encode_event
 
 if TYPE_CHECKING:
     from runtime.core._bus import EventBus
 
-_log = structlog.get_logger("trio_agents.sinks")
+_log = get_logger("trio_agents.sinks")
 
 
 class JsonlSink:

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import attrs
-import structlog
 import trio
 
+from runtime.actors._logs import get_logger
 from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker
 from runtime.core._bus import EventBus
@@ -59,8 +59,8 @@ if TYPE_CHECKING:
     from tools import Tool
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
-# A lazy proxy: it reads structlog's configuration when it logs, so one serves every run.
-_LOG = structlog.get_logger("trio_agents")
+# It picks its way when it logs (the application's structlog, or logging): one serves every run.
+_LOG = get_logger("trio_agents")
 DEFAULT_TRACE_DIR = Path(".trio-agents") / "traces"
 
 

@@ -1,0 +1,78 @@
+"""The runtime's loggers: quiet in an application that did not ask for its lines.
+
+Every module of the runtime logs through :func:`get_logger`. Which way a line goes is decided
+when it is logged:
+
+* the application configured structlog (``structlog.configure``; the command line does, see
+  docs/cli.md): the line goes through that configuration, as any structlog logger's would;
+* it did not: the line goes to the standard library's :mod:`logging`, under the logger's name
+  (``trio_agents.bash`` …), rendered as one line with the run's secrets masked. An application
+  that configures no logging at all therefore sees nothing below a warning, and warnings only on
+  stderr (Python's last-resort handler); one that configures :mod:`logging` sees the runtime's
+  lines with its own. structlog's own default would print every line, debug included, to the
+  application's stdout.
+
+This module is the lowest layer's, so every layer can use it; the masking comes from the core
+layer, which adds it with :func:`add_mask` when it is imported.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+import structlog
+
+Processor = Callable[[Any, str, MutableMapping[str, Any]], Any]
+
+_masks: list[Processor] = []
+
+
+def add_mask(processor: Processor) -> None:
+    """Run *processor* on every line logged through :mod:`logging` (before it is rendered)."""
+    if processor not in _masks:
+        _masks.append(processor)
+
+
+def get_logger(name: str) -> Any:
+    """The runtime's logger *name*: a structlog-style logger (``debug``, ``info``, ``warning``,
+    ``error``, ``exception``, ``bind``) that picks its way per line (see the module doc)."""
+    return _Logger(name, {})
+
+
+class _Logger:
+    __slots__ = ("_context", "_name")
+
+    def __init__(self, name: str, context: dict[str, Any]) -> None:
+        self._name = name
+        self._context = context
+
+    def bind(self, **context: Any) -> _Logger:
+        return _Logger(self._name, {**self._context, **context})
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("_"):  # copy/pickle probes: not the logger's
+            raise AttributeError(method)
+        if structlog.is_configured():
+            logger = structlog.get_logger(self._name)
+        else:
+            logger = structlog.wrap_logger(
+                logging.getLogger(self._name),
+                processors=[
+                    # Before anything is built: a line below the level is dropped at once.
+                    structlog.stdlib.filter_by_level,
+                    structlog.processors.format_exc_info,
+                    *_masks,
+                    structlog.dev.ConsoleRenderer(
+                        colors=False, exception_formatter=structlog.dev.plain_traceback
+                    ),
+                ],
+                wrapper_class=structlog.stdlib.BoundLogger,
+            )
+        if self._context:
+            logger = logger.bind(**self._context)
+        return getattr(logger, method)
+
+    def __repr__(self) -> str:
+        return f"<trio-agents logger {self._name} {self._context!r}>"
