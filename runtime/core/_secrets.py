@@ -300,13 +300,10 @@ class Redactor:
 
     def _holds_secret(self, obj: Any, depth: int) -> bool:
         """Whether :meth:`_value` would change *obj* (a secret in a string in it, or deeper
-        than it walks), without building anything. Strings and numbers among a container's
-        items are checked in place, not through a call each (a tool's input is mostly those)."""
+        than it walks), without building anything."""
         assert self._pattern is not None
-        search = self._pattern.search
-        kind = type(obj)
-        if kind is str:
-            return search(obj) is not None
+        if type(obj) is str:
+            return self._pattern.search(obj) is not None
         if obj is None or isinstance(obj, int | float):
             return False
         if not isinstance(obj, dict | list | tuple):
@@ -314,29 +311,24 @@ class Redactor:
         if depth > 64:
             return True  # deeper than _value walks: it masks the container whole
         if isinstance(obj, dict):
-            for key, item in obj.items():
-                if type(key) is str:
-                    if search(key) is not None:
-                        return True
-                elif self._holds_secret(key, depth + 1):
-                    return True
-                kind = type(item)
-                if kind is str:
-                    if search(item) is not None:
-                        return True
-                elif item is None or kind is int or kind is float or kind is bool:
-                    continue
-                elif self._holds_secret(item, depth + 1):
-                    return True
-            return False
-        for item in obj:
+            return self._any_secret(obj.keys(), depth + 1) or self._any_secret(
+                obj.values(), depth + 1
+            )
+        return self._any_secret(obj, depth + 1)
+
+    def _any_secret(self, items: Iterable[Any], depth: int) -> bool:
+        """Whether any of a container's *items* (at *depth*) holds a secret; strings and
+        numbers checked here, not through a call each (a tool's input is mostly those)."""
+        assert self._pattern is not None
+        search = self._pattern.search
+        for item in items:
             kind = type(item)
             if kind is str:
                 if search(item) is not None:
                     return True
             elif item is None or kind is int or kind is float or kind is bool:
                 continue
-            elif self._holds_secret(item, depth + 1):
+            elif self._holds_secret(item, depth):
                 return True
         return False
 
