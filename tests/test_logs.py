@@ -1,4 +1,4 @@
-"""The runtime's log lines in an application that uses it as a library (runtime/actors/_logs.py).
+"""The runtime's log lines in an application that uses it as a library (runtime/_logs.py).
 
 Each case runs in a fresh interpreter: whether structlog was configured is process-wide.
 """

@@ -20,7 +20,8 @@ from typing import Any, Generic, Literal, TypeVar
 import attrs
 import trio
 
-from ._logs import get_logger
+from runtime._logs import get_logger
+
 from ._mailbox import Mailbox
 from ._registry import Node, Registry
 

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
-from runtime.actors._logs import get_logger
+from runtime._logs import get_logger
 from runtime.core._errors import ConfigError
 
 if TYPE_CHECKING:

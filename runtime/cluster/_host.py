@@ -86,8 +86,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 import attrs
 import trio
 
+from runtime._logs import get_logger
 from runtime.actors import Registry
-from runtime.actors._logs import get_logger
 from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker

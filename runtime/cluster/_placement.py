@@ -70,8 +70,8 @@ from typing import Any, Literal, TypeVar, cast
 import attrs
 import trio
 
+from runtime._logs import get_logger
 from runtime.actors import Registry
-from runtime.actors._logs import get_logger
 from runtime.core._agent import AgentOutcome, AgentSpec
 from runtime.core._agent_types import AgentType
 from runtime.core._context import Owner, RunContext

@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runtime.actors._logs import get_logger as get_logger
+    from runtime._logs import get_logger as get_logger
 
     from ._errors import AgentsError as AgentsError
     from ._errors import ConfigError as ConfigError
@@ -61,7 +61,7 @@ _LAZY: dict[str, str] = {
     "Glob": "._globs",
     "compile_glob": "._globs",
     "escape_glob": "._globs",
-    "get_logger": "runtime.actors._logs",
+    "get_logger": "runtime._logs",
     "is_inside": "._workspace",
     "is_runtime_path": "._workspace",
     "locate": "._workspace",

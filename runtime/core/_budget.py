@@ -15,7 +15,7 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from runtime.actors._logs import get_logger
+from runtime._logs import get_logger
 
 from ._events import (
     AgentFinished,

@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import attrs
 import trio
 
-from runtime.actors._logs import get_logger
+from runtime._logs import get_logger
 
 from ._errors import AgentsError
 from ._events import Event, TextDelta, ThinkingDelta

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import trio
 
+from runtime._logs import get_logger
 from runtime.actors import Mailbox, Registry
-from runtime.actors._logs import get_logger
 
 from ._agent_types import AgentType, AgentTypes
 from ._approvals import PermissionBroker

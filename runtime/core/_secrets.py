@@ -54,7 +54,7 @@ from collections.abc import (
 )
 from typing import Any
 
-from runtime.actors._logs import add_mask
+from runtime._logs import add_mask
 
 __all__ = [
     "RedactingLogFilter",
@@ -433,7 +433,7 @@ def redact_log_event(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> A
 
 
 # The runtime's loggers mask with it when the application configured no structlog of its own
-# (runtime/actors/_logs.py).
+# (runtime/_logs.py).
 add_mask(redact_log_event)
 
 

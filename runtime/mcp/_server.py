@@ -38,7 +38,7 @@ from mcp import ClientSession, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 
-from runtime.actors._logs import get_logger
+from runtime._logs import get_logger
 from runtime.core import ToolError
 
 from ._config import McpConfig, McpServerConfig

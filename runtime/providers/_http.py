@@ -28,7 +28,7 @@ import httpx_sse
 import orjson
 import trio
 
-from runtime.actors._logs import get_logger
+from runtime._logs import get_logger
 from runtime.core._context_window import parse_overflow
 from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._provider import RetryNotice

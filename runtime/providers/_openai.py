@@ -40,7 +40,7 @@ import attrs
 import httpx
 import orjson
 
-from runtime.actors._logs import get_logger
+from runtime._logs import get_logger
 from runtime.core._context_window import parse_overflow
 from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._events import StopReason

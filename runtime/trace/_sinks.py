@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import trio
 
-from runtime.actors._logs import get_logger
+from runtime._logs import get_logger
 from runtime.core._errors import ConfigError
 from runtime.core._events import Event, encode_event
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import attrs
 import trio
 
-from runtime.actors._logs import get_logger
+from runtime._logs import get_logger
 from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker
 from runtime.core._bus import EventBus

@@ -12,8 +12,9 @@ when it is logged:
   lines with its own. structlog's own default would print every line, debug included, to the
   application's stdout.
 
-This module is the lowest layer's, so every layer can use it; the masking comes from the core
-layer, which adds it with :func:`add_mask` when it is imported.
+It sits beside the layers (it imports nothing of the runtime, and structlog only when a line is
+logged), so every layer can use it and the command line's start-up does not pay for it; the
+masking comes from the core layer, which adds it with :func:`add_mask` when it is imported.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, MutableMapping
 from typing import Any
-
-import structlog
 
 Processor = Callable[[Any, str, MutableMapping[str, Any]], Any]
 
@@ -54,6 +53,8 @@ class _Logger:
     def __getattr__(self, method: str) -> Any:
         if method.startswith("_"):  # copy/pickle probes: not the logger's
             raise AttributeError(method)
+        import structlog  # when a line is logged: not at the command line's start-up
+
         if structlog.is_configured():
             logger = structlog.get_logger(self._name)
         else:
