@@ -12,8 +12,8 @@ when it is logged:
   lines with its own. structlog's own default would print every line, debug included, to the
   application's stdout.
 
-It sits beside the layers (it imports nothing of the runtime, and structlog only when a line is
-logged), so every layer can use it and the command line's start-up does not pay for it; the
+It sits beside the layers (it imports nothing of the runtime, and structlog only when a logger is
+made), so every layer can use it and the command line's start-up does not pay for it; the
 masking comes from the core layer, which adds it with :func:`add_mask` when it is imported.
 """
 
@@ -37,6 +37,10 @@ def add_mask(processor: Processor) -> None:
 def get_logger(name: str) -> Any:
     """The runtime's logger *name*: a structlog-style logger (``debug``, ``info``, ``warning``,
     ``error``, ``exception``, ``bind``) that picks its way per line (see the module doc)."""
+    # Imported with the module that logs (they all stand on trio already), never at its first
+    # line: importing structlog takes tens of milliseconds, a freeze of a running event loop.
+    import structlog  # noqa: F401
+
     return _Logger(name, {})
 
 
@@ -53,7 +57,7 @@ class _Logger:
     def __getattr__(self, method: str) -> Any:
         if method.startswith("_"):  # copy/pickle probes: not the logger's
             raise AttributeError(method)
-        import structlog  # when a line is logged: not at the command line's start-up
+        import structlog  # already imported by get_logger: a lookup
 
         if structlog.is_configured():
             logger = structlog.get_logger(self._name)
