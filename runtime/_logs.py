@@ -28,6 +28,34 @@ Processor = Callable[[Any, str, MutableMapping[str, Any]], Any]
 _masks: list[Processor] = []
 
 
+_LEVELS = {
+    "debug": logging.DEBUG, "info": logging.INFO, "msg": logging.INFO,
+    "warning": logging.WARNING, "warn": logging.WARNING,
+    "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL,
+}
+_chains: dict[int, list[Any]] = {}  # by the number of masks added
+
+
+def _chain() -> list[Any]:
+    """The processors of a line that goes to :mod:`logging` (made once per set of masks)."""
+    chain = _chains.get(len(_masks))
+    if chain is None:
+        import structlog
+
+        chain = _chains[len(_masks)] = [
+            structlog.processors.format_exc_info,
+            *_masks,
+            structlog.dev.ConsoleRenderer(
+                colors=False, exception_formatter=structlog.dev.plain_traceback
+            ),
+        ]
+    return chain
+
+
+def _dropped(*_: Any, **__: Any) -> None:
+    """A logging method below its logger's level."""
+
+
 def add_mask(processor: Processor) -> None:
     """Run *processor* on every line logged through :mod:`logging` (before it is rendered)."""
     if processor not in _masks:
@@ -62,18 +90,11 @@ class _Logger:
         if structlog.is_configured():
             logger = structlog.get_logger(self._name)
         else:
+            std = logging.getLogger(self._name)
+            if not std.isEnabledFor(_LEVELS.get(method, logging.CRITICAL)):
+                return _dropped  # below the level (a debug line, nearly always): nothing built
             logger = structlog.wrap_logger(
-                logging.getLogger(self._name),
-                processors=[
-                    # Before anything is built: a line below the level is dropped at once.
-                    structlog.stdlib.filter_by_level,
-                    structlog.processors.format_exc_info,
-                    *_masks,
-                    structlog.dev.ConsoleRenderer(
-                        colors=False, exception_formatter=structlog.dev.plain_traceback
-                    ),
-                ],
-                wrapper_class=structlog.stdlib.BoundLogger,
+                std, processors=_chain(), wrapper_class=structlog.stdlib.BoundLogger
             )
         if self._context:
             logger = logger.bind(**self._context)
