@@ -76,6 +76,39 @@ async def test_the_assistant_message_precedes_its_results_which_come_in_call_ord
     assert not any(r.is_error for r in results)
 
 
+class _FillsInItsArguments(Tool):
+    """A tool that adds a credential to the arguments it was given (as an API tool may)."""
+
+    name: ClassVar[str] = "api"
+    description: ClassVar[str] = "call an API"
+    input_schema: ClassVar[dict[str, Any]] = {
+        "type": "object", "properties": {"url": {"type": "string"},
+                                         "tags": {"type": "array", "items": {"type": "string"}}}}
+    read_only: ClassVar[bool] = True
+    needs_permission: ClassVar[bool] = False
+
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        args["headers"] = {"Authorization": "Bearer sk-filled-0123456789abcdef"}  # type: ignore[index]
+        args["tags"].append("sent")
+        return "ok"
+
+
+async def test_what_a_tool_does_to_its_arguments_stays_with_the_tool(workspace: Path) -> None:
+    # The model's input is also in the agent's history (sent to the model again) and in the
+    # tool_started already delivered: a tool that fills in its arguments changes neither.
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "api", "input": {"url": "https://x", "tags": ["a"]}}]},
+        {"text": "done"}]}}}
+    for env in ({}, {"MY_API_KEY": "sk-filled-0123456789abcdef"}):  # unmasked and masked runs
+        outcome, events = await run_scenario(
+            scenario, workspace, extra_tools=[_FillsInItsArguments()], env=env)
+        assert outcome.status == "completed"
+        [started] = by_type(events, ToolStarted)
+        assert started.input == {"url": "https://x", "tags": ["a"]}  # type: ignore[attr-defined]
+        [use] = outcome.state.messages[1].tool_uses
+        assert use.input == {"url": "https://x", "tags": ["a"]}
+
+
 async def test_read_only_calls_of_one_turn_run_concurrently(workspace: Path) -> None:
     scenario = {"agents": {"main": {"turns": [
         {"tool_calls": [{"name": "glob", "input": {"pattern": "*"}} for _ in range(3)]},

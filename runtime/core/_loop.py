@@ -632,6 +632,21 @@ async def _run_tool_calls(
         state.messages.append(Message(role="user", content=blocks))
 
 
+def _own_copy(value: Any) -> Any:
+    """A tool's input, its own to change: the dicts and lists of the model's JSON copied (the
+    rest is immutable). The input the model sent is also in the agent's history and in the
+    ``tool_started`` already delivered; a tool that fills in its arguments (a credential
+    header) must change neither."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _own_copy(v) for k, v in value.items()}
+    if kind is list:
+        return [_own_copy(v) for v in value]
+    if kind is tuple:
+        return tuple(_own_copy(v) for v in value)
+    return value
+
+
 def _summary(tool: Tool | None, call: ToolCall, run: RunContext) -> str:
     if tool is None:
         return f"{call.name}: (unknown tool)"
@@ -781,7 +796,7 @@ async def _execute(
         sandbox=run.sandbox,
     )
     try:
-        return "ok", await tool.call(call.input, ctx)
+        return "ok", await tool.call(_own_copy(call.input), ctx)
     except SubtreeCancelled as exc:
         return "cancelled", f"cancelled: {exc.reason}"
     except ToolError as exc:
