@@ -52,6 +52,46 @@ def _chain() -> list[Any]:
     return chain
 
 
+def _configured_by_the_application(structlog: Any) -> bool:
+    """Whether structlog has a configuration of the application's: configured, and not back to
+    structlog's own defaults (``structlog.testing.capture_logs`` configures on the way out, and
+    leaves the defaults, which print every line on stdout)."""
+    if not structlog.is_configured():
+        return False
+    from structlog import _config as builtin  # its defaults are not public: looked up softly
+
+    processors = getattr(builtin, "_BUILTIN_DEFAULT_PROCESSORS", None)
+    factory = getattr(builtin, "_BUILTIN_DEFAULT_LOGGER_FACTORY", None)
+    wrapper = getattr(builtin, "_BUILTIN_DEFAULT_WRAPPER_CLASS", None)
+    if processors is None or factory is None or wrapper is None:
+        return True
+    config = structlog.get_config()
+    return bool(
+        config["processors"] != processors
+        or config["logger_factory"] is not factory
+        or config["wrapper_class"] is not wrapper
+    )
+
+
+_wrappers: list[Any] = []
+
+
+def _stdlib_wrapper() -> Any:
+    """structlog's stdlib logger, but ``exception`` logs as ``error``: the chain has already
+    rendered (and masked) the traceback, and the stdlib's own ``exception`` would append it
+    again, unmasked."""
+    if not _wrappers:
+        import structlog
+
+        class _Wrapper(structlog.stdlib.BoundLogger):
+            def exception(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+                kw.setdefault("exc_info", True)
+                return self._proxy_to_logger("error", event, *args, **kw)
+
+        _wrappers.append(_Wrapper)
+    return _wrappers[0]
+
+
 def _dropped(*_: Any, **__: Any) -> None:
     """A logging method below its logger's level."""
 
@@ -82,19 +122,32 @@ class _Logger:
     def bind(self, **context: Any) -> _Logger:
         return _Logger(self._name, {**self._context, **context})
 
+    def new(self, **context: Any) -> _Logger:
+        return _Logger(self._name, context)
+
+    def unbind(self, *keys: str) -> _Logger:
+        context = dict(self._context)
+        for key in keys:
+            del context[key]  # KeyError for a key not bound, as structlog's
+        return _Logger(self._name, context)
+
+    def try_unbind(self, *keys: str) -> _Logger:
+        return _Logger(self._name, {k: v for k, v in self._context.items() if k not in keys})
+
     def __getattr__(self, method: str) -> Any:
         if method.startswith("_"):  # copy/pickle probes: not the logger's
             raise AttributeError(method)
         import structlog  # already imported by get_logger: a lookup
 
-        if structlog.is_configured():
+        if _configured_by_the_application(structlog):
             logger = structlog.get_logger(self._name)
         else:
             std = logging.getLogger(self._name)
-            if not std.isEnabledFor(_LEVELS.get(method, logging.CRITICAL)):
+            level = _LEVELS.get(method)
+            if level is not None and not std.isEnabledFor(level):
                 return _dropped  # below the level (a debug line, nearly always): nothing built
             logger = structlog.wrap_logger(
-                std, processors=_chain(), wrapper_class=structlog.stdlib.BoundLogger
+                std, processors=_chain(), wrapper_class=_stdlib_wrapper()
             )
         if self._context:
             logger = logger.bind(**self._context)

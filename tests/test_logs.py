@@ -85,3 +85,52 @@ def test_an_application_that_configures_structlog_gets_the_lines_its_way(tmp_pat
     assert done.stdout == "RESULT completed\n"
     assert "event='bash.started'" in done.stderr
     assert "event='it failed'" in done.stderr
+
+
+_UNIT = textwrap.dedent(
+    """
+    import logging, sys
+    from structlog.testing import capture_logs
+    from runtime.core._secrets import log_secrets
+    from runtime.core import get_logger
+
+    log = get_logger("trio_agents.test").bind(run_id="r1")
+    with log_secrets(["SECRET"]):
+        try:
+            raise RuntimeError("401 Unauthorized for token SECRET")
+        except RuntimeError:
+            log.exception("tool raised", tool="api")
+        # A test suite's capture leaves structlog configured with its defaults: still ours.
+        with capture_logs() as captured:
+            log.info("captured", k=1)
+        print("captured:", [c["event"] for c in captured])
+        log.debug("a debug line")
+        log.warning("a warning after the capture")
+        # The binding methods of a structlog logger, at any level.
+        logging.disable(logging.CRITICAL)
+        quiet = log.new(a=1).bind(b=2).unbind("b").try_unbind("nothing")
+        quiet.info("not shown")
+        logging.disable(logging.NOTSET)
+        quiet.warning("rebound", c=3)
+    """
+).replace("SECRET", _SECRET)
+
+
+def test_exceptions_captures_and_binding_methods_on_the_logging_path(tmp_path: Path) -> None:
+    script = tmp_path / "unit.py"
+    script.write_text(_UNIT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "captured: ['captured']\n", "nothing of the runtime's on stdout"
+    # The traceback once, masked (the stdlib's exception() would append it again, unmasked).
+    assert _SECRET not in done.stderr
+    assert done.stderr.count("Traceback") == 1
+    assert "401 Unauthorized for token ***" in done.stderr
+    assert "a debug line" not in done.stderr  # below the default level
+    assert "a warning after the capture" in done.stderr
+    rebound = next(line for line in done.stderr.splitlines() if "rebound" in line)
+    assert "a=1" in rebound
+    assert "c=3" in rebound
+    assert "b=" not in rebound
+    assert "run_id" not in rebound  # new() started from nothing

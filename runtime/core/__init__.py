@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ._names import publish_names as publish_names
     from ._sandbox import Sandbox as Sandbox
     from ._secrets import Redactor as Redactor
+    from ._secrets import redact_log_event as redact_log_event
     from ._tool import SubAgentSpawner as SubAgentSpawner
     from ._tool import TargetKind as TargetKind
     from ._tool import Tool as Tool
@@ -68,6 +69,7 @@ _LAZY: dict[str, str] = {
     "normalise_target": "._workspace",
     "one_line": "._tool",
     "publish_names": "._names",
+    "redact_log_event": "._secrets",
     "relative": "._workspace",
     "resolve_in_workspace": "._workspace",
     "validate_input": "._tool",
