@@ -328,6 +328,8 @@ async def bench_fanout(reps: int, workdir: Path) -> list[Result]:
             "target": None,
             "met": None,
             "runs": [round(v * 1000, 1) for v in with_secret],
+            # What the key costs: against fanout_100 of the same repetitions.
+            "vs_fanout_100": round(min(with_secret) / min(values[100]), 3),
         }
     )
     growth = per_agent[1000] / per_agent[100]
