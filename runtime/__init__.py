@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from runtime.core._events import encode_event as encode_event
     from runtime.core._events import event_from_dict as event_from_dict
     from runtime.core._events import event_to_dict as event_to_dict
+    from runtime.core._function_tool import FunctionTool as FunctionTool
+    from runtime.core._function_tool import tool as tool
     from runtime.core._limits import Budget as Budget
     from runtime.core._limits import Limits as Limits
     from runtime.core._messages import AgentState as AgentState
@@ -85,6 +87,15 @@ if TYPE_CHECKING:
     from runtime.core._secrets import filter_env as filter_env
     from runtime.core._secrets import redact as redact
     from runtime.core._secrets import secret_values as secret_values
+    from runtime.core._tool import SubAgentSpawner as SubAgentSpawner
+    from runtime.core._tool import TargetKind as TargetKind
+    from runtime.core._tool import Tool as Tool
+    from runtime.core._tool import ToolContext as ToolContext
+    from runtime.core._tool import ToolLimits as ToolLimits
+    from runtime.core._tool import one_line as one_line
+    from runtime.core._tool import validate_input as validate_input
+    from runtime.providers._function import FunctionProvider as FunctionProvider
+    from runtime.providers._function import ModelAnswer as ModelAnswer
     from runtime.providers._scenario import Scenario as Scenario
     from runtime.providers._scripted import ScriptedProvider as ScriptedProvider
     from runtime.trace._tracefile import TraceLoader as TraceLoader
@@ -126,8 +137,11 @@ _LAZY: dict[str, str] = {
     "Event": "runtime.core._events",
     "EventBus": "runtime.core._bus",
     "EventDecodeError": "runtime.core._errors",
+    "FunctionProvider": "runtime.providers._function",
+    "FunctionTool": "runtime.core._function_tool",
     "Limits": "runtime.core._limits",
     "Message": "runtime.core._messages",
+    "ModelAnswer": "runtime.providers._function",
     "ModelRequest": "runtime.core._provider",
     "OpenAIProvider": "runtime.providers",
     "PermissionPolicy": "runtime.core._permissions",
@@ -136,8 +150,8 @@ _LAZY: dict[str, str] = {
     "Provider": "runtime.core._provider",
     "ProviderError": "runtime.core._errors",
     "ProviderRetry": "runtime.core._events",
-    "ReplayDiverged": "runtime.core._events",
     "RayOptions": "runtime.cluster._placement",
+    "ReplayDiverged": "runtime.core._events",
     "RetryNotice": "runtime.core._provider",
     "RetryPolicy": "runtime.providers",
     "Rule": "runtime.core._permissions",
@@ -150,19 +164,24 @@ _LAZY: dict[str, str] = {
     "ScenarioError": "runtime.core._errors",
     "ScriptedProvider": "runtime.providers._scripted",
     "SessionError": "runtime.core._errors",
+    "SubAgentSpawner": "runtime.core._tool",
     "SubscriberLagged": "runtime.core._bus",
     "Subscription": "runtime.core._bus",
     "SubtreeCancelled": "runtime.core._errors",
+    "TargetKind": "runtime.core._tool",
     "TextBlock": "runtime.core._messages",
     "TextChunk": "runtime.core._provider",
     "TextDelta": "runtime.core._events",
     "ThinkingBlock": "runtime.core._messages",
     "ThinkingChunk": "runtime.core._provider",
     "ThinkingDelta": "runtime.core._events",
+    "Tool": "runtime.core._tool",
     "ToolCall": "runtime.core._provider",
+    "ToolContext": "runtime.core._tool",
     "ToolError": "runtime.core._errors",
     "ToolFinished": "runtime.core._events",
     "ToolInputError": "runtime.core._errors",
+    "ToolLimits": "runtime.core._tool",
     "ToolNode": "runtime.trace._tree",
     "ToolProgress": "runtime.core._events",
     "ToolResultBlock": "runtime.core._messages",
@@ -186,6 +205,7 @@ _LAZY: dict[str, str] = {
     "follow_lines": "runtime.trace._tracefile",
     "load_agent_types": "runtime.core._agent_types",
     "load_traces": "runtime.trace._tracefile",
+    "one_line": "runtime.core._tool",
     "open_provider": "runtime.providers",
     "open_runtime": "runtime.wiring._open",
     "parse_rule": "runtime.core._permissions",
@@ -193,6 +213,8 @@ _LAZY: dict[str, str] = {
     "redact": "runtime.core._secrets",
     "secret_values": "runtime.core._secrets",
     "split_runs": "runtime.trace._tree",
+    "tool": "runtime.core._function_tool",
+    "validate_input": "runtime.core._tool",
 }
 
 __all__ = sorted(_LAZY)

@@ -47,4 +47,9 @@ __all__ = sorted(
 )
 
 
-_publish_names([globals()[name] for name in __all__], __name__)
+# The tool interface (Tool, ToolContext, …) is runtime's (``runtime.Tool``), re-exported here
+# for tools written against this package; only the built-in tools are tools'.
+_INTERFACE = {"SubAgentSpawner", "TargetKind", "Tool", "ToolContext", "ToolLimits", "one_line",
+              "validate_input"}
+_publish_names([globals()[name] for name in __all__ if name not in _INTERFACE], __name__)
+_publish_names([globals()[name] for name in sorted(_INTERFACE)], "runtime")

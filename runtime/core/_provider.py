@@ -63,14 +63,17 @@ class ThinkingChunk:
 class ToolCall:
     """A complete tool call.
 
+    A provider gives every call its id; a :class:`~runtime.FunctionProvider`'s function may
+    leave it out (``ToolCall(name="read", input={"path": "a"})``) and gets one made for it.
+
     Attributes:
         error: set when the model's arguments could not be decoded (``input`` is then empty):
             the call becomes an ``error`` result the model reads, not a failed turn.
     """
 
-    id: str
-    name: str
-    input: dict[str, Any]
+    id: str = ""
+    name: str = ""
+    input: dict[str, Any] = attrs.Factory(dict)
     error: str | None = None
 
 

@@ -28,6 +28,12 @@ from ._secrets import Redactor
 if TYPE_CHECKING:
     import structlog
 
+    _Logger: TypeAlias = structlog.typing.FilteringBoundLogger
+else:
+    # What the annotation reads at run time (typing.get_type_hints on the public runtime
+    # ToolContext): structlog is imported by the modules that log, not by the interface.
+    _Logger = Any
+
 
 TargetKind: TypeAlias = Literal["command", "path", "text"]
 
@@ -98,7 +104,7 @@ class ToolContext:
     depth: int
     env: Mapping[str, str]
     limits: ToolLimits
-    log: structlog.typing.FilteringBoundLogger
+    log: _Logger
     spawner: SubAgentSpawner | None = None
     report_progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
     redactor: Redactor = attrs.Factory(lambda: Redactor(()))
