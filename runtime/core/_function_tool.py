@@ -1,4 +1,4 @@
-"""Tools written as plain functions: ``@tool`` (docs/tools.md, "Writing tools").
+"""Tools written as plain functions: ``@tool`` (docs/python-api.md, "Writing tools").
 
 The JSON Schema comes from the function's signature and its Google-style docstring (the
 summary is the description, ``Args:`` describes each parameter), generated and enforced by
@@ -74,7 +74,7 @@ class FunctionTool(Tool):
 
         Cancellation: an async function is cancelled where it awaits; a sync function runs in
         a worker thread, which Python cannot interrupt — the call ends ``cancelled`` at once
-        and the thread's eventual result is dropped (docs/tools.md).
+        and the thread's eventual result is dropped (docs/python-api.md).
         """
         kwargs = _convert(type(self), args)
         if self._context_param is not None:

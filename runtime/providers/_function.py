@@ -1,4 +1,5 @@
-"""A model written as a Python function: :class:`FunctionProvider` (docs/testing.md).
+"""A model written as a Python function: :class:`FunctionProvider` (docs/python-api.md,
+"Testing agents").
 
 Scenario files play literal turns; a function sees the request (the agent type, the whole
 history, the tools offered) and answers from it, so a test can script agents whose next step
