@@ -223,15 +223,47 @@ async def test_the_context_parameter_is_injected_not_asked_for(tmp_path: Any) ->
     assert await where.call({"name": "n"}, _ctx(tmp_path)) == "n in tu-1.1"
 
 
-async def test_a_sync_function_runs_off_the_event_loop(tmp_path: Any) -> None:
+class _Log:
+    def __init__(self) -> None:
+        self.warnings: list[tuple[str, dict[str, Any]]] = []
+
+    def warning(self, event: str, **kw: Any) -> None:
+        self.warnings.append((event, kw))
+
+
+async def test_a_sync_function_runs_on_the_loop_unless_told_to_use_a_thread(tmp_path: Any) -> None:
     loop_thread = threading.get_ident()
 
-    @tool
-    def which_thread() -> str:
+    def which() -> str:
         """The thread."""
         return "loop" if threading.get_ident() == loop_thread else "worker"
 
-    assert await which_thread.call({}, _ctx(tmp_path)) == "worker"
+    assert await tool(which).call({}, _ctx(tmp_path)) == "loop"
+    assert await tool(thread=True)(which).call({}, _ctx(tmp_path)) == "worker"
+    with pytest.raises(ConfigError, match="thread=True is for sync functions"):
+        tool(thread=True)(count_words_async)
+
+
+async def count_words_async(text: str) -> int:
+    """Count."""
+    return len(text.split())
+
+
+async def test_a_sync_function_that_holds_the_loop_is_warned_about_once(tmp_path: Any) -> None:
+    import time
+
+    @tool
+    def slow() -> str:
+        """Sleeps without letting the loop run."""
+        time.sleep(0.12)
+        return "done"
+
+    log = _Log()
+    ctx = attrs.evolve(_ctx(tmp_path), log=log)
+    for _ in range(2):
+        assert await slow.call({}, ctx) == "done"
+    assert [w[0] for w in log.warnings] == ["tool.blocked_loop"]
+    assert "@tool(thread=True)" in log.warnings[0][1]["hint"]
 
 
 async def test_a_value_that_is_not_json_is_an_error_result(tmp_path: Any) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import time
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -57,6 +58,8 @@ class FunctionTool(Tool):
     _fields: ClassVar[tuple[str, ...]]
     _context_param: ClassVar[str | None]
     _is_async: ClassVar[bool]
+    _in_thread: ClassVar[bool]
+    _warned_blocking: ClassVar[bool] = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return type(self).function(*args, **kwargs)
@@ -72,9 +75,11 @@ class FunctionTool(Tool):
     async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
         """Convert *args*, call the function, and turn its return value into the result.
 
-        Cancellation: an async function is cancelled where it awaits; a sync function runs in
-        a worker thread, which Python cannot interrupt — the call ends ``cancelled`` at once
-        and the thread's eventual result is dropped (docs/python-api.md).
+        Cancellation: an async function is cancelled where it awaits. A sync function runs on
+        the event loop (a quick function costs no thread hop) and cannot be interrupted; with
+        ``thread=True`` it runs in a worker thread, which Python cannot stop either: the call
+        ends ``cancelled`` at once and the thread's eventual result is dropped
+        (docs/python-api.md).
         """
         kwargs = _convert(type(self), args)
         if self._context_param is not None:
@@ -82,13 +87,34 @@ class FunctionTool(Tool):
         fn = type(self).function
         if self._is_async:
             value = await fn(**kwargs)
-        else:
+        elif self._in_thread:
             import trio
 
             value = await trio.to_thread.run_sync(
                 functools.partial(fn, **kwargs), abandon_on_cancel=True
             )
+        else:
+            started = time.perf_counter()
+            value = fn(**kwargs)
+            _warn_if_it_blocked(type(self), time.perf_counter() - started, ctx)
         return result_text(value)
+
+
+# A sync tool that holds the loop this long froze every other agent and the live view: say so,
+# once per tool, with the fix (docs/python-api.md, "Function tools").
+BLOCKING_WARN_S = 0.1
+
+
+def _warn_if_it_blocked(cls: type[FunctionTool], seconds: float, ctx: ToolContext) -> None:
+    if seconds < BLOCKING_WARN_S or cls._warned_blocking:
+        return
+    cls._warned_blocking = True
+    ctx.log.warning(
+        "tool.blocked_loop",
+        tool=cls.name,
+        seconds=round(seconds, 3),
+        hint="a sync @tool runs on the event loop: make it async, or @tool(thread=True)",
+    )
 
 
 def _convert(cls: type[FunctionTool], args: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,6 +163,7 @@ def tool(
     needs_permission: bool = False,
     read_only: bool = False,
     concurrency_safe: bool | None = None,
+    thread: bool = False,
 ) -> Callable[[F], FunctionTool]: ...
 
 
@@ -149,6 +176,7 @@ def tool(
     needs_permission: bool = False,
     read_only: bool = False,
     concurrency_safe: bool | None = None,
+    thread: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a tool of a sync or async function: ``@tool`` or ``@tool(name=…, …)``.
 
@@ -161,6 +189,9 @@ def tool(
         read_only: the tool changes nothing (it may then run beside other calls of a turn).
         concurrency_safe: may run at the same time as the turn's other concurrency-safe calls
             (default: *read_only*).
+        thread: run a sync function in a worker thread, for one that blocks (network, disk,
+            heavy work); by default it runs on the event loop, which is cheapest for a quick
+            function, and a call that holds the loop over 0.1 s is warned about once.
 
     Returns:
         The :class:`FunctionTool` (calling it calls the function).
@@ -178,6 +209,7 @@ def tool(
             needs_permission=needs_permission,
             read_only=read_only,
             concurrency_safe=read_only if concurrency_safe is None else concurrency_safe,
+            thread=thread,
         )
 
     return make if fn is None else make(fn)
@@ -194,12 +226,15 @@ def _make_tool(
     needs_permission: bool,
     read_only: bool,
     concurrency_safe: bool,
+    thread: bool,
 ) -> FunctionTool:
     tool_name: str = name or str(getattr(function, "__name__", ""))
     if not _TOOL_NAME.match(tool_name):
         raise ConfigError(
             f"tool name {tool_name!r}: use 1-64 letters, digits, '_' or '-' (what model APIs take)"
         )
+    if thread and inspect.iscoroutinefunction(function):
+        raise ConfigError(f"tool {tool_name}: thread=True is for sync functions; this one is async")
     summary, arg_docs = parse_docstring(inspect.getdoc(function) or "")
     model, fields, context_param = _input_model(function, tool_name, arg_docs)
     schema = _without_titles(model.model_json_schema())
@@ -220,6 +255,7 @@ def _make_tool(
                 "_fields": fields,
                 "_context_param": context_param,
                 "_is_async": inspect.iscoroutinefunction(function),
+                "_in_thread": thread,
                 "__doc__": inspect.getdoc(function),
             }
         ),
