@@ -52,7 +52,7 @@ class CountTool(Tool):
 
 
 @tool(name="count")
-async def count_async(text: str) -> int:
+async def count_async(text: str) -> int:  # noqa: RUF029 - an async tool that happens not to wait
     """Count the words in a text."""
     return len(text.split())
 

@@ -160,6 +160,22 @@ async def test_arguments_are_converted_to_the_annotated_types(tmp_path: Any) -> 
     }
 
 
+async def test_scalar_parameters_arrive_as_their_annotated_types(tmp_path: Any) -> None:
+    seen: list[Any] = []
+
+    @tool
+    def scalars(ratio: float, n: int, flag: bool, name: str | None = None,
+                level: Literal["a", "b"] = "a") -> Any:
+        """Scalars only: the arguments pass as the schema check left them."""
+        seen.extend([ratio, n, flag, name, level])
+        return None
+
+    assert type(scalars)._plain == ("ratio",)
+    assert await scalars.call({"ratio": 2, "n": 3, "flag": False}, _ctx(tmp_path)) == "null"
+    assert seen == [2.0, 3, False, None, "a"]
+    assert type(seen[0]) is float
+
+
 async def test_the_function_receives_real_instances(tmp_path: Any) -> None:
     seen: dict[str, Any] = {}
 

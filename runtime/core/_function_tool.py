@@ -59,6 +59,10 @@ class FunctionTool(Tool):
     _context_param: ClassVar[str | None]
     _is_async: ClassVar[bool]
     _in_thread: ClassVar[bool]
+    # The float parameters, when every parameter is a JSON scalar (str, int, float, bool, a
+    # Literal of those, or one of them or None): such arguments pass as the schema check left
+    # them. None when some parameter needs pydantic's conversion.
+    _plain: ClassVar[tuple[str, ...] | None]
     _warned_blocking: ClassVar[bool] = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -118,6 +122,16 @@ def _warn_if_it_blocked(cls: type[FunctionTool], seconds: float, ctx: ToolContex
 
 
 def _convert(cls: type[FunctionTool], args: Mapping[str, Any]) -> dict[str, Any]:
+    plain = cls._plain
+    if plain is not None:
+        # Every parameter is a JSON scalar type the schema check has already enforced: only an
+        # integer given for a float needs converting (docs/python-api.md).
+        kwargs = dict(args)
+        for name in plain:
+            value = kwargs.get(name)
+            if type(value) is int:
+                kwargs[name] = float(value)
+        return kwargs
     from pydantic import ValidationError
 
     try:
@@ -135,6 +149,12 @@ def result_text(value: Any) -> str:
     """What the model reads for a tool's return value: a str as is, anything else as JSON."""
     if isinstance(value, str):
         return value
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "true" if value else "false"
+    if type(value) is int:
+        return str(value)
     import pydantic_core
 
     try:
@@ -256,6 +276,7 @@ def _make_tool(
                 "_context_param": context_param,
                 "_is_async": inspect.iscoroutinefunction(function),
                 "_in_thread": thread,
+                "_plain": _plain_fields(model),
                 "__doc__": inspect.getdoc(function),
             }
         ),
@@ -361,6 +382,41 @@ def _input_model(
             f"tool {tool_name}: a parameter's type has no JSON Schema: {first}"
         ) from None
     return model, tuple(fields), context_param
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain_fields(model: Any) -> tuple[str, ...] | None:
+    floats = []
+    for name, field in model.model_fields.items():
+        kinds = _scalar_kinds(field.annotation)
+        if kinds is None:
+            return None
+        if float in kinds:
+            floats.append(name)
+    return tuple(floats)
+
+
+def _scalar_kinds(annotation: Any) -> set[type] | None:
+    if annotation in _SCALARS:
+        return {annotation}
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        if all(type(a) in (str, int, bool) for a in args):
+            return set()
+        return None
+    if origin in (types.UnionType, typing.Union):
+        kinds: set[type] = set()
+        for arg in args:
+            inner = _scalar_kinds(arg)
+            if inner is None:
+                return None
+            kinds |= inner
+        # int | float would be ambiguous for the int-to-float rule; leave it to pydantic.
+        return None if {int, float} <= kinds else kinds
+    return None
 
 
 def _adapt(annotation: Any) -> Any:
