@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
+from runtime.core import one_line
 from runtime.core._events import ContextCompacted, Event, TurnFinished, UserMessage
 from runtime.core._messages import Message, TextBlock
-from tools import one_line
 
 from ._keyboard import PROMPT_MARK, Keyboard, open_tty_fd
 from ._live import LiveView, PlainView

@@ -92,8 +92,8 @@ def load_effective_settings(opts: RunOptions, ns: argparse.Namespace) -> Setting
 
 def load_workspace_project(opts: RunOptions, *, warn: bool = True) -> Project:
     """The project of *opts*' workspace; its warnings printed on stderr (with *warn*)."""
+    from runtime._tools import builtin_tools
     from runtime.project import load_project
-    from tools import builtin_tools
 
     workspace = Path(opts.workspace or ".").expanduser()
     if not workspace.is_dir():
@@ -163,10 +163,10 @@ def agent_types_for(opts: RunOptions, project: Project) -> tuple[AgentTypes, lis
     :func:`~runtime.open_runtime` makes them, and the run's tool names."""
     import attrs
 
+    from runtime._tools import builtin_tools
     from runtime.core._agent_types import AgentTypes, load_agent_types
     from runtime.providers._scenario import Scenario, agent_types_from_scenario
     from runtime.wiring._open import tool_name_known
-    from tools import builtin_tools
 
     tools = [t.name for t in builtin_tools()] + (["skill"] if project.skills else [])
     types = AgentTypes()

@@ -145,7 +145,7 @@ def _recorded_defaults(opts: RunOptions, rec: Recording) -> RunOptions:
 
 
 def _writing_tools(rec: Recording) -> list[str]:
-    from tools import builtin_tools
+    from runtime._tools import builtin_tools
 
     safe = {t.name for t in builtin_tools() if t.read_only}
     return sorted({c.name for c in rec.calls.values() if c.name not in safe})
@@ -181,10 +181,10 @@ def _check_workspace(rec: Recording, workspace: Path, *, force: bool) -> None:
 async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, until: Any) -> int:
     from contextlib import AsyncExitStack
 
+    from runtime._tools import builtin_tools
     from runtime.core._agent_types import AgentType, default_agent_types, load_agent_types
     from runtime.core._provider import Provider
     from runtime.replay import Replayer
-    from tools import builtin_tools
 
     from ._options import EXIT_OK, open_session
 

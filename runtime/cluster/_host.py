@@ -113,8 +113,8 @@ from runtime.providers._scenario import Scenario
 from runtime.providers._scripted import ScriptedProvider
 
 if TYPE_CHECKING:
+    from runtime.core import Tool, ToolLimits
     from runtime.core._permissions import PermissionPolicy
-    from tools import Tool, ToolLimits
 
 _log = get_logger("trio_agents.ray_host")
 E = TypeVar("E", bound=Event)

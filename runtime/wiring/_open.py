@@ -54,9 +54,9 @@ from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer, open_tra
 
 if TYPE_CHECKING:
     from runtime.cluster._placement import RayOptions
+    from runtime.core import Tool
     from runtime.mcp import McpConfig
     from runtime.project import Project
-    from tools import Tool
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
 # It picks its way when it logs (the application's structlog, or logging): one serves every run.
@@ -144,7 +144,7 @@ def _default_limits() -> Limits:
 
 
 def _default_tools() -> list[Tool]:
-    from tools import builtin_tools  # tools imports runtime modules
+    from runtime._tools import builtin_tools  # tools imports runtime modules
 
     return builtin_tools()
 
@@ -250,7 +250,7 @@ async def open_runtime(
         tool_map[tool.name] = tool
     mcp_config = _mcp_config(mcp_servers)
     if project is not None and project.skills and "skill" not in tool_map:
-        from tools import SkillTool
+        from runtime._tools import SkillTool
 
         tool_map["skill"] = SkillTool(project.skills)
     types = AgentTypes(scen_types)
