@@ -137,6 +137,7 @@ def cmd_chat(
         # written): it stays exactly as it is.
         record = store.load(store.resolve(resume or None)) if resume is not None else None
         if record is not None:
+            store.hold(record.id)  # one chat per session: a second one is refused here
             opts = resumed_options(opts, record)
     except SessionError as exc:
         error_line(str(exc))

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Final, TextIO
 
 import trio
 
+from runtime.core import visible
 from runtime.core._events import (
     AgentFinished,
     AgentStarted,
@@ -234,7 +235,7 @@ class LiveView:
     def _note(self, event: Event) -> None:
         if event.parent_tool_use_id is None and event.agent_id is not None:
             if isinstance(event, TextDelta):
-                self._text.delta(event.text)
+                self._text.delta(visible(event.text))  # each delta: a split sequence too
             elif isinstance(event, TurnFinished):
                 text = self._text.turn_done()
                 if text and event.stop_reason == "tool_use":
@@ -313,7 +314,7 @@ class LiveView:
         """Print the root's finished turns above the live region (or above a prompt)."""
         if self._to_print:
             for text in self._to_print:
-                self.console.print(text, markup=False, highlight=False)
+                self.console.print(visible(text), markup=False, highlight=False)
             self._to_print.clear()
 
     def frame_lines(self, width: int, height: int) -> list[Line]:
@@ -492,7 +493,7 @@ class PlainView:
         line = self._line(event)
         if line is None:
             return
-        self._lines.append(line)
+        self._lines.append(visible(line))  # names, summaries, errors: from outside
         if len(self._lines) >= self._max:
             self.flush()
         elif self._wake is not None:
@@ -502,7 +503,7 @@ class PlainView:
         tree = self.tree
         if isinstance(event, TextDelta):
             if event.parent_tool_use_id is None:
-                self._text.delta(event.text)
+                self._text.delta(visible(event.text))
             return None
         if isinstance(event, TurnFinished):
             if event.parent_tool_use_id is None:

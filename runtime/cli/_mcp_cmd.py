@@ -12,6 +12,8 @@ import sys
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
+from runtime.core import visible
+
 from ._options import (
     EXIT_FAILED,
     EXIT_OK,
@@ -144,20 +146,21 @@ async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
         ]
     for line in warnings:
         if not any(line.startswith(f"mcp server {r['name']!r} did not start") for r in rows):
-            print(f"{PROG}: warning: {line}", file=sys.stderr)
-    if as_json:
+            print(f"{PROG}: warning: {visible(line, layout=False)}", file=sys.stderr)
+    if as_json:  # JSON escapes every control character itself
         print(json.dumps({"servers": rows}, ensure_ascii=False))
     elif not rows:
         print("no MCP servers configured (.mcp.json, --mcp-config)")
     else:
+        # Names, descriptions and errors are the servers' words: shown, never obeyed.
         for row in rows:
             head = f"{row['name']}  {row['status']}  {row['transport']}"
             if row["status"] == "ok":
-                print(f"{head}  {len(row['tools'])} tools")
+                print(visible(f"{head}  {len(row['tools'])} tools", layout=False))
             else:
-                print(f"{head}  {row['error']}")
+                print(visible(f"{head}  {row['error']}", layout=False))
             for tool in row["tools"]:
-                print(f"  {tool['name']}  {tool['description']}")
+                print(visible(f"  {tool['name']}  {tool['description']}", layout=False))
     return EXIT_FAILED if any(r["status"] != "ok" for r in rows) else EXIT_OK
 
 

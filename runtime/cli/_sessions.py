@@ -25,6 +25,14 @@ Safety rules, because a session is someone's work:
   its check (a fork). The key is as safe as the user's home: an unsandboxed ``bash`` running as
   the user can read it (``--sandbox`` hides it).
 * Secrets are masked in the file as they are in the events (``runtime/core/_secrets.py``).
+* One chat at a time holds a session: its first load or save takes a lock (``flock`` on
+  ``.<id>.lock`` beside the file, holding the pid), so a second ``chat --resume`` of the same
+  session is refused with one line naming the other process instead of silently losing one of
+  the two conversations. The lock goes with its process, a killed one too.
+* Session files are read like every planted file (:func:`runtime.project.read_capped`): a
+  ``.json`` that is a FIFO, a link to ``/dev/zero`` or out of the folder is refused, never
+  read into memory; the session key is written atomically (temporary file, fsync, rename), and
+  an empty or short key (a full disk during its first write) is made again.
 
 This module does blocking file I/O; async callers run :meth:`SessionStore.write` in a worker
 thread (see ``runtime.cli._chat``).
@@ -33,11 +41,14 @@ thread (see ``runtime.cli._chat``).
 from __future__ import annotations
 
 import datetime
+import errno
+import fcntl
 import hashlib
 import hmac
 import os
 import re
 import secrets
+import stat
 import tempfile
 import time
 from contextlib import suppress
@@ -52,12 +63,18 @@ from cattrs.preconf.orjson import make_converter
 from runtime.core._errors import AgentsError
 from runtime.core._messages import Message, state_converter
 from runtime.core._secrets import redact_known
+from runtime.project import ProjectFileError, read_capped
 
 FORMAT_VERSION = 1
 """The session file format this version writes, and the newest it reads."""
 DEFAULT_SESSIONS_DIR = Path(".trio-agents") / "sessions"
 MAX_INPUT_HISTORY = 500
 """The most prompt lines kept for the up/down history."""
+
+MAX_SESSION_BYTES = 256 * 1024 * 1024
+"""The biggest session file read; a bigger one is refused (no conversation comes near it)."""
+MAX_KEY_BYTES = 4096
+_KEY_MIN = 32
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -163,49 +180,90 @@ def default_key_file() -> Path:
 def session_key(path: Path | None = None, *, create: bool = False) -> bytes | None:
     """The session key at *path* (default :func:`default_key_file`); made if *create*.
 
+    An empty or short file (a disk that filled up while the key was first written) counts as
+    no key: it is made again when *create*.
+
     Returns:
         The key, or None when there is none and *create* is false.
 
     Raises:
-        SessionError: it cannot be read or made, or is too short to be one.
+        SessionError: it cannot be read or made.
     """
     path = path or default_key_file()
     if path in _keys:
         return _keys[path]
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    key = _read_key(path)
+    if key is None:
         if not create:
             return None
-        data = _make_key(path)
-    except OSError as exc:
-        raise SessionError(f"cannot read the session key {path}: {exc.strerror}") from exc
-    key = data.strip()
-    if len(key) < 32:
-        raise SessionError(
-            f"the session key {path} is too short to be one; remove it and a new one is made "
-            "(sessions signed with the old one will no longer resume)"
-        )
+        key = _make_key(path)
     _keys[path] = key
     return key
 
 
+def _read_key(path: Path) -> bytes | None:
+    try:
+        data = read_file(path, MAX_KEY_BYTES, what="the session key")
+    except SessionError:
+        if os.path.lexists(path) and not os.path.isfile(path):
+            raise
+        data = None  # unreadable as a key: made again
+    if data is None:
+        return None
+    key = data.strip()
+    return key if len(key) >= _KEY_MIN else None
+
+
 def _make_key(path: Path) -> bytes:
+    # Written whole or not at all: a temporary file, fsynced, then linked (first maker wins,
+    # another chat making it meanwhile keeps its key) or renamed over an empty/short one.
+    data = secrets.token_hex(32).encode() + b"\n"
+    tmp: str | None = None
     try:
         missing = [p for p in (path.parent, path.parent.parent) if not p.exists()]
         for folder in reversed(missing):
             with suppress(FileExistsError):
                 folder.mkdir(mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
-        return path.read_bytes()  # made meanwhile by another chat
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".session.key.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            made = _read_key(path)
+            if made is not None:
+                return made  # made meanwhile by another chat
+            os.replace(tmp, path)
+            tmp = None
+        _fsync_dir(path.parent)
     except OSError as exc:
         raise SessionError(f"cannot create the session key {path}: {exc.strerror}") from exc
-    data = secrets.token_hex(32).encode() + b"\n"
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    finally:
+        if tmp is not None:
+            with suppress(OSError):
+                os.unlink(tmp)
+    return data.strip()
+
+
+def read_file(path: Path, cap: int, *, what: str = "session") -> bytes | None:
+    """The bytes of *path* (a session file or the key), None when it does not exist.
+
+    Read as a planted file is (:func:`runtime.project.read_capped`): a symlink out of its
+    folder, a FIFO, a device, or more than *cap* bytes is refused.
+
+    Raises:
+        SessionError: it cannot be used (one line naming it).
+    """
+    try:
+        data, _size = read_capped(path, cap, root=path.parent)
+    except ProjectFileError as exc:
+        if not os.path.lexists(path):
+            return None
+        raise SessionError(f"cannot read {what} {exc}") from exc
+    if len(data) > cap:
+        raise SessionError(f"cannot read {what} {path}: over {cap // (1024 * 1024) or 1} MiB")
     return data
 
 
@@ -329,6 +387,53 @@ class SessionStore:
     ) -> None:
         self.root = Path(root)
         self.key_file = key_file
+        self._locks: dict[str, int] = {}
+
+    def hold(self, session_id: str) -> None:
+        """Take the lock of *session_id* for this store (kept until :meth:`release` or the
+        process ends); holding it already is fine.
+
+        Raises:
+            SessionError: another process holds it (the line names its pid), or the lock file
+                cannot be made.
+        """
+        if session_id in self._locks:
+            return
+        path = self.root / f".{self.path_for(session_id).stem}.lock"
+        try:
+            fd = os.open(
+                path,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                0o600,
+            )
+        except OSError as exc:
+            raise SessionError(f"cannot lock session {session_id}: {path}: {exc.strerror}") from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SessionError(f"cannot lock session {session_id}: {path} is not a file")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise SessionError(f"cannot lock session {session_id}: {exc.strerror}") from exc
+                other = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+                raise SessionError(
+                    f"session {session_id} is open in another trio-agents chat (pid {other}); "
+                    "leave that one first"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._locks[session_id] = fd
+
+    def release(self) -> None:
+        """Let go of every session lock this store holds."""
+        for fd in self._locks.values():
+            with suppress(OSError):
+                os.close(fd)
+        self._locks.clear()
 
     def path_for(self, session_id: str) -> Path:
         """The file of *session_id*.
@@ -390,14 +495,11 @@ class SessionStore:
                 :func:`decode_session`); the file is left as it is.
         """
         path = self.path_for(session_id)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+        data = read_file(path, MAX_SESSION_BYTES)
+        if data is None:
             raise SessionError(
                 f"no session {session_id!r} in {self.root} (see trio-agents chat --list)"
-            ) from None
-        except OSError as exc:
-            raise SessionError(f"cannot read session {path}: {exc.strerror}") from exc
+            )
         session = decode_session(data, where=f"session {path}")
         check_integrity(data, where=f"session {path}", key_file=self.key_file)
         session.id = session_id
@@ -423,6 +525,7 @@ class SessionStore:
         self._check_replaceable(path)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
+            self.hold(session_id)
             fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{session_id}.", suffix=".tmp")
         except OSError as exc:
             raise SessionError(f"cannot write session {path}: {exc.strerror}") from exc
@@ -446,12 +549,9 @@ class SessionStore:
     def _check_replaceable(self, path: Path) -> None:
         # Only a file this version can read is replaced: whatever else is there (a corrupted
         # file, a newer format, something that is not a session) may be someone's only copy.
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+        data = read_file(path, MAX_SESSION_BYTES)
+        if data is None:
             return
-        except OSError as exc:
-            raise SessionError(f"cannot read session {path}: {exc.strerror}") from exc
         try:
             decode_session(data, where=str(path))
         except SessionError as exc:
@@ -469,7 +569,9 @@ class SessionStore:
             except OSError:
                 continue
             try:
-                data = path.read_bytes()
+                data = read_file(path, MAX_SESSION_BYTES)
+                if data is None:
+                    continue
                 session = decode_session(data, where=path.name)
                 check_integrity(data, where=path.name, key_file=self.key_file)
             except (SessionError, OSError) as exc:

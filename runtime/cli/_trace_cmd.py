@@ -407,8 +407,10 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from runtime.core import visible_strings
     from runtime.trace._render import fmt_duration, fmt_tokens
 
+    run = visible_strings(run)  # agent types, tool names, ids: the trace's words
     bold = "bold" if color else ""
     head = Text(f"run {run['run_id']}", bold)
     head.append(

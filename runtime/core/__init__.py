@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from ._sandbox import Sandbox as Sandbox
     from ._secrets import Redactor as Redactor
     from ._secrets import redact_log_event as redact_log_event
+    from ._termtext import visible as visible
+    from ._termtext import visible_strings as visible_strings
     from ._tool import SubAgentSpawner as SubAgentSpawner
     from ._tool import TargetKind as TargetKind
     from ._tool import Tool as Tool
@@ -69,6 +71,8 @@ _LAZY: dict[str, str] = {
     "normalise_target": "._workspace",
     "one_line": "._tool",
     "publish_names": "._names",
+    "visible": "._termtext",
+    "visible_strings": "._termtext",
     "redact_log_event": "._secrets",
     "relative": "._workspace",
     "resolve_in_workspace": "._workspace",

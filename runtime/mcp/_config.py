@@ -23,6 +23,7 @@ as *unsupported*, and fails to start with one warning like any server that canno
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -31,6 +32,10 @@ from typing import Any, Literal
 import attrs
 
 from runtime.core import ConfigError
+from runtime.project import read_text_capped
+
+MAX_CONFIG_BYTES = 1024 * 1024
+"""The biggest MCP config file read (``.mcp.json``, ``--mcp-config``)."""
 
 __all__ = [
     "DEFAULT_START_TIMEOUT_S",
@@ -252,14 +257,16 @@ def load_mcp_config(
     warnings: list[str] = []
     files = [(Path(p), True) for p in optional] + [(Path(p), False) for p in paths]
     for path, may_be_missing in files:
-        if may_be_missing and not path.is_file():
+        if may_be_missing and not os.path.lexists(path):
             continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{path}: not UTF-8 text: {exc.reason}") from exc
+        # A workspace's own file is read as every planted file is (a FIFO, a device or a
+        # link out of the workspace refused, the size capped); a --mcp-config file is the
+        # user's and may be a link anywhere, still to a regular file.
+        root = path.parent if may_be_missing else None
+        content = read_text_capped(path, MAX_CONFIG_BYTES, root=root)
+        if content.truncated:
+            raise ConfigError(f"{path}: too big (over {MAX_CONFIG_BYTES // 1024} KiB)")
+        text = content.text
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:

@@ -13,6 +13,9 @@ from ._agents import CLAUDE_TOOLS as CLAUDE_TOOLS
 from ._agents import AgentDefinition as AgentDefinition
 from ._files import GitInfo as GitInfo
 from ._files import ProjectFileError as ProjectFileError
+from ._files import open_regular as open_regular
+from ._files import read_capped as read_capped
+from ._files import read_text_capped as read_text_capped
 from ._files import user_config_dir as user_config_dir
 from ._instructions import InstructionFile as InstructionFile
 from ._project import Project as Project
@@ -39,6 +42,9 @@ __all__ = sorted(
         "SystemPrompt",
         "load_project",
         "load_settings",
+        "open_regular",
+        "read_capped",
+        "read_text_capped",
         "user_config_dir",
     ]
 )

@@ -2,12 +2,19 @@
 
 Every file here is read with a size cap (a bigger file is cut, and the caller warns); a path
 that leads out of the folder it must stay in (``..``, a symlink, an absolute path) is refused.
+:func:`read_capped` is the one way the runtime opens a file that came with a workspace or sits
+in a config folder (settings, instructions, agent and skill files, ``.mcp.json``, sessions,
+``.git/HEAD``): a final symlink is followed only while it stays in its folder, anything but a
+regular file (``/dev/zero``, a FIFO, a socket) is refused without blocking, and no more than the
+cap is ever read (docs/reliability.md, "The trust boundary").
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +50,82 @@ def inside(path: Path, root: Path) -> bool:
     return True
 
 
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def open_regular(path: Path, *, root: Path | None = None) -> int:
+    """Open *path* for reading, refusing what a hostile folder could plant there.
+
+    ``O_NONBLOCK`` so a FIFO cannot hang the open; anything but a regular file is refused
+    after it. A final symlink is followed only to a target inside *root* (when given; a
+    user's own config folder passes none, so a dotfiles link works, still to a regular file).
+
+    Returns:
+        The open descriptor (the caller closes it).
+
+    Raises:
+        ProjectFileError: missing, unreadable, a symlink out of *root*, or not a regular file.
+    """
+    try:
+        fd = os.open(path, _READ_FLAGS | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:  # ELOOP: the last part is a symlink
+            raise ProjectFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        if root is not None and not inside(path, root):
+            raise ProjectFileError(f"{path}: a symlink out of {root}; refused") from None
+        try:
+            fd = os.open(os.path.realpath(path), _READ_FLAGS | os.O_NOFOLLOW)
+        except OSError as again:
+            raise ProjectFileError(f"{path}: cannot read: {again.strerror or again}") from again
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:  # pragma: no cover - fstat of an open descriptor
+        os.close(fd)
+        raise ProjectFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ProjectFileError(f"{path}: not a regular file; refused")
+    return fd
+
+
+def read_capped(
+    path: Path, cap: int, *, root: Path | None = None, fd: int | None = None
+) -> tuple[bytes, int]:
+    """At most *cap* + 1 bytes of *path* (opened with :func:`open_regular`), and its size.
+
+    More than *cap* bytes back means the file is bigger than the cap.
+
+    Args:
+        root: see :func:`open_regular`.
+        fd: read this open descriptor (taken over and closed) instead of opening *path*; it
+            must be a regular file too.
+
+    Raises:
+        ProjectFileError: see :func:`open_regular`; or a read error.
+    """
+    if fd is None:
+        fd = open_regular(path, root=root)
+    elif not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ProjectFileError(f"{path}: not a regular file; refused")
+    try:
+        size = os.fstat(fd).st_size
+        chunks: list[bytes] = []
+        left = cap + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise ProjectFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data, max(size, len(data))
+
+
 @attrs.frozen
 class TextFile:
     """A file's text, cut at the cap when ``truncated``."""
@@ -53,23 +136,21 @@ class TextFile:
     size: int
 
 
-def read_text_capped(path: Path, cap: int, *, fd: int | None = None) -> TextFile:
+def read_text_capped(
+    path: Path, cap: int, *, fd: int | None = None, root: Path | None = None
+) -> TextFile:
     """Read at most *cap* bytes of *path* as UTF-8 (a multi-byte character cut by the cap is
-    dropped), never more however big the file is.
+    dropped), never more however big the file is (with :func:`read_capped`).
 
     Args:
         fd: read this open descriptor (taken over and closed) instead of opening *path*, which
             then only names the file in messages.
+        root: a final symlink must stay inside it (see :func:`open_regular`).
 
     Raises:
-        ProjectFileError: unreadable, or not UTF-8 text.
+        ProjectFileError: unreadable, not a regular file, or not UTF-8 text.
     """
-    try:
-        with path.open("rb") if fd is None else os.fdopen(fd, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            data = f.read(cap + 1)
-    except OSError as exc:
-        raise ProjectFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    data, size = read_capped(path, cap, root=root, fd=fd)
     truncated = len(data) > cap
     if truncated:
         data = data[:cap]
@@ -83,7 +164,7 @@ def read_text_capped(path: Path, cap: int, *, fd: int | None = None) -> TextFile
         break
     else:
         raise ProjectFileError(f"{path}: not UTF-8 text")
-    return TextFile(path, text.replace("\r\n", "\n"), truncated, max(size, len(data)))
+    return TextFile(path, text.replace("\r\n", "\n"), truncated, size)
 
 
 @attrs.frozen
@@ -199,16 +280,23 @@ def git_info(workspace: Path, *, max_up: int = 64) -> GitInfo:
     return GitInfo()
 
 
+_GIT_CAP = 4096
+
+
 def _branch(dot_git: Path) -> str | None:
+    # Read as every planted file is: a HEAD that is a FIFO or a link to /dev/zero gives no
+    # branch, never a hang or a MemoryError.
     try:
         git_dir = dot_git
-        if dot_git.is_file():  # a worktree or submodule: "gitdir: <path>"
-            line = dot_git.read_text(encoding="utf-8", errors="replace")[:4096].strip()
+        if not dot_git.is_dir():  # a worktree or submodule: "gitdir: <path>"
+            data, _ = read_capped(dot_git, _GIT_CAP, root=dot_git.parent)
+            line = data[:_GIT_CAP].decode("utf-8", errors="replace").strip()
             if not line.startswith("gitdir:"):
                 return None
             git_dir = (dot_git.parent / line.removeprefix("gitdir:").strip()).resolve()
-        head = (git_dir / "HEAD").read_text(encoding="utf-8", errors="replace")[:4096].strip()
-    except OSError:
+        data, _ = read_capped(git_dir / "HEAD", _GIT_CAP, root=git_dir)
+        head = data[:_GIT_CAP].decode("utf-8", errors="replace").strip()
+    except (OSError, ProjectFileError):
         return None
     if head.startswith("ref:"):
         return head.removeprefix("ref:").strip().removeprefix("refs/heads/")

@@ -162,7 +162,7 @@ class _Loader:
             return
         cap = min(MAX_FILE_BYTES, room)
         try:
-            content = read_text_capped(path, cap)
+            content = read_text_capped(path, cap, root=root)
         except ProjectFileError as exc:
             self.warn(f"{exc}; skipped")
             return

@@ -106,7 +106,7 @@ def read_skill(folder: Path, root: Path) -> Skill:
         raise ProjectFileError(f"{folder}: a skill folder without {SKILL_FILE}")
     if not inside(path, root):
         raise ProjectFileError(f"{path}: leads out of {root}")
-    content = read_text_capped(path, MAX_SKILL_BYTES)
+    content = read_text_capped(path, MAX_SKILL_BYTES, root=root)
     fm = split_front_matter(content.text, path)
     name = fm.data.get("name", folder.name)
     if not isinstance(name, str) or not _NAME.fullmatch(name):

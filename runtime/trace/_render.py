@@ -16,6 +16,8 @@ from typing import Any, Final
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from runtime.core import visible
+
 from ._tree import INTERRUPTED, RUNNING, AgentNode, RetryInfo, ToolNode, TraceTree
 
 SPINNER_FRAMES: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -109,6 +111,7 @@ class StyledLine:
     __slots__ = ("_len", "base", "desc", "essential", "parts", "wrap")
 
     def __init__(self, text: str = "", base: str = "", *, wrap: bool = False) -> None:
+        text = visible(text, layout=False)  # names, summaries, results: from outside
         self.parts: list[tuple[str, str]] = [(text, "")] if text else []
         self.base = base
         self._len = len(text)
@@ -117,7 +120,8 @@ class StyledLine:
         self.wrap = wrap
 
     def append(self, text: str, style: str = "") -> None:
-        """Add *text* in *style* at the end."""
+        """Add *text* in *style* at the end (its control characters made visible)."""
+        text = visible(text, layout=False)
         self.parts.append((text, style))
         self._len += len(text)
 
@@ -635,7 +639,7 @@ def render_timeline(
         _, style = status_mark(node.status)
         tail = "▶" if not node.finished else ""
         bar = "█" * (b - a - len(tail)) + tail
-        name = ("  " * node.depth + node.name)[:label_width]
+        name = visible("  " * node.depth + node.name, layout=False)[:label_width]
         out.append(f"{name:<{label_width}} |")
         out.append(" " * a)
         out.append(bar, style if color else "")
@@ -648,7 +652,7 @@ def render_timeline(
 def _mermaid_label(text: str) -> str:
     # Inside a quoted Mermaid label, '"' ends the label and '#...;' is an entity: escape both
     # (and the angle brackets, which Mermaid may read as HTML).
-    text = " ".join(text.split())
+    text = visible(" ".join(text.split()), layout=False)
     for char, entity in (("#", "#35;"), ('"', "#quot;"), ("<", "#lt;"), (">", "#gt;")):
         text = text.replace(char, entity)
     return text
@@ -762,4 +766,4 @@ def event_line(tree: TraceTree, fields: Mapping[str, Any]) -> str | None:
         )
     if what is None:
         return None
-    return f"{stamp} {indent}{what}"
+    return visible(f"{stamp} {indent}{what}", layout=False)
