@@ -49,7 +49,7 @@ import cattrs
 import orjson
 from cattrs.preconf.orjson import make_converter
 
-from runtime.core._errors import AgentsError
+from runtime.core._errors import SessionError
 from runtime.core._messages import Message, state_converter
 from runtime.core._secrets import redact_known
 
@@ -60,10 +60,6 @@ MAX_INPUT_HISTORY = 500
 """The most prompt lines kept for the up/down history."""
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
-class SessionError(AgentsError):
-    """A session file cannot be used (missing, unreadable, newer format); one line."""
 
 
 @attrs.define(kw_only=True)
