@@ -72,7 +72,7 @@ import trio
 
 from runtime._logs import get_logger
 from runtime.actors import Registry
-from runtime.core._agent import AgentOutcome, AgentSpec
+from runtime.core._agent import AgentOutcome, AgentSpec, cancel_reason_of, cancelled_text
 from runtime.core._agent_types import AgentType
 from runtime.core._context import Owner, RunContext
 from runtime.core._errors import ConfigError, ToolError
@@ -80,6 +80,7 @@ from runtime.core._events import (
     AgentFinished,
     AgentStarted,
     AgentStatus,
+    CancelBy,
     Event,
     TextDelta,
     ThinkingDelta,
@@ -1115,14 +1116,15 @@ class _Stream:
                     await self.done.wait()
                 return
             with contextlib.suppress(Exception):  # a dead host: nothing left to stop
-                host.actor.abort.remote(call.call_id, f"cancelled: {reason}")
+                host.actor.abort.remote(call.call_id, cancelled_text(reason))
             reason = f"{reason} (the Ray worker did not confirm within {grace:g} s)"
         self.ended = True
+        text = cancelled_text(reason)
         with trio.move_on_after(grace, shield=True):
-            await self._synthesise(
-                f"cancelled: {reason}", agent_status="cancelled", tool_status="cancelled"
-            )
-        self.outcome = self._outcome_from_events(f"cancelled: {reason}", status="cancelled")
+            await self._synthesise(text, agent_status="cancelled", tool_status="cancelled")
+        self.outcome = self._outcome_from_events(
+            text, status="cancelled", by=cast("CancelBy", by or "runtime")
+        )
         self.done.set()
 
     async def _forward(self, event: Event) -> None:
@@ -1290,24 +1292,31 @@ class _Stream:
             del self._open[node_id]
 
     def _outcome_from_events(
-        self, error: str | None, *, status: AgentStatus = "failed"
+        self, error: str | None, *, status: AgentStatus = "failed", by: CancelBy | None = None
     ) -> AgentOutcome:
+        """The root's outcome when the host's never came: from its ``agent_finished``, if it
+        was forwarded, else *error* with *status*; a cancelled one gets its reason from the
+        event's text (all the event carries of it) and *by*."""
         fin = self._root_finished
         if fin is None:
-            return failed_outcome(
+            outcome = failed_outcome(
                 self.spec, error or "the Ray host reported no outcome", status=status
             )
-        base = failed_outcome(self.spec, fin.error or error or "")
-        return attrs.evolve(
-            base,
-            status=fin.status,
-            result=fin.result,
-            error=fin.error,
-            turns=fin.turns,
-            input_tokens=fin.input_tokens,
-            output_tokens=fin.output_tokens,
-            duration_s=fin.duration_s,
-        )
+        else:
+            outcome = attrs.evolve(
+                failed_outcome(self.spec, fin.error or error or ""),
+                status=fin.status,
+                result=fin.result,
+                error=fin.error,
+                turns=fin.turns,
+                input_tokens=fin.input_tokens,
+                output_tokens=fin.output_tokens,
+                duration_s=fin.duration_s,
+            )
+        if outcome.status != "cancelled":
+            return outcome
+        reason = cancel_reason_of(outcome.error or "")
+        return attrs.evolve(outcome, cancel_reason=reason, cancelled_by=by)
 
 
 # -- the context manager ----------------------------------------------------------------------

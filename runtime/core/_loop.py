@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import aclosing
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 import trio
@@ -29,7 +29,7 @@ from runtime.actors import (
     start_actor_soon,
 )
 
-from ._agent import AgentOutcome, AgentSpec
+from ._agent import AgentOutcome, AgentSpec, cancelled_text
 from ._agent_types import AgentType
 from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
 from ._context import Owner, RunContext
@@ -46,6 +46,7 @@ from ._events import (
     AgentFinished,
     AgentStarted,
     AgentStatus,
+    CancelBy,
     ProviderRetry,
     TextDelta,
     ThinkingDelta,
@@ -251,6 +252,7 @@ def _outcome(
     node = handle.node if handle is not None else None
     reason, by = Registry.cancel_reason(node) if node is not None else (None, None)
     result: str | None = None
+    cancel_reason: str | None = None
     if exit_ is not None and exit_.kind == "returned" and reason is None:
         status, result, error = exit_.value
     elif exit_ is not None and exit_.kind == "failed" and reason is None:
@@ -267,7 +269,7 @@ def _outcome(
         # Only the subtree whose budget ran out ends budget_exceeded; agents under it were
         # cancelled because of it, and say so in their reason.
         if by == "budget" and node is not None and node.cancel_by == "budget":
-            status, error = "budget_exceeded", reason
+            status, error, cancel_reason = "budget_exceeded", reason, reason
         elif (
             reason is None
             and seconds is not None
@@ -276,7 +278,8 @@ def _outcome(
         ):
             status, error = "budget_exceeded", f"budget exceeded: {seconds:g} s of wall time"
         else:
-            status, error = "cancelled", f"cancelled: {reason or 'cancelled'}"
+            cancel_reason = reason or "cancelled"
+            status, error = "cancelled", cancelled_text(cancel_reason)
     _close_open_tool_calls(life.state)
     return AgentOutcome(
         agent_id=spec.agent_id,
@@ -293,6 +296,8 @@ def _outcome(
         duration_s=trio.current_time() - life.t0,
         state=life.state,
         undelivered=life.undelivered,
+        cancel_reason=cancel_reason,
+        cancelled_by=cast("CancelBy | None", by) if cancel_reason is not None else None,
     )
 
 
@@ -730,7 +735,7 @@ async def _run_tool_call(
             run.registry.unregister(call.id)
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
-            status, output = "cancelled", f"cancelled: {reason or 'cancelled'}"
+            status, output = "cancelled", cancelled_text(reason)
         cap = type_setup(run, spec.agent_type).output_cap + NOTE_ROOM
         output = _cut(redact(output, run.secrets), cap, how=_OUTPUT_CUT_HOW)
         results[index] = ToolResultBlock(
@@ -798,7 +803,7 @@ async def _execute(
     try:
         return "ok", await tool.call(_own_copy(call.input), ctx)
     except SubtreeCancelled as exc:
-        return "cancelled", f"cancelled: {exc.reason}"
+        return "cancelled", cancelled_text(exc.reason)
     except ToolError as exc:
         return "error", str(exc)
     except Exception as exc:  # a bug in a tool is a result the model reads, not a crash
@@ -911,7 +916,7 @@ class _Spawner:
         if outcome.status == "completed":
             return outcome.result or ""
         if outcome.status == "cancelled":
-            raise SubtreeCancelled((outcome.error or "cancelled").removeprefix("cancelled: "))
+            raise SubtreeCancelled(outcome.cancel_reason or "cancelled")
         if outcome.status == "max_turns":
             raise ToolError(
                 f"sub-agent {atype.name} stopped after {outcome.turns} turns (max_turns)"
