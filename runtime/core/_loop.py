@@ -127,7 +127,7 @@ async def agent_main(
         )
         life.announced = True
         # Reachable by messages (and by Runtime.cancel) only once it has been announced.
-        run.mailboxes[spec.agent_id] = ctx.mailbox
+        run.scheduler.open_inbox(spec.agent_id, ctx.mailbox)
         if spec.budget is not None and spec.budget.seconds is not None:
             ctx.scope.deadline = trio.current_time() + spec.budget.seconds
         log = run.log.bind(agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id)
@@ -136,7 +136,7 @@ async def agent_main(
             return await compact_only(run, spec, life.state, specs, log)
         return await _loop(run, spec, life.state, ctx, log)
     finally:
-        run.mailboxes.pop(spec.agent_id, None)
+        run.scheduler.close_inbox(spec.agent_id)
         # Take what is still queued and refuse more, with no yield in between: a message is
         # either in the history or handed back in the outcome, never lost.
         life.undelivered = tuple(ctx.mailbox.drain())
@@ -183,16 +183,14 @@ async def run_agent_actor(
         trio.current_time(),
     )
     run.budget.set_budget(spec.agent_id, spec.budget)
-    run.agents_started += 1
-    run.running_agents += 1
-    run.peak_running_agents = max(run.peak_running_agents, run.running_agents)
+    run.scheduler.agent_running()
     handle: ActorHandle[str] | None = None
     body = functools.partial(agent_main, run, spec, life)
     owner = Owner(spec.agent_id, spec.parent_tool_use_id)
     try:
         if own_task:
             handle = ActorHandle.new(
-                spec.agent_id, registry=run.registry, mailbox_size=run.limits.mailbox_size
+                spec.agent_id, registry=run.registry, mailbox_size=run.settings.limits.mailbox_size
             )
             await run_actor(
                 handle,
@@ -209,7 +207,7 @@ async def run_agent_actor(
                     "registry": run.registry,
                     "parent_id": spec.parent_tool_use_id,
                     "data": owner,
-                    "mailbox_size": run.limits.mailbox_size,
+                    "mailbox_size": run.settings.limits.mailbox_size,
                 }
                 if task_status is trio.TASK_STATUS_IGNORED:
                     handle = start_actor_soon(nursery, body, **kwargs)
@@ -217,7 +215,7 @@ async def run_agent_actor(
                     handle = await start_actor(nursery, body, **kwargs)
                     task_status.started()
     finally:
-        run.running_agents -= 1
+        run.scheduler.agent_stopped()
         run.budget.forget(spec.agent_id)
         outcome = _outcome(run, spec, life, handle)
         if on_outcome is not None:
@@ -225,7 +223,7 @@ async def run_agent_actor(
         if life.announced:  # an agent cancelled before it was announced leaves no trace at all
             await run.bus.emit_final(
                 AgentFinished,
-                grace_s=run.limits.finish_grace_s,
+                grace_s=run.settings.limits.finish_grace_s,
                 agent_id=spec.agent_id,
                 parent_tool_use_id=spec.parent_tool_use_id,
                 status=outcome.status,
@@ -288,7 +286,7 @@ def _outcome(
         # Masked before the cut: a cut through a secret would leave both halves unmasked.
         result=None
         if result is None
-        else _cut(run.bus.redactor(result), run.limits.max_result_chars),
+        else _cut(run.bus.redactor(result), run.settings.limits.max_result_chars),
         error=error,
         turns=life.state.turns,
         input_tokens=life.state.input_tokens,
@@ -332,7 +330,7 @@ async def _loop(
     run: RunContext, spec: AgentSpec, state: AgentState, ctx: ActorContext[str], log: Any
 ) -> tuple[AgentStatus, str | None, str | None]:
     atype = spec.agent_type
-    max_turns = atype.max_turns or run.limits.max_turns
+    max_turns = atype.max_turns or run.settings.limits.max_turns
     setup = type_setup(run, atype)
     tools = setup.tools
     specs = setup.specs
@@ -349,18 +347,14 @@ async def _loop(
         if state.turns >= max_turns:
             # Before delivering: a message no turn will answer goes back in the outcome.
             return "max_turns", last_text or None, f"stopped after {state.turns} turns (max_turns)"
-        if (
-            spec.depth > 0
-            and spec.agent_id not in run.slot_holders
-            and spec.agent_id not in run.active_children
-        ):
+        if spec.depth > 0 and not run.scheduler.has_slot_or_lent_it(spec.agent_id):
             # A slot lent to its children while it waited for them comes back here.
-            await run.acquire_slot(spec.agent_id)
+            await run.scheduler.acquire_slot(spec.agent_id)
         if ctx.mailbox.pending():
             await _deliver_messages(ctx, state, emit)
         await compactor.before_request(state)
         request = ModelRequest(
-            model=atype.model or run.model,
+            model=atype.model or run.settings.model,
             system=state.system,
             messages=tuple(state.messages),
             tools=specs,
@@ -520,8 +514,8 @@ def type_setup(run: RunContext, atype: AgentType) -> TypeSetup:
     """The :class:`TypeSetup` of *atype* in *run*, made on first use; made again when the run's
     agent types changed since (the ``agent`` tool's description lists them)."""
     version = run.agent_types.version
-    setup: TypeSetup | None = run.type_setups.get(id(atype))
-    if setup is not None and setup.agent_type is atype and setup.types_version == version:
+    setup = run.type_setups.get(atype)
+    if setup is not None and setup.types_version == version:
         return setup
     tools = _tools_for(run, atype)
     specs = tuple(_tool_spec(run, t) for t in tools.values())
@@ -536,14 +530,15 @@ def type_setup(run: RunContext, atype: AgentType) -> TypeSetup:
         output_cap=output_cap(run, atype),
         tool_limits=tool_limits_for(run, atype),
     )
-    run.type_setups[id(atype)] = setup
+    run.type_setups[atype] = setup
     return setup
 
 
 def _system_prompt(run: RunContext, atype: AgentType) -> str:
-    if run.system_prompt is None:
+    build = run.settings.system_prompt
+    if build is None:
         return atype.system
-    return run.system_prompt(atype, list(_tools_for(run, atype)))
+    return build(atype, list(_tools_for(run, atype)))
 
 
 _T = TypeVar("_T")
@@ -602,7 +597,7 @@ async def _run_tool_calls(
     parallel = len(calls) > 1 and all(
         (t := tools.get(c.name)) is None or t.concurrency_safe for c in calls
     )
-    agent_ids = [run.new_agent_id() if c.name == "agent" else None for c in calls]
+    agent_ids = [run.scheduler.new_agent_id() if c.name == "agent" else None for c in calls]
     try:
         if parallel:
             all_started = trio.Event()
@@ -743,7 +738,7 @@ async def _run_tool_call(
         )
         await run.bus.emit_final(
             ToolFinished,
-            grace_s=run.limits.finish_grace_s,
+            grace_s=run.settings.limits.finish_grace_s,
             agent_id=spec.agent_id,
             parent_tool_use_id=spec.parent_tool_use_id,
             tool_use_id=call.id,
@@ -788,11 +783,11 @@ async def _execute(
     # One object per call both spawns its sub-agents and reports its progress.
     spawner = _Spawner(run, spec, call.id, agent_id, own_task=own_task)
     ctx = ToolContext(
-        workspace=run.workspace,
+        workspace=run.settings.workspace,
         agent_id=spec.agent_id,
         tool_use_id=call.id,
         depth=spec.depth,
-        env=run.env,
+        env=run.settings.env,
         limits=type_setup(run, spec.agent_type).tool_limits,
         log=log.bind(tool_use_id=call.id, tool=tool.name),
         spawner=spawner,
@@ -857,7 +852,7 @@ class _Spawner:
 
     def _take_agent_id(self) -> str:
         agent_id, self._agent_id = self._agent_id, None
-        return agent_id or self._run.new_agent_id()
+        return agent_id or self._run.scheduler.new_agent_id()
 
     async def run_subagent(
         self,
@@ -874,14 +869,13 @@ class _Spawner:
         except ConfigError as exc:
             raise ToolError(str(exc)) from None
         depth = self._parent.depth + 1
-        if depth > run.limits.max_depth:
+        if depth > run.settings.limits.max_depth:
             raise ToolError(
-                f"max depth {run.limits.max_depth} reached: a sub-agent here would be at "
+                f"max depth {run.settings.limits.max_depth} reached: a sub-agent here would be at "
                 f"depth {depth}; do this work yourself"
             )
-        if run.agents_reserved >= run.limits.max_agents:
-            raise ToolError(f"max agents {run.limits.max_agents} reached for this run")
-        run.agents_reserved += 1
+        if not run.scheduler.reserve_agent():
+            raise ToolError(f"max agents {run.settings.limits.max_agents} reached for this run")
         effective = (atype.budget or Budget()).tighter(call_budget)
         spec = AgentSpec(
             agent_id=self._take_agent_id(),
@@ -898,10 +892,10 @@ class _Spawner:
             if runner is None:
                 raise ToolError(f"placement {atype.placement!r} is not available in this run")
         parent_id = self._parent.agent_id
-        run.child_starting(parent_id)
+        run.scheduler.child_starting(parent_id)
         try:
             # Waits visibly: this call's tool_started is out; agent_started comes when it runs.
-            await run.acquire_slot(spec.agent_id)
+            await run.scheduler.acquire_slot(spec.agent_id)
             try:
                 if runner is None:
                     own_task = self._own_task is trio.lowlevel.current_task()
@@ -910,9 +904,9 @@ class _Spawner:
                 else:
                     outcome = await runner.run_subtree(run, spec)
             finally:
-                run.release_slot(spec.agent_id)
+                run.scheduler.release_slot(spec.agent_id)
         finally:
-            run.child_finished(parent_id)
+            run.scheduler.child_finished(parent_id)
         if outcome.status == "completed":
             return outcome.result or ""
         if outcome.status == "cancelled":

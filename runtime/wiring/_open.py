@@ -410,7 +410,7 @@ async def open_runtime(
         config = {
             **prov.describe(),
             "provider": prov.name,
-            "model": run.model,
+            "model": run.settings.model,
             "workspace": ws_str,
             "permission_mode": permission_mode,
             "limits": limits.public(),
