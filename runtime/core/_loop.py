@@ -332,7 +332,6 @@ async def _loop(
     atype = spec.agent_type
     max_turns = atype.max_turns or run.settings.limits.max_turns
     setup = type_setup(run, atype)
-    tools = setup.tools
     specs = setup.specs
     emit = functools.partial(
         run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
@@ -383,7 +382,7 @@ async def _loop(
             tool_use_ids=[c.id for c in calls],
         )
         if calls:
-            await _run_tool_calls(run, spec, state, tools, calls, log)
+            await _run_tool_calls(run, spec, state, calls, log)
             state.continue_reason = "tool_use"
             continue
         if ctx.mailbox.pending():
@@ -575,11 +574,32 @@ def _tool_spec(run: RunContext, tool: Tool) -> ToolSpec:
     return ToolSpec(name=tool.name, description=description, input_schema=tool.input_schema)
 
 
+@attrs.define(eq=False, kw_only=True)
+class _Call:
+    """One tool call of a turn, as everything that runs it shares it."""
+
+    run: RunContext
+    spec: AgentSpec
+    setup: TypeSetup
+    call: ToolCall
+    log: Any
+    index: int
+    """Its place in the turn: where its result goes."""
+    agent_id: str | None = None
+    """The id of its first sub-agent (an ``agent`` call), given in call order by the turn."""
+    own_task: bool = False
+    """It runs in a task of its own, started for it (the turn emitted its ``tool_started``):
+    a sub-agent it starts from that task may run in it."""
+    tool: Tool | None = None
+    summary: str = ""
+    t0: float = 0.0
+    """When its ``tool_started`` went out (the three are set by :func:`_announce_tool_call`)."""
+
+
 async def _run_tool_calls(
     run: RunContext,
     spec: AgentSpec,
     state: AgentState,
-    tools: Mapping[str, Tool],
     calls: list[ToolCall],
     log: Any,
 ) -> None:
@@ -593,37 +613,40 @@ async def _run_tool_calls(
     turn's ``agent`` calls get their ids in call order before any of them starts: the same
     script gives the same ids and the same order, run after run.
     """
+    setup = type_setup(run, spec.agent_type)
+    tools = setup.tools
     results: list[ToolResultBlock | None] = [None] * len(calls)
     parallel = len(calls) > 1 and all(
         (t := tools.get(c.name)) is None or t.concurrency_safe for c in calls
     )
-    agent_ids = [run.scheduler.new_agent_id() if c.name == "agent" else None for c in calls]
+    records = [
+        _Call(
+            run=run,
+            spec=spec,
+            setup=setup,
+            call=call,
+            log=log,
+            index=i,
+            agent_id=run.scheduler.new_agent_id() if call.name == "agent" else None,
+            own_task=parallel,
+        )
+        for i, call in enumerate(calls)
+    ]
     try:
         if parallel:
             all_started = trio.Event()
             async with trio.open_nursery() as nursery:
-                for i, call in enumerate(calls):
+                for record in records:
                     # Announced here, then started: each call's tool_started is out before the
                     # next call's, with no hand-over (nursery.start) per call. The call's task
                     # runs only this call, so a sub-agent it starts runs in it (own_task).
-                    announced = await _announce_tool_call(run, spec, tools, call)
-                    nursery.start_soon(
-                        _run_tool_call,
-                        run,
-                        spec,
-                        tools,
-                        call,
-                        i,
-                        results,
-                        log,
-                        agent_ids[i],
-                        all_started,
-                        announced,
-                    )
+                    await _announce_tool_call(record)
+                    nursery.start_soon(_run_tool_call, record, results, all_started)
                 all_started.set()
         else:
-            for i, call in enumerate(calls):
-                await _run_tool_call(run, spec, tools, call, i, results, log, agent_ids[i])
+            for record in records:
+                await _announce_tool_call(record)
+                await _run_tool_call(record, results)
     finally:
         blocks = tuple(
             r or ToolResultBlock(tool_use_id=c.id, content="cancelled", is_error=True)
@@ -657,13 +680,12 @@ def _summary(tool: Tool | None, call: ToolCall, run: RunContext) -> str:
         return f"{call.name}: …"
 
 
-async def _announce_tool_call(
-    run: RunContext, spec: AgentSpec, tools: Mapping[str, Tool], call: ToolCall
-) -> tuple[Tool | None, str, float]:
-    """Emit a call's ``tool_started``; its tool, summary and start time."""
-    tool = tools.get(call.name)
-    summary = _summary(tool, call, run)
-    t0 = trio.current_time()
+async def _announce_tool_call(record: _Call) -> None:
+    """Emit a call's ``tool_started``; note its tool, summary and start time in *record*."""
+    run, spec, call = record.run, record.spec, record.call
+    tool = record.tool = record.setup.tools.get(call.name)
+    summary = record.summary = _summary(tool, call, run)
+    record.t0 = trio.current_time()
     await run.bus.emit(
         ToolStarted,
         agent_id=spec.agent_id,
@@ -673,28 +695,20 @@ async def _announce_tool_call(
         input=call.input,
         summary=summary,
     )
-    return tool, summary, t0
 
 
 async def _run_tool_call(
-    run: RunContext,
-    spec: AgentSpec,
-    tools: Mapping[str, Tool],
-    call: ToolCall,
-    index: int,
+    record: _Call,
     results: list[ToolResultBlock | None],
-    log: Any,
-    agent_id: str | None = None,
     all_started: trio.Event | None = None,
-    announced: tuple[Tool | None, str, float] | None = None,
 ) -> None:
-    """Run one tool call, from its ``tool_started`` (unless *announced* says the turn emitted
-    it already: the call's tool, summary and start time; the call then runs in a task of its
-    own, started for it) to its ``tool_finished``."""
-    if announced is None:
-        tool, summary, t0 = await _announce_tool_call(run, spec, tools, call)
-    else:
-        tool, summary, t0 = announced
+    """Run one announced tool call to its ``tool_finished``; its result goes in *results*.
+
+    Args:
+        all_started: set once the turn has announced all its calls (parallel calls wait for
+            it before they run).
+    """
+    run, spec, call, log = record.run, record.spec, record.call, record.log
     status: ToolStatus | None = None
     output = ""
     scope = trio.CancelScope()
@@ -717,10 +731,7 @@ async def _run_tool_call(
         else:
             with scope:
                 try:
-                    own_task = announced is not None
-                    status, output = await _execute(
-                        run, spec, tool, call, summary, log, agent_id, own_task=own_task
-                    )
+                    status, output = await _execute(record)
                 except Exception as exc:  # validation, permissions, context: a bug here is
                     # this call's error, never a crash of the agent and its other calls
                     log.exception("tool call failed", tool=call.name, tool_use_id=call.id)
@@ -731,11 +742,12 @@ async def _run_tool_call(
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
             status, output = "cancelled", cancelled_text(reason)
-        cap = type_setup(run, spec.agent_type).output_cap + NOTE_ROOM
+        cap = record.setup.output_cap + NOTE_ROOM
         output = _cut(redact(output, run.secrets), cap, how=_OUTPUT_CUT_HOW)
-        results[index] = ToolResultBlock(
+        results[record.index] = ToolResultBlock(
             tool_use_id=call.id, content=output, is_error=status != "ok"
         )
+        t0 = record.t0
         await run.bus.emit_final(
             ToolFinished,
             grace_s=run.settings.limits.finish_grace_s,
@@ -749,20 +761,11 @@ async def _run_tool_call(
         )
 
 
-async def _execute(
-    run: RunContext,
-    spec: AgentSpec,
-    tool: Tool | None,
-    call: ToolCall,
-    summary: str,
-    log: Any,
-    agent_id: str | None = None,
-    *,
-    own_task: bool = False,
-) -> tuple[ToolStatus, str]:
-
+async def _execute(record: _Call) -> tuple[ToolStatus, str]:
+    """Check and run one call's tool: its status and the text the model reads."""
+    run, spec, tool, call, log = record.run, record.spec, record.tool, record.call, record.log
     if tool is None:
-        known = ", ".join(sorted(type_setup(run, spec.agent_type).tools))
+        known = ", ".join(sorted(record.setup.tools))
         return "error", f"unknown tool {call.name!r}; available tools: {known}"
     if call.error is not None:
         return "error", f"invalid input for {tool.name}: {call.error}"
@@ -770,6 +773,7 @@ async def _execute(
         validate_input(tool, call.input)
     except ToolInputError as exc:
         return "error", f"invalid input for {tool.name}: {exc}"
+    summary = record.summary
     granted, reason = await run.broker.check(
         tool,
         call.input,
@@ -781,14 +785,14 @@ async def _execute(
     if not granted:
         return "denied", f"permission denied: {reason}"
     # One object per call both spawns its sub-agents and reports its progress.
-    spawner = _Spawner(run, spec, call.id, agent_id, own_task=own_task)
+    spawner = _Spawner(record)
     ctx = ToolContext(
         workspace=run.settings.workspace,
         agent_id=spec.agent_id,
         tool_use_id=call.id,
         depth=spec.depth,
         env=run.settings.env,
-        limits=type_setup(run, spec.agent_type).tool_limits,
+        limits=record.setup.tool_limits,
         log=log.bind(tool_use_id=call.id, tool=tool.name),
         spawner=spawner,
         report_progress=spawner,
@@ -830,22 +834,14 @@ class _Spawner:
     """Starts sub-agents for one tool call, inside that call's scope; called, it reports the
     call's progress (a ``tool_progress`` event)."""
 
-    def __init__(
-        self,
-        run: RunContext,
-        parent: AgentSpec,
-        tool_use_id: str,
-        agent_id: str | None = None,
-        *,
-        own_task: bool = False,
-    ) -> None:
-        self._run = run
-        self._parent = parent
-        self._tool_use_id = tool_use_id
-        self._agent_id = agent_id  # given in call order by the turn; used by the first sub-agent
+    def __init__(self, record: _Call) -> None:
+        self._run = record.run
+        self._parent = record.spec
+        self._tool_use_id = record.call.id
+        self._agent_id = record.agent_id  # used by the first sub-agent
         # The call runs in a task of its own: its first sub-agent, started from that task, may
         # run in it (any other gets a task of its own, as in a call that shares its task).
-        self._own_task = trio.lowlevel.current_task() if own_task else None
+        self._own_task = trio.lowlevel.current_task() if record.own_task else None
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         await _report_progress(self._run, self._parent, self._tool_use_id, progress, total, message)
