@@ -126,7 +126,8 @@ _LOST_REPORT_S = 1.0
 # Subtrees a host starts per trio scheduling round. A burst (200 arriving in one submit) started
 # all at once advances in lockstep and ends all together, so nothing goes back to the parent
 # until the last one is done; started a few at a time, the first ones finish and ship while
-# later ones start, and the parent forwards them meanwhile (bench/README.md, issue 22).
+# later ones start, and the parent forwards them meanwhile (bench/README.md,
+# "The Ray placement", "Earlier passes").
 _ADMIT_PER_TICK = 16
 
 

@@ -495,9 +495,9 @@ async def _stream_turn(
 
 @attrs.frozen
 class TypeSetup:
-    """What every agent of one type gets in one run, made once (issue 20: it was made per
-    agent): its tools, their specs as the model sees them, its system prompt, the size of those
-    two in the context, and its tools' limits."""
+    """What every agent of one type gets in one run, made once (not per agent:
+    bench/README.md, "Per-agent and per-run cost"): its tools, their specs as the model sees
+    them, its system prompt, the size of those two in the context, and its tools' limits."""
 
     agent_type: AgentType
     types_version: int

@@ -250,9 +250,9 @@ class Runtime:
 
     async def _run_spec(self, spec: AgentSpec) -> AgentOutcome:
         # Started without nursery.start's hand-over (a temporary nursery and a scheduler round
-        # per run, issue 20): the caller waits for the outcome anyway, and a caller cancelled
-        # before the agent's task has begun withdraws it (it never starts, as a cancelled
-        # start() would leave it).
+        # per run: bench/README.md, "One small run, third pass"): the caller waits for the
+        # outcome anyway, and a caller cancelled before the agent's task has begun withdraws it
+        # (it never starts, as a cancelled start() would leave it).
         spec, handle = self._new_root(spec)
         self._add_root(handle)
         self._nursery.start_soon(self._supervise_root, spec, handle)
