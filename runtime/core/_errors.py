@@ -94,7 +94,8 @@ class SessionError(AgentsError):
 class SubtreeCancelled(AgentsError):
     """Raised by a tool whose work was cancelled from inside (a sub-agent cancelled by id).
 
-    The tool call then ends with status ``cancelled`` and the model reads ``cancelled: <reason>``.
+    The tool call then ends with status ``cancelled`` and the model reads ``cancelled: <reason>``
+    (``runtime.core._agent.cancelled_text``).
     """
 
     def __init__(self, reason: str) -> None:
