@@ -159,6 +159,25 @@ def test_every_docs_citation_resolves() -> None:
     assert not faults, "\n".join(faults)
 
 
+_BENCH_CITATION = re.compile(r'bench/README\.md, "([^"]+)"')
+
+
+def test_every_bench_section_cited_in_the_code_exists() -> None:
+    """A comment citing ``bench/README.md, "<section>"`` names the start of one of its headings
+    (a citation may wrap across comment or docstring lines)."""
+    headings = [text for _, text in _headings(ROOT / "bench" / "README.md")]
+    faults = []
+    for root in ("runtime", "tools"):
+        for path in sorted((ROOT / root).rglob("*.py")):
+            text = re.sub(r"\s*\n\s*(?:#\s*)?", " ", path.read_text(encoding="utf-8"))
+            faults.extend(
+                f"{path.relative_to(ROOT)}: {m.group(0)}: no such section"
+                for m in _BENCH_CITATION.finditer(text)
+                if not any(h.startswith(m.group(1)) for h in headings)
+            )
+    assert not faults, "\n".join(faults)
+
+
 def test_relative_markdown_links_stay_in_the_repository_and_resolve() -> None:
     faults = []
     for path in _repo_files():

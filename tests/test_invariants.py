@@ -163,4 +163,4 @@ async def test_random_trees_with_faults_and_cancels_keep_the_invariants(
     if not cancelled_roots:
         assert set(names.values()) == set(nodes), "every node of the script ran"
     assert rt._run.registry.ids() == [], "no node is left registered"
-    assert rt._run.running_agents == 0
+    assert rt._run.scheduler.running_agents == 0

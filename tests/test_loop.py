@@ -272,6 +272,7 @@ async def test_cancelling_the_root_mid_tool_call_finishes_every_node(
     check_invariants(events)
     assert outcome.status == "cancelled"
     assert outcome.error == "cancelled: stop"
+    assert (outcome.cancel_reason, outcome.cancelled_by) == ("stop", "user")
     [finished] = by_type(events, ToolFinished)
     assert (finished.status, finished.output) == ("cancelled", "cancelled: stop")  # type: ignore[attr-defined]
     history = outcome.state.messages

@@ -9,10 +9,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from runtime import SessionError
 from runtime.cli._sessions import (
     FORMAT_VERSION,
     ChatSession,
-    SessionError,
     SessionStore,
     decode_session,
     default_key_file,

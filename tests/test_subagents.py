@@ -340,7 +340,7 @@ async def test_sub_agents_waiting_for_their_own_sub_agents_never_deadlock(
             def count(_: Any) -> None:
                 # Running = holding a slot; a mid waiting for its leaf has lent its slot.
                 nonlocal peak
-                peak = max(peak, len(rt._run.slot_holders))
+                peak = max(peak, rt._run.scheduler.slots_held)
 
             rt.add_tap(count)
             outcome = await rt.run("go")
@@ -380,7 +380,7 @@ async def test_an_agent_not_yet_announced_cannot_be_cancelled_by_id(workspace: P
                     break  # the agent call's tool_started fills the buffer; agent-2's start waits
             await trio.testing.wait_all_tasks_blocked()
             assert "agent-2" in rt._run.registry
-            assert "agent-2" not in rt._run.announced
+            assert not rt._run.scheduler.is_announced("agent-2")
             assert not await rt.cancel("agent-2", "too early")
         outcome = await handle.wait()
     assert outcome.status == "completed"

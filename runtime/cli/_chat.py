@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, TextIO
 import trio
 
 from runtime.core import one_line
+from runtime.core._errors import SessionError
 from runtime.core._events import ContextCompacted, Event, TurnFinished, UserMessage
 from runtime.core._messages import Message, TextBlock
 
@@ -64,7 +65,6 @@ from ._sessions import (
     DEFAULT_SESSIONS_DIR,
     MAX_INPUT_HISTORY,
     ChatSession,
-    SessionError,
     SessionStore,
     encode_session,
     new_session,

@@ -81,7 +81,15 @@ def build_parser() -> CliParser:
         help="warnings on stderr too (before or after COMMAND)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
+    # In this order in --help.
+    _add_run_commands(sub)
+    _add_inspect_commands(sub)
+    _add_control_commands(sub)
+    return parser
 
+
+def _add_run_commands(sub: Any) -> None:
+    """``run``, ``demo``, ``chat`` and ``replay``: the commands that run agents."""
     run = sub.add_parser(
         "run",
         help="run the main agent on PROMPT (live tree on a terminal, plain lines otherwise)",
@@ -157,6 +165,9 @@ def build_parser() -> CliParser:
 
     add_replay_options(replay)
 
+
+def _add_inspect_commands(sub: Any) -> None:
+    """``trace``, ``mcp``, ``agents`` and ``config``: what a run did or would use."""
     sub.add_parser(
         "trace",
         help="inspect a trace: show, stats, tail, export (see trio-agents trace --help)",
@@ -187,6 +198,9 @@ def build_parser() -> CliParser:
     )
     add_common_options(config)
 
+
+def _add_control_commands(sub: Any) -> None:
+    """``cancel``, ``permit`` and ``pending``: talking to a run started with ``--control``."""
     cancel = sub.add_parser(
         "cancel",
         help="cancel a subtree of a run started with --control SOCK",
@@ -225,7 +239,6 @@ def build_parser() -> CliParser:
     )
     pending.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
     pending.add_argument("--json", action="store_true", help="as one JSON array")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

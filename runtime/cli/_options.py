@@ -944,7 +944,7 @@ def report_outcome(session: Session, outcome: AgentOutcome | None, code: int) ->
         if outcome is None:
             error_line("the run ended without an outcome")
         else:
-            error = (outcome.error or "").removeprefix("cancelled: ")  # said once, not twice
+            error = outcome.cancel_reason or outcome.error  # "cancelled" said once, not twice
             detail = f": {error}" if error else ""
             ended = _ENDED.get(outcome.status, outcome.status)
             error_line(f"the {outcome.name} agent {ended}{detail}")

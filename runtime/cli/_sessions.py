@@ -60,7 +60,7 @@ import cattrs
 import orjson
 from cattrs.preconf.orjson import make_converter
 
-from runtime.core._errors import AgentsError
+from runtime.core._errors import SessionError
 from runtime.core._messages import Message, state_converter
 from runtime.core._secrets import redact_known
 from runtime.project import ProjectFileError, read_capped
@@ -77,10 +77,6 @@ MAX_KEY_BYTES = 4096
 _KEY_MIN = 32
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
-
-class SessionError(AgentsError):
-    """A session file cannot be used (missing, unreadable, newer format); one line."""
 
 
 @attrs.define(kw_only=True)

@@ -98,7 +98,7 @@ from runtime.core._errors import AgentsError, ConfigError
 from runtime.core._events import AgentFinished, AgentStarted, AgentStatus, Event
 from runtime.core._lazylog import LazyLogger
 from runtime.core._limits import Limits
-from runtime.core._loop import run_agent_actor
+from runtime.core._loop import TypeSetup, run_agent_actor
 from runtime.core._messages import AgentState, Message, TextBlock
 from runtime.core._provider import Provider
 from runtime.core._sandbox import Sandbox
@@ -126,7 +126,8 @@ _LOST_REPORT_S = 1.0
 # Subtrees a host starts per trio scheduling round. A burst (200 arriving in one submit) started
 # all at once advances in lockstep and ends all together, so nothing goes back to the parent
 # until the last one is done; started a few at a time, the first ones finish and ship while
-# later ones start, and the parent forwards them meanwhile (bench/README.md, issue 22).
+# later ones start, and the parent forwards them meanwhile (bench/README.md,
+# "The Ray placement", "Earlier passes").
 _ADMIT_PER_TICK = 16
 
 
@@ -204,10 +205,10 @@ class RunConfig:
             env = self._cache["env"] = MappingProxyType(dict(self.env))
         return env
 
-    def type_setups(self) -> dict[int, Any]:
+    def type_setups(self) -> dict[AgentType, TypeSetup]:
         """What each agent type's agents get (``RunContext.type_setups``), shared by the run's
         subtrees here: it depends on the types, tools and settings, all the run's."""
-        made: dict[int, Any] = self._cache.setdefault("type_setups", {})
+        made: dict[AgentType, TypeSetup] = self._cache.setdefault("type_setups", {})
         return made
 
     def redactor(self) -> Redactor:
@@ -451,16 +452,6 @@ class PermissionWithdrawn(Event):
 
 
 # -- the remote run ---------------------------------------------------------------------------
-
-
-@attrs.define(eq=False, kw_only=True)
-class _RemoteRunContext(RunContext):
-    """A run context whose new agent ids carry the call's prefix (unique in the whole run)."""
-
-    id_prefix: str = ""
-
-    def new_agent_id(self) -> str:
-        return f"{self.id_prefix}{super().new_agent_id()}"
 
 
 @attrs.define(eq=False)
@@ -1044,7 +1035,7 @@ class RayHost:
 
     def _message_in_trio(self, call_id: str, agent_id: str, text: str) -> None:
         state = self._calls.get(call_id)
-        mailbox = state.run.mailboxes.get(agent_id) if state and state.run else None
+        mailbox = state.run.scheduler.inbox(agent_id) if state and state.run else None
         if mailbox is None:
             return  # it has finished: the parent counted the message as undelivered
         try:
@@ -1192,7 +1183,6 @@ async def _run_agent(
         broker=broker,
         log=LazyLogger(_log, run_id=config.run_id, call_id=call.call_id),
         registry=registry,
-        context_class=_RemoteRunContext,
         id_prefix=call.id_prefix,
         system_prompt=config.system_prompt,
         sandbox=config.sandbox,

@@ -72,7 +72,7 @@ import trio
 
 from runtime._logs import get_logger
 from runtime.actors import Registry
-from runtime.core._agent import AgentOutcome, AgentSpec
+from runtime.core._agent import AgentOutcome, AgentSpec, cancel_reason_of, cancelled_text
 from runtime.core._agent_types import AgentType
 from runtime.core._context import Owner, RunContext
 from runtime.core._errors import ConfigError, ToolError
@@ -80,6 +80,7 @@ from runtime.core._events import (
     AgentFinished,
     AgentStarted,
     AgentStatus,
+    CancelBy,
     Event,
     TextDelta,
     ThinkingDelta,
@@ -439,7 +440,7 @@ class _RemoteScope:
 
 @attrs.define(eq=False)
 class _RemoteMailbox:
-    """Stands in ``run.mailboxes`` for a remote agent's mailbox (``Runtime.send_message``).
+    """Stands in for a remote agent's mailbox in the run's scheduler (``Runtime.send_message``).
 
     A message is sent to the host at once; it counts as in flight until its ``user_message``
     event comes back, and no more than the mailbox holds are in flight, so ``False`` ("full")
@@ -638,7 +639,7 @@ class RayPlacement:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         options: dict[str, Any] = {
-            "name": f"trio-agents-{run.run_id}-{host.name}",
+            "name": f"trio-agents-{run.settings.run_id}-{host.name}",
             "max_concurrency": self.options.max_concurrency,
             "num_cpus": 0,
             "max_restarts": 0,
@@ -657,7 +658,8 @@ class RayPlacement:
                     host.name, seal_environ=True
                 )
             )
-            fut = self._bridge.submit(_await_ref(host.actor.check.remote(str(run.workspace))))
+            workspace = str(run.settings.workspace)
+            fut = self._bridge.submit(_await_ref(host.actor.check.remote(workspace)))
             problem = f"{host.where()} did not start within {timeout:g} s"
             with trio.move_on_after(timeout):
                 problem = await wait_future(fut)
@@ -820,7 +822,7 @@ class RayPlacement:
         the host was lost or none could run it.
 
         Cancellation: cancels the subtree on the worker and keeps forwarding its events (for up
-        to ``run.limits.finish_grace_s``) until its root has reported ``cancelled``, then
+        to ``run.settings.limits.finish_grace_s``) until its root has reported ``cancelled``, then
         re-raises; the parent's call ends ``cancelled``.
         """
         picked = await self._pick_host(run, spec.agent_type)
@@ -841,7 +843,7 @@ class RayPlacement:
             call_id=call_id,
             id_prefix=f"{call_id}.",
             spec=spec if remote_budget is spec.budget else attrs.evolve(spec, budget=remote_budget),
-            max_agents=max(1, run.limits.max_agents - run.agents_started),
+            max_agents=max(1, run.settings.limits.max_agents - run.scheduler.agents_started),
         )
         stream = _Stream(self, run, spec, host, call, self._config_ref(run))
         host.streams[call_id] = stream
@@ -889,19 +891,19 @@ class RayPlacement:
             return self._config[1]
         config = self._provider_config(run)
         settings = RunConfig(
-            run_id=run.run_id,
+            run_id=run.settings.run_id,
             agent_types=tuple(run.agent_types.values()),
             provider=config,
             # MCP tools hold this process's server connections: never shipped (docs/cluster.md).
             tools=tuple(t for n, t in run.tools.items() if not n.startswith("mcp__")),
-            tool_limits=run.tool_limits,
-            limits=run.limits,
-            workspace=str(run.workspace),
-            env=dict(run.env),
+            tool_limits=run.settings.tool_limits,
+            limits=run.settings.limits,
+            workspace=str(run.settings.workspace),
+            env=dict(run.settings.env),
             policy=run.broker.policy,
             batch_interval_s=self.options.batch_interval_s,
             batch_max=self.options.batch_max,
-            system_prompt=run.system_prompt,
+            system_prompt=run.settings.system_prompt,
             sandbox=run.sandbox,
             # The values the driver masks (its environment's, MCP header values; its bus's):
             # the host's bus masks the same ones and more, so the events it sends are
@@ -986,16 +988,15 @@ class _Stream:
             _log.warning("cancel not sent", node=node_id, error=repr(exc))
 
     def _add_mailbox(self, agent_id: str) -> None:
-        mailbox = _RemoteMailbox(self, agent_id, self.run.limits.mailbox_size)
+        mailbox = _RemoteMailbox(self, agent_id, self.run.settings.limits.mailbox_size)
         self._mailboxes[agent_id] = mailbox
-        self.run.mailboxes[agent_id] = cast(Any, mailbox)
+        self.run.scheduler.open_inbox(agent_id, mailbox)
 
     def _drop_mailbox(self, agent_id: str) -> None:
         mailbox = self._mailboxes.pop(agent_id, None)
         if mailbox is not None:
             mailbox.closed = True
-            if self.run.mailboxes.get(agent_id) is cast(Any, mailbox):
-                del self.run.mailboxes[agent_id]
+            self.run.scheduler.close_inbox(agent_id, mailbox)
 
     # -- the subtree's life -----------------------------------------------------------------
     async def serve(self) -> AgentOutcome | None:
@@ -1023,11 +1024,11 @@ class _Stream:
                     self._cancel_asks("the subtree was cancelled")
                     await self._finish_cancelled(root_node)
                 elif not self.done.is_set():  # being ended by a loss right now
-                    with trio.move_on_after(run.limits.finish_grace_s, shield=True):
+                    with trio.move_on_after(run.settings.limits.finish_grace_s, shield=True):
                         await self.done.wait()
                 if self._asks:  # their tasks are the placement's: wait for them here
                     self._cancel_asks("the subtree has ended")
-                    with trio.move_on_after(run.limits.finish_grace_s, shield=True):
+                    with trio.move_on_after(run.settings.limits.finish_grace_s, shield=True):
                         for ask in list(self._asks.values()):
                             await ask.done.wait()
         finally:
@@ -1071,7 +1072,7 @@ class _Stream:
         if self.ended:
             return
         self.ended = True
-        with trio.move_on_after(self.run.limits.finish_grace_s, shield=True):
+        with trio.move_on_after(self.run.settings.limits.finish_grace_s, shield=True):
             await self._synthesise(reason, agent_status="failed", tool_status="error")
         self.outcome = self._outcome_from_events(reason)
         self.done.set()
@@ -1089,8 +1090,7 @@ class _Stream:
             prompt=spec.prompt,
         )
         self._open[spec.agent_id] = _Open("agent", started, trio.current_time())
-        self.run.agents_started += 1
-        self.run.running_agents += 1
+        self.run.scheduler.agent_running()
         await self.lose(reason)
 
     async def _finish_cancelled(self, root_node: Any) -> None:
@@ -1101,7 +1101,7 @@ class _Stream:
         assert call is not None
         reason, by = Registry.cancel_reason(root_node)
         reason = reason or "the run is over"
-        grace = self.run.limits.finish_grace_s
+        grace = self.run.settings.limits.finish_grace_s
         queued = [q for q in host.queue if q[0] is not call]
         if len(queued) < len(host.queue):  # never sent: nothing ran
             host.queue[:] = queued
@@ -1115,14 +1115,15 @@ class _Stream:
                     await self.done.wait()
                 return
             with contextlib.suppress(Exception):  # a dead host: nothing left to stop
-                host.actor.abort.remote(call.call_id, f"cancelled: {reason}")
+                host.actor.abort.remote(call.call_id, cancelled_text(reason))
             reason = f"{reason} (the Ray worker did not confirm within {grace:g} s)"
         self.ended = True
+        text = cancelled_text(reason)
         with trio.move_on_after(grace, shield=True):
-            await self._synthesise(
-                f"cancelled: {reason}", agent_status="cancelled", tool_status="cancelled"
-            )
-        self.outcome = self._outcome_from_events(f"cancelled: {reason}", status="cancelled")
+            await self._synthesise(text, agent_status="cancelled", tool_status="cancelled")
+        self.outcome = self._outcome_from_events(
+            text, status="cancelled", by=cast("CancelBy", by or "runtime")
+        )
         self.done.set()
 
     async def _forward(self, event: Event) -> None:
@@ -1153,9 +1154,7 @@ class _Stream:
                 )
             self._open[event.agent_id] = _Open("agent", event, now)
             self._add_mailbox(event.agent_id)
-            run.agents_started += 1
-            run.running_agents += 1
-            run.peak_running_agents = max(run.peak_running_agents, run.running_agents)
+            run.scheduler.agent_running()
         elif isinstance(event, ToolStarted):
             assert event.agent_id is not None
             self._register(
@@ -1179,7 +1178,7 @@ class _Stream:
             assert event.agent_id is not None
             self._drop_mailbox(event.agent_id)
             if self._open.pop(event.agent_id, None) is not None:
-                run.running_agents -= 1
+                run.scheduler.agent_stopped()
                 if event.agent_id != self.spec.agent_id:
                     run.registry.unregister(event.agent_id)
             if event.agent_id == self.spec.agent_id:
@@ -1240,7 +1239,7 @@ class _Stream:
             return
         ask.scope.cancel(reason="the remote tool call ended")
         # Its permission_resolved must come before the tool call's tool_finished.
-        with trio.move_on_after(self.run.limits.finish_grace_s, shield=True):
+        with trio.move_on_after(self.run.settings.limits.finish_grace_s, shield=True):
             await ask.done.wait()
 
     async def _synthesise(
@@ -1251,7 +1250,7 @@ class _Stream:
         children)."""
         for ask in list(self._asks.values()):
             ask.scope.cancel(reason=reason)
-            with trio.move_on_after(self.run.limits.finish_grace_s):
+            with trio.move_on_after(self.run.settings.limits.finish_grace_s):
                 await ask.done.wait()
         now = trio.current_time()
         for node_id, opened in reversed(list(self._open.items())):
@@ -1272,7 +1271,7 @@ class _Stream:
                 self._drop_mailbox(node_id)
                 if node_id != self.spec.agent_id:
                     self.run.registry.unregister(node_id)
-                self.run.running_agents -= 1
+                self.run.scheduler.agent_stopped()
                 finished = await self.run.bus.emit(
                     AgentFinished,
                     agent_id=start.agent_id,
@@ -1290,24 +1289,31 @@ class _Stream:
             del self._open[node_id]
 
     def _outcome_from_events(
-        self, error: str | None, *, status: AgentStatus = "failed"
+        self, error: str | None, *, status: AgentStatus = "failed", by: CancelBy | None = None
     ) -> AgentOutcome:
+        """The root's outcome when the host's never came: from its ``agent_finished``, if it
+        was forwarded, else *error* with *status*; a cancelled one gets its reason from the
+        event's text (all the event carries of it) and *by*."""
         fin = self._root_finished
         if fin is None:
-            return failed_outcome(
+            outcome = failed_outcome(
                 self.spec, error or "the Ray host reported no outcome", status=status
             )
-        base = failed_outcome(self.spec, fin.error or error or "")
-        return attrs.evolve(
-            base,
-            status=fin.status,
-            result=fin.result,
-            error=fin.error,
-            turns=fin.turns,
-            input_tokens=fin.input_tokens,
-            output_tokens=fin.output_tokens,
-            duration_s=fin.duration_s,
-        )
+        else:
+            outcome = attrs.evolve(
+                failed_outcome(self.spec, fin.error or error or ""),
+                status=fin.status,
+                result=fin.result,
+                error=fin.error,
+                turns=fin.turns,
+                input_tokens=fin.input_tokens,
+                output_tokens=fin.output_tokens,
+                duration_s=fin.duration_s,
+            )
+        if outcome.status != "cancelled":
+            return outcome
+        reason = cancel_reason_of(outcome.error or "")
+        return attrs.evolve(outcome, cancel_reason=reason, cancelled_by=by)
 
 
 # -- the context manager ----------------------------------------------------------------------

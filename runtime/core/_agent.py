@@ -1,15 +1,34 @@
-"""What an agent is given and what it leaves: :class:`AgentSpec` and :class:`AgentOutcome`."""
+"""What an agent is given and what it leaves: :class:`AgentSpec` and :class:`AgentOutcome`.
+
+A cancel's reason is data (:attr:`AgentOutcome.cancel_reason`, ``SubtreeCancelled.reason``);
+:func:`cancelled_text` is the one place that makes the ``cancelled: <reason>`` text the model
+reads and the ``*_finished`` events carry (docs/events.md).
+"""
 
 from __future__ import annotations
 
 import attrs
 
 from ._agent_types import AgentType
-from ._events import AgentStatus
+from ._events import AgentStatus, CancelBy
 from ._limits import Budget
 from ._messages import AgentState, Message
 
-__all__ = ["AgentOutcome", "AgentSpec"]
+__all__ = ["AgentOutcome", "AgentSpec", "cancel_reason_of", "cancelled_text"]
+
+_CANCELLED = "cancelled: "
+
+
+def cancelled_text(reason: str | None) -> str:
+    """What a cancelled node's result says: ``cancelled: <reason>`` (the model reads it as a
+    tool result; ``tool_finished.output`` and ``agent_finished.error`` carry it)."""
+    return f"{_CANCELLED}{reason or 'cancelled'}"
+
+
+def cancel_reason_of(text: str) -> str:
+    """The reason in a :func:`cancelled_text` read back from a trace, which keeps only the
+    text (a replay re-enacts the cancel with it)."""
+    return text.removeprefix(_CANCELLED)
 
 
 @attrs.frozen(kw_only=True)
@@ -21,8 +40,14 @@ class AgentOutcome:
 
     Attributes:
         state: the agent's whole state at the end (history, totals); valid for another turn.
+        error: why it did not complete, as ``agent_finished.error`` says it; for a cancelled
+            agent, :func:`cancelled_text` of :attr:`cancel_reason`.
         undelivered: messages sent to the agent that it ended before taking (a chat makes
             them the next message).
+        cancel_reason: set when a cancel ended the agent (status ``cancelled``, or
+            ``budget_exceeded`` when a budget cancelled it): the cancel's reason, its own or
+            its nearest cancelled ancestor's.
+        cancelled_by: who asked for that cancel.
     """
 
     agent_id: str
@@ -36,6 +61,8 @@ class AgentOutcome:
     duration_s: float
     state: AgentState
     undelivered: tuple[str, ...] = ()
+    cancel_reason: str | None = None
+    cancelled_by: CancelBy | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -44,7 +44,8 @@ def _pairs(value: Any) -> tuple[tuple[Any, Any], ...]:
     return tuple(sorted((k, v) for k, v in items))
 
 
-@attrs.frozen(kw_only=True)
+# Its hash is cached: a run's per-type setups are looked up by type (runtime/core/_loop.py).
+@attrs.frozen(kw_only=True, cache_hash=True)
 class AgentType:
     """A kind of agent.
 

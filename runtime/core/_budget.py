@@ -57,13 +57,15 @@ class BudgetLayer:
         self._pending: dict[str, Budget] = {}
         self._queue_size = queue_size
         # Made when first needed: most runs set no token or tool-call budget, and then neither
-        # the queue nor the task that carries out its cancels is needed (issue 20).
+        # the queue nor the task that carries out its cancels is needed
+        # (bench/README.md, "Per-agent and per-run cost").
         self._channel: _Queue | None = None
         self._nursery: trio.Nursery | None = None
         self._serving = False
         # Nothing is counted before the first budget that can trip is set: only agents started
         # from then on can be in a budget's subtree (a budget is set as its agent starts), and
-        # most runs set none, so the hook on every event returns at once (issue 20).
+        # most runs set none, so the hook on every event returns at once
+        # (bench/README.md, "One small run, fourth pass").
         self._counting = False
 
     def _queue(self) -> _Queue:

@@ -183,8 +183,9 @@ class Subscription:
 
     async def __anext__(self) -> Event:
         """The next event, as :meth:`receive` gives it, except that events already waiting
-        are taken up to 64 in a row without yielding to other tasks (issue 20: a backlog is
-        read in one wake-up, not one scheduler round per event).
+        are taken up to 64 in a row without yielding to other tasks (a backlog is read in
+        one wake-up, not one scheduler round per event: bench/README.md, "The streaming path
+        and the cost of one run").
 
         Cancellation: checks for cancellation every time (a cancelled step loses no event);
         a checkpoint whenever it waits, and at least at every 65th event.
@@ -330,7 +331,8 @@ class EventBus:
             )
             self._pass_turn()
             return event
-        # emit_nowait's body, inline: this is the path of nearly every event (issue 20).
+        # emit_nowait's body, inline: this is the path of nearly every event
+        # (bench/README.md, "One small run, third pass").
         if self._closed:
             raise trio.ClosedResourceError("the event bus is closed: the run has finished")
         if self._redactor is not None:

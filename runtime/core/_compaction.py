@@ -386,8 +386,8 @@ def agent_window(run: RunContext, agent_type: AgentType) -> int:
     """The context window of an agent of *agent_type*: its type's, the run's, else its model's."""
     return (
         agent_type.context_window
-        or run.limits.context_window
-        or _window_for_model(agent_type.model or run.model)
+        or run.settings.limits.context_window
+        or _window_for_model(agent_type.model or run.settings.model)
     )
 
 
@@ -407,14 +407,14 @@ def output_cap(run: RunContext, agent_type: AgentType) -> int:
     tokens is about four times as many characters), so one output cannot fill it. Tools cut
     their own output to it (with a note, within :data:`NOTE_ROOM`); the loop cuts any output
     longer than that."""
-    return min(run.limits.max_tool_output_chars, agent_window(run, agent_type))
+    return min(run.settings.limits.max_tool_output_chars, agent_window(run, agent_type))
 
 
 def tool_limits_for(run: RunContext, agent_type: AgentType) -> ToolLimits:
     """The run's tool limits, with the output cap of :func:`output_cap` (tools cut their own
     output with a note saying how to get the rest, e.g. ``read`` with ``offset``)."""
     cap = output_cap(run, agent_type)
-    limits = run.tool_limits
+    limits = run.settings.tool_limits
     if cap < limits.max_output_chars:
         return attrs.evolve(limits, max_output_chars=cap)
     return limits
@@ -511,11 +511,11 @@ class Compactor:
         the caller knows it already)."""
         return cls(
             provider=run.provider,
-            model=agent_type.model or run.model,
+            model=agent_type.model or run.settings.model,
             agent_type=agent_type.name,
             agent_id=agent_id,
             window=agent_window(run, agent_type),
-            threshold=run.limits.compact_threshold,
+            threshold=run.settings.limits.compact_threshold,
             fixed=fixed_chars(system, tools) if fixed is None else fixed,
             tools=run.tools,
             emit=emit,

@@ -1,5 +1,8 @@
 """What every agent of one run shares: :class:`RunContext`, built by :func:`new_run_context`.
 
+A run context is the run's services, its :class:`RunSettings` (immutable) and its
+:class:`Scheduler` (the state that changes as agents start and end; docs/architecture.md).
+
 :func:`cancel_node` is the one implementation of "cancel exactly this subtree", used by
 :meth:`~runtime.Runtime.cancel`, budgets and the Ray host alike.
 """
@@ -15,7 +18,7 @@ import attrs
 import trio
 
 from runtime._logs import get_logger
-from runtime.actors import Mailbox, Registry
+from runtime.actors import Registry
 
 from ._agent_types import AgentType, AgentTypes
 from ._approvals import PermissionBroker
@@ -27,10 +30,20 @@ from ._provider import Provider
 
 if TYPE_CHECKING:
     from ._agent import AgentOutcome, AgentSpec
+    from ._loop import TypeSetup
     from ._sandbox import Sandbox
     from ._tool import Tool, ToolLimits
 
-__all__ = ["Owner", "RunContext", "SubtreeRunner", "cancel_node", "new_run_context"]
+__all__ = [
+    "Inbox",
+    "Owner",
+    "RunContext",
+    "RunSettings",
+    "Scheduler",
+    "SubtreeRunner",
+    "cancel_node",
+    "new_run_context",
+]
 
 
 @attrs.frozen
@@ -60,65 +73,81 @@ class SystemPromptBuilder(Protocol):
     def __call__(self, agent_type: AgentType, tools: Sequence[str]) -> str: ...
 
 
-@attrs.define(eq=False, kw_only=True)
-class RunContext:
-    """The run-wide state agents read: one per :func:`~runtime.open_runtime`."""
+class Inbox(Protocol):
+    """Where a running agent's user messages go: its mailbox, or a remote agent's stand-in."""
+
+    def send_nowait(self, value: str, /) -> None:
+        """Queue *value*; raises :class:`trio.WouldBlock` when full, or
+        :class:`trio.ClosedResourceError` once the agent has ended."""
+        ...
+
+
+@attrs.frozen(kw_only=True)
+class RunSettings:
+    """What a run was set up with, the same for all its agents and for as long as it runs."""
 
     run_id: str
-    bus: EventBus
-    registry: Registry
-    provider: Provider
     model: str
-    agent_types: AgentTypes
-    tools: Mapping[str, Tool]
-    tool_limits: ToolLimits
     limits: Limits
+    tool_limits: ToolLimits
     workspace: Path
     env: Mapping[str, str]
-    secrets: tuple[str, ...]
-    broker: PermissionBroker
-    budget: BudgetLayer
-    log: Any = attrs.Factory(lambda: get_logger("trio_agents"))
-    sandbox: Sandbox | None = None
-    placements: dict[str, SubtreeRunner] = attrs.Factory(dict)
     # None: an agent's system prompt is its type's prompt alone.
     system_prompt: SystemPromptBuilder | None = None
-    # Running agents' mailboxes, by agent id: where user messages for them go.
-    mailboxes: dict[str, Mailbox[str]] = attrs.Factory(dict)
-    # max_parallel bookkeeping: which sub-agents hold a slot of ``limiter``, and how many
-    # children each agent is waiting for (an agent waiting for children gives its slot up).
-    slot_holders: set[str] = attrs.Factory(set)
-    active_children: dict[str, int] = attrs.Factory(dict)
-    # Agents whose agent_started went through the bus and whose agent_finished has not: only
-    # those can be cancelled by id (local or remote alike, since remote events pass the bus).
-    announced: set[str] = attrs.Factory(set)
-    # Per agent type (by id), what its agents get in this run: runtime/core/_loop.type_setup.
-    type_setups: dict[int, Any] = attrs.Factory(dict)
-    agents_reserved: int = 0
-    agents_started: int = 0
-    running_agents: int = 0
-    peak_running_agents: int = 0
-    _ids: itertools.count[int] = attrs.Factory(lambda: itertools.count(1))
-    _limiter: trio.CapacityLimiter | None = None
+
+
+class Scheduler:
+    """Which agents of a run exist and run, as the run's agents and placements change it.
+
+    It gives out agent ids, keeps ``max_parallel`` (slots, and the slots lent by agents
+    waiting for their children), knows which agents are announced (cancellable by id) and where
+    their messages go, and counts agents against ``max_agents``. Nothing in it yields except
+    :meth:`acquire_slot`.
+    """
+
+    def __init__(self, *, max_parallel: int, max_agents: int, id_prefix: str = "") -> None:
+        self._max_parallel = max_parallel
+        self._max_agents = max_agents
+        # The Ray host prefixes its subtrees' ids with the call's, so that they are unique in
+        # the whole run (docs/cluster.md).
+        self._id_prefix = id_prefix
+        self._ids = itertools.count(1)
+        self._limiter: trio.CapacityLimiter | None = None
+        # Sub-agents holding a slot of the limiter, and how many children each agent waits for.
+        self._slot_holders: set[str] = set()
+        self._active_children: dict[str, int] = {}
+        # Agents whose agent_started went through the bus and whose agent_finished has not:
+        # only those can be cancelled by id (local or remote alike: remote events pass the bus).
+        self._announced: set[str] = set()
+        self._inboxes: dict[str, Inbox] = {}
+        self._reserved = 0
+        self.agents_started = 0
+        """Agents started in this run (remote ones as their events arrive)."""
+        self.running_agents = 0
+        """Agents running now."""
+        self.peak_running_agents = 0
+        """The most agents that ran at once."""
 
     def new_agent_id(self) -> str:
-        return f"agent-{next(self._ids)}"
+        """A new agent id, unique in the run (``agent-<n>``, after the prefix if any)."""
+        return f"{self._id_prefix}agent-{next(self._ids)}"
 
-    @property
-    def limiter(self) -> trio.CapacityLimiter:
-        """The run-wide ``max_parallel`` limiter, made when the first sub-agent needs a slot
-        (a run without sub-agents never does; issue 20)."""
+    # -- max_parallel ---------------------------------------------------------------------
+    def _the_limiter(self) -> trio.CapacityLimiter:
+        # Made when the first sub-agent needs a slot: a run without sub-agents never does
+        # (bench/README.md, "One small run, third pass").
         if self._limiter is None:
-            self._limiter = trio.CapacityLimiter(self.limits.max_parallel)
+            self._limiter = trio.CapacityLimiter(self._max_parallel)
         return self._limiter
 
-    def track_announced(self, event: Any) -> None:
-        """A core hook of the bus keeping :attr:`announced` true."""
-        kind = event.type
-        if kind == "agent_started":
-            self.announced.add(event.agent_id)
-        elif kind == "agent_finished":
-            self.announced.discard(event.agent_id)
+    @property
+    def slots_held(self) -> int:
+        """How many sub-agents hold a ``max_parallel`` slot now."""
+        return len(self._slot_holders)
+
+    def has_slot_or_lent_it(self, agent_id: str) -> bool:
+        """Whether *agent_id* holds a slot, or lent it to children it is waiting for."""
+        return agent_id in self._slot_holders or agent_id in self._active_children
 
     async def acquire_slot(self, agent_id: str) -> None:
         """Take a ``max_parallel`` slot for *agent_id* (waiting for one if none is free).
@@ -126,35 +155,112 @@ class RunContext:
         Cancellation: checked first; a checkpoint only when it waits (a free slot is taken
         without a scheduler round: a fan-out takes a thousand of them at once).
         """
-        if agent_id not in self.slot_holders:
+        if agent_id not in self._slot_holders:
             await trio.lowlevel.checkpoint_if_cancelled()
+            limiter = self._the_limiter()
             try:
-                self.limiter.acquire_on_behalf_of_nowait(agent_id)  # first come, first served
+                limiter.acquire_on_behalf_of_nowait(agent_id)  # first come, first served
             except trio.WouldBlock:
-                await self.limiter.acquire_on_behalf_of(agent_id)
-            self.slot_holders.add(agent_id)
+                await limiter.acquire_on_behalf_of(agent_id)
+            self._slot_holders.add(agent_id)
 
     def release_slot(self, agent_id: str) -> None:
         """Give *agent_id*'s slot back, if it holds one."""
-        if agent_id in self.slot_holders:
-            self.slot_holders.discard(agent_id)
-            self.limiter.release_on_behalf_of(agent_id)
+        if agent_id in self._slot_holders:
+            self._slot_holders.discard(agent_id)
+            self._the_limiter().release_on_behalf_of(agent_id)
 
     def child_starting(self, parent_id: str) -> None:
         """*parent_id* is about to wait for a sub-agent: while it waits it is not running, so
         it lends its slot to its children. Without this, agents waiting for their own
         sub-agents can hold every slot and the run deadlocks."""
-        count = self.active_children.get(parent_id, 0)
-        self.active_children[parent_id] = count + 1
+        count = self._active_children.get(parent_id, 0)
+        self._active_children[parent_id] = count + 1
         if count == 0:
             self.release_slot(parent_id)
 
     def child_finished(self, parent_id: str) -> None:
-        count = self.active_children.get(parent_id, 1) - 1
+        """One sub-agent *parent_id* waited for has ended (the parent takes a slot again at
+        its next turn, :meth:`has_slot_or_lent_it`)."""
+        count = self._active_children.get(parent_id, 1) - 1
         if count <= 0:
-            self.active_children.pop(parent_id, None)
+            self._active_children.pop(parent_id, None)
         else:
-            self.active_children[parent_id] = count
+            self._active_children[parent_id] = count
+
+    # -- announcements and messages --------------------------------------------------------
+    def track_announced(self, event: Any) -> None:
+        """A core hook of the bus keeping :meth:`is_announced` true."""
+        kind = event.type
+        if kind == "agent_started":
+            self._announced.add(event.agent_id)
+        elif kind == "agent_finished":
+            self._announced.discard(event.agent_id)
+
+    def is_announced(self, agent_id: str) -> bool:
+        """Whether *agent_id*'s ``agent_started`` is out and its ``agent_finished`` is not."""
+        return agent_id in self._announced
+
+    def open_inbox(self, agent_id: str, inbox: Inbox) -> None:
+        """Make *agent_id* reachable by messages (:meth:`~runtime.Runtime.send_message`)."""
+        self._inboxes[agent_id] = inbox
+
+    def close_inbox(self, agent_id: str, inbox: Inbox | None = None) -> None:
+        """*agent_id* takes no more messages (given *inbox*: only if it is still that one)."""
+        if inbox is None or self._inboxes.get(agent_id) is inbox:
+            self._inboxes.pop(agent_id, None)
+
+    def inbox(self, agent_id: str) -> Inbox | None:
+        """Where *agent_id*'s messages go; ``None`` when it is unknown or has ended."""
+        return self._inboxes.get(agent_id)
+
+    # -- counts -----------------------------------------------------------------------------
+    def reserve_agent(self) -> bool:
+        """Count one more sub-agent against ``max_agents``; ``False`` when none is left."""
+        if self._reserved >= self._max_agents:
+            return False
+        self._reserved += 1
+        return True
+
+    def agent_running(self) -> None:
+        """An agent started running."""
+        self.agents_started += 1
+        self.running_agents += 1
+        self.peak_running_agents = max(self.peak_running_agents, self.running_agents)
+
+    def agent_stopped(self) -> None:
+        """A running agent ended."""
+        self.running_agents -= 1
+
+
+@attrs.frozen(eq=False, kw_only=True)
+class RunContext:
+    """What every agent of one run shares: one per :func:`~runtime.open_runtime` (and one per
+    subtree on a Ray host).
+
+    Its own fields are the run's services: the bus (and through it the sinks), the node
+    registry, the provider, the agent types and tools, the secrets, the permission broker, the
+    budget layer, the log, the sandbox and the placements. :attr:`settings` is what the run
+    was set up with (never changes); :attr:`scheduler` is the state that changes as agents
+    start and end.
+    """
+
+    settings: RunSettings
+    scheduler: Scheduler
+    bus: EventBus
+    registry: Registry
+    provider: Provider
+    agent_types: AgentTypes
+    tools: Mapping[str, Tool]
+    secrets: tuple[str, ...]
+    broker: PermissionBroker
+    budget: BudgetLayer
+    log: Any = attrs.Factory(lambda: get_logger("trio_agents"))
+    sandbox: Sandbox | None = None
+    placements: Mapping[str, SubtreeRunner] = attrs.Factory(dict)
+    # What each agent type gets in this run, by type (a frozen value), made on first use:
+    # runtime/core/_loop.type_setup. A Ray host shares one for the run's subtrees.
+    type_setups: dict[AgentType, TypeSetup] = attrs.Factory(dict)
 
 
 def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> bool:
@@ -173,7 +279,7 @@ def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> 
     if node is None or node.cancel_reason is not None:
         return False
     owner: Owner = node.data
-    if owner.agent_id == node_id and node_id not in run.announced:
+    if owner.agent_id == node_id and not run.scheduler.is_announced(node_id):
         return False
     run.bus.emit_nowait(
         CancelRequested,
@@ -201,15 +307,17 @@ def new_run_context(
     secrets: tuple[str, ...],
     broker: PermissionBroker,
     log: Any,
-    placements: dict[str, SubtreeRunner] | None = None,
+    sandbox: Sandbox | None = None,
+    placements: Mapping[str, SubtreeRunner] | None = None,
+    system_prompt: SystemPromptBuilder | None = None,
     registry: Registry | None = None,
-    context_class: type[RunContext] | None = None,
     budget: BudgetLayer | None = None,
-    **extra: Any,
+    id_prefix: str = "",
+    type_setups: dict[AgentType, TypeSetup] | None = None,
 ) -> RunContext:
     """The one way a run's :class:`RunContext` is built, locally and on a Ray host alike.
 
-    Besides the given parts it makes the registry, the ``max_parallel`` limiter and the budget
+    Besides the given parts it makes the registry, the :class:`Scheduler` and the budget
     layer, whose cancels go through :func:`cancel_node`, and installs the run's core hooks on
     *bus* (budget accounting, then announcement tracking). The caller runs
     ``run.budget.run`` in a task of its own for as long as agents run (or has
@@ -217,11 +325,11 @@ def new_run_context(
 
     Args:
         registry: the node registry to use (default: a new one).
-        context_class: a :class:`RunContext` subclass (the Ray host's prefixes agent ids);
-            *extra* are its own fields.
         budget: a budget layer shared with other contexts (the Ray host keeps one per run
             for all its subtrees): installed on *bus* all the same, but its cancels and its
             task are the caller's.
+        id_prefix: what the new agent ids start with (the Ray host's: the call's).
+        type_setups: the agent types' setups to share (the Ray host's: the run's).
     """
     run: RunContext | None = None
 
@@ -231,25 +339,33 @@ def new_run_context(
 
     if budget is None:
         budget = BudgetLayer(budget_cancel)
-    run = (context_class or RunContext)(
-        run_id=run_id,
+    scheduler = Scheduler(
+        max_parallel=limits.max_parallel, max_agents=limits.max_agents, id_prefix=id_prefix
+    )
+    run = RunContext(
+        settings=RunSettings(
+            run_id=run_id,
+            model=model,
+            limits=limits,
+            tool_limits=tool_limits,
+            workspace=workspace,
+            env=env,
+            system_prompt=system_prompt,
+        ),
+        scheduler=scheduler,
         bus=bus,
         registry=registry if registry is not None else Registry(),
         provider=provider,
-        model=model,
         agent_types=agent_types,
         tools=tools,
-        tool_limits=tool_limits,
-        limits=limits,
-        workspace=workspace,
-        env=env,
         secrets=secrets,
         broker=broker,
         budget=budget,
         log=log,
+        sandbox=sandbox,
         placements=placements or {},
-        **extra,
+        type_setups=type_setups if type_setups is not None else {},
     )
     bus.add_core_hook(budget)
-    bus.add_core_hook(run.track_announced)
+    bus.add_core_hook(scheduler.track_announced)
     return run

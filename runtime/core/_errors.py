@@ -13,7 +13,8 @@ One root, shallow subclasses::
     ├── TraceError           a trace file cannot be read
     │   └── EventDecodeError one line or object is not a valid event
     │       └── UnknownEventType  a well-formed event of a type this version does not know
-    └── SessionError         a chat session file is corrupt or from a newer version
+    └── SessionError         a chat session cannot be used (missing, unreadable, corrupt,
+                             from a newer version)
 
 Third-party errors are wrapped at the boundary with ``raise ... from exc``.
 """
@@ -86,13 +87,15 @@ class UnknownEventType(EventDecodeError):
 
 
 class SessionError(AgentsError):
-    """A chat session file is corrupt or was written by a newer version."""
+    """A chat session cannot be used: missing, unreadable, corrupt, or written by a newer
+    version (raised by ``runtime.cli``'s session store; one line)."""
 
 
 class SubtreeCancelled(AgentsError):
     """Raised by a tool whose work was cancelled from inside (a sub-agent cancelled by id).
 
-    The tool call then ends with status ``cancelled`` and the model reads ``cancelled: <reason>``.
+    The tool call then ends with status ``cancelled`` and the model reads ``cancelled: <reason>``
+    (``runtime.core._agent.cancelled_text``).
     """
 
     def __init__(self, reason: str) -> None:

@@ -115,8 +115,9 @@ class Limits:
 
     def public(self) -> dict[str, Any]:
         """For ``run_started.config`` (a new dict each call)."""
-        # Every run asks (issue 20); a frozen instance's fields never change, so its dict is
-        # made once and copied (the values are numbers and None).
+        # Every run asks (bench/README.md, "One small run, third pass"); a frozen instance's
+        # fields never change, so its dict is made once and copied (the values are numbers
+        # and None).
         hit = _PUBLIC.get(id(self))
         if hit is None or hit[0] is not self:
             if len(_PUBLIC) >= 64:

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import aclosing
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 import trio
@@ -29,7 +29,7 @@ from runtime.actors import (
     start_actor_soon,
 )
 
-from ._agent import AgentOutcome, AgentSpec
+from ._agent import AgentOutcome, AgentSpec, cancelled_text
 from ._agent_types import AgentType
 from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
 from ._context import Owner, RunContext
@@ -46,6 +46,7 @@ from ._events import (
     AgentFinished,
     AgentStarted,
     AgentStatus,
+    CancelBy,
     ProviderRetry,
     TextDelta,
     ThinkingDelta,
@@ -126,7 +127,7 @@ async def agent_main(
         )
         life.announced = True
         # Reachable by messages (and by Runtime.cancel) only once it has been announced.
-        run.mailboxes[spec.agent_id] = ctx.mailbox
+        run.scheduler.open_inbox(spec.agent_id, ctx.mailbox)
         if spec.budget is not None and spec.budget.seconds is not None:
             ctx.scope.deadline = trio.current_time() + spec.budget.seconds
         log = run.log.bind(agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id)
@@ -135,7 +136,7 @@ async def agent_main(
             return await compact_only(run, spec, life.state, specs, log)
         return await _loop(run, spec, life.state, ctx, log)
     finally:
-        run.mailboxes.pop(spec.agent_id, None)
+        run.scheduler.close_inbox(spec.agent_id)
         # Take what is still queued and refuse more, with no yield in between: a message is
         # either in the history or handed back in the outcome, never lost.
         life.undelivered = tuple(ctx.mailbox.drain())
@@ -182,16 +183,14 @@ async def run_agent_actor(
         trio.current_time(),
     )
     run.budget.set_budget(spec.agent_id, spec.budget)
-    run.agents_started += 1
-    run.running_agents += 1
-    run.peak_running_agents = max(run.peak_running_agents, run.running_agents)
+    run.scheduler.agent_running()
     handle: ActorHandle[str] | None = None
     body = functools.partial(agent_main, run, spec, life)
     owner = Owner(spec.agent_id, spec.parent_tool_use_id)
     try:
         if own_task:
             handle = ActorHandle.new(
-                spec.agent_id, registry=run.registry, mailbox_size=run.limits.mailbox_size
+                spec.agent_id, registry=run.registry, mailbox_size=run.settings.limits.mailbox_size
             )
             await run_actor(
                 handle,
@@ -208,7 +207,7 @@ async def run_agent_actor(
                     "registry": run.registry,
                     "parent_id": spec.parent_tool_use_id,
                     "data": owner,
-                    "mailbox_size": run.limits.mailbox_size,
+                    "mailbox_size": run.settings.limits.mailbox_size,
                 }
                 if task_status is trio.TASK_STATUS_IGNORED:
                     handle = start_actor_soon(nursery, body, **kwargs)
@@ -216,7 +215,7 @@ async def run_agent_actor(
                     handle = await start_actor(nursery, body, **kwargs)
                     task_status.started()
     finally:
-        run.running_agents -= 1
+        run.scheduler.agent_stopped()
         run.budget.forget(spec.agent_id)
         outcome = _outcome(run, spec, life, handle)
         if on_outcome is not None:
@@ -224,7 +223,7 @@ async def run_agent_actor(
         if life.announced:  # an agent cancelled before it was announced leaves no trace at all
             await run.bus.emit_final(
                 AgentFinished,
-                grace_s=run.limits.finish_grace_s,
+                grace_s=run.settings.limits.finish_grace_s,
                 agent_id=spec.agent_id,
                 parent_tool_use_id=spec.parent_tool_use_id,
                 status=outcome.status,
@@ -251,6 +250,7 @@ def _outcome(
     node = handle.node if handle is not None else None
     reason, by = Registry.cancel_reason(node) if node is not None else (None, None)
     result: str | None = None
+    cancel_reason: str | None = None
     if exit_ is not None and exit_.kind == "returned" and reason is None:
         status, result, error = exit_.value
     elif exit_ is not None and exit_.kind == "failed" and reason is None:
@@ -267,7 +267,7 @@ def _outcome(
         # Only the subtree whose budget ran out ends budget_exceeded; agents under it were
         # cancelled because of it, and say so in their reason.
         if by == "budget" and node is not None and node.cancel_by == "budget":
-            status, error = "budget_exceeded", reason
+            status, error, cancel_reason = "budget_exceeded", reason, reason
         elif (
             reason is None
             and seconds is not None
@@ -276,7 +276,8 @@ def _outcome(
         ):
             status, error = "budget_exceeded", f"budget exceeded: {seconds:g} s of wall time"
         else:
-            status, error = "cancelled", f"cancelled: {reason or 'cancelled'}"
+            cancel_reason = reason or "cancelled"
+            status, error = "cancelled", cancelled_text(cancel_reason)
     _close_open_tool_calls(life.state)
     return AgentOutcome(
         agent_id=spec.agent_id,
@@ -285,7 +286,7 @@ def _outcome(
         # Masked before the cut: a cut through a secret would leave both halves unmasked.
         result=None
         if result is None
-        else _cut(run.bus.redactor(result), run.limits.max_result_chars),
+        else _cut(run.bus.redactor(result), run.settings.limits.max_result_chars),
         error=error,
         turns=life.state.turns,
         input_tokens=life.state.input_tokens,
@@ -293,6 +294,8 @@ def _outcome(
         duration_s=trio.current_time() - life.t0,
         state=life.state,
         undelivered=life.undelivered,
+        cancel_reason=cancel_reason,
+        cancelled_by=cast("CancelBy | None", by) if cancel_reason is not None else None,
     )
 
 
@@ -327,9 +330,8 @@ async def _loop(
     run: RunContext, spec: AgentSpec, state: AgentState, ctx: ActorContext[str], log: Any
 ) -> tuple[AgentStatus, str | None, str | None]:
     atype = spec.agent_type
-    max_turns = atype.max_turns or run.limits.max_turns
+    max_turns = atype.max_turns or run.settings.limits.max_turns
     setup = type_setup(run, atype)
-    tools = setup.tools
     specs = setup.specs
     emit = functools.partial(
         run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
@@ -344,18 +346,14 @@ async def _loop(
         if state.turns >= max_turns:
             # Before delivering: a message no turn will answer goes back in the outcome.
             return "max_turns", last_text or None, f"stopped after {state.turns} turns (max_turns)"
-        if (
-            spec.depth > 0
-            and spec.agent_id not in run.slot_holders
-            and spec.agent_id not in run.active_children
-        ):
+        if spec.depth > 0 and not run.scheduler.has_slot_or_lent_it(spec.agent_id):
             # A slot lent to its children while it waited for them comes back here.
-            await run.acquire_slot(spec.agent_id)
+            await run.scheduler.acquire_slot(spec.agent_id)
         if ctx.mailbox.pending():
             await _deliver_messages(ctx, state, emit)
         await compactor.before_request(state)
         request = ModelRequest(
-            model=atype.model or run.model,
+            model=atype.model or run.settings.model,
             system=state.system,
             messages=tuple(state.messages),
             tools=specs,
@@ -384,7 +382,7 @@ async def _loop(
             tool_use_ids=[c.id for c in calls],
         )
         if calls:
-            await _run_tool_calls(run, spec, state, tools, calls, log)
+            await _run_tool_calls(run, spec, state, calls, log)
             state.continue_reason = "tool_use"
             continue
         if ctx.mailbox.pending():
@@ -497,9 +495,9 @@ async def _stream_turn(
 
 @attrs.frozen
 class TypeSetup:
-    """What every agent of one type gets in one run, made once (issue 20: it was made per
-    agent): its tools, their specs as the model sees them, its system prompt, the size of those
-    two in the context, and its tools' limits."""
+    """What every agent of one type gets in one run, made once (not per agent:
+    bench/README.md, "Per-agent and per-run cost"): its tools, their specs as the model sees
+    them, its system prompt, the size of those two in the context, and its tools' limits."""
 
     agent_type: AgentType
     types_version: int
@@ -515,8 +513,8 @@ def type_setup(run: RunContext, atype: AgentType) -> TypeSetup:
     """The :class:`TypeSetup` of *atype* in *run*, made on first use; made again when the run's
     agent types changed since (the ``agent`` tool's description lists them)."""
     version = run.agent_types.version
-    setup: TypeSetup | None = run.type_setups.get(id(atype))
-    if setup is not None and setup.agent_type is atype and setup.types_version == version:
+    setup = run.type_setups.get(atype)
+    if setup is not None and setup.types_version == version:
         return setup
     tools = _tools_for(run, atype)
     specs = tuple(_tool_spec(run, t) for t in tools.values())
@@ -531,14 +529,15 @@ def type_setup(run: RunContext, atype: AgentType) -> TypeSetup:
         output_cap=output_cap(run, atype),
         tool_limits=tool_limits_for(run, atype),
     )
-    run.type_setups[id(atype)] = setup
+    run.type_setups[atype] = setup
     return setup
 
 
 def _system_prompt(run: RunContext, atype: AgentType) -> str:
-    if run.system_prompt is None:
+    build = run.settings.system_prompt
+    if build is None:
         return atype.system
-    return run.system_prompt(atype, list(_tools_for(run, atype)))
+    return build(atype, list(_tools_for(run, atype)))
 
 
 _T = TypeVar("_T")
@@ -575,11 +574,32 @@ def _tool_spec(run: RunContext, tool: Tool) -> ToolSpec:
     return ToolSpec(name=tool.name, description=description, input_schema=tool.input_schema)
 
 
+@attrs.define(eq=False, kw_only=True)
+class _Call:
+    """One tool call of a turn, as everything that runs it shares it."""
+
+    run: RunContext
+    spec: AgentSpec
+    setup: TypeSetup
+    call: ToolCall
+    log: Any
+    index: int
+    """Its place in the turn: where its result goes."""
+    agent_id: str | None = None
+    """The id of its first sub-agent (an ``agent`` call), given in call order by the turn."""
+    own_task: bool = False
+    """It runs in a task of its own, started for it (the turn emitted its ``tool_started``):
+    a sub-agent it starts from that task may run in it."""
+    tool: Tool | None = None
+    summary: str = ""
+    t0: float = 0.0
+    """When its ``tool_started`` went out (the three are set by :func:`_announce_tool_call`)."""
+
+
 async def _run_tool_calls(
     run: RunContext,
     spec: AgentSpec,
     state: AgentState,
-    tools: Mapping[str, Tool],
     calls: list[ToolCall],
     log: Any,
 ) -> None:
@@ -593,37 +613,40 @@ async def _run_tool_calls(
     turn's ``agent`` calls get their ids in call order before any of them starts: the same
     script gives the same ids and the same order, run after run.
     """
+    setup = type_setup(run, spec.agent_type)
+    tools = setup.tools
     results: list[ToolResultBlock | None] = [None] * len(calls)
     parallel = len(calls) > 1 and all(
         (t := tools.get(c.name)) is None or t.concurrency_safe for c in calls
     )
-    agent_ids = [run.new_agent_id() if c.name == "agent" else None for c in calls]
+    records = [
+        _Call(
+            run=run,
+            spec=spec,
+            setup=setup,
+            call=call,
+            log=log,
+            index=i,
+            agent_id=run.scheduler.new_agent_id() if call.name == "agent" else None,
+            own_task=parallel,
+        )
+        for i, call in enumerate(calls)
+    ]
     try:
         if parallel:
             all_started = trio.Event()
             async with trio.open_nursery() as nursery:
-                for i, call in enumerate(calls):
+                for record in records:
                     # Announced here, then started: each call's tool_started is out before the
                     # next call's, with no hand-over (nursery.start) per call. The call's task
                     # runs only this call, so a sub-agent it starts runs in it (own_task).
-                    announced = await _announce_tool_call(run, spec, tools, call)
-                    nursery.start_soon(
-                        _run_tool_call,
-                        run,
-                        spec,
-                        tools,
-                        call,
-                        i,
-                        results,
-                        log,
-                        agent_ids[i],
-                        all_started,
-                        announced,
-                    )
+                    await _announce_tool_call(record)
+                    nursery.start_soon(_run_tool_call, record, results, all_started)
                 all_started.set()
         else:
-            for i, call in enumerate(calls):
-                await _run_tool_call(run, spec, tools, call, i, results, log, agent_ids[i])
+            for record in records:
+                await _announce_tool_call(record)
+                await _run_tool_call(record, results)
     finally:
         blocks = tuple(
             r or ToolResultBlock(tool_use_id=c.id, content="cancelled", is_error=True)
@@ -657,13 +680,12 @@ def _summary(tool: Tool | None, call: ToolCall, run: RunContext) -> str:
         return f"{call.name}: …"
 
 
-async def _announce_tool_call(
-    run: RunContext, spec: AgentSpec, tools: Mapping[str, Tool], call: ToolCall
-) -> tuple[Tool | None, str, float]:
-    """Emit a call's ``tool_started``; its tool, summary and start time."""
-    tool = tools.get(call.name)
-    summary = _summary(tool, call, run)
-    t0 = trio.current_time()
+async def _announce_tool_call(record: _Call) -> None:
+    """Emit a call's ``tool_started``; note its tool, summary and start time in *record*."""
+    run, spec, call = record.run, record.spec, record.call
+    tool = record.tool = record.setup.tools.get(call.name)
+    summary = record.summary = _summary(tool, call, run)
+    record.t0 = trio.current_time()
     await run.bus.emit(
         ToolStarted,
         agent_id=spec.agent_id,
@@ -673,28 +695,20 @@ async def _announce_tool_call(
         input=call.input,
         summary=summary,
     )
-    return tool, summary, t0
 
 
 async def _run_tool_call(
-    run: RunContext,
-    spec: AgentSpec,
-    tools: Mapping[str, Tool],
-    call: ToolCall,
-    index: int,
+    record: _Call,
     results: list[ToolResultBlock | None],
-    log: Any,
-    agent_id: str | None = None,
     all_started: trio.Event | None = None,
-    announced: tuple[Tool | None, str, float] | None = None,
 ) -> None:
-    """Run one tool call, from its ``tool_started`` (unless *announced* says the turn emitted
-    it already: the call's tool, summary and start time; the call then runs in a task of its
-    own, started for it) to its ``tool_finished``."""
-    if announced is None:
-        tool, summary, t0 = await _announce_tool_call(run, spec, tools, call)
-    else:
-        tool, summary, t0 = announced
+    """Run one announced tool call to its ``tool_finished``; its result goes in *results*.
+
+    Args:
+        all_started: set once the turn has announced all its calls (parallel calls wait for
+            it before they run).
+    """
+    run, spec, call, log = record.run, record.spec, record.call, record.log
     status: ToolStatus | None = None
     output = ""
     scope = trio.CancelScope()
@@ -717,10 +731,7 @@ async def _run_tool_call(
         else:
             with scope:
                 try:
-                    own_task = announced is not None
-                    status, output = await _execute(
-                        run, spec, tool, call, summary, log, agent_id, own_task=own_task
-                    )
+                    status, output = await _execute(record)
                 except Exception as exc:  # validation, permissions, context: a bug here is
                     # this call's error, never a crash of the agent and its other calls
                     log.exception("tool call failed", tool=call.name, tool_use_id=call.id)
@@ -730,15 +741,16 @@ async def _run_tool_call(
             run.registry.unregister(call.id)
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
-            status, output = "cancelled", f"cancelled: {reason or 'cancelled'}"
-        cap = type_setup(run, spec.agent_type).output_cap + NOTE_ROOM
+            status, output = "cancelled", cancelled_text(reason)
+        cap = record.setup.output_cap + NOTE_ROOM
         output = _cut(redact(output, run.secrets), cap, how=_OUTPUT_CUT_HOW)
-        results[index] = ToolResultBlock(
+        results[record.index] = ToolResultBlock(
             tool_use_id=call.id, content=output, is_error=status != "ok"
         )
+        t0 = record.t0
         await run.bus.emit_final(
             ToolFinished,
-            grace_s=run.limits.finish_grace_s,
+            grace_s=run.settings.limits.finish_grace_s,
             agent_id=spec.agent_id,
             parent_tool_use_id=spec.parent_tool_use_id,
             tool_use_id=call.id,
@@ -749,20 +761,11 @@ async def _run_tool_call(
         )
 
 
-async def _execute(
-    run: RunContext,
-    spec: AgentSpec,
-    tool: Tool | None,
-    call: ToolCall,
-    summary: str,
-    log: Any,
-    agent_id: str | None = None,
-    *,
-    own_task: bool = False,
-) -> tuple[ToolStatus, str]:
-
+async def _execute(record: _Call) -> tuple[ToolStatus, str]:
+    """Check and run one call's tool: its status and the text the model reads."""
+    run, spec, tool, call, log = record.run, record.spec, record.tool, record.call, record.log
     if tool is None:
-        known = ", ".join(sorted(type_setup(run, spec.agent_type).tools))
+        known = ", ".join(sorted(record.setup.tools))
         return "error", f"unknown tool {call.name!r}; available tools: {known}"
     if call.error is not None:
         return "error", f"invalid input for {tool.name}: {call.error}"
@@ -770,6 +773,7 @@ async def _execute(
         validate_input(tool, call.input)
     except ToolInputError as exc:
         return "error", f"invalid input for {tool.name}: {exc}"
+    summary = record.summary
     granted, reason = await run.broker.check(
         tool,
         call.input,
@@ -781,14 +785,14 @@ async def _execute(
     if not granted:
         return "denied", f"permission denied: {reason}"
     # One object per call both spawns its sub-agents and reports its progress.
-    spawner = _Spawner(run, spec, call.id, agent_id, own_task=own_task)
+    spawner = _Spawner(record)
     ctx = ToolContext(
-        workspace=run.workspace,
+        workspace=run.settings.workspace,
         agent_id=spec.agent_id,
         tool_use_id=call.id,
         depth=spec.depth,
-        env=run.env,
-        limits=type_setup(run, spec.agent_type).tool_limits,
+        env=run.settings.env,
+        limits=record.setup.tool_limits,
         log=log.bind(tool_use_id=call.id, tool=tool.name),
         spawner=spawner,
         report_progress=spawner,
@@ -798,7 +802,7 @@ async def _execute(
     try:
         return "ok", await tool.call(_own_copy(call.input), ctx)
     except SubtreeCancelled as exc:
-        return "cancelled", f"cancelled: {exc.reason}"
+        return "cancelled", cancelled_text(exc.reason)
     except ToolError as exc:
         return "error", str(exc)
     except Exception as exc:  # a bug in a tool is a result the model reads, not a crash
@@ -830,29 +834,21 @@ class _Spawner:
     """Starts sub-agents for one tool call, inside that call's scope; called, it reports the
     call's progress (a ``tool_progress`` event)."""
 
-    def __init__(
-        self,
-        run: RunContext,
-        parent: AgentSpec,
-        tool_use_id: str,
-        agent_id: str | None = None,
-        *,
-        own_task: bool = False,
-    ) -> None:
-        self._run = run
-        self._parent = parent
-        self._tool_use_id = tool_use_id
-        self._agent_id = agent_id  # given in call order by the turn; used by the first sub-agent
+    def __init__(self, record: _Call) -> None:
+        self._run = record.run
+        self._parent = record.spec
+        self._tool_use_id = record.call.id
+        self._agent_id = record.agent_id  # used by the first sub-agent
         # The call runs in a task of its own: its first sub-agent, started from that task, may
         # run in it (any other gets a task of its own, as in a call that shares its task).
-        self._own_task = trio.lowlevel.current_task() if own_task else None
+        self._own_task = trio.lowlevel.current_task() if record.own_task else None
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         await _report_progress(self._run, self._parent, self._tool_use_id, progress, total, message)
 
     def _take_agent_id(self) -> str:
         agent_id, self._agent_id = self._agent_id, None
-        return agent_id or self._run.new_agent_id()
+        return agent_id or self._run.scheduler.new_agent_id()
 
     async def run_subagent(
         self,
@@ -869,14 +865,13 @@ class _Spawner:
         except ConfigError as exc:
             raise ToolError(str(exc)) from None
         depth = self._parent.depth + 1
-        if depth > run.limits.max_depth:
+        if depth > run.settings.limits.max_depth:
             raise ToolError(
-                f"max depth {run.limits.max_depth} reached: a sub-agent here would be at "
+                f"max depth {run.settings.limits.max_depth} reached: a sub-agent here would be at "
                 f"depth {depth}; do this work yourself"
             )
-        if run.agents_reserved >= run.limits.max_agents:
-            raise ToolError(f"max agents {run.limits.max_agents} reached for this run")
-        run.agents_reserved += 1
+        if not run.scheduler.reserve_agent():
+            raise ToolError(f"max agents {run.settings.limits.max_agents} reached for this run")
         effective = (atype.budget or Budget()).tighter(call_budget)
         spec = AgentSpec(
             agent_id=self._take_agent_id(),
@@ -893,10 +888,10 @@ class _Spawner:
             if runner is None:
                 raise ToolError(f"placement {atype.placement!r} is not available in this run")
         parent_id = self._parent.agent_id
-        run.child_starting(parent_id)
+        run.scheduler.child_starting(parent_id)
         try:
             # Waits visibly: this call's tool_started is out; agent_started comes when it runs.
-            await run.acquire_slot(spec.agent_id)
+            await run.scheduler.acquire_slot(spec.agent_id)
             try:
                 if runner is None:
                     own_task = self._own_task is trio.lowlevel.current_task()
@@ -905,13 +900,13 @@ class _Spawner:
                 else:
                     outcome = await runner.run_subtree(run, spec)
             finally:
-                run.release_slot(spec.agent_id)
+                run.scheduler.release_slot(spec.agent_id)
         finally:
-            run.child_finished(parent_id)
+            run.scheduler.child_finished(parent_id)
         if outcome.status == "completed":
             return outcome.result or ""
         if outcome.status == "cancelled":
-            raise SubtreeCancelled((outcome.error or "cancelled").removeprefix("cancelled: "))
+            raise SubtreeCancelled(outcome.cancel_reason or "cancelled")
         if outcome.status == "max_turns":
             raise ToolError(
                 f"sub-agent {atype.name} stopped after {outcome.turns} turns (max_turns)"

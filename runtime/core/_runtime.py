@@ -94,7 +94,7 @@ class Runtime:
 
     @property
     def run_id(self) -> str:
-        return self._run.run_id
+        return self._run.settings.run_id
 
     @property
     def agent_types(self) -> AgentTypes:
@@ -102,7 +102,7 @@ class Runtime:
 
     @property
     def workspace(self) -> Path:
-        return self._run.workspace
+        return self._run.settings.workspace
 
     @property
     def tools(self) -> Mapping[str, Tool]:
@@ -114,7 +114,7 @@ class Runtime:
 
     @property
     def limits(self) -> Limits:
-        return self._run.limits
+        return self._run.settings.limits
 
     def context_window(self, agent_type: str = "main") -> int:
         """The context window (tokens) of agents of *agent_type*: the type's own, else the
@@ -128,7 +128,7 @@ class Runtime:
     @property
     def peak_running_agents(self) -> int:
         """The most agents that were running at once so far."""
-        return self._run.peak_running_agents
+        return self._run.scheduler.peak_running_agents
 
     # -- agents ---------------------------------------------------------------
     async def start(
@@ -160,7 +160,7 @@ class Runtime:
             raise ConfigError("the runtime is closing; no new agents")
         run = self._run
         return AgentSpec(
-            agent_id=run.new_agent_id(),
+            agent_id=run.scheduler.new_agent_id(),
             agent_type=run.agent_types.lookup(agent_type),
             prompt=prompt,
             depth=0,
@@ -190,7 +190,7 @@ class Runtime:
         its ``agent_started`` to a full ``block`` subscriber) cannot be cancelled by id until it
         is: ask again until it is, or until it ends (the caller bounds the wait)."""
         while not await handle.cancel(reason, by="runtime"):
-            if handle.done or handle.agent_id in self._run.announced:
+            if handle.done or self._run.scheduler.is_announced(handle.agent_id):
                 return  # ended, or already being cancelled by someone else
             await trio.sleep(_ANNOUNCE_POLL_S)
 
@@ -229,7 +229,7 @@ class Runtime:
         run = self._run
         words = f" {instructions}" if instructions else ""
         spec = AgentSpec(
-            agent_id=run.new_agent_id(),
+            agent_id=run.scheduler.new_agent_id(),
             agent_type=run.agent_types.lookup(agent_type),
             prompt=f"/compact{words}",
             depth=0,
@@ -250,9 +250,9 @@ class Runtime:
 
     async def _run_spec(self, spec: AgentSpec) -> AgentOutcome:
         # Started without nursery.start's hand-over (a temporary nursery and a scheduler round
-        # per run, issue 20): the caller waits for the outcome anyway, and a caller cancelled
-        # before the agent's task has begun withdraws it (it never starts, as a cancelled
-        # start() would leave it).
+        # per run: bench/README.md, "One small run, third pass"): the caller waits for the
+        # outcome anyway, and a caller cancelled before the agent's task has begun withdraws it
+        # (it never starts, as a cancelled start() would leave it).
         spec, handle = self._new_root(spec)
         self._add_root(handle)
         self._nursery.start_soon(self._supervise_root, spec, handle)
@@ -265,7 +265,7 @@ class Runtime:
             if not handle._begun:
                 self._withdraw(handle)
             elif not handle.done:
-                with trio.move_on_after(self._run.limits.finish_grace_s, shield=True):
+                with trio.move_on_after(self._run.settings.limits.finish_grace_s, shield=True):
                     await self._cancel_root(handle, "the caller was cancelled")
                     await handle.wait()
 
@@ -305,7 +305,7 @@ class Runtime:
         Returns:
             ``False`` when the agent is unknown, finished, or its mailbox is full.
         """
-        mailbox = self._run.mailboxes.get(agent_id)
+        mailbox = self._run.scheduler.inbox(agent_id)
         if mailbox is None:
             return False
         try:

@@ -483,7 +483,8 @@ def _shared_environ() -> dict[str, str]:
 
 def scan_run_environ(allow: Iterable[str] = ()) -> tuple[dict[str, str], tuple[str, ...]]:
     """``scan_env(run_environ(), allow)``, without copying the environment or building
-    :func:`scan_env`'s key from it while it has not changed (issue 20: a run's set-up).
+    :func:`scan_env`'s key from it while it has not changed (a run's set-up:
+    bench/README.md, "One small run, fourth pass").
 
     Returns:
         A new dict each call (the caller may change it) and the secrets, longest first.

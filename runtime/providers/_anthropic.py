@@ -251,24 +251,9 @@ class AnthropicProvider:
                         # ping, and event types newer than this code: nothing to do.
                 if not stopped:
                     raise TransientError("anthropic: the stream ended before message_stop")
-                if truncated:
-                    if stop_reason != "max_tokens":
-                        raise ProviderError(
-                            f"anthropic: the model's input for tool {truncated[0].name!r} is"
-                            " not a valid JSON object"
-                        )
-                    log.warning("provider.truncated_tool_call", tools=[b.name for b in truncated])
-                    for cut in truncated:
-                        # Answered with an error result the model reads: it can retry smaller.
-                        yielded = True
-                        yield ToolCall(cut.id, cut.name, {}, CUT_TOOL_CALL)
-                stop = _STOP.get(stop_reason or "", "end_turn")
-                if stop_reason not in _STOP:
-                    log.warning("provider.stop_reason", stop_reason=stop_reason, stop=stop)
-                yielded = True
-                yield TurnEnd(
-                    stop_reason=stop, input_tokens=input_tokens, output_tokens=output_tokens
-                )
+                for item in _turn_end(truncated, stop_reason, input_tokens, output_tokens, log):
+                    yielded = True
+                    yield item
                 return
             except ProviderError as exc:
                 notice = retrier.retry_notice(exc, yielded=yielded)
@@ -316,6 +301,36 @@ def _block(blocks: dict[int, _Block], event: dict[str, Any]) -> _Block:
     if block is None:
         raise ProviderError(f"anthropic: a delta for block {index!r}, which was never started")
     return block
+
+
+def _turn_end(
+    truncated: list[_Block],
+    stop_reason: str | None,
+    input_tokens: int,
+    output_tokens: int,
+    log: Any,
+) -> list[StreamItem]:
+    """What ends a turn whose stream is complete: each tool call cut off by ``max_tokens`` (as
+    an error call), then the :class:`TurnEnd`.
+
+    Raises:
+        ProviderError: a tool call's input is not valid JSON and ``max_tokens`` did not cut it.
+    """
+    items: list[StreamItem] = []
+    if truncated:
+        if stop_reason != "max_tokens":
+            raise ProviderError(
+                f"anthropic: the model's input for tool {truncated[0].name!r} is"
+                " not a valid JSON object"
+            )
+        log.warning("provider.truncated_tool_call", tools=[b.name for b in truncated])
+        # Answered with an error result the model reads: it can retry smaller.
+        items.extend(ToolCall(cut.id, cut.name, {}, CUT_TOOL_CALL) for cut in truncated)
+    stop = _STOP.get(stop_reason or "", "end_turn")
+    if stop_reason not in _STOP:
+        log.warning("provider.stop_reason", stop_reason=stop_reason, stop=stop)
+    items.append(TurnEnd(stop_reason=stop, input_tokens=input_tokens, output_tokens=output_tokens))
+    return items
 
 
 def _tool_input(block: _Block) -> dict[str, Any] | None:

@@ -116,7 +116,8 @@ class Scenario:
 
 
 # Scenarios given as decoded objects, parsed, by their JSON encoding: a library user or a test
-# suite opening many runtimes on one scenario dict pays for checking it once (issue 20). Only
+# suite opening many runtimes on one scenario dict pays for checking it once
+# (bench/README.md, "Per-agent and per-run cost"). Only
 # objects that JSON encodes back to themselves are kept (so a hit parses to what a fresh check
 # of the object would), and each entry is parsed from its own decoded copy: a caller changing
 # its dict afterwards changes the key, never a cached scenario. Bounded, least recent first out.

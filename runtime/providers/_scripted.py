@@ -77,8 +77,8 @@ class ScriptedProvider:
     def stream(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
         """Stream the next scripted turn of ``request.agent_type``.
 
-        The turn's own generator, found without one around it (issue 20: a generator per turn,
-        not two).
+        The turn's own generator, found without one around it (a generator per turn, not
+        two: bench/README.md, "Per-agent and per-run cost").
 
         Raises:
             ProviderError: the script has no such agent type or has run out of turns (when
@@ -86,8 +86,9 @@ class ScriptedProvider:
 
         Cancellation: a checkpoint when the turn starts and during delays; between deltas,
         one after each delta when the turn has a ``chunk_delay_s``, else one after every
-        :data:`CHECKPOINT_EVERY`-th (issue 20: a turn's deltas reach the bus back to back, as
-        a fast network delivers them); a turn's tool calls and its end follow together.
+        :data:`CHECKPOINT_EVERY`-th (a turn's deltas reach the bus back to back, as a fast
+        network delivers them; bench/README.md, "The streaming path and the cost of one
+        run"); a turn's tool calls and its end follow together.
         """
         if request.purpose == "compact":
             return self._summary(request)

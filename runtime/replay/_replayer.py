@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import attrs
 import trio
 
+from runtime.core._agent import cancel_reason_of
 from runtime.core._context import RunContext, cancel_node
 from runtime.core._errors import ProviderError, SubtreeCancelled, ToolError
 from runtime.core._events import ReplayDiverged
@@ -370,7 +371,7 @@ class Replayer:
         if rec.status == "failed":
             raise ProviderError(rec.error or "failed (the recording gives no reason)")
         if rec.status in ("cancelled", "budget_exceeded"):
-            reason = rec.cancel_reason or (rec.error or "cancelled").removeprefix("cancelled: ")
+            reason = rec.cancel_reason or cancel_reason_of(rec.error or "cancelled")
             by = rec.cancel_by or ("budget" if rec.status == "budget_exceeded" else "runtime")
             self._cancel(agent_id, reason, by)
             await trio.sleep_forever()
@@ -465,7 +466,7 @@ class _MockTool(Tool):
         if rec.status == "ok":
             return output
         if rec.status == "cancelled":
-            raise SubtreeCancelled(output.removeprefix("cancelled: "))
+            raise SubtreeCancelled(cancel_reason_of(output))
         if rec.status is None:
             self.replayer.stop(
                 f"the trace ends here: the recorded run was killed during {rec.id} "

@@ -93,7 +93,8 @@ os.register_at_fork(after_in_child=_forget_random)
 @functools.lru_cache(maxsize=64)
 def _path(real: str) -> Path:
     # A Path costs more to make than the realpath it holds (a third of the workspace check);
-    # it is immutable, so runs in one workspace share one (issue 20).
+    # it is immutable, so runs in one workspace share one
+    # (bench/README.md, "One small run, third pass").
     return Path(real)
 
 
@@ -108,8 +109,9 @@ def _real_folder(workspace: str | os.PathLike[str]) -> str:
 
     On Linux the folder is opened (``O_PATH``: nothing is read) and the kernel's own name for
     it read back: three system calls in C, where ``os.path.isdir`` and ``os.path.realpath``
-    stat every component in Python (issue 20: most of a small run's set-up). Anywhere that
-    cannot (no ``O_PATH``, no ``/proc``, a folder deleted under us), the portable way.
+    stat every component in Python (most of a small run's set-up: bench/README.md, "One
+    small run, fourth pass"). Anywhere that cannot (no ``O_PATH``, no ``/proc``, a folder
+    deleted under us), the portable way.
 
     Raises:
         ConfigError: it is not a folder (or cannot be reached).
@@ -410,7 +412,7 @@ async def open_runtime(
         config = {
             **prov.describe(),
             "provider": prov.name,
-            "model": run.model,
+            "model": run.settings.model,
             "workspace": ws_str,
             "permission_mode": permission_mode,
             "limits": limits.public(),
@@ -448,7 +450,8 @@ async def open_runtime(
                 finally:
                     rt._closing = True
                     if nursery.child_tasks:  # else nothing is left to stop (and no checkpoint
-                        # follows in this scope): a cancel here would be pure cost (issue 20)
+                        # follows in this scope): a cancel here would be pure cost
+                        # (bench/README.md, "One small run, third pass")
                         nursery.cancel_scope.cancel(reason="the run is over")
         finally:
             status = runtime_box[0].final_status() if runtime_box else "cancelled"
