@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from runtime.core._messages import ThinkingBlock as ThinkingBlock
     from runtime.core._messages import ToolResultBlock as ToolResultBlock
     from runtime.core._messages import ToolUseBlock as ToolUseBlock
+    from runtime.core._middleware import ToolInvocation as ToolInvocation
     from runtime.core._permissions import Decision as Decision
     from runtime.core._permissions import PermissionPolicy as PermissionPolicy
     from runtime.core._permissions import Rule as Rule
@@ -181,6 +182,7 @@ _LAZY: dict[str, str] = {
     "ToolError": "runtime.core._errors",
     "ToolFinished": "runtime.core._events",
     "ToolInputError": "runtime.core._errors",
+    "ToolInvocation": "runtime.core._middleware",
     "ToolLimits": "runtime.core._tool",
     "ToolNode": "runtime.trace._tree",
     "ToolProgress": "runtime.core._events",

@@ -31,6 +31,7 @@ from ._provider import Provider
 if TYPE_CHECKING:
     from ._agent import AgentOutcome, AgentSpec
     from ._loop import TypeSetup
+    from ._middleware import MiddlewareChain
     from ._sandbox import Sandbox
     from ._tool import Tool, ToolLimits
 
@@ -261,6 +262,8 @@ class RunContext:
     # What each agent type gets in this run, by type (a frozen value), made on first use:
     # runtime/core/_loop.type_setup. A Ray host shares one for the run's subtrees.
     type_setups: dict[AgentType, TypeSetup] = attrs.Factory(dict)
+    # The user's tool-call layers (their model-call layers wrap the provider itself).
+    middleware: MiddlewareChain | None = None
 
 
 def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> bool:
@@ -314,6 +317,7 @@ def new_run_context(
     budget: BudgetLayer | None = None,
     id_prefix: str = "",
     type_setups: dict[AgentType, TypeSetup] | None = None,
+    middleware: MiddlewareChain | None = None,
 ) -> RunContext:
     """The one way a run's :class:`RunContext` is built, locally and on a Ray host alike.
 
@@ -330,6 +334,7 @@ def new_run_context(
             task are the caller's.
         id_prefix: what the new agent ids start with (the Ray host's: the call's).
         type_setups: the agent types' setups to share (the Ray host's: the run's).
+        middleware: the user's layers around tool calls (docs/python-api.md, "Middleware").
     """
     run: RunContext | None = None
 
@@ -365,6 +370,7 @@ def new_run_context(
         sandbox=sandbox,
         placements=placements or {},
         type_setups=type_setups if type_setups is not None else {},
+        middleware=middleware or None,
     )
     bus.add_core_hook(budget)
     bus.add_core_hook(scheduler.track_announced)

@@ -108,6 +108,9 @@ class ToolFinished(Event):
     status: ToolStatus
     output: str
     duration_s: float
+    # The input the tool really ran with, when a middleware layer changed the model's
+    # (docs/python-api.md, "Middleware"); None when it ran with tool_started's input.
+    input: dict[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)

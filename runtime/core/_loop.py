@@ -67,6 +67,7 @@ from ._messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from ._middleware import ToolInvocation
 from ._provider import (
     ModelRequest,
     RetryNotice,
@@ -594,6 +595,8 @@ class _Call:
     summary: str = ""
     t0: float = 0.0
     """When its ``tool_started`` went out (the three are set by :func:`_announce_tool_call`)."""
+    changed_input: dict[str, Any] | None = None
+    """The input the tool ran with, when a middleware layer changed the model's."""
 
 
 async def _run_tool_calls(
@@ -758,6 +761,7 @@ async def _run_tool_call(
             status=status,
             output=output,
             duration_s=trio.current_time() - t0,
+            input=record.changed_input,
         )
 
 
@@ -800,6 +804,8 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
         sandbox=run.sandbox,
     )
     try:
+        if run.middleware is not None and run.middleware.tool_layers:
+            return "ok", await _through_middleware(record, tool, ctx)
         return "ok", await tool.call(_own_copy(call.input), ctx)
     except SubtreeCancelled as exc:
         return "cancelled", cancelled_text(exc.reason)
@@ -808,6 +814,32 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
     except Exception as exc:  # a bug in a tool is a result the model reads, not a crash
         log.exception("tool raised", tool=tool.name, tool_use_id=call.id)
         return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"
+
+
+async def _through_middleware(record: _Call, tool: Tool, ctx: ToolContext) -> str:
+    """The call through the user's tool layers (docs/python-api.md, "Middleware"); an input a
+    layer changed is what the tool runs with, validated again, and ``tool_finished`` shows it."""
+    run, spec, call = record.run, record.spec, record.call
+    assert run.middleware is not None
+    invocation = ToolInvocation(
+        name=call.name,
+        input=_own_copy(call.input),
+        tool_use_id=call.id,
+        agent_id=spec.agent_id,
+        parent_tool_use_id=spec.parent_tool_use_id,
+        depth=spec.depth,
+        agent_type=spec.agent_type.name,
+    )
+
+    async def innermost(given: ToolInvocation) -> str:
+        if given.input is not invocation.input or given.input != call.input:
+            validate_input(tool, given.input)
+        return await tool.call(given.input, ctx)
+
+    text, ran = await run.middleware.call_tool(invocation, innermost)
+    if ran.input != call.input:
+        record.changed_input = ran.input
+    return text
 
 
 async def _report_progress(

@@ -32,6 +32,7 @@ from runtime.core._errors import AgentsError, ConfigError
 from runtime.core._events import RunFinished, RunStarted
 from runtime.core._lazylog import LazyLogger
 from runtime.core._limits import Limits
+from runtime.core._middleware import MiddlewareChain, MiddlewareProvider
 from runtime.core._permissions import PermissionPolicy
 from runtime.core._provider import Provider
 from runtime.core._runtime import Runtime
@@ -179,6 +180,7 @@ async def open_runtime(
     trace_dir: str | os.PathLike[str] | None = None,
     sandbox: Sandbox | bool = False,
     ray: RayOptions | None = None,
+    middleware: Iterable[object] = (),
 ) -> AsyncGenerator[Runtime, None]:
     """Open a run: its bus, trace file, provider and root nursery. An async context manager::
 
@@ -223,6 +225,9 @@ async def open_runtime(
             ``RAY_ADDRESS``; with neither, a private local cluster is started for the run).
         ray: how the ``ray`` placement uses the cluster (hosts per node, spread or pack,
             timeouts): :class:`~runtime.cluster.RayOptions`.
+        middleware: layers around every tool call and model call, the first outermost:
+            objects with ``async tool_call(call, proceed)`` and/or ``model_call(request,
+            proceed)`` (docs/python-api.md, "Middleware").
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -390,10 +395,11 @@ async def open_runtime(
         writers += sinks
         if on_event is not None:
             bus.add_tap(on_event)
+        chain = MiddlewareChain(tuple(middleware))
         run = new_run_context(
             run_id=run_id,
             bus=bus,
-            provider=prov,
+            provider=MiddlewareProvider(prov, chain) if chain.model_layers else prov,
             model=model or getattr(prov, "model", None) or "scripted",
             agent_types=types,
             tools=tool_map,
@@ -407,6 +413,7 @@ async def open_runtime(
             sandbox=box,
             placements=placements,
             system_prompt=project.system_prompt() if project is not None else None,
+            middleware=chain if chain.tool_layers else None,
         )
         runtime_box: list[Runtime] = []
         config = {
