@@ -104,3 +104,21 @@ async def test_a_wrong_return_value_is_one_clear_error(tmp_path: Path) -> None:
 
     outcome, _ = await _run(model2, tmp_path)
     assert "returned dict among its tool calls" in (outcome.error or "")
+
+
+async def test_a_reused_id_becomes_a_run_unique_one_and_no_node_is_lost(tmp_path: Path) -> None:
+    def model(request: ModelRequest) -> Any:
+        turn = sum(1 for m in request.messages if m.role == "assistant")
+        if turn < 3:
+            return ToolCall(id="same", name="glob", input={"pattern": "*"})
+        return "done"
+
+    outcome, events = await _run(model, tmp_path)
+    assert outcome.status == "completed"
+    ids = [e.tool_use_id for e in events if isinstance(e, ToolStarted)]
+    assert ids == ["same", "same~2", "same~3"]
+    tree = TraceTree.from_events(events)
+    assert [c.id for c in tree.roots[0].children] == ids
+    # The provider's history keeps its own id for every call.
+    history_ids = [b.id for m in outcome.state.messages for b in m.content if hasattr(b, "input")]
+    assert history_ids == ["same", "same", "same"]

@@ -561,7 +561,10 @@ def test_coalesced_deltas_carry_the_same_text_in_the_same_order_as_one_per_chunk
         bus = EventBus("r", redactor=Redactor(["bc d"]) if secret else None)
         seen: list[Event] = []
         bus.add_tap(seen.append)
-        run = SimpleNamespace(provider=Provider(), bus=bus)
+        from runtime.core._context import Scheduler
+
+        run = SimpleNamespace(provider=Provider(), bus=bus,
+                              scheduler=Scheduler(max_parallel=1, max_agents=10))
         request = ModelRequest(
             model="m", system="", messages=(), tools=(), agent_type="main", agent_id="a"
         )

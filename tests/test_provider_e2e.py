@@ -207,3 +207,56 @@ async def test_a_cut_reply_and_a_refusal_are_said_in_the_tree_and_the_summary(
         root_line = [t.plain for t in tree_lines(tree, color=False)][1]
         assert words in root_line
         assert summary_line(tree, rich=False).endswith(note)
+
+
+def _per_response_ids_route(request: RecordedRequest) -> Reply:
+    """A server that numbers the tool calls of each response from 0 (call_0 in every one), as
+    some OpenAI-compatible servers do."""
+    messages = request.json["messages"]
+    first_user = next(m["content"] for m in messages if m["role"] == "user")
+    tool_results = [m for m in messages if m["role"] == "tool"]
+    if first_user.startswith("CHILD"):
+        if tool_results:
+            return Reply.stream(openai_text_stream([f"{first_user} saw {len(tool_results)}"]))
+        call = {"index": 0, "id": "call_0", "type": "function",
+                "function": {"name": "glob", "arguments": '{"pattern": "*"}'}}
+        return Reply.stream([openai_chunk({"tool_calls": [call]}),
+                             openai_chunk({}, finish="tool_calls"), OPENAI_DONE])
+    if tool_results:
+        return Reply.stream(openai_text_stream(["all ", str(len(tool_results))]))
+    calls = [
+        {"index": i, "id": f"call_{i}", "type": "function",
+         "function": {"name": "agent", "arguments": orjson.dumps(
+             {"description": f"child {i}", "prompt": f"CHILD {i}"}).decode()}}
+        for i in range(10)
+    ]
+    return Reply.stream([openai_chunk({"tool_calls": calls}),
+                         openai_chunk({}, finish="tool_calls"), OPENAI_DONE])
+
+
+async def test_a_server_reusing_tool_call_ids_loses_no_call(
+    server: LLMServer, tmp_path: Path
+) -> None:
+    server.route = _per_response_ids_route
+    env = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1", "PATH": "/usr/bin:/bin"}
+    events: list[Event] = []
+    with trio.fail_after(30):
+        async with open_runtime("openai", model="m", env=env, workspace=tmp_path, trace=False,
+                                on_event=events.append) as rt:
+            outcome = await rt.run("fan out")
+    check_invariants(events)
+    assert (outcome.status, outcome.result) == ("completed", "all 10")
+    finished = by_type(events, ToolFinished)
+    assert [e.status for e in finished].count("ok") == 20  # type: ignore[attr-defined]
+    ids = [e.tool_use_id for e in finished]  # type: ignore[attr-defined]
+    assert len(set(ids)) == 20, "every call has its own id in the run"
+    tree = TraceTree.from_events(events)
+    children = [child for call in tree.roots[0].children for child in call.children]
+    assert [len(c.children) for c in children] == [1] * 10, "no tool node lost in the tree"
+    # The provider is sent its own ids back: each child's history says call_0.
+    child_followups = [r.json for r in server.requests
+                       if any(m["role"] == "tool" for m in r.json["messages"])
+                       and r.json["messages"][1]["content"].startswith("CHILD")]
+    assert len(child_followups) == 10
+    for body in child_followups:
+        assert [m["tool_call_id"] for m in body["messages"] if m["role"] == "tool"] == ["call_0"]

@@ -128,6 +128,29 @@ class Scheduler:
         """Agents running now."""
         self.peak_running_agents = 0
         """The most agents that ran at once."""
+        # Every tool_use_id the run's calls were given, and per reused id the last suffix: a
+        # server that numbers calls per response (call_0 in every response) must not make two
+        # nodes of the tree one (docs/events.md#tool-call-ids).
+        self._tool_ids: set[str] = set()
+        self._tool_id_reuse: dict[str, int] = {}
+
+    def claim_tool_use_id(self, wanted: str) -> str:
+        """*wanted* when no call of the run had it yet; else a run-unique id made from it
+        (``call_0~2``, ``call_0~3``, …; an empty id becomes ``call~2``)."""
+        ids = self._tool_ids
+        if wanted and wanted not in ids:
+            ids.add(wanted)
+            return wanted
+        base = wanted or "call"
+        n = self._tool_id_reuse.get(base, 1)
+        while True:
+            n += 1
+            candidate = f"{base}~{n}"
+            if candidate not in ids:
+                break
+        self._tool_id_reuse[base] = n
+        ids.add(candidate)
+        return candidate
 
     def new_agent_id(self) -> str:
         """A new agent id, unique in the run (``agent-<n>``, after the prefix if any)."""

@@ -466,7 +466,11 @@ async def _stream_turn(
                     await emit(pending_kind, text="".join(pending))
                     pending.clear()
                 if isinstance(item, ToolCall):
-                    calls.append(item)
+                    claimed = run.scheduler.claim_tool_use_id(item.id)
+                    calls.append(
+                        item if claimed == item.id
+                        else attrs.evolve(item, id=claimed, provider_id=item.id)
+                    )
                 elif isinstance(item, TurnEnd):
                     end = item
                 elif isinstance(item, RetryNotice):
@@ -490,7 +494,7 @@ async def _stream_turn(
         content.append(ThinkingBlock(text="".join(thinking), signature=signature))
     if texts:
         content.append(TextBlock(text="".join(texts)))
-    content.extend(ToolUseBlock(id=c.id, name=c.name, input=c.input) for c in calls)
+    content.extend(ToolUseBlock(id=c.history_id, name=c.name, input=c.input) for c in calls)
     return tuple(content), calls, end
 
 
@@ -652,7 +656,7 @@ async def _run_tool_calls(
                 await _run_tool_call(record, results)
     finally:
         blocks = tuple(
-            r or ToolResultBlock(tool_use_id=c.id, content="cancelled", is_error=True)
+            r or ToolResultBlock(tool_use_id=c.history_id, content="cancelled", is_error=True)
             for r, c in zip(results, calls, strict=True)
         )
         state.messages.append(Message(role="user", content=blocks))
@@ -748,7 +752,7 @@ async def _run_tool_call(
         cap = record.setup.output_cap + NOTE_ROOM
         output = _cut(redact(output, run.secrets), cap, how=_OUTPUT_CUT_HOW)
         results[record.index] = ToolResultBlock(
-            tool_use_id=call.id, content=output, is_error=status != "ok"
+            tool_use_id=call.history_id, content=output, is_error=status != "ok"
         )
         t0 = record.t0
         await run.bus.emit_final(

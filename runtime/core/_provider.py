@@ -75,6 +75,15 @@ class ToolCall:
     name: str = ""
     input: dict[str, Any] = attrs.Factory(dict)
     error: str | None = None
+    provider_id: str | None = None
+    """The id the provider gave, when the run gave the call another (a provider's id that an
+    earlier call of the run already had): the agent's history keeps the provider's, events
+    and the tree the run's."""
+
+    @property
+    def history_id(self) -> str:
+        """The id the call has in the history sent back to the provider."""
+        return self.provider_id or self.id
 
 
 @attrs.frozen(kw_only=True)
