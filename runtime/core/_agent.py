@@ -7,6 +7,8 @@ reads and the ``*_finished`` events carry (docs/events.md).
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from ._agent_types import AgentType
@@ -48,6 +50,9 @@ class AgentOutcome:
             ``budget_exceeded`` when a budget cancelled it): the cancel's reason, its own or
             its nearest cancelled ancestor's.
         cancelled_by: who asked for that cancel.
+        output: for an agent type with an ``output_type``, the value its final answer held
+            (an instance of the type, or the decoded JSON of a schema); ``None`` otherwise
+            (docs/python-api.md, "Typed outputs").
     """
 
     agent_id: str
@@ -63,6 +68,7 @@ class AgentOutcome:
     undelivered: tuple[str, ...] = ()
     cancel_reason: str | None = None
     cancelled_by: CancelBy | None = None
+    output: Any = None
 
 
 @attrs.frozen(kw_only=True)

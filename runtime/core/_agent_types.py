@@ -45,6 +45,16 @@ def _pairs(value: Any) -> tuple[tuple[Any, Any], ...]:
 
 
 # Its hash is cached: a run's per-type setups are looked up by type (runtime/core/_loop.py).
+def _output_key(value: Any) -> Any:
+    # A JSON Schema given as a mapping is kept as its canonical JSON text: agent types are
+    # frozen and hashed (each type's setup is made once per run), and a dict is neither.
+    if isinstance(value, Mapping):
+        import orjson
+
+        return orjson.dumps(dict(value), option=orjson.OPT_SORT_KEYS).decode()
+    return value
+
+
 @attrs.frozen(kw_only=True, cache_hash=True)
 class AgentType:
     """A kind of agent.
@@ -60,6 +70,10 @@ class AgentType:
             resources (``{"GPU": 1}``, a custom ``{"nfs": 1}``); a selector, nothing is
             reserved (docs/cluster.md).
         ray_labels: with ``placement = "ray"``: only on nodes with these Ray labels.
+        output_type: the value its agents must end with: a Python type, or a JSON Schema (a
+            mapping; kept as its JSON text) (docs/python-api.md, "Typed outputs").
+        output_retries: how many final answers that do not match *output_type* are sent back
+            to the model with the error before the agent fails.
     """
 
     name: str
@@ -73,6 +87,8 @@ class AgentType:
     context_window: int | None = None
     ray_resources: tuple[tuple[str, float], ...] = attrs.field(default=(), converter=_pairs)
     ray_labels: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
+    output_type: Any = attrs.field(default=None, converter=_output_key)
+    output_retries: int = 2
 
     def merged(self, other: AgentType) -> AgentType:
         """*other*'s explicit settings over this one's (a later definition refines an earlier)."""
@@ -157,6 +173,8 @@ _TOML_KEYS = {
     "context_window",
     "ray_resources",
     "ray_labels",
+    "output_type",
+    "output_retries",
 }
 
 
@@ -234,5 +252,21 @@ def agent_types_from_mapping(data: Mapping[str, Any]) -> list[AgentType]:
             if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
                 raise ConfigError(f"{where}.ray_labels: expected a table of strings")
             kwargs["ray_labels"] = labels
+        if "output_type" in spec:
+            schema = spec["output_type"]
+            if not isinstance(schema, dict):
+                raise ConfigError(f"{where}.output_type: expected a JSON Schema (a table)")
+            from ._output import output_spec
+
+            try:
+                output_spec(schema)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}.{exc}") from None
+            kwargs["output_type"] = schema
+        if "output_retries" in spec:
+            tries = spec["output_retries"]
+            if isinstance(tries, bool) or not isinstance(tries, int) or not 0 <= tries <= 10:
+                raise ConfigError(f"{where}.output_retries: expected a whole number from 0 to 10")
+            kwargs["output_retries"] = tries
         out.append(AgentType(**kwargs))
     return out

@@ -257,7 +257,7 @@ def _make_tool(
         raise ConfigError(f"tool {tool_name}: thread=True is for sync functions; this one is async")
     summary, arg_docs = parse_docstring(inspect.getdoc(function) or "")
     model, fields, context_param = _input_model(function, tool_name, arg_docs)
-    schema = _without_titles(model.model_json_schema())
+    schema = without_titles(model.model_json_schema())
     schema.setdefault("properties", {})
     cls = types.new_class(
         f"{tool_name}_tool",
@@ -292,7 +292,7 @@ _SUBSCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
 _SUBSCHEMA_MAPS = ("properties", "$defs", "patternProperties")
 
 
-def _without_titles(schema: Any) -> Any:
+def without_titles(schema: Any) -> Any:
     """*schema* without pydantic's generated ``title`` keys (``"title": "Pts"`` for ``pts``):
     words the model is sent on every request that say nothing the property name does not."""
     if not isinstance(schema, dict):
@@ -300,13 +300,13 @@ def _without_titles(schema: Any) -> Any:
     out = {k: v for k, v in schema.items() if k != "title"}
     for key in _SUBSCHEMA_LISTS:
         if isinstance(out.get(key), list):
-            out[key] = [_without_titles(s) for s in out[key]]
+            out[key] = [without_titles(s) for s in out[key]]
     for key in _SUBSCHEMA_MAPS:
         if isinstance(out.get(key), dict):
-            out[key] = {name: _without_titles(s) for name, s in out[key].items()}
+            out[key] = {name: without_titles(s) for name, s in out[key].items()}
     for key in ("items", "additionalProperties", "not"):
         if isinstance(out.get(key), dict):
-            out[key] = _without_titles(out[key])
+            out[key] = without_titles(out[key])
     return out
 
 
@@ -366,7 +366,7 @@ def _input_model(
             )
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (
-            _adapt(annotation),
+            adapt_annotation(annotation),
             pydantic.Field(default, description=arg_docs.get(param.name) or None),
         )
     try:
@@ -419,7 +419,7 @@ def _scalar_kinds(annotation: Any) -> set[type] | None:
     return None
 
 
-def _adapt(annotation: Any) -> Any:
+def adapt_annotation(annotation: Any) -> Any:
     """*annotation* with every attrs class in it replaced by a pydantic-readable stand-in."""
     if isinstance(annotation, type) and attrs.has(annotation):
         return _attrs_stand_in(annotation)
@@ -430,10 +430,10 @@ def _adapt(annotation: Any) -> Any:
     if origin is None or not args:
         return annotation
     if origin is typing.Annotated:
-        return typing.Annotated[_adapt(args[0]), *args[1:]]
+        return typing.Annotated[adapt_annotation(args[0]), *args[1:]]
     if origin is typing.Literal:
         return annotation
-    adapted = tuple(_adapt(a) for a in args)
+    adapted = tuple(adapt_annotation(a) for a in args)
     if adapted == args:
         return annotation
     if origin in (types.UnionType, typing.Union):
@@ -457,7 +457,7 @@ def _attrs_stand_in(cls: type) -> Any:
             default = pydantic.Field(default_factory=field.default.factory)
         else:
             default = field.default
-        fields[field.alias or field.name] = (_adapt(hints.get(field.name, Any)), default)
+        fields[field.alias or field.name] = (adapt_annotation(hints.get(field.name, Any)), default)
     model = pydantic.create_model(
         cls.__name__, __config__=pydantic.ConfigDict(extra="forbid"), __doc__=cls.__doc__, **fields
     )
@@ -482,7 +482,9 @@ def _typeddict_stand_in(cls: Any) -> Any:
     hints = typing.get_type_hints(cls, include_extras=True)
     required = getattr(cls, "__required_keys__", frozenset(hints))
     fields = {
-        key: _adapt(tp) if key in required else typing_extensions.NotRequired[_adapt(tp)]
+        key: adapt_annotation(tp)
+        if key in required
+        else typing_extensions.NotRequired[adapt_annotation(tp)]
         for key, tp in hints.items()
     }
     made = typing_extensions.TypedDict(cls.__name__, fields)  # type: ignore[misc]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from types import MappingProxyType
 from typing import Any, TypeVar, cast
@@ -32,7 +32,7 @@ from runtime.actors import (
 from ._agent import AgentOutcome, AgentSpec, cancelled_text
 from ._agent_types import AgentType
 from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
-from ._context import Owner, RunContext
+from ._context import Owner, RunContext, SubtreeRunner
 from ._context_window import fixed_chars
 from ._errors import (
     ConfigError,
@@ -68,6 +68,7 @@ from ._messages import (
     ToolUseBlock,
 )
 from ._middleware import ToolInvocation
+from ._output import OutputSpec, output_spec
 from ._provider import (
     ModelRequest,
     RetryNotice,
@@ -280,6 +281,10 @@ def _outcome(
             cancel_reason = reason or "cancelled"
             status, error = "cancelled", cancelled_text(cancel_reason)
     _close_open_tool_calls(life.state)
+    output = None
+    if status == "completed" and result is not None and spec.agent_type.output_type is not None:
+        # The loop accepted this text: the value it holds (not masked: the caller's own).
+        output = output_spec(spec.agent_type.output_type).check(result)[0]
     return AgentOutcome(
         agent_id=spec.agent_id,
         name=spec.agent_type.name,
@@ -297,6 +302,7 @@ def _outcome(
         undelivered=life.undelivered,
         cancel_reason=cancel_reason,
         cancelled_by=cast("CancelBy | None", by) if cancel_reason is not None else None,
+        output=output,
     )
 
 
@@ -343,6 +349,7 @@ async def _loop(
         fixed=setup.fixed_chars if state.system is setup.system else None,
     )  # fmt: skip
     last_text = ""
+    output_tries = 0
     while True:
         if state.turns >= max_turns:
             # Before delivering: a message no turn will answer goes back in the outcome.
@@ -389,8 +396,36 @@ async def _loop(
         if ctx.mailbox.pending():
             state.continue_reason = "user_message"
             continue
+        if setup.output is not None:
+            problem = await _check_output(
+                setup.output, last_text, state, emit, output_tries, atype.output_retries
+            )
+            if problem == "retry":
+                output_tries += 1
+                state.continue_reason = "output_retry"
+                continue
+            if problem is not None:
+                state.continue_reason = None
+                return "failed", last_text or None, problem
         state.continue_reason = None
         return "completed", last_text, None
+
+
+async def _check_output(
+    output: OutputSpec, text: str, state: AgentState, emit: Any, tries: int, retries: int
+) -> str | None:
+    """Whether the final *text* is the agent type's output: ``None`` when it is, ``"retry"``
+    when it is not and the model is asked again (the error joins the history as a user
+    message), else the error that fails the agent."""
+    _value, error = output.check(text)
+    if error is None:
+        return None
+    if tries >= retries:
+        return f"output: {error} (after {tries + 1} answers)"
+    message = output.retry_message(error)
+    state.messages.append(Message(role="user", content=(TextBlock(text=message),)))
+    await emit(UserMessage, text=message)
+    return "retry"
 
 
 async def _stream_refitted(
@@ -512,6 +547,8 @@ class TypeSetup:
     fixed_chars: int
     output_cap: int
     tool_limits: ToolLimits
+    output: OutputSpec | None = None
+    """What its agents must end with (docs/python-api.md, "Typed outputs"), compiled."""
 
 
 def type_setup(run: RunContext, atype: AgentType) -> TypeSetup:
@@ -524,6 +561,9 @@ def type_setup(run: RunContext, atype: AgentType) -> TypeSetup:
     tools = _tools_for(run, atype)
     specs = tuple(_tool_spec(run, t) for t in tools.values())
     system = _system_prompt(run, atype)
+    output = output_spec(atype.output_type) if atype.output_type is not None else None
+    if output is not None:
+        system = f"{system}\n\n{output.instructions}"
     setup = TypeSetup(
         agent_type=atype,
         types_version=version,
@@ -533,6 +573,7 @@ def type_setup(run: RunContext, atype: AgentType) -> TypeSetup:
         fixed_chars=fixed_chars(system, specs),
         output_cap=output_cap(run, atype),
         tool_limits=tool_limits_for(run, atype),
+        output=output,
     )
     run.type_setups[atype] = setup
     return setup
@@ -894,9 +935,65 @@ class _Spawner:
         description: str,
         budget: Mapping[str, Any] | None,
     ) -> str:
+        outcome = await self._run_one(*self._prepare(agent_type, prompt, budget, None))
+        return _child_result(outcome)
+
+    async def map_subagents(
+        self,
+        prompts: Sequence[str],
+        *,
+        agent_type: str = "general",
+        output_type: Any = None,
+        budget: Mapping[str, Any] | None = None,
+    ) -> list[AgentOutcome]:
+        specs = [self._prepare(agent_type, p, budget, output_type) for p in prompts]
+        outcomes: list[AgentOutcome | None] = [None] * len(specs)
+        run = self._run
+
+        async def one(
+            index: int,
+            spec: AgentSpec,
+            runner: SubtreeRunner | None,
+            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+        ) -> None:
+            outcomes[index] = await self._run_one(
+                spec, runner, slot_held=True, task_status=task_status
+            )
+
+        parent_id = self._parent.agent_id
+        async with trio.open_nursery() as nursery:
+            for index, (spec, runner) in enumerate(specs):
+                # One by one in prompt order, each once a max_parallel slot is free: the
+                # children's start order (and their events) follows the prompts.
+                run.scheduler.child_starting(parent_id)
+                holding = False
+                try:
+                    await run.scheduler.acquire_slot(spec.agent_id)
+                    holding = True
+                finally:
+                    if not holding:
+                        run.scheduler.child_finished(parent_id)
+                if runner is None:
+                    # Handed over once the child runs in a task of its own: the next one
+                    # starts after it, so agent_started follows the prompts too.
+                    await nursery.start(one, index, spec, runner)
+                else:
+                    nursery.start_soon(one, index, spec, runner)
+        return [o for o in outcomes if o is not None]
+
+    def _prepare(
+        self,
+        agent_type: str,
+        prompt: str,
+        budget: Mapping[str, Any] | None,
+        output_type: Any,
+    ) -> tuple[AgentSpec, SubtreeRunner | None]:
         run = self._run
         try:
             atype = run.agent_types.lookup(agent_type)
+            if output_type is not None:
+                atype = attrs.evolve(atype, output_type=output_type)
+                output_spec(output_type)
             call_budget = Budget.from_mapping(budget, where="input.budget") if budget else None
         except ConfigError as exc:
             raise ToolError(str(exc)) from None
@@ -923,31 +1020,53 @@ class _Spawner:
             runner = run.placements.get(atype.placement)
             if runner is None:
                 raise ToolError(f"placement {atype.placement!r} is not available in this run")
+        return spec, runner
+
+    async def _run_one(
+        self,
+        spec: AgentSpec,
+        runner: SubtreeRunner | None,
+        *,
+        slot_held: bool = False,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> AgentOutcome:
+        run = self._run
         parent_id = self._parent.agent_id
-        run.scheduler.child_starting(parent_id)
+        if not slot_held:
+            run.scheduler.child_starting(parent_id)
         try:
-            # Waits visibly: this call's tool_started is out; agent_started comes when it runs.
-            await run.scheduler.acquire_slot(spec.agent_id)
+            if not slot_held:
+                # Waits visibly: this call's tool_started is out; agent_started comes when it
+                # runs.
+                await run.scheduler.acquire_slot(spec.agent_id)
             try:
                 if runner is None:
+                    if task_status is not trio.TASK_STATUS_IGNORED:
+                        return await run_agent_actor(
+                            run, spec, own_task=True, task_status=task_status
+                        )
                     own_task = self._own_task is trio.lowlevel.current_task()
                     self._own_task = None
-                    outcome = await run_agent_actor(run, spec, own_task=own_task)
-                else:
-                    outcome = await runner.run_subtree(run, spec)
+                    return await run_agent_actor(run, spec, own_task=own_task)
+                return await runner.run_subtree(run, spec)
             finally:
                 run.scheduler.release_slot(spec.agent_id)
         finally:
             run.scheduler.child_finished(parent_id)
-        if outcome.status == "completed":
-            return outcome.result or ""
-        if outcome.status == "cancelled":
-            raise SubtreeCancelled(outcome.cancel_reason or "cancelled")
-        if outcome.status == "max_turns":
-            raise ToolError(
-                f"sub-agent {atype.name} stopped after {outcome.turns} turns (max_turns)"
-                + (f"; its last text: {outcome.result}" if outcome.result else "")
-            )
-        if outcome.status == "budget_exceeded":
-            raise ToolError(f"sub-agent {atype.name}: {outcome.error}")
-        raise ToolError(f"sub-agent {atype.name} failed: {outcome.error}")
+
+
+def _child_result(outcome: AgentOutcome) -> str:
+    """What an ``agent`` call's model reads of its sub-agent: its final text, or why not."""
+    name = outcome.name
+    if outcome.status == "completed":
+        return outcome.result or ""
+    if outcome.status == "cancelled":
+        raise SubtreeCancelled(outcome.cancel_reason or "cancelled")
+    if outcome.status == "max_turns":
+        raise ToolError(
+            f"sub-agent {name} stopped after {outcome.turns} turns (max_turns)"
+            + (f"; its last text: {outcome.result}" if outcome.result else "")
+        )
+    if outcome.status == "budget_exceeded":
+        raise ToolError(f"sub-agent {name}: {outcome.error}")
+    raise ToolError(f"sub-agent {name} failed: {outcome.error}")

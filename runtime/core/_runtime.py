@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Any, final
 
 import attrs
 import trio
@@ -23,6 +23,7 @@ from ._events import AgentStatus, CancelBy
 from ._limits import Limits
 from ._loop import run_agent_actor
 from ._messages import Message
+from ._output import output_spec
 
 if TYPE_CHECKING:
     from ._tool import Tool
@@ -137,21 +138,29 @@ class Runtime:
         *,
         agent_type: str = "main",
         history: Iterable[Message] = (),
+        output_type: Any = None,
     ) -> AgentHandle:
         """Start a root agent on *prompt* and return its handle once it runs.
 
         Args:
             history: earlier messages it continues from (a chat session).
+            output_type: the value it must end with (a type, or a JSON Schema), over its agent
+                type's; the outcome's ``output`` (docs/python-api.md, "Typed outputs").
 
         Raises:
-            ConfigError: unknown agent type.
+            ConfigError: unknown agent type, or an *output_type* with no JSON Schema.
 
         Cancellation: a checkpoint; if cancelled, no agent was started.
         """
-        return await self._start_spec(await self._root_spec(prompt, agent_type, history))
+        spec = await self._root_spec(prompt, agent_type, history, output_type)
+        return await self._start_spec(spec)
 
     async def _root_spec(
-        self, prompt: str, agent_type: str, history: Iterable[Message]
+        self,
+        prompt: str,
+        agent_type: str,
+        history: Iterable[Message],
+        output_type: Any = None,
     ) -> AgentSpec:
         # Without this, a start in an already-cancelled scope announced the agent (the body
         # runs up to its first checkpoint) and returned its handle instead of raising.
@@ -159,9 +168,14 @@ class Runtime:
         if self._closing:
             raise ConfigError("the runtime is closing; no new agents")
         run = self._run
+        atype = run.agent_types.lookup(agent_type)
+        if output_type is not None:
+            atype = attrs.evolve(atype, output_type=output_type)
+        if atype.output_type is not None:
+            output_spec(atype.output_type)  # a type with no schema: ConfigError now, not later
         return AgentSpec(
             agent_id=run.scheduler.new_agent_id(),
-            agent_type=run.agent_types.lookup(agent_type),
+            agent_type=atype,
             prompt=prompt,
             depth=0,
             history=tuple(history),
@@ -239,14 +253,69 @@ class Runtime:
         return await self._run_spec(spec)
 
     async def run(
-        self, prompt: str, *, agent_type: str = "main", history: Iterable[Message] = ()
+        self,
+        prompt: str,
+        *,
+        agent_type: str = "main",
+        history: Iterable[Message] = (),
+        output_type: Any = None,
     ) -> AgentOutcome:
         """Start a root agent and wait for its outcome.
+
+        Args:
+            output_type: as for :meth:`start`; the value is ``outcome.output``.
 
         Cancellation: cancels the agent (it still reports ``cancelled``) and re-raises; if the
         agent had not begun yet, it never starts (no event).
         """
-        return await self._run_spec(await self._root_spec(prompt, agent_type, history))
+        spec = await self._root_spec(prompt, agent_type, history, output_type)
+        return await self._run_spec(spec)
+
+    async def map(
+        self,
+        prompts: Iterable[str],
+        *,
+        agent_type: str = "main",
+        output_type: Any = None,
+    ) -> list[AgentOutcome]:
+        """One root agent per prompt, in parallel, at most ``max_parallel`` running at once;
+        their outcomes in prompt order (docs/python-api.md, "Fan-out").
+
+        The agents get their ids in prompt order before any starts (``agent-N``, as
+        ``outcome.agent_id`` says); cancelling one by its id once it runs ends it ``cancelled``
+        and leaves the others running: a cancelled or failed agent is an outcome, not an
+        exception.
+
+        Raises:
+            ConfigError: unknown agent type, or an *output_type* with no JSON Schema (before
+                any agent starts).
+
+        Cancellation: cancels every agent still running (each reports ``cancelled``) and
+        re-raises.
+        """
+        specs = [await self._root_spec(p, agent_type, (), output_type) for p in prompts]
+        outcomes: list[AgentOutcome | None] = [None] * len(specs)
+        slots = trio.CapacityLimiter(max(1, self._run.settings.limits.max_parallel))
+
+        async def wait(index: int, handle: AgentHandle) -> None:
+            try:
+                outcomes[index] = await self._wait_or_cancel(handle)
+            finally:
+                slots.release_on_behalf_of(handle.agent_id)
+
+        async with trio.open_nursery() as nursery:
+            # Started one by one in prompt order, each once a slot is free and handed over once
+            # it runs: the order agents start in (their agent_started) follows the prompts.
+            for index, spec in enumerate(specs):
+                await slots.acquire_on_behalf_of(spec.agent_id)
+                handle = None
+                try:
+                    handle = await self._start_spec(spec)
+                finally:
+                    if handle is None:  # not started (cancelled): its slot is free again
+                        slots.release_on_behalf_of(spec.agent_id)
+                nursery.start_soon(wait, index, handle)
+        return [o for o in outcomes if o is not None]
 
     async def _run_spec(self, spec: AgentSpec) -> AgentOutcome:
         # Started without nursery.start's hand-over (a temporary nursery and a scheduler round

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeAlias
 
@@ -27,6 +27,8 @@ from ._secrets import Redactor
 
 if TYPE_CHECKING:
     import structlog
+
+    from ._agent import AgentOutcome
 
     _Logger: TypeAlias = structlog.typing.FilteringBoundLogger
 else:
@@ -57,6 +59,29 @@ class SubAgentSpawner(Protocol):
         Raises:
             ToolError: it failed, ran out of turns or budget, or could not start.
             SubtreeCancelled: it was cancelled by id.
+        """
+        ...
+
+    async def map_subagents(
+        self,
+        prompts: Sequence[str],
+        *,
+        agent_type: str = "general",
+        output_type: Any = None,
+        budget: Mapping[str, Any] | None = None,
+    ) -> list[AgentOutcome]:
+        """Run one sub-agent per prompt inside the calling tool call's scope, in parallel
+        within ``max_parallel`` (started in prompt order), and return their outcomes in
+        prompt order (docs/python-api.md, "Fan-out").
+
+        A sub-agent that fails or is cancelled by id is an outcome (its ``status`` says so),
+        never an exception that takes its siblings down.
+
+        Raises:
+            ToolError: unknown agent type, a bad budget or *output_type*, ``max_depth`` or
+                ``max_agents`` reached (before any sub-agent starts).
+
+        Cancellation: cancelling the call cancels them all (each ends ``cancelled``).
         """
         ...
 

@@ -13,8 +13,9 @@ in the user's config folder::
 
 Claude Code's tool names map to ours (:data:`CLAUDE_TOOLS`); a name with no counterpart is
 reported once and skipped. Our own keys of the TOML format (``max_turns``, ``budget``,
-``placement``) may be given too. Keys Claude Code knows and we do not (``color``,
-``permissionMode``, ``hooks``, ...) are ignored: nothing in a definition grants a permission.
+``placement``, ``output_type``, ``output_retries``) may be given too. Keys Claude Code knows
+and we do not (``color``, ``permissionMode``, ``hooks``, ...) are ignored: nothing in a
+definition grants a permission.
 ``disallowedTools`` is honoured (it only takes tools away).
 """
 
@@ -54,7 +55,7 @@ CLAUDE_TOOLS: dict[str, str] = {
 # they (and ``inherit``) mean the run's model.
 _INHERIT = {"inherit", "sonnet", "opus", "haiku"}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_OURS = ("max_turns", "budget", "placement")
+_OURS = ("max_turns", "budget", "placement", "output_type", "output_retries")
 
 
 @attrs.frozen
