@@ -6,6 +6,10 @@
   rows is against that run; target: at most 1.2x). Both kinds run on the loop.
 * ``tool_call_function_thread`` — a ``@tool(thread=True)`` sync function: what the worker-thread
   hop costs a call (report only).
+* ``map_100`` — ``rt.map`` over 100 prompts (each agent one tool call, then its answer; typed
+  ``int`` output, trace on), wall time against ``fanout_100``'s shape measured in the same run
+  (a root starting 100 sub-agents in one turn, each with the same call and answer); target:
+  at most 1.2x.
 * ``tool_call_class`` — that ``Tool`` subclass run, us per call, against the bare-trio floor of
   the same events (floors.run_floor).
 
@@ -30,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import floors
+from bench_core import EchoTool, _limits, fanout_scenario, run_fanout
 
 from runtime import Tool, ToolContext, event_to_dict, open_runtime, tool
 
@@ -135,12 +140,55 @@ async def bench(reps: int, workdir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def map_scenario() -> dict[str, Any]:
+    worker = fanout_scenario(1)["agents"]["worker"]
+    worker = {**worker, "turns": [worker["turns"][0], {"text": "7"}]}
+    return {"agents": {"main": {"turns": [{"text": "unused"}]}, "worker": worker}}
+
+
+async def run_map(n: int, workdir: Path) -> float:
+    t0 = time.perf_counter()
+    async with open_runtime(scenario=map_scenario(), workspace=workdir,
+                            trace=workdir / "map.jsonl", extra_tools=[EchoTool()],
+                            limits=_limits(n)) as rt:
+        outcomes = await rt.map([f"item {i}" for i in range(n)], agent_type="worker",
+                                output_type=int)
+    elapsed = time.perf_counter() - t0
+    assert [o.output for o in outcomes] == [7] * n, outcomes[0]
+    return elapsed
+
+
+async def bench_map(reps: int, workdir: Path, n: int = 100) -> dict[str, Any]:
+    maps: list[float] = []
+    fanouts: list[float] = []
+    await run_map(n, workdir)  # the first run pays pydantic's import and the schema
+    for _ in range(reps):
+        gc.collect()
+        fanouts.append(await run_fanout(n, workdir))
+        gc.collect()
+        maps.append(await run_map(n, workdir))
+    value, floor = min(maps), min(fanouts)
+    return {
+        "name": f"map_{n}",
+        "value": round(value * 1e3, 2),
+        "floor": round(floor * 1e3, 2),
+        "ratio": round(value / floor, 2),
+        "unit": f"ms (rt.map over {n} prompts, typed output; floor: fanout_{n} in this run)",
+        "target": "ratio <= 1.2",
+        "met": value / floor <= 1.2,
+    }
+
+
+async def bench_all(reps: int, workdir: Path) -> list[dict[str, Any]]:
+    return [*await bench(reps, workdir), await bench_map(reps, workdir)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
-        for row in trio.run(bench, args.reps, Path(workdir)):
+        for row in trio.run(bench_all, args.reps, Path(workdir)):
             print(json.dumps(row), flush=True)
 
 
