@@ -283,8 +283,10 @@ def _main(argv: list[str] | None) -> int:
         if ns.command == "agents":
             from ._project import cmd_agents, load_workspace_project
 
-            opts = RunOptions(workspace=ns.workspace, agents=ns.agents, scenario=ns.scenario)
-            opts.extra["project"] = load_workspace_project(opts)
+            project = load_workspace_project(ns.workspace)
+            opts = RunOptions(
+                workspace=ns.workspace, agents=ns.agents, scenario=ns.scenario, project=project
+            )
             return cmd_agents(opts, as_json=ns.json)
         if ns.command in ("permit", "pending"):
             from ._control import cmd_pending, cmd_permit
@@ -292,15 +294,16 @@ def _main(argv: list[str] | None) -> int:
             if ns.command == "permit":
                 return cmd_permit(ns.control, ns.request_id, ns.answer, always=ns.always)
             return cmd_pending(ns.control, as_json=ns.json)
-        opts = options_from_args(ns)
         if ns.command == "config":
             from ._project import cmd_config
 
-            return cmd_config(opts, ns, as_json=ns.json)
+            return cmd_config(ns, as_json=ns.json)
         if ns.command in ("run", "chat"):
             from ._project import apply_project
 
-            opts = apply_project(opts, ns)
+            opts = apply_project(ns)  # the settings files under the flags
+        else:
+            opts = options_from_args(ns)  # demo and replay read no settings file
         if ns.command == "run":
             if ns.show_system_prompt is not None:
                 from ._project import show_system_prompt
