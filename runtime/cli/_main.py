@@ -81,7 +81,21 @@ def build_parser() -> CliParser:
         help="warnings on stderr too (before or after COMMAND)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
+    _add_running_commands(sub)
+    sub.add_parser(
+        "trace",
+        help="inspect a trace: show, stats, tail, export (see trio-agents trace --help)",
+        add_help=False,
+    )
+    add_mcp_parser(sub)
+    _add_project_commands(sub)
+    _add_control_commands(sub)
+    return parser
 
+
+def _add_running_commands(sub: Any) -> None:
+    """``run``, ``demo``, ``chat`` and ``replay``: the commands that run agents, with the
+    options of the settings table (``runtime/core/_config.py``)."""
     run = sub.add_parser(
         "run",
         help="run the main agent on PROMPT (live tree on a terminal, plain lines otherwise)",
@@ -157,14 +171,9 @@ def build_parser() -> CliParser:
 
     add_replay_options(replay)
 
-    sub.add_parser(
-        "trace",
-        help="inspect a trace: show, stats, tail, export (see trio-agents trace --help)",
-        add_help=False,
-    )
 
-    add_mcp_parser(sub)
-
+def _add_project_commands(sub: Any) -> None:
+    """``agents`` and ``config``: what a run here would get, without running anything."""
     agents = sub.add_parser(
         "agents",
         help="list the known agent types and where each came from",
@@ -187,6 +196,9 @@ def build_parser() -> CliParser:
     )
     add_common_options(config)
 
+
+def _add_control_commands(sub: Any) -> None:
+    """``cancel``, ``permit`` and ``pending``: talk to a run's control socket."""
     cancel = sub.add_parser(
         "cancel",
         help="cancel a subtree of a run started with --control SOCK",
@@ -225,7 +237,6 @@ def build_parser() -> CliParser:
     )
     pending.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
     pending.add_argument("--json", action="store_true", help="as one JSON array")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

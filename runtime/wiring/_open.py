@@ -21,7 +21,7 @@ import secrets as _secrets
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -156,8 +156,7 @@ def _default_tools() -> list[Tool]:
     return builtin_tools()
 
 
-@asynccontextmanager
-async def open_runtime(
+def open_runtime(
     provider: Provider | str | None = None,
     *,
     scenario: Scenario | str | os.PathLike[str] | Mapping[str, Any] | None = None,
@@ -184,7 +183,7 @@ async def open_runtime(
     trace_dir: str | os.PathLike[str] | None = None,
     sandbox: Sandbox | bool = False,
     ray: RayOptions | None = None,
-) -> AsyncGenerator[Runtime, None]:
+) -> AbstractAsyncContextManager[Runtime]:
     """Open a run: its bus, trace file, provider and root nursery. An async context manager::
 
         async with open_runtime("anthropic", workspace="repo") as rt:
@@ -244,8 +243,7 @@ async def open_runtime(
         run_id=run_id, on_event=on_event, ray_address=ray_address, mcp_servers=mcp_servers,
         project=project, trace_dir=trace_dir, sandbox=sandbox, ray=ray,
     )  # fmt: skip
-    async with open_run(config) as rt:
-        yield rt
+    return open_run(config)  # its context manager itself: no second layer to enter per run
 
 
 # -- the plan: what the run will be, decided before anything is opened ---------------------------
@@ -454,14 +452,64 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
         # Every event's strings are masked at the bus; log lines too, while the run is open.
         bus = EventBus(plan.run_id, redactor=redactor_for(services.secrets))
         if services.secrets:  # masking nothing changes nothing (most runs)
-            stack.enter_context(log_secrets(list(services.secrets)))
+            stack.enter_context(log_secrets(services.secrets))
         writers = _open_sinks(plan, bus, stack)
         if config.on_event is not None:
             bus.add_tap(config.on_event)
         run = _run_context(plan, services, bus)
         started = _run_config_event(plan, services, run)
-        async with _running(plan, run, bus, writers, started, t0) as rt:
-            yield rt
+        runtime_box: list[Runtime] = []
+        try:
+            bus.emit_nowait(
+                RunStarted,
+                agent_id=None,
+                parent_tool_use_id=None,
+                version=_version(),
+                config=started,
+            )
+            async with trio.open_nursery() as nursery:
+                for writer in writers:
+                    nursery.start_soon(writer.run)
+                run.budget.serve_in(nursery)  # its task starts with the first budget
+
+                def core_failed(exc: Exception) -> None:
+                    nursery.cancel_scope.cancel(reason=f"the runtime failed: {exc!r}")
+
+                bus.on_core_failure = core_failed
+                rt = Runtime(run, nursery, plan.trace_path)
+                runtime_box.append(rt)
+                try:
+                    yield rt
+                    await rt._wait_roots()
+                finally:
+                    rt._closing = True
+                    if nursery.child_tasks:  # else nothing is left to stop (and no checkpoint
+                        # follows in this scope): a cancel here would be pure cost
+                        nursery.cancel_scope.cancel(reason="the run is over")
+        finally:
+            _finish(bus, runtime_box[0] if runtime_box else None, t0)
+        if bus.core_error is not None:
+            raise AgentsError(
+                f"the run failed: the runtime's own bookkeeping raised {bus.core_error!r}"
+            ) from bus.core_error
+
+
+def _finish(bus: EventBus, rt: Runtime | None, t0: float) -> None:
+    """``run_finished`` (with the run's status) and the bus closed, whatever happened."""
+    status = rt.final_status() if rt is not None else "cancelled"
+    if bus.core_error is not None:
+        status = "failed"
+    if not bus.closed:
+        try:
+            bus.emit_nowait(
+                RunFinished,
+                agent_id=None,
+                parent_tool_use_id=None,
+                status=status,
+                duration_s=trio.current_time() - t0,
+            )
+        finally:
+            bus.close()
 
 
 async def _open_services(plan: RunPlan, stack: AsyncExitStack) -> _Services:
@@ -595,66 +643,6 @@ def _run_config_event(plan: RunPlan, services: _Services, run: RunContext) -> di
         out["instructions"] = [str(f.path) for f in config.project.instructions]
         out["skills"] = sorted(skill.name for skill in config.project.skills)
     return out
-
-
-@asynccontextmanager
-async def _running(
-    plan: RunPlan,
-    run: RunContext,
-    bus: EventBus,
-    writers: list[JsonlSink | PipeSink],
-    config: dict[str, Any],
-    t0: float,
-) -> AsyncGenerator[Runtime, None]:
-    """``run_started``, the run nursery (writers, the budget layer, root agents), and
-    ``run_finished`` whatever happens; the bus is closed on the way out."""
-    runtime_box: list[Runtime] = []
-    try:
-        bus.emit_nowait(
-            RunStarted,
-            agent_id=None,
-            parent_tool_use_id=None,
-            version=_version(),
-            config=config,
-        )
-        async with trio.open_nursery() as nursery:
-            for writer in writers:
-                nursery.start_soon(writer.run)
-            run.budget.serve_in(nursery)  # its task starts with the first budget
-
-            def core_failed(exc: Exception) -> None:
-                nursery.cancel_scope.cancel(reason=f"the runtime failed: {exc!r}")
-
-            bus.on_core_failure = core_failed
-            rt = Runtime(run, nursery, plan.trace_path)
-            runtime_box.append(rt)
-            try:
-                yield rt
-                await rt._wait_roots()
-            finally:
-                rt._closing = True
-                if nursery.child_tasks:  # else nothing is left to stop (and no checkpoint
-                    # follows in this scope): a cancel here would be pure cost
-                    nursery.cancel_scope.cancel(reason="the run is over")
-    finally:
-        status = runtime_box[0].final_status() if runtime_box else "cancelled"
-        if bus.core_error is not None:
-            status = "failed"
-        if not bus.closed:
-            try:
-                bus.emit_nowait(
-                    RunFinished,
-                    agent_id=None,
-                    parent_tool_use_id=None,
-                    status=status,
-                    duration_s=trio.current_time() - t0,
-                )
-            finally:
-                bus.close()
-    if bus.core_error is not None:
-        raise AgentsError(
-            f"the run failed: the runtime's own bookkeeping raised {bus.core_error!r}"
-        ) from bus.core_error
 
 
 def _mcp_config(servers: McpConfig | Mapping[str, Any] | None) -> McpConfig | None:
