@@ -7,10 +7,11 @@ two modules. Run it to see the counts::
     python -m tests.setting_counts
 
 A module names a setting when its code (not its prose: comments, docstrings and strings with a
-space in them are left out) holds its flag as a string (``"--max-parallel"``), its dotted key as
-a string (``"limits.max_parallel"``), or, for a name distinctive enough to search for (one with
-an underscore: ``max_parallel``, ``allow_env``), that name. One-word names (``model``,
-``provider``, ``mode``) are counted by their flag (and dotted key) only: the word is everywhere.
+space in them are left out) holds its flag as a string (``"--max-parallel"``), its dotted key
+as a string (``"limits.max_parallel"``) or as an attribute chain (``opts.limits.max_parallel``),
+or the name it has of its own in Python (the ``open_runtime`` parameter ``allow_env``, the old
+option field ``no_mcp``). Top-level keys (``model``, ``provider``) are counted by their flag:
+the word is everywhere.
 """
 
 from __future__ import annotations
@@ -27,55 +28,65 @@ LAYERS = ("runtime/cli", "runtime/project", "runtime/wiring")
 
 # The settings of today's files and command line: (dotted key, flags). Written out here, not
 # imported from the schema, so the count does not depend on the code it measures.
-SETTINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("provider", ("--provider",)),
-    ("model", ("--model",)),
-    ("permissions.mode", ("--permission-mode",)),
-    ("permissions.allow", ("--allow",)),
-    ("permissions.deny", ("--deny",)),
-    ("permissions.allow_env", ("--allow-env",)),
-    ("permissions.timeout_s", ("--permission-timeout",)),
-    ("limits.max_turns", ("--max-turns",)),
-    ("limits.max_depth", ("--max-depth",)),
-    ("limits.max_parallel", ("--max-parallel",)),
-    ("limits.max_agents", ()),
-    ("limits.max_tool_output_chars", ()),
-    ("limits.context_window", ("--context-window",)),
-    ("limits.compact_threshold", ("--compact-threshold",)),
-    ("mcp.config", ("--mcp-config",)),
-    ("mcp.enabled", ("--no-mcp",)),
-    ("mcp.start_timeout_s", ("--mcp-start-timeout",)),
-    ("sandbox.enabled", ("--sandbox",)),
-    ("sandbox.network", ("--sandbox-network",)),
-    ("trace.enabled", ("--no-trace",)),
-    ("trace.dir", ()),
-    ("view.fps", ("--fps",)),
-    ("ray.address", ("--ray-address",)),
-    ("ray.hosts_per_node", ("--ray-hosts-per-node",)),
-    ("ray.cpus_per_host", ("--ray-cpus-per-host",)),
-    ("ray.strategy", ("--ray-strategy",)),
+SETTINGS: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
+    ("provider", ("--provider",), None),
+    ("model", ("--model",), None),
+    ("permissions.mode", ("--permission-mode",), "permission_mode"),
+    ("permissions.allow", ("--allow",), None),
+    ("permissions.deny", ("--deny",), None),
+    ("permissions.allow_env", ("--allow-env",), "allow_env"),
+    ("permissions.timeout_s", ("--permission-timeout",), "permission_timeout_s"),
+    ("limits.max_turns", ("--max-turns",), None),
+    ("limits.max_depth", ("--max-depth",), None),
+    ("limits.max_parallel", ("--max-parallel",), None),
+    ("limits.max_agents", (), None),
+    ("limits.max_tool_output_chars", (), None),
+    ("limits.context_window", ("--context-window",), None),
+    ("limits.compact_threshold", ("--compact-threshold",), None),
+    ("mcp.config", ("--mcp-config",), "mcp_config"),
+    ("mcp.enabled", ("--no-mcp",), "no_mcp"),
+    ("mcp.start_timeout_s", ("--mcp-start-timeout",), "mcp_start_timeout_s"),
+    ("sandbox.enabled", ("--sandbox",), None),
+    ("sandbox.network", ("--sandbox-network",), "sandbox_network"),
+    ("trace.enabled", ("--no-trace",), "no_trace"),
+    ("trace.dir", (), "trace_dir"),
+    ("view.fps", ("--fps",), None),
+    ("ray.address", ("--ray-address",), "ray_address"),
+    ("ray.hosts_per_node", ("--ray-hosts-per-node",), "ray_hosts_per_node"),
+    ("ray.cpus_per_host", ("--ray-cpus-per-host",), "ray_cpus_per_host"),
+    ("ray.strategy", ("--ray-strategy",), "ray_strategy"),
 )
+"""``(dotted key, flags, a name of its own)``: the name a setting has in Python where it is
+not its leaf (an ``open_runtime`` parameter, an old option field), ``None`` where it has none."""
 
 
 def _words(text: str) -> set[str]:
-    """The names and the space-free string literals of a module's code."""
+    """The names, the ``section.leaf`` attribute chains and the space-free string literals of a
+    module's code."""
     out: set[str] = set()
+    last: list[str] = []  # the last tokens, for NAME . NAME
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
         if token.type == tokenize.NAME:
             out.add(token.string)
+            if len(last) >= 2 and last[-1] == "." and last[-2].isidentifier():
+                out.add(f"{last[-2]}.{token.string}")
         elif token.type == tokenize.STRING:
             try:
                 value = ast.literal_eval(token.string)
             except (ValueError, SyntaxError):  # an f-string: prose or built names
-                continue
+                value = None
             if isinstance(value, str) and not any(c.isspace() for c in value):
                 out.add(value)
+        if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
+            last = [*last[-1:], token.string]
     return out
 
 
-def _needles(key: str, flags: Iterable[str]) -> set[str]:
-    leaf = key.rsplit(".", 1)[-1]
-    return {*flags} | ({key} if "." in key else set()) | ({leaf} if "_" in leaf else set())
+def _needles(key: str, flags: Iterable[str], own: str | None) -> set[str]:
+    # A dotted key is found as a string ("limits.max_turns") and as the attribute chain
+    # (opts.limits.max_turns has the words "limits.max_turns"): its leaf alone is often a
+    # homonym (trace show's max_depth, a socket's timeout_s, an agent file's max_turns).
+    return {*flags} | ({key} if "." in key else set()) | ({own} if own else set())
 
 
 def counts(root: Path = ROOT) -> dict[str, list[str]]:
@@ -83,8 +94,8 @@ def counts(root: Path = ROOT) -> dict[str, list[str]]:
     modules = sorted(p for layer in LAYERS for p in (root / layer).glob("*.py"))
     words = {str(p.relative_to(root)): _words(p.read_text(encoding="utf-8")) for p in modules}
     return {
-        key: [m for m, found in words.items() if found & _needles(key, flags)]
-        for key, flags in SETTINGS
+        key: [m for m, found in words.items() if found & _needles(key, flags, own)]
+        for key, flags, own in SETTINGS
     }
 
 

@@ -78,14 +78,14 @@ async def started_servers(
 
     from runtime.core._errors import ConfigError
     from runtime.core._secrets import filter_env, run_environ, secret_values
-    from runtime.mcp import McpConfig, open_mcp_servers
+    from runtime.mcp import open_mcp_servers
 
     from ._options import load_mcp_options
 
     workspace = Path(opts.workspace or ".")
     if not workspace.is_dir():  # noqa: ASYNC240 - once, before anything runs
         raise ConfigError(f"workspace {str(workspace)!r} is not a folder")
-    config = load_mcp_options(opts) if opts.mcp.enabled else McpConfig()
+    config = load_mcp_options(opts)
     config = attrs.evolve(config, on_warning=on_warning)
     env = run_environ()
     async with open_mcp_servers(

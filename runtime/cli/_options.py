@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from runtime.core._runtime import AgentHandle, Runtime
     from runtime.project import Project, Settings
     from runtime.trace._tree import TraceTree
-    from runtime.wiring._config import RunConfig
+    from runtime.wiring._open import RunConfig
 
     from ._keyboard import Keyboard
     from ._live import LiveView, PlainView
@@ -378,7 +378,11 @@ def options_from_args(
 
     flags = flags_from_args(ns)
     _check_usage(flags)
-    return options_from_settings(load_settings(None, flags=flags, layers=[under] if under else ()))
+    layers = [under] if under else []
+    if getattr(ns, "command", None) == "demo":  # its own defaults (its own workspace)
+        layers.insert(0, ("default of demo", {s.name: s.demo_default for s in TABLE
+                                              if s.demo_default is not None}))
+    return options_from_settings(load_settings(None, flags=flags, layers=layers))
 
 
 def stdio_is_terminal() -> bool:
@@ -415,6 +419,25 @@ def permission_mode(opts: RunOptions) -> str:
     return "ask" if stdio_is_terminal() else "deny"
 
 
+def effective_setting(settings: Settings, name: str) -> tuple[Any, str]:
+    """A setting's value and source as a run would have them (``trio-agents config``): the
+    defaults a run decides (the mode by the terminal, the provider and its model) in words."""
+    value, source = settings[name], settings.source(name)
+    if name == "permissions.mode" and source == "default":
+        value = permission_mode(RunOptions())
+        source = "default (" + (
+            "stdin and stdout are terminals)" if stdio_is_terminal() else "no terminal)"
+        )
+    if name == "provider" and value is None:
+        value, source = "openai", "default (scripted with --scenario)"
+    if name == "model" and value is None:
+        from runtime.providers import DEFAULT_MODELS
+
+        provider = settings["provider"] or "openai"
+        value, source = DEFAULT_MODELS.get(provider), f"default of {provider}"
+    return value, source
+
+
 def run_config(opts: RunOptions) -> RunConfig:
     """The :class:`~runtime.wiring.RunConfig` (what :func:`~runtime.open_runtime` takes) for
     *opts*, without taps or sinks: the files it names are read here (agent types, MCP config).
@@ -423,7 +446,7 @@ def run_config(opts: RunOptions) -> RunConfig:
         ConfigError: a bad agent-types or MCP file (one line, naming the fault).
     """
     from runtime.core._agent_types import load_agent_types
-    from runtime.wiring._config import RunConfig
+    from runtime.wiring._open import RunConfig
 
     sandbox: Any = False
     if opts.sandbox.enabled:
@@ -452,7 +475,7 @@ def run_config(opts: RunOptions) -> RunConfig:
         permission_timeout_s=opts.permissions.timeout_s,
         ray_address=opts.ray.address,
         ray=ray,
-        mcp_servers=load_mcp_options(opts) if opts.mcp.enabled else None,
+        mcp_servers=load_mcp_options(opts),
         sandbox=sandbox,
         project=opts.project,
         run_id=opts.run_id,
@@ -461,12 +484,16 @@ def run_config(opts: RunOptions) -> RunConfig:
 
 def load_mcp_options(opts: RunOptions) -> Any:
     """The MCP configuration of *opts*: the workspace's ``.mcp.json`` (if there), then each
-    ``--mcp-config`` file; warnings go to stderr as one line each.
+    ``--mcp-config`` file; warnings go to stderr as one line each. With ``--no-mcp`` (or
+    ``mcp.enabled = false``) none: no file is read and no server starts.
 
     Raises:
         ConfigError: a file that cannot be read or is malformed (naming it and the JSON path).
     """
-    from runtime.mcp import DEFAULT_START_TIMEOUT_S, load_mcp_config
+    from runtime.mcp import DEFAULT_START_TIMEOUT_S, McpConfig, load_mcp_config
+
+    if not opts.mcp.enabled:
+        return McpConfig()
 
     return load_mcp_config(
         opts.mcp.config,

@@ -22,10 +22,9 @@ from ._options import (
     RunOptions,
     UsageError,
     _check_usage,
+    effective_setting,
     flags_from_args,
     options_from_settings,
-    permission_mode,
-    stdio_is_terminal,
     warning_line,
 )
 
@@ -149,7 +148,7 @@ def _mcp_tools(opts: RunOptions) -> list[str]:
     does) and closed again; none without servers or with ``--no-mcp``."""
     from ._options import load_mcp_options
 
-    if not opts.mcp.enabled or not load_mcp_options(opts).servers:
+    if not load_mcp_options(opts).servers:
         return []
     import trio
 
@@ -231,7 +230,8 @@ def cmd_config(ns: argparse.Namespace, *, as_json: bool) -> int:
     from runtime.project import SETTINGS
 
     settings = load_effective_settings(ns)
-    rows = [{"key": n, **_effective(settings, n)} for n in SETTINGS]
+    rows = [dict(zip(("key", "value", "source"), (n, *effective_setting(settings, n)), strict=True))
+            for n in SETTINGS]
     if as_json:
         print(json.dumps({r["key"]: {"value": r["value"], "source": r["source"]} for r in rows},
                          indent=2))
@@ -247,22 +247,3 @@ def cmd_config(ns: argparse.Namespace, *, as_json: bool) -> int:
     files = ", ".join(str(f) for f in settings.files) or "none"
     print(f"settings files read: {files}")
     return 0
-
-
-def _effective(settings: Settings, name: str) -> dict[str, Any]:
-    """A setting's value and source as a run would have them: the defaults the run decides
-    (the mode by the terminal, the provider and its model) said in words."""
-    value, source = settings[name], settings.source(name)
-    if name == "permissions.mode" and source == "default":
-        value = permission_mode(RunOptions())
-        source = "default (" + (
-            "stdin and stdout are terminals)" if stdio_is_terminal() else "no terminal)"
-        )
-    if name == "provider" and value is None:
-        value, source = "openai", "default (scripted with --scenario)"
-    if name == "model" and value is None:
-        from runtime.providers import DEFAULT_MODELS
-
-        provider = settings["provider"] or "openai"
-        value, source = DEFAULT_MODELS.get(provider), f"default of {provider}"
-    return {"value": value, "source": source}

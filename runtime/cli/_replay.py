@@ -113,46 +113,60 @@ def cmd_replay(ns: argparse.Namespace, opts: RunOptions) -> int:
     return run_command(main, debug=opts.debug)
 
 
+_ASK_STAYS_DEFAULT = "ask"
+"""A recorded ``ask`` is not taken: the usual default (ask on a terminal, else deny) stays."""
+
+
 def _recorded_defaults(ns: argparse.Namespace, opts: RunOptions, rec: Recording) -> RunOptions:
-    """*opts* with what the user left out taken from the recorded run's settings: its permission
-    mode (but ``ask``, which stays the usual default), its allow and deny rules (unless a flag
-    gives rules), its limits. The recording is a layer of settings under the flags, each value
-    checked as a settings file's is; one this version refuses is left out (the usual default)."""
+    """*opts* with what the user left out taken from the recorded run: each row of the settings
+    table with an ``event_key`` is read from the trace's ``run_started.config`` (its permission
+    mode but ``ask``, its rules unless a flag gives rules, its limits) as a layer under the
+    flags, each value checked as a settings file's is; one this version refuses is left out
+    (the usual default)."""
+    from runtime.core._config import RULES, TABLE
+
+    from ._options import flags_from_args, options_from_args
+
+    flags = flags_from_args(ns)
+    rules_given = any(flags.get(s.name) for s in TABLE if s.kind is RULES)
+    recorded: dict[str, Any] = {}
+    for setting in TABLE:
+        if setting.event_key is None or (rules_given and setting.kind is RULES):
+            continue
+        value = _dig(rec.config, setting.event_key)
+        if value is None or value == _ASK_STAYS_DEFAULT:
+            continue
+        with contextlib.suppress(Exception):  # a check's ValueError, a rule's ConfigError
+            recorded[setting.name] = setting.kind.check(value)
+    replayed = options_from_args(ns, under=(f"recording {ns.trace_file}", recorded))
+    replayed = _unsettable_limits(replayed, rec.config.get("limits"))
+    return dataclasses.replace(replayed, project=opts.project, run_id=opts.run_id)
+
+
+def _dig(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def _unsettable_limits(opts: RunOptions, recorded: Any) -> RunOptions:
+    """The recorded limits no setting reaches (mailbox size, result size, finish grace: the
+    Python API's), as recorded."""
     import attrs
 
     from runtime.core._config import SCHEMA
     from runtime.core._limits import Limits
 
-    from ._options import options_from_args
-
-    config = rec.config
-    recorded: dict[str, Any] = {}
-    mode = config.get("permission_mode")
-    if mode in ("auto-edit", "allow-all", "deny"):
-        recorded["permissions.mode"] = mode
-    rules = config.get("permission_rules")
-    if not opts.permissions.allow and not opts.permissions.deny and isinstance(rules, dict):
-        recorded["permissions.allow"] = list(rules.get("allow") or ())
-        recorded["permissions.deny"] = list(rules.get("deny") or ())
-    limits = config.get("limits")
-    limits = limits if isinstance(limits, dict) else {}
-    for key, value in limits.items():
-        if f"limits.{key}" in SCHEMA and value is not None:
-            recorded[f"limits.{key}"] = value
-    checked = {}
-    for name, value in recorded.items():
-        with contextlib.suppress(Exception):  # a check's ValueError, a rule's ConfigError
-            checked[name] = SCHEMA[name].kind.check(value)
-    replayed = options_from_args(ns, under=(f"recording {ns.trace_file}", checked))
-    # The limits a user cannot set (mailbox size, result size, finish grace) as recorded.
+    if not isinstance(recorded, dict):
+        return opts
     others = {
-        a.name: limits[a.name]
+        a.name: recorded[a.name]
         for a in attrs.fields(Limits)
-        if a.name in limits and f"limits.{a.name}" not in SCHEMA
+        if a.name in recorded and f"limits.{a.name}" not in SCHEMA
     }
     with contextlib.suppress(TypeError, ValueError):  # another version's: the defaults then
-        replayed = dataclasses.replace(replayed, limits=attrs.evolve(replayed.limits, **others))
-    return dataclasses.replace(replayed, project=opts.project, run_id=opts.run_id)
+        return dataclasses.replace(opts, limits=attrs.evolve(opts.limits, **others))
+    return opts
 
 
 def _writing_tools(rec: Recording) -> list[str]:

@@ -213,9 +213,10 @@ ENV_NAMES: Final = Kind("a list of environment variable names", _check_env_names
 
 @dataclass(frozen=True)
 class Trust:
-    """How a change of a setting's value is judged (docs/configuration.md#trust): *loosening*
-    lets a run do more than it could (a wider mode, an allow rule, the sandbox off), which a
-    workspace's own settings file may not do for its user until the workspace is trusted.
+    """How a change of a setting's value is judged: *loosening* lets a run do more than it
+    could (a wider mode, an allow rule, the sandbox off), which a workspace's own settings file
+    may not do for its user until the workspace is trusted
+    (docs/configuration.md#trust-which-changes-loosen).
 
     Attributes:
         rule: ``neutral`` (no value loosens), ``any`` (every change loosens), ``on`` (turning
@@ -224,12 +225,14 @@ class Trust:
             loosens), ``removed`` (a list: dropping an item loosens), ``order`` (a later value
             of *order* loosens).
         order: for ``order``: the values from narrowest to widest.
+        unset: for ``order``: the value an unset setting (``None``) counts as.
         why: one line for the docs.
     """
 
     rule: Literal["neutral", "any", "on", "off", "more", "added", "removed", "order"]
     why: str
     order: tuple[str, ...] = ()
+    unset: str | None = None
 
     def loosens(self, old: Any, new: Any) -> bool:
         """Whether changing the value *old* to *new* loosens (see the class)."""
@@ -247,9 +250,12 @@ class Trust:
             return bool(set(new or ()) - set(old or ()))
         if self.rule == "removed":
             return bool(set(old or ()) - set(new or ()))
-        # "order": an unknown or unset value is as wide as it gets (it is not narrower).
-        rank = {v: i for i, v in enumerate(self.order)}
-        return rank.get(new, len(rank)) > rank.get(old, -1)
+        # "order": unset counts as *unset*; a value not in the order is the widest there is.
+        rank: dict[Any, int] = {v: i for i, v in enumerate(self.order)}
+        widest = len(rank)
+        old_rank = rank.get(self.unset if old is None else old, widest)
+        new_rank = rank.get(self.unset if new is None else new, widest)
+        return new_rank > old_rank
 
 
 NEUTRAL: Final = Trust("neutral", "changes what a run does, not what it may do")
@@ -284,6 +290,9 @@ class Setting:
         default_doc: the default in the docs' words (default: *default* as written).
         demo_help: ``demo``'s help for the flag, where its default differs there; ``""``:
             ``demo`` does not take the flag.
+        demo_default: ``demo``'s default, where it differs (its own fresh workspace).
+        event_key: where ``run_started.config`` (docs/events.md) records the value, as a dotted
+            path (``replay`` takes what the user did not give from there).
         exclusive: flags of rows with the same word are mutually exclusive.
     """
 
@@ -302,6 +311,8 @@ class Setting:
     doc: str = ""
     default_doc: str = ""
     demo_help: str | None = None
+    demo_default: Any = None
+    event_key: str | None = None
     exclusive: str = ""
     metavar: str | None = field(default=None)
 
@@ -352,26 +363,33 @@ TABLE: Final[tuple[Setting, ...]] = (
        NEUTRAL, default=False, flags=("--json",), flag_value=True, param="json_out",
        in_file=False),
     _S("limits.max_turns", POSITIVE_INT, "model turns per agent (default: 50)", MORE_LOOSENS,
-       default=50, flags=("--max-turns",), param="limits", doc="model turns per agent"),
+       default=50, flags=("--max-turns",), param="limits",
+       event_key="limits.max_turns", doc="model turns per agent"),
     _S("limits.max_depth", POSITIVE_INT, "how deep sub-agents may nest: 1 lets only the main "
        "agent start them, 2 lets those start their own, and so on (default: 4)", MORE_LOOSENS,
-       default=4, flags=("--max-depth",), param="limits", doc="deepest sub-agent (the root is 0)"),
+       default=4, flags=("--max-depth",), param="limits",
+       event_key="limits.max_depth", doc="deepest sub-agent (the root is 0)"),
     _S("limits.max_parallel", POSITIVE_INT,
        "sub-agents running at once in the whole run (default: 16)", MORE_LOOSENS, default=16,
-       flags=("--max-parallel",), param="limits", doc="sub-agents running at once"),
+       flags=("--max-parallel",), param="limits",
+       event_key="limits.max_parallel", doc="sub-agents running at once"),
     _S("limits.max_agents", POSITIVE_INT, "sub-agents started in one run", MORE_LOOSENS,
-       default=100_000, param="limits"),
+       default=100_000, param="limits",
+       event_key="limits.max_agents"),
     _S("limits.max_tool_output_chars", POSITIVE_INT, "a longer tool result is cut",
-       MORE_LOOSENS, default=30_000, param="limits"),
+       MORE_LOOSENS, default=30_000, param="limits",
+       event_key="limits.max_tool_output_chars"),
     _S("limits.context_window", POSITIVE_INT, "every agent's context window in tokens "
        "(default: known from the model's name)", NEUTRAL, flags=("--context-window",),
        param="limits",
+       event_key="limits.context_window",
        doc="every agent's context window in tokens (`docs/context.md`)",
        default_doc="known from the model"),
     _S("limits.compact_threshold", FRACTION, "compact an agent's history once it fills this "
        "much of the window (default: 80)", NEUTRAL, default=0.8, flags=("--compact-threshold",),
-       param="limits", doc="the share of the window at which an agent compacts (`0.8` or "
-       '`"80%"`)', default_doc="0.8 (`--compact-threshold 80`)"),
+       param="limits", event_key="limits.compact_threshold",
+       doc='the share of the window at which an agent compacts (`0.8` or `"80%"`)',
+       default_doc="0.8 (`--compact-threshold 80`)"),
     _S("control", STRING, "serve a control socket (JSON lines: cancel, permission, message) at "
        "this path", NEUTRAL, flags=("--control",), in_file=False, metavar="SOCK"),
     _S("ray.address", STRING, "the Ray cluster for agent types placed on ray: host:port, or "
@@ -399,19 +417,21 @@ TABLE: Final[tuple[Setting, ...]] = (
     # permissions
     _S("permissions.mode", choice(*PERMISSION_MODES), "default: ask when stdin and stdout are "
        "terminals, else deny", Trust("order", "a wider mode runs more without asking",
-                                     MODE_ORDER), flags=("--permission-mode",),
+                                     MODE_ORDER, unset="ask"), flags=("--permission-mode",),
        param="permission_mode", group="permissions",
        doc="`ask`, `auto-edit`, `allow-all`, `deny`",
        default_doc="`ask` on a terminal, else `deny`",
-       demo_help="allow-all in the demo's own workspace"),
+       demo_help="allow-all in the demo's own workspace", demo_default="allow-all",
+       event_key="permission_mode"),
     _S("permissions.allow", RULES, "allow calls matching RULE without asking, e.g. "
        "'bash(git status*)' (repeatable)", Trust("added", "an allow rule runs calls unasked"),
        default=(), flags=("--allow",), param="allow", merge="append", group="permissions",
+       event_key="permission_rules.allow",
        doc="rules of calls allowed without asking", default_doc="none"),
     _S("permissions.deny", RULES, "refuse calls matching RULE, e.g. 'bash(rm *)' (repeatable)",
        Trust("removed", "a deny rule refuses calls"), default=(), flags=("--deny",),
-       param="deny", merge="append", group="permissions", doc="rules of calls always refused",
-       default_doc="none"),
+       param="deny", merge="append", event_key="permission_rules.deny", group="permissions",
+       doc="rules of calls always refused", default_doc="none"),
     _S("permissions.allow_env", ENV_NAMES, "let the tools see the environment variable NAME "
        "although it looks secret, e.g. GH_TOKEN for gh; its value is still masked in every "
        "event (repeatable)", Trust("added", "a tool may read that secret"), default=(),
@@ -490,7 +510,7 @@ def loosens(name: str, old: Any, new: Any) -> bool:
 
     ``permissions.mode`` from ``ask`` to ``allow-all`` loosens, to ``deny`` does not;
     ``sandbox.enabled`` from true to false loosens; adding an allow rule loosens, adding a deny
-    rule does not (docs/configuration.md#trust).
+    rule does not (docs/configuration.md#trust-which-changes-loosen).
 
     Raises:
         KeyError: *name* is not a setting.

@@ -1,6 +1,6 @@
 """The public runtime: :func:`open_runtime` owns one run — its root nursery, bus, sinks and agents.
 
-Set-up is configuration → plan → open (docs/architecture.md#set-up-configuration-plan-open):
+Set-up is configuration → plan → open (docs/architecture.md#set-up-configuration--plan--open):
 the keyword arguments make a :class:`RunConfig`; :func:`plan_run` checks and resolves it into
 a :class:`RunPlan` without opening anything; :func:`open_run` opens what the plan names (the
 provider, MCP servers, Ray, the bus and its sinks) and runs the run's nursery.
@@ -32,6 +32,7 @@ from runtime._logs import get_logger
 from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker
 from runtime.core._bus import EventBus
+from runtime.core._config import SCHEMA
 from runtime.core._context import RunContext, new_run_context
 from runtime.core._errors import AgentsError, ConfigError
 from runtime.core._events import RunFinished, RunStarted
@@ -57,8 +58,6 @@ from runtime.providers._scenario import (
 from runtime.providers._scripted import ScriptedProvider
 from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
 
-from ._config import RunConfig
-
 if TYPE_CHECKING:
     from runtime.cluster._placement import RayOptions
     from runtime.mcp import McpConfig
@@ -69,6 +68,7 @@ _CANCEL_BY = ("user", "control", "budget", "runtime")
 # It picks its way when it logs (the application's structlog, or logging): one serves every run.
 _LOG = get_logger("trio_agents")
 DEFAULT_TRACE_DIR = Path(".trio-agents") / "traces"
+_PERMISSION_TIMEOUT_S: float = SCHEMA["permissions.timeout_s"].default
 
 
 def new_run_id() -> str:
@@ -156,6 +156,47 @@ def _default_tools() -> list[Tool]:
     return builtin_tools()
 
 
+def _tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(value)
+
+
+def _optional_tuple(value: Iterable[Any] | None) -> tuple[Any, ...] | None:
+    return None if value is None else tuple(value)
+
+
+@attrs.frozen(kw_only=True)
+class RunConfig:
+    """A run's configuration: exactly :func:`~runtime.open_runtime`'s parameters (their meaning
+    is documented there; a test keeps the two equal, names and defaults). Iterables are kept
+    as tuples, so a configuration can be planned more than once."""
+
+    provider: Provider | str | None = None
+    scenario: Scenario | str | os.PathLike[str] | Mapping[str, Any] | None = None
+    model: str | None = None
+    agent_types: tuple[AgentType, ...] = attrs.field(default=(), converter=_tuple)
+    tools: tuple[Tool, ...] | None = attrs.field(default=None, converter=_optional_tuple)
+    extra_tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tuple)
+    workspace: str | os.PathLike[str] = "."
+    trace: str | os.PathLike[str] | bool = True
+    json_out: BinaryIO | None = None
+    limits: Limits | None = None
+    tool_limits: ToolLimits | None = None
+    permission_mode: str = "deny"
+    allow: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    deny: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    permission_timeout_s: float = _PERMISSION_TIMEOUT_S
+    env: Mapping[str, str] | None = None
+    allow_env: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    run_id: str | None = None
+    on_event: Callable[[Any], None] | None = None
+    ray_address: str | None = None
+    mcp_servers: McpConfig | Mapping[str, Any] | None = None
+    project: Project | None = None
+    trace_dir: str | os.PathLike[str] | None = None
+    sandbox: Sandbox | bool = False
+    ray: RayOptions | None = None
+
+
 def open_runtime(
     provider: Provider | str | None = None,
     *,
@@ -172,7 +213,7 @@ def open_runtime(
     permission_mode: str = "deny",
     allow: Iterable[str] = (),
     deny: Iterable[str] = (),
-    permission_timeout_s: float = 300.0,
+    permission_timeout_s: float = _PERMISSION_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
     allow_env: Iterable[str] = (),
     run_id: str | None = None,
@@ -297,12 +338,12 @@ def plan_run(config: RunConfig) -> RunPlan:
     if provider is None:
         provider = "scripted" if scen is not None else "openai"
     tool_map = _tool_map(config)
-    mcp_config = _mcp_config(config.mcp_servers)
+    servers = _mcp_config(config.mcp_servers)
     if project is not None and project.skills and "skill" not in tool_map:
         from tools import SkillTool
 
         tool_map["skill"] = SkillTool(project.skills)
-    types = _agent_types(config, scen_types, tool_map, has_mcp=mcp_config is not None)
+    types = _agent_types(config, scen_types, tool_map, has_mcp=servers is not None)
     # The process's environment (the default) is copied only for the parts that read it.
     given_env = None if config.env is None else dict(config.env)
 
@@ -324,7 +365,7 @@ def plan_run(config: RunConfig) -> RunPlan:
         provider=provider,
         tools=tool_map,
         agent_types=types,
-        mcp=mcp_config,
+        mcp=servers,
         env=run_env,
         base_env=base_env,
         secrets=tuple(secret_list),
