@@ -768,29 +768,18 @@ async def open_session(
     from runtime.wiring._open import open_run
 
     from ._control import ControlServer
-    from ._live import LiveView, PlainView
-    from ._picker import TerminalPrompts, serve_sigint
+    from ._picker import serve_sigint
 
     if config is None:
         config = run_config(opts)
     if interactive is None:
         interactive = is_interactive(opts)
-    tree = TraceTree()
-    view: LiveView | PlainView | None = None
     if opts.json:
         config = attrs.evolve(config, json_out=sys.stdout.buffer)
-    elif interactive or shows_live_view(opts):
-        view = LiveView(tree, console or make_console(), held=view_held, fps=opts.view.fps)
-    else:
-        view = PlainView(tree, sys.stdout)
-
-    prompts: TerminalPrompts | None = None
-    if interactive and isinstance(view, LiveView):
-        if keyboard is not None:
-            prompts = TerminalPrompts(tree, view, None, keyboard=keyboard)
-        else:
-            prompts = TerminalPrompts.open_for_stdin(tree, view)
-        view.watch(prompts.WATCHED, prompts.tap)
+    tree = TraceTree()
+    view, prompts = _views(
+        opts, tree, interactive=interactive, console=console, held=view_held, keyboard=keyboard
+    )
 
     # Runs for every event, inside whichever agent emitted it: tree updates and queueing only,
     # in as few calls as possible (a streaming run emits one event per word). The prompts see
@@ -839,6 +828,37 @@ async def open_session(
             control.close()
     if view is not None and final_summary:
         view.finish(trace_path=trace_path)
+
+
+def _views(
+    opts: RunOptions,
+    tree: TraceTree,
+    *,
+    interactive: bool,
+    console: Console | None,
+    held: bool,
+    keyboard: Keyboard | None,
+) -> tuple[LiveView | PlainView | None, TerminalPrompts | None]:
+    """The run's view (the live tree on a terminal, plain lines otherwise, none with
+    ``--json``) and, for a person at a terminal, the prompts that ask through it."""
+    from ._live import LiveView, PlainView
+    from ._picker import TerminalPrompts
+
+    view: LiveView | PlainView | None = None
+    if opts.json:
+        return None, None
+    if interactive or shows_live_view(opts):
+        view = LiveView(tree, console or make_console(), held=held, fps=opts.view.fps)
+    else:
+        view = PlainView(tree, sys.stdout)
+    prompts: TerminalPrompts | None = None
+    if interactive and isinstance(view, LiveView):
+        if keyboard is not None:
+            prompts = TerminalPrompts(tree, view, None, keyboard=keyboard)
+        else:
+            prompts = TerminalPrompts.open_for_stdin(tree, view)
+        view.watch(prompts.WATCHED, prompts.tap)
+    return view, prompts
 
 
 def _stdout_is_pipe() -> bool:

@@ -317,6 +317,16 @@ class Setting:
     metavar: str | None = field(default=None)
 
     @property
+    def flag(self) -> str | None:
+        """Its long flag, if it has one (``--max-turns``)."""
+        return next((f for f in self.flags if f.startswith("--")), None)
+
+    @property
+    def check(self) -> Callable[[Any], Any]:
+        """Its kind's check of a value from a file."""
+        return self.kind.check
+
+    @property
     def section(self) -> str:
         """The ``[table]`` it is under in a file (``""`` for a top-level key)."""
         return self.name.rpartition(".")[0]
