@@ -130,7 +130,6 @@ def test_demo_ignores_settings_files(tmp_path: Path, user_config_home: Path) -> 
 
 def test_settings_fill_the_options_the_command_line_left_unset(workspace: Path) -> None:
     from runtime.cli._main import build_parser
-    from runtime.cli._options import options_from_args
     from runtime.cli._project import apply_project
 
     settings = workspace / ".trio-agents" / "settings.toml"
@@ -143,23 +142,24 @@ def test_settings_fill_the_options_the_command_line_left_unset(workspace: Path) 
 
     def opts_for(*flags: str) -> Any:
         ns = build_parser().parse_args(["run", "x", "--workspace", str(workspace), *flags])
-        return apply_project(options_from_args(ns), ns)
+        return apply_project(ns)
 
     opts = opts_for()
-    assert (opts.model, opts.permission_mode, opts.allow, opts.permission_timeout_s) == (
+    perms = opts.permissions
+    assert (opts.model, perms.mode, perms.allow, perms.timeout_s) == (
         "from-file", "auto-edit", ("read",), 12.0)
-    assert (opts.max_turns, opts.extra["limits"].max_turns, opts.extra["limits"].max_agents) == (
-        4, 4, 9)
-    assert (opts.sandbox, opts.sandbox_network, opts.trace) == (True, True, False)
+    assert (opts.limits.max_turns, opts.limits.max_agents) == (4, 9)
+    assert (opts.sandbox.enabled, opts.sandbox.network, opts.trace.target) == (True, True, False)
     opts = opts_for("--model", "flag", "--permission-mode", "deny", "--allow", "glob",
                     "--max-turns", "6", "--trace", "t.jsonl")
-    assert (opts.model, opts.permission_mode, opts.allow) == ("flag", "deny", ("read", "glob"))
-    assert (opts.max_turns, opts.extra["limits"].max_turns, opts.trace) == (6, 6, "t.jsonl")
+    perms = opts.permissions
+    assert (opts.model, perms.mode, perms.allow) == ("flag", "deny", ("read", "glob"))
+    assert (opts.limits.max_turns, opts.trace.target) == (6, "t.jsonl")
 
 
 def test_settings_set_the_context_window_and_mcp_and_flags_win(tmp_path: Path) -> None:
     from runtime.cli._main import build_parser
-    from runtime.cli._options import options_from_args, runtime_kwargs
+    from runtime.cli._options import run_config
     from runtime.cli._project import apply_project
 
     (tmp_path / ".trio-agents").mkdir()
@@ -167,24 +167,25 @@ def test_settings_set_the_context_window_and_mcp_and_flags_win(tmp_path: Path) -
         '[limits]\ncontext_window = 5000\ncompact_threshold = "60%"\n'
         '[mcp]\nenabled = false\n')
     ns = build_parser().parse_args(["run", "x", "--workspace", str(tmp_path), "--no-trace"])
-    opts = apply_project(options_from_args(ns), ns)
-    limits = runtime_kwargs(opts)["limits"]
+    opts = apply_project(ns)
+    limits = run_config(opts).limits
+    assert limits is not None
     assert (limits.context_window, limits.compact_threshold) == (5000, 0.6)
-    assert opts.no_mcp is True
+    assert opts.mcp.enabled is False
     ns = build_parser().parse_args(["run", "x", "--workspace", str(tmp_path), "--no-trace",
                                     "--context-window", "9000"])
-    limits = runtime_kwargs(apply_project(options_from_args(ns), ns))["limits"]
+    limits = run_config(apply_project(ns)).limits
+    assert limits is not None
     assert (limits.context_window, limits.compact_threshold) == (9000, 0.6)
 
 
 def test_mcp_config_files_in_settings_are_taken_from_the_workspace(tmp_path: Path) -> None:
     from runtime.cli._main import build_parser
-    from runtime.cli._options import options_from_args
     from runtime.cli._project import apply_project
 
     ws = tmp_path / "ws"
     (ws / ".trio-agents").mkdir(parents=True)
     (ws / ".trio-agents" / "settings.toml").write_text('[mcp]\nconfig = ["mine.json"]\n')
     ns = build_parser().parse_args(["run", "x", "--workspace", str(ws), "--no-trace"])
-    opts = apply_project(options_from_args(ns), ns)
-    assert opts.mcp_config == (str(ws / "mine.json"),)
+    opts = apply_project(ns)
+    assert opts.mcp.config == (str(ws / "mine.json"),)

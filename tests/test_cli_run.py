@@ -419,12 +419,12 @@ def test_sigint_ends_a_json_run_whose_reader_stopped_reading(tmp_path: Path) -> 
 
 def test_ray_address_reaches_the_runtime() -> None:
     from runtime.cli._main import build_parser
-    from runtime.cli._options import options_from_args, runtime_kwargs
+    from runtime.cli._options import options_from_args, run_config
 
     ns = build_parser().parse_args(["run", "x", "--ray-address", "10.0.0.5:6379"])
-    assert runtime_kwargs(options_from_args(ns))["ray_address"] == "10.0.0.5:6379"
+    assert run_config(options_from_args(ns)).ray_address == "10.0.0.5:6379"
     ns = build_parser().parse_args(["run", "x"])
-    assert runtime_kwargs(options_from_args(ns))["ray_address"] is None
+    assert run_config(options_from_args(ns)).ray_address is None
 
 
 def test_a_second_run_on_the_same_trace_path_exits_2_and_leaves_the_first_alone(

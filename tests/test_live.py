@@ -583,7 +583,6 @@ def test_the_root_text_a_frame_shows_is_the_end_of_the_whole_turn(
 
 def test_the_frame_rate_comes_from_the_flag_over_the_settings_file(tmp_path: Path) -> None:
     from runtime.cli._main import build_parser
-    from runtime.cli._options import options_from_args
     from runtime.cli._project import apply_project
 
     (tmp_path / ".trio-agents").mkdir()
@@ -592,7 +591,7 @@ def test_the_frame_rate_comes_from_the_flag_over_the_settings_file(tmp_path: Pat
 
     def fps(*flags: str) -> float | None:
         ns = parser.parse_args(["run", "--workspace", str(tmp_path), *flags, "go"])
-        return apply_project(options_from_args(ns), ns).fps
+        return apply_project(ns).view.fps
 
     assert fps() == pytest.approx(4)
     assert fps("--fps", "2.5") == pytest.approx(2.5)

@@ -553,16 +553,17 @@ async def test_a_host_that_cannot_be_made_is_refused_and_made_off_the_event_loop
 
 def test_ray_options_come_from_the_cli_and_from_a_settings_table(tmp_path: Path) -> None:
     from runtime.cli._main import build_parser
-    from runtime.cli._options import options_from_args, runtime_kwargs
+    from runtime.cli._options import options_from_args, run_config
 
     ns = build_parser().parse_args(["run", "x", "--ray-hosts-per-node", "2",
                                     "--ray-strategy", "pack"])
-    assert runtime_kwargs(options_from_args(ns))["ray"] == RayOptions(
+    assert run_config(options_from_args(ns)).ray == RayOptions(
         hosts_per_node=2, strategy="pack")
     ns = build_parser().parse_args(["run", "x", "--ray-cpus-per-host", "4"])
-    options = runtime_kwargs(options_from_args(ns))["ray"]
+    options = run_config(options_from_args(ns)).ray
+    assert options is not None
     assert [options.hosts_on(c) for c in (1, 4, 9)] == [1, 1, 2]
-    assert "ray" not in runtime_kwargs(options_from_args(build_parser().parse_args(["run", "x"])))
+    assert run_config(options_from_args(build_parser().parse_args(["run", "x"]))).ray is None
     assert RayOptions.from_mapping({"strategy": "spread", "host_timeout_s": 5}).host_timeout_s == 5
     for bad, message in [({"strategy": "wide"}, "ray.strategy: expected 'spread' or 'pack'"),
                          ({"hosts_per_node": 0}, "ray.hosts_per_node: expected a number > 0"),

@@ -307,7 +307,7 @@ class Chat:
 
         count = len(self.record.state.run_ids)
         run_id = self.record.id if count == 0 else f"{self.record.id}.{count + 1}"
-        return dataclasses.replace(opts, extra={"run_id": run_id, **opts.extra})
+        return dataclasses.replace(opts, run_id=run_id)
 
     def _begin(self, session: Session) -> None:
         rt = session.rt

@@ -220,7 +220,7 @@ def run_demo(opts: RunOptions) -> int:
             provider="scripted",
             scenario=scenario,
             workspace=str(folder),
-            permission_mode=opts.permission_mode or "allow-all",
+
         )
         if not opts.json:
             _intro(folder, live=shows_live_view(opts), picker=is_interactive(opts))

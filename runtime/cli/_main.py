@@ -81,15 +81,21 @@ def build_parser() -> CliParser:
         help="warnings on stderr too (before or after COMMAND)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
-    # In this order in --help.
-    _add_run_commands(sub)
-    _add_inspect_commands(sub)
+    _add_running_commands(sub)
+    sub.add_parser(
+        "trace",
+        help="inspect a trace: show, stats, tail, export (see trio-agents trace --help)",
+        add_help=False,
+    )
+    add_mcp_parser(sub)
+    _add_project_commands(sub)
     _add_control_commands(sub)
     return parser
 
 
-def _add_run_commands(sub: Any) -> None:
-    """``run``, ``demo``, ``chat`` and ``replay``: the commands that run agents."""
+def _add_running_commands(sub: Any) -> None:
+    """``run``, ``demo``, ``chat`` and ``replay``: the commands that run agents, with the
+    options of the settings table (``runtime/core/_config.py``)."""
     run = sub.add_parser(
         "run",
         help="run the main agent on PROMPT (live tree on a terminal, plain lines otherwise)",
@@ -166,16 +172,8 @@ def _add_run_commands(sub: Any) -> None:
     add_replay_options(replay)
 
 
-def _add_inspect_commands(sub: Any) -> None:
-    """``trace``, ``mcp``, ``agents`` and ``config``: what a run did or would use."""
-    sub.add_parser(
-        "trace",
-        help="inspect a trace: show, stats, tail, export (see trio-agents trace --help)",
-        add_help=False,
-    )
-
-    add_mcp_parser(sub)
-
+def _add_project_commands(sub: Any) -> None:
+    """``agents`` and ``config``: what a run here would get, without running anything."""
     agents = sub.add_parser(
         "agents",
         help="list the known agent types and where each came from",
@@ -200,7 +198,7 @@ def _add_inspect_commands(sub: Any) -> None:
 
 
 def _add_control_commands(sub: Any) -> None:
-    """``cancel``, ``permit`` and ``pending``: talking to a run started with ``--control``."""
+    """``cancel``, ``permit`` and ``pending``: talk to a run's control socket."""
     cancel = sub.add_parser(
         "cancel",
         help="cancel a subtree of a run started with --control SOCK",
@@ -296,8 +294,10 @@ def _main(argv: list[str] | None) -> int:
         if ns.command == "agents":
             from ._project import cmd_agents, load_workspace_project
 
-            opts = RunOptions(workspace=ns.workspace, agents=ns.agents, scenario=ns.scenario)
-            opts.extra["project"] = load_workspace_project(opts)
+            project = load_workspace_project(ns.workspace)
+            opts = RunOptions(
+                workspace=ns.workspace, agents=ns.agents, scenario=ns.scenario, project=project
+            )
             return cmd_agents(opts, as_json=ns.json)
         if ns.command in ("permit", "pending"):
             from ._control import cmd_pending, cmd_permit
@@ -305,15 +305,16 @@ def _main(argv: list[str] | None) -> int:
             if ns.command == "permit":
                 return cmd_permit(ns.control, ns.request_id, ns.answer, always=ns.always)
             return cmd_pending(ns.control, as_json=ns.json)
-        opts = options_from_args(ns)
         if ns.command == "config":
             from ._project import cmd_config
 
-            return cmd_config(opts, ns, as_json=ns.json)
+            return cmd_config(ns, as_json=ns.json)
         if ns.command in ("run", "chat"):
             from ._project import apply_project
 
-            opts = apply_project(opts, ns)
+            opts = apply_project(ns)  # the settings files under the flags
+        else:
+            opts = options_from_args(ns)  # demo and replay read no settings file
         if ns.command == "run":
             if ns.show_system_prompt is not None:
                 from ._project import show_system_prompt

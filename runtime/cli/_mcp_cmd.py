@@ -23,6 +23,7 @@ from ._options import (
     RunOptions,
     add_mcp_options,
     error_line,
+    options_from_args,
     run_command,
     setup_logging,
     warning_line,
@@ -58,13 +59,7 @@ def main(ns: argparse.Namespace, parser: CliParser) -> int:
     if ns.mcp_command is None:
         error_line(f"{PROG} mcp needs a command: list (see {PROG} mcp --help)")
         return EXIT_USAGE
-    opts = RunOptions(
-        workspace=ns.workspace,
-        debug=ns.debug,
-        mcp_config=tuple(ns.mcp_config),
-        no_mcp=ns.no_mcp,
-        mcp_start_timeout_s=ns.mcp_start_timeout,
-    )
+    opts = options_from_args(ns)
     setup_logging(opts.debug)
     return run_command(lambda: list_servers(opts, as_json=ns.json), debug=opts.debug)
 
@@ -85,14 +80,14 @@ async def started_servers(
 
     from runtime.core._errors import ConfigError
     from runtime.core._secrets import filter_env, run_environ, secret_values
-    from runtime.mcp import McpConfig, open_mcp_servers
+    from runtime.mcp import open_mcp_servers
 
     from ._options import load_mcp_options
 
     workspace = Path(opts.workspace or ".")
     if not workspace.is_dir():  # noqa: ASYNC240 - once, before anything runs
         raise ConfigError(f"workspace {str(workspace)!r} is not a folder")
-    config = load_mcp_options(opts) if not opts.no_mcp else McpConfig()
+    config = load_mcp_options(opts)
     config = attrs.evolve(config, on_warning=on_warning)
     env = run_environ()
     async with open_mcp_servers(

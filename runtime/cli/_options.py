@@ -29,18 +29,25 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
+from runtime.core._config import GROUPS, SCHEMA, TABLE, Setting
+from runtime.core._config import PERMISSION_MODES as PERMISSION_MODES
+from runtime.core._config import PROVIDERS as PROVIDERS
+
 if TYPE_CHECKING:
     from rich.console import Console
 
     from runtime.core._agent import AgentOutcome
+    from runtime.core._limits import Limits
     from runtime.core._runtime import AgentHandle, Runtime
+    from runtime.project import Project, Settings
     from runtime.trace._tree import TraceTree
+    from runtime.wiring._open import RunConfig
 
     from ._keyboard import Keyboard
     from ._live import LiveView, PlainView
@@ -57,15 +64,9 @@ from ._exit import warning_line as warning_line
 READER_GONE: Final = "stdout closed by its reader"
 """The cancel reason of a run whose stdout reader left (``| head``)."""
 
-PERMISSION_MODES = ("ask", "auto-edit", "allow-all", "deny")
-PROVIDERS = ("openai", "anthropic", "scripted")
-
-# The Limits defaults, for --help (which must not import the runtime); a test keeps them equal.
-DEFAULT_MAX_TURNS = 50
-DEFAULT_MAX_DEPTH = 4
-DEFAULT_MAX_PARALLEL = 16
-MAX_FPS_OPTION = 60.0
-"""The most frames a second ``--fps`` may ask of the live view."""
+DEFAULT_MAX_TURNS: Final = SCHEMA["limits.max_turns"].default
+DEFAULT_MAX_DEPTH: Final = SCHEMA["limits.max_depth"].default
+DEFAULT_MAX_PARALLEL: Final = SCHEMA["limits.max_parallel"].default
 GLOBAL_FLAGS = ("--debug", "-v", "--verbose")
 """Options every command takes, before or after its name."""
 
@@ -106,55 +107,73 @@ class CliParser(argparse.ArgumentParser):
 
 
 # -- options -------------------------------------------------------------------------------
+#
+# Every option below is a row of the one table of settings (runtime/core/_config.py): its flag,
+# its kind (parse and check), its help and its default come from there, and its value lands in
+# RunOptions at the row's dotted name (``limits.max_turns`` → ``opts.limits.max_turns``).
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
+def _argparse_type(setting: Setting) -> Callable[[str], Any] | None:
+    """The row's parse as an argparse ``type`` (its ``ValueError`` becomes argparse's one-line
+    usage error naming the flag)."""
+    parse = setting.kind.parse
+    if parse is None:
+        return None
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = setting.leaf  # argparse names it in its own messages
+    return convert
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
-    return value
+def _help(setting: Setting, *, demo: bool) -> str:
+    if demo and setting.demo_help:
+        return setting.demo_help
+    return setting.help
 
 
-def _fps(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected frames a second, got {text!r}") from None
-    if not 0 < value <= MAX_FPS_OPTION:
-        raise argparse.ArgumentTypeError(f"expected a number above 0, at most 60; got {text}")
-    return value
+def _add_option(group: Any, setting: Setting, *, demo: bool) -> None:
+    kwargs: dict[str, Any] = {"help": _help(setting, demo=demo)}
+    if setting.flag_value is not None:  # a switch: given or not
+        kwargs["action"] = "store_true"
+    else:
+        kwargs["type"] = _argparse_type(setting)
+        kwargs["choices"] = setting.kind.choices
+        # With choices, no metavar: argparse lists them ({ask,auto-edit,allow-all,deny}).
+        kwargs["metavar"] = None if setting.kind.choices else (
+            setting.metavar or setting.kind.metavar
+        )
+        if setting.merge == "append":
+            kwargs.update(action="append", default=[])
+    group.add_argument(*setting.flags, **kwargs)
 
 
-def _env_name(text: str) -> str:
-    from runtime.project._settings import env_names
+def add_options(
+    parser: argparse.ArgumentParser, groups: Iterable[str], *, demo: bool = False
+) -> None:
+    """Add the options of the table's *groups* (``model``, ``run``, ``permissions``,
+    ``sandbox``, ``mcp``) to *parser*, one argument group each, in the table's order.
 
-    try:
-        return env_names([text])[0]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _percent(text: str) -> float:
-    try:
-        value = float(text.strip().removesuffix("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage, got {text!r}") from None
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"expected a percentage from 1 to 100, got {text}")
-    return value / 100
+    Args:
+        demo: word the help for ``demo``'s defaults, and leave out what it does not take.
+    """
+    for name in groups:
+        title, description = GROUPS[name]
+        group = parser.add_argument_group(title, description)
+        exclusive: dict[str, Any] = {}
+        for setting in TABLE:
+            if setting.group != name or not setting.flags or (demo and setting.demo_help == ""):
+                continue
+            target = group
+            if setting.exclusive:
+                if setting.exclusive not in exclusive:
+                    exclusive[setting.exclusive] = group.add_mutually_exclusive_group()
+                target = exclusive[setting.exclusive]
+            _add_option(target, setting, demo=demo)
 
 
 def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -> None:
@@ -165,283 +184,205 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
     Args:
         demo: word the help for ``demo``'s defaults (its own workspace, ``allow-all``).
     """
-    g = parser.add_argument_group("model")
-    if not demo:  # the demo plays its script on the scripted provider, and needs no model
-        g.add_argument(
-            "--provider",
-            choices=PROVIDERS,
-            help="the model provider (default: scripted with --scenario, else openai)",
-        )
-        g.add_argument("--model", help="the model name to ask the provider for")
-    g.add_argument(
-        "--scenario",
-        metavar="FILE",
-        help="play this scenario (JSON) instead of the built-in one"
-        if demo
-        else "a scripted-provider scenario (JSON); implies --provider scripted",
-    )
-    g.add_argument("--agents", metavar="FILE", help="agent types to add (TOML, [agents.NAME])")
-    g = parser.add_argument_group("run")
-    g.add_argument(
-        "--workspace",
-        metavar="DIR",
-        help="the folder the tools work in"
-        + (" (default: a fresh temporary project)" if demo else " (default: this folder)"),
-    )
-    trace = g.add_mutually_exclusive_group()
-    trace.add_argument(
-        "--trace",
-        metavar="FILE",
-        help="write the trace (JSONL) here (default: a new file under .trio-agents/traces/)",
-    )
-    trace.add_argument("--no-trace", action="store_true", help="write no trace file")
-    g.add_argument(
-        "--json",
-        action="store_true",
-        help="print every event as a JSON line on stdout, and nothing else there",
-    )
-    g.add_argument(
-        "--max-turns",
-        type=_positive_int,
-        metavar="N",
-        help=f"model turns per agent (default: {DEFAULT_MAX_TURNS})",
-    )
-    g.add_argument(
-        "--max-depth",
-        type=_positive_int,
-        metavar="N",
-        help="how deep sub-agents may nest: 1 lets only the main agent start them, 2 lets "
-        f"those start their own, and so on (default: {DEFAULT_MAX_DEPTH})",
-    )
-    g.add_argument(
-        "--max-parallel",
-        type=_positive_int,
-        metavar="N",
-        help=f"sub-agents running at once in the whole run (default: {DEFAULT_MAX_PARALLEL})",
-    )
-    g.add_argument(
-        "--context-window",
-        type=_positive_int,
-        metavar="N",
-        help="every agent's context window in tokens (default: known from the model's name)",
-    )
-    g.add_argument(
-        "--compact-threshold",
-        type=_percent,
-        metavar="PERCENT",
-        help="compact an agent's history once it fills this much of the window (default: 80)",
-    )
-    g.add_argument(
-        "--control",
-        metavar="SOCK",
-        help="serve a control socket (JSON lines: cancel, permission, message) at this path",
-    )
-    g.add_argument(
-        "--ray-address",
-        metavar="ADDR",
-        help="the Ray cluster for agent types placed on ray: host:port, or auto for the cluster "
-        "this machine is a node of (default RAY_ADDRESS, else a private local cluster started "
-        "for the run)",
-    )
-    g.add_argument(
-        "--ray-hosts-per-node",
-        type=_positive_int,
-        metavar="N",
-        help="Ray host actors (worker processes) per node (default 1)",
-    )
-    g.add_argument(
-        "--ray-cpus-per-host",
-        type=_positive_int,
-        metavar="N",
-        help="instead: one Ray host actor per N CPUs of a node",
-    )
-    g.add_argument(
-        "--ray-strategy",
-        choices=("spread", "pack"),
-        help="spread: hosts on every node with CPUs (default); pack: on one node",
-    )
-    g.add_argument(
-        "--fps",
-        type=_fps,
-        metavar="N",
-        help="the most frames a second the live tree is redrawn on a terminal (default: 12)",
-    )
-    g.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
-    g.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="warnings on stderr too (retries, a sink that stopped writing); default: only the "
-        "one-line outcome",
-    )
-    g = parser.add_argument_group("permissions")
-    g.add_argument(
-        "--permission-mode",
-        choices=PERMISSION_MODES,
-        help="allow-all in the demo's own workspace"
-        if demo
-        else "default: ask when stdin and stdout are terminals, else deny",
-    )
-    g.add_argument(
-        "--allow",
-        action="append",
-        default=[],
-        metavar="RULE",
-        help="allow calls matching RULE without asking, e.g. 'bash(git status*)' (repeatable)",
-    )
-    g.add_argument(
-        "--deny",
-        action="append",
-        default=[],
-        metavar="RULE",
-        help="refuse calls matching RULE, e.g. 'bash(rm *)' (repeatable)",
-    )
-    g.add_argument(
-        "--allow-env",
-        action="append",
-        default=[],
-        metavar="NAME",
-        type=_env_name,
-        help="let the tools see the environment variable NAME although it looks secret, e.g. "
-        "GH_TOKEN for gh; its value is still masked in every event (repeatable)",
-    )
-    g.add_argument(
-        "--permission-timeout",
-        type=_positive_float,
-        metavar="S",
-        help="how long a permission question waits for an answer (default: 300)",
-    )
-    g = parser.add_argument_group(
-        "sandbox",
-        "bash is NOT confined by default: it runs as you, with your rights (files, network, "
-        "keys); permission rules such as 'bash(rm *)' match the command's text only, a "
-        "convenience, not a boundary. --sandbox is the boundary.",
-    )
-    g.add_argument(
-        "--sandbox",
-        action="store_true",
-        help="run every bash call under bubblewrap (bwrap): the workspace read-write, a private "
-        "/tmp, the rest read-only, ~/.ssh, ~/.aws and other secrets folders hidden, no network",
-    )
-    g.add_argument(
-        "--sandbox-network",
-        action="store_true",
-        help="with --sandbox (implied): let sandboxed commands use the network",
-    )
-    add_mcp_options(parser)
+    add_options(parser, ("model", "run", "permissions", "sandbox", "mcp"), demo=demo)
 
 
 def add_mcp_options(parser: argparse.ArgumentParser) -> None:
     """The MCP server options (docs/mcp.md), shared with ``mcp list``."""
-    g = parser.add_argument_group("MCP servers")
-    g.add_argument(
-        "--mcp-config",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="MCP servers to add, in .mcp.json format; later files win (repeatable; the "
-        "workspace's .mcp.json is read first)",
-    )
-    g.add_argument("--no-mcp", action="store_true", help="start no MCP server at all")
-    g.add_argument(
-        "--mcp-start-timeout",
-        type=_positive_float,
-        default=None,
-        metavar="S",
-        help="how long each MCP server may take to start (default: 30)",
-    )
+    add_options(parser, ("mcp",))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PermissionOptions:
+    """``[permissions]``: see the rows ``permissions.*`` of the settings table."""
+
+    mode: str | None = None
+    """None: ``ask`` on a terminal, else ``deny`` (:func:`permission_mode`)."""
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    allow_env: tuple[str, ...] = ()
+    timeout_s: float = SCHEMA["permissions.timeout_s"].default
+
+
+@dataclass(frozen=True, kw_only=True)
+class McpOptions:
+    """``[mcp]``: more config files, whether servers start, how long they may take."""
+
+    config: tuple[str, ...] = ()
+    enabled: bool = True
+    start_timeout_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxOptions:
+    """``[sandbox]``: bubblewrap around every ``bash`` call, and its network."""
+
+    enabled: bool = False
+    network: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceOptions:
+    """``[trace]``, and ``--trace FILE``."""
+
+    path: str | None = None
+    enabled: bool = True
+    dir: str = SCHEMA["trace.dir"].default
+
+    @property
+    def target(self) -> str | bool:
+        """:func:`~runtime.open_runtime`'s ``trace``: the file given, else whether to write one."""
+        return self.path if self.path is not None else self.enabled
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViewOptions:
+    """``[view]``: the live tree."""
+
+    fps: float = SCHEMA["view.fps"].default
+
+
+@dataclass(frozen=True, kw_only=True)
+class RayCliOptions:
+    """The ``--ray-*`` options (:class:`~runtime.RayOptions` fields given on the command line)."""
+
+    address: str | None = None
+    hosts_per_node: int | None = None
+    cpus_per_host: int | None = None
+    strategy: str | None = None
+
+
+def _default_limits() -> Limits:
+    from runtime.core._limits import Limits
+
+    return Limits()
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
-    """The common options, parsed and checked; see :func:`add_common_options`."""
+    """What a running command was asked for, parsed and checked once, frozen.
+
+    Its attributes are the rows of the settings table by their dotted names (``provider``,
+    ``limits.max_turns``, ``permissions.mode``, …; :func:`options_from_settings` fills them),
+    plus what a command loads for the run (the project) or names it (the run id).
+    """
 
     provider: str | None = None
     model: str | None = None
     scenario: str | None = None
     agents: str | None = None
     workspace: str | None = None
-    trace: str | bool = True
     json: bool = False
-    permission_mode: str | None = None
-    allow: tuple[str, ...] = ()
-    deny: tuple[str, ...] = ()
-    allow_env: tuple[str, ...] = ()
-    permission_timeout_s: float = 300.0
-    max_turns: int | None = None
-    max_depth: int | None = None
-    max_parallel: int | None = None
-    context_window: int | None = None
-    compact_threshold: float | None = None
     control: str | None = None
-    ray_address: str | None = None
-    ray: dict[str, Any] = field(default_factory=dict)
-    """:class:`~runtime.RayOptions` fields given on the command line."""
     debug: bool = False
     verbose: bool = False
-    mcp_config: tuple[str, ...] = ()
-    no_mcp: bool = False
-    mcp_start_timeout_s: float | None = None
-    sandbox: bool = False
-    sandbox_network: bool = False
-    fps: float | None = None
-    """The live view's most frames a second (None: its default)."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """More :func:`~runtime.open_runtime` keyword arguments (a command's own)."""
+    permissions: PermissionOptions = field(default_factory=PermissionOptions)
+    limits: Limits = field(default_factory=_default_limits)
+    mcp: McpOptions = field(default_factory=McpOptions)
+    sandbox: SandboxOptions = field(default_factory=SandboxOptions)
+    trace: TraceOptions = field(default_factory=TraceOptions)
+    view: ViewOptions = field(default_factory=ViewOptions)
+    ray: RayCliOptions = field(default_factory=RayCliOptions)
+    project: Project | None = None
+    """The workspace's project files, loaded by ``run`` and ``chat`` (``cli/_project.py``)."""
+    run_id: str | None = None
+    """The run's id (``chat`` names its runs after the session); None: a new one."""
 
 
-def options_from_args(ns: argparse.Namespace) -> RunOptions:
-    """Build :class:`RunOptions` from a namespace filled by :func:`add_common_options`.
+def _make_limits(**values: Any) -> Limits:
+    from runtime.core._limits import Limits
+
+    return Limits(**values)
+
+
+_SECTIONS: Final[dict[str, Callable[..., Any]]] = {
+    "permissions": PermissionOptions,
+    "limits": _make_limits,
+    "mcp": McpOptions,
+    "sandbox": SandboxOptions,
+    "trace": TraceOptions,
+    "view": ViewOptions,
+    "ray": RayCliOptions,
+}
+"""The class of each section of :class:`RunOptions` (a test checks it against the table)."""
+
+
+def flags_from_args(ns: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line, by setting name (unset ones left out)."""
+    out: dict[str, Any] = {}
+    for setting in TABLE:
+        if not setting.flags:
+            continue
+        value = getattr(ns, setting.dest, None)  # not every command takes every option
+        if setting.flag_value is not None:
+            value = setting.flag_value if value else None
+        if value is None or value == []:
+            continue
+        out[setting.name] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def _check_usage(flags: Mapping[str, Any]) -> None:
+    """Options that contradict each other on the command line.
+
+    Raises:
+        UsageError: naming both.
+    """
+    provider, scenario = flags.get("provider"), flags.get("scenario")
+    if scenario is not None and provider not in (None, "scripted"):
+        raise UsageError(
+            f"--scenario runs the scripted provider; it cannot go with --provider {provider}"
+        )
+    if provider == "scripted" and scenario is None:
+        raise UsageError("--provider scripted needs --scenario FILE")
+
+
+def options_from_settings(settings: Settings, **loaded: Any) -> RunOptions:
+    """The :class:`RunOptions` of effective *settings* (every row of the table).
+
+    Two rules join rows: a scenario is the scripted provider whatever the files say, and
+    ``sandbox.network`` implies ``sandbox.enabled`` (as on the command line).
+
+    Args:
+        loaded: the attributes that are not settings (``project``, ``run_id``).
+    """
+    values = {name: value.value for name, value in settings.values.items()}
+    if values["scenario"] is not None and not settings.source("provider").startswith("flag"):
+        values["provider"] = None
+    if values["sandbox.network"]:
+        values["sandbox.enabled"] = True
+    sections: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        section, _, leaf = name.rpartition(".")
+        sections.setdefault(section, {})[leaf] = value
+    top = sections.pop("")
+    made = {name: _SECTIONS[name](**fields) for name, fields in sections.items()}
+    return RunOptions(**top, **made, **loaded)
+
+
+def options_from_args(
+    ns: argparse.Namespace, *, under: tuple[str, Mapping[str, Any]] | None = None
+) -> RunOptions:
+    """:class:`RunOptions` from the command line alone (defaults under the flags); ``run`` and
+    ``chat`` put the settings files under the flags with
+    :func:`runtime.cli._project.apply_project` instead.
+
+    Args:
+        under: ``(source, values)`` under the flags and over the defaults (``replay``: what the
+            recorded run ran with).
 
     Raises:
         UsageError: options that contradict each other.
     """
-    provider = getattr(ns, "provider", None)  # not an option of every command (demo)
-    if ns.scenario is not None and provider not in (None, "scripted"):
-        raise UsageError(
-            f"--scenario runs the scripted provider; it cannot go with --provider {provider}"
-        )
-    if provider == "scripted" and ns.scenario is None:
-        raise UsageError("--provider scripted needs --scenario FILE")
-    trace: str | bool = False if ns.no_trace else (ns.trace if ns.trace is not None else True)
-    return RunOptions(
-        provider=provider,
-        model=getattr(ns, "model", None),
-        scenario=ns.scenario,
-        agents=ns.agents,
-        workspace=ns.workspace,
-        trace=trace,
-        json=ns.json,
-        permission_mode=ns.permission_mode,
-        allow=tuple(ns.allow),
-        deny=tuple(ns.deny),
-        allow_env=tuple(ns.allow_env),
-        permission_timeout_s=300.0 if ns.permission_timeout is None else ns.permission_timeout,
-        max_turns=ns.max_turns,
-        max_depth=ns.max_depth,
-        max_parallel=ns.max_parallel,
-        context_window=ns.context_window,
-        compact_threshold=ns.compact_threshold,
-        control=ns.control,
-        ray_address=ns.ray_address,
-        ray={
-            name: value
-            for name, value in (
-                ("hosts_per_node", ns.ray_hosts_per_node),
-                ("cpus_per_host", ns.ray_cpus_per_host),
-                ("strategy", ns.ray_strategy),
-            )
-            if value is not None
-        },
-        debug=ns.debug,
-        verbose=getattr(ns, "verbose", False),
-        mcp_config=tuple(ns.mcp_config),
-        no_mcp=ns.no_mcp,
-        mcp_start_timeout_s=ns.mcp_start_timeout,
-        sandbox=ns.sandbox or ns.sandbox_network,
-        sandbox_network=ns.sandbox_network,
-        fps=getattr(ns, "fps", None),
-    )
+    from runtime.project._settings import load_settings
+
+    flags = flags_from_args(ns)
+    _check_usage(flags)
+    layers = [under] if under else []
+    if getattr(ns, "command", None) == "demo":  # its own defaults (its own workspace)
+        layers.insert(0, ("default of demo", {s.name: s.demo_default for s in TABLE
+                                              if s.demo_default is not None}))
+    return options_from_settings(load_settings(None, flags=flags, layers=layers))
 
 
 def stdio_is_terminal() -> bool:
@@ -473,65 +414,91 @@ def shows_live_view(opts: RunOptions) -> bool:
 
 def permission_mode(opts: RunOptions) -> str:
     """The mode to run with: the option, else ``ask`` on a terminal and ``deny`` otherwise."""
-    if opts.permission_mode is not None:
-        return opts.permission_mode
+    if opts.permissions.mode is not None:
+        return opts.permissions.mode
     return "ask" if stdio_is_terminal() else "deny"
 
 
-def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
-    """The :func:`~runtime.open_runtime` keyword arguments for *opts* (without taps/sinks).
+def effective_setting(settings: Settings, name: str) -> tuple[Any, str]:
+    """A setting's value and source as a run would have them (``trio-agents config``): the
+    defaults a run decides (the mode by the terminal, the provider and its model) in words."""
+    value, source = settings[name], settings.source(name)
+    if name == "permissions.mode" and source == "default":
+        value = permission_mode(RunOptions())
+        source = "default (" + (
+            "stdin and stdout are terminals)" if stdio_is_terminal() else "no terminal)"
+        )
+    if name == "provider" and value is None:
+        value, source = "openai", "default (scripted with --scenario)"
+    if name == "model" and value is None:
+        from runtime.providers import DEFAULT_MODELS
+
+        provider = settings["provider"] or "openai"
+        value, source = DEFAULT_MODELS.get(provider), f"default of {provider}"
+    return value, source
+
+
+def run_config(opts: RunOptions) -> RunConfig:
+    """The :class:`~runtime.wiring.RunConfig` (what :func:`~runtime.open_runtime` takes) for
+    *opts*, without taps or sinks: the files it names are read here (agent types, MCP config).
 
     Raises:
-        ConfigError: a bad agent-types file or limit (one line, naming the fault).
+        ConfigError: a bad agent-types or MCP file (one line, naming the fault).
     """
     from runtime.core._agent_types import load_agent_types
-    from runtime.core._limits import Limits
+    from runtime.wiring._open import RunConfig
 
-    # The limits given as options (the rest keep the runtime's defaults).
-    limit_names = ("max_turns", "max_depth", "max_parallel", "context_window", "compact_threshold")
-    limits = {n: getattr(opts, n) for n in limit_names if getattr(opts, n) is not None}
-    kwargs: dict[str, Any] = {
-        "provider": opts.provider,
-        "scenario": opts.scenario,
-        "model": opts.model,
-        "agent_types": load_agent_types(opts.agents) if opts.agents else (),
-        "workspace": opts.workspace or ".",
-        "trace": opts.trace,
-        "limits": Limits(**limits),
-        "permission_mode": permission_mode(opts),
-        "allow": opts.allow,
-        "deny": opts.deny,
-        "allow_env": opts.allow_env,
-        "permission_timeout_s": opts.permission_timeout_s,
-        "ray_address": opts.ray_address,
-    }
-    if not opts.no_mcp:
-        kwargs["mcp_servers"] = load_mcp_options(opts)
-    if opts.sandbox:
+    sandbox: Any = False
+    if opts.sandbox.enabled:
         from runtime.core._sandbox import Sandbox
 
-        kwargs["sandbox"] = Sandbox(network=opts.sandbox_network)
-    if opts.ray:
+        sandbox = Sandbox(network=opts.sandbox.network)
+    ray = None
+    given = {k: v for k, v in vars(opts.ray).items() if k != "address" and v is not None}
+    if given:
         from runtime.cluster._placement import RayOptions
 
-        kwargs["ray"] = RayOptions(**opts.ray)
-    kwargs.update(opts.extra)
-    return kwargs
+        ray = RayOptions(**given)
+    return RunConfig(
+        provider=opts.provider,
+        scenario=opts.scenario,
+        model=opts.model,
+        agent_types=load_agent_types(opts.agents) if opts.agents else (),
+        workspace=opts.workspace or ".",
+        trace=opts.trace.target,
+        trace_dir=opts.trace.dir,
+        limits=opts.limits,
+        permission_mode=permission_mode(opts),
+        allow=opts.permissions.allow,
+        deny=opts.permissions.deny,
+        allow_env=opts.permissions.allow_env,
+        permission_timeout_s=opts.permissions.timeout_s,
+        ray_address=opts.ray.address,
+        ray=ray,
+        mcp_servers=load_mcp_options(opts),
+        sandbox=sandbox,
+        project=opts.project,
+        run_id=opts.run_id,
+    )
 
 
 def load_mcp_options(opts: RunOptions) -> Any:
     """The MCP configuration of *opts*: the workspace's ``.mcp.json`` (if there), then each
-    ``--mcp-config`` file; warnings go to stderr as one line each.
+    ``--mcp-config`` file; warnings go to stderr as one line each. With ``--no-mcp`` (or
+    ``mcp.enabled = false``) none: no file is read and no server starts.
 
     Raises:
         ConfigError: a file that cannot be read or is malformed (naming it and the JSON path).
     """
-    from runtime.mcp import DEFAULT_START_TIMEOUT_S, load_mcp_config
+    from runtime.mcp import DEFAULT_START_TIMEOUT_S, McpConfig, load_mcp_config
+
+    if not opts.mcp.enabled:
+        return McpConfig()
 
     return load_mcp_config(
-        opts.mcp_config,
+        opts.mcp.config,
         optional=[Path(opts.workspace or ".") / ".mcp.json"],
-        start_timeout_s=opts.mcp_start_timeout_s or DEFAULT_START_TIMEOUT_S,
+        start_timeout_s=opts.mcp.start_timeout_s or DEFAULT_START_TIMEOUT_S,
         on_warning=warning_line,
     )
 
@@ -765,6 +732,7 @@ async def open_session(
     final_summary: bool = True,
     keyboard: Keyboard | None = None,
     view_held: bool = False,
+    config: RunConfig | None = None,
 ) -> AsyncGenerator[Session, None]:
     """Open a runtime for *opts* with everything a command-line run needs around it.
 
@@ -783,6 +751,8 @@ async def open_session(
             permission prompts ask through it instead of reading the terminal themselves.
         view_held: the live view starts held (no live region until ``view.release()``): the
             chat shows it only while a turn runs.
+        config: the run's configuration, when the command changed what :func:`run_config`
+            makes of *opts* (``replay``: its provider, types and tools).
 
     Raises:
         ConfigError, ScenarioError: bad options or input files, before anything runs.
@@ -791,34 +761,25 @@ async def open_session(
     """
     import signal
 
+    import attrs
     import trio
 
     from runtime.trace._tree import TraceTree
-    from runtime.wiring._open import open_runtime
+    from runtime.wiring._open import open_run
 
     from ._control import ControlServer
-    from ._live import LiveView, PlainView
-    from ._picker import TerminalPrompts, serve_sigint
+    from ._picker import serve_sigint
 
-    kwargs = runtime_kwargs(opts)
+    if config is None:
+        config = run_config(opts)
     if interactive is None:
         interactive = is_interactive(opts)
-    tree = TraceTree()
-    view: LiveView | PlainView | None = None
     if opts.json:
-        kwargs["json_out"] = sys.stdout.buffer
-    elif interactive or shows_live_view(opts):
-        view = LiveView(tree, console or make_console(), held=view_held, fps=opts.fps)
-    else:
-        view = PlainView(tree, sys.stdout)
-
-    prompts: TerminalPrompts | None = None
-    if interactive and isinstance(view, LiveView):
-        if keyboard is not None:
-            prompts = TerminalPrompts(tree, view, None, keyboard=keyboard)
-        else:
-            prompts = TerminalPrompts.open_for_stdin(tree, view)
-        view.watch(prompts.WATCHED, prompts.tap)
+        config = attrs.evolve(config, json_out=sys.stdout.buffer)
+    tree = TraceTree()
+    view, prompts = _views(
+        opts, tree, interactive=interactive, console=console, held=view_held, keyboard=keyboard
+    )
 
     # Runs for every event, inside whichever agent emitted it: tree updates and queueing only,
     # in as few calls as possible (a streaming run emits one event per word). The prompts see
@@ -835,7 +796,7 @@ async def open_session(
         with trio.open_signal_receiver(signal.SIGINT) as sigint:
             async with trio.open_nursery() as nursery:
                 try:
-                    async with open_runtime(on_event=tap, **kwargs) as rt:
+                    async with open_run(attrs.evolve(config, on_event=tap)) as rt:
                         trace_path = rt.trace_path
                         session = Session(rt, opts, view, prompts, on_abort, tree)
                         if view is not None:
@@ -867,6 +828,37 @@ async def open_session(
             control.close()
     if view is not None and final_summary:
         view.finish(trace_path=trace_path)
+
+
+def _views(
+    opts: RunOptions,
+    tree: TraceTree,
+    *,
+    interactive: bool,
+    console: Console | None,
+    held: bool,
+    keyboard: Keyboard | None,
+) -> tuple[LiveView | PlainView | None, TerminalPrompts | None]:
+    """The run's view (the live tree on a terminal, plain lines otherwise, none with
+    ``--json``) and, for a person at a terminal, the prompts that ask through it."""
+    from ._live import LiveView, PlainView
+    from ._picker import TerminalPrompts
+
+    view: LiveView | PlainView | None = None
+    if opts.json:
+        return None, None
+    if interactive or shows_live_view(opts):
+        view = LiveView(tree, console or make_console(), held=held, fps=opts.view.fps)
+    else:
+        view = PlainView(tree, sys.stdout)
+    prompts: TerminalPrompts | None = None
+    if interactive and isinstance(view, LiveView):
+        if keyboard is not None:
+            prompts = TerminalPrompts(tree, view, None, keyboard=keyboard)
+        else:
+            prompts = TerminalPrompts.open_for_stdin(tree, view)
+        view.watch(prompts.WATCHED, prompts.tap)
+    return view, prompts
 
 
 def _stdout_is_pipe() -> bool:
@@ -1025,8 +1017,8 @@ def check_output_paths(opts: RunOptions) -> None:
     Raises:
         UsageError: one line naming the first path that cannot be written, and why.
     """
-    if isinstance(opts.trace, str):
-        writable_path(opts.trace, "--trace")
+    if opts.trace.path is not None:
+        writable_path(opts.trace.path, "--trace")
     if opts.control:
         check_control_path(opts.control)
         writable_path(opts.control, "--control", make_parents=False)

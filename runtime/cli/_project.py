@@ -1,19 +1,16 @@
 """The project's files on the command line: settings under the flags, and the ``agents``,
 ``config`` and ``run --show-system-prompt`` commands.
 
-``run`` and ``chat`` call :func:`apply_project` on their options: it reads the settings files
-(flags over the workspace's file over the user's over the defaults), fills every option the
-command line left unset, and loads the project (instructions, agent definitions, skills) for
-:func:`~runtime.open_runtime`. Each file skipped or cut is one ``warning:`` line on stderr.
-
-A setting with a flag fills the :class:`RunOptions` field of that flag's name
-(``--max-turns`` fills ``max_turns``): a new setting with a flag needs nothing here.
+``run`` and ``chat`` call :func:`apply_project` on their command line: it reads the settings
+files (flags over the workspace's file over the user's over the defaults: the one table of
+settings, ``runtime/core/_config.py``, says what each key is), makes the frozen
+:class:`RunOptions` from them, and loads the project (instructions, agent definitions, skills)
+for :func:`~runtime.open_runtime`. Each file skipped or cut is one ``warning:`` line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Generator
@@ -24,21 +21,16 @@ from typing import TYPE_CHECKING, Any
 from ._options import (
     RunOptions,
     UsageError,
-    permission_mode,
-    stdio_is_terminal,
+    _check_usage,
+    effective_setting,
+    flags_from_args,
+    options_from_settings,
     warning_line,
 )
 
 if TYPE_CHECKING:
     from runtime.core._agent_types import AgentTypes
     from runtime.project import Project, Settings
-
-# Flags whose RunOptions field is not named after them.
-_FIELD_OF_FLAG = {
-    "--permission-timeout": "permission_timeout_s",
-    "--no-trace": "trace",
-    "--no-mcp": "no_mcp",
-}
 
 
 @contextmanager
@@ -52,107 +44,55 @@ def _usage_errors() -> Generator[None, None, None]:
         raise UsageError(str(exc)) from None
 
 
-def _dest(flag: str) -> str:
-    return flag.removeprefix("--").replace("-", "_")
+def _workspace(ns: argparse.Namespace) -> Path:
+    workspace = Path(getattr(ns, "workspace", None) or ".").expanduser()
+    if not workspace.is_dir():
+        raise UsageError(f"workspace {str(workspace)!r} is not a folder")
+    return workspace
 
 
-def flags_from_args(ns: argparse.Namespace) -> dict[str, Any]:
-    """The settings given on the command line, by setting name (unset ones left out)."""
-    from runtime.project import SETTINGS
-
-    out: dict[str, Any] = {}
-    for name, setting in SETTINGS.items():
-        if setting.flag is None:
-            continue
-        value = getattr(ns, _dest(setting.flag), None)
-        if setting.flag in ("--no-trace", "--no-mcp"):
-            value = False if value else None
-        elif value is False:  # a switch not given (store_true): the files decide
-            value = None
-        if value is None or value == []:
-            continue
-        out[name] = tuple(value) if isinstance(value, list) else value
-    return out
-
-
-def load_effective_settings(opts: RunOptions, ns: argparse.Namespace) -> Settings:
-    """The settings for *opts*' workspace with the flags of *ns* over them.
+def load_effective_settings(ns: argparse.Namespace) -> Settings:
+    """The settings for the workspace of *ns* with its flags over them.
 
     Raises:
-        UsageError: a bad settings file (file, line and key) or workspace.
+        UsageError: a bad settings file (file, line and key), workspace, or flags that
+            contradict each other.
     """
     from runtime.project import load_settings
 
-    workspace = Path(opts.workspace or ".").expanduser()
-    if not workspace.is_dir():
-        raise UsageError(f"workspace {str(workspace)!r} is not a folder")
+    flags = flags_from_args(ns)
+    _check_usage(flags)
+    workspace = _workspace(ns)
     with _usage_errors():
-        return load_settings(workspace.resolve(), flags=flags_from_args(ns))
+        return load_settings(workspace.resolve(), flags=flags)
 
 
-def load_workspace_project(opts: RunOptions, *, warn: bool = True) -> Project:
-    """The project of *opts*' workspace; its warnings printed on stderr (with *warn*)."""
+def load_workspace_project(workspace: str | None, *, warn: bool = True) -> Project:
+    """The project of *workspace*; its warnings printed on stderr (with *warn*)."""
     from runtime._tools import builtin_tools
     from runtime.project import load_project
 
-    workspace = Path(opts.workspace or ".").expanduser()
-    if not workspace.is_dir():
-        raise UsageError(f"workspace {str(workspace)!r} is not a folder")
-    project = load_project(workspace, tools=[t.name for t in builtin_tools()])
+    folder = Path(workspace or ".").expanduser()
+    if not folder.is_dir():
+        raise UsageError(f"workspace {str(folder)!r} is not a folder")
+    project = load_project(folder, tools=[t.name for t in builtin_tools()])
     if warn:
         for line in project.warnings:
             warning_line(line)
     return project
 
 
-def apply_project(opts: RunOptions, ns: argparse.Namespace) -> RunOptions:
-    """*opts* with the settings under the flags, and the project loaded for the run.
+def apply_project(ns: argparse.Namespace) -> RunOptions:
+    """The run options of *ns* with the settings files under its flags, and the project
+    loaded for the run.
 
     Raises:
         UsageError: a bad settings file or workspace.
     """
-    from runtime.core._limits import Limits
-
-    settings = load_effective_settings(opts, ns)
-    fields = {f.name for f in dataclasses.fields(RunOptions)}
-    changes: dict[str, Any] = {}
-    for name, value in settings.values.items():
-        flag = settings_flag(name)
-        if flag is None or value.source == "default":
-            continue
-        field = _FIELD_OF_FLAG.get(flag, _dest(flag))
-        if field not in fields:
-            continue
-        if name == "provider" and opts.scenario is not None:
-            continue  # a scenario is the scripted provider, whatever the files say
-        if field == "trace":  # trace.enabled = false, unless --trace FILE says otherwise
-            if opts.trace is True:
-                changes["trace"] = value.value
-            continue
-        if field == "no_mcp":  # mcp.enabled = false is --no-mcp
-            changes["no_mcp"] = not value.value
-            continue
-        changes[field] = value.value
-    if changes.get("sandbox_network"):
-        changes["sandbox"] = True  # as on the command line: the network implies the sandbox
-    limits = Limits(**{
-        name.removeprefix("limits."): settings[name]
-        for name in settings.values
-        if name.startswith("limits.") and settings[name] is not None
-    })
-    extra = {
-        **opts.extra,
-        "project": load_workspace_project(opts),
-        "trace_dir": settings["trace.dir"],
-        "limits": limits,
-    }
-    return dataclasses.replace(opts, **changes, extra=extra)
-
-
-def settings_flag(name: str) -> str | None:
-    from runtime.project import SETTINGS
-
-    return SETTINGS[name].flag
+    settings = load_effective_settings(ns)
+    project = load_workspace_project(settings["workspace"])
+    with _usage_errors():  # a bad limit: one line
+        return options_from_settings(settings, project=project)
 
 
 # -- trio-agents run --show-system-prompt [TYPE] ---------------------------------------------
@@ -189,7 +129,7 @@ def show_system_prompt(opts: RunOptions, agent_type: str) -> int:
     Raises:
         ConfigError: an unknown agent type or a bad input file (exit 2 by the caller).
     """
-    project: Project = opts.extra["project"]
+    project = _project_of(opts)
     with _usage_errors():
         types, tools = agent_types_for(opts, project)
         atype = types.lookup(agent_type)
@@ -208,7 +148,7 @@ def _mcp_tools(opts: RunOptions) -> list[str]:
     does) and closed again; none without servers or with ``--no-mcp``."""
     from ._options import load_mcp_options
 
-    if opts.no_mcp or not load_mcp_options(opts).servers:
+    if not load_mcp_options(opts).servers:
         return []
     import trio
 
@@ -218,6 +158,12 @@ def _mcp_tools(opts: RunOptions) -> list[str]:
 
 
 # -- trio-agents agents ----------------------------------------------------------------------
+
+
+def _project_of(opts: RunOptions) -> Project:
+    if opts.project is None:  # a caller's mistake, not the user's
+        raise ValueError("the options have no project: made without apply_project")
+    return opts.project
 
 
 def _shown(path: Path, project: Project) -> str:
@@ -233,7 +179,7 @@ def cmd_agents(opts: RunOptions, *, as_json: bool) -> int:
     """``trio-agents agents``: each known agent type, its tools, model and where it came from."""
     from runtime.core._agent_types import default_agent_types
 
-    project: Project = opts.extra["project"]
+    project = _project_of(opts)
     with _usage_errors():
         types, _ = agent_types_for(opts, project)
     sources: dict[str, list[str]] = {t.name: ["built-in"] for t in default_agent_types()}
@@ -278,27 +224,14 @@ def _one_line(text: str, limit: int) -> str:
 # -- trio-agents config ----------------------------------------------------------------------
 
 
-def cmd_config(opts: RunOptions, ns: argparse.Namespace, *, as_json: bool) -> int:
-    """``trio-agents config``: every setting's effective value and where it came from."""
+def cmd_config(ns: argparse.Namespace, *, as_json: bool) -> int:
+    """``trio-agents config``: every setting a file may set, its effective value and where it
+    came from (the rows of the settings table with ``in_file``)."""
     from runtime.project import SETTINGS
 
-    settings = load_effective_settings(opts, ns)
-    rows: list[dict[str, Any]] = []
-    for name in SETTINGS:
-        value, source = settings[name], settings.source(name)
-        if name == "permissions.mode" and source == "default":
-            value = permission_mode(dataclasses.replace(opts, permission_mode=None))
-            source = "default (" + (
-                "stdin and stdout are terminals)" if stdio_is_terminal() else "no terminal)"
-            )
-        if name == "provider" and value is None:
-            value, source = "openai", "default (scripted with --scenario)"
-        if name == "model" and value is None:
-            from runtime.providers import DEFAULT_MODELS
-
-            provider = settings["provider"] or "openai"
-            value, source = DEFAULT_MODELS.get(provider), f"default of {provider}"
-        rows.append({"key": name, "value": value, "source": source})
+    settings = load_effective_settings(ns)
+    rows = [dict(zip(("key", "value", "source"), (n, *effective_setting(settings, n)), strict=True))
+            for n in SETTINGS]
     if as_json:
         print(json.dumps({r["key"]: {"value": r["value"], "source": r["source"]} for r in rows},
                          indent=2))

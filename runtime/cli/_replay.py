@@ -99,7 +99,7 @@ def cmd_replay(ns: argparse.Namespace, opts: RunOptions) -> int:
     except AgentsError as exc:
         error_line(str(exc))
         return EXIT_USAGE
-    opts = _recorded_defaults(opts, rec)
+    opts = _recorded_defaults(ns, opts, rec)
     workspace = Path(opts.workspace or ".")
     if not ns.mock_tools:
         _check_workspace(rec, workspace, force=ns.force)
@@ -113,35 +113,60 @@ def cmd_replay(ns: argparse.Namespace, opts: RunOptions) -> int:
     return run_command(main, debug=opts.debug)
 
 
-def _recorded_defaults(opts: RunOptions, rec: Recording) -> RunOptions:
-    """*opts* with what the user left out taken from the recorded run's settings: its permission
-    mode (but ``ask``, which stays the usual default), its allow and deny rules, its limits."""
+_ASK_STAYS_DEFAULT = "ask"
+"""A recorded ``ask`` is not taken: the usual default (ask on a terminal, else deny) stays."""
+
+
+def _recorded_defaults(ns: argparse.Namespace, opts: RunOptions, rec: Recording) -> RunOptions:
+    """*opts* with what the user left out taken from the recorded run: each row of the settings
+    table with an ``event_key`` is read from the trace's ``run_started.config`` (its permission
+    mode but ``ask``, its rules unless a flag gives rules, its limits) as a layer under the
+    flags, each value checked as a settings file's is; one this version refuses is left out
+    (the usual default)."""
+    from runtime.core._config import RULES, TABLE
+
+    from ._options import flags_from_args, options_from_args
+
+    flags = flags_from_args(ns)
+    rules_given = any(flags.get(s.name) for s in TABLE if s.kind is RULES)
+    recorded: dict[str, Any] = {}
+    for setting in TABLE:
+        if setting.event_key is None or (rules_given and setting.kind is RULES):
+            continue
+        value = _dig(rec.config, setting.event_key)
+        if value is None or value == _ASK_STAYS_DEFAULT:
+            continue
+        with contextlib.suppress(Exception):  # a check's ValueError, a rule's ConfigError
+            recorded[setting.name] = setting.kind.check(value)
+    replayed = options_from_args(ns, under=(f"recording {ns.trace_file}", recorded))
+    replayed = _unsettable_limits(replayed, rec.config.get("limits"))
+    return dataclasses.replace(replayed, project=opts.project, run_id=opts.run_id)
+
+
+def _dig(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def _unsettable_limits(opts: RunOptions, recorded: Any) -> RunOptions:
+    """The recorded limits no setting reaches (mailbox size, result size, finish grace: the
+    Python API's), as recorded."""
     import attrs
 
+    from runtime.core._config import SCHEMA
     from runtime.core._limits import Limits
 
-    config = rec.config
-    changes: dict[str, Any] = {}
-    mode = config.get("permission_mode")
-    if opts.permission_mode is None and mode in ("auto-edit", "allow-all", "deny"):
-        changes["permission_mode"] = mode
-    rules = config.get("permission_rules")
-    if not opts.allow and not opts.deny and isinstance(rules, dict):
-        changes["allow"] = tuple(str(r) for r in rules.get("allow") or ())
-        changes["deny"] = tuple(str(r) for r in rules.get("deny") or ())
-    recorded = config.get("limits")
-    if isinstance(recorded, dict):
-        known = {a.name for a in attrs.fields(Limits)}
-        values = {k: v for k, v in recorded.items() if k in known}
-        for name in ("max_turns", "max_depth", "max_parallel", "context_window"):
-            if getattr(opts, name) is not None:
-                values[name] = getattr(opts, name)
-        if opts.compact_threshold is not None:
-            values["compact_threshold"] = opts.compact_threshold
-        # Limits another version wrote that this one refuses: the usual defaults then.
-        with contextlib.suppress(TypeError, ValueError):
-            changes["extra"] = {**opts.extra, "limits": Limits(**values)}
-    return dataclasses.replace(opts, **changes)
+    if not isinstance(recorded, dict):
+        return opts
+    others = {
+        a.name: recorded[a.name]
+        for a in attrs.fields(Limits)
+        if a.name in recorded and f"limits.{a.name}" not in SCHEMA
+    }
+    with contextlib.suppress(TypeError, ValueError):  # another version's: the defaults then
+        return dataclasses.replace(opts, limits=attrs.evolve(opts.limits, **others))
+    return opts
 
 
 def _writing_tools(rec: Recording) -> list[str]:
@@ -181,12 +206,14 @@ def _check_workspace(rec: Recording, workspace: Path, *, force: bool) -> None:
 async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, until: Any) -> int:
     from contextlib import AsyncExitStack
 
+    import attrs
+
     from runtime._tools import builtin_tools
     from runtime.core._agent_types import AgentType, default_agent_types, load_agent_types
     from runtime.core._provider import Provider
     from runtime.replay import Replayer
 
-    from ._options import EXIT_OK, open_session
+    from ._options import EXIT_OK, open_session, run_config
 
     async with AsyncExitStack() as stack:
         cont: Provider | None = None
@@ -222,14 +249,13 @@ async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, unti
             AgentType(name=name, description="replayed from a trace")
             for name in sorted({a.name for a in rec.agents.values()} - known)
         ]
-        extra: dict[str, Any] = {"provider": replayer, "agent_types": types}
-        changes: dict[str, Any] = {}
+        if ns.mock_tools:  # MCP tools are mocked too: no server is started
+            opts = dataclasses.replace(opts, mcp=dataclasses.replace(opts.mcp, enabled=False))
+        config = attrs.evolve(run_config(opts), provider=replayer, agent_types=types)
         if ns.mock_tools:
-            extra["tools"] = replayer.mock_tools(builtin_tools())
-            changes["no_mcp"] = True  # MCP tools are mocked too: no server is started
-        session_opts = dataclasses.replace(opts, extra={**opts.extra, **extra}, **changes)
+            config = attrs.evolve(config, tools=replayer.mock_tools(builtin_tools()))
         outcome = None
-        async with open_session(session_opts) as session:
+        async with open_session(opts, config=config) as session:
             replayer.attach(session.rt._run)  # the replay cancels nodes as the recording did
             for root in rec.roots:
                 handle = await session.start_root(root.prompt, agent_type=root.name)

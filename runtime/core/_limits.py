@@ -7,7 +7,13 @@ from typing import Any
 
 import attrs
 
+from ._config import SCHEMA
 from ._errors import ConfigError
+
+
+def _default(name: str) -> Any:
+    """A limit's default, from the one table of settings (``runtime/core/_config.py``)."""
+    return SCHEMA[f"limits.{name}"].default
 
 
 @attrs.frozen(kw_only=True)
@@ -85,7 +91,8 @@ def _fraction(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
 
 @attrs.frozen(kw_only=True)
 class Limits:
-    """Run-wide limits.
+    """Run-wide limits. Those a user can set (every field but ``mailbox_size``,
+    ``max_result_chars`` and ``finish_grace_s``) take their defaults from the settings table.
 
     Attributes:
         max_turns: model turns per agent before it ends ``max_turns``.
@@ -102,16 +109,22 @@ class Limits:
             history before its next request.
     """
 
-    max_turns: int = attrs.field(default=50, validator=_positive)
-    max_depth: int = attrs.field(default=4, validator=_positive)
-    max_parallel: int = attrs.field(default=16, validator=_positive)
-    max_agents: int = attrs.field(default=100_000, validator=_positive)
+    max_turns: int = attrs.field(default=_default("max_turns"), validator=_positive)
+    max_depth: int = attrs.field(default=_default("max_depth"), validator=_positive)
+    max_parallel: int = attrs.field(default=_default("max_parallel"), validator=_positive)
+    max_agents: int = attrs.field(default=_default("max_agents"), validator=_positive)
     mailbox_size: int = attrs.field(default=16, validator=_positive)
-    max_tool_output_chars: int = attrs.field(default=30_000, validator=_positive)
+    max_tool_output_chars: int = attrs.field(
+        default=_default("max_tool_output_chars"), validator=_positive
+    )
     max_result_chars: int = attrs.field(default=100_000, validator=_positive)
     finish_grace_s: float = attrs.field(default=10.0, validator=_positive)
-    context_window: int | None = attrs.field(default=None, validator=_optional_positive_int)
-    compact_threshold: float = attrs.field(default=0.8, validator=_fraction)
+    context_window: int | None = attrs.field(
+        default=_default("context_window"), validator=_optional_positive_int
+    )
+    compact_threshold: float = attrs.field(
+        default=_default("compact_threshold"), validator=_fraction
+    )
 
     def public(self) -> dict[str, Any]:
         """For ``run_started.config`` (a new dict each call)."""

@@ -4,13 +4,10 @@ Precedence, per key: command-line flags, then the workspace's file, then the use
 then the defaults. Rule lists (``permissions.allow``, ``permissions.deny``) add up instead:
 the user's rules, then the workspace's, then the flags'.
 
-The schema is :data:`SETTINGS`, one :class:`Setting` a key; adding a key is one line there
-(and its documentation in ``docs/configuration.md``)::
-
-    Setting("limits.max_turns", positive_int, "model turns per agent", flag="--max-turns"),
-
-A file with a key that does not exist, or a value of the wrong kind, is refused with the file,
-the line and the key (and, for an unknown key, the closest valid one).
+What keys exist, what values each takes, its flag and its default are the one table of
+settings, ``runtime/core/_config.py``: this module reads files against it. A file with a key
+that does not exist, or a value of the wrong kind, is refused with the file, the line and the
+key (and, for an unknown key, the closest valid one; for a table given a value, what it is).
 """
 
 from __future__ import annotations
@@ -18,183 +15,22 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import attrs
+
+from runtime.core._config import FILE_SETTINGS, SCHEMA, SECTIONS, TABLE
+from runtime.core._config import Setting as Setting
 
 from ._files import ProjectFileError, read_text_capped, user_config_dir
 
 SETTINGS_FILE = Path(".trio-agents") / "settings.toml"
 MAX_SETTINGS_BYTES = 256 * 1024
 
-Check = Callable[[Any], Any]
-"""Validates a value read from a file; returns it (converted) or raises ``ValueError``."""
-
-
-def choice(*values: str) -> Check:
-    def check(value: Any) -> Any:
-        if value not in values:
-            raise ValueError(f"expected one of {', '.join(values)}; got {value!r}")
-        return value
-
-    return check
-
-
-def string(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a non-empty string; got {value!r}")
-    return value
-
-
-def boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false; got {value!r}")
-    return value
-
-
-def positive_int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"expected a whole number >= 1; got {value!r}")
-    return value
-
-
-def positive_float(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e12:
-        raise ValueError(f"expected a number > 0; got {value!r}")
-    return float(value)
-
-
-def fps(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 60:
-        raise ValueError(f"expected a number of frames a second above 0, at most 60; got {value!r}")
-    return float(value)
-
-
-def strings(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f"expected a list of strings; got {value!r}")
-    return tuple(value)
-
-
-def rules(value: Any) -> tuple[str, ...]:
-    from runtime.core._permissions import parse_rule
-
-    out = strings(value)
-    for rule in out:
-        parse_rule(rule)  # ConfigError → reported like a ValueError by the loader
-    return out
-
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def env_names(value: Any) -> tuple[str, ...]:
-    out = strings(value)
-    for name in out:
-        if not _ENV_NAME.fullmatch(name):
-            raise ValueError(f"expected environment variable names; got {name!r}")
-    return out
-
-
-def path(value: Any) -> str:
-    return string(value)
-
-
-def fraction(value: Any) -> float:
-    """A share of something: ``0.8`` or ``"80%"``."""
-    if isinstance(value, str) and value.endswith("%"):
-        try:
-            value = float(value[:-1]) / 100
-        except ValueError:
-            raise ValueError(f"expected a fraction such as 0.8 or \"80%\"; got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
-        raise ValueError(f"expected a fraction such as 0.8 or \"80%\"; got {value!r}")
-    return float(value)
-
-
-@attrs.frozen
-class Setting:
-    """One key of the settings schema.
-
-    Attributes:
-        name: the dotted key (``limits.max_turns`` is ``max_turns`` in the ``[limits]`` table).
-        check: validates a value from a file (see :data:`Check`).
-        doc: one line for ``trio-agents config`` and the docs.
-        flag: the command-line flag that overrides it, if any.
-        default: the value when nothing sets it (``None``: the runtime's own default).
-        merge: ``replace`` (the nearest layer wins) or ``append`` (lists add up).
-        is_path: a relative value (or each value of a list) is taken from the folder the file
-            belongs to.
-    """
-
-    name: str
-    check: Check
-    doc: str
-    flag: str | None = None
-    default: Any = None
-    merge: Literal["replace", "append"] = "replace"
-    is_path: bool = False
-
-
-PROVIDERS = ("openai", "anthropic", "scripted")
-PERMISSION_MODES = ("ask", "auto-edit", "allow-all", "deny")
-
-SETTINGS: dict[str, Setting] = {
-    s.name: s
-    for s in [
-        Setting("provider", choice(*PROVIDERS), "the model provider", flag="--provider"),
-        Setting("model", string, "the model name to ask the provider for", flag="--model"),
-        Setting("permissions.mode", choice(*PERMISSION_MODES),
-                "ask, auto-edit, allow-all or deny (default: ask on a terminal, else deny)",
-                flag="--permission-mode"),
-        Setting("permissions.allow", rules, "rules of calls allowed without asking",
-                flag="--allow", default=(), merge="append"),
-        Setting("permissions.deny", rules, "rules of calls always refused",
-                flag="--deny", default=(), merge="append"),
-        Setting("permissions.allow_env", env_names,
-                "secret-looking environment variables the tools may see all the same",
-                flag="--allow-env", default=(), merge="append"),
-        Setting("permissions.timeout_s", positive_float,
-                "how long a permission question waits", flag="--permission-timeout",
-                default=300.0),
-        Setting("limits.max_turns", positive_int, "model turns per agent", flag="--max-turns",
-                default=50),
-        Setting("limits.max_depth", positive_int, "deepest sub-agent (the root is 0)",
-                flag="--max-depth", default=4),
-        Setting("limits.max_parallel", positive_int, "sub-agents running at once",
-                flag="--max-parallel", default=16),
-        Setting("limits.max_agents", positive_int, "sub-agents started in one run",
-                default=100_000),
-        Setting("limits.max_tool_output_chars", positive_int,
-                "a longer tool result is cut", default=30_000),
-        Setting("limits.context_window", positive_int,
-                "every agent's context window in tokens (default: known from the model)",
-                flag="--context-window"),
-        Setting("limits.compact_threshold", fraction,
-                "the share of the window at which an agent compacts its history",
-                flag="--compact-threshold", default=0.8),
-        Setting("mcp.config", strings,
-                "more MCP config files, beside the workspace's .mcp.json (docs/mcp.md)",
-                flag="--mcp-config", default=(), merge="append", is_path=True),
-        Setting("mcp.enabled", boolean, "start the MCP servers of .mcp.json and mcp.config",
-                flag="--no-mcp", default=True),
-        Setting("sandbox.enabled", boolean, "run every bash call under bubblewrap",
-                flag="--sandbox", default=False),
-        Setting("sandbox.network", boolean, "let sandboxed commands use the network",
-                flag="--sandbox-network", default=False),
-        Setting("trace.enabled", boolean, "write a trace file for each run", flag="--no-trace",
-                default=True),
-        Setting("trace.dir", path, "the folder of new trace files",
-                default=".trio-agents/traces", is_path=True),
-        Setting("view.fps", fps, "the most frames a second the live tree is redrawn",
-                flag="--fps", default=12.0),
-    ]
-}
-"""The settings schema, by dotted name."""
-
-SECTIONS = frozenset(name.rsplit(".", 1)[0] for name in SETTINGS if "." in name)
+SETTINGS: Mapping[str, Setting] = FILE_SETTINGS
+"""The keys a settings file may set, by dotted name (rows of the one table)."""
 
 
 @attrs.frozen
@@ -241,41 +77,52 @@ def settings_paths(
 
 
 def load_settings(
-    workspace: Path,
+    workspace: Path | None,
     *,
     flags: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    layers: Iterable[tuple[str, Mapping[str, Any]]] = (),
 ) -> Settings:
-    """The effective settings for *workspace*.
+    """The effective settings for *workspace*: every row of the table, a file's rows included.
 
     Args:
+        workspace: the workspace whose (and whose user's) files are read; ``None``: no file
+            is read (``demo``, ``replay``), only the defaults and *flags*.
         flags: values given on the command line, by setting name (``None`` values are skipped).
         env: for ``XDG_CONFIG_HOME`` / ``HOME`` (default ``os.environ``).
+        layers: more ``(source, values)`` between the files and the flags, values checked
+            already (``replay``: the recorded run's settings).
 
     Raises:
         ProjectFileError: a settings file that is not TOML, or has an unknown key or a bad
             value: one line naming the file, the line and the key.
     """
-    values: dict[str, Value] = {
-        name: Value(s.default, "default") for name, s in SETTINGS.items()
-    }
+    values: dict[str, Value] = {s.name: Value(s.default, "default") for s in TABLE}
     files = []
-    for scope, file, base in settings_paths(workspace, env):
+    for scope, file, base in settings_paths(workspace, env) if workspace is not None else ():
         if not file.is_file():
             continue
         files.append(file)
         for name, (value, line) in read_settings_file(file).items():
-            setting = SETTINGS[name]
+            setting = SCHEMA[name]
             if setting.is_path and isinstance(value, tuple):
                 value = tuple(str((base / Path(v).expanduser()).resolve()) for v in value)
             elif setting.is_path:
                 value = str((base / Path(value).expanduser()).resolve())
             _layer(values, setting, value, f"{scope} {file}:{line}")
+    for source, layer in layers:
+        for name, value in layer.items():
+            _layer(values, SCHEMA[name], value, source)
     for name, value in (flags or {}).items():
-        if value is None or (SETTINGS[name].merge == "append" and not value):
+        setting = SCHEMA[name]
+        if value is None or (setting.merge == "append" and not value):
             continue
-        _layer(values, SETTINGS[name], value, f"flag {SETTINGS[name].flag}")
+        _layer(values, setting, value, f"flag {_shown_flag(setting)}")
     return Settings(values, tuple(files))
+
+
+def _shown_flag(setting: Setting) -> str:
+    return next((f for f in setting.flags if f.startswith("--")), setting.flags[0])
 
 
 def _layer(values: dict[str, Value], setting: Setting, value: Any, source: str) -> None:
@@ -309,14 +156,32 @@ def read_settings_file(file: Path) -> dict[str, tuple[Any, int]]:
             keys = ", ".join(k.split(".", 1)[1] for k in SETTINGS if k.startswith(f"{name}."))
             raise ProjectFileError(
                 f"{where}: {name}: a table of settings, not a value: write [{name}] and "
-                f"its keys under it ({keys})")
+                f"its keys under it ({keys}); got {_kind_of(value)}, {_toml(value)}")
         if setting is None:
             raise ProjectFileError(f"{where}: {name}: unknown key{_did_you_mean(name)}")
         try:
-            out[name] = (setting.check(value), line)
+            out[name] = (setting.kind.check(value), line)
         except Exception as exc:  # a check's ValueError, or a rule's ConfigError
             raise ProjectFileError(f"{where}: {name}: {exc}") from None
     return out
+
+
+def _kind_of(value: Any) -> str:
+    """A TOML value's type in TOML's words (``3`` is an integer)."""
+    kinds = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+             (list, "an array"))
+    return next((word for t, word in kinds if isinstance(value, t)), "a date or time")
+
+
+def _toml(value: Any) -> str:
+    """*value* as it would be written in TOML (short)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:39] + "…"
+        return '"' + shown.replace('"', '\\"') + '"'
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:39] + "…"
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> Iterable[tuple[str, Any]]:

@@ -1,5 +1,10 @@
 """The public runtime: :func:`open_runtime` owns one run — its root nursery, bus, sinks and agents.
 
+Set-up is configuration → plan → open (docs/architecture.md#set-up-configuration--plan--open):
+the keyword arguments make a :class:`RunConfig`; :func:`plan_run` checks and resolves it into
+a :class:`RunPlan` without opening anything; :func:`open_run` opens what the plan names (the
+provider, MCP servers, Ray, the bus and its sinks) and runs the run's nursery.
+
 ::
 
     async with open_runtime(scenario="demo.json", workspace="work") as rt:
@@ -16,7 +21,7 @@ import secrets as _secrets
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -27,7 +32,8 @@ from runtime._logs import get_logger
 from runtime.core._agent_types import AgentType, AgentTypes
 from runtime.core._approvals import PermissionBroker
 from runtime.core._bus import EventBus
-from runtime.core._context import new_run_context
+from runtime.core._config import SCHEMA
+from runtime.core._context import RunContext, new_run_context
 from runtime.core._errors import AgentsError, ConfigError
 from runtime.core._events import RunFinished, RunStarted
 from runtime.core._lazylog import LazyLogger
@@ -63,6 +69,7 @@ _CANCEL_BY = ("user", "control", "budget", "runtime")
 # It picks its way when it logs (the application's structlog, or logging): one serves every run.
 _LOG = get_logger("trio_agents")
 DEFAULT_TRACE_DIR = Path(".trio-agents") / "traces"
+_PERMISSION_TIMEOUT_S: float = SCHEMA["permissions.timeout_s"].default
 
 
 def new_run_id() -> str:
@@ -94,8 +101,7 @@ os.register_at_fork(after_in_child=_forget_random)
 @functools.lru_cache(maxsize=64)
 def _path(real: str) -> Path:
     # A Path costs more to make than the realpath it holds (a third of the workspace check);
-    # it is immutable, so runs in one workspace share one
-    # (bench/README.md, "One small run, third pass").
+    # it is immutable, so runs in one workspace share one (issue 20).
     return Path(real)
 
 
@@ -110,9 +116,8 @@ def _real_folder(workspace: str | os.PathLike[str]) -> str:
 
     On Linux the folder is opened (``O_PATH``: nothing is read) and the kernel's own name for
     it read back: three system calls in C, where ``os.path.isdir`` and ``os.path.realpath``
-    stat every component in Python (most of a small run's set-up: bench/README.md, "One
-    small run, fourth pass"). Anywhere that cannot (no ``O_PATH``, no ``/proc``, a folder
-    deleted under us), the portable way.
+    stat every component in Python (issue 20: most of a small run's set-up). Anywhere that
+    cannot (no ``O_PATH``, no ``/proc``, a folder deleted under us), the portable way.
 
     Raises:
         ConfigError: it is not a folder (or cannot be reached).
@@ -152,8 +157,49 @@ def _default_tools() -> list[Tool]:
     return builtin_tools()
 
 
-@asynccontextmanager
-async def open_runtime(
+def _tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(value)
+
+
+def _optional_tuple(value: Iterable[Any] | None) -> tuple[Any, ...] | None:
+    return None if value is None else tuple(value)
+
+
+@attrs.frozen(kw_only=True)
+class RunConfig:
+    """A run's configuration: exactly :func:`~runtime.open_runtime`'s parameters (their meaning
+    is documented there; a test keeps the two equal, names and defaults). Iterables are kept
+    as tuples, so a configuration can be planned more than once."""
+
+    provider: Provider | str | None = None
+    scenario: Scenario | str | os.PathLike[str] | Mapping[str, Any] | None = None
+    model: str | None = None
+    agent_types: tuple[AgentType, ...] = attrs.field(default=(), converter=_tuple)
+    tools: tuple[Tool, ...] | None = attrs.field(default=None, converter=_optional_tuple)
+    extra_tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tuple)
+    workspace: str | os.PathLike[str] = "."
+    trace: str | os.PathLike[str] | bool = True
+    json_out: BinaryIO | None = None
+    limits: Limits | None = None
+    tool_limits: ToolLimits | None = None
+    permission_mode: str = "deny"
+    allow: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    deny: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    permission_timeout_s: float = _PERMISSION_TIMEOUT_S
+    env: Mapping[str, str] | None = None
+    allow_env: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    run_id: str | None = None
+    on_event: Callable[[Any], None] | None = None
+    ray_address: str | None = None
+    mcp_servers: McpConfig | Mapping[str, Any] | None = None
+    project: Project | None = None
+    trace_dir: str | os.PathLike[str] | None = None
+    sandbox: Sandbox | bool = False
+    ray: RayOptions | None = None
+    middleware: tuple[object, ...] = attrs.field(default=(), converter=_tuple)
+
+
+def open_runtime(
     provider: Provider | str | None = None,
     *,
     scenario: Scenario | str | os.PathLike[str] | Mapping[str, Any] | None = None,
@@ -169,7 +215,7 @@ async def open_runtime(
     permission_mode: str = "deny",
     allow: Iterable[str] = (),
     deny: Iterable[str] = (),
-    permission_timeout_s: float = 300.0,
+    permission_timeout_s: float = _PERMISSION_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
     allow_env: Iterable[str] = (),
     run_id: str | None = None,
@@ -181,11 +227,14 @@ async def open_runtime(
     sandbox: Sandbox | bool = False,
     ray: RayOptions | None = None,
     middleware: Iterable[object] = (),
-) -> AsyncGenerator[Runtime, None]:
+) -> AbstractAsyncContextManager[Runtime]:
     """Open a run: its bus, trace file, provider and root nursery. An async context manager::
 
         async with open_runtime("anthropic", workspace="repo") as rt:
             outcome = await rt.run("Find the TODOs")
+
+    The keyword arguments are a :class:`~runtime.wiring.RunConfig`; ``open_run(config)`` is
+    the same call with one already made.
 
     Args:
         provider: a :class:`Provider`, or ``"scripted"`` / ``"openai"`` / ``"anthropic"``.
@@ -209,7 +258,7 @@ async def open_runtime(
         run_id: the run's id (default: a new one, sortable by time); names the default trace.
         on_event: a tap installed before ``run_started`` (sees every event of the run).
         ray_address: the Ray cluster for agent types placed on ``ray`` (default
-            ``RAY_ADDRESS``; with neither, a local cluster is started for the run).
+            ``RAY_ADDRESS``; with neither, a private local cluster is started for the run).
         mcp_servers: MCP servers whose tools the agents get (``mcp__SERVER__TOOL``): an
             :class:`~runtime.mcp.McpConfig`, or the ``mcpServers`` object of a ``.mcp.json``
             (docs/mcp.md). They start with the run, all at once, and close after its agents; a
@@ -222,7 +271,6 @@ async def open_runtime(
         sandbox: run every ``bash`` call under bubblewrap (``True``, or a :class:`Sandbox`
             for its options: network, more paths to hide); see ``runtime/core/_sandbox.py``.
             Checked once at start: :class:`ConfigError` when bwrap is missing or cannot work.
-            ``RAY_ADDRESS``; with neither, a private local cluster is started for the run).
         ray: how the ``ray`` placement uses the cluster (hosts per node, spread or pack,
             timeouts): :class:`~runtime.cluster.RayOptions`.
         middleware: layers around every tool call and model call, the first outermost:
@@ -233,35 +281,137 @@ async def open_runtime(
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
     cancelled, in which case every running node first ends ``cancelled``.
     """
-    limits = limits or _default_limits()
-    t0 = trio.current_time()
-    run_id = run_id or new_run_id()
+    config = RunConfig(
+        provider=provider, scenario=scenario, model=model, agent_types=agent_types,
+        tools=tools, extra_tools=extra_tools, workspace=workspace, trace=trace,
+        json_out=json_out, limits=limits, tool_limits=tool_limits,
+        permission_mode=permission_mode, allow=allow, deny=deny,
+        permission_timeout_s=permission_timeout_s, env=env, allow_env=allow_env,
+        run_id=run_id, on_event=on_event, ray_address=ray_address, mcp_servers=mcp_servers,
+        project=project, trace_dir=trace_dir, sandbox=sandbox, ray=ray, middleware=middleware,
+    )  # fmt: skip
+    return open_run(config)  # its context manager itself: no second layer to enter per run
+
+
+# -- the plan: what the run will be, decided before anything is opened ---------------------------
+
+
+@attrs.frozen(kw_only=True)
+class RunPlan:
+    """A :class:`RunConfig` checked and resolved (:func:`plan_run`): names turned into objects,
+    paths into real paths, the environment scanned for secrets. Nothing in it is open: no task,
+    no connection, no file written; :func:`open_run` opens what it names.
+
+    Attributes:
+        provider: the provider object, or the name of one :func:`open_run` opens.
+        tools: the run's tools by name before MCP (whose tools come when its servers start).
+        env: the environment the tools see (secrets removed); *secrets*: the values masked.
+        base_env: the environment providers and MCP servers read their keys from.
+    """
+
+    config: RunConfig
+    run_id: str
+    workspace: Path
+    limits: Limits
+    scenario: Scenario | None
+    provider: Provider | str
+    tools: Mapping[str, Tool]
+    agent_types: AgentTypes
+    mcp: McpConfig | None
+    env: dict[str, str]
+    base_env: Callable[[], dict[str, str]]
+    secrets: tuple[str, ...]
+    trace_path: Path | None
+    policy: PermissionPolicy
+    sandbox: Sandbox | None
+
+
+def plan_run(config: RunConfig) -> RunPlan:
+    """Check *config* and resolve it into a :class:`RunPlan`: a synchronous step that opens
+    nothing (it reads the workspace's path and a scenario file).
+
+    Raises:
+        ConfigError: a bad workspace, scenario, tool or agent type (one line naming it).
+    """
+    run_id = config.run_id or new_run_id()
     # Setting up a run touches the disk a few times before anything runs; that is fine.
-    ws = _path(_real_folder(workspace))
+    ws = _path(_real_folder(config.workspace))
+    project = config.project
     if project is not None and project.workspace != ws:
         raise ConfigError(f"the project was loaded for {project.workspace}, not the workspace {ws}")
-    scen: Scenario | None = None
-    scen_types: Iterable[AgentType] = ()
-    if isinstance(scenario, Mapping):
-        scen, scen_types = scenario_from_mapping(scenario)  # checked once per distinct object
-    elif scenario is not None:
-        scen = scenario if isinstance(scenario, Scenario) else Scenario.load(scenario)
-        scen_types = agent_types_from_scenario(scen)
+    scen, scen_types = _scenario(config.scenario)
+    provider = config.provider
     if provider is None:
         provider = "scripted" if scen is not None else "openai"
-    tool_list = list(_default_tools() if tools is None else tools) + list(extra_tools)
-    tool_map: dict[str, Tool] = {}
-    for tool in tool_list:
-        if tool.name in tool_map:
-            raise ConfigError(f"two tools are named {tool.name!r}")
-        tool_map[tool.name] = tool
-    mcp_config = _mcp_config(mcp_servers)
+    tool_map = _tool_map(config)
+    servers = _mcp_config(config.mcp_servers)
     if project is not None and project.skills and "skill" not in tool_map:
         from runtime._tools import SkillTool
 
         tool_map["skill"] = SkillTool(project.skills)
+    types = _agent_types(config, scen_types, tool_map, has_mcp=servers is not None)
+    # The process's environment (the default) is copied only for the parts that read it.
+    given_env = None if config.env is None else dict(config.env)
+
+    def base_env() -> dict[str, str]:
+        return run_environ() if given_env is None else given_env
+
+    # Scanned once per distinct environment in the process, not per run.
+    if given_env is None:
+        run_env, secret_list = scan_run_environ(config.allow_env)
+    else:
+        run_env, secret_list = scan_env(given_env, config.allow_env)
+    trace_path = _trace_path(config, run_id)
+    return RunPlan(
+        config=config,
+        run_id=run_id,
+        workspace=ws,
+        limits=config.limits or _default_limits(),
+        scenario=scen,
+        provider=provider,
+        tools=tool_map,
+        agent_types=types,
+        mcp=servers,
+        env=run_env,
+        base_env=base_env,
+        secrets=tuple(secret_list),
+        trace_path=trace_path,
+        policy=_policy(config, ws, trace_path),
+        sandbox=_sandbox(config, ws, trace_path),
+    )
+
+
+def _scenario(
+    scenario: Scenario | str | os.PathLike[str] | Mapping[str, Any] | None,
+) -> tuple[Scenario | None, Iterable[AgentType]]:
+    if isinstance(scenario, Mapping):
+        return scenario_from_mapping(scenario)  # checked once per distinct object
+    if scenario is None:
+        return None, ()
+    scen = scenario if isinstance(scenario, Scenario) else Scenario.load(scenario)
+    return scen, agent_types_from_scenario(scen)
+
+
+def _tool_map(config: RunConfig) -> dict[str, Tool]:
+    tool_list = list(_default_tools() if config.tools is None else config.tools)
+    tool_map: dict[str, Tool] = {}
+    for tool in (*tool_list, *config.extra_tools):
+        if tool.name in tool_map:
+            raise ConfigError(f"two tools are named {tool.name!r}")
+        tool_map[tool.name] = tool
+    return tool_map
+
+
+def _agent_types(
+    config: RunConfig,
+    scen_types: Iterable[AgentType],
+    tool_map: Mapping[str, Tool],
+    *,
+    has_mcp: bool,
+) -> AgentTypes:
+    """The run's agent types: the scenario's, the project's files', then *config*'s own."""
     types = AgentTypes(scen_types)
-    for t in project.agent_types if project is not None else ():
+    for t in config.project.agent_types if config.project is not None else ():
         # A definition file may name a tool this run lacks (an MCP server not configured):
         # the agent goes without it rather than the run failing on a file it cannot fix.
         # MCP names and globs are kept: their servers start below.
@@ -269,10 +419,10 @@ async def open_runtime(
             None if t.tools is None else tuple(n for n in t.tools if tool_name_known(n, tool_map))
         )
         types.add(attrs.evolve(t, tools=tools_of))
-    for t in agent_types:
+    for t in config.agent_types:
         types.add(t)
     for t in types.values():
-        if mcp_config is not None and t.placement == "ray" and t.tools is not None:
+        if has_mcp and t.placement == "ray" and t.tools is not None:
             _refuse_mcp_on_ray(t)
         for name in t.tools or ():
             if not tool_name_known(name, tool_map):  # MCP tools are known once their servers start
@@ -280,165 +430,89 @@ async def open_runtime(
                     f"agent type {t.name!r} names unknown tool {name!r}; "
                     f"known tools: {', '.join(sorted(tool_map))}"
                 )
-    allow, deny = tuple(allow), tuple(deny)  # iterated twice: the policy and run_started
-    # The process's environment (the default) is copied only for the parts that read it.
-    given_env = None if env is None else dict(env)
+    return types
 
-    def base_env() -> dict[str, str]:
-        return run_environ() if given_env is None else given_env
 
-    allow_env = tuple(allow_env)
-    # Scanned once per distinct environment in the process, not per run.
-    if given_env is None:
-        run_env, secret_list = scan_run_environ(allow_env)
-    else:
-        run_env, secret_list = scan_env(given_env, allow_env)
-    trace_path: Path | None = None
-    if trace is True:
-        trace_path = Path(trace_dir or DEFAULT_TRACE_DIR) / f"{run_id}.jsonl"
-    elif trace is not False:
-        trace_path = Path(trace)
+def _trace_path(config: RunConfig, run_id: str) -> Path | None:
+    if config.trace is True:
+        return Path(config.trace_dir or DEFAULT_TRACE_DIR) / f"{run_id}.jsonl"
+    if config.trace is False:
+        return None
+    return Path(config.trace)
+
+
+def _policy(config: RunConfig, ws: Path, trace_path: Path | None) -> PermissionPolicy:
     # Files no tool may change, whatever the mode: .mcp.json (its commands run when the next
     # run starts) and this run's trace (the audit trail), wherever it lies.
-    ws_str = str(ws)
-    protected = [os.path.join(ws_str, ".mcp.json")]
+    protected = [os.path.join(str(ws), ".mcp.json")]
     if trace_path is not None:
-        protected.append(str(Path(os.path.abspath(trace_path))))  # noqa: ASYNC240 - no I/O
-    policy = PermissionPolicy(
-        mode=permission_mode,
-        allow=allow,
-        deny=deny,
+        protected.append(str(Path(os.path.abspath(trace_path))))
+    return PermissionPolicy(
+        mode=config.permission_mode,
+        allow=config.allow,
+        deny=config.deny,
         workspace=ws,
         protected=tuple(protected),
     )
-    box: Sandbox | None = None
-    if sandbox:
-        box = sandbox if isinstance(sandbox, Sandbox) else Sandbox()
-        # The runtime's own files stay read-only to sandboxed commands.
-        own = [str(ws / ".trio-agents"), str(ws / ".mcp.json")]
-        if trace_path is not None:
-            own.append(str(trace_path.parent.resolve()))
-        box = attrs.evolve(box, read_only=(*box.read_only, *own))
-        await trio.to_thread.run_sync(box.check, ws)
 
+
+def _sandbox(config: RunConfig, ws: Path, trace_path: Path | None) -> Sandbox | None:
+    if not config.sandbox:
+        return None
+    box = config.sandbox if isinstance(config.sandbox, Sandbox) else Sandbox()
+    # The runtime's own files stay read-only to sandboxed commands.
+    own = [str(ws / ".trio-agents"), str(ws / ".mcp.json")]
+    if trace_path is not None:
+        own.append(str(trace_path.parent.resolve()))
+    return attrs.evolve(box, read_only=(*box.read_only, *own))
+
+
+# -- open: the provider, MCP servers, Ray, the bus and its sinks ---------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class _Services:
+    """What :func:`_open_services` opened for a plan (closed by its exit stack)."""
+
+    provider: Provider
+    tools: dict[str, Tool]
+    mcp: Any
+    placements: dict[str, Any]
+    secrets: tuple[str, ...]
+
+
+@asynccontextmanager
+async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
+    """:func:`open_runtime` for a :class:`RunConfig` already made: plan the run
+    (:func:`plan_run`), then open its provider, MCP servers, Ray placement, bus and sinks, and
+    run its nursery. Behaves as :func:`open_runtime` on leaving, raising and cancellation.
+
+    Raises:
+        ConfigError: a bad configuration, before anything is opened.
+    """
+    t0 = trio.current_time()
+    plan = plan_run(config)
+    if plan.sandbox is not None:
+        await trio.to_thread.run_sync(plan.sandbox.check, plan.workspace)
     async with AsyncExitStack() as stack:
-        if isinstance(provider, str):
-            if provider == "scripted":
-                if scen is None:
-                    raise ConfigError("the scripted provider needs a scenario (--scenario FILE)")
-                prov: Provider = ScriptedProvider(scen)
-            else:
-                from runtime.providers import open_provider  # httpx only when needed
-
-                prov = await stack.enter_async_context(
-                    open_provider(provider, model=model, env=base_env())
-                )
-        else:
-            prov = provider
-        mcp = None
-        if mcp_config is not None:
-            from runtime.mcp import open_mcp_servers  # the SDK is heavy: only when configured
-
-            mcp = await stack.enter_async_context(
-                open_mcp_servers(
-                    mcp_config,
-                    env=run_env,
-                    environ=base_env(),
-                    workspace=ws,
-                    secrets=secret_list,
-                )
-            )
-            for tool in mcp.tools:
-                if tool.name in tool_map:
-                    raise ConfigError(f"two tools are named {tool.name!r}")
-                tool_map[tool.name] = tool
-            secret_list = mcp.secrets
-        placements: dict[str, Any] = {}
-        if any(t.placement == "ray" for t in types.values()):
-            from runtime.cluster._placement import (
-                open_ray_placement,  # Ray is heavy: only for runs that use it
-            )
-
-            placements["ray"] = await stack.enter_async_context(
-                open_ray_placement(
-                    address=ray_address or base_env().get("RAY_ADDRESS"),
-                    options=ray,
-                )
-            )
+        services = await _open_services(plan, stack)
         # Every event's strings are masked at the bus; log lines too, while the run is open.
-        bus = EventBus(run_id, redactor=redactor_for(secret_list))
-        if secret_list:  # masking nothing changes nothing (most runs)
-            stack.enter_context(log_secrets(secret_list))
-        sinks: list[JsonlSink] = []
-        trace_sink: JsonlSink | None = None
-        if trace_path is not None:
-            # Locked, 0600, never through a symlink (runtime/trace/_sinks.py).
-            trace_file = open_trace_file(trace_path)
-            trace_sink = JsonlSink(trace_file, name="trace", close_file=True, watch=trace_path)
-            sinks.append(trace_sink)
-            # Nothing reaches --json or a subscriber before it is in the trace.
-            bus.set_gate(trace_sink)
-        writers: list[JsonlSink | PipeSink] = []
-        json_pipe = open_pipe_writer(json_out) if json_out is not None else None
-        if json_pipe is not None:
-            # A subscriber, not a tap: a stalled reader makes the agents wait, not the loop.
-            pipe_sink = PipeSink(json_pipe, bus, name="json")
-            stack.callback(pipe_sink.close)  # owns the descriptor from here on
-            writers.append(pipe_sink)
-        elif json_out is not None:
-            sinks.append(JsonlSink(json_out, name="json", interval_s=0.005, gate=trace_sink))
-        for sink in sinks:
-            # Sinks first: they see every event even if a user's tap misbehaves; and they are
-            # closed (flushed) by the exit stack whatever happens below.
-            bus.add_tap(sink)
-            stack.callback(sink.close)
-        writers += sinks
-        if on_event is not None:
-            bus.add_tap(on_event)
-        chain = MiddlewareChain(tuple(middleware))
-        run = new_run_context(
-            run_id=run_id,
-            bus=bus,
-            provider=MiddlewareProvider(prov, chain) if chain.model_layers else prov,
-            model=model or getattr(prov, "model", None) or "scripted",
-            agent_types=types,
-            tools=tool_map,
-            tool_limits=tool_limits or _tool_limits(limits.max_tool_output_chars),
-            limits=limits,
-            workspace=ws,
-            env=run_env,
-            secrets=secret_list,
-            broker=PermissionBroker(bus, policy, timeout_s=permission_timeout_s),
-            log=LazyLogger(_LOG, run_id=run_id),
-            sandbox=box,
-            placements=placements,
-            system_prompt=project.system_prompt() if project is not None else None,
-            middleware=chain if chain.tool_layers else None,
-        )
+        bus = EventBus(plan.run_id, redactor=redactor_for(services.secrets))
+        if services.secrets:  # masking nothing changes nothing (most runs)
+            stack.enter_context(log_secrets(services.secrets))
+        writers = _open_sinks(plan, bus, stack)
+        if config.on_event is not None:
+            bus.add_tap(config.on_event)
+        run = _run_context(plan, services, bus)
+        started = _run_config_event(plan, services, run)
         runtime_box: list[Runtime] = []
-        config = {
-            **prov.describe(),
-            "provider": prov.name,
-            "model": run.settings.model,
-            "workspace": ws_str,
-            "permission_mode": permission_mode,
-            "limits": limits.public(),
-            "agent_types": sorted(types),
-            "sandbox": None if box is None else {"network": box.network},
-            "permission_rules": {"allow": [str(r) for r in allow], "deny": [str(r) for r in deny]},
-        }
-        if mcp is not None:
-            config["mcp_servers"] = mcp.describe()
-        if project is not None:
-            config["instructions"] = [str(f.path) for f in project.instructions]
-            config["skills"] = sorted(skill.name for skill in project.skills)
         try:
             bus.emit_nowait(
                 RunStarted,
                 agent_id=None,
                 parent_tool_use_id=None,
                 version=_version(),
-                config=config,
+                config=started,
             )
             async with trio.open_nursery() as nursery:
                 for writer in writers:
@@ -449,7 +523,7 @@ async def open_runtime(
                     nursery.cancel_scope.cancel(reason=f"the runtime failed: {exc!r}")
 
                 bus.on_core_failure = core_failed
-                rt = Runtime(run, nursery, trace_path)
+                rt = Runtime(run, nursery, plan.trace_path)
                 runtime_box.append(rt)
                 try:
                     yield rt
@@ -458,27 +532,166 @@ async def open_runtime(
                     rt._closing = True
                     if nursery.child_tasks:  # else nothing is left to stop (and no checkpoint
                         # follows in this scope): a cancel here would be pure cost
-                        # (bench/README.md, "One small run, third pass")
                         nursery.cancel_scope.cancel(reason="the run is over")
         finally:
-            status = runtime_box[0].final_status() if runtime_box else "cancelled"
-            if bus.core_error is not None:
-                status = "failed"
-            if not bus.closed:
-                try:
-                    bus.emit_nowait(
-                        RunFinished,
-                        agent_id=None,
-                        parent_tool_use_id=None,
-                        status=status,
-                        duration_s=trio.current_time() - t0,
-                    )
-                finally:
-                    bus.close()
+            _finish(bus, runtime_box[0] if runtime_box else None, t0)
         if bus.core_error is not None:
             raise AgentsError(
                 f"the run failed: the runtime's own bookkeeping raised {bus.core_error!r}"
             ) from bus.core_error
+
+
+def _finish(bus: EventBus, rt: Runtime | None, t0: float) -> None:
+    """``run_finished`` (with the run's status) and the bus closed, whatever happened."""
+    status = rt.final_status() if rt is not None else "cancelled"
+    if bus.core_error is not None:
+        status = "failed"
+    if not bus.closed:
+        try:
+            bus.emit_nowait(
+                RunFinished,
+                agent_id=None,
+                parent_tool_use_id=None,
+                status=status,
+                duration_s=trio.current_time() - t0,
+            )
+        finally:
+            bus.close()
+
+
+async def _open_services(plan: RunPlan, stack: AsyncExitStack) -> _Services:
+    """Open the plan's provider, MCP servers and Ray placement on *stack*."""
+    config = plan.config
+    if isinstance(plan.provider, str):
+        if plan.provider == "scripted":
+            if plan.scenario is None:
+                raise ConfigError("the scripted provider needs a scenario (--scenario FILE)")
+            prov: Provider = ScriptedProvider(plan.scenario)
+        else:
+            from runtime.providers import open_provider  # httpx only when needed
+
+            prov = await stack.enter_async_context(
+                open_provider(plan.provider, model=config.model, env=plan.base_env())
+            )
+    else:
+        prov = plan.provider
+    tool_map = dict(plan.tools)
+    secrets = plan.secrets
+    mcp = None
+    if plan.mcp is not None:
+        from runtime.mcp import open_mcp_servers  # the SDK is heavy: only when configured
+
+        mcp = await stack.enter_async_context(
+            open_mcp_servers(
+                plan.mcp,
+                env=plan.env,
+                environ=plan.base_env(),
+                workspace=plan.workspace,
+                secrets=list(secrets),
+            )
+        )
+        for tool in mcp.tools:
+            if tool.name in tool_map:
+                raise ConfigError(f"two tools are named {tool.name!r}")
+            tool_map[tool.name] = tool
+        secrets = tuple(mcp.secrets)
+    placements: dict[str, Any] = {}
+    if any(t.placement == "ray" for t in plan.agent_types.values()):
+        from runtime.cluster._placement import (
+            open_ray_placement,  # Ray is heavy: only for runs that use it
+        )
+
+        placements["ray"] = await stack.enter_async_context(
+            open_ray_placement(
+                address=config.ray_address or plan.base_env().get("RAY_ADDRESS"),
+                options=config.ray,
+            )
+        )
+    return _Services(
+        provider=prov, tools=tool_map, mcp=mcp, placements=placements, secrets=secrets
+    )
+
+
+def _open_sinks(
+    plan: RunPlan, bus: EventBus, stack: AsyncExitStack
+) -> list[JsonlSink | PipeSink]:
+    """The trace file and ``--json`` writers, as taps or subscribers of *bus*; closed (flushed)
+    by *stack* whatever happens. Returns the writers whose ``run`` the run nursery starts."""
+    json_out = plan.config.json_out
+    sinks: list[JsonlSink] = []
+    trace_sink: JsonlSink | None = None
+    if plan.trace_path is not None:
+        # Locked, 0600, never through a symlink (runtime/trace/_sinks.py).
+        trace_file = open_trace_file(plan.trace_path)
+        trace_sink = JsonlSink(trace_file, name="trace", close_file=True, watch=plan.trace_path)
+        sinks.append(trace_sink)
+        # Nothing reaches --json or a subscriber before it is in the trace.
+        bus.set_gate(trace_sink)
+    writers: list[JsonlSink | PipeSink] = []
+    json_pipe = open_pipe_writer(json_out) if json_out is not None else None
+    if json_pipe is not None:
+        # A subscriber, not a tap: a stalled reader makes the agents wait, not the loop.
+        pipe_sink = PipeSink(json_pipe, bus, name="json")
+        stack.callback(pipe_sink.close)  # owns the descriptor from here on
+        writers.append(pipe_sink)
+    elif json_out is not None:
+        sinks.append(JsonlSink(json_out, name="json", interval_s=0.005, gate=trace_sink))
+    for sink in sinks:
+        # Sinks first: they see every event even if a user's tap misbehaves; and they are
+        # closed (flushed) by the exit stack whatever happens below.
+        bus.add_tap(sink)
+        stack.callback(sink.close)
+    writers += sinks
+    return writers
+
+
+def _run_context(plan: RunPlan, services: _Services, bus: EventBus) -> RunContext:
+    config, limits, prov = plan.config, plan.limits, services.provider
+    chain = MiddlewareChain(config.middleware)
+    return new_run_context(
+        run_id=plan.run_id,
+        bus=bus,
+        provider=MiddlewareProvider(prov, chain) if chain.model_layers else prov,
+        model=config.model or getattr(prov, "model", None) or "scripted",
+        agent_types=plan.agent_types,
+        tools=services.tools,
+        tool_limits=config.tool_limits or _tool_limits(limits.max_tool_output_chars),
+        limits=limits,
+        workspace=plan.workspace,
+        env=plan.env,
+        secrets=services.secrets,
+        broker=PermissionBroker(bus, plan.policy, timeout_s=config.permission_timeout_s),
+        log=LazyLogger(_LOG, run_id=plan.run_id),
+        sandbox=plan.sandbox,
+        placements=services.placements,
+        system_prompt=config.project.system_prompt() if config.project is not None else None,
+        middleware=chain if chain.tool_layers else None,
+    )
+
+
+def _run_config_event(plan: RunPlan, services: _Services, run: RunContext) -> dict[str, Any]:
+    """``run_started.config`` (docs/events.md): what the run runs with, never a secret."""
+    config, prov, box = plan.config, services.provider, plan.sandbox
+    out = {
+        **prov.describe(),
+        "provider": prov.name,
+        "model": run.settings.model,
+        "workspace": str(plan.workspace),
+        "permission_mode": config.permission_mode,
+        "limits": plan.limits.public(),
+        "agent_types": sorted(plan.agent_types),
+        "sandbox": None if box is None else {"network": box.network},
+        "permission_rules": {
+            "allow": [str(r) for r in config.allow],
+            "deny": [str(r) for r in config.deny],
+        },
+    }
+    if services.mcp is not None:
+        out["mcp_servers"] = services.mcp.describe()
+    if config.project is not None:
+        out["instructions"] = [str(f.path) for f in config.project.instructions]
+        out["skills"] = sorted(skill.name for skill in config.project.skills)
+    return out
 
 
 def _mcp_config(servers: McpConfig | Mapping[str, Any] | None) -> McpConfig | None:
