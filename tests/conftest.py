@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -39,3 +40,16 @@ def user_config_home(
     config = tmp_path_factory.mktemp("config")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
     return config
+
+
+@pytest.fixture
+def trust() -> Any:
+    """``trust(folder)``: the test's user trusts *folder* as it is now (docs/configuration.md,
+    "Trust"): its own settings file may then loosen, its .mcp.json servers start. Call it after
+    writing the workspace's files (a change afterwards makes it untrusted again)."""
+    from runtime.project._trust import TrustStore
+
+    def trust_folder(folder: Path) -> None:
+        TrustStore.load().trust(folder)
+
+    return trust_folder

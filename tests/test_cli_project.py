@@ -128,7 +128,7 @@ def test_demo_ignores_settings_files(tmp_path: Path, user_config_home: Path) -> 
     assert proc.returncode == 0, proc.stderr
 
 
-def test_settings_fill_the_options_the_command_line_left_unset(workspace: Path) -> None:
+def test_settings_fill_the_options_the_command_line_left_unset(workspace: Path, trust: Any) -> None:
     from runtime.cli._main import build_parser
     from runtime.cli._project import apply_project
 
@@ -139,6 +139,7 @@ def test_settings_fill_the_options_the_command_line_left_unset(workspace: Path) 
         "timeout_s = 12\n[limits]\nmax_turns = 4\nmax_agents = 9\n"
         "[sandbox]\nnetwork = true\n[trace]\nenabled = false\n"
     )
+    trust(workspace)  # its mode, rules and limits loosen: applied in a trusted workspace
 
     def opts_for(*flags: str) -> Any:
         ns = build_parser().parse_args(["run", "x", "--workspace", str(workspace), *flags])
@@ -179,13 +180,16 @@ def test_settings_set_the_context_window_and_mcp_and_flags_win(tmp_path: Path) -
     assert (limits.context_window, limits.compact_threshold) == (9000, 0.6)
 
 
-def test_mcp_config_files_in_settings_are_taken_from_the_workspace(tmp_path: Path) -> None:
+def test_mcp_config_files_in_settings_are_taken_from_the_workspace(
+    tmp_path: Path, trust: Any
+) -> None:
     from runtime.cli._main import build_parser
     from runtime.cli._project import apply_project
 
     ws = tmp_path / "ws"
     (ws / ".trio-agents").mkdir(parents=True)
     (ws / ".trio-agents" / "settings.toml").write_text('[mcp]\nconfig = ["mine.json"]\n')
+    trust(ws)
     ns = build_parser().parse_args(["run", "x", "--workspace", str(ws), "--no-trace"])
     opts = apply_project(ns)
     assert opts.mcp.config == (str(ws / "mine.json"),)

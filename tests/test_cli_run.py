@@ -523,10 +523,10 @@ def test_allow_env_lets_bash_see_a_secret_that_stays_masked(tmp_path: Path, how:
             "--permission-mode", "allow-all"]
     if how == "flag":
         args += ["--allow-env", "GH_TOKEN"]
-    elif how == "settings":
-        (tmp_path / ".trio-agents").mkdir()
-        (tmp_path / ".trio-agents" / "settings.toml").write_text(
-            '[permissions]\nallow_env = ["GH_TOKEN"]\n')
+    elif how == "settings":  # the user's own file (a workspace's may not loosen: test_trust.py)
+        user = Path(os.environ["XDG_CONFIG_HOME"]) / "trio-agents"
+        user.mkdir(parents=True, exist_ok=True)
+        (user / "settings.toml").write_text('[permissions]\nallow_env = ["GH_TOKEN"]\n')
     proc = subprocess.run(
         cli(*args),
         cwd=tmp_path,

@@ -24,7 +24,13 @@ __all__ = ["http_url", "spawn"]  # fixtures
 
 
 def mcp_json(path: Path, servers: dict[str, Any]) -> Path:
+    """Write an MCP config; a workspace's own ``.mcp.json`` is the test user's: trusted as
+    written (docs/configuration.md, "Trust"; test_trust.py covers an untrusted one)."""
+    from runtime.project._trust import TrustStore
+
     path.write_text(json.dumps({"mcpServers": servers}))
+    if path.name == ".mcp.json":
+        TrustStore.load().trust(path.parent)
     return path
 
 

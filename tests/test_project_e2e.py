@@ -163,6 +163,9 @@ async def test_settings_and_flags_combine_on_the_command_line(
     (repo / ".trio-agents").mkdir()
     (repo / ".trio-agents" / "settings.toml").write_text(
         'provider = "openai"\nmodel = "workspace-model"\n[trace]\ndir = "my-traces"\n')
+    from runtime.project._trust import TrustStore
+
+    TrustStore.load().trust(repo)  # its provider and trace dir loosen: the user trusts it
     env = {**env_for(server), "XDG_CONFIG_HOME": str(user_config_home), "HOME": str(repo)}
     proc = await run_cli(["run", "hello", "--json"], repo, env)
     assert proc.returncode == 0, proc.stderr

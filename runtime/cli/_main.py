@@ -195,6 +195,9 @@ def _add_project_commands(sub: Any) -> None:
         "prints JSON.",
     )
     add_common_options(config)
+    from ._trust_cmd import add_trust_parser
+
+    add_trust_parser(sub)
 
 
 def _add_control_commands(sub: Any) -> None:
@@ -305,6 +308,10 @@ def _main(argv: list[str] | None) -> int:
             if ns.command == "permit":
                 return cmd_permit(ns.control, ns.request_id, ns.answer, always=ns.always)
             return cmd_pending(ns.control, as_json=ns.json)
+        if ns.command == "trust":
+            from ._trust_cmd import cmd_trust
+
+            return cmd_trust(ns)
         if ns.command == "config":
             from ._project import cmd_config
 

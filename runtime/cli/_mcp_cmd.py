@@ -59,7 +59,14 @@ def main(ns: argparse.Namespace, parser: CliParser) -> int:
     if ns.mcp_command is None:
         error_line(f"{PROG} mcp needs a command: list (see {PROG} mcp --help)")
         return EXIT_USAGE
+    import dataclasses
+    from pathlib import Path
+
+    from ._trust_cmd import verdict_for
+
     opts = options_from_args(ns)
+    # An untrusted workspace's servers are neither started nor have their ${VAR}s expanded.
+    opts = dataclasses.replace(opts, trusted=verdict_for(Path(opts.workspace or ".")).trusted)
     setup_logging(opts.debug)
     return run_command(lambda: list_servers(opts, as_json=ns.json), debug=opts.debug)
 

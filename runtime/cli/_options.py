@@ -210,6 +210,7 @@ class McpOptions:
 
     config: tuple[str, ...] = ()
     enabled: bool = True
+    project_servers: tuple[str, ...] = ()
     start_timeout_s: float | None = None
 
 
@@ -287,6 +288,9 @@ class RunOptions:
     """The workspace's project files, loaded by ``run`` and ``chat`` (``cli/_project.py``)."""
     run_id: str | None = None
     """The run's id (``chat`` names its runs after the session); None: a new one."""
+    trusted: bool = True
+    """Whether the workspace is trusted (docs/configuration.md#trust): when not, its
+    ``.mcp.json`` servers start only if approved by name (``mcp.project_servers``)."""
 
 
 def _make_limits(**values: Any) -> Limits:
@@ -495,12 +499,31 @@ def load_mcp_options(opts: RunOptions) -> Any:
     if not opts.mcp.enabled:
         return McpConfig()
 
-    return load_mcp_config(
+    project_file = Path(opts.workspace or ".") / ".mcp.json"
+    config = load_mcp_config(
         opts.mcp.config,
-        optional=[Path(opts.workspace or ".") / ".mcp.json"],
+        optional=[project_file],
         start_timeout_s=opts.mcp.start_timeout_s or DEFAULT_START_TIMEOUT_S,
         on_warning=warning_line,
     )
+    if opts.trusted:
+        return config
+    # An untrusted workspace's own servers are commands and URLs the repository chose: none
+    # starts (and no ${VAR} of theirs is expanded) unless the user approved it by name.
+    kept: list[Any] = []
+    held: list[Any] = []
+    for server in config.servers:
+        ours = Path(server.source).resolve() == project_file.resolve()
+        (held if ours and server.name not in opts.mcp.project_servers else kept).append(server)
+    if held:
+        names = ", ".join(s.name for s in held)
+        warning_line(
+            f"not starting the MCP servers of {project_file} ({names}): the workspace is not "
+            f"trusted; trust it with: trio-agents trust {Path(opts.workspace or '.').resolve()}"
+        )
+    import attrs
+
+    return attrs.evolve(config, servers=tuple(kept))
 
 
 # -- logging -------------------------------------------------------------------------------

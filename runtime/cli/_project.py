@@ -25,6 +25,7 @@ from ._options import (
     effective_setting,
     flags_from_args,
     options_from_settings,
+    stdio_is_terminal,
     warning_line,
 )
 
@@ -60,11 +61,20 @@ def load_effective_settings(ns: argparse.Namespace) -> Settings:
     """
     from runtime.project import load_settings
 
+    from ._trust_cmd import settle, verdict_for
+
     flags = flags_from_args(ns)
     _check_usage(flags)
     workspace = _workspace(ns)
+    verdict = verdict_for(workspace)
     with _usage_errors():
-        return load_settings(workspace.resolve(), flags=flags)
+        settings = load_settings(workspace.resolve(), flags=flags, trusted=verdict.trusted)
+    # A run on a terminal asks; everything else (config, a pipe, --json) says what it ignored.
+    can_ask = getattr(ns, "command", None) in ("run", "chat") and not getattr(ns, "json", False)
+    if settle(settings, verdict, can_ask=can_ask and stdio_is_terminal()):
+        with _usage_errors():
+            settings = load_settings(workspace.resolve(), flags=flags, trusted=True)
+    return settings
 
 
 def load_workspace_project(workspace: str | None, *, warn: bool = True) -> Project:
@@ -92,7 +102,7 @@ def apply_project(ns: argparse.Namespace) -> RunOptions:
     settings = load_effective_settings(ns)
     project = load_workspace_project(settings["workspace"])
     with _usage_errors():  # a bad limit: one line
-        return options_from_settings(settings, project=project)
+        return options_from_settings(settings, project=project, trusted=settings.trusted)
 
 
 # -- trio-agents run --show-system-prompt [TYPE] ---------------------------------------------

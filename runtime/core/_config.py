@@ -472,6 +472,12 @@ TABLE: Final[tuple[Setting, ...]] = (
     _S("mcp.enabled", BOOLEAN, "start no MCP server at all", _MCP_ON, default=True,
        flags=("--no-mcp",), flag_value=False, param="mcp_servers", group="mcp",
        doc="start the configured MCP servers (`false` is `--no-mcp`)"),
+    _S("mcp.project_servers", STRINGS, "the servers of an untrusted workspace's .mcp.json that "
+       "may start all the same, by name (Claude Code's enabledMcpjsonServers)",
+       Trust("added", "a listed project server starts, a command the repository chose"),
+       default=(), merge="append", group="mcp",
+       doc="servers of an untrusted workspace's `.mcp.json` approved one by one, by name "
+       "(`docs/configuration.md#trust`)", default_doc="none"),
     _S("mcp.start_timeout_s", SECONDS, "how long each MCP server may take to start (default: "
        "30)",
        NEUTRAL, flags=("--mcp-start-timeout",), param="mcp_servers", in_file=False,

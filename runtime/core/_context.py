@@ -10,6 +10,7 @@ A run context is the run's services, its :class:`RunSettings` (immutable) and it
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -97,6 +98,10 @@ class RunSettings:
     system_prompt: SystemPromptBuilder | None = None
 
 
+_OWN_ID_HEAD = "tu-"
+_OWN_ID = re.compile(r"tu-\d+\.(?:s?\d+)")
+
+
 class Scheduler:
     """Which agents of a run exist and run, as the run's agents and placements change it.
 
@@ -136,7 +141,12 @@ class Scheduler:
 
     def claim_tool_use_id(self, wanted: str) -> str:
         """*wanted* when no call of the run had it yet; else a run-unique id made from it
-        (``call_0~2``, ``call_0~3``, …; an empty id becomes ``call~2``)."""
+        (``call_0~2``, ``call_0~3``, …; an empty id becomes ``call~2``). The runtime's own
+        ``tu-A.K`` ids are unique already and pass as they are."""
+        if wanted.startswith(_OWN_ID_HEAD) and _OWN_ID.fullmatch(wanted):
+            # tu-A.K, made by the runtime's own providers: unique by construction (agent A's
+            # K-th call), and not kept, so a long-lived runtime's memory stays flat.
+            return wanted
         ids = self._tool_ids
         if wanted and wanted not in ids:
             ids.add(wanted)

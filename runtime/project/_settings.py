@@ -53,6 +53,11 @@ class Settings:
 
     values: Mapping[str, Value]
     files: tuple[Path, ...] = ()
+    trusted: bool = True
+    """Whether the workspace's file could loosen (docs/configuration.md#trust)."""
+    ignored: tuple[tuple[str, Any, str], ...] = ()
+    """What an untrusted workspace's file asked for and did not get, because it would loosen
+    the user's settings: ``(setting, value, "file:line")`` (docs/configuration.md#trust)."""
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name].value
@@ -82,6 +87,7 @@ def load_settings(
     flags: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     layers: Iterable[tuple[str, Mapping[str, Any]]] = (),
+    trusted: bool = True,
 ) -> Settings:
     """The effective settings for *workspace*: every row of the table, a file's rows included.
 
@@ -92,6 +98,9 @@ def load_settings(
         env: for ``XDG_CONFIG_HOME`` / ``HOME`` (default ``os.environ``).
         layers: more ``(source, values)`` between the files and the flags, values checked
             already (``replay``: the recorded run's settings).
+        trusted: whether the workspace is trusted; when not, a value of its file that would
+            loosen what the user's file and the defaults set is left out and named in
+            :attr:`Settings.ignored` (a tightening one applies).
 
     Raises:
         ProjectFileError: a settings file that is not TOML, or has an unknown key or a bad
@@ -99,6 +108,7 @@ def load_settings(
     """
     values: dict[str, Value] = {s.name: Value(s.default, "default") for s in TABLE}
     files = []
+    ignored: list[tuple[str, Any, str]] = []
     for scope, file, base in settings_paths(workspace, env) if workspace is not None else ():
         if not file.is_file():
             continue
@@ -109,6 +119,9 @@ def load_settings(
                 value = tuple(str((base / Path(v).expanduser()).resolve()) for v in value)
             elif setting.is_path:
                 value = str((base / Path(value).expanduser()).resolve())
+            if scope == "workspace" and not trusted and _loosens(setting, values, value):
+                ignored.append((name, value, f"{file}:{line}"))
+                continue
             _layer(values, setting, value, f"{scope} {file}:{line}")
     for source, layer in layers:
         for name, value in layer.items():
@@ -118,7 +131,15 @@ def load_settings(
         if value is None or (setting.merge == "append" and not value):
             continue
         _layer(values, setting, value, f"flag {_shown_flag(setting)}")
-    return Settings(values, tuple(files))
+    return Settings(values, tuple(files), trusted, tuple(ignored))
+
+
+def _loosens(setting: Setting, values: Mapping[str, Value], value: Any) -> bool:
+    """Whether *value* from a file would loosen what is set so far (a list's items are
+    added to it, so the list with them is judged)."""
+    old = values[setting.name].value
+    new = (*old, *value) if setting.merge == "append" and old else value
+    return setting.trust.loosens(old, new)
 
 
 def _shown_flag(setting: Setting) -> str:
