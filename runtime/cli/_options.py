@@ -797,7 +797,7 @@ async def open_session(
     from runtime.wiring._open import open_runtime
 
     from ._control import ControlServer
-    from ._live import LiveView, PlainView
+    from ._live import LiveView, PlainView, announce_trace, print_outcome
     from ._picker import TerminalPrompts, serve_sigint
 
     kwargs = runtime_kwargs(opts)
@@ -808,9 +808,11 @@ async def open_session(
     if opts.json:
         kwargs["json_out"] = sys.stdout.buffer
     elif interactive or shows_live_view(opts):
-        view = LiveView(tree, console or make_console(), held=view_held, fps=opts.fps)
+        outcome = make_console(stderr=True) if final_summary else None
+        view = LiveView(tree, console or make_console(), held=view_held, fps=opts.fps,
+                        outcome=outcome)
     else:
-        view = PlainView(tree, sys.stdout)
+        view = PlainView(tree, sys.stdout, outcome=sys.stderr)
 
     prompts: TerminalPrompts | None = None
     if interactive and isinstance(view, LiveView):
@@ -837,6 +839,8 @@ async def open_session(
                 try:
                     async with open_runtime(on_event=tap, **kwargs) as rt:
                         trace_path = rt.trace_path
+                        if final_summary:
+                            announce_trace(trace_path, sys.stderr)
                         session = Session(rt, opts, view, prompts, on_abort, tree)
                         if view is not None:
                             await nursery.start(view.run)
@@ -865,8 +869,11 @@ async def open_session(
             prompts.close()
         if control is not None:
             control.close()
-    if view is not None and final_summary:
-        view.finish(trace_path=trace_path)
+    if final_summary and not session.reader_gone:
+        if view is not None:
+            view.finish(trace_path=trace_path)
+        else:  # --json: stdout holds the events only; the outcome goes to stderr all the same
+            print_outcome(tree, trace_path, sys.stderr)
 
 
 def _stdout_is_pipe() -> bool:
@@ -937,6 +944,13 @@ def report_outcome(session: Session, outcome: AgentOutcome | None, code: int) ->
     """One line on stderr when the run did not complete (the view already showed the rest)."""
     if session.reader_gone:
         return
+    from ._live import denied_note
+
+    note = denied_note(session.tree, permission_mode(session.opts))
+    if note is not None:
+        from ._exit import warning_line
+
+        warning_line(note)
     if code == EXIT_ABORTED:
         if not session.interactive:
             error_line("the run was aborted")

@@ -412,6 +412,8 @@ async def open_runtime(
             "provider": prov.name,
             "model": run.model,
             "workspace": ws_str,
+            # Where this very stream is kept, so a --json reader can follow or inspect it.
+            "trace": None if trace_path is None else os.fspath(trace_path),
             "permission_mode": permission_mode,
             "limits": limits.public(),
             "agent_types": sorted(types),
