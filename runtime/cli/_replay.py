@@ -238,7 +238,7 @@ async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, unti
                     break
             replayer.finish()
         code = session.exit_code(outcome)
-    _report(replayer)
+    _report(replayer, whole=not (session.aborted or session.reader_gone))
     if code == EXIT_OK and (replayer.stopped or replayer.halted):
         code = EXIT_FAILED
     if code != EXIT_OK and not replayer.stopped and not replayer.halted and outcome is not None:
@@ -247,7 +247,9 @@ async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, unti
     return code
 
 
-def _report(replayer: Any) -> None:
+def _report(replayer: Any, *, whole: bool) -> None:
+    """The replay's closing lines on stderr: why it stopped, its divergences, or (*whole*: it
+    ran to its end) that there was none."""
     if replayer.stopped:
         error_line(f"replay stopped: {replayer.stopped}")
     elif replayer.recording.killed and not replayer.halted:
@@ -261,6 +263,9 @@ def _report(replayer: Any) -> None:
         return
     count = replayer.divergence_count
     if not count:
+        if whole and not replayer.forked:  # a fork's live turns are compared with nothing
+            strict = " (--strict)" if replayer.strict else ""
+            print(f"{PROG}: replay: no divergence from the recording{strict}", file=sys.stderr)
         return
     print(
         f"{PROG}: replay: {count} divergence{'s' if count != 1 else ''} from the recording:",
