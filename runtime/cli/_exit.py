@@ -24,12 +24,12 @@ def command_name() -> str:
 
     ``trio-agents`` when that name, looked up on ``PATH``, is this very program (an active
     virtual environment, an installed command); else the path it was started by
-    (``.venv/bin/trio-agents`` from a shell where the environment is not active), or
-    ``python -m runtime`` with this interpreter: a hint the user pastes must run.
+    (``.venv/bin/trio-agents`` from a shell where the environment is not active): a hint the
+    user pastes must run. Started otherwise (``python -m runtime``, a test), the name.
     """
     argv0 = sys.argv[0] if sys.argv else ""
     if os.path.basename(argv0) != PROG:
-        return f"{sys.executable} -m runtime" if argv0.endswith("__main__.py") else PROG
+        return PROG
     found = shutil.which(PROG)
     if found is not None and _same_file(found, argv0):
         return PROG
