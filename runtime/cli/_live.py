@@ -65,6 +65,7 @@ from runtime.core._events import (
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
+    from runtime.trace._render import StyledLine
     from runtime.trace._tree import AgentNode, TraceTree
 
     from ._frame import Line
@@ -378,6 +379,8 @@ class LiveView:
         budget = max(1, max_lines - 1)  # keep a line for the note
         out: list[Line] = []
         for shown, line in enumerate(styled):
+            if title and shown == 0:
+                _fit_header(line, tree.run_id)
             if len(out) >= budget:
                 more = max(1, total - shown)
                 out.append(ansi.text(f"… {more} {MORE_NOTE}", width, "dim"))
@@ -690,6 +693,19 @@ def announce_trace(trace_path: Path | None, out: TextIO) -> None:
         out.flush()
     except (BrokenPipeError, ValueError):
         pass
+
+
+def _fit_header(line: StyledLine, run_id: str | None) -> None:
+    """Make the run's header one line, as the node lines are: in a live frame a wrapped header
+    would push the tree down by a line on every redraw at 80 columns. The run id gives way
+    first (it is in the trace's name and on stderr), then the end is cut like a node line's."""
+    line.wrap = False
+    if not run_id or not line.parts:
+        return
+    first = line.parts[0][0]
+    start = first.find(run_id)
+    if start >= 0:
+        line.desc = (start, start + len(run_id))
 
 
 def _completed(tree: TraceTree) -> bool:
