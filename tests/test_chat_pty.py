@@ -185,6 +185,14 @@ def test_a_line_typed_mid_run_reaches_the_agent_at_its_next_turn(
     turn_done(child)
     child.sendcontrol("d")
     assert finish(child) == 0
+    # The recap of a resumed session is what the turn was asked, not the line typed during it.
+    child = spawn("--scenario", str(SCENARIOS / "chat_typing.json"), "--no-trace", "--resume")
+    child.expect_exact("1 turn since")
+    child.expect(r"you: ([^\r\n]*)\r?\n")
+    assert child.match.group(1) == "look around"
+    prompt(child)
+    child.sendcontrol("d")
+    assert finish(child) == 0
     events = read_trace(trace)
     check_invariants(events)
     types = [e.type for e in events]

@@ -812,7 +812,13 @@ class Chat:
 
 
 def _last_exchange(messages: list[Message]) -> tuple[str, str]:
-    """The last text the user sent and the last text the agent answered."""
+    """The message that started the last turn, and the last text the agent answered.
+
+    A line typed while the agent worked reaches it with a tool call's results (the same
+    user message): it is not what the turn was asked, so the recap skips it.
+    """
+    from runtime.core._messages import ToolResultBlock
+
     user = answer = ""
     for message in reversed(messages):
         text = message.text.strip()
@@ -820,7 +826,12 @@ def _last_exchange(messages: list[Message]) -> tuple[str, str]:
             continue
         if message.role == "assistant" and not answer:
             answer = text
-        elif message.role == "user" and not user and not text.startswith("(The previous request"):
+        elif (
+            message.role == "user"
+            and not user
+            and not text.startswith("(The previous request")
+            and not any(isinstance(block, ToolResultBlock) for block in message.content)
+        ):
             user = text
         if user and answer:
             break
