@@ -562,3 +562,34 @@ def test_allow_env_refuses_what_is_not_a_variable_name(tmp_path: Path) -> None:
                           check=False)
     assert proc.returncode == 2
     assert "--allow-env: expected environment variable names; got 'A B'" in proc.stderr
+
+
+def test_a_second_run_on_an_existing_trace_is_refused_in_one_line_unless_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace is one run: `replay`, `trace stats` and `export` read it without `--run`. A
+    finished run's trace is never replaced silently; `--force` replaces it."""
+    monkeypatch.chdir(tmp_path)
+    trace = tmp_path / "t.jsonl"
+    args = ["run", "look", "--scenario", str(SCENARIOS / "simple.json"), "--trace", str(trace)]
+    assert main_code(args) == 0
+    first = trace.read_bytes()
+    run_id = read_trace(trace)[0].run_id
+    capsys.readouterr()
+    assert main_code(args) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"trio-agents: error: --trace {trace} holds a trace (run {run_id}); give another path, "
+        "or --force to replace it"
+    ]
+    assert trace.read_bytes() == first
+    assert main_code([*args, "--force"]) == 0
+    events = read_trace(trace)
+    assert events[0].run_id != run_id
+    assert [e.type for e in events].count("run_started") == 1  # replaced, not appended
+    # A file that is not a trace is not replaced silently either.
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    assert main_code([*args[:-1], str(notes)]) == 2
+    assert "holds 9 bytes that are not a trace" in capsys.readouterr().err
+    assert notes.read_text() == "my notes\n"

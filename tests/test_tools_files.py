@@ -206,7 +206,7 @@ async def test_a_failed_write_to_a_deep_path_removes_the_folders_it_made(
     takes them away again; a folder that was there before (a) stays, with what it holds."""
     (workspace / "a").mkdir()
     (workspace / "a" / "keep.txt").write_text("mine\n")
-    with pytest.raises(ToolError, match="cannot write|too long"):
+    with pytest.raises(ToolError, match="a name in it is too long"):
         await call(WriteTool(), {"path": "a/b/c/d/" + "n" * 300, "content": "x"},
                    make_ctx(workspace))
     assert sorted(os.listdir(workspace)) == ["a"]

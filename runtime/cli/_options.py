@@ -196,6 +196,13 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
     )
     trace.add_argument("--no-trace", action="store_true", help="write no trace file")
     g.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the file --trace names when it holds a trace already (refused without)"
+        + ("; also run the recording's writes for real in a workspace that is not a git "
+           "repository or a temporary folder" if parser.prog.endswith(" replay") else ""),
+    )
+    g.add_argument(
         "--json",
         action="store_true",
         help="print every event as a JSON line on stdout, and nothing else there",
@@ -362,6 +369,8 @@ class RunOptions:
     agents: str | None = None
     workspace: str | None = None
     trace: str | bool = True
+    force: bool = False
+    """Replace an existing ``--trace`` file (docs/cli.md, "run")."""
     json: bool = False
     permission_mode: str | None = None
     allow: tuple[str, ...] = ()
@@ -411,6 +420,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         agents=ns.agents,
         workspace=ns.workspace,
         trace=trace,
+        force=getattr(ns, "force", False),
         json=ns.json,
         permission_mode=ns.permission_mode,
         allow=tuple(ns.allow),
@@ -1041,6 +1051,15 @@ def check_output_paths(opts: RunOptions) -> None:
     """
     if isinstance(opts.trace, str):
         writable_path(opts.trace, "--trace")
+        from runtime.trace._sinks import existing_trace
+
+        held = existing_trace(Path(opts.trace))
+        if held == "is being written by another run":
+            raise UsageError(f"--trace {opts.trace} {held}; give this run another path")
+        if held is not None and not opts.force:
+            raise UsageError(
+                f"--trace {opts.trace} {held}; give another path, or --force to replace it"
+            )
     if opts.control:
         check_control_path(opts.control)
         writable_path(opts.control, "--control", make_parents=False)
