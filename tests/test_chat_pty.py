@@ -185,6 +185,14 @@ def test_a_line_typed_mid_run_reaches_the_agent_at_its_next_turn(
     turn_done(child)
     child.sendcontrol("d")
     assert finish(child) == 0
+    # The recap of a resumed session is what the turn was asked, not the line typed during it.
+    child = spawn("--scenario", str(SCENARIOS / "chat_typing.json"), "--no-trace", "--resume")
+    child.expect_exact("1 turn since")
+    child.expect(r"you: ([^\r\n]*)\r?\n")
+    assert child.match.group(1) == "look around"
+    prompt(child)
+    child.sendcontrol("d")
+    assert finish(child) == 0
     events = read_trace(trace)
     check_invariants(events)
     types = [e.type for e in events]
@@ -394,3 +402,38 @@ def test_the_chat_picker_list_stays_true_while_it_is_open(spawn: Spawn, tmp_path
     turn_done(child)
     child.sendcontrol("d")
     assert finish(child) == 0
+
+
+def test_the_chat_picker_and_permission_prompt_take_one_key_as_in_run(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """A number alone cancels (no Enter), as in `run`; the hint does not ask for Enter; a
+    permission question takes `n` alone."""
+    child = spawn("--scenario", str(SCENARIOS / "chat_picker.json"), "--permission-mode",
+                  "allow-all", "--no-trace")
+    prompt(child)
+    child.sendline("split it")
+    child.expect_exact("bash: sleep 30")
+    child.sendintr()
+    child.expect(r"\[(\d+)\] sleeper (tu-[\d.]+) slow part")
+    number, tool_use_id = child.match.group(1), child.match.group(2)
+    child.expect(r"N: cancel that subtree")
+    child.expect_exact("cancel> ")
+    child.send(number)  # no Enter
+    child.expect_exact(f"Cancelling sleeper {tool_use_id}")
+    child.expect_exact("All parts came back.")
+    turn_done(child)
+    child.sendcontrol("d")
+    assert finish(child) == 0
+
+    child = spawn("--scenario", str(SCENARIOS / "permission.json"), "--no-trace")
+    prompt(child)
+    child.sendline("go")
+    child.expect_exact("Allow? [y]es / [n]o / [a]lways this run: ")
+    child.send("n")  # no Enter
+    child.expect_exact("Denied.")
+    child.expect_exact("Done, with or without the shell.")
+    turn_done(child)
+    child.sendcontrol("d")
+    assert finish(child) == 0
+    assert not (tmp_path / "asked.txt").exists()

@@ -193,3 +193,37 @@ def test_mcp_config_files_in_settings_are_taken_from_the_workspace(
     ns = build_parser().parse_args(["run", "x", "--workspace", str(ws), "--no-trace"])
     opts = apply_project(ns)
     assert opts.mcp.config == (str(ws / "mine.json"),)
+
+
+def test_each_project_file_warning_is_said_once_per_run_and_per_chat(tmp_path: Path) -> None:
+    """A broken agent definition and a broken skill: one line each for a run with sub-agents,
+    and one each for a whole chat (two turns, /agents between them), not one per turn, per
+    agent or per command of the chat."""
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "bad.md").write_text("---\nname: bad\ntools: [nope\n---\nbody\n")
+    skill = tmp_path / ".claude" / "skills" / "broken"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("no front matter\n")
+    scenario = tmp_path / "s.json"
+    scenario.write_text(json.dumps({"agents": {
+        "main": {"turns": [
+            {"tool_calls": [{"name": "agent", "input": {"description": "a", "prompt": "a"}},
+                            {"name": "agent", "input": {"description": "b", "prompt": "b"}}]},
+            {"text": "one"}, {"text": "two"}]},
+        "general": {"turns": [{"text": "done"}]}}}))
+    wanted = ["bad.md:3: the front matter is not valid YAML", "SKILL.md: no description"]
+
+    def said(err: str) -> list[int]:
+        return [sum(want in line for line in err.splitlines()) for want in wanted]
+
+    proc = cli(["run", "go", "--scenario", str(scenario), "--no-trace"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert said(proc.stderr) == [1, 1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime", "chat", "--scenario", str(scenario), "--no-trace"],
+        cwd=tmp_path, text=True, capture_output=True, check=False, timeout=60,
+        input="go\n/agents\nagain\n",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert said(proc.stderr) == [1, 1]

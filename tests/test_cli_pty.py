@@ -269,3 +269,18 @@ def test_a_control_client_may_answer_while_the_terminal_asks(spawn: object, tmp_
     assert finish(child) == 0
     assert (tmp_path / "asked.txt").read_text() == "permitted\n"
     assert not os.path.exists(sock)
+
+
+def test_the_permission_prompt_takes_one_key_without_enter(spawn: object, tmp_path: Path) -> None:
+    """``y`` alone answers, as a number alone answers the picker (no Enter)."""
+    trace = tmp_path / "t.jsonl"
+    child = spawn(  # type: ignore[operator]
+        "run", "go", "--trace", str(trace), "--scenario", str(SCENARIOS / "permission.json")
+    )
+    child.expect(re.escape("Allow? [y]es / [n]o / [a]lways this run: "))
+    child.send("y")
+    child.expect_exact("Allowed.")
+    assert finish(child) == 0
+    assert (tmp_path / "asked.txt").read_text() == "permitted\n"
+    resolved = [e for e in read_trace(trace) if e.type == "permission_resolved"]
+    assert [(e.granted, e.reason) for e in resolved] == [(True, "granted by user")]  # type: ignore[attr-defined]

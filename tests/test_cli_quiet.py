@@ -35,8 +35,10 @@ def test_a_failing_run_prints_only_its_outcome_on_stderr(tmp_path: Path) -> None
     proc = run("run", "go", "--no-trace", "--scenario", str(SCENARIOS / "failing.json"), cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [
-        "trio-agents: error: the main agent failed: the model fell over"
+        "run failed in 0.0s · 1 agent · 0 tokens",
+        "trio-agents: error: the main agent failed: the model fell over",
     ]
+    assert "run failed" not in proc.stdout  # the outcome is stderr's, whatever stdout is
 
 
 def test_verbose_adds_the_warnings(tmp_path: Path) -> None:
@@ -44,7 +46,7 @@ def test_verbose_adds_the_warnings(tmp_path: Path) -> None:
     proc = run(*args, cwd=tmp_path)
     assert proc.returncode == 1
     lines = proc.stderr.splitlines()
-    assert len(lines) == 2, lines
+    assert len(lines) == 3, lines
     assert "provider failed" in lines[0]
 
 
@@ -68,7 +70,7 @@ def test_a_reader_that_closes_the_pipe_ends_the_run_quietly(tmp_path: Path) -> N
     assert b'"run_started"' in first
     assert second
     assert code == 0
-    assert err == b""
+    assert err == f"Trace: {trace}\n".encode()  # said at the start; nothing at the end
     events = [decode_event(line) for line in trace.read_bytes().splitlines()]
     check_invariants(events)
     assert events[-1].type == "run_finished"
@@ -118,3 +120,89 @@ def test_listing_commands_into_a_closed_pipe_end_quietly(tmp_path: Path, args: t
         os.close(write_end)
     assert proc.stderr == b""
     assert proc.returncode == 0
+
+
+DOCS_SCENARIO = Path(__file__).parent.parent / "docs" / "scenarios.md"
+
+
+def _docs_example(tmp_path: Path) -> Path:
+    """The first scenario of docs/scenarios.md, as a newcomer copies it."""
+    import re
+
+    text = DOCS_SCENARIO.read_text(encoding="utf-8")
+    match = re.search(r"```json\n(.*?)```", text, re.S)
+    assert match is not None
+    path = tmp_path / "my-scenario.json"
+    path.write_text(match.group(1))
+    return path
+
+
+def test_a_run_whose_calls_the_mode_denied_says_so_in_one_line_with_how_to_allow(
+    tmp_path: Path,
+) -> None:
+    """Without a terminal the default mode is deny: the sleeper's `sleep 30` is refused at once,
+    and stderr names the refusal and the flags that allow it (not a silent `completed`)."""
+    scenario = _docs_example(tmp_path)
+    proc = run("run", "go", "--no-trace", "--scenario", str(scenario), cwd=tmp_path)
+    assert proc.returncode == 0
+    [note] = [line for line in proc.stderr.splitlines() if "denied" in line]
+    assert note == (
+        "trio-agents: warning: 1 tool call denied (bash) by permission mode deny (the default "
+        "without a terminal): allow such calls with --permission-mode allow-all or "
+        "--allow 'bash(sleep *)'"
+    )
+    # A rule the user wrote is the user's choice: nothing to say then.
+    proc = run("run", "go", "--no-trace", "--scenario", str(scenario),
+               "--deny", "bash", cwd=tmp_path)
+    assert not [line for line in proc.stderr.splitlines() if "denied" in line]
+
+
+def test_ask_mode_with_nobody_to_answer_says_so_too(tmp_path: Path) -> None:
+    scenario = _docs_example(tmp_path)
+    proc = run("run", "go", "--no-trace", "--scenario", str(scenario),
+               "--permission-mode", "ask", cwd=tmp_path)
+    [note] = [line for line in proc.stderr.splitlines() if "denied" in line]
+    assert "by permission mode ask, with no terminal or --control to answer" in note
+
+
+async def test_the_python_api_warns_once_per_run_when_the_mode_denies_a_custom_tool(
+    tmp_path: Path,
+) -> None:
+    """A tool that needs permission, in the API's default mode (deny): one warning for the
+    run through the library's log, however many calls are refused."""
+    import logging
+    from collections.abc import Mapping
+    from typing import Any, ClassVar
+
+    import structlog
+
+    from runtime import open_runtime
+    from runtime.core import Tool, ToolContext
+
+    class Launch(Tool):
+        name: ClassVar[str] = "launch"
+        description: ClassVar[str] = "launches something"
+        input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+
+        async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+            raise AssertionError("denied calls never run")
+
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "launch", "input": {"n": n}} for n in range(3)]},
+        {"tool_calls": [{"name": "launch", "input": {"n": 3}}]},
+        {"text": "done"}]}}}
+    capture = structlog.testing.LogCapture()
+    structlog.configure(
+        processors=[capture], wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG)
+    )
+    async with open_runtime(scenario=scenario, extra_tools=[Launch()], workspace=tmp_path,
+                            trace=False) as rt:
+        outcome = await rt.run("go")
+    assert outcome.status == "completed"
+    warned = [e for e in capture.entries if e["event"] == "permission.denied_by_mode"]
+    assert len(warned) == 1, warned
+    [entry] = warned
+    assert entry["log_level"] == "warning"
+    assert entry["tool"] == "launch"
+    assert "permission_mode='allow-all'" in entry["hint"]
+    assert "allow=['launch']" in entry["hint"]

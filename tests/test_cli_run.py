@@ -206,7 +206,8 @@ def test_plain_lines_without_a_terminal(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     assert main_code(["run", "look", "--scenario", str(SCENARIOS / "simple.json")]) == 0
-    out = capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    out, err = captured.out.splitlines(), captured.err.splitlines()
     assert out[0] == "[main] agent started"
     assert any(line.startswith("[main] tool started: glob: *") for line in out)
     assert any(line.startswith("[main] tool ok: glob") for line in out)
@@ -216,7 +217,12 @@ def test_plain_lines_without_a_terminal(
     # The default trace goes under .trio-agents/traces/ of the current folder.
     traces = list((tmp_path / ".trio-agents" / "traces").glob("*.jsonl"))
     assert len(traces) == 1
-    assert f"Inspect it: trio-agents trace show {traces[0].relative_to(tmp_path)}" in out
+    relative = traces[0].relative_to(tmp_path)
+    # The trace is named on stderr as the run starts, and with the outcome at its end.
+    assert err[0] == f"Trace: {relative}"
+    assert err[1].startswith("run completed in ")
+    assert f"Inspect it: trio-agents trace show {relative}" in err
+    assert not any(line.startswith("run completed") for line in out)
     check_invariants(read_trace(traces[0]))
 
 
@@ -269,7 +275,12 @@ def test_json_puts_only_events_on_stdout(
     events = [decode_event(line) for line in captured.out.splitlines()]
     check_invariants(events)
     assert [e.seq for e in events] == [e.seq for e in read_trace(trace)]
-    assert captured.err == b""
+    # stderr: the trace as the run starts, the one-line outcome and the trace again at its end.
+    err = captured.err.decode().splitlines()
+    assert err[0] == f"Trace: {trace}"
+    assert err[1].startswith("run completed in ")
+    assert err[2:] == [f"Trace: {trace}", f"Inspect it: trio-agents trace show {trace}"]
+    assert events[0].config["trace"] == str(trace)  # type: ignore[attr-defined]
 
 
 def test_prompt_from_stdin(
@@ -551,3 +562,34 @@ def test_allow_env_refuses_what_is_not_a_variable_name(tmp_path: Path) -> None:
                           check=False)
     assert proc.returncode == 2
     assert "--allow-env: expected environment variable names; got 'A B'" in proc.stderr
+
+
+def test_a_second_run_on_an_existing_trace_is_refused_in_one_line_unless_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace is one run: `replay`, `trace stats` and `export` read it without `--run`. A
+    finished run's trace is never replaced silently; `--force` replaces it."""
+    monkeypatch.chdir(tmp_path)
+    trace = tmp_path / "t.jsonl"
+    args = ["run", "look", "--scenario", str(SCENARIOS / "simple.json"), "--trace", str(trace)]
+    assert main_code(args) == 0
+    first = trace.read_bytes()
+    run_id = read_trace(trace)[0].run_id
+    capsys.readouterr()
+    assert main_code(args) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"trio-agents: error: --trace {trace} holds a trace (run {run_id}); give another path, "
+        "or --force to replace it"
+    ]
+    assert trace.read_bytes() == first
+    assert main_code([*args, "--force"]) == 0
+    events = read_trace(trace)
+    assert events[0].run_id != run_id
+    assert [e.type for e in events].count("run_started") == 1  # replaced, not appended
+    # A file that is not a trace is not replaced silently either.
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    assert main_code([*args[:-1], str(notes)]) == 2
+    assert "holds 9 bytes that are not a trace" in capsys.readouterr().err
+    assert notes.read_text() == "my notes\n"

@@ -45,7 +45,8 @@ def test_demo_without_a_terminal_does_real_work_in_parallel(
     t0 = time.monotonic()
     assert main(["demo"]) == 0
     wall = time.monotonic() - t0
-    out = capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    out, err = captured.out.splitlines(), captured.err.splitlines()
     print(f"\ndemo wall time: {wall:.1f}s")
     # The tester's integration check alone takes ~10 s (long enough to try Ctrl+C on); the
     # other sub-agents run alongside it (checked on the trace below), so the whole stays close.
@@ -55,10 +56,15 @@ def test_demo_without_a_terminal_does_real_work_in_parallel(
     assert f"[main {ANGLE} scanner {ANGLE} triager] agent started: triage cart.py" in out
     traces = list((tmp_path / ".trio-agents" / "traces").glob("*.jsonl"))
     assert len(traces) == 1
-    assert out[-2:] == [
+    # stderr: the trace's path as the run starts, and at its end the outcome with the trace.
+    assert err[0] == f"Trace: {traces[0].relative_to(tmp_path)}"
+    assert err[-3].startswith("run completed in ")
+    assert err[-2:] == [
         f"Trace: {traces[0].relative_to(tmp_path)}",
         f"Inspect it: trio-agents trace show {traces[0].relative_to(tmp_path)}",
     ]
+    # Nothing cancelled: the summary is the script's own, its test line included.
+    assert "- **Tests**: see the tester's report in the tree" in out[-2]
     events = read_trace(traces[0])
     check_invariants(events)
     started = [e for e in events if e.type == "agent_started"]
@@ -134,3 +140,11 @@ def test_demo_on_a_terminal_ctrl_c_cancels_the_slow_tester_alone(tmp_path: Path)
         "tester": "cancelled",
         "reader": "completed",
     }
+    # The summary says what became of the tests; it points at no tester's report.
+    main = next(e for e in events if e.type == "agent_finished" and e.parent_tool_use_id is None)
+    assert "see the tester's report" not in main.result  # type: ignore[attr-defined]
+    assert main.result.endswith(  # type: ignore[attr-defined]
+        "- **Tests**: not run to the end: the tester was cancelled (picked with Ctrl+C); its "
+        "partial work is in the tree above."
+    )
+    assert main.result.startswith("Review of **shop**")  # type: ignore[attr-defined]

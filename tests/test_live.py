@@ -602,3 +602,26 @@ def test_the_frame_rate_comes_from_the_flag_over_the_settings_file(tmp_path: Pat
     (tmp_path / ".trio-agents" / "settings.toml").write_text("[view]\nfps = 0\n")
     with pytest.raises(UsageError, match=r"view\.fps"):
         fps()
+
+
+def test_at_80_columns_the_header_is_one_line_that_fits_with_its_counts() -> None:
+    """A run id as the runtime makes them and two-digit counts: the header is wider than 80
+    columns; live, it stays one line (the run id gives way first), as the node lines do."""
+    import attrs
+
+    from runtime.cli._frame import cells
+
+    console, _ = terminal(width=80, height=30)
+    view = LiveView(TraceTree(), console)
+    run = Run()
+    run.ts -= 700  # running for minutes: "11m40s"
+    events = [*run.start(), *[e for n in range(1, 101) for e in run.sub(n)]]
+    for event in events:
+        event = attrs.evolve(event, run_id="20261201-195509-cad81e")
+        view.tap(event)
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", text) for text, _ in view.frame_lines(80, 30)]
+    header = lines[0]
+    assert cells(header) <= 80
+    assert " main a0 " in lines[1]  # the header did not wrap onto a second line
+    assert "101 agents, 100 tool calls, tokens 0→0" in header
+    assert "…" in header  # the id shortened, not the counts

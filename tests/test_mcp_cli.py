@@ -114,9 +114,12 @@ async def test_run_uses_the_workspace_servers_and_warns_once_per_failed_server(
     (end,) = [e for e in events if e.type == "tool_finished"]
     assert end.status == "ok"  # type: ignore[attr-defined]
     assert '"timezone": "UTC"' in end.output  # type: ignore[attr-defined]
-    assert proc.stderr.decode().splitlines() == [
+    err = proc.stderr.decode().splitlines()
+    assert err[0] == (
         "trio-agents: warning: mcp server 'gone' did not start: command 'no-such-command-xyz' not found"
-    ]
+    )
+    assert len(err) == 2
+    assert err[1].startswith("run completed in ")  # the one-line outcome, on stderr with --json
 
 
 async def test_no_mcp_ignores_every_config(tmp_path: Path) -> None:
@@ -137,7 +140,8 @@ async def test_no_mcp_ignores_every_config(tmp_path: Path) -> None:
         tmp_path,
     )
     assert proc.returncode == 0
-    assert proc.stderr == b""
+    [outcome] = proc.stderr.decode().splitlines()  # no warning: only the outcome
+    assert outcome.startswith("run completed in ")
 
 
 async def test_sigint_during_an_mcp_call_exits_130_and_leaves_no_server_process(
@@ -286,3 +290,24 @@ async def test_show_system_prompt_lists_the_mcp_tools_a_run_would_have(tmp_path:
     proc = await run_cli(cli("run", "--show-system-prompt", "--no-mcp"), tmp_path)
     assert "mcp__" not in proc.stdout.decode()
     assert proc.stderr == b""
+
+
+def test_mcp_list_with_no_servers_answers_at_once_without_the_sdk_or_an_event_loop(
+    tmp_path: Path,
+) -> None:
+    """Nothing to start: no MCP SDK, no trio, no structlog loaded (most of a second)."""
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from runtime.cli._main import main\n"
+        "code = main(['mcp', 'list', *sys.argv[1:]])\n"
+        "print(code, sorted(m for m in ('mcp', 'trio', 'structlog') if m in sys.modules))\n"
+    )
+    for extra, shown in (([], "no MCP servers configured"), (["--json"], '{"servers": []}')):
+        proc = subprocess.run([sys.executable, "-c", probe, *extra], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60, check=True)
+        out = proc.stdout.splitlines()
+        assert out[0].startswith(shown)
+        assert out[-1] == "0 []"
+        assert proc.stderr == ""

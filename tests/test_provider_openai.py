@@ -370,7 +370,7 @@ async def test_429_waits_for_retry_after_then_succeeds(
     first, second = server.requests
     assert second.at == first.at + 7
     [retry] = [e for e in logs if e["event"] == "provider.retry"]
-    assert retry["log_level"] == "warning"
+    assert retry["log_level"] == "debug"  # an event already says it: no warning per retry
     assert (retry["status"], retry["delay_s"], retry["failed_try"]) == (429, 7, 1)
     assert "Rate limit reached" in retry["reason"]
     assert retry["agent_id"] == "agent-1"

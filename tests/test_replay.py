@@ -206,8 +206,10 @@ def test_replay_with_mock_tools_rebuilds_the_same_tree_offline(
     # The permission mode and rules are the recorded ones (run_started.config).
     proc = replay([str(trace), "--mock-tools", "--trace", str(out)], tmp_path)
     assert proc.returncode == 0, err(proc)
-    assert "divergence" not in err(proc)
+    assert "divergences" not in err(proc)
     assert shape(tree_of(out), outputs=True) == shape(tree_of(trace), outputs=True)
+    # The replay keeps the recorded ids: its tree lines up with the recording's, node by node.
+    assert set(tree_of(out).tools) == set(tree_of(trace).tools)
     check_invariants(events_of(out))
     first = tree_of(out).config or {}
     assert first["provider"] == "replay"
@@ -641,7 +643,7 @@ async def test_on_a_terminal_the_live_view_and_the_picker_work_in_a_replay(tmp_p
     try:
         await trio.to_thread.run_sync(child.expect, "general")  # the live tree is drawn
         child.sendintr()
-        await trio.to_thread.run_sync(child.expect, r"\[(\d+)\] general (rp-\d+) b")
+        await trio.to_thread.run_sync(child.expect, r"\[(\d+)\] general (tu-1\.2) b")
         number = child.match.group(1)
         await trio.to_thread.run_sync(child.expect, "cancel> ")
         child.sendline(number)
@@ -655,3 +657,68 @@ async def test_on_a_terminal_the_live_view_and_the_picker_work_in_a_replay(tmp_p
     assert statuses == {"main:": "completed", "general:A": "completed", "general:B": "cancelled"}
     assert ("main \u203a general", "ended cancelled, recorded completed") in tree.divergences
     check_invariants(events_of(out))
+
+
+def test_a_clean_strict_replay_says_so_in_one_line(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    trace, _ = recorded
+    proc = replay([str(trace), "--mock-tools", "--strict", "--no-trace"], tmp_path)
+    assert proc.returncode == 0, err(proc)
+    said = [line for line in err(proc).splitlines() if "divergence" in line]
+    assert said == ["trio-agents: replay: no divergence from the recording (--strict)"]
+
+
+CANCELLED = {"agents": {
+    "main": {"turns": [
+        {"tool_calls": [
+            {"name": "agent", "input": {"description": "slow", "prompt": "S", "agent": "sleeper"}},
+            {"name": "agent", "input": {"description": "fast", "prompt": "F"}}]},
+        {"text": "Done without the slow one."}]},
+    "sleeper": {"turns": [{"tool_calls": [{"name": "bash", "input": {"command": "sleep 30"}}]},
+                          {"text": "slept"}]},
+    "general": {"turns": [{"text": "fast"}]}}}
+
+
+async def test_a_replayed_cancel_comes_before_what_it_cancels_as_recorded(tmp_path: Path) -> None:
+    """The recording: the sleeper's `agent` call cancelled while its bash runs. Replayed with
+    --mock-tools, ``cancel_requested`` precedes the bash call's cancelled end, as recorded."""
+    trace = tmp_path / "cancelled.jsonl"
+    running = trio.Event()
+
+    def tap(event: Any) -> None:
+        if event.type == "tool_started" and event.name == "bash":
+            running.set()
+
+    async with open_runtime(scenario=CANCELLED, workspace=tmp_path, trace=trace,
+                            permission_mode="allow-all", on_event=tap) as rt:
+        handle = await rt.start("go")
+        with trio.fail_after(10):
+            await running.wait()
+        assert await rt.cancel("tu-1.1", "not needed", by="user")
+        assert (await handle.wait()).status == "completed"
+
+    def order(events: list[Any]) -> list[str]:
+        return [f"{e.type} {getattr(e, 'target', '')}{getattr(e, 'tool_use_id', '')}".strip()
+                for e in events
+                if e.type == "cancel_requested"
+                or (e.type == "tool_finished" and e.status == "cancelled")]
+
+    recorded = order(events_of(trace))
+    assert recorded == ["cancel_requested tu-1.1", "tool_finished tu-2.1",
+                        "tool_finished tu-1.1"]
+    out = tmp_path / "replayed.jsonl"
+    proc = await trio.to_thread.run_sync(
+        lambda: replay([str(trace), "--mock-tools", "--strict", "--trace", str(out)], tmp_path))
+    assert proc.returncode == 0, err(proc)
+    replayed = events_of(out)
+    assert order(replayed) == recorded
+    [cancel] = [e for e in replayed if e.type == "cancel_requested"]
+    assert (cancel.reason, cancel.by) == ("not needed", "user")
+    check_invariants(replayed)
+    plain = await trio.to_thread.run_sync(
+        lambda: replay([str(trace), "--mock-tools", "--no-trace"], tmp_path))
+    lines = plain.stdout.decode().splitlines()
+    cancel_line = next(i for i, line in enumerate(lines) if "cancel requested" in line)
+    tool_line = next(i for i, line in enumerate(lines) if "tool cancelled: bash" in line)
+    assert cancel_line < tool_line, lines

@@ -199,6 +199,35 @@ async def test_write_failure_keeps_the_old_file_and_removes_the_temporary(
     assert os.listdir(workspace) == ["f.txt"]
 
 
+async def test_a_failed_write_to_a_deep_path_removes_the_folders_it_made(
+    workspace: Path,
+) -> None:
+    """The name is too long for the file system: the write fails after making a/b/c, and
+    takes them away again; a folder that was there before (a) stays, with what it holds."""
+    (workspace / "a").mkdir()
+    (workspace / "a" / "keep.txt").write_text("mine\n")
+    with pytest.raises(ToolError, match="a name in it is too long"):
+        await call(WriteTool(), {"path": "a/b/c/d/" + "n" * 300, "content": "x"},
+                   make_ctx(workspace))
+    assert sorted(os.listdir(workspace)) == ["a"]
+    assert sorted(os.listdir(workspace / "a")) == ["keep.txt"]
+
+
+async def test_a_failed_write_leaves_a_folder_someone_filled_meanwhile(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_replace(src: str, dst: str, **dir_fds: int) -> None:
+        (workspace / "x" / "y" / "theirs.txt").write_text("another writer's\n")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(ToolError, match="No space left on device"):
+        await call(WriteTool(), {"path": "x/y/z/f.txt", "content": "new\n"},
+                   make_ctx(workspace))
+    assert not (workspace / "x" / "y" / "z").exists()  # ours, empty: removed
+    assert (workspace / "x" / "y" / "theirs.txt").exists()  # not empty: kept, with x
+
+
 async def test_write_through_an_inside_symlink_writes_the_target_and_keeps_the_link(
     workspace: Path,
 ) -> None:

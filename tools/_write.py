@@ -143,6 +143,42 @@ def _write(ctx: ToolContext, path: str, content: str) -> str:
         data = content.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ToolError(f"input.content: not valid Unicode text ({exc.reason})") from exc
+    missing = _missing_folders(ctx, path)
+    try:
+        return _write_data(ctx, path, shown, data, content)
+    except BaseException:
+        # A write that failed leaves the workspace as it found it: the folders it made on the
+        # way (docs/tools.md) go again, deepest first, each only while it is still empty.
+        _remove_folders(ctx, missing)
+        raise
+
+
+def _missing_folders(ctx: ToolContext, path: str) -> list[str]:
+    """The folders on the way to *path* that do not exist yet (workspace-relative, shallowest
+    first): those a write makes."""
+    try:
+        with locate(ctx.workspace, path) as place:
+            parts = place.parts
+        for depth in range(1, len(parts)):
+            folder = "/".join(parts[:depth])
+            with locate(ctx.workspace, folder) as place:
+                if place.lstat() is None:  # the first missing one: all below it are too
+                    return ["/".join(parts[:i]) for i in range(depth, len(parts))]
+    except ToolError:
+        return []  # refused as it stands: the write is refused the same way, making nothing
+    return []
+
+
+def _remove_folders(ctx: ToolContext, folders: list[str]) -> None:
+    for folder in reversed(folders):
+        try:
+            with locate(ctx.workspace, folder) as place:
+                os.rmdir(place.name, dir_fd=place.dir_fd)
+        except (OSError, ToolError):
+            return  # not empty (someone else's now), or gone: the ones above it stay too
+
+
+def _write_data(ctx: ToolContext, path: str, shown: str, data: bytes, content: str) -> str:
     for _ in range(SWAP_RETRIES):
         with locate(ctx.workspace, path, make_folders=True) as place:
             st = place.lstat()

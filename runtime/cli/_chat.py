@@ -49,6 +49,7 @@ from runtime.core._errors import SessionError
 from runtime.core._events import ContextCompacted, Event, TurnFinished, UserMessage
 from runtime.core._messages import Message, TextBlock
 
+from ._exit import command_name
 from ._keyboard import PROMPT_MARK, Keyboard, open_tty_fd
 from ._live import LiveView, PlainView
 from ._options import (
@@ -200,7 +201,7 @@ def print_sessions(store: SessionStore, *, as_json: bool = False) -> int:
             continue
         turns = f"{info.turns} turn" + ("" if info.turns == 1 else "s")
         print(f"{info.id}  {date}  {turns:>9}  {one_line(info.first_prompt or '', 70)}")
-    print(f"Resume one: {PROG} chat --resume ID (or --resume alone for the latest)")
+    print(f"Resume one: {command_name()} chat --resume ID (or --resume alone for the latest)")
     return EXIT_OK
 
 
@@ -626,7 +627,7 @@ class Chat:
             self._say("No trace file for this run (--no-trace).")
         else:
             self._say(f"Trace: {rt.trace_path}")
-            self._say(f"Inspect it: {PROG} trace show {rt.trace_path}")
+            self._say(f"Inspect it: {command_name()} trace show {rt.trace_path}")
         current = self.record.trace_path
         earlier = [t for t in self.record.traces if t != current]
         if earlier:
@@ -710,7 +711,7 @@ class Chat:
         if old.turns or self.saved:
             self._say(
                 f"Fresh conversation: session {self.record.id}. The previous one stays: "
-                f"{PROG} chat --resume {old.id}"
+                f"{command_name()} chat --resume {old.id}"
             )
         else:
             self._say(f"Fresh conversation: session {self.record.id}.")
@@ -798,7 +799,7 @@ class Chat:
         lines: list[str] = []
         if self.saved:
             lines.append(f"Session {rec.id} saved in {self.store.path_for(rec.id)}")
-            lines.append(f"Resume it: {PROG} chat --resume {rec.id}")
+            lines.append(f"Resume it: {command_name()} chat --resume {rec.id}")
         undelivered = self.sent[self.delivered :] + self.pending
         if undelivered:
             lines.append("Not sent: " + " / ".join(one_line(t, 60) for t in undelivered))
@@ -812,7 +813,13 @@ class Chat:
 
 
 def _last_exchange(messages: list[Message]) -> tuple[str, str]:
-    """The last text the user sent and the last text the agent answered."""
+    """The message that started the last turn, and the last text the agent answered.
+
+    A line typed while the agent worked reaches it with a tool call's results (the same
+    user message): it is not what the turn was asked, so the recap skips it.
+    """
+    from runtime.core._messages import ToolResultBlock
+
     user = answer = ""
     for message in reversed(messages):
         text = message.text.strip()
@@ -820,7 +827,12 @@ def _last_exchange(messages: list[Message]) -> tuple[str, str]:
             continue
         if message.role == "assistant" and not answer:
             answer = text
-        elif message.role == "user" and not user and not text.startswith("(The previous request"):
+        elif (
+            message.role == "user"
+            and not user
+            and not text.startswith("(The previous request")
+            and not any(isinstance(block, ToolResultBlock) for block in message.content)
+        ):
             user = text
         if user and answer:
             break

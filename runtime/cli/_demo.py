@@ -18,8 +18,10 @@ import dataclasses
 import shutil
 import sys
 import tempfile
+from collections.abc import AsyncGenerator
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from ._options import (
     RunOptions,
@@ -220,7 +222,8 @@ def run_demo(opts: RunOptions) -> int:
             provider="scripted",
             scenario=scenario,
             workspace=str(folder),
-
+            # The built-in script's summary follows what happened (a cancelled tester).
+            middleware=(HonestSummary(),) if opts.scenario is None else (),
         )
         if not opts.json:
             _intro(folder, live=shows_live_view(opts), picker=is_interactive(opts))
@@ -254,3 +257,64 @@ def _intro(folder: Path, *, live: bool, picker: bool) -> None:
     else:
         print(f"trio-agents demo: a scripted review of a small project in {folder}")
         sys.stdout.flush()
+
+
+TESTS_LINE = "- **Tests**: "
+"""Where the built-in script's summary speaks of the tester (the last line of main's last turn)."""
+TESTER_CANCELLED = (
+    "- **Tests**: not run to the end: the tester was cancelled ({reason}); its partial work "
+    "is in the tree above."
+)
+
+
+class HonestSummary:
+    """A model-call middleware (docs/python-api.md, "Middleware") for the built-in demo: its
+    closing summary does not point at a tester's report that does not exist. When the tester's
+    subtree was cancelled (Ctrl+C in the demo), the summary's test line says so instead;
+    everything else is the script, as played."""
+
+    async def model_call(self, request: Any, proceed: Any) -> AsyncGenerator[Any, None]:
+        """The script's turn; main's summary line about the tests rewritten if need be.
+
+        Cancellation: as the scripted provider's (a checkpoint between deltas).
+        """
+        from runtime.core._provider import TextChunk, TurnEnd
+        from runtime.providers._scripted import chunk_text
+
+        reason = _tester_cancelled(request.messages) if request.agent_type == "main" else None
+        text = ""
+        sent = 0  # characters of *text* already streamed
+        held: str | None = None  # what replaces the rest, once the test line has begun
+        async for item in proceed(request):
+            if reason is not None and isinstance(item, TextChunk):
+                text += item.text
+                if held is None and TESTS_LINE in text:
+                    start = text.index(TESTS_LINE)
+                    held = (text[:start] + TESTER_CANCELLED.format(reason=reason))[sent:]
+                if held is not None:
+                    continue  # the line is replaced at the turn's end
+                sent = len(text)
+            elif held is not None and isinstance(item, TurnEnd):
+                for piece in chunk_text(held):
+                    yield TextChunk(piece)
+            yield item
+
+
+def _tester_cancelled(messages: Any) -> str | None:
+    """The cancel reason when the ``tester`` sub-agent's call came back cancelled, else None."""
+    from runtime.core._agent import cancel_reason_of
+    from runtime.core._messages import ToolResultBlock, ToolUseBlock
+
+    calls = {
+        block.id
+        for message in messages
+        for block in message.content
+        if isinstance(block, ToolUseBlock) and block.input.get("agent") == "tester"
+    }
+    for message in messages:
+        for block in message.content:
+            if isinstance(block, ToolResultBlock) and block.tool_use_id in calls:
+                first = block.content.partition("\n")[0]
+                if first.startswith("cancelled"):
+                    return cancel_reason_of(first).rstrip(".") or "no reason"
+    return None

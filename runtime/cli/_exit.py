@@ -6,6 +6,8 @@ A module of its own, below :mod:`runtime.cli._options`, so the commands that nee
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from typing import TextIO
 
@@ -15,6 +17,30 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_ABORTED = 130
+
+
+def command_name() -> str:
+    """How the user can type this program again, for the hints it prints (``Inspect it: …``).
+
+    ``trio-agents`` when that name, looked up on ``PATH``, is this very program (an active
+    virtual environment, an installed command); else the path it was started by
+    (``.venv/bin/trio-agents`` from a shell where the environment is not active): a hint the
+    user pastes must run. Started otherwise (``python -m runtime``, a test), the name.
+    """
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) != PROG:
+        return PROG
+    found = shutil.which(PROG)
+    if found is not None and _same_file(found, argv0):
+        return PROG
+    return argv0 if os.sep in argv0 else PROG
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def warning_line(message: str) -> None:

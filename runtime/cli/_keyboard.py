@@ -390,8 +390,9 @@ class LineEditor:
 
 
 class _Question:
-    def __init__(self, question: str) -> None:
+    def __init__(self, question: str, complete: Callable[[str], bool] | None = None) -> None:
         self.question = question
+        self.complete = complete
         self.editor = LineEditor()
         self.done = trio.Event()
         self.answer: str | None = None
@@ -448,6 +449,8 @@ class Keyboard:
         self._closed = False
         self.on_change: Callable[[], None] | None = None
         """Called when the chat line changes while the live view draws it (a redraw poke)."""
+        self._key_answered = False
+        """The last key answered a question by itself: an Enter right after it is dropped."""
 
     @property
     def history(self) -> list[str]:
@@ -510,8 +513,14 @@ class Keyboard:
 
     # -- questions --------------------------------------------------------------------------
 
-    async def ask(self, question: str) -> str | None:
+    async def ask(
+        self, question: str, *, complete: Callable[[str], bool] | None = None
+    ) -> str | None:
         """Ask *question* at the cursor and read one line with the editor.
+
+        Args:
+            complete: whether the text typed so far is already the answer: the question ends
+                without Enter (the picker's number, a permission's ``y``: docs/cli.md).
 
         Returns:
             The line, or None at end of input (Ctrl+D) or when the keyboard is closed.
@@ -521,7 +530,7 @@ class Keyboard:
         """
         if self._closed or not self._running:
             return None
-        q = _Question(question)
+        q = _Question(question, complete)
         self._question = q
         self._draw()
         try:
@@ -566,6 +575,9 @@ class Keyboard:
                             return
                         for key in decoder.feed(data):
                             self._on_key(key)
+                        # An Enter typed with a one-key answer ("2⏎", read at once) is the
+                        # answer's, not an empty line for what comes next.
+                        self._key_answered = False
                 finally:
                     if saved is not None:
                         self._write(_PASTE_OFF)
@@ -582,9 +594,19 @@ class Keyboard:
     def _on_key(self, key: Key) -> None:
         if key.name == "ctrl-l" and (self._question is not None or self._mode == "prompt"):
             self._write("\x1b[H\x1b[2J")
+        if self._key_answered and key.name == "enter":
+            self._key_answered = False
+            return
+        self._key_answered = False
         question = self._question
+        if question is not None and question.answered:
+            question = None  # answered by this same read: the rest is the chat line's
         if question is not None:
             result = question.editor.handle(key)
+            complete = question.complete
+            if result is None and complete is not None and complete(question.editor.text):
+                result = "submit"
+                self._key_answered = True
             if result is not None:
                 question.answer = question.editor.text if result == "submit" else None
                 question.answered = True

@@ -35,6 +35,7 @@ arrives.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import contextmanager
@@ -65,6 +66,7 @@ from runtime.core._events import (
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
+    from runtime.trace._render import StyledLine
     from runtime.trace._tree import AgentNode, TraceTree
 
     from ._frame import Line
@@ -115,7 +117,9 @@ def trace_hint(trace_path: Path | None) -> list[str]:
     """The closing lines naming the trace and the command that shows it."""
     if trace_path is None:
         return []
-    return [f"Trace: {trace_path}", f"Inspect it: trio-agents trace show {trace_path}"]
+    from ._exit import command_name
+
+    return [f"Trace: {trace_path}", f"Inspect it: {command_name()} trace show {trace_path}"]
 
 
 class _RootText:
@@ -178,15 +182,25 @@ class LiveView:
         console: the terminal console (``NO_COLOR`` and ``TERM`` are honoured as rich does).
         held: start held (see :meth:`hold`): no live region until :meth:`release`.
         fps: the most frames a second (default :data:`MAX_FPS`).
+        outcome: where the closing summary line and the trace's path go (the command line
+            gives a stderr console: docs/cli.md, "What stderr and stdout carry"); default
+            *console*.
     """
 
     def __init__(
-        self, tree: TraceTree, console: Console, *, held: bool = False, fps: float | None = None
+        self,
+        tree: TraceTree,
+        console: Console,
+        *,
+        held: bool = False,
+        fps: float | None = None,
+        outcome: Console | None = None,
     ) -> None:
         from ._frame import AnsiLines, LiveRegion
 
         self.tree = tree
         self.console = console
+        self.outcome = console if outcome is None else outcome
         self.fps = MAX_FPS if fps is None else fps
         if not self.fps > 0:
             raise ValueError(f"fps must be above 0, got {fps!r}")
@@ -366,6 +380,8 @@ class LiveView:
         budget = max(1, max_lines - 1)  # keep a line for the note
         out: list[Line] = []
         for shown, line in enumerate(styled):
+            if title and shown == 0:
+                _fit_header(line, tree.run_id)
             if len(out) >= budget:
                 more = max(1, total - shown)
                 out.append(ansi.text(f"… {more} {MORE_NOTE}", width, "dim"))
@@ -459,10 +475,12 @@ class LiveView:
             console.print()
             console.print(Markdown(answer))
         console.print()
-        console.print(summary_line(self.tree), highlight=False)
+        console.file.flush()  # the tree and the answer before the outcome, when that is stderr
+        outcome = self.outcome
+        outcome.print(summary_line(self.tree), highlight=False)
         for line in trace_hint(trace_path):
             # Not wrapped by us: the terminal wraps it, and a copied command stays one line.
-            console.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
+            outcome.print(line, style="dim", markup=False, highlight=False, soft_wrap=True)
 
 
 class PlainView:
@@ -472,11 +490,21 @@ class PlainView:
         tree: the run's tree; this view feeds it in :meth:`tap`.
         out: where the lines go (stdout).
         max_queued: lines queued before the tap writes them itself.
+        outcome: where the closing summary line and the trace's path go (the command line
+            gives stderr); default *out*.
     """
 
-    def __init__(self, tree: TraceTree, out: TextIO, *, max_queued: int = 2000) -> None:
+    def __init__(
+        self,
+        tree: TraceTree,
+        out: TextIO,
+        *,
+        max_queued: int = 2000,
+        outcome: TextIO | None = None,
+    ) -> None:
         self.tree = tree
         self.out = out
+        self.outcome = out if outcome is None else outcome
         self._lines: list[str] = []
         self._max = max_queued
         self._wake: trio.Event | None = None
@@ -603,14 +631,82 @@ class PlainView:
         """Print the end of the run: its status and the trace."""
         self.flush()
         text = self._text.turn_done()
-        lines = [text] if text and _completed(self.tree) else []
-        lines.append(summary_line(self.tree, rich=False))
-        lines.extend(trace_hint(trace_path))
-        try:
-            self.out.write("\n".join(lines) + "\n")
-            self.out.flush()
-        except (BrokenPipeError, ValueError):
-            pass
+        if text and _completed(self.tree):
+            try:
+                self.out.write(text + "\n")
+                self.out.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+        print_outcome(self.tree, trace_path, self.outcome)
+
+
+def print_outcome(tree: TraceTree, trace_path: Path | None, out: TextIO) -> None:
+    """The run's closing lines as plain text: its summary line, then the trace and the command
+    that shows it (docs/cli.md, "What stderr and stdout carry": on stderr from the command
+    line, whatever stdout is)."""
+    lines = [summary_line(tree, rich=False), *trace_hint(trace_path)]
+    try:
+        out.write("\n".join(lines) + "\n")
+        out.flush()
+    except (BrokenPipeError, ValueError):
+        pass
+
+
+_DENIED_BY_MODE = ("permission denied: mode deny", "permission denied: nobody can answer")
+
+
+def denied_note(tree: TraceTree, mode: str) -> str | None:
+    """One line saying that calls were denied by the permission mode alone (not by a rule the
+    user wrote) and how to allow them, or None when none was.
+
+    Without a terminal the default mode is ``deny``: a run whose ``bash`` calls were all
+    refused otherwise looks like one that worked (docs/cli.md, "Permission prompts").
+    """
+    denied = [
+        node for node in tree.tools.values()
+        if node.status == "denied" and node.output.startswith(_DENIED_BY_MODE)
+    ]
+    if not denied:
+        return None
+    names = sorted({node.name for node in denied})
+    first = denied[0]
+    rule = first.name
+    if first.name == "bash" and first.summary.startswith("bash: "):
+        word = first.summary.removeprefix("bash: ").split(maxsplit=1)[0:1]
+        rule = f"bash({word[0]} *)" if word else "bash"
+    calls = f"{len(denied)} tool call{'s' * (len(denied) != 1)}"
+    if mode == "ask":
+        why = "permission mode ask, with no terminal or --control to answer"
+    else:
+        why = f"permission mode {mode} (the default without a terminal)"
+    return (
+        f"{calls} denied ({', '.join(names)}) by {why}: allow such calls with "
+        f"--permission-mode allow-all or --allow {shlex.quote(rule)}"
+    )
+
+
+def announce_trace(trace_path: Path | None, out: TextIO) -> None:
+    """Name the run's trace file as the run starts, so ``trace tail`` can follow it at once."""
+    if trace_path is None:
+        return
+    try:
+        out.write(f"Trace: {trace_path}\n")
+        out.flush()
+    except (BrokenPipeError, ValueError):
+        pass
+
+
+def _fit_header(line: StyledLine, run_id: str | None) -> None:
+    """Make the run's header one line, as the node lines are: in a live frame a wrapped header
+    would push the tree down by a line on every redraw at 80 columns. The run id gives way
+    first (it is in the trace's name and on stderr), then the end is cut like a node line's."""
+    line.wrap = False
+    if not run_id or not line.parts:
+        return
+    first = line.parts[0][0]
+    start = first.find(run_id)
+    if start >= 0:
+        line.desc = (start, start + len(run_id))
 
 
 def _completed(tree: TraceTree) -> bool:

@@ -67,8 +67,40 @@ def main(ns: argparse.Namespace, parser: CliParser) -> int:
     opts = options_from_args(ns)
     # An untrusted workspace's servers are neither started nor have their ${VAR}s expanded.
     opts = dataclasses.replace(opts, trusted=verdict_for(Path(opts.workspace or ".")).trusted)
+    if _no_servers(opts):
+        # Nothing to start: answered at once, without the MCP SDK or an event loop (loading
+        # them is most of a second on a busy machine).
+        if ns.json:
+            print(json.dumps({"servers": []}))
+        else:
+            print(NO_SERVERS)
+        return EXIT_OK
     setup_logging(opts.debug)
     return run_command(lambda: list_servers(opts, as_json=ns.json), debug=opts.debug)
+
+
+NO_SERVERS = "no MCP servers configured (.mcp.json, --mcp-config)"
+
+
+def _no_servers(opts: RunOptions) -> bool:
+    """Whether *opts* configure no MCP server (``--no-mcp``, or no server in any file). A bad
+    file or workspace is left to :func:`list_servers`, which reports it as a run does."""
+    if not opts.mcp.enabled:
+        return True
+    from pathlib import Path
+
+    from runtime.core._errors import ConfigError
+    from runtime.mcp import load_mcp_config
+
+    try:
+        config = load_mcp_config(
+            opts.mcp.config,
+            optional=[Path(opts.workspace or ".") / ".mcp.json"],
+            on_warning=lambda _: None,  # said by the full command, once
+        )
+    except ConfigError:
+        return False
+    return not config.servers
 
 
 @contextlib.asynccontextmanager
@@ -152,7 +184,7 @@ async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
     if as_json:  # JSON escapes every control character itself
         print(json.dumps({"servers": rows}, ensure_ascii=False))
     elif not rows:
-        print("no MCP servers configured (.mcp.json, --mcp-config)")
+        print(NO_SERVERS)
     else:
         # Names, descriptions and errors are the servers' words: shown, never obeyed.
         for row in rows:

@@ -228,6 +228,9 @@ class TraceOptions:
 
     path: str | None = None
     enabled: bool = True
+    force: bool = False
+    """Replace an existing ``--trace`` file (for ``replay``: also run writes for real outside a
+    repository; docs/cli.md)."""
     dir: str = SCHEMA["trace.dir"].default
 
     @property
@@ -291,6 +294,8 @@ class RunOptions:
     trusted: bool = True
     """Whether the workspace is trusted (docs/configuration.md#trust): when not, its
     ``.mcp.json`` servers start only if approved by name (``mcp.project_servers``)."""
+    middleware: tuple[object, ...] = ()
+    """Layers around the run's tool and model calls (``demo``'s summary; docs/python-api.md)."""
 
 
 def _make_limits(**values: Any) -> Limits:
@@ -483,6 +488,7 @@ def run_config(opts: RunOptions) -> RunConfig:
         sandbox=sandbox,
         project=opts.project,
         run_id=opts.run_id,
+        middleware=opts.middleware,
     )
 
 
@@ -791,6 +797,7 @@ async def open_session(
     from runtime.wiring._open import open_run
 
     from ._control import ControlServer
+    from ._live import announce_trace, print_outcome
     from ._picker import serve_sigint
 
     if config is None:
@@ -801,7 +808,8 @@ async def open_session(
         config = attrs.evolve(config, json_out=sys.stdout.buffer)
     tree = TraceTree()
     view, prompts = _views(
-        opts, tree, interactive=interactive, console=console, held=view_held, keyboard=keyboard
+        opts, tree, interactive=interactive, console=console, held=view_held, keyboard=keyboard,
+        final_summary=final_summary,
     )
 
     # Runs for every event, inside whichever agent emitted it: tree updates and queueing only,
@@ -821,6 +829,8 @@ async def open_session(
                 try:
                     async with open_run(attrs.evolve(config, on_event=tap)) as rt:
                         trace_path = rt.trace_path
+                        if final_summary:
+                            announce_trace(trace_path, sys.stderr)
                         session = Session(rt, opts, view, prompts, on_abort, tree)
                         if view is not None:
                             await nursery.start(view.run)
@@ -849,8 +859,11 @@ async def open_session(
             prompts.close()
         if control is not None:
             control.close()
-    if view is not None and final_summary:
-        view.finish(trace_path=trace_path)
+    if final_summary and not session.reader_gone:
+        if view is not None:
+            view.finish(trace_path=trace_path)
+        else:  # --json: stdout holds the events only; the outcome goes to stderr all the same
+            print_outcome(tree, trace_path, sys.stderr)
 
 
 def _views(
@@ -861,6 +874,7 @@ def _views(
     console: Console | None,
     held: bool,
     keyboard: Keyboard | None,
+    final_summary: bool = True,
 ) -> tuple[LiveView | PlainView | None, TerminalPrompts | None]:
     """The run's view (the live tree on a terminal, plain lines otherwise, none with
     ``--json``) and, for a person at a terminal, the prompts that ask through it."""
@@ -871,9 +885,12 @@ def _views(
     if opts.json:
         return None, None
     if interactive or shows_live_view(opts):
-        view = LiveView(tree, console or make_console(), held=held, fps=opts.view.fps)
+        # The one-line outcome goes to stderr whatever stdout is (docs/cli.md, "run").
+        outcome = make_console(stderr=True) if final_summary else None
+        view = LiveView(tree, console or make_console(), held=held, fps=opts.view.fps,
+                        outcome=outcome)
     else:
-        view = PlainView(tree, sys.stdout)
+        view = PlainView(tree, sys.stdout, outcome=sys.stderr)
     prompts: TerminalPrompts | None = None
     if interactive and isinstance(view, LiveView):
         if keyboard is not None:
@@ -952,6 +969,11 @@ def report_outcome(session: Session, outcome: AgentOutcome | None, code: int) ->
     """One line on stderr when the run did not complete (the view already showed the rest)."""
     if session.reader_gone:
         return
+    from ._live import denied_note
+
+    note = denied_note(session.tree, permission_mode(session.opts))
+    if note is not None:
+        warning_line(note)
     if code == EXIT_ABORTED:
         if not session.interactive:
             error_line("the run was aborted")
@@ -1042,6 +1064,15 @@ def check_output_paths(opts: RunOptions) -> None:
     """
     if opts.trace.path is not None:
         writable_path(opts.trace.path, "--trace")
+        from runtime.trace._sinks import existing_trace
+
+        held = existing_trace(Path(opts.trace.path))
+        if held == "is being written by another run":
+            raise UsageError(f"--trace {opts.trace.path} {held}; give this run another path")
+        if held is not None and not opts.trace.force:
+            raise UsageError(
+                f"--trace {opts.trace.path} {held}; give another path, or --force to replace it"
+            )
     if opts.control:
         check_control_path(opts.control)
         writable_path(opts.control, "--control", make_parents=False)

@@ -13,8 +13,8 @@ fighting over the screen and the keyboard:
   With no sub-agent running, Ctrl+C aborts (what an abort is belongs to the session: ``run``
   ends the run, ``chat`` may cancel the turn).
 * A ``permission_requested`` event pauses the view and asks ``y`` / ``n`` / ``a`` (always, for
-  this run), naming the asking agent by its path in the tree (``main``, ``scanner``,
-  ``triager``, joined by :data:`SEP`).
+  this run; one key, no Enter), naming the asking agent by its path in the tree (``main``,
+  ``scanner``, ``triager``, joined by :data:`SEP`).
   A question answered elsewhere meanwhile (the control socket, a timeout, a cancel) is dropped.
   A Ctrl+C at a permission question denies it, then acts as a Ctrl+C.
 
@@ -42,7 +42,7 @@ import os
 import sys
 import termios
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import trio
@@ -90,12 +90,25 @@ def agent_path(tree: TraceTree, agent_id: str | None) -> str:
 class LineAsker(Protocol):
     """Something that asks the terminal a question and reads one line (the chat's keyboard)."""
 
-    async def ask(self, question: str) -> str | None:
+    async def ask(
+        self, question: str, *, complete: Callable[[str], bool] | None = None
+    ) -> str | None:
         """Ask *question*; the line, or None at end of input.
+
+        Args:
+            complete: whether what is typed so far is already the answer (no Enter needed).
 
         Cancellation: cuts the question short (the cursor ends on a fresh line).
         """
         ...
+
+
+_PERMISSION_KEYS = frozenset("yna")
+
+
+def _permission_key(typed: str) -> bool:
+    """``y``, ``n`` or ``a`` answers a permission question at once, as a digit does the picker."""
+    return typed.lower() in _PERMISSION_KEYS
 
 
 class _Prompt:
@@ -257,14 +270,18 @@ class TerminalPrompts:
         return None
 
     async def _ask_keyboard(
-        self, keyboard: LineAsker, prompt: _Prompt, question: str
+        self,
+        keyboard: LineAsker,
+        prompt: _Prompt,
+        question: str,
+        complete: Callable[[str], bool] | None = None,
     ) -> str | None:
         # The keyboard has read whatever was typed before: type-ahead went to the chat line,
         # and the question starts empty, as after the tcflush above.
         self._active = prompt
         try:
             with prompt.scope:
-                line = await keyboard.ask(question)
+                line = await keyboard.ask(question, complete=complete)
                 return None if line is None else line.strip()
         finally:
             self._active = None
@@ -291,7 +308,7 @@ class TerminalPrompts:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch)
             try:
-                return await self._ask_keyboard(keyboard, prompt, "cancel> ")
+                return await self._ask_keyboard(keyboard, prompt, "cancel> ", picks.complete)
             finally:
                 nursery.cancel_scope.cancel(reason="the question is over")
 
@@ -308,16 +325,17 @@ class TerminalPrompts:
             await session.abort("run aborted with Ctrl+C")
             return
         picks = _PickList(subtrees)
-        keys = self._keyboard is None  # our own terminal: a key is an answer, no Enter needed
+        keys = self._keyboard is None  # our own terminal, read key by key; else the chat's
         with self.view.paused():
             self.console.print(
                 "[bold]Paused[/] — agents keep running. Running sub-agents:", highlight=False
             )
             for entry in picks.lines():
                 self.console.print(entry, markup=False, highlight=False)
-            number = "N" if keys else "N Enter"
+            # One key answers, on a terminal of our own and through the chat's keyboard alike
+            # (a number waits for the next key only when a longer one could follow).
             self.console.print(
-                f"[dim]{number}: cancel that subtree · a: cancel all · q: abort "
+                f"[dim]N: cancel that subtree · a: cancel all · q: abort "
                 f"{session.abort_noun} · Enter: resume · Ctrl+C: abort[/]",
                 highlight=False,
             )
@@ -440,6 +458,60 @@ class TerminalPrompts:
             self.console.file.flush()
         return None
 
+    async def _read_key(self, prompt: _Prompt, question: str) -> str | None:
+        """Ask a permission question answered by one key (``y``, ``n``, ``a``; anything else
+        ends with Enter); None when cut short or at end of input.
+
+        On a terminal of our own it leaves canonical mode for the question, as the picker
+        does (:meth:`_read_choice`); through the chat's keyboard the keyboard does the same.
+        """
+        if self._keyboard is not None:
+            return await self._ask_keyboard(self._keyboard, prompt, question, _permission_key)
+        assert self._stream is not None
+        assert self._fd is not None
+        fd = self._fd
+        try:
+            saved = termios.tcgetattr(fd)
+        except termios.error:  # not a terminal after all: line by line
+            return await self._read_line(prompt, question)
+        keys = list(saved)
+        keys[3] &= ~(termios.ICANON | termios.ECHO)
+        keys[6] = list(saved[6])
+        keys[6][termios.VMIN] = 1
+        keys[6][termios.VTIME] = 0
+        out = self.console.file
+        typed = ""
+        self._active = prompt
+        try:
+            termios.tcsetattr(fd, termios.TCSANOW, keys)
+            termios.tcflush(fd, termios.TCIFLUSH)  # type-ahead never answers a question
+            out.write(question)
+            out.flush()
+            with prompt.scope:
+                while True:
+                    data = await self._stream.receive_some(1024)
+                    if not data:
+                        return None
+                    for char in data.decode(errors="replace"):
+                        if char in "\r\n":
+                            return typed.strip()
+                        if char in "\x7f\b":
+                            typed = typed[:-1]
+                        elif char.isprintable():
+                            typed += char
+                        out.write("\r\x1b[K" + question + typed)
+                        out.flush()
+                        if _permission_key(typed):
+                            return typed
+        finally:
+            self._active = None
+            with contextlib.suppress(termios.error):
+                termios.tcsetattr(fd, termios.TCSANOW, saved)
+                termios.tcflush(fd, termios.TCIFLUSH)
+            out.write("\n")
+            out.flush()
+        return None
+
     def _prompt_line(self, typed: str, *, above: Sequence[str] = (), fresh: bool = False) -> None:
         out = self.console.file
         if not fresh:
@@ -493,7 +565,7 @@ class TerminalPrompts:
             )
             while True:
                 prompt = _Prompt("permission", req.request_id)
-                line = await self._read_line(prompt, "Allow? [y]es / [n]o / [a]lways this run: ")
+                line = await self._read_key(prompt, "Allow? [y]es / [n]o / [a]lways this run: ")
                 done = prompt.resolved_elsewhere
                 if done is not None:  # a control client, the timeout, or a cancel was first
                     verdict = "granted" if done.granted else "denied"

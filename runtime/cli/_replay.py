@@ -51,12 +51,6 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--realtime", action="store_true", help="wait each model turn's recorded time")
     g.add_argument(
-        "--force",
-        action="store_true",
-        help="run recorded writes for real in a workspace that is not a git repository or a "
-        "temporary folder",
-    )
-    g.add_argument(
         "--until",
         metavar="NODE_ID",
         help="fork: replay up to (not including) this tool call (tool_use_id) or turn "
@@ -76,7 +70,7 @@ def cmd_replay(ns: argparse.Namespace, opts: RunOptions) -> int:
     from runtime.core._errors import AgentsError
     from runtime.replay import load_recording
 
-    from ._options import check_control_path, run_command, setup_logging
+    from ._options import check_output_paths, run_command, setup_logging
 
     if opts.provider is not None:
         raise UsageError(
@@ -91,8 +85,7 @@ def cmd_replay(ns: argparse.Namespace, opts: RunOptions) -> int:
         raise UsageError("--continue-provider scripted needs --scenario FILE")
     existing_file(opts.scenario, "--scenario")
     existing_file(opts.agents, "--agents")
-    if opts.control:
-        check_control_path(opts.control)
+    check_output_paths(opts)  # --trace (an existing trace is kept unless --force), --control
     try:
         rec = load_recording(ns.trace_file, run_id=ns.run)
         until = rec.find_node(ns.until) if ns.until is not None else None
@@ -264,7 +257,7 @@ async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, unti
                     break
             replayer.finish()
         code = session.exit_code(outcome)
-    _report(replayer)
+    _report(replayer, whole=not (session.aborted or session.reader_gone))
     if code == EXIT_OK and (replayer.stopped or replayer.halted):
         code = EXIT_FAILED
     if code != EXIT_OK and not replayer.stopped and not replayer.halted and outcome is not None:
@@ -273,7 +266,9 @@ async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, unti
     return code
 
 
-def _report(replayer: Any) -> None:
+def _report(replayer: Any, *, whole: bool) -> None:
+    """The replay's closing lines on stderr: why it stopped, its divergences, or (*whole*: it
+    ran to its end) that there was none."""
     if replayer.stopped:
         error_line(f"replay stopped: {replayer.stopped}")
     elif replayer.recording.killed and not replayer.halted:
@@ -287,6 +282,9 @@ def _report(replayer: Any) -> None:
         return
     count = replayer.divergence_count
     if not count:
+        if whole and not replayer.forked:  # a fork's live turns are compared with nothing
+            strict = " (--strict)" if replayer.strict else ""
+            print(f"{PROG}: replay: no divergence from the recording{strict}", file=sys.stderr)
         return
     print(
         f"{PROG}: replay: {count} divergence{'s' if count != 1 else ''} from the recording:",

@@ -58,9 +58,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import importlib.util
 import itertools
 import logging
 import os
+import sys
 import threading
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Coroutine, Mapping
@@ -921,12 +923,12 @@ class RayPlacement:
         return ref
 
     def _close(self) -> None:
-        import ray
-
         self._closing = True
         for host in self._hosts:
             host.scope.cancel(reason="the run is over")
             if host.actor is not None and host.state != "dead":
+                import ray  # a host has an actor only once Ray is up
+
                 with contextlib.suppress(Exception):  # already gone: nothing to clean up
                     ray.kill(host.actor)
             host.state = "dead"
@@ -1347,27 +1349,28 @@ async def open_ray_placement(
     run's host actors are killed (every subtree has ended by then), and a cluster started here
     is shut down.
     """
-    try:
-        import ray
-    except ImportError as exc:
-        raise ConfigError(
-            "agent types placed on 'ray' need Ray: pip install 'trio-agents[ray]'"
-        ) from exc
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError("agent types placed on 'ray' need Ray: pip install 'trio-agents[ray]'")
     options = options or RayOptions()
     address = address or options.address or os.environ.get("RAY_ADDRESS") or None
-    _quiet_ray_driver()
     bridge = _Bridge()
     bridge.start()
     owned = False
     start_cluster: Callable[[], None] | None = None
     try:
-        if not ray.is_initialized():
+        # Ray is imported only when it is needed: importing it takes seconds, and a run whose
+        # agents never start a sub-agent of a Ray-placed type must not pay for it (nor for a
+        # cluster). If this process has not imported it, it has no connection either.
+        ray = sys.modules.get("ray")
+        if ray is None or not ray.is_initialized():
             owned = True
             if address:  # a cluster the user named: a wrong address stops the run at once
-                await bridge.call(lambda: _init_ray(ray, address, options.num_cpus))
+                await bridge.call(lambda: _init_ray(None, address, options.num_cpus))
             else:
                 def start_cluster() -> None:
-                    _init_ray(ray, None, options.num_cpus)
+                    _init_ray(None, None, options.num_cpus)
+        else:
+            _quiet_ray_driver()
         async with trio.open_nursery() as nursery:
             placement = RayPlacement(
                 bridge, options, nursery, host_options or {}, start_cluster=start_cluster
@@ -1379,7 +1382,8 @@ async def open_ray_placement(
                 nursery.cancel_scope.cancel(reason="the run is over")
     finally:
         try:
-            if owned and ray.is_initialized():
+            ray = sys.modules.get("ray")
+            if owned and ray is not None and ray.is_initialized():
                 await bridge.call(ray.shutdown)
         finally:
             with trio.CancelScope(shield=True):
@@ -1424,6 +1428,10 @@ def _remote_class(cls: type) -> Any:
 
 
 def _init_ray(ray_mod: Any, address: str | None, num_cpus: int | None) -> None:
+    if ray_mod is None:
+        import ray as ray_mod  # here, on the bridge thread, when the cluster is wanted
+
+        _quiet_ray_driver()
     kwargs: dict[str, Any] = {
         "logging_level": logging.ERROR,
         "log_to_driver": False,  # worker output must never reach our stdout (--json)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from runtime._logs import get_logger
+
 from ._events import PermissionRequested, PermissionResolved
 
 if TYPE_CHECKING:
@@ -48,8 +50,18 @@ class PendingRequest:
     summary: str = ""
 
 
+_log = get_logger("trio_agents.permissions")
+
+NOBODY_TO_ASK = "nobody can answer permission requests (non-interactive)"
+
+
 class PermissionBroker:
     """Asks, waits and records answers for one run.
+
+    A call denied only because of the mode (``deny``), or because nobody can answer in ``ask``
+    mode, is a surprise to whoever wrote the tool: the first one of a run is logged as a
+    warning (``permission.denied_by_mode``, with how to allow such calls), the rest are not,
+    so a run of a thousand such calls says it once.
 
     Args:
         timeout_s: how long a request waits for an answer before it is denied.
@@ -64,6 +76,7 @@ class PermissionBroker:
         self._answerers = 0
         self._pending: dict[str, _Pending] = {}
         self._ids = itertools.count(1)
+        self._warned = False
 
     @property
     def can_ask(self) -> bool:
@@ -114,6 +127,8 @@ class PermissionBroker:
         if decision.action == "allow":
             return True, decision.reason
         if decision.action == "deny":
+            if decision.reason == "mode deny":
+                self._warn_denied(tool.name, decision.reason)
             return False, decision.reason
         request_id = f"perm-{next(self._ids)}"
         await self.bus.emit(
@@ -128,7 +143,8 @@ class PermissionBroker:
         granted, reason = False, "cancelled"
         try:
             if not self.can_ask:
-                granted, reason = False, "nobody can answer permission requests (non-interactive)"
+                granted, reason = False, NOBODY_TO_ASK
+                self._warn_denied(tool.name, f"mode {self.policy.mode} and {reason}")
             else:
                 pending = _Pending(tool, args, tool_use_id, agent_id, summary)
                 self._pending[request_id] = pending
@@ -154,6 +170,19 @@ class PermissionBroker:
                 reason=reason,
             )
         return granted, reason
+
+    def _warn_denied(self, tool: str, why: str) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        _log.warning(
+            "permission.denied_by_mode",
+            tool=tool,
+            reason=why,
+            hint="this run denies every call that needs permission; allow them with "
+            "permission_mode='allow-all' (or 'auto-edit' for file edits), or a rule such as "
+            f"allow=['{tool}']",
+        )
 
     def resolve(
         self, request_id: str, granted: bool, *, remember: bool = False, reason: str | None = None

@@ -366,6 +366,10 @@ TABLE: Final[tuple[Setting, ...]] = (
     _S("trace.path", STRING, "write the trace (JSONL) here (default: a new file under "
        ".trio-agents/traces/)", NEUTRAL, flags=("--trace",), param="trace", in_file=False,
        exclusive="trace", metavar="FILE"),
+    _S("trace.force", BOOLEAN, "replace the file --trace names when it holds a trace already "
+       "(refused without); replay: also run the recording's writes for real in a workspace that "
+       "is not a git repository or a temporary folder", NEUTRAL, default=False,
+       flags=("--force",), flag_value=True, in_file=False),
     _S("trace.enabled", BOOLEAN, "write no trace file", Trust("off", "the trace is the run's "
        "record"), default=True, flags=("--no-trace",), flag_value=False, param="trace",
        exclusive="trace", doc="write a trace file for each run"),

@@ -457,7 +457,9 @@ class Retrier:
                 f"{reason} (a retry in {delay:g} s would pass the call deadline"
                 f" of {self.call_deadline_s:g} s)"
             ) from exc
-        self.log.warning(
+        # At debug: each retry is a provider_retry event already (the trace, --json, the live
+        # tree); a library must not print a line per retry on an application's stderr.
+        self.log.debug(
             "provider.retry",
             provider=self.provider,
             failed_try=self.tries,

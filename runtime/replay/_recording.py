@@ -55,6 +55,9 @@ class RecordedCall:
     output: str | None = None
     child: RecordedAgent | None = None
     """The sub-agent an ``agent`` call started."""
+    cancel_reason: str | None = None
+    """A cancel aimed at this very call (not an ``agent`` call: that one is its child's)."""
+    cancel_by: str | None = None
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -92,6 +95,8 @@ class RecordedAgent:
     error: str | None = None
     cancel_reason: str | None = None
     cancel_by: str | None = None
+    cancel_target: str | None = None
+    """The node the recorded cancel of this agent named: its own id, or its ``agent`` call's."""
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -277,6 +282,10 @@ def _build(rec: Recording, events: list[Event]) -> None:
                 target = rec.calls[ev.target].child
             if target is not None:
                 target.cancel_reason, target.cancel_by = ev.reason, ev.by
+                target.cancel_target = ev.target
+            elif ev.target in rec.calls:  # a plain tool call, cancelled on its own
+                call = rec.calls[ev.target]
+                call.cancel_reason, call.cancel_by = ev.reason, ev.by
         elif isinstance(ev, AgentFinished) and agent is not None:
             agent.status, agent.result, agent.error = ev.status, ev.result, ev.error
             agent.tail_text = "".join(text.pop(aid, ()))

@@ -4,10 +4,11 @@
 As a tap it matches every live agent to its recorded counterpart by its place in the tree: the
 k-th root to the k-th recorded root, a sub-agent to the sub-agent of the recorded tool call its
 ``agent`` call replays (the provider made that call, so it knows which one it was). As a
-provider it streams each agent's recorded turns in order, with fresh tool-call ids
-(``rp-1``, ``rp-2``, …), and then ends the agent as it ended: a recorded provider error is
-raised again, a recorded cancel is requested again, and an agent the killed run left running
-stops the replay there (:attr:`Replayer.stopped`).
+provider it streams each agent's recorded turns in order, with the recorded tool-call ids (so
+the replay's tree lines up with the recording's, node for node), and then ends the agent as it
+ended: a recorded provider error is raised again, a recorded cancel is requested again (on the
+node the recording named, before anything under it ends cancelled), and an agent the killed
+run left running stops the replay there (:attr:`Replayer.stopped`).
 
 Divergence: every ``tool_finished`` and ``agent_finished`` of the replay is compared with its
 recording; a difference becomes one ``replay_diverged`` event (docs/events.md), e.g.
@@ -25,7 +26,6 @@ instead of running (``--mock-tools``); the ``agent`` tool always runs, so the tr
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -128,9 +128,10 @@ class Replayer:
         self._pending: list[Divergence] = []
         self._halt_sent = False
         self._checked: set[str] = set()
+        self._cancelled: set[str] = set()
+        """The nodes whose recorded cancel was requested again."""
         self._roots = 0
         self._root_ids: list[str] = []
-        self._ids = itertools.count(1)
 
     # -- wiring -----------------------------------------------------------------------------
 
@@ -351,9 +352,10 @@ class Replayer:
         for piece in chunk_text(turn.text):
             yield TextChunk(piece)
         for call in turn.calls:
-            tool_use_id = f"rp-{next(self._ids)}"
-            self._calls[tool_use_id] = call
-            yield ToolCall(tool_use_id, call.name, dict(call.input))
+            # The recorded id: unique in the recorded run, so in its replay too (a fork's live
+            # provider makes ids of its own kind: ``tu-fork-…``, the model's).
+            self._calls[call.id] = call
+            yield ToolCall(call.id, call.name, dict(call.input))
         yield TurnEnd(
             stop_reason=turn.stop_reason,  # type: ignore[arg-type]  # read from an event
             input_tokens=turn.input_tokens,
@@ -371,9 +373,10 @@ class Replayer:
         if rec.status == "failed":
             raise ProviderError(rec.error or "failed (the recording gives no reason)")
         if rec.status in ("cancelled", "budget_exceeded"):
-            reason = rec.cancel_reason or cancel_reason_of(rec.error or "cancelled")
-            by = rec.cancel_by or ("budget" if rec.status == "budget_exceeded" else "runtime")
-            self._cancel(agent_id, reason, by)
+            if not self.cancel_as_recorded(rec):
+                reason = rec.cancel_reason or cancel_reason_of(rec.error or "cancelled")
+                by = rec.cancel_by or ("budget" if rec.status == "budget_exceeded" else "runtime")
+                self._cancel(agent_id, reason, by)
             await trio.sleep_forever()
         if rec.status is None:
             self.stop(f"the trace ends here: the recorded run was killed while {live.path} ran")
@@ -386,6 +389,47 @@ class Replayer:
         raise ProviderError(
             f"replay: {live.path} asked for turn {number}; the recording has {len(rec.turns)}"
         )
+
+    def cancel_as_recorded(self, rec: RecordedAgent | RecordedCall) -> bool:
+        """Request the recorded cancel that ended *rec* (a call, or an agent, cancelled by it
+        or by a cancel of an ancestor), on the node the recording named, so that
+        ``cancel_requested`` comes before whatever under it ends ``cancelled``, as recorded.
+
+        Returns:
+            Whether the cancel is under way (requested now or before); False when the
+            recording names none, or its node is not in this run.
+        """
+        if isinstance(rec, RecordedCall):
+            if rec.cancel_reason is not None:
+                return self._cancel_once(rec.id, rec.cancel_reason, rec.cancel_by)
+            agent: RecordedAgent | None = rec.agent
+        else:
+            agent = rec
+        while agent is not None:
+            if agent.cancel_reason is not None:
+                node = self._live_node(agent)
+                if node is None:
+                    return False
+                return self._cancel_once(node, agent.cancel_reason, agent.cancel_by)
+            agent = agent.parent_call.agent if agent.parent_call is not None else None
+        return False
+
+    def _live_node(self, agent: RecordedAgent) -> str | None:
+        """The live id of the node a recorded cancel of *agent* named: its ``agent`` call (the
+        replay keeps the recorded call ids), else the live agent that plays it."""
+        call = agent.parent_call
+        if call is not None and agent.cancel_target == call.id:
+            return call.id
+        return next((aid for aid, live in self._agents.items() if live.rec is agent), None)
+
+    def _cancel_once(self, node_id: str, reason: str, by: str | None) -> bool:
+        if node_id in self._cancelled:
+            return True  # requested already: under way, or done (a checkpoint raises then)
+        assert self._run is not None
+        if not cancel_node(self._run, node_id, reason, by=by or "runtime"):  # type: ignore[arg-type]
+            return False  # unknown here, or not announced yet: the caller ends it itself
+        self._cancelled.add(node_id)
+        return True
 
     def _cancel(self, node_id: str, reason: str, by: str) -> None:
         assert self._run is not None
@@ -466,6 +510,8 @@ class _MockTool(Tool):
         if rec.status == "ok":
             return output
         if rec.status == "cancelled":
+            if self.replayer.cancel_as_recorded(rec):
+                await trio.sleep_forever()  # the cancel is on its way down to this call
             raise SubtreeCancelled(cancel_reason_of(output))
         if rec.status is None:
             self.replayer.stop(

@@ -240,6 +240,38 @@ def open_trace_file(path: Path) -> BinaryIO:
             os.close(fd)
 
 
+def existing_trace(path: Path) -> str | None:
+    """What a trace file already at *path* holds, for a command that would replace it: ``being
+    written by another run``, ``holds a trace (run …)``, or None (nothing there, or empty).
+
+    A file that is not a trace is reported too (``holds N bytes``): replacing a file the user
+    may want is never silent. Reads at most the first line.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None  # nothing there (or not a file we could open: open_trace_file says why)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "is being written by another run"
+        first = os.read(fd, 4096).partition(b"\n")[0]
+    finally:
+        os.close(fd)
+    import orjson
+
+    try:
+        head = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        return f"holds {st.st_size} bytes that are not a trace"
+    run_id = head.get("run_id") if isinstance(head, dict) else None
+    return f"holds a trace (run {run_id})" if isinstance(run_id, str) else "holds a trace"
+
+
 def _make_private_dirs(folder: Path) -> None:
     """Create *folder* and any missing parent, each 0700 (existing ones are left as they are)."""
     missing: list[Path] = []

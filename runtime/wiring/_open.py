@@ -677,6 +677,8 @@ def _run_config_event(plan: RunPlan, services: _Services, run: RunContext) -> di
         "provider": prov.name,
         "model": run.settings.model,
         "workspace": str(plan.workspace),
+        # Where this very stream is kept, so a --json reader can follow or inspect it.
+        "trace": None if plan.trace_path is None else os.fspath(plan.trace_path),
         "permission_mode": config.permission_mode,
         "limits": plan.limits.public(),
         "agent_types": sorted(plan.agent_types),
