@@ -207,3 +207,37 @@ if __name__ == "__main__":  # write the expectations from the tree first on PYTH
 
     with tempfile.TemporaryDirectory() as folder:
         Path(sys.argv[1]).write_text(json.dumps(observe(Path(folder)), indent=1) + "\n")
+
+
+def _replayed_config(cli: Cli, *args: str) -> Any:
+    code, stdout, stderr = cli("replay", "rec.jsonl", "--mock-tools", "--no-trace", "--json", *args)
+    assert code == 0, stderr
+    config = json.loads(stdout.splitlines()[0])["config"]
+    return (config["permission_mode"], config["permission_rules"],
+            {k: config["limits"][k] for k in ("max_turns", "max_parallel", "mailbox_size")})
+
+
+def test_replay_takes_what_the_user_left_out_from_the_recorded_run(cli: Cli) -> None:
+    code, _, stderr = cli("run", "go", "--scenario", "s.json", "--trace", "rec.jsonl",
+                          "--max-turns", "3", "--max-parallel", "4", "--permission-mode",
+                          "allow-all", "--allow", "read", "--deny", "bash(rm *)")
+    assert code == 0, stderr
+    rules = {"allow": ["read"], "deny": ["bash(rm *)"]}
+    limits = {"max_turns": 3, "max_parallel": 4, "mailbox_size": 16}
+    assert _replayed_config(cli) == ("allow-all", rules, limits)
+    # A flag wins over the recording; rules given on the command line replace the recorded ones.
+    assert _replayed_config(cli, "--max-turns", "7", "--allow", "glob") == (
+        "allow-all", {"allow": ["glob"], "deny": []}, {**limits, "max_turns": 7})
+    # A key another version wrote is ignored; a value this version refuses is one line, exit 2.
+    trace = cli.ws / "rec.jsonl"
+    lines = trace.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["config"]["limits"].update(future_limit=3, mailbox_size=8)
+    trace.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    assert _replayed_config(cli) == ("allow-all", rules, {**limits, "mailbox_size": 8})
+    first["config"]["limits"]["max_turns"] = -1
+    trace.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    code, stdout, stderr = cli("replay", "rec.jsonl", "--mock-tools", "--no-trace")
+    assert (code, stdout) == (2, "")
+    assert stderr == ("trio-agents: error: rec.jsonl: run_started config limits.max_turns: "
+                      "expected a whole number >= 1; got -1\n")

@@ -331,7 +331,7 @@ def flags_from_args(ns: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _check_usage(flags: Mapping[str, Any]) -> None:
+def check_usage(flags: Mapping[str, Any]) -> None:
     """Options that contradict each other on the command line.
 
     Raises:
@@ -386,7 +386,7 @@ def options_from_args(
     from runtime.project._settings import load_settings
 
     flags = flags_from_args(ns)
-    _check_usage(flags)
+    check_usage(flags)
     layers = [under] if under else []
     if getattr(ns, "command", None) == "demo":  # its own defaults (its own workspace)
         layers.insert(0, ("default of demo", {s.name: s.demo_default for s in TABLE

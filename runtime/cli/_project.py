@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ._options import (
     RunOptions,
     UsageError,
-    _check_usage,
+    check_usage,
     effective_setting,
     flags_from_args,
     options_from_settings,
@@ -64,7 +64,7 @@ def load_effective_settings(ns: argparse.Namespace) -> Settings:
     from ._trust_cmd import settle, verdict_for
 
     flags = flags_from_args(ns)
-    _check_usage(flags)
+    check_usage(flags)
     workspace = _workspace(ns)
     verdict = verdict_for(workspace)
     with _usage_errors():

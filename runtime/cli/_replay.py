@@ -114,8 +114,12 @@ def _recorded_defaults(ns: argparse.Namespace, opts: RunOptions, rec: Recording)
     """*opts* with what the user left out taken from the recorded run: each row of the settings
     table with an ``event_key`` is read from the trace's ``run_started.config`` (its permission
     mode but ``ask``, its rules unless a flag gives rules, its limits) as a layer under the
-    flags, each value checked as a settings file's is; one this version refuses is left out
-    (the usual default)."""
+    flags, each value checked as a settings file's is. A key this version does not know is
+    ignored (another version's); a value it refuses is a usage error.
+
+    Raises:
+        UsageError: one line naming the trace, the key and what is wrong with its value.
+    """
     from runtime.core._config import RULES, TABLE
 
     from ._options import flags_from_args, options_from_args
@@ -129,8 +133,12 @@ def _recorded_defaults(ns: argparse.Namespace, opts: RunOptions, rec: Recording)
         value = _dig(rec.config, setting.event_key)
         if value is None or value == _ASK_STAYS_DEFAULT:
             continue
-        with contextlib.suppress(Exception):  # a check's ValueError, a rule's ConfigError
+        try:
             recorded[setting.name] = setting.kind.check(value)
+        except Exception as exc:  # a check's ValueError, a rule's ConfigError
+            raise UsageError(
+                f"{ns.trace_file}: run_started config {setting.event_key}: {exc}"
+            ) from None
     replayed = options_from_args(ns, under=(f"recording {ns.trace_file}", recorded))
     replayed = _unsettable_limits(replayed, rec.config.get("limits"))
     return dataclasses.replace(replayed, project=opts.project, run_id=opts.run_id)
