@@ -14,7 +14,7 @@ from runtime.core import _events as events_module
 
 
 async def _emit(bus: EventBus, agent: str, text: str) -> Event:
-    return await bus.emit(TextDelta, agent_id=agent, parent_tool_use_id=None, text=text)
+    return await bus.emit(TextDelta(agent_id=agent, parent_tool_use_id=None, text=text))
 
 
 async def test_seq_strictly_increases_with_no_gaps_across_concurrent_emitters() -> None:
@@ -166,7 +166,7 @@ def test_forward_gives_a_foreign_event_this_bus_seq() -> None:
 
 
 def test_forward_masks_a_foreign_event_unless_its_own_bus_did() -> None:
-    from runtime.core._secrets import Redactor
+    from runtime.core._secrets import Secrets
 
     secret = "zq-SECRETVALUE-0123456789"
 
@@ -174,13 +174,13 @@ def test_forward_masks_a_foreign_event_unless_its_own_bus_did() -> None:
         return TextDelta(seq=5, ts=1.0, run_id="o", agent_id="x", parent_tool_use_id="tu-1",
                          text=text)
 
-    bus = EventBus("r", redactor=Redactor([secret]))
+    bus = EventBus("r", secrets=Secrets([secret]))
     assert bus.forward(delta(f"key {secret} here")).text == "key *** here"
     # A streamed text ending with the start of a secret is held back until the agent's next
     # event, then sent on its own...
     assert bus.forward(delta("ends zq-SEC")).text == "ends "
     # ...but an event its own bus masked (and held back, and released) goes on as it is.
-    bus = EventBus("r", redactor=Redactor([secret]))
+    bus = EventBus("r", secrets=Secrets([secret]))
     assert bus.forward(delta("zq-SEC"), masked=True).text == "zq-SEC"
     assert [e.seq for e in (bus.forward(delta("more"), masked=True),)] == [2]
 
@@ -251,11 +251,23 @@ async def test_a_finishing_event_goes_out_even_past_a_stalled_blocking_reader(
     stalled = bus.subscribe(buffer=1, policy="block")
     await _emit(bus, "a", "fills it")
     start = trio.current_time()
-    first = await bus.emit_final(TextDelta, grace_s=2, agent_id="a", parent_tool_use_id=None,
-                                 text="end 1")
+    first = await bus.emit_final(
+        TextDelta(
+            agent_id="a",
+            parent_tool_use_id=None,
+            text="end 1",
+        ),
+        grace_s=2,
+    )
     assert trio.current_time() - start == 2, "waited its grace period, then went out anyway"
-    second = await bus.emit_final(TextDelta, grace_s=2, agent_id="a", parent_tool_use_id=None,
-                                  text="end 2")
+    second = await bus.emit_final(
+        TextDelta(
+            agent_id="a",
+            parent_tool_use_id=None,
+            text="end 2",
+        ),
+        grace_s=2,
+    )
     assert trio.current_time() - start == 2, "a stalled reader is not waited for twice"
     assert [e.seq for e in seen] == [1, first.seq, second.seq] == [1, 2, 3]
     assert len(stalled._buffer) == 3
@@ -264,11 +276,11 @@ async def test_a_finishing_event_goes_out_even_past_a_stalled_blocking_reader(
 async def test_an_end_already_waiting_goes_out_once_its_reader_is_marked_stalled() -> None:
     bus = EventBus("r")
     sub = bus.subscribe(buffer=1, policy="block")
-    bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text="fills it")
+    bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text="fills it"))
     done = trio.Event()
 
     async def end() -> None:
-        await bus.emit_final(TextDelta, grace_s=30, agent_id="a", parent_tool_use_id=None, text="e")
+        await bus.emit_final(TextDelta(agent_id="a", parent_tool_use_id=None, text="e"), grace_s=30)
         done.set()
 
     async with trio.open_nursery() as nursery:
@@ -291,7 +303,7 @@ async def test_a_raising_tap_is_dropped_and_the_stream_goes_on() -> None:
     bus.add_tap(bad)
     bus.add_tap(lambda e: seen.append(e.seq))
     for _ in range(3):
-        await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text="x")
+        await bus.emit(TextDelta(agent_id="a", parent_tool_use_id=None, text="x"))
     assert seen == [1, 2, 3]
     assert len(bus.failed_taps) == 1
     assert "observer bug" in bus.failed_taps[0]
@@ -312,7 +324,7 @@ async def test_a_raising_core_hook_is_kept_and_reports_the_failure_once() -> Non
     seen: list[int] = []
     bus.add_tap(lambda e: seen.append(e.seq))
     for _ in range(3):
-        await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text="x")
+        await bus.emit(TextDelta(agent_id="a", parent_tool_use_id=None, text="x"))
     assert calls == [1, 2, 3], "never removed"
     assert seen == [1, 2, 3], "the event still reaches everyone else"
     assert isinstance(bus.core_error, ValueError)
@@ -323,7 +335,7 @@ async def test_a_backlog_is_read_in_bursts_that_still_let_other_tasks_in() -> No
     bus = EventBus("r")
     sub = bus.subscribe(buffer=1000, policy="block")
     for i in range(300):
-        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+        bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text=str(i)))
     ticks = 0
     reads_between: list[int] = []
     read = 0
@@ -354,7 +366,7 @@ async def test_async_for_with_a_backlog_still_sees_a_cancel_and_loses_nothing() 
     bus = EventBus("r")
     sub = bus.subscribe(buffer=100, policy="block")
     for i in range(10):
-        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+        bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text=str(i)))
     assert (await sub.__anext__()).seq == 1  # mid-burst from here on
     with trio.CancelScope() as scope:
         scope.cancel()

@@ -28,6 +28,7 @@ from ._provider import Provider
 if TYPE_CHECKING:
     from ._agent import AgentOutcome, AgentSpec
     from ._sandbox import Sandbox
+    from ._secrets import Secrets
     from ._tool import Tool, ToolLimits
 
 __all__ = ["Owner", "RunContext", "SubtreeRunner", "cancel_node", "new_run_context"]
@@ -75,7 +76,7 @@ class RunContext:
     limits: Limits
     workspace: Path
     env: Mapping[str, str]
-    secrets: tuple[str, ...]
+    secrets: Secrets  # the bus's: the one object of the run
     broker: PermissionBroker
     budget: BudgetLayer
     log: Any = attrs.Factory(lambda: get_logger("trio_agents"))
@@ -176,12 +177,13 @@ def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> 
     if owner.agent_id == node_id and node_id not in run.announced:
         return False
     run.bus.emit_nowait(
-        CancelRequested,
-        agent_id=owner.agent_id,
-        parent_tool_use_id=owner.parent_tool_use_id,
-        target=node_id,
-        reason=reason,
-        by=by,
+        CancelRequested(
+            agent_id=owner.agent_id,
+            parent_tool_use_id=owner.parent_tool_use_id,
+            target=node_id,
+            reason=reason,
+            by=by,
+        ),
     )
     return run.registry.cancel(node_id, reason, by=by)
 
@@ -198,7 +200,7 @@ def new_run_context(
     limits: Limits,
     workspace: Path,
     env: Mapping[str, str],
-    secrets: tuple[str, ...],
+    secrets: Secrets,
     broker: PermissionBroker,
     log: Any,
     placements: dict[str, SubtreeRunner] | None = None,

@@ -53,6 +53,7 @@ from runtime.core._provider import (
     ToolCall,
     TurnEnd,
 )
+from runtime.core._secrets import NO_SECRETS, Secrets
 
 from ._http import (
     CUT_TOOL_CALL,
@@ -62,7 +63,6 @@ from ._http import (
     message_in,
     open_event_stream,
     public_url,
-    redact,
     shorten,
 )
 
@@ -222,15 +222,14 @@ class OpenAIProvider:
                                     yield call
                         except orjson.JSONDecodeError as exc:
                             raise ProviderError(
-                                redact(
-                                    f"openai: invalid JSON in the stream ({exc}): {data[:80]!r}",
-                                    secrets,
+                                secrets.text(
+                                    f"openai: invalid JSON in the stream ({exc}): {data[:80]!r}"
                                 )
                             ) from exc
                         except (AttributeError, TypeError, IndexError, KeyError) as exc:
                             # A chunk (or part of one) that is not the object it should be.
                             raise ProviderError(
-                                redact(f"openai: malformed chunk: {data[:80]!r}", secrets)
+                                secrets.text(f"openai: malformed chunk: {data[:80]!r}")
                             ) from exc
                 if finish is None:
                     raise TransientError("openai: the stream ended before the model finished")
@@ -253,8 +252,9 @@ class OpenAIProvider:
             await retrier.wait(notice)
 
     @property
-    def _secrets(self) -> tuple[str, ...]:
-        return (self.api_key,) if self.api_key else ()
+    def _secrets(self) -> Secrets:
+        """The key, masked in every error line this provider makes (with the one policy)."""
+        return Secrets.of((self.api_key,)) if self.api_key else NO_SECRETS
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body for ``request``."""
@@ -344,10 +344,10 @@ def _complete_calls(
     return complete
 
 
-def _stream_error(error: Any, secrets: Sequence[str]) -> ProviderError:
+def _stream_error(error: Any, secrets: Secrets) -> ProviderError:
     """An ``error`` object sent inside the stream (vLLM, OpenRouter do) as an exception."""
-    message = redact(
-        f"openai: error in the stream: {shorten(message_in({'error': error}))}", secrets
+    message = secrets.text(
+        f"openai: error in the stream: {shorten(message_in({'error': error}))}"
     )
     code = error.get("code") if isinstance(error, dict) else None
     kind = error.get("type") if isinstance(error, dict) else None

@@ -37,8 +37,7 @@ from runtime.core._provider import Provider
 from runtime.core._runtime import Runtime
 from runtime.core._sandbox import Sandbox
 from runtime.core._secrets import (
-    log_secrets,
-    redactor_for,
+    Secrets,
     run_environ,
     scan_env,
     scan_run_environ,
@@ -286,6 +285,8 @@ async def open_runtime(
         run_env, secret_list = scan_run_environ(allow_env)
     else:
         run_env, secret_list = scan_env(given_env, allow_env)
+    # The run's one Secrets (runtime/core/_secrets.py): the bus, tools, MCP and logs mask with it.
+    secrets = Secrets.of(secret_list)
     trace_path: Path | None = None
     if trace is True:
         trace_path = Path(trace_dir or DEFAULT_TRACE_DIR) / f"{run_id}.jsonl"
@@ -338,14 +339,14 @@ async def open_runtime(
                     env=run_env,
                     environ=base_env(),
                     workspace=ws,
-                    secrets=secret_list,
+                    secrets=secrets,
                 )
             )
             for tool in mcp.tools:
                 if tool.name in tool_map:
                     raise ConfigError(f"two tools are named {tool.name!r}")
                 tool_map[tool.name] = tool
-            secret_list = mcp.secrets
+            secrets = mcp.secrets
         placements: dict[str, Any] = {}
         if any(t.placement == "ray" for t in types.values()):
             from runtime.cluster._placement import (
@@ -359,9 +360,9 @@ async def open_runtime(
                 )
             )
         # Every event's strings are masked at the bus; log lines too, while the run is open.
-        bus = EventBus(run_id, redactor=redactor_for(secret_list))
-        if secret_list:  # masking nothing changes nothing (most runs)
-            stack.enter_context(log_secrets(secret_list))
+        bus = EventBus(run_id, secrets=secrets)
+        if secrets:  # masking nothing changes nothing (most runs)
+            stack.enter_context(secrets.in_logs())
         sinks: list[JsonlSink] = []
         trace_sink: JsonlSink | None = None
         if trace_path is not None:
@@ -399,7 +400,7 @@ async def open_runtime(
             limits=limits,
             workspace=ws,
             env=run_env,
-            secrets=secret_list,
+            secrets=secrets,
             broker=PermissionBroker(bus, policy, timeout_s=permission_timeout_s),
             log=LazyLogger(_LOG, run_id=run_id),
             sandbox=box,
@@ -425,11 +426,12 @@ async def open_runtime(
             config["skills"] = sorted(skill.name for skill in project.skills)
         try:
             bus.emit_nowait(
-                RunStarted,
-                agent_id=None,
-                parent_tool_use_id=None,
-                version=_version(),
-                config=config,
+                RunStarted(
+                    agent_id=None,
+                    parent_tool_use_id=None,
+                    version=_version(),
+                    config=config,
+                ),
             )
             async with trio.open_nursery() as nursery:
                 for writer in writers:
@@ -457,11 +459,12 @@ async def open_runtime(
             if not bus.closed:
                 try:
                     bus.emit_nowait(
-                        RunFinished,
-                        agent_id=None,
-                        parent_tool_use_id=None,
-                        status=status,
-                        duration_s=trio.current_time() - t0,
+                        RunFinished(
+                            agent_id=None,
+                            parent_tool_use_id=None,
+                            status=status,
+                            duration_s=trio.current_time() - t0,
+                        ),
                     )
                 finally:
                     bus.close()
