@@ -520,10 +520,28 @@ class EventBus:
         if mask and self._secrets is not None:
             self._mask(event, masked)
         self._seq += 1
-        _stamp(event, "seq", self._seq)
-        _stamp(event, "ts", ts)
-        _stamp(event, "run_id", self.run_id)
-        self._deliver(event)
+        stamp = _stamp
+        stamp(event, "seq", self._seq)
+        stamp(event, "ts", ts)
+        stamp(event, "run_id", self.run_id)
+        # Delivered here, in this frame: this is the path of every event (bench/README.md).
+        for hook in self._core:
+            try:
+                hook(event)
+            except Exception as exc:  # the run fails, but the stream stays whole for the trace
+                self._core_failed(hook, event, exc)
+        for tap in self._taps:
+            try:
+                tap(event)
+            except Exception as exc:  # a broken observer must not break the stream
+                self._tap_failed(tap, exc)
+        for sub in self._fanout:
+            if sub.policy == "block":
+                sub._buffer.append(event)
+                if sub._readers:
+                    sub._readers.unpark_all()
+            else:
+                sub._push(event)
 
     def _mask(self, event: Event, masked: Collection[str]) -> None:
         """Mask the secrets in *event*'s fields, in place (nobody holds it yet); this agent's
@@ -565,25 +583,6 @@ class EventBus:
                 continue
             if name not in masked:
                 _stamp(event, name, secrets.value(value))
-
-    def _deliver(self, event: Event) -> None:
-        for hook in self._core:
-            try:
-                hook(event)
-            except Exception as exc:  # the run fails, but the stream stays whole for the trace
-                self._core_failed(hook, event, exc)
-        for tap in self._taps:
-            try:
-                tap(event)
-            except Exception as exc:  # a broken observer must not break the stream
-                self._tap_failed(tap, exc)
-        for sub in self._fanout:
-            if sub.policy == "block":
-                sub._buffer.append(event)
-                if sub._readers:
-                    sub._readers.unpark_all()
-            else:
-                sub._push(event)
 
     def _tap_failed(self, tap: Tap, exc: Exception) -> None:
         # The event has already reached the taps before this one (the trace writer first), so

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any, ClassVar, Final, Literal, TypeAlias
+from typing import Any, ClassVar, Final, Literal
 
 import attrs
 import cattrs
@@ -19,16 +19,12 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from cattrs.preconf.orjson import make_converter
 
 from ._errors import EventDecodeError, UnknownEventType
-
-ToolStatus: TypeAlias = Literal["ok", "error", "cancelled", "denied"]
-AgentStatus: TypeAlias = Literal["completed", "cancelled", "failed", "max_turns", "budget_exceeded"]
-StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "refusal"]
-CancelBy: TypeAlias = Literal["user", "control", "budget", "runtime"]
-
-TOOL_STATUSES: Final[tuple[str, ...]] = typing.get_args(ToolStatus)
-"""``tool_finished.status`` values (the one list, read from :data:`ToolStatus`)."""
-AGENT_STATUSES: Final[tuple[str, ...]] = typing.get_args(AgentStatus)
-"""``agent_finished.status`` and ``run_finished.status`` values (from :data:`AgentStatus`)."""
+from ._statuses import AGENT_STATUSES as AGENT_STATUSES
+from ._statuses import TOOL_STATUSES as TOOL_STATUSES
+from ._statuses import AgentStatus as AgentStatus
+from ._statuses import CancelBy as CancelBy
+from ._statuses import StopReason as StopReason
+from ._statuses import ToolStatus as ToolStatus
 
 # Marks a field the runtime fills with an id, never with text: the bus does not search it for
 # secrets (neither does it search a ``Literal`` field, an enum).

@@ -48,7 +48,6 @@ import re
 import sys
 from collections.abc import (
     Callable,
-    Container,
     Generator,
     Iterable,
     Iterator,
@@ -322,31 +321,6 @@ class Secrets:
             items = [self._value(v, depth + 1) for v in obj]
             return items if isinstance(obj, list) else tuple(items)
         return obj
-
-    def fields(self, fields: dict[str, Any], keep: Container[str] = ()) -> dict[str, Any]:
-        """An event's *fields* (by name) with every string in their values masked as
-        :meth:`value` masks it, those named in *keep* left as they are.
-
-        Returns *fields* itself when nothing in it is a secret: one search per string field
-        and no copy (nearly every event; walking every field through :meth:`value` was most
-        of what a run with a secret in its environment spent masking, bench/README.md).
-        """
-        search = self.search
-        if search is None:
-            return fields
-        for name, value in fields.items():
-            kind = type(value)
-            if kind is str:
-                if search(value) is None or name in keep:
-                    continue
-            elif (
-                value is None or kind is int or kind is float or kind is bool or name in keep
-                or not self.holds_secret(value, 0)
-            ):
-                continue
-            # Something to mask: every field the straightforward way.
-            return {n: v if n in keep else self._value(v, 0) for n, v in fields.items()}
-        return fields
 
     def holds_secret(self, obj: Any, depth: int = 0) -> bool:
         """Whether :meth:`value` would change *obj* (a secret in a string in it, or deeper
