@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, MutableMapping
 from contextlib import aclosing
 from typing import Any
 
+import attrs
 import httpx
 import orjson
 import pytest
@@ -438,6 +439,24 @@ async def test_401_fails_at_once_with_the_server_message_and_never_the_key(
     )
     assert KEY not in error_chain(error)
     assert not [e for e in logs if e["event"] == "provider.retry"]
+
+
+async def test_the_runs_secrets_handed_to_the_provider_are_masked_in_its_errors(
+    server: LLMServer, provider: OpenAIProvider
+) -> None:
+    """A provider gets the run's one Secrets: a run secret a server echoes (an MCP header
+    value, a GH_TOKEN) is masked in the error as the key is, with the same mask."""
+    from runtime.core._secrets import Secrets
+
+    run_secret = "ghp-run-secret-0123456789"
+    masked = attrs.evolve(provider, secrets=Secrets([run_secret]))
+    server.push(Reply.error(400, f"bad header {run_secret} with key {KEY}", kind="bad_request"))
+
+    _, error = await collect_until_error(masked, make_request())
+
+    assert "bad header *** with key ***" in str(error)
+    assert run_secret not in error_chain(error)
+    assert KEY not in error_chain(error)
 
 
 async def test_404_hints_at_the_base_url_and_model(

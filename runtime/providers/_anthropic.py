@@ -93,6 +93,7 @@ class AnthropicProvider:
         model: used when a request names none.
         base_url: the API root, without ``/v1``; ``/v1/messages`` is appended.
         api_key: sent as ``x-api-key``; may be ``None`` for a local server. Never shown.
+        secrets: the run's secrets, masked (with the key) in every error this provider makes.
         retry: how transient failures are retried.
         call_deadline_s: bound on a whole :meth:`stream` call, retries included; ``None``
             for none.
@@ -104,6 +105,7 @@ class AnthropicProvider:
     model: str = DEFAULT_MODEL
     base_url: str = DEFAULT_BASE_URL
     api_key: str | None = attrs.field(default=None, repr=False)
+    secrets: Secrets = attrs.field(default=NO_SECRETS, repr=False)
     retry: RetryPolicy = attrs.Factory(RetryPolicy)
     call_deadline_s: float | None = 600.0
     thinking_budget: int | None = None
@@ -276,8 +278,8 @@ class AnthropicProvider:
 
     @property
     def _secrets(self) -> Secrets:
-        """The key, masked in every error line this provider makes (with the one policy)."""
-        return Secrets.of((self.api_key,)) if self.api_key else NO_SECRETS
+        """The run's secrets and the key: masked in every error line this provider makes."""
+        return self.secrets | (self.api_key,) if self.api_key else self.secrets
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body for ``request``."""

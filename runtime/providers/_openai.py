@@ -103,6 +103,7 @@ class OpenAIProvider:
         model: used when a request names none.
         base_url: up to and including ``/v1``; ``/chat/completions`` is appended.
         api_key: sent as a bearer token; may be ``None`` for a local server. Never shown.
+        secrets: the run's secrets, masked (with the key) in every error this provider makes.
         retry: how transient failures are retried.
         call_deadline_s: bound on a whole :meth:`stream` call, retries included; ``None``
             for none.
@@ -114,6 +115,7 @@ class OpenAIProvider:
     model: str = DEFAULT_MODEL
     base_url: str = DEFAULT_BASE_URL
     api_key: str | None = attrs.field(default=None, repr=False)
+    secrets: Secrets = attrs.field(default=NO_SECRETS, repr=False)
     retry: RetryPolicy = attrs.Factory(RetryPolicy)
     call_deadline_s: float | None = 600.0
     max_tokens_param: str = attrs.field(
@@ -253,8 +255,8 @@ class OpenAIProvider:
 
     @property
     def _secrets(self) -> Secrets:
-        """The key, masked in every error line this provider makes (with the one policy)."""
-        return Secrets.of((self.api_key,)) if self.api_key else NO_SECRETS
+        """The run's secrets and the key: masked in every error line this provider makes."""
+        return self.secrets | (self.api_key,) if self.api_key else self.secrets
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body for ``request``."""

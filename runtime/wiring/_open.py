@@ -325,7 +325,7 @@ async def open_runtime(
                 from runtime.providers import open_provider  # httpx only when needed
 
                 prov = await stack.enter_async_context(
-                    open_provider(provider, model=model, env=base_env())
+                    open_provider(provider, model=model, env=base_env(), secrets=secrets)
                 )
         else:
             prov = provider
