@@ -1139,7 +1139,9 @@ async def _run_root(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
         async with AsyncExitStack() as stack:  # the provider's client, closed at the end
             try:
                 workspace = config.workspace_path()
-                provider = await _open_provider(stack, config.provider, state.call.id_prefix)
+                provider = await _open_provider(
+                    stack, config.provider, state.call.id_prefix, bus.secrets
+                )
             except AgentsError as exc:
                 return await _fail_root(bus, state.call.spec, str(exc))
             # A scope of its own, so that a cancel from above leaves the client's close
@@ -1224,7 +1226,9 @@ def _plain_provider(config: ProviderConfig, prefix: str) -> Provider:
     return provider
 
 
-async def _open_provider(stack: AsyncExitStack, config: ProviderConfig, prefix: str) -> Provider:
+async def _open_provider(
+    stack: AsyncExitStack, config: ProviderConfig, prefix: str, secrets: Secrets
+) -> Provider:
     if config.kind != "http":
         return _plain_provider(config, prefix)
     from runtime.providers import open_provider  # httpx only when needed
@@ -1243,6 +1247,7 @@ async def _open_provider(stack: AsyncExitStack, config: ProviderConfig, prefix: 
             env=env,
             max_retries=config.max_retries,
             call_deadline_s=config.call_deadline_s,
+            secrets=secrets,
         )
     )
 
