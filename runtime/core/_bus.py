@@ -18,9 +18,18 @@ reaches consumers two ways:
   :class:`SubscriberLagged` — a slow or stuck consumer never blocks the agents). A subscriber that
   closes simply disappears.
 
-Secrets are masked here, once for every consumer: each string field of each event (at any depth:
-a tool's input, the run's config) goes through the run's :class:`~runtime.core._secrets.Redactor`
-before the event exists. A ``text_delta`` / ``thinking_delta`` whose end could be the start of a
+Every event takes ONE path into the stream (``EventBus._publish``), whichever way it comes: an
+emitter builds it with its own class and hands it to :meth:`EventBus.emit` (or ``emit_nowait``,
+``emit_final``), a held-back text is released, a Ray host's event is forwarded. On that path the
+event is masked, given the next ``seq``, ``ts`` (a forwarded one keeps its own) and the run id,
+in place (nobody else holds it yet), and delivered. What makes emitters wait is a
+:class:`Backpressure` the bus is given: by default :class:`BlockingReaders` (the ``block``
+subscriptions), on a Ray host the host's outbox.
+
+Secrets are masked here, once for every consumer: the fields of each event that may hold text
+(the event class says which: not ids, enums or numbers), at any depth (a tool's input, the run's
+config), go through the run's :class:`~runtime.core._secrets.Secrets` before anyone sees the
+event. A ``text_delta`` / ``thinking_delta`` whose end could be the start of a
 secret holds that end back until the agent's next event shows whether it was (a secret streamed
 over several deltas is masked whole); the held text goes out, masked, as a delta of its own before
 that agent's next event of another kind.
