@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import attrs
 import pytest
 import trio
@@ -14,7 +16,7 @@ from runtime.core import _events as events_module
 
 
 async def _emit(bus: EventBus, agent: str, text: str) -> Event:
-    return await bus.emit(TextDelta, agent_id=agent, parent_tool_use_id=None, text=text)
+    return await bus.emit(TextDelta(agent_id=agent, parent_tool_use_id=None, text=text))
 
 
 async def test_seq_strictly_increases_with_no_gaps_across_concurrent_emitters() -> None:
@@ -166,7 +168,7 @@ def test_forward_gives_a_foreign_event_this_bus_seq() -> None:
 
 
 def test_forward_masks_a_foreign_event_unless_its_own_bus_did() -> None:
-    from runtime.core._secrets import Redactor
+    from runtime.core._secrets import Secrets
 
     secret = "zq-SECRETVALUE-0123456789"
 
@@ -174,13 +176,13 @@ def test_forward_masks_a_foreign_event_unless_its_own_bus_did() -> None:
         return TextDelta(seq=5, ts=1.0, run_id="o", agent_id="x", parent_tool_use_id="tu-1",
                          text=text)
 
-    bus = EventBus("r", redactor=Redactor([secret]))
+    bus = EventBus("r", secrets=Secrets([secret]))
     assert bus.forward(delta(f"key {secret} here")).text == "key *** here"
     # A streamed text ending with the start of a secret is held back until the agent's next
     # event, then sent on its own...
     assert bus.forward(delta("ends zq-SEC")).text == "ends "
     # ...but an event its own bus masked (and held back, and released) goes on as it is.
-    bus = EventBus("r", redactor=Redactor([secret]))
+    bus = EventBus("r", secrets=Secrets([secret]))
     assert bus.forward(delta("zq-SEC"), masked=True).text == "zq-SEC"
     assert [e.seq for e in (bus.forward(delta("more"), masked=True),)] == [2]
 
@@ -251,11 +253,23 @@ async def test_a_finishing_event_goes_out_even_past_a_stalled_blocking_reader(
     stalled = bus.subscribe(buffer=1, policy="block")
     await _emit(bus, "a", "fills it")
     start = trio.current_time()
-    first = await bus.emit_final(TextDelta, grace_s=2, agent_id="a", parent_tool_use_id=None,
-                                 text="end 1")
+    first = await bus.emit_final(
+        TextDelta(
+            agent_id="a",
+            parent_tool_use_id=None,
+            text="end 1",
+        ),
+        grace_s=2,
+    )
     assert trio.current_time() - start == 2, "waited its grace period, then went out anyway"
-    second = await bus.emit_final(TextDelta, grace_s=2, agent_id="a", parent_tool_use_id=None,
-                                  text="end 2")
+    second = await bus.emit_final(
+        TextDelta(
+            agent_id="a",
+            parent_tool_use_id=None,
+            text="end 2",
+        ),
+        grace_s=2,
+    )
     assert trio.current_time() - start == 2, "a stalled reader is not waited for twice"
     assert [e.seq for e in seen] == [1, first.seq, second.seq] == [1, 2, 3]
     assert len(stalled._buffer) == 3
@@ -264,11 +278,11 @@ async def test_a_finishing_event_goes_out_even_past_a_stalled_blocking_reader(
 async def test_an_end_already_waiting_goes_out_once_its_reader_is_marked_stalled() -> None:
     bus = EventBus("r")
     sub = bus.subscribe(buffer=1, policy="block")
-    bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text="fills it")
+    bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text="fills it"))
     done = trio.Event()
 
     async def end() -> None:
-        await bus.emit_final(TextDelta, grace_s=30, agent_id="a", parent_tool_use_id=None, text="e")
+        await bus.emit_final(TextDelta(agent_id="a", parent_tool_use_id=None, text="e"), grace_s=30)
         done.set()
 
     async with trio.open_nursery() as nursery:
@@ -291,7 +305,7 @@ async def test_a_raising_tap_is_dropped_and_the_stream_goes_on() -> None:
     bus.add_tap(bad)
     bus.add_tap(lambda e: seen.append(e.seq))
     for _ in range(3):
-        await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text="x")
+        await bus.emit(TextDelta(agent_id="a", parent_tool_use_id=None, text="x"))
     assert seen == [1, 2, 3]
     assert len(bus.failed_taps) == 1
     assert "observer bug" in bus.failed_taps[0]
@@ -312,7 +326,7 @@ async def test_a_raising_core_hook_is_kept_and_reports_the_failure_once() -> Non
     seen: list[int] = []
     bus.add_tap(lambda e: seen.append(e.seq))
     for _ in range(3):
-        await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text="x")
+        await bus.emit(TextDelta(agent_id="a", parent_tool_use_id=None, text="x"))
     assert calls == [1, 2, 3], "never removed"
     assert seen == [1, 2, 3], "the event still reaches everyone else"
     assert isinstance(bus.core_error, ValueError)
@@ -323,7 +337,7 @@ async def test_a_backlog_is_read_in_bursts_that_still_let_other_tasks_in() -> No
     bus = EventBus("r")
     sub = bus.subscribe(buffer=1000, policy="block")
     for i in range(300):
-        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+        bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text=str(i)))
     ticks = 0
     reads_between: list[int] = []
     read = 0
@@ -354,7 +368,7 @@ async def test_async_for_with_a_backlog_still_sees_a_cancel_and_loses_nothing() 
     bus = EventBus("r")
     sub = bus.subscribe(buffer=100, policy="block")
     for i in range(10):
-        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+        bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text=str(i)))
     assert (await sub.__anext__()).seq == 1  # mid-burst from here on
     with trio.CancelScope() as scope:
         scope.cancel()
@@ -388,3 +402,107 @@ async def test_a_full_block_subscription_lets_emitters_refill_in_one_go() -> Non
         for _ in range(95):
             await sub.receive()
     assert emitted == 100
+
+
+# -- one stamping path, typed events, backpressure as a strategy ------------------------------
+
+
+async def test_every_way_into_the_stream_stamps_seq_ts_and_run_id_the_same_way() -> None:
+    """emit, emit_nowait, emit_final, a held-back text's release and forward all take the one
+    path: the next seq (no gap), ts, this bus's run id; the very object handed in goes out."""
+    from runtime.core._events import ToolFinished
+    from runtime.core._secrets import Secrets
+
+    bus = EventBus("r", secrets=Secrets(["zq-SECRETVALUE-0123"]))
+    seen: list[Event] = []
+    bus.add_tap(seen.append)
+    before = time.time()
+    draft = TextDelta(agent_id="a", parent_tool_use_id="tu-1", text="starts zq-SEC")
+    assert (draft.seq, draft.ts, draft.run_id) == (0, 0.0, ""), "a draft: the bus stamps these"
+    assert await bus.emit(draft) is draft
+    assert draft.text == "starts ", "the possible start of a secret is held back"
+    bus.emit_nowait(TextDelta(agent_id="b", parent_tool_use_id=None, text="other agent"))
+    end = ToolFinished(agent_id="a", parent_tool_use_id="tu-1", tool_use_id="tu-2", name="x",
+                       status="ok", output="done", duration_s=0.5)
+    await bus.emit_final(end, grace_s=1)  # releases agent a's held text first
+    foreign = TextDelta(seq=7, ts=12.5, run_id="host", agent_id="c", parent_tool_use_id=None,
+                        text="remote")
+    forwarded = bus.forward(foreign, masked=True)
+    assert [e.seq for e in seen] == [1, 2, 3, 4, 5]
+    assert {e.run_id for e in seen} == {"r"}
+    released = seen[2]
+    assert (released.type, released.agent_id, released.parent_tool_use_id) == (
+        "text_delta", "a", "tu-1")
+    assert released.text == "zq-SEC"  # type: ignore[attr-defined]
+    assert seen[3] is end
+    assert all(before <= e.ts <= time.time() for e in seen[:4])
+    assert forwarded.ts == pytest.approx(12.5), "a forwarded event keeps when it happened"
+    assert foreign.seq == 7, "forward copies an event it was not told is fresh"
+
+
+async def test_an_event_is_emitted_once_and_a_refused_one_uses_no_seq() -> None:
+    bus = EventBus("r")
+    event = await _emit(bus, "a", "once")
+    for again in (bus.emit(event), bus.emit_final(event, grace_s=1)):
+        with pytest.raises(ValueError, match="emitted already"):
+            await again
+    with pytest.raises(ValueError, match="emitted already"):
+        bus.emit_nowait(event)
+    bus.close()
+    with pytest.raises(trio.ClosedResourceError):
+        await _emit(bus, "a", "late")
+    assert bus.last_seq == 1
+
+
+class _Gate:
+    """A Backpressure with room for *room* events until it is opened again."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.passed_count = 0
+        self.opened = trio.Event()
+
+    def has_room(self) -> bool:
+        return self.room > 0
+
+    async def wait_for_room(self) -> None:
+        await self.opened.wait()
+
+    def passed(self) -> None:
+        self.passed_count += 1
+        self.room -= 1
+
+    def final_must_wait(self) -> bool:
+        return self.room <= 0 and not self.opened.is_set()
+
+    async def wait_final(self, grace_s: float) -> None:
+        with trio.move_on_after(grace_s, shield=True):
+            await self.opened.wait()
+
+
+async def test_a_bus_given_a_backpressure_waits_as_it_says(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Backpressure is a strategy the bus is given (a Ray host's outbox is one): emits wait
+    while it has no room, cancellable and using no seq; an end waits at most its grace."""
+    gate = _Gate(room=2)
+    bus = EventBus("r", backpressure=gate)
+    with pytest.raises(ValueError, match="backpressure of its own"):
+        bus.subscribe(policy="block")
+    lagging = bus.subscribe(policy="lag")  # a lag reader never makes anyone wait
+    await _emit(bus, "a", "1")
+    await _emit(bus, "a", "2")
+    assert not bus.has_room()
+    with trio.move_on_after(5) as waited:
+        await _emit(bus, "a", "3")
+    assert waited.cancelled_caught, "no room: the emitter waits"
+    assert bus.last_seq == 2, "the emit cut short used no seq"
+    start = trio.current_time()
+    end = await bus.emit_final(TextDelta(agent_id="a", parent_tool_use_id=None, text="end"),
+                               grace_s=3)
+    assert trio.current_time() - start == 3, "an end waits its grace, then goes anyway"
+    assert end.seq == 3
+    gate.opened.set()
+    await _emit(bus, "a", "4")
+    assert gate.passed_count == 4
+    assert [lagging.receive_nowait().seq for _ in range(4)] == [1, 2, 3, 4]

@@ -45,7 +45,7 @@ from tools import _write as _write_mod
 
 
 async def _emit(bus: EventBus, text: str = "x") -> Event:
-    return await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text=text)
+    return await bus.emit(TextDelta(agent_id="a", parent_tool_use_id=None, text=text))
 
 
 def _cancelled_scope() -> trio.CancelScope:
@@ -215,8 +215,14 @@ async def test_emit_final_is_not_a_checkpoint_and_goes_out_in_a_cancelled_scope(
     bus = EventBus("r")
     sub = bus.subscribe(buffer=4, policy="block")
     with _cancelled_scope(), assert_no_checkpoints():
-        await bus.emit_final(TextDelta, grace_s=1, agent_id="a", parent_tool_use_id=None,
-                             text="end")
+        await bus.emit_final(
+            TextDelta(
+                agent_id="a",
+                parent_tool_use_id=None,
+                text="end",
+            ),
+            grace_s=1,
+        )
     assert sub.receive_nowait().seq == 1
 
 
@@ -228,8 +234,14 @@ async def test_emit_final_waits_shielded_at_most_its_grace_for_a_full_block_read
     await _emit(bus, "fills it")
     t0 = trio.current_time()
     with _cancelled_scope() as scope:
-        await bus.emit_final(TextDelta, grace_s=3, agent_id="a", parent_tool_use_id=None,
-                             text="end")
+        await bus.emit_final(
+            TextDelta(
+                agent_id="a",
+                parent_tool_use_id=None,
+                text="end",
+            ),
+            grace_s=3,
+        )
     assert not scope.cancelled_caught
     assert trio.current_time() - t0 == 3
     assert [sub.receive_nowait().seq, sub.receive_nowait().seq] == [1, 2]

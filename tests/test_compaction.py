@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import pytest
 import structlog
 from hypothesis import given, settings
@@ -341,8 +342,11 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[type[Any], dict[str, Any]]] = []
 
-    async def __call__(self, cls: type[Any], **fields: Any) -> None:
-        self.events.append((cls, fields))
+    async def __call__(self, event: Any) -> None:
+        own = {a.name: getattr(event, a.name) for a in attrs.fields(type(event))}
+        for name in ("seq", "ts", "run_id", "agent_id", "parent_tool_use_id"):
+            del own[name]
+        self.events.append((type(event), own))
 
 
 def make_compactor(

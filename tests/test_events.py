@@ -131,3 +131,13 @@ def test_text_deltas_round_trip_any_unicode(text: str, seq: int, ts: float) -> N
     event = runtime.TextDelta(seq=seq, ts=ts, run_id="r", agent_id="a", parent_tool_use_id=None,
                               text=text)
     assert decode_event(encode_event(event)) == event
+
+
+@pytest.mark.parametrize("field", ["seq", "ts", "run_id"])
+def test_a_line_without_the_fields_the_bus_stamps_is_refused(field: str) -> None:
+    """An emitter leaves seq, ts and run_id to the bus (they have defaults for it), but every
+    event on the wire has them: a line without one is a decode error naming it."""
+    obj = {"type": "text_delta", **_BASE, "text": "x"}
+    del obj[field]
+    with pytest.raises(EventDecodeError, match=rf"text_delta\.{field}"):
+        event_from_dict(obj)

@@ -523,7 +523,7 @@ def test_coalesced_deltas_carry_the_same_text_in_the_same_order_as_one_per_chunk
 
     from runtime import EventBus, ModelRequest, ThinkingChunk
     from runtime.core._loop import _stream_turn
-    from runtime.core._secrets import Redactor
+    from runtime.core._secrets import Secrets
 
     items: list[Any] = []
     for kind, text in pieces:
@@ -558,7 +558,7 @@ def test_coalesced_deltas_carry_the_same_text_in_the_same_order_as_one_per_chunk
     expected = runs([(k, t) for k, t in pieces if k != "call"])
 
     async def main() -> tuple[list[Event], Any]:
-        bus = EventBus("r", redactor=Redactor(["bc d"]) if secret else None)
+        bus = EventBus("r", secrets=Secrets(["bc d"]) if secret else None)
         seen: list[Event] = []
         bus.add_tap(seen.append)
         from runtime.core._context import Scheduler
@@ -568,9 +568,6 @@ def test_coalesced_deltas_carry_the_same_text_in_the_same_order_as_one_per_chunk
         request = ModelRequest(
             model="m", system="", messages=(), tools=(), agent_type="main", agent_id="a"
         )
-
-        async def emit(cls: Any, **fields: Any) -> Any:
-            return await bus.emit(cls, agent_id="a", parent_tool_use_id=None, **fields)
 
         got: list[Event] = []
         async with trio.open_nursery() as nursery:
@@ -585,9 +582,10 @@ def test_coalesced_deltas_carry_the_same_text_in_the_same_order_as_one_per_chunk
                     i += 1
 
             nursery.start_soon(reader)
-            content = await _stream_turn(run, request, emit)  # type: ignore[arg-type]
+            spec = SimpleNamespace(agent_id="a", parent_tool_use_id=None)
+            content = await _stream_turn(run, spec, request)  # type: ignore[arg-type]
             # The agent's next event (in the loop, turn_finished) releases held-back text.
-            await emit(UserMessage, text="next")
+            await bus.emit(UserMessage(agent_id="a", parent_tool_use_id=None, text="next"))
             bus.close()
         assert got == seen
         return seen, content

@@ -19,6 +19,7 @@ from llm_server import LLMServer, Reply, collect, make_request, openai_text_stre
 import runtime.providers
 from runtime.core._errors import ConfigError, ProviderError
 from runtime.core._provider import Provider, TextChunk
+from runtime.core._secrets import Secrets
 from runtime.providers import (
     DEFAULT_MODELS,
     AnthropicProvider,
@@ -33,7 +34,6 @@ from runtime.providers._http import (
     error_message,
     parse_retry_after,
     public_url,
-    redact,
 )
 
 
@@ -122,9 +122,9 @@ def test_error_message_is_shortened() -> None:
 
 def test_redact_replaces_every_occurrence_but_ignores_placeholders() -> None:
     key = "sk-abcdef123456"
-    assert redact(f"{key} and {key}!", [key]) == "[redacted] and [redacted]!"
+    assert Secrets([key]).text(f"{key} and {key}!") == "*** and ***!"
     # "x" or "-" as a key for a local server is not a secret worth wrecking a message over.
-    assert redact("a text with x in it", ["x", ""]) == "a text with x in it"
+    assert Secrets(["x", ""]).text("a text with x in it") == "a text with x in it"
 
 
 def test_public_url_drops_credentials_and_query() -> None:

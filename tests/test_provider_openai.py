@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, MutableMapping
 from contextlib import aclosing
 from typing import Any
 
+import attrs
 import httpx
 import orjson
 import pytest
@@ -434,10 +435,28 @@ async def test_401_fails_at_once_with_the_server_message_and_never_the_key(
     assert items == []
     assert len(server.requests) == 1
     assert str(error) == (
-        "openai: HTTP 401 Unauthorized: Incorrect API key provided: [redacted]. (invalid_api_key)"
+        "openai: HTTP 401 Unauthorized: Incorrect API key provided: ***. (invalid_api_key)"
     )
     assert KEY not in error_chain(error)
     assert not [e for e in logs if e["event"] == "provider.retry"]
+
+
+async def test_the_runs_secrets_handed_to_the_provider_are_masked_in_its_errors(
+    server: LLMServer, provider: OpenAIProvider
+) -> None:
+    """A provider gets the run's one Secrets: a run secret a server echoes (an MCP header
+    value, a GH_TOKEN) is masked in the error as the key is, with the same mask."""
+    from runtime.core._secrets import Secrets
+
+    run_secret = "ghp-run-secret-0123456789"
+    masked = attrs.evolve(provider, secrets=Secrets([run_secret]))
+    server.push(Reply.error(400, f"bad header {run_secret} with key {KEY}", kind="bad_request"))
+
+    _, error = await collect_until_error(masked, make_request())
+
+    assert "bad header *** with key ***" in str(error)
+    assert run_secret not in error_chain(error)
+    assert KEY not in error_chain(error)
 
 
 async def test_404_hints_at_the_base_url_and_model(
@@ -799,7 +818,7 @@ async def test_the_key_appears_in_no_log_line_and_no_error(
     assert caplog.text, "httpx should have logged its requests"
     for output in outputs:
         assert KEY not in output
-    assert all("[redacted]" in e for e in errors)
+    assert all("***" in e for e in errors)
 
 
 async def test_failure_is_a_provider_error_the_loop_can_catch(

@@ -263,26 +263,26 @@ async def test_a_full_outbox_holds_emitters_back_and_an_end_waits_at_most_its_gr
     import trio
 
     from runtime.core._events import AgentFinished, TextDelta
-    from runtime.core._secrets import Redactor
+    from runtime.core._secrets import NO_SECRETS
 
     outbox = host_module._Outbox(max_pending=2)
-    bus = host_module._SubtreeBus("r", Redactor(()), outbox, "h1.1")
+    bus = host_module._subtree_bus("r", NO_SECRETS, outbox, "h1.1")
     text: dict[str, Any] = {"agent_id": "a", "parent_tool_use_id": None, "text": "x"}
-    await bus.emit(TextDelta, **text)
-    await bus.emit(TextDelta, **text)
+    await bus.emit(TextDelta(**text))
+    await bus.emit(TextDelta(**text))
     assert not bus.has_room()
     with trio.move_on_after(5) as waited:
-        await bus.emit(TextDelta, **text)
+        await bus.emit(TextDelta(**text))
     assert waited.cancelled_caught, "a full outbox makes the emitter wait"
     assert len(outbox.take_nowait()[0][1].events) == 2
-    await bus.emit(TextDelta, **text)  # room again
-    await bus.emit(TextDelta, **text)
+    await bus.emit(TextDelta(**text))  # room again
+    await bus.emit(TextDelta(**text))
     t0 = trio.current_time()
     end: dict[str, Any] = {"agent_id": "a", "parent_tool_use_id": None, "status": "completed", "result": "",
            "error": None, "turns": 1, "input_tokens": 0, "output_tokens": 0, "duration_s": 0.0}
-    await bus.emit_final(AgentFinished, grace_s=3.0, **end)
+    await bus.emit_final(AgentFinished(**end), grace_s=3.0)
     assert trio.current_time() - t0 == 3
-    await bus.emit_final(AgentFinished, grace_s=3.0, **end)  # stalled: no second wait
+    await bus.emit_final(AgentFinished(**end), grace_s=3.0)  # stalled: no second wait
     assert trio.current_time() - t0 == 3
     events = outbox.take_nowait()[0][1].events
     assert [e.type for e in events] == ["text_delta", "text_delta", "agent_finished",

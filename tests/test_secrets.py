@@ -8,19 +8,29 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from _toolkit import call, make_ctx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime import open_runtime
+from runtime import EventBus, open_runtime
+from runtime.core._events import (
+    COMMON_FIELDS,
+    EVENT_TYPES,
+    Event,
+    TextDelta,
+    ThinkingDelta,
+    searched_fields,
+)
 from runtime.core._secrets import (
-    Redactor,
+    MASK,
+    MIN_SECRET_LEN,
+    Secrets,
     filter_env,
     log_secrets,
     looks_secret,
     redact,
-    redactor_for,
     run_environ,
     scan_env,
     secret_values,
@@ -173,18 +183,18 @@ SECRET = "open sesame 4242 xyz"  # spaces: the scripted provider streams it over
 
 
 def test_a_stream_holds_back_what_could_be_the_start_of_a_secret() -> None:
-    r = Redactor(["sk-abcdef123"])
+    r = Secrets(["sk-abcdef123"])
     assert r.split_stream("key: sk-ab") == ("key: ", "sk-ab")
     assert r.split_stream("sk-abcdef123 and s") == ("*** and ", "s")
     assert r.split_stream("nothing here") == ("nothing here", "")
     # Overlapping secrets: the one found whole is never cut by the hold-back.
-    r2 = Redactor(["XYZW", "ZWQ1"])
+    r2 = Secrets(["XYZW", "ZWQ1"])
     assert r2.split_stream("..XYZW") == ("..", "XYZW")
     assert r2.split_stream("XYZW" + "Q1 end") == ("***Q1 end", "")
 
 
 def test_the_halves_of_a_secret_cut_by_the_output_cap_are_masked() -> None:
-    r = Redactor(["SECRETVALUE-0123456789"])
+    r = Secrets(["SECRETVALUE-0123456789"])
     for offset in range(0, 40, 3):
         capture = _Capture(100, r)
         text = "a" * (50 - offset) + "SECRETVALUE-0123456789" + "b" * 500 + "SECRETVALUE-0123456789"
@@ -361,9 +371,9 @@ def test_run_environ_follows_changes_to_the_process_environment(
     assert "TRIO_AGENTS_TEST_OTHER" not in run_environ()
 
 
-def test_runs_with_the_same_secrets_share_one_redactor() -> None:
-    assert redactor_for(("abcdefgh",)) is redactor_for(("abcdefgh",))
-    assert redactor_for(("abcdefgh",))("x abcdefgh y") == "x *** y"
+def test_runs_with_the_same_secrets_share_one_secrets_object() -> None:
+    assert Secrets.of(("abcdefgh",)) is Secrets.of(("abcdefgh",))
+    assert Secrets.of(("abcdefgh",)).text("x abcdefgh y") == "x *** y"
 
 
 # JSON-like event field values, their strings sometimes holding (or nearly holding) a secret.
@@ -378,7 +388,7 @@ _field_values = st.recursive(
 )
 
 
-def _walked(redactor: Redactor, obj: Any) -> Any:
+def _walked(redactor: Secrets, obj: Any) -> Any:
     """The straightforward masking: every string at any depth, containers rebuilt."""
     if type(obj) is str:
         return redactor(obj)
@@ -390,28 +400,44 @@ def _walked(redactor: Redactor, obj: Any) -> Any:
     return obj
 
 
+def _masked_classes() -> list[type[Event]]:
+    """Every event class but the streamed deltas (their hold-back is tested on its own)."""
+    return sorted(
+        (c for c in EVENT_TYPES.values() if c not in (TextDelta, ThinkingDelta)),
+        key=lambda c: c.type,
+    )
+
+
 @settings(max_examples=400, deadline=None)
-@given(st.dictionaries(st.sampled_from(["text", "input", "error", "tool_use_id", "n"]),
-                       _field_values, max_size=5))
-def test_masking_an_events_fields_skips_the_copy_only_when_nothing_changes(
-    fields: dict[str, Any],
+@given(st.sampled_from(_masked_classes()), st.data())
+def test_the_bus_masks_an_events_fields_as_the_straightforward_walk_and_copies_nothing_clean(
+    cls: type[Event], data: st.DataObject
 ) -> None:
-    redactor = Redactor([_SECRET])
-    keep = frozenset({"tool_use_id"})
-    expected = {n: v if n in keep else _walked(redactor, v) for n, v in fields.items()}
-    out = redactor.fields(fields, keep)
-    assert out == expected
-    assert all(type(out[n]) is type(expected[n]) for n in fields)
-    if out is fields:  # the fast path: nothing in it was a secret
-        assert expected == fields
-    assert _SECRET not in repr({n: v for n, v in out.items() if n not in keep})
-    for value in fields.values():
-        assert redactor.value(value) == _walked(redactor, value)
-    assert Redactor([]).fields(fields) is fields
+    """The bus masks an event in place, a search per string field and no copy of a clean
+    value (bench/README.md); it must give what masking every field the straightforward way
+    gives, the fields it does not search (ids, enums, numbers) left alone."""
+    own = [a.name for a in attrs.fields(cls) if a.name not in COMMON_FIELDS]
+    values = {name: data.draw(_field_values, label=name) for name in own}
+    secrets = Secrets([_SECRET])
+    event = cls(agent_id="a", parent_tool_use_id=None, **values)
+    EventBus("r", secrets=secrets).emit_nowait(event)
+    searched = set(searched_fields(cls))
+    for name, value in values.items():
+        out = getattr(event, name)
+        if name not in searched:
+            assert out is value, name
+            continue
+        expected = _walked(secrets, value)
+        assert out == expected, name
+        assert type(out) is type(expected), name
+        if expected == value:  # the fast path: nothing in it was a secret
+            assert out is value, name
+        assert _SECRET not in repr(out)
+        assert secrets.value(value) == expected
 
 
 def test_masking_walks_as_deep_as_it_says_and_masks_deeper_containers_whole() -> None:
-    redactor = Redactor([_SECRET])
+    redactor = Secrets([_SECRET])
     for depth in (63, 64, 65, 66):
         nested: Any = ["plain"]
         for _ in range(depth):
@@ -425,13 +451,55 @@ def test_masking_walks_as_deep_as_it_says_and_masks_deeper_containers_whole() ->
         assert redactor.value(secret_inside) == _walked_bounded(redactor, secret_inside, 0)
 
 
-def _walked_bounded(redactor: Redactor, obj: Any, depth: int) -> Any:
+def _walked_bounded(redactor: Secrets, obj: Any, depth: int) -> Any:
     if type(obj) is str:
         return redactor(obj)
     if obj is None or isinstance(obj, int | float):
         return obj
     if depth > 64:
-        return redactor.mask
+        return MASK
     if isinstance(obj, list):
         return [_walked_bounded(redactor, v, depth + 1) for v in obj]
     return obj
+
+
+# -- one Secrets object, one policy -------------------------------------------------------------
+
+
+def test_every_maker_of_secrets_follows_one_policy_and_one_mask() -> None:
+    """What a provider key, an MCP value or an environment gives is filtered by one rule
+    (at least MIN_SECRET_LEN characters, no flag word, no small number) and masked as MASK."""
+    assert MASK == "***"
+    given = ["k3y", "ab", "", "true", "OFF", "42", "1234", "sk-0123456789"]
+    secrets = Secrets(given)
+    assert secrets.values == ("sk-0123456789", "1234", "k3y")
+    assert all(len(v) >= MIN_SECRET_LEN for v in secrets.values)
+    # The same rule as the environment's clearly secret names.
+    env = {f"V{i}_TOKEN": v for i, v in enumerate(given)}
+    assert tuple(secret_values(env)) == secrets.values
+    assert secrets.text("k3y ab true 42 1234") == "*** ab true 42 ***"
+    assert redact("k3y ab", given) == "*** ab"
+    assert repr(secrets) == "<Secrets: 3 values>", "a repr never shows a value"
+
+
+def test_secrets_combine_into_one_object_shared_by_equal_sets() -> None:
+    run = Secrets.of(("sk-0123456789",))
+    assert run | () is run
+    more = run | ["hdr-value-0123"]
+    assert more.values == ("hdr-value-0123", "sk-0123456789")
+    assert more is run | Secrets(["hdr-value-0123"]), "one object per set of values"
+    assert "sk-0123456789" in more
+    assert not Secrets()
+    assert Secrets.of(()).text("anything") == "anything"
+
+
+def test_a_runs_secrets_are_masked_in_log_lines_only_while_the_run_is_open() -> None:
+    from runtime.core._secrets import redact_text
+
+    secrets = Secrets(["sk-log-0123456789"])
+    with secrets.in_logs():
+        assert redact_text("key sk-log-0123456789") == "key ***"
+        with Secrets(["sk-log-0123456789"]).in_logs():  # two runs, one key
+            pass
+        assert redact_text("key sk-log-0123456789") == "key ***"
+    assert redact_text("key sk-log-0123456789") == "key sk-log-0123456789"

@@ -27,7 +27,7 @@ async def test_a_sink_writes_every_event_as_one_line_in_order(tmp_path: Path) ->
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sink.run)
         for i in range(100):
-            await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+            await bus.emit(TextDelta(agent_id="a", parent_tool_use_id=None, text=str(i)))
         nursery.cancel_scope.cancel()
     sink.close()
     lines = path.read_bytes().splitlines()
@@ -44,7 +44,7 @@ async def test_the_flusher_writes_while_the_run_goes_on(
     bus.add_tap(sink)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sink.run)
-        await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text="x")
+        await bus.emit(TextDelta(agent_id="a", parent_tool_use_id=None, text="x"))
         await trio.sleep(0.1)
         assert path.read_bytes().count(b"\n") == 1, "visible to `trace tail` before the end"
         nursery.cancel_scope.cancel()
@@ -57,7 +57,7 @@ def test_a_big_buffer_is_written_at_once() -> None:
     bus = EventBus("r")
     bus.add_tap(sink)
     for _ in range(50):
-        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text="y" * 50)
+        bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text="y" * 50))
     assert len(out.getvalue()) > 0, "no flusher task ran, yet the buffer stayed bounded"
 
 
@@ -70,11 +70,11 @@ def test_a_consumer_that_went_away_stops_the_sink_not_the_run() -> None:
     sink = JsonlSink(_BrokenPipe(), name="json")
     bus = EventBus("r")
     bus.add_tap(sink)
-    bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text="1")
+    bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text="1"))
     sink.flush()
     assert sink.broken is not None
     assert "BrokenPipeError" in sink.broken
-    bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text="2")
+    bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text="2"))
     sink.close()
 
 
@@ -112,7 +112,7 @@ async def test_a_stalled_pipe_reader_makes_emitters_wait_and_loses_nothing(
     async def emitter() -> None:
         nonlocal emitted
         for i in range(5000):  # ~500 KB: far more than the pipe and the buffer hold
-            await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text=f"{i:0>60}")
+            await bus.emit(TextDelta(agent_id="a", parent_tool_use_id=None, text=f"{i:0>60}"))
             emitted += 1
 
     async with trio.open_nursery() as nursery:
@@ -123,7 +123,12 @@ async def test_a_stalled_pipe_reader_makes_emitters_wait_and_loses_nothing(
         # An end does not wait its grace for a stalled reader (stalled after 0.05 s).
         with trio.fail_after(1):
             await bus.emit_final(
-                TextDelta, grace_s=30, agent_id="b", parent_tool_use_id=None, text="end"
+                TextDelta(
+                    agent_id="b",
+                    parent_tool_use_id=None,
+                    text="end",
+                ),
+                grace_s=30,
             )
         # The reader comes back: everything arrives, in order, nothing lost.
         data = bytearray()
@@ -150,7 +155,7 @@ async def test_a_stalled_pipe_reader_leaves_the_event_loop_free() -> None:
 
     async def emitter() -> None:
         for i in range(5000):
-            await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text=f"{i:0>60}")
+            await bus.emit(TextDelta(agent_id="a", parent_tool_use_id=None, text=f"{i:0>60}"))
 
     async with loop_ticks() as ticks, trio.open_nursery() as nursery:
         nursery.start_soon(sink.run)
@@ -174,7 +179,7 @@ async def test_a_reader_that_went_away_holds_nothing_up() -> None:
         nursery.start_soon(sink.run)
         with trio.fail_after(5):
             for i in range(1000):
-                await bus.emit(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+                await bus.emit(TextDelta(agent_id="a", parent_tool_use_id=None, text=str(i)))
         nursery.cancel_scope.cancel()
     assert sink.broken is not None
     assert "BrokenPipeError" in sink.broken
@@ -188,7 +193,7 @@ def test_close_gives_up_on_a_reader_that_takes_nothing() -> None:
     bus = EventBus("r")
     sink = PipeSink(fd, bus, final_timeout_s=0.2)  # run() never ran: close alone must cope
     for i in range(2000):
-        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=f"{i:0>100}")
+        bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text=f"{i:0>100}"))
     bus.close()
     sink.close()  # nobody reads: bounded, not forever (the slow test below times it)
     out.close()
@@ -201,7 +206,7 @@ def test_close_gives_up_on_a_silent_reader_after_its_final_timeout() -> None:
     bus = EventBus("r")
     sink = PipeSink(fd, bus, final_timeout_s=0.2)
     for i in range(2000):
-        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=f"{i:0>100}")
+        bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text=f"{i:0>100}"))
     bus.close()
     started = time.monotonic()
     sink.close()
@@ -291,7 +296,7 @@ def test_a_trace_changed_under_the_run_is_noticed(tmp_path: Path, change: str) -
     sink = JsonlSink(open_trace_file(path), close_file=True, watch=path)
     bus = EventBus("r")
     bus.add_tap(sink)
-    bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text="one")
+    bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text="one"))
     sink.flush()
     assert sink.replaced is None
     if change == "replaced":
@@ -302,7 +307,7 @@ def test_a_trace_changed_under_the_run_is_noticed(tmp_path: Path, change: str) -
         path.unlink()
     else:
         os.truncate(path, 0)
-    bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text="two")
+    bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text="two"))
     sink.flush()
     assert sink.replaced is not None
     sink.close()
@@ -318,7 +323,7 @@ async def test_a_subscriber_gets_an_event_only_once_the_trace_has_written_it(
     bus.set_gate(trace)
     with bus.subscribe() as sub:
         for i in range(3):
-            bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+            bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text=str(i)))
         assert path.read_bytes() == b""  # buffered: the flusher has not run
         first = await sub.receive()
         assert len(path.read_bytes().splitlines()) >= first.seq
@@ -335,7 +340,7 @@ def test_json_output_never_gets_ahead_of_the_trace(tmp_path: Path) -> None:
     bus.add_tap(trace)
     bus.add_tap(json_sink)
     for i in range(5):
-        bus.emit_nowait(TextDelta, agent_id="a", parent_tool_use_id=None, text=str(i))
+        bus.emit_nowait(TextDelta(agent_id="a", parent_tool_use_id=None, text=str(i)))
         json_sink.flush()
         assert path.read_bytes() == out.getvalue()
     trace.close()

@@ -47,8 +47,9 @@ from typing import Any, ClassVar
 import trio
 
 from runtime.core import (
+    NO_SECRETS,
     ConfigError,
-    Redactor,
+    Secrets,
     TargetKind,
     Tool,
     ToolContext,
@@ -132,7 +133,7 @@ class BashTool(Tool):
                 f"input.timeout_s: {timeout:g} s is above the maximum of "
                 f"{ctx.limits.bash_max_timeout_s:g} s"
             )
-        capture = _Capture(ctx.limits.max_output_chars, ctx.redactor)
+        capture = _Capture(ctx.limits.max_output_chars, ctx.secrets)
         tag = secrets.token_hex(8)
         guard = warden() if self.orphan_guard else None
         if guard is not None and not guard.started:
@@ -261,10 +262,10 @@ class _Capture:
     beyond what is shown, and a secret that crosses a cut is shown (masked) whole.
     """
 
-    def __init__(self, limit: int, redactor: Redactor | None = None) -> None:
+    def __init__(self, limit: int, secrets: Secrets = NO_SECRETS) -> None:
         self.limit = max(limit, 2)
-        self._redactor = redactor if redactor is not None else Redactor(())
-        self._keep = self.limit + self._redactor.max_len
+        self._secrets = secrets
+        self._keep = self.limit + secrets.max_len
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._head = ""
         self._tail = ""
@@ -290,13 +291,15 @@ class _Capture:
     def text(self) -> str:
         """The output (secrets masked), or its head and tail around a note saying how many
         characters were cut."""
-        mask = self._redactor
+        mask = self._secrets.text
         if self._total <= self.limit:
             return mask(self._head)
         keep_head = self.limit // 2
-        head_end = _widen(mask, self._head, keep_head, forward=True)
+        head_end = _widen(self._secrets, self._head, keep_head, forward=True)
         rest = self._head[head_end:] + self._tail
-        tail_start = _widen(mask, rest, max(0, len(rest) - (self.limit - keep_head)), forward=False)
+        tail_start = _widen(
+            self._secrets, rest, max(0, len(rest) - (self.limit - keep_head)), forward=False
+        )
         tail = rest[tail_start:]
         cut = self._total - head_end - len(tail)
         head = mask(self._head[:head_end])
@@ -308,9 +311,9 @@ class _Capture:
         return f"{head}{sep}{note}\n{tail}"
 
 
-def _widen(mask: Redactor, text: str, at: int, *, forward: bool) -> int:
+def _widen(secrets: Secrets, text: str, at: int, *, forward: bool) -> int:
     """*at*, moved to the end (*forward*) or the start of a secret it falls inside."""
-    for start, end in mask.spans(text):
+    for start, end in secrets.spans(text):
         if start < at < end:
             return end if forward else start
         if start >= at:

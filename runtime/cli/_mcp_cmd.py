@@ -118,7 +118,7 @@ async def started_servers(
     import attrs
 
     from runtime.core._errors import ConfigError
-    from runtime.core._secrets import filter_env, run_environ, secret_values
+    from runtime.core._secrets import Secrets, filter_env, run_environ, secret_values
     from runtime.mcp import open_mcp_servers
 
     from ._options import load_mcp_options
@@ -134,7 +134,7 @@ async def started_servers(
         env=filter_env(env),
         environ=env,
         workspace=workspace.resolve(),  # noqa: ASYNC240 - once, before anything runs
-        secrets=secret_values(env),
+        secrets=Secrets(secret_values(env)),
     ) as servers:
         yield servers
 

@@ -19,6 +19,8 @@ import sys
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from runtime.core._statuses import NODE_STATUSES
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -31,18 +33,7 @@ _ERR_PROG: Final = "trio-agents"
 """What every error line starts with, whatever the command (``trio-agents: error: …``)."""
 MAX_WARNINGS: Final = 20
 """Bad-line warnings printed before the rest are only counted."""
-STATUSES: Final = (
-    "completed",
-    "cancelled",
-    "failed",
-    "max_turns",
-    "budget_exceeded",
-    "ok",
-    "error",
-    "denied",
-    "running",
-    "interrupted",
-)
+STATUSES: Final = NODE_STATUSES
 
 
 _PIPE_WIDTH: Final = 400

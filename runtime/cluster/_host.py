@@ -30,11 +30,11 @@ registry, broker and ``max_parallel`` limiter: cheap objects; the budget layer, 
 secrets, the agent types' set-ups and the environment are the run's, made once on this host
 and shared by its subtrees; the budget layer routes a cancel to the subtree whose registry holds
 the agent). No task, nursery, subscription or timer is added per subtree: its bus
-(:class:`_SubtreeBus`) hands each event to the host's :class:`_Outbox` as it is emitted. Its bus
-masks the run's secrets (the
-driver's list, shipped in the run's settings) with the same
-:class:`~runtime.core._secrets.Redactor` as the driver's, so a tool's output is masked before it
-is cut and before the remote model sees it.
+(:func:`_subtree_bus`: a plain :class:`~runtime.core._bus.EventBus` given the outbox as its
+backpressure) hands each event to the host's :class:`_Outbox` as it is emitted. Its bus masks
+the run's secrets (the driver's one :class:`~runtime.core._secrets.Secrets`, its values shipped
+in the run's settings, with the provider key and the worker's own), so a tool's output is masked
+before it is cut and before the remote model sees it.
 
 Secrets on the worker: the provider key and the run's secret values travel in the run's
 settings (Ray's object store), never in the worker's environment; a host started by the
@@ -103,8 +103,7 @@ from runtime.core._messages import AgentState, Message, TextBlock
 from runtime.core._provider import Provider
 from runtime.core._sandbox import Sandbox
 from runtime.core._secrets import (
-    Redactor,
-    log_secrets,
+    Secrets,
     run_environ,
     seal_process_environ,
     secret_values,
@@ -211,16 +210,16 @@ class RunConfig:
         made: dict[AgentType, TypeSetup] = self._cache.setdefault("type_setups", {})
         return made
 
-    def redactor(self) -> Redactor:
-        """What masks the run's secrets here, made once: the driver's, the provider key, and
+    def run_secrets(self) -> Secrets:
+        """The run's secrets here, one object made once: the driver's, the provider key, and
         those of this worker's own environment (as it was before it was sealed)."""
-        redactor = self._cache.get("redactor")
-        if redactor is None:
+        secrets = self._cache.get("secrets")
+        if secrets is None:
             own = secret_values(run_environ())
             key = (self.provider.key,) if self.provider.key else ()
-            redactor = self._cache["redactor"] = Redactor((*self.secrets, *key, *own))
-        assert isinstance(redactor, Redactor)
-        return redactor
+            secrets = self._cache["secrets"] = Secrets.of((*self.secrets, *key, *own))
+        assert isinstance(secrets, Secrets)
+        return secrets
 
     def limits_for(self, max_agents: int) -> Limits:
         """The run's limits with this subtree's ``max_agents`` (one object per value: making
@@ -498,14 +497,15 @@ class _ForwardingBroker(PermissionBroker):
         self._waiting[qid] = answer
         try:
             await self.bus.emit(
-                PermissionAsked,
-                agent_id=agent_id,
-                parent_tool_use_id=parent_tool_use_id,
-                question_id=qid,
-                tool_use_id=tool_use_id,
-                name=tool.name,
-                input=dict(args),
-                summary=summary,
+                PermissionAsked(
+                    agent_id=agent_id,
+                    parent_tool_use_id=parent_tool_use_id,
+                    question_id=qid,
+                    tool_use_id=tool_use_id,
+                    name=tool.name,
+                    input=dict(args),
+                    summary=summary,
+                ),
             )
             await answer.done.wait()
             return answer.granted, answer.reason
@@ -514,10 +514,11 @@ class _ForwardingBroker(PermissionBroker):
             if not answer.done.is_set():
                 with trio.move_on_after(_FINISH_GRACE_S, shield=True):
                     await self.bus.emit(
-                        PermissionWithdrawn,
-                        agent_id=agent_id,
-                        parent_tool_use_id=parent_tool_use_id,
-                        question_id=qid,
+                        PermissionWithdrawn(
+                            agent_id=agent_id,
+                            parent_tool_use_id=parent_tool_use_id,
+                            question_id=qid,
+                        ),
                     )
 
     def answer(self, question_id: str, granted: bool, reason: str) -> bool:
@@ -687,56 +688,41 @@ class _Outbox:
         return items
 
 
-class _SubtreeBus(EventBus):
-    """A subtree's event bus on a host: masks and numbers its events as any bus does, and hands
-    each one straight to the host's :class:`_Outbox` (no subscription, no shipper task).
+class _OutboxBackpressure:
+    """A subtree bus's :class:`~runtime.core.Backpressure`: emitters wait while the host's
+    outbox is full, as they wait for a ``block`` subscriber elsewhere (that is the
+    backpressure from Ray); an end waits at most its grace, then the outbox counts as stalled
+    (later ends do not wait until the next take)."""
 
-    Emitters wait while the outbox is full, as they wait for a ``block`` subscriber (that is
-    the backpressure from Ray); an end (:meth:`emit_final`) waits at most its grace.
-    """
-
-    def __init__(self, run_id: str, redactor: Redactor, outbox: _Outbox, call_id: str) -> None:
-        super().__init__(run_id, redactor=redactor)
+    def __init__(self, outbox: _Outbox) -> None:
         self._outbox = outbox
-        self.add_tap(functools.partial(outbox.add, call_id))
 
     def has_room(self) -> bool:
         return self._outbox.has_room()
 
-    def close(self) -> None:
-        # The hooks hold the subtree's run context, which holds this bus (and, through it, the
-        # registry, broker and provider): a cycle per subtree that only the garbage collector
-        # freed, its collections then costing the host ~8 % of a 200-subtree burst.
-        super().close()
-        self._core = ()
-        self._taps = []
-
     async def wait_for_room(self) -> None:
         await self._outbox.wait_for_room()
 
-    async def emit(
-        self, cls: type[E], /, *, agent_id: str | None, parent_tool_use_id: str | None,
-        **fields: Any,
-    ) -> E:
-        if not self._outbox.has_room():
-            await self._outbox.wait_for_room()
-        return self.emit_nowait(
-            cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
-        )
+    def passed(self) -> None:
+        pass
 
-    async def emit_final(
-        self, cls: type[E], /, *, grace_s: float, agent_id: str | None,
-        parent_tool_use_id: str | None, **fields: Any,
-    ) -> E:
-        outbox = self._outbox
-        if not outbox.has_room() and not outbox.stalled:
-            with trio.move_on_after(grace_s, shield=True) as waited:
-                await outbox.wait_for_room()
-            if waited.cancelled_caught:
-                outbox.stalled = True
-        return self.emit_nowait(
-            cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
-        )
+    def final_must_wait(self) -> bool:
+        return not self._outbox.has_room() and not self._outbox.stalled
+
+    async def wait_final(self, grace_s: float) -> None:
+        with trio.move_on_after(grace_s, shield=True) as waited:
+            await self._outbox.wait_for_room()
+        if waited.cancelled_caught:
+            self._outbox.stalled = True
+
+
+def _subtree_bus(run_id: str, secrets: Secrets, outbox: _Outbox, call_id: str) -> EventBus:
+    """A subtree's event bus on a host: it masks and numbers its events as any bus does, and
+    hands each one straight to the host's :class:`_Outbox` (a tap: no subscription, no
+    shipper task), its emitters waiting while the outbox is full."""
+    bus = EventBus(run_id, secrets=secrets, backpressure=_OutboxBackpressure(outbox))
+    bus.add_tap(functools.partial(outbox.add, call_id))
+    return bus
 
 
 # -- the actor --------------------------------------------------------------------------------
@@ -975,7 +961,7 @@ class RayHost:
         here = self._runs.get(config.run_id)
         if here is None:
             here = self._runs[config.run_id] = _RunHere(BudgetLayer(self._budget_cancel))
-            here.secrets.enter_context(log_secrets(config.redactor().secrets))
+            here.secrets.enter_context(config.run_secrets().in_logs())
             self._nursery.start_soon(_run_budget, here.layer, here.scope)
         here.users += 1
         state = _CallState(call, config, here.layer)
@@ -1131,7 +1117,7 @@ async def _run_root(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
     limiter; the run's shared budget layer) and run its root in the calling task, its events
     going to *outbox* as they are emitted. Runs inside ``state.scope``."""
     config = state.config
-    bus = _SubtreeBus(config.run_id, config.redactor(), outbox, state.call.call_id)
+    bus = _subtree_bus(config.run_id, config.run_secrets(), outbox, state.call.call_id)
     try:
         if config.provider.kind != "http":
             try:
@@ -1144,7 +1130,9 @@ async def _run_root(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
         async with AsyncExitStack() as stack:  # the provider's client, closed at the end
             try:
                 workspace = config.workspace_path()
-                provider = await _open_provider(stack, config.provider, state.call.id_prefix)
+                provider = await _open_provider(
+                    stack, config.provider, state.call.id_prefix, bus.secrets
+                )
             except AgentsError as exc:
                 return await _fail_root(bus, state.call.spec, str(exc))
             # A scope of its own, so that a cancel from above leaves the client's close
@@ -1156,7 +1144,7 @@ async def _run_root(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
 
 async def _run_agent(
     state: _CallState,
-    bus: _SubtreeBus,
+    bus: EventBus,
     provider: Provider,
     workspace: Path,
     boundary: trio.CancelScope | None,
@@ -1179,7 +1167,7 @@ async def _run_agent(
         limits=config.limits_for(call.max_agents),
         workspace=workspace,
         env=config.env_copy(),
-        secrets=bus.redactor.secrets,
+        secrets=bus.secrets,
         broker=broker,
         log=LazyLogger(_log, run_id=config.run_id, call_id=call.call_id),
         registry=registry,
@@ -1228,7 +1216,9 @@ def _plain_provider(config: ProviderConfig, prefix: str) -> Provider:
     return provider
 
 
-async def _open_provider(stack: AsyncExitStack, config: ProviderConfig, prefix: str) -> Provider:
+async def _open_provider(
+    stack: AsyncExitStack, config: ProviderConfig, prefix: str, secrets: Secrets
+) -> Provider:
     if config.kind != "http":
         return _plain_provider(config, prefix)
     from runtime.providers import open_provider  # httpx only when needed
@@ -1247,34 +1237,36 @@ async def _open_provider(stack: AsyncExitStack, config: ProviderConfig, prefix: 
             env=env,
             max_retries=config.max_retries,
             call_deadline_s=config.call_deadline_s,
+            secrets=secrets,
         )
     )
 
 
 async def _fail_root(bus: EventBus, spec: AgentSpec, error: str) -> AgentOutcome:
     """Report a root agent that could not even start here: started, then failed."""
-    emit: Callable[..., Any] = bus.emit
-    await emit(
-        AgentStarted,
-        agent_id=spec.agent_id,
-        parent_tool_use_id=spec.parent_tool_use_id,
-        name=spec.agent_type.name,
-        parent_agent_id=spec.parent_agent_id,
-        depth=spec.depth,
-        prompt=spec.prompt,
-    )
-    with trio.move_on_after(_FINISH_GRACE_S, shield=True):
-        await emit(
-            AgentFinished,
+    await bus.emit(
+        AgentStarted(
             agent_id=spec.agent_id,
             parent_tool_use_id=spec.parent_tool_use_id,
-            status="failed",
-            result=None,
-            error=error,
-            turns=0,
-            input_tokens=0,
-            output_tokens=0,
-            duration_s=0.0,
+            name=spec.agent_type.name,
+            parent_agent_id=spec.parent_agent_id,
+            depth=spec.depth,
+            prompt=spec.prompt,
+        )
+    )
+    with trio.move_on_after(_FINISH_GRACE_S, shield=True):
+        await bus.emit(
+            AgentFinished(
+                agent_id=spec.agent_id,
+                parent_tool_use_id=spec.parent_tool_use_id,
+                status="failed",
+                result=None,
+                error=error,
+                turns=0,
+                input_tokens=0,
+                output_tokens=0,
+                duration_s=0.0,
+            )
         )
     return failed_outcome(spec, error)
 

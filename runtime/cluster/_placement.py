@@ -89,6 +89,7 @@ from runtime.core._events import (
     ToolFinished,
     ToolProgress,
     ToolStarted,
+    ToolStatus,
     TurnFinished,
     UserMessage,
 )
@@ -907,10 +908,10 @@ class RayPlacement:
             batch_max=self.options.batch_max,
             system_prompt=run.settings.system_prompt,
             sandbox=run.sandbox,
-            # The values the driver masks (its environment's, MCP header values; its bus's):
-            # the host's bus masks the same ones and more, so the events it sends are
-            # forwarded as they are (docs/cluster.md).
-            secrets=tuple(dict.fromkeys((*run.secrets, *run.bus.redactor.secrets))),
+            # The values the driver masks (the run's one Secrets): the host's bus masks the
+            # same ones and more, so the events it sends are forwarded as they are
+            # (docs/cluster.md).
+            secrets=run.secrets.values,
         )
         try:
             ref = ray.put(settings)
@@ -1083,13 +1084,14 @@ class _Stream:
         """No host could take the subtree: report its root as started, then failed."""
         spec = self.spec
         started = await self.run.bus.emit(
-            AgentStarted,
-            agent_id=spec.agent_id,
-            parent_tool_use_id=spec.parent_tool_use_id,
-            name=spec.agent_type.name,
-            parent_agent_id=spec.parent_agent_id,
-            depth=spec.depth,
-            prompt=spec.prompt,
+            AgentStarted(
+                agent_id=spec.agent_id,
+                parent_tool_use_id=spec.parent_tool_use_id,
+                name=spec.agent_type.name,
+                parent_agent_id=spec.parent_agent_id,
+                depth=spec.depth,
+                prompt=spec.prompt,
+            ),
         )
         self._open[spec.agent_id] = _Open("agent", started, trio.current_time())
         self.run.scheduler.agent_running()
@@ -1245,7 +1247,7 @@ class _Stream:
             await ask.done.wait()
 
     async def _synthesise(
-        self, reason: str, *, agent_status: AgentStatus, tool_status: str
+        self, reason: str, *, agent_status: AgentStatus, tool_status: ToolStatus
     ) -> None:
         """Emit the missing ``*_finished`` events, children before parents (reverse start
         order is exactly that: a node starts after its parent and its parent's earlier
@@ -1260,14 +1262,15 @@ class _Stream:
             if isinstance(start, ToolStarted):
                 self.run.registry.unregister(node_id)
                 await self.run.bus.emit(
-                    ToolFinished,
-                    agent_id=start.agent_id,
-                    parent_tool_use_id=start.parent_tool_use_id,
-                    tool_use_id=start.tool_use_id,
-                    name=start.name,
-                    status=tool_status,
-                    output=reason,
-                    duration_s=now - opened.t0,
+                    ToolFinished(
+                        agent_id=start.agent_id,
+                        parent_tool_use_id=start.parent_tool_use_id,
+                        tool_use_id=start.tool_use_id,
+                        name=start.name,
+                        status=tool_status,
+                        output=reason,
+                        duration_s=now - opened.t0,
+                    ),
                 )
             else:
                 self._drop_mailbox(node_id)
@@ -1275,16 +1278,17 @@ class _Stream:
                     self.run.registry.unregister(node_id)
                 self.run.scheduler.agent_stopped()
                 finished = await self.run.bus.emit(
-                    AgentFinished,
-                    agent_id=start.agent_id,
-                    parent_tool_use_id=start.parent_tool_use_id,
-                    status=agent_status,
-                    result=None,
-                    error=reason,
-                    turns=opened.turns,
-                    input_tokens=opened.input_tokens,
-                    output_tokens=opened.output_tokens,
-                    duration_s=now - opened.t0,
+                    AgentFinished(
+                        agent_id=start.agent_id,
+                        parent_tool_use_id=start.parent_tool_use_id,
+                        status=agent_status,
+                        result=None,
+                        error=reason,
+                        turns=opened.turns,
+                        input_tokens=opened.input_tokens,
+                        output_tokens=opened.output_tokens,
+                        duration_s=now - opened.t0,
+                    ),
                 )
                 if node_id == self.spec.agent_id:
                     self._root_finished = finished

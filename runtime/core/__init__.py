@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from ._globs import escape_glob as escape_glob
     from ._names import publish_names as publish_names
     from ._sandbox import Sandbox as Sandbox
-    from ._secrets import Redactor as Redactor
+    from ._secrets import NO_SECRETS as NO_SECRETS
+    from ._secrets import Secrets as Secrets
     from ._secrets import redact_log_event as redact_log_event
     from ._termtext import visible as visible
     from ._termtext import visible_strings as visible_strings
@@ -52,7 +53,8 @@ _LAZY: dict[str, str] = {
     "Located": "._workspace",
     "AgentsError": "._errors",
     "ConfigError": "._errors",
-    "Redactor": "._secrets",
+    "NO_SECRETS": "._secrets",
+    "Secrets": "._secrets",
     "Sandbox": "._sandbox",
     "SubAgentSpawner": "._tool",
     "TargetKind": "._tool",

@@ -132,13 +132,14 @@ class PermissionBroker:
             return False, decision.reason
         request_id = f"perm-{next(self._ids)}"
         await self.bus.emit(
-            PermissionRequested,
-            agent_id=agent_id,
-            parent_tool_use_id=parent_tool_use_id,
-            request_id=request_id,
-            tool_use_id=tool_use_id,
-            name=tool.name,
-            summary=summary,
+            PermissionRequested(
+                agent_id=agent_id,
+                parent_tool_use_id=parent_tool_use_id,
+                request_id=request_id,
+                tool_use_id=tool_use_id,
+                name=tool.name,
+                summary=summary,
+            ),
         )
         granted, reason = False, "cancelled"
         try:
@@ -160,14 +161,15 @@ class PermissionBroker:
         finally:
             # Every request ends with its answer on the stream, even when the call is cancelled.
             await self.bus.emit_final(
-                PermissionResolved,
+                PermissionResolved(
+                    agent_id=agent_id,
+                    parent_tool_use_id=parent_tool_use_id,
+                    request_id=request_id,
+                    tool_use_id=tool_use_id,
+                    granted=granted,
+                    reason=reason,
+                ),
                 grace_s=5,
-                agent_id=agent_id,
-                parent_tool_use_id=parent_tool_use_id,
-                request_id=request_id,
-                tool_use_id=tool_use_id,
-                granted=granted,
-                reason=reason,
             )
         return granted, reason
 

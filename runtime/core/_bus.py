@@ -18,9 +18,18 @@ reaches consumers two ways:
   :class:`SubscriberLagged` — a slow or stuck consumer never blocks the agents). A subscriber that
   closes simply disappears.
 
-Secrets are masked here, once for every consumer: each string field of each event (at any depth:
-a tool's input, the run's config) goes through the run's :class:`~runtime.core._secrets.Redactor`
-before the event exists. A ``text_delta`` / ``thinking_delta`` whose end could be the start of a
+Every event takes ONE path into the stream (``EventBus._publish``), whichever way it comes: an
+emitter builds it with its own class and hands it to :meth:`EventBus.emit` (or ``emit_nowait``,
+``emit_final``), a held-back text is released, a Ray host's event is forwarded. On that path the
+event is masked, given the next ``seq``, ``ts`` (a forwarded one keeps its own) and the run id,
+in place (nobody else holds it yet), and delivered. What makes emitters wait is a
+:class:`Backpressure` the bus is given: by default :class:`BlockingReaders` (the ``block``
+subscriptions), on a Ray host the host's outbox.
+
+Secrets are masked here, once for every consumer: the fields of each event that may hold text
+(the event class says which: not ids, enums or numbers), at any depth (a tool's input, the run's
+config), go through the run's :class:`~runtime.core._secrets.Secrets` before anyone sees the
+event. A ``text_delta`` / ``thinking_delta`` whose end could be the start of a
 secret holds that end back until the agent's next event shows whether it was (a secret streamed
 over several deltas is masked whole); the held text goes out, masked, as a delta of its own before
 that agent's next event of another kind.
@@ -34,7 +43,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Literal, Protocol, TypeVar
 
 import attrs
@@ -43,8 +52,8 @@ import trio
 from runtime._logs import get_logger
 
 from ._errors import AgentsError
-from ._events import Event, TextDelta, ThinkingDelta
-from ._secrets import Redactor
+from ._events import Event, TextDelta, ThinkingDelta, searched_fields
+from ._secrets import NO_SECRETS, Secrets
 
 E = TypeVar("E", bound=Event)
 Tap = Callable[[Event], None]
@@ -52,11 +61,6 @@ Policy = Literal["block", "lag"]
 
 _log = get_logger("trio_agents.bus")
 _STREAMED: tuple[type[TextDelta | ThinkingDelta], ...] = (TextDelta, ThinkingDelta)
-_COMMON = frozenset({"seq", "ts", "run_id", "agent_id", "parent_tool_use_id"})
-# Fields the runtime or the provider's API fills with ids and enums, never with text: not searched.
-_NOT_TEXT = frozenset(
-    {"tool_use_id", "tool_use_ids", "request_id", "status", "stop_reason", "by", "method"}
-)
 # A reader that finds events waiting takes up to this many in a row before it yields to the
 # scheduler (it checks for cancellation on every one): a backlog is read in one wake-up instead
 # of one scheduler round per event, and other tasks still get in.
@@ -183,9 +187,8 @@ class Subscription:
 
     async def __anext__(self) -> Event:
         """The next event, as :meth:`receive` gives it, except that events already waiting
-        are taken up to 64 in a row without yielding to other tasks (a backlog is read in
-        one wake-up, not one scheduler round per event: bench/README.md, "The streaming path
-        and the cost of one run").
+        are taken up to 64 in a row without yielding to other tasks (issue 20: a backlog is
+        read in one wake-up, not one scheduler round per event).
 
         Cancellation: checks for cancellation every time (a cancelled step loses no event);
         a checkpoint whenever it waits, and at least at every 65th event.
@@ -215,19 +218,102 @@ class Subscription:
         self.close()
 
 
+class Backpressure(Protocol):
+    """What makes a bus's emitters wait: a strategy the bus is given (the default waits for
+    full ``block`` subscriptions, :class:`BlockingReaders`; a Ray host's waits for its outbox).
+
+    The bus asks :meth:`has_room` before every emit while the strategy is engaged, waits with
+    :meth:`wait_for_room` when there is none, and calls :meth:`passed` after the event is out.
+    An end (:meth:`EventBus.emit_final`) waits only while :meth:`final_must_wait`, at most its
+    grace (:meth:`wait_final`), and then goes out anyway.
+    """
+
+    def has_room(self) -> bool: ...
+
+    async def wait_for_room(self) -> None: ...
+
+    def passed(self) -> None: ...
+
+    def final_must_wait(self) -> bool: ...
+
+    async def wait_final(self, grace_s: float) -> None: ...
+
+
+class BlockingReaders:
+    """The default :class:`Backpressure`: emitters wait while a ``block`` subscription is
+    full; engaged only while the bus has one."""
+
+    def __init__(self) -> None:
+        self.readers: list[Subscription] = []
+
+    def has_room(self) -> bool:
+        # A loop, not all(...): called per streamed chunk, and a generator costs more here.
+        for sub in self.readers:  # noqa: SIM110
+            if len(sub._buffer) >= sub.max_buffer:
+                return False
+        return True
+
+    async def wait_for_room(self) -> None:
+        while self.readers:
+            full = next((s for s in self.readers if s._full()), None)
+            if full is None:
+                return
+            await full._writers.park()
+
+    def passed(self) -> None:
+        # A reader wakes one waiting emitter per event it takes. If there is still room after
+        # this emit (the reader took several, or this emitter was woken by one subscription but
+        # waited on another), wake the next, so a free slot never sits unused while emitters
+        # wait for it.
+        for sub in self.readers:
+            if sub._writers and not sub._full():
+                sub._writers.unpark()
+
+    def _waits_for_final(self) -> Subscription | None:
+        """A full ``block`` subscription whose reader is not known to be stalled."""
+        return next((s for s in self.readers if s._full() and not s._stalled), None)
+
+    def final_must_wait(self) -> bool:
+        return self._waits_for_final() is not None
+
+    async def wait_final(self, grace_s: float) -> None:
+        with trio.move_on_after(grace_s, shield=True):
+            # Re-checked on every wake-up: a reader may have been marked stalled meanwhile.
+            while (sub := self._waits_for_final()) is not None:
+                await sub._writers.park()
+        for s in self.readers:
+            if s._full() and not s._stalled:
+                s.stall()  # and other ends waiting on it stop waiting too
+
+
 class EventBus:
     """The merge point of a run's events. Create one per run.
 
+    Events are built by their emitters with their own class (``TextDelta(agent_id=…,
+    parent_tool_use_id=…, text=…)``, ``seq``, ``ts`` and ``run_id`` left to the bus) and handed
+    to :meth:`emit`, :meth:`emit_nowait` or :meth:`emit_final`, which mask, stamp and deliver
+    that very object and return it.
+
     Args:
-        redactor: masks the run's secrets in every event (see the module's docstring).
+        secrets: the run's secrets, masked in every event (see the module's docstring).
+        backpressure: what makes emitters wait; by default the ``block`` subscriptions
+            (:class:`BlockingReaders`). A bus given another (a Ray host's outbox) takes no
+            ``block`` subscription.
     """
 
-    def __init__(self, run_id: str, *, redactor: Redactor | None = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        secrets: Secrets | None = None,
+        backpressure: Backpressure | None = None,
+    ) -> None:
         self.run_id = run_id
-        self._redactor = redactor if redactor else None
-        #: What masks the run's secrets (an empty one when there are none); for text that is
-        #: cut before it becomes an event, so it is masked before the cut.
-        self.redactor = redactor if redactor is not None else Redactor(())
+        #: The run's secrets (:data:`~runtime.core._secrets.NO_SECRETS` when there are none):
+        #: for text that is cut before it becomes an event, so it is masked before the cut
+        #: (:meth:`masked`).
+        self.secrets = secrets if secrets is not None else NO_SECRETS
+        self._secrets = secrets if secrets else None  # None: nothing to mask (most runs)
         # Streamed text held back per (agent, kind): (text, parent_tool_use_id).
         self._held: dict[tuple[str | None, type[Event]], tuple[str, str | None]] = {}
         self._seq = 0
@@ -240,7 +326,10 @@ class EventBus:
         #: Taps removed because they raised, with the error (see :meth:`add_tap`).
         self.failed_taps: list[str] = []
         self._subs: list[Subscription] = []
-        self._blocking: list[Subscription] = []
+        self._readers = BlockingReaders() if backpressure is None else None
+        # The strategy while it is engaged (always, for one given; while a block subscription
+        # exists, for the readers), else None: the test on the path of nearly every event.
+        self._pressure: Backpressure | None = backpressure
         # A snapshot iterated by emit, so a subscription dropped mid-delivery does not skip another.
         self._fanout: tuple[Subscription, ...] = ()
         self._closed = False
@@ -284,14 +373,21 @@ class EventBus:
             self._taps.remove(tap)
 
     def subscribe(self, *, buffer: int = 10_000, policy: Policy = "lag") -> Subscription:
-        """A new subscription that sees every event emitted from now on."""
+        """A new subscription that sees every event emitted from now on.
+
+        Raises:
+            ValueError: a ``block`` subscription on a bus given its own backpressure.
+        """
+        if policy == "block" and self._readers is None:
+            raise ValueError("this bus has a backpressure of its own: no block subscription")
         sub = Subscription(self, buffer, policy)
         if self._closed:
             sub._end()
             return sub
         self._subs.append(sub)
-        if policy == "block":
-            self._blocking.append(sub)
+        if policy == "block" and self._readers is not None:
+            self._readers.readers.append(sub)
+            self._pressure = self._readers
         self._fanout = tuple(self._subs)
         return sub
 
@@ -299,190 +395,145 @@ class EventBus:
         if sub in self._subs:
             self._subs.remove(sub)
             self._fanout = tuple(self._subs)
-        if sub in self._blocking:
-            self._blocking.remove(sub)
+        readers = self._readers
+        if readers is not None and sub in readers.readers:
+            readers.readers.remove(sub)
             sub._writers.unpark_all()
+            if not readers.readers:
+                self._pressure = None
 
-    async def emit(
-        self,
-        cls: type[E],
-        /,
-        *,
-        agent_id: str | None,
-        parent_tool_use_id: str | None,
-        **fields: Any,
-    ) -> E:
-        """Build an event of *cls*, give it the next ``seq``, and deliver it.
+    def masked(self, text: str, limit: int | None = None, *, how: str = "") -> str:
+        """*text* with the run's secrets masked, then cut to *limit* characters (its head and
+        tail kept around a note saying how much was cut, and *how*): for text an emitter cuts
+        before it becomes an event field (a tool's output, an agent's result), masked first as
+        a cut through a secret would leave two halves no search finds. Name the field in
+        ``masked=`` when emitting it, so the bus does not search it again."""
+        secrets = self._secrets
+        if secrets is not None:
+            text = secrets.text(text)
+        if limit is None or len(text) <= limit:
+            return text
+        head = limit * 3 // 4
+        tail = limit - head
+        return f"{text[:head]}\n… [{len(text) - limit} characters cut{how}] …\n{text[-tail:]}"
 
-        Waits only while a ``block`` subscription is full; otherwise it completes without
-        yielding, so events an agent emits back to back stay together.
+    async def emit(self, event: E, /, *, masked: Collection[str] = ()) -> E:
+        """Mask *event*, give it the next ``seq``, ``ts`` and the run id, and deliver it.
+
+        Waits only while the bus's backpressure says so (a full ``block`` subscription);
+        otherwise it completes without yielding, so events an agent emits back to back stay
+        together.
+
+        Args:
+            event: built by the emitter with its own class, never emitted before.
+            masked: fields the emitter already masked with :meth:`masked`: not searched again.
+
+        Returns:
+            *event* itself, masked and stamped.
 
         Raises:
             trio.ClosedResourceError: the bus is closed (the run has finished).
+            ValueError: *event* was emitted before.
 
-        Cancellation: cancelled only while waiting on a full ``block`` subscription, in which case
-        the event was not emitted and no ``seq`` was used.
+        Cancellation: cancelled only while waiting for room, in which case the event was not
+        emitted and no ``seq`` was used.
         """
-        if self._blocking:
-            if not self.has_room():
-                await self.wait_for_room()
-            event = self.emit_nowait(
-                cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
-            )
-            self._pass_turn()
-            return event
-        # emit_nowait's body, inline: this is the path of nearly every event
-        # (bench/README.md, "One small run, third pass").
-        if self._closed:
-            raise trio.ClosedResourceError("the event bus is closed: the run has finished")
-        if self._redactor is not None:
-            fields = self._masked(cls, agent_id, parent_tool_use_id, fields)
-        self._seq += 1
-        event = cls(
-            seq=self._seq,
-            ts=time.time(),
-            run_id=self.run_id,
-            agent_id=agent_id,
-            parent_tool_use_id=parent_tool_use_id,
-            **fields,
-        )
-        self._deliver(event)
+        if event.seq:
+            raise _emitted(event)
+        pressure = self._pressure
+        if pressure is not None:
+            if not pressure.has_room():
+                await pressure.wait_for_room()
+            self._publish(event, time.time(), True, masked)
+            pressure.passed()
+        else:
+            self._publish(event, time.time(), True, masked)
         return event
 
     def has_room(self) -> bool:
         """Whether an :meth:`emit` now would deliver without waiting (no ``block`` subscription
         is full). Producers of streamed text use it to coalesce deltas while a reader is behind
         (see docs/events.md)."""
-        # A loop, not all(...): called per streamed chunk, and a generator costs more here.
-        for sub in self._blocking:  # noqa: SIM110
-            if len(sub._buffer) >= sub.max_buffer:
-                return False
-        return True
+        pressure = self._pressure
+        return pressure is None or pressure.has_room()
 
     async def wait_for_room(self) -> None:
-        """Wait, as :meth:`emit` does, while a ``block`` subscription is full; for producers
-        that hand over events built elsewhere (:meth:`forward`).
+        """Wait, as :meth:`emit` does, while there is no room; for producers that hand over
+        events built elsewhere (:meth:`forward`).
 
         Cancellation: a checkpoint only while waiting.
         """
-        while self._blocking:
-            full = next((s for s in self._blocking if s._full()), None)
-            if full is None:
-                return
-            await full._writers.park()
+        pressure = self._pressure
+        if pressure is not None and not pressure.has_room():
+            await pressure.wait_for_room()
 
-    def _pass_turn(self) -> None:
-        # A reader wakes one waiting emitter per event it takes. If there is still room after
-        # this emit (the reader took several, or this emitter was woken by one subscription but
-        # waited on another), wake the next, so a free slot never sits unused while emitters
-        # wait for it.
-        for sub in self._blocking:
-            if sub._writers and not sub._full():
-                sub._writers.unpark()
-
-    async def emit_final(
-        self,
-        cls: type[E],
-        /,
-        *,
-        grace_s: float,
-        agent_id: str | None,
-        parent_tool_use_id: str | None,
-        **fields: Any,
-    ) -> E:
+    async def emit_final(self, event: E, /, *, grace_s: float, masked: Collection[str] = ()) -> E:
         """Emit an event that reports an end (``*_finished``), typically from a ``finally``.
 
         Like :meth:`emit`, but it goes out even in a cancelled scope, and it always goes out:
-        when a ``block`` subscription is full it waits under a shield for at most *grace_s*
-        seconds, then delivers anyway (that reader's buffer briefly exceeds its bound). An end
-        is never lost; a reader that stalled is not waited for again until it reads.
+        when there is no room it waits under a shield for at most *grace_s* seconds, then
+        delivers anyway (that reader's buffer briefly exceeds its bound). An end is never lost;
+        a reader that stalled is not waited for again until it reads.
 
         Cancellation: not a checkpoint; shielded, bounded by *grace_s*.
         """
-        if self._blocking and self._waits_for_final() is not None:
-            with trio.move_on_after(grace_s, shield=True):
-                # Re-checked on every wake-up: a reader may have been marked stalled meanwhile.
-                while (sub := self._waits_for_final()) is not None:
-                    await sub._writers.park()
-            for s in self._blocking:
-                if s._full() and not s._stalled:
-                    s.stall()  # and other ends waiting on it stop waiting too
-        # Nothing to wait for: no cancel scope needed (this is the common case, and a scope
-        # per finished node is a measurable share of a 10,000-agent run).
-        event = self.emit_nowait(
-            cls, agent_id=agent_id, parent_tool_use_id=parent_tool_use_id, **fields
-        )
-        if self._blocking:
-            self._pass_turn()
+        if event.seq:
+            raise _emitted(event)
+        pressure = self._pressure
+        if pressure is not None:
+            if pressure.final_must_wait():
+                await pressure.wait_final(grace_s)
+            # Nothing to wait for: no cancel scope needed (this is the common case, and a scope
+            # per finished node is a measurable share of a 10,000-agent run).
+            self._publish(event, time.time(), True, masked)
+            pressure.passed()
+        else:
+            self._publish(event, time.time(), True, masked)
         return event
 
-    def _waits_for_final(self) -> Subscription | None:
-        """A full ``block`` subscription whose reader is not known to be stalled."""
-        return next((s for s in self._blocking if s._full() and not s._stalled), None)
-
-    def emit_nowait(
-        self,
-        cls: type[E],
-        /,
-        *,
-        agent_id: str | None,
-        parent_tool_use_id: str | None,
-        **fields: Any,
-    ) -> E:
+    def emit_nowait(self, event: E, /, *, masked: Collection[str] = ()) -> E:
         """Like :meth:`emit`, never waiting: a full ``block`` subscription gets the event anyway
         (its buffer briefly exceeds its bound). For the few events that must go out right now
         (the end of a run)."""
-        if self._closed:
-            raise trio.ClosedResourceError("the event bus is closed: the run has finished")
-        if self._redactor is not None:
-            fields = self._masked(cls, agent_id, parent_tool_use_id, fields)
-        self._seq += 1
-        event = cls(
-            seq=self._seq,
-            ts=time.time(),
-            run_id=self.run_id,
-            agent_id=agent_id,
-            parent_tool_use_id=parent_tool_use_id,
-            **fields,
-        )
-        self._deliver(event)
+        if event.seq:
+            raise _emitted(event)
+        self._publish(event, time.time(), True, masked)
         return event
 
-    def _masked(
-        self,
-        cls: type[Event],
-        agent_id: str | None,
-        parent_tool_use_id: str | None,
-        fields: dict[str, Any],
-    ) -> dict[str, Any]:
-        """*fields* with the secrets masked; held-back text of this agent released first."""
-        redactor = self._redactor
-        assert redactor is not None
-        if self._held:
-            for kind in _STREAMED:
-                if kind is not cls and (agent_id, kind) in self._held:
-                    text, parent = self._held.pop((agent_id, kind))
-                    self._seq += 1
-                    self._deliver(
-                        kind(
-                            seq=self._seq,
-                            ts=time.time(),
-                            run_id=self.run_id,
-                            agent_id=agent_id,
-                            parent_tool_use_id=parent,
-                            text=redactor(text),  # the stream ended: no secret can follow
-                        )
-                    )
-        if cls in _STREAMED:
-            key = (agent_id, cls)
-            held, _ = self._held.pop(key, ("", None))
-            out, rest = redactor.split_stream(held + str(fields["text"]))
-            if rest:
-                self._held[key] = (rest, parent_tool_use_id)
-            return {**fields, "text": out}
-        return redactor.fields(fields, _NOT_TEXT)
+    def forward(self, event: Event, *, masked: bool = False, fresh: bool = False) -> Event:
+        """Re-emit an event built elsewhere (another process) with this bus's next ``seq`` and
+        run id, keeping its own ``ts`` (when it happened, not when it arrived here).
 
-    def _deliver(self, event: Event) -> None:
+        Args:
+            masked: the bus that built *event* masked it with at least this bus's secrets (a
+                Ray host's bus masks the run's secrets and its own): it goes on as it is.
+                Masking it again would cost the forwarding of every remote event, and hold
+                back a second time a streamed text's end its first bus had held back and then
+                released, turning one text event into an empty one and one more.
+            fresh: *event* was made for this bus and nobody holds it yet (just unpacked from a
+                host's envelope): stamped in place instead of copied, as nothing can have
+                seen its old number.
+        """
+        if not fresh:
+            event = _copier(type(event))(event)
+        self._publish(event, event.ts, not masked, ())
+        return event
+
+    def _publish(
+        self, event: Event, ts: float, mask: bool, masked: Collection[str], /
+    ) -> None:
+        """The one path every event takes into the stream: masked (unless *mask* is false),
+        stamped with the next ``seq``, *ts* and the run id, then delivered."""
+        if self._closed:
+            raise trio.ClosedResourceError("the event bus is closed: the run has finished")
+        if mask and self._secrets is not None:
+            self._mask(event, masked)
+        self._seq += 1
+        stamp = _stamp
+        stamp(event, "seq", self._seq)
+        stamp(event, "ts", ts)
+        stamp(event, "run_id", self.run_id)
+        # Delivered here, in this frame: this is the path of every event (bench/README.md).
         for hook in self._core:
             try:
                 hook(event)
@@ -500,6 +551,47 @@ class EventBus:
                     sub._readers.unpark_all()
             else:
                 sub._push(event)
+
+    def _mask(self, event: Event, masked: Collection[str]) -> None:
+        """Mask the secrets in *event*'s fields, in place (nobody holds it yet); this agent's
+        held-back text released first, and a streamed text's possible start of a secret held."""
+        secrets = self._secrets
+        assert secrets is not None
+        cls = type(event)
+        agent_id = event.agent_id
+        if self._held:
+            for streamed in _STREAMED:
+                if streamed is not cls and (agent_id, streamed) in self._held:
+                    text, parent = self._held.pop((agent_id, streamed))
+                    # The stream ended: no secret can follow, the rest goes out masked.
+                    released = streamed(
+                        agent_id=agent_id, parent_tool_use_id=parent, text=secrets.text(text)
+                    )
+                    self._publish(released, time.time(), False, ())
+        if cls in _STREAMED:
+            key = (agent_id, cls)
+            held, _ = self._held.pop(key, ("", None))
+            assert isinstance(event, TextDelta | ThinkingDelta)
+            out, rest = secrets.split_stream(held + event.text)
+            if rest:
+                self._held[key] = (rest, event.parent_tool_use_id)
+            _stamp(event, "text", out)
+            return
+        search = secrets.search
+        assert search is not None
+        for name in searched_fields(cls):
+            value = getattr(event, name)
+            kind = type(value)
+            if kind is str:
+                if search(value) is None:
+                    continue
+            elif (
+                value is None or kind is int or kind is float or kind is bool
+                or not secrets.holds_secret(value)
+            ):
+                continue
+            if name not in masked:
+                _stamp(event, name, secrets.value(value))
 
     def _tap_failed(self, tap: Tap, exc: Exception) -> None:
         # The event has already reached the taps before this one (the trace writer first), so
@@ -520,74 +612,45 @@ class EventBus:
         if self.on_core_failure is not None:
             self.on_core_failure(exc)
 
-    def forward(self, event: Event, *, masked: bool = False, fresh: bool = False) -> Event:
-        """Re-emit an event built elsewhere (another process) with this bus's next ``seq`` and
-        run id, keeping its own ``ts`` (when it happened, not when it arrived here).
-
-        Args:
-            masked: the bus that built *event* masked it with at least this bus's secrets (a
-                Ray host's bus masks the run's secrets and its own): it goes on as it is.
-                Masking it again would cost the forwarding of every remote event, and hold
-                back a second time a streamed text's end its first bus had held back and then
-                released, turning one text event into an empty one and one more.
-            fresh: *event* was made for this bus and nobody holds it yet (just unpacked from a
-                host's envelope): numbered in place instead of copied, as nothing can have
-                seen its old number.
-        """
-        if self._closed:
-            raise trio.ClosedResourceError("the event bus is closed: the run has finished")
-        changes: dict[str, Any] | None = None
-        if self._redactor is not None and not masked:
-            own = {
-                a.name: getattr(event, a.name)
-                for a in attrs.fields(type(event))
-                if a.name not in _COMMON
-            }
-            changes = self._masked(type(event), event.agent_id, event.parent_tool_use_id, own)
-            if changes is own:  # nothing masked
-                changes = None
-        self._seq += 1
-        if changes is not None:
-            forwarded = attrs.evolve(event, seq=self._seq, run_id=self.run_id, **changes)
-        elif fresh:
-            _renumber_in_place(event, "seq", self._seq)
-            _renumber_in_place(event, "run_id", self.run_id)
-            forwarded = event
-        else:
-            forwarded = _renumberer(type(event))(event, self._seq, self.run_id)
-        self._deliver(forwarded)
-        return forwarded
-
     def close(self) -> None:
-        """End the stream: subscribers drain what they have, then see the end."""
+        """End the stream: subscribers drain what they have, then see the end. The hooks and
+        taps are let go (nothing reaches them any more): they often hold the run, which holds
+        this bus, a cycle only the garbage collector would free."""
         if self._closed:
             return
         self._closed = True
         for sub in list(self._subs):
             sub._end()
         self._subs.clear()
-        self._blocking.clear()
+        if self._readers is not None:
+            self._readers.readers.clear()
+            self._pressure = None
         self._fanout = ()
+        self._core = ()
+        self._taps = []
 
 
-_RENUMBERERS: dict[type[Event], Callable[[Any, int, str], Any]] = {}
-# Events are frozen; a fresh one (see ``EventBus.forward``) is numbered before anyone sees it.
-_renumber_in_place = object.__setattr__
+def _emitted(event: Event) -> ValueError:
+    return ValueError(f"this {event.type} event was emitted already (seq {event.seq})")
 
 
-def _renumberer(cls: type[Event]) -> Callable[[Any, int, str], Any]:
-    """``copy(event, seq, run_id)`` is ``attrs.evolve(event, seq=seq, run_id=run_id)`` for
-    events of *cls*, written out for it (the way attrs writes its ``__init__``): a forwarded
-    event is copied once per event of a remote subtree, and ``evolve``'s walk over the
-    fields was most of that (bench/README.md)."""
-    copy = _RENUMBERERS.get(cls)
+_COPIERS: dict[type[Event], Callable[[Any], Any]] = {}
+# Events are frozen; one the bus is handed (just built, or a fresh or copied forwarded one) is
+# stamped and masked in place before anyone else sees it.
+_stamp = object.__setattr__
+
+
+def _copier(cls: type[Event]) -> Callable[[Any], Any]:
+    """``copy(event)`` is ``attrs.evolve(event)`` for events of *cls*, written out for it (the
+    way attrs writes its ``__init__``): a forwarded event is copied once per event of a remote
+    subtree, and ``evolve``'s walk over the fields was most of that (bench/README.md)."""
+    copy = _COPIERS.get(cls)
     if copy is None:
         fields = [a for a in attrs.fields(cls) if a.init]  # as evolve: by alias, init ones
         assert all(a.name.isidentifier() and a.alias.isidentifier() for a in fields)
-        fixed = {"seq": "seq", "run_id": "run_id"}
-        keywords = ", ".join(f"{a.alias}={fixed.get(a.name, f'event.{a.name}')}" for a in fields)
-        source = f"def copy(event, seq, run_id):\n    return cls({keywords})\n"
+        keywords = ", ".join(f"{a.alias}=event.{a.name}" for a in fields)
+        source = f"def copy(event):\n    return cls({keywords})\n"
         namespace: dict[str, Any] = {"cls": cls}
-        exec(compile(source, f"<event renumberer {cls.__qualname__}>", "exec"), namespace)
-        copy = _RENUMBERERS[cls] = namespace["copy"]
+        exec(compile(source, f"<event copier {cls.__qualname__}>", "exec"), namespace)
+        copy = _COPIERS[cls] = namespace["copy"]
     return copy

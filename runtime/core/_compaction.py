@@ -447,7 +447,7 @@ class Outcome:
     summary_failed: str | None = None
 
 
-Emit = Callable[..., Awaitable[None]]
+Emit = Callable[[ContextCompacted], Awaitable[object]]
 
 
 class Compactor:
@@ -458,9 +458,10 @@ class Compactor:
         window: the agent's context window in tokens.
         threshold: the share of the window above which the agent compacts before a request.
         fixed: characters every request carries besides the messages (system, tool specs).
-        emit: the agent's ``bus.emit`` (agent id and parent tool-use id bound).
+        emit: the run's ``bus.emit``, for this agent's ``context_compacted`` events.
         prompt: the agent's own prompt, kept verbatim by a summary.
         prompt_index: the index of the message that holds it.
+        parent_tool_use_id: the agent's, for its events.
     """
 
     def __init__(
@@ -478,6 +479,7 @@ class Compactor:
         log: Any,
         prompt: str | None = None,
         prompt_index: int = 0,
+        parent_tool_use_id: str | None = None,
     ) -> None:
         self.meter = ContextMeter(window, fixed=fixed)
         self.threshold = threshold
@@ -485,6 +487,7 @@ class Compactor:
         self._model = model
         self._agent_type = agent_type
         self._agent_id = agent_id
+        self._parent_tool_use_id = parent_tool_use_id
         self._emit = emit
         self._log = log
         self._tools = tools  # described only when compacting (_describer)
@@ -506,6 +509,7 @@ class Compactor:
         prompt: str | None,
         prompt_index: int,
         fixed: int | None = None,
+        parent_tool_use_id: str | None = None,
     ) -> Compactor:
         """The compactor of one agent of *run* (*fixed*: ``fixed_chars(system, tools)``, when
         the caller knows it already)."""
@@ -522,6 +526,7 @@ class Compactor:
             log=log,
             prompt=prompt,
             prompt_index=prompt_index,
+            parent_tool_use_id=parent_tool_use_id,
         )
 
     @property
@@ -627,12 +632,15 @@ class Compactor:
             after = meter.reset(state.messages)
             methods.append("trim")
             await self._emit(
-                ContextCompacted,
-                method="trim",
-                tokens_before=before,
-                tokens_after=after,
-                messages_before=count_before,
-                messages_after=len(state.messages),
+                ContextCompacted(
+                    agent_id=self._agent_id,
+                    parent_tool_use_id=self._parent_tool_use_id,
+                    method="trim",
+                    tokens_before=before,
+                    tokens_after=after,
+                    messages_before=count_before,
+                    messages_after=len(state.messages),
+                )
             )
             before = after
         enough = self.limit * TRIM_ENOUGH
@@ -686,14 +694,17 @@ class Compactor:
             self._prompt_index = 0
         after = self.meter.reset(state.messages)
         await self._emit(
-            ContextCompacted,
-            method="summary",
-            tokens_before=before,
-            tokens_after=after,
-            messages_before=count_before,
-            messages_after=len(new),
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
+            ContextCompacted(
+                agent_id=self._agent_id,
+                parent_tool_use_id=self._parent_tool_use_id,
+                method="summary",
+                tokens_before=before,
+                tokens_after=after,
+                messages_before=count_before,
+                messages_after=len(new),
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+            )
         )
         return None
 
@@ -760,12 +771,11 @@ async def compact_only(
         spec.agent_id,
         system=state.system,
         tools=tools,
-        emit=functools.partial(
-            run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
-        ),
+        emit=run.bus.emit,
         log=log,
         prompt=None,
         prompt_index=0,
+        parent_tool_use_id=spec.parent_tool_use_id,
     )
     done = await compactor.compact(state, instructions=spec.compact or None, summarise=True)
     if not done.methods:

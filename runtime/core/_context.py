@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ._loop import TypeSetup
     from ._middleware import MiddlewareChain
     from ._sandbox import Sandbox
+    from ._secrets import Secrets
     from ._tool import Tool, ToolLimits
 
 __all__ = [
@@ -286,7 +287,7 @@ class RunContext:
     provider: Provider
     agent_types: AgentTypes
     tools: Mapping[str, Tool]
-    secrets: tuple[str, ...]
+    secrets: Secrets  # the bus's: the one object of the run
     broker: PermissionBroker
     budget: BudgetLayer
     log: Any = attrs.Factory(lambda: get_logger("trio_agents"))
@@ -318,12 +319,13 @@ def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> 
     if owner.agent_id == node_id and not run.scheduler.is_announced(node_id):
         return False
     run.bus.emit_nowait(
-        CancelRequested,
-        agent_id=owner.agent_id,
-        parent_tool_use_id=owner.parent_tool_use_id,
-        target=node_id,
-        reason=reason,
-        by=by,
+        CancelRequested(
+            agent_id=owner.agent_id,
+            parent_tool_use_id=owner.parent_tool_use_id,
+            target=node_id,
+            reason=reason,
+            by=by,
+        ),
     )
     return run.registry.cancel(node_id, reason, by=by)
 
@@ -340,7 +342,7 @@ def new_run_context(
     limits: Limits,
     workspace: Path,
     env: Mapping[str, str],
-    secrets: tuple[str, ...],
+    secrets: Secrets,
     broker: PermissionBroker,
     log: Any,
     sandbox: Sandbox | None = None,

@@ -8,7 +8,9 @@ fast paths used by the trace writer and readers.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, TypeAlias
+import types
+import typing
+from typing import Any, ClassVar, Final, Literal
 
 import attrs
 import cattrs
@@ -17,30 +19,31 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from cattrs.preconf.orjson import make_converter
 
 from ._errors import EventDecodeError, UnknownEventType
+from ._statuses import AGENT_STATUSES as AGENT_STATUSES
+from ._statuses import TOOL_STATUSES as TOOL_STATUSES
+from ._statuses import AgentStatus as AgentStatus
+from ._statuses import CancelBy as CancelBy
+from ._statuses import StopReason as StopReason
+from ._statuses import ToolStatus as ToolStatus
 
-ToolStatus: TypeAlias = Literal["ok", "error", "cancelled", "denied"]
-AgentStatus: TypeAlias = Literal["completed", "cancelled", "failed", "max_turns", "budget_exceeded"]
-StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "refusal"]
-CancelBy: TypeAlias = Literal["user", "control", "budget", "runtime"]
-
-TOOL_STATUSES: tuple[str, ...] = ("ok", "error", "cancelled", "denied")
-AGENT_STATUSES: tuple[str, ...] = (
-    "completed",
-    "cancelled",
-    "failed",
-    "max_turns",
-    "budget_exceeded",
-)
+# Marks a field the runtime fills with an id, never with text: the bus does not search it for
+# secrets (neither does it search a ``Literal`` field, an enum).
+_ID: Final = {"id": True}
 
 
 @attrs.frozen(kw_only=True)
 class Event:
-    """Fields every event has. Not emitted itself."""
+    """Fields every event has. Not emitted itself.
+
+    An emitter builds an event with its class and leaves ``seq``, ``ts`` and ``run_id`` out:
+    the bus stamps them when the event enters the stream (``runtime/core/_bus.py``). Decoding
+    requires them (:func:`event_from_dict`).
+    """
 
     type: ClassVar[str] = ""
-    seq: int
-    ts: float
-    run_id: str
+    seq: int = 0
+    ts: float = 0.0
+    run_id: str = ""
     agent_id: str | None
     parent_tool_use_id: str | None
 
@@ -76,7 +79,7 @@ class ThinkingDelta(Event):
 @attrs.frozen(kw_only=True)
 class ToolStarted(Event):
     type: ClassVar[str] = "tool_started"
-    tool_use_id: str
+    tool_use_id: str = attrs.field(metadata=_ID)
     name: str
     input: dict[str, Any]
     summary: str
@@ -85,8 +88,8 @@ class ToolStarted(Event):
 @attrs.frozen(kw_only=True)
 class PermissionRequested(Event):
     type: ClassVar[str] = "permission_requested"
-    request_id: str
-    tool_use_id: str
+    request_id: str = attrs.field(metadata=_ID)
+    tool_use_id: str = attrs.field(metadata=_ID)
     name: str
     summary: str
 
@@ -94,8 +97,8 @@ class PermissionRequested(Event):
 @attrs.frozen(kw_only=True)
 class PermissionResolved(Event):
     type: ClassVar[str] = "permission_resolved"
-    request_id: str
-    tool_use_id: str
+    request_id: str = attrs.field(metadata=_ID)
+    tool_use_id: str = attrs.field(metadata=_ID)
     granted: bool
     reason: str
 
@@ -103,7 +106,7 @@ class PermissionResolved(Event):
 @attrs.frozen(kw_only=True)
 class ToolFinished(Event):
     type: ClassVar[str] = "tool_finished"
-    tool_use_id: str
+    tool_use_id: str = attrs.field(metadata=_ID)
     name: str
     status: ToolStatus
     output: str
@@ -124,7 +127,7 @@ class TurnFinished(Event):
     """How big the agent's context is after this turn (tokens, estimated), when it is known."""
     context_window: int | None = None
     """The agent's model's context window (tokens), when it is known."""
-    tool_use_ids: list[str] | None = None
+    tool_use_ids: list[str] | None = attrs.field(default=None, metadata=_ID)
     """The tool calls this turn asked for, in the model's order (None in older traces)."""
 
 
@@ -166,7 +169,7 @@ class ToolProgress(Event):
     """A long tool call reported how far it has got (an MCP progress notification, say)."""
 
     type: ClassVar[str] = "tool_progress"
-    tool_use_id: str
+    tool_use_id: str = attrs.field(metadata=_ID)
     progress: float
     total: float | None
     message: str | None
@@ -229,6 +232,37 @@ EVENT_TYPES: dict[str, type[Event]] = {
     )
 }
 
+COMMON_FIELDS: Final = tuple(a.name for a in attrs.fields(Event))
+"""The fields every event has, in their order on the wire."""
+_STAMPED: Final = ("seq", "ts", "run_id")
+_SEARCHED: dict[type[Event], tuple[str, ...]] = {}
+
+
+def searched_fields(cls: type[Event]) -> tuple[str, ...]:
+    """The fields of *cls* that may hold text, so a secret: its own fields but ids (marked
+    ``metadata={"id": True}``), enums (``Literal``) and numbers. Read from the class, once."""
+    names = _SEARCHED.get(cls)
+    if names is None:
+        hints = typing.get_type_hints(cls)
+        names = _SEARCHED[cls] = tuple(
+            a.name
+            for a in attrs.fields(cls)
+            if a.name not in COMMON_FIELDS
+            and not a.metadata.get("id")
+            and not _never_text(hints[a.name])
+        )
+    return names
+
+
+def _never_text(hint: Any) -> bool:
+    """Whether a field of type *hint* can hold no text: an enum, a number, or null."""
+    if typing.get_origin(hint) is Literal:
+        return True
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    args = typing.get_args(hint) if union else (hint,)
+    return all(a in (int, float, bool, type(None)) or typing.get_origin(a) is Literal for a in args)
+
+
 converter: cattrs.Converter = make_converter(forbid_extra_keys=False)
 
 
@@ -259,6 +293,9 @@ def _structure_event(obj: Any, _: Any) -> Event:
     structure = _STRUCTURE.get(tag)
     if structure is None:
         raise UnknownEventType(tag)
+    for name in _STAMPED:  # defaults only for emitters: every line on the wire has them
+        if name not in obj:
+            raise EventDecodeError(f"invalid {tag} event: required field missing @ {tag}.{name}")
     try:
         event: Event = structure(obj, EVENT_TYPES[tag])
         return event

@@ -78,17 +78,7 @@ from ._provider import (
     ToolSpec,
     TurnEnd,
 )
-from ._secrets import redact
 from ._tool import Tool, ToolContext, ToolLimits, validate_input
-
-
-def _cut(text: str, limit: int, *, how: str = "") -> str:
-    if len(text) <= limit:
-        return text
-    head = limit * 3 // 4
-    tail = limit - head
-    return f"{text[:head]}\n… [{len(text) - limit} characters cut{how}] …\n{text[-tail:]}"
-
 
 _OUTPUT_CUT_HOW = (
     " from the middle of this output, to save context; to see them, ask for less at a time "
@@ -119,13 +109,14 @@ async def agent_main(
     atype = spec.agent_type
     try:
         await run.bus.emit(
-            AgentStarted,
-            agent_id=spec.agent_id,
-            parent_tool_use_id=spec.parent_tool_use_id,
-            name=atype.name,
-            parent_agent_id=spec.parent_agent_id,
-            depth=spec.depth,
-            prompt=spec.prompt,
+            AgentStarted(
+                agent_id=spec.agent_id,
+                parent_tool_use_id=spec.parent_tool_use_id,
+                name=atype.name,
+                parent_agent_id=spec.parent_agent_id,
+                depth=spec.depth,
+                prompt=spec.prompt,
+            ),
         )
         life.announced = True
         # Reachable by messages (and by Runtime.cancel) only once it has been announced.
@@ -224,17 +215,19 @@ async def run_agent_actor(
             on_outcome(outcome)
         if life.announced:  # an agent cancelled before it was announced leaves no trace at all
             await run.bus.emit_final(
-                AgentFinished,
+                AgentFinished(
+                    agent_id=spec.agent_id,
+                    parent_tool_use_id=spec.parent_tool_use_id,
+                    status=outcome.status,
+                    result=outcome.result,
+                    error=outcome.error,
+                    turns=outcome.turns,
+                    input_tokens=outcome.input_tokens,
+                    output_tokens=outcome.output_tokens,
+                    duration_s=outcome.duration_s,
+                ),
                 grace_s=run.settings.limits.finish_grace_s,
-                agent_id=spec.agent_id,
-                parent_tool_use_id=spec.parent_tool_use_id,
-                status=outcome.status,
-                result=outcome.result,
-                error=outcome.error,
-                turns=outcome.turns,
-                input_tokens=outcome.input_tokens,
-                output_tokens=outcome.output_tokens,
-                duration_s=outcome.duration_s,
+                masked=("result", "error"),  # by _outcome
             )
     return outcome
 
@@ -259,7 +252,7 @@ def _outcome(
         exc = exit_.error
         status = "failed"
         if isinstance(exc, ProviderError):
-            error = redact(str(exc), run.secrets)
+            error = str(exc)  # masked with every error, below
             run.log.warning("provider failed", agent_id=spec.agent_id, error=error)
         else:  # a bug ends this agent only, never its siblings
             error = f"internal error: {type(exc).__name__}: {exc}"
@@ -289,11 +282,10 @@ def _outcome(
         agent_id=spec.agent_id,
         name=spec.agent_type.name,
         status=status,
-        # Masked before the cut: a cut through a secret would leave both halves unmasked.
         result=None
         if result is None
-        else _cut(run.bus.redactor(result), run.settings.limits.max_result_chars),
-        error=error,
+        else run.bus.masked(result, run.settings.limits.max_result_chars),
+        error=None if error is None else run.bus.masked(error),
         turns=life.state.turns,
         input_tokens=life.state.input_tokens,
         output_tokens=life.state.output_tokens,
@@ -340,13 +332,11 @@ async def _loop(
     max_turns = atype.max_turns or run.settings.limits.max_turns
     setup = type_setup(run, atype)
     specs = setup.specs
-    emit = functools.partial(
-        run.bus.emit, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id
-    )
     compactor = Compactor.for_agent(
-        run, spec.agent_type, spec.agent_id, system=state.system, tools=specs, emit=emit,
-        log=log, prompt=spec.prompt, prompt_index=len(state.messages) - 1,
+        run, spec.agent_type, spec.agent_id, system=state.system, tools=specs,
+        emit=run.bus.emit, log=log, prompt=spec.prompt, prompt_index=len(state.messages) - 1,
         fixed=setup.fixed_chars if state.system is setup.system else None,
+        parent_tool_use_id=spec.parent_tool_use_id,
     )  # fmt: skip
     last_text = ""
     output_tries = 0
@@ -358,7 +348,7 @@ async def _loop(
             # A slot lent to its children while it waited for them comes back here.
             await run.scheduler.acquire_slot(spec.agent_id)
         if ctx.mailbox.pending():
-            await _deliver_messages(ctx, state, emit)
+            await _deliver_messages(run, spec, ctx, state)
         await compactor.before_request(state)
         request = ModelRequest(
             model=atype.model or run.settings.model,
@@ -369,25 +359,28 @@ async def _loop(
             agent_id=spec.agent_id,
         )
         try:
-            content, calls, end = await _stream_turn(run, request, emit)
+            content, calls, end = await _stream_turn(run, spec, request)
         except ContextOverflowError as exc:  # compacted, then tried once more
             content, calls, end = await _stream_refitted(
-                run, request, state, compactor, emit, exc
+                run, spec, request, state, compactor, exc
             )
         state.turns += 1
         state.input_tokens += end.input_tokens
         state.output_tokens += end.output_tokens
         state.messages.append(Message(role="assistant", content=content))
         last_text = "".join(b.text for b in content if isinstance(b, TextBlock))
-        await emit(
-            TurnFinished,
-            turn=state.turns,
-            stop_reason=end.stop_reason,
-            input_tokens=end.input_tokens,
-            output_tokens=end.output_tokens,
-            context_tokens=compactor.after_turn(state, end.input_tokens),
-            context_window=compactor.window,
-            tool_use_ids=[c.id for c in calls],
+        await run.bus.emit(
+            TurnFinished(
+                agent_id=spec.agent_id,
+                parent_tool_use_id=spec.parent_tool_use_id,
+                turn=state.turns,
+                stop_reason=end.stop_reason,
+                input_tokens=end.input_tokens,
+                output_tokens=end.output_tokens,
+                context_tokens=compactor.after_turn(state, end.input_tokens),
+                context_window=compactor.window,
+                tool_use_ids=[c.id for c in calls],
+            )
         )
         if calls:
             await _run_tool_calls(run, spec, state, calls, log)
@@ -398,7 +391,7 @@ async def _loop(
             continue
         if setup.output is not None:
             problem = await _check_output(
-                setup.output, last_text, state, emit, output_tries, atype.output_retries
+                run, spec, setup.output, last_text, state, output_tries
             )
             if problem == "retry":
                 output_tries += 1
@@ -412,7 +405,7 @@ async def _loop(
 
 
 async def _check_output(
-    output: OutputSpec, text: str, state: AgentState, emit: Any, tries: int, retries: int
+    run: RunContext, spec: AgentSpec, output: OutputSpec, text: str, state: AgentState, tries: int
 ) -> str | None:
     """Whether the final *text* is the agent type's output: ``None`` when it is, ``"retry"``
     when it is not and the model is asked again (the error joins the history as a user
@@ -420,20 +413,23 @@ async def _check_output(
     _value, error = output.check(text)
     if error is None:
         return None
-    if tries >= retries:
+    if tries >= spec.agent_type.output_retries:
         return f"output: {error} (after {tries + 1} answers)"
     message = output.retry_message(error)
     state.messages.append(Message(role="user", content=(TextBlock(text=message),)))
-    await emit(UserMessage, text=message)
+    await run.bus.emit(
+        UserMessage(agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id,
+                    text=message)
+    )
     return "retry"
 
 
 async def _stream_refitted(
     run: RunContext,
+    spec: AgentSpec,
     request: ModelRequest,
     state: AgentState,
     compactor: Compactor,
-    emit: Any,
     overflow: ContextOverflowError,
 ) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd]:
     """The turn again after *request* was refused as too long: compacted, then tried once
@@ -441,12 +437,14 @@ async def _stream_refitted(
     await compactor.on_overflow(state, overflow)
     request = attrs.evolve(request, messages=tuple(state.messages))
     try:
-        return await _stream_turn(run, request, emit)
+        return await _stream_turn(run, spec, request)
     except ContextOverflowError as exc:
         raise compactor.does_not_fit(exc) from exc
 
 
-async def _deliver_messages(ctx: ActorContext[str], state: AgentState, emit: Any) -> None:
+async def _deliver_messages(
+    run: RunContext, spec: AgentSpec, ctx: ActorContext[str], state: AgentState
+) -> None:
     """Messages injected while the agent worked join the history at this turn boundary."""
     for text in ctx.mailbox.drain():
         # Into the history first: a cancel while the event waits must not lose the message.
@@ -456,13 +454,19 @@ async def _deliver_messages(ctx: ActorContext[str], state: AgentState, emit: Any
             state.messages[-1] = Message(role="user", content=(*last.content, block))
         else:
             state.messages.append(Message(role="user", content=(block,)))
-        await emit(UserMessage, text=text)
+        await run.bus.emit(
+            UserMessage(
+                agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id, text=text
+            )
+        )
 
 
 async def _stream_turn(
-    run: RunContext, request: ModelRequest, emit: Any
+    run: RunContext, spec: AgentSpec, request: ModelRequest
 ) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd]:
     """Stream one turn, emitting deltas; the turn joins the history only once it is whole."""
+    emit = run.bus.emit
+    aid, pid = spec.agent_id, spec.parent_tool_use_id
     texts: list[str] = []
     thinking: list[str] = []
     signature: str | None = None
@@ -486,19 +490,24 @@ async def _stream_turn(
                         signature = item.signature or signature
                         kind = ThinkingDelta
                     if pending and kind is not pending_kind:
-                        await emit(pending_kind, text="".join(pending))
+                        joined = "".join(pending)
+                        await emit(pending_kind(agent_id=aid, parent_tool_use_id=pid, text=joined))
                         pending.clear()
                     if pending or not has_room():
                         pending.append(item.text)
                         pending_kind = kind
                         if has_room():
-                            await emit(kind, text="".join(pending))
+                            await emit(
+                                kind(agent_id=aid, parent_tool_use_id=pid, text="".join(pending))
+                            )
                             pending.clear()
                     else:
-                        await emit(kind, text=item.text)
+                        await emit(kind(agent_id=aid, parent_tool_use_id=pid, text=item.text))
                     continue
                 if pending:
-                    await emit(pending_kind, text="".join(pending))
+                    await emit(
+                        pending_kind(agent_id=aid, parent_tool_use_id=pid, text="".join(pending))
+                    )
                     pending.clear()
                 if isinstance(item, ToolCall):
                     claimed = run.scheduler.claim_tool_use_id(item.id)
@@ -510,18 +519,23 @@ async def _stream_turn(
                     end = item
                 elif isinstance(item, RetryNotice):
                     await emit(
-                        ProviderRetry,
-                        attempt=item.attempt,
-                        delay_s=item.delay_s,
-                        reason=item.reason,
+                        ProviderRetry(
+                            agent_id=aid,
+                            parent_tool_use_id=pid,
+                            attempt=item.attempt,
+                            delay_s=item.delay_s,
+                            reason=item.reason,
+                        )
                     )
         except Exception:
             # The text streamed before a provider's error goes out before the error does.
             if pending:
-                await emit(pending_kind, text="".join(pending))
+                await emit(
+                    pending_kind(agent_id=aid, parent_tool_use_id=pid, text="".join(pending))
+                )
             raise
         if pending:
-            await emit(pending_kind, text="".join(pending))
+            await emit(pending_kind(agent_id=aid, parent_tool_use_id=pid, text="".join(pending)))
     if end is None:
         raise ProviderError(f"provider {run.provider.name} ended a turn without a stop reason")
     content: list[Block] = []
@@ -718,12 +732,12 @@ def _own_copy(value: Any) -> Any:
     return value
 
 
-def _summary(tool: Tool | None, call: ToolCall, run: RunContext) -> str:
+def _summary(tool: Tool | None, call: ToolCall, shown: dict[str, Any]) -> str:
     if tool is None:
         return f"{call.name}: (unknown tool)"
     try:
         # From the masked input: a summary is cut to one line, maybe through a secret.
-        return tool.summary(run.bus.redactor.value(call.input))
+        return tool.summary(shown)
     except Exception:  # a summary is cosmetic; a bad input must not break the event
         return f"{call.name}: …"
 
@@ -732,16 +746,20 @@ async def _announce_tool_call(record: _Call) -> None:
     """Emit a call's ``tool_started``; note its tool, summary and start time in *record*."""
     run, spec, call = record.run, record.spec, record.call
     tool = record.tool = record.setup.tools.get(call.name)
-    summary = record.summary = _summary(tool, call, run)
+    # Masked once, here (the same dict back when clean): the event's input and the summary.
+    shown = run.bus.secrets.value(call.input)
+    summary = record.summary = _summary(tool, call, shown)
     record.t0 = trio.current_time()
     await run.bus.emit(
-        ToolStarted,
-        agent_id=spec.agent_id,
-        parent_tool_use_id=spec.parent_tool_use_id,
-        tool_use_id=call.id,
-        name=call.name,
-        input=call.input,
-        summary=summary,
+        ToolStarted(
+            agent_id=spec.agent_id,
+            parent_tool_use_id=spec.parent_tool_use_id,
+            tool_use_id=call.id,
+            name=call.name,
+            input=shown,
+            summary=summary,
+        ),
+        masked=("input", "summary"),
     )
 
 
@@ -791,22 +809,24 @@ async def _run_tool_call(
             reason = Registry.cancel_reason(node)[0] if node is not None else None
             status, output = "cancelled", cancelled_text(reason)
         cap = record.setup.output_cap + NOTE_ROOM
-        output = _cut(redact(output, run.secrets), cap, how=_OUTPUT_CUT_HOW)
+        output = run.bus.masked(output, cap, how=_OUTPUT_CUT_HOW)
         results[record.index] = ToolResultBlock(
             tool_use_id=call.history_id, content=output, is_error=status != "ok"
         )
         t0 = record.t0
         await run.bus.emit_final(
-            ToolFinished,
+            ToolFinished(
+                agent_id=spec.agent_id,
+                parent_tool_use_id=spec.parent_tool_use_id,
+                tool_use_id=call.id,
+                name=call.name,
+                status=status,
+                output=output,
+                duration_s=trio.current_time() - t0,
+                input=record.changed_input,
+            ),
             grace_s=run.settings.limits.finish_grace_s,
-            agent_id=spec.agent_id,
-            parent_tool_use_id=spec.parent_tool_use_id,
-            tool_use_id=call.id,
-            name=call.name,
-            status=status,
-            output=output,
-            duration_s=trio.current_time() - t0,
-            input=record.changed_input,
+            masked=("output",),
         )
 
 
@@ -845,7 +865,7 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
         log=log.bind(tool_use_id=call.id, tool=tool.name),
         spawner=spawner,
         report_progress=spawner,
-        redactor=run.bus.redactor,
+        secrets=run.bus.secrets,
         sandbox=run.sandbox,
     )
     try:
@@ -897,13 +917,15 @@ async def _report_progress(
 ) -> None:
     """A ``tool_progress`` event for one call (its message masked like every output)."""
     await run.bus.emit(
-        ToolProgress,
-        agent_id=spec.agent_id,
-        parent_tool_use_id=spec.parent_tool_use_id,
-        tool_use_id=tool_use_id,
-        progress=float(progress),
-        total=None if total is None else float(total),
-        message=None if message is None else redact(message, run.secrets)[:500],
+        ToolProgress(
+            agent_id=spec.agent_id,
+            parent_tool_use_id=spec.parent_tool_use_id,
+            tool_use_id=tool_use_id,
+            progress=float(progress),
+            total=None if total is None else float(total),
+            message=None if message is None else run.bus.masked(message)[:500],
+        ),
+        masked=("message",),
     )
 
 

@@ -15,15 +15,18 @@ Matching works on words, not substrings, so ``GIT_AUTHOR_NAME`` (the word ``AUTH
 mistake is one ``allow`` entry away, a leaked key is not recoverable. Secrets that hide in values
 of innocent-looking names (``DATABASE_URL=postgres://user:pw@host``) are not detected.
 
-Values shorter than 8 characters are not redacted (masking ``true`` or ``1`` everywhere would wreck
-the text), except those of names that are clearly secrets (``*_TOKEN``, ``*_KEY``, ``*_SECRET``,
-``*PASSWORD*``): from 3 characters on, flag words (``true``, ``off``, ``1``...) aside.
+One policy decides what counts as a secret (:func:`worth_masking`): a value of at least
+:data:`MIN_SECRET_LEN` (3) characters that is not a flag word (``true``, ``off``...) or a number
+below 1000; a variable whose name only looks secret (not ``*_TOKEN``, ``*_KEY``, ``*_SECRET``,
+``*PASSWORD*``) needs 8 characters. Every secret is masked as :data:`MASK` (``***``).
 
-One place masks everything that leaves a run: the event bus (:class:`Redactor`, applied to every
-string field of every event, with a hold-back for secrets split over several text deltas), so
-the trace, ``--json``, sessions built from events, exports and views all see masked text. Logs
-go through :func:`redact_log_event` (a structlog processor) and :class:`RedactingLogFilter`
-(stdlib logging), with the secrets of every open run (:func:`log_secrets`).
+A run's secrets are ONE :class:`Secrets` object (the values, the mask, the matcher that holds
+back a streamed text across deltas), built once when the run opens and handed to the event bus
+(the one place events are masked, so the trace, ``--json``, sessions built from events, exports
+and views all see masked text), to the tools and providers (text they cut or put in an error),
+to the MCP servers and to the logs: :meth:`Secrets.in_logs` adds them, while the run is open, to
+what :func:`redact_log_event` (a structlog processor) and :class:`RedactingLogFilter` (stdlib
+logging) mask.
 
 :func:`seal_process_environ` keeps secrets out of reach of the commands the agents run: the
 secret-looking variables leave this process's environment (``os.environ`` and the copy the
@@ -44,7 +47,7 @@ import os
 import re
 import sys
 from collections.abc import (
-    Container,
+    Callable,
     Generator,
     Iterable,
     Iterator,
@@ -52,13 +55,16 @@ from collections.abc import (
     MutableMapping,
     Sequence,
 )
-from typing import Any
+from typing import Any, Final
 
 from runtime._logs import add_mask
 
 __all__ = [
+    "MASK",
+    "MIN_SECRET_LEN",
+    "NO_SECRETS",
     "RedactingLogFilter",
-    "Redactor",
+    "Secrets",
     "filter_env",
     "log_secrets",
     "looks_secret",
@@ -66,11 +72,11 @@ __all__ = [
     "redact_known",
     "redact_log_event",
     "redact_text",
-    "redactor_for",
     "run_environ",
     "scan_env",
     "seal_process_environ",
     "secret_values",
+    "worth_masking",
 ]
 
 # Words that make a name secret when a word of the name IS one, or ENDS with one (APIKEY).
@@ -81,13 +87,18 @@ _SECRET_INFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 _SECRET_EXACT = ("PASS", "PWD", "PAT")
 # Names that would match the rules above but are well known not to hold secrets.
 _NOT_SECRET = frozenset({"PWD", "OLDPWD"})
-# Values shorter than this are not worth redacting: masking "true" or "1" everywhere would wreck
-# the text and protect nothing.
-_MIN_SECRET_LEN = 8
-# Names whose values are secrets whatever their length (down to _MIN_CLEAR_SECRET_LEN).
+MASK: Final = "***"
+"""What a secret's value becomes wherever it is masked: events, logs, exports, session files,
+error lines (docs/events.md#secrets)."""
+MIN_SECRET_LEN: Final = 3
+"""A value shorter than this is never a secret (masking ``1`` everywhere would wreck the text
+and protect nothing); flag words and numbers below 1000 are not either (:func:`worth_masking`)."""
+# A name that only looks secret (``GITHUB_AUTH``, ``SSH_AUTH_SOCK``) rather than clearly is
+# (below), holds one only if its value is as long as a credential is.
+_LOOSE_NAME_MIN_LEN = 8
+# Names whose values are secrets from MIN_SECRET_LEN on.
 _CLEARLY_SECRET = re.compile(r"(_TOKEN|_KEY|_SECRET)$|PASSWORD", re.IGNORECASE)
-_MIN_CLEAR_SECRET_LEN = 3
-# Values that are switches, not secrets, even under a clearly secret name (USE_API_KEY=true).
+# Values that are switches, not secrets, whoever says they are (USE_API_KEY=true, ${DEBUG:-off}).
 _FLAG_VALUES = frozenset(
     {"true", "false", "yes", "no", "on", "off", "none", "null", "nil", "unset", "empty"}
 )
@@ -145,28 +156,38 @@ def _allowed(name: str, patterns: Sequence[str]) -> bool:
     return any(name == p or fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def secret_values(env: Mapping[str, str]) -> list[str]:
-    """The values of the secret-looking variables of *env* worth redacting.
+def worth_masking(value: str) -> bool:
+    """Whether *value* counts as a secret when something says it is one (a provider key, an
+    MCP header, a variable whose name is clearly a secret's): the one rule every masker uses.
 
-    Values shorter than 8 characters are left out, unless the name is clearly a secret's
-    (``*_TOKEN``, ``*_KEY``, ``*_SECRET``, ``*PASSWORD*``): then from 3 characters, flag words
-    and numbers below 1000 aside. The list has no duplicates and is ordered longest first.
+    At least :data:`MIN_SECRET_LEN` characters, and not a flag word (``true``, ``off``...) or
+    a number below 1000.
+    """
+    if len(value) < MIN_SECRET_LEN:
+        return False
+    if len(value) >= _LOOSE_NAME_MIN_LEN:
+        return True
+    stripped = value.strip()
+    if stripped.lower() in _FLAG_VALUES:
+        return False
+    return not (stripped.isdigit() and int(stripped) < 1000)
+
+
+def secret_values(env: Mapping[str, str]) -> list[str]:
+    """The values of the secret-looking variables of *env* worth masking.
+
+    A value counts when :func:`worth_masking` says so and either the name is clearly a
+    secret's (``*_TOKEN``, ``*_KEY``, ``*_SECRET``, ``*PASSWORD*``) or the value has 8
+    characters or more. The list has no duplicates and is ordered longest first.
     """
     values = {value for name, value in env.items() if _worth_redacting(name, value)}
     return sorted(values, key=lambda v: (-len(v), v))
 
 
 def _worth_redacting(name: str, value: str) -> bool:
-    if not _looks_secret(name):
+    if not _looks_secret(name) or not worth_masking(value):
         return False
-    if len(value) >= _MIN_SECRET_LEN:
-        return True
-    if len(value) < _MIN_CLEAR_SECRET_LEN or not _CLEARLY_SECRET.search(name):
-        return False
-    stripped = value.strip()
-    if stripped.lower() in _FLAG_VALUES:
-        return False
-    return not (stripped.isdigit() and int(stripped) < 1000)
+    return len(value) >= _LOOSE_NAME_MIN_LEN or _CLEARLY_SECRET.search(name) is not None
 
 
 # Environments scanned, newest last: (items, allow) -> (filtered env, secret values).
@@ -198,23 +219,16 @@ def scan_env(
     return dict(found[0]), found[1]
 
 
-def redact(text: str, secrets: Sequence[str], *, mask: str = "***") -> str:
-    """*text* with every occurrence of each value in *secrets* replaced by *mask*.
-
-    Longer secrets are replaced first, so a secret that contains another is masked whole.
-    Empty strings in *secrets* are ignored. The pattern is compiled once per set of secrets
-    (a run has one), so this is cheap enough for every tool result.
-    """
-    pattern = _secrets_pattern(tuple(secrets))
-    # A search first: about three times cheaper than a sub that finds nothing (most text).
-    if pattern is None or pattern.search(text) is None:
-        return text
-    return pattern.sub(mask, text)
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """*text* with every occurrence of each value in *secrets* that counts as a secret
+    (:func:`worth_masking`) replaced by :data:`MASK`: ``Secrets(secrets).text(text)``, for a
+    caller that has a list of values rather than a run's :class:`Secrets`."""
+    return Secrets.of(tuple(secrets)).text(text)
 
 
 @functools.lru_cache(maxsize=32)
 def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
-    wanted = sorted({s for s in secrets if s}, key=len, reverse=True)
+    wanted = sorted(set(secrets), key=len, reverse=True)
     if not wanted:
         return None
     # One alternation, one pass: replacing secrets one by one could create a new match across
@@ -222,49 +236,85 @@ def _secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(re.escape(s) for s in wanted))
 
 
-class Redactor:
-    """Masks one run's secrets in text, and in the strings of nested values (event fields).
+class Secrets:
+    """One run's secrets: the values, the one policy of what counts as one, the one mask.
+
+    Built once per run (``runtime/wiring/_open.py``) from the run's environment (the names that
+    look secret, :func:`secret_values`), the MCP servers' expanded values and any provider key,
+    and handed to everything that masks: the event bus (every event), the tools (text they
+    cut), the providers (their error lines), the MCP servers, the log lines (while the run is
+    open, :meth:`in_logs`) and a Ray host (in the run's settings). Values that do not count as
+    secrets (:func:`worth_masking`: shorter than :data:`MIN_SECRET_LEN`, a flag word, a small
+    number) are left out, whoever gives them.
 
     Args:
-        secrets: the values to mask (empty strings are ignored).
-        mask: what replaces each occurrence.
+        values: the values to mask.
     """
 
-    def __init__(self, secrets: Iterable[str], *, mask: str = "***") -> None:
-        self.secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
-        self.mask = mask
-        self._pattern = _secrets_pattern(self.secrets)
-        self.max_len = len(self.secrets[0]) if self.secrets else 0
+    #: What every occurrence of a secret becomes, wherever it is masked.
+    mask: Final = MASK
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        #: The values masked, longest first (no duplicates).
+        self.values: tuple[str, ...] = tuple(
+            sorted({v for v in values if worth_masking(v)}, key=lambda v: (-len(v), v))
+        )
+        self._pattern = _secrets_pattern(self.values)
+        #: The ``search`` of the secrets' pattern, or ``None`` when there are none.
+        self.search = self._pattern.search if self._pattern is not None else None
+        self.max_len = len(self.values[0]) if self.values else 0
         # Secrets by their first character: where a streamed piece could end inside one.
         self._by_first: dict[str, tuple[str, ...]] = {}
-        for secret in self.secrets:
+        for secret in self.values:
             self._by_first[secret[0]] = (*self._by_first.get(secret[0], ()), secret)
+
+    @staticmethod
+    @functools.lru_cache(maxsize=32)
+    def of(values: tuple[str, ...]) -> Secrets:
+        """The :class:`Secrets` of *values*, built once per set of values (a :class:`Secrets`
+        never changes, so runs with the same secrets share one)."""
+        return Secrets(values)
+
+    def __or__(self, other: Iterable[str]) -> Secrets:
+        """These secrets and *other*'s values (another :class:`Secrets`, or values)."""
+        more = other.values if isinstance(other, Secrets) else tuple(other)
+        if not more:
+            return self
+        return Secrets.of((*self.values, *more))
 
     def __bool__(self) -> bool:
         return self._pattern is not None
 
-    def __call__(self, text: str) -> str:
+    def __contains__(self, value: object) -> bool:
+        return value in self.values
+
+    def __repr__(self) -> str:
+        return f"<Secrets: {len(self.values)} values>"  # never the values themselves
+
+    def text(self, text: str) -> str:
         """*text* with every secret masked."""
         pattern = self._pattern
         # A search first: about three times cheaper than a sub that finds nothing (most text).
         if pattern is None or pattern.search(text) is None:
             return text
-        return pattern.sub(self.mask, text)
+        return pattern.sub(MASK, text)
+
+    __call__ = text
 
     def value(self, obj: Any) -> Any:
         """*obj* with every string in it masked: strings, and the keys and values of dicts,
         lists and tuples at any depth (bounded: JSON-like values from a model or a config)."""
-        if self._pattern is None or not self._holds_secret(obj, 0):
+        if self._pattern is None or not self.holds_secret(obj, 0):
             return obj  # nothing to mask (nearly always): *obj* itself, no copy
         return self._value(obj, 0)
 
     def _value(self, obj: Any, depth: int) -> Any:
         if type(obj) is str:
-            return self(obj)
+            return self.text(obj)
         if obj is None or isinstance(obj, int | float):
             return obj
         if depth > 64:  # deeper than any sane tool input; masked whole rather than walked
-            return self.mask
+            return MASK
         if isinstance(obj, dict):
             return {self._value(k, depth + 1): self._value(v, depth + 1) for k, v in obj.items()}
         if isinstance(obj, list | tuple):
@@ -272,36 +322,11 @@ class Redactor:
             return items if isinstance(obj, list) else tuple(items)
         return obj
 
-    def fields(self, fields: dict[str, Any], keep: Container[str] = ()) -> dict[str, Any]:
-        """An event's *fields* (by name) with every string in their values masked as
-        :meth:`value` masks it, those named in *keep* left as they are.
-
-        Returns *fields* itself when nothing in it is a secret: one search per string field
-        and no copy (nearly every event; walking every field through :meth:`value` was most
-        of what a run with a secret in its environment spent masking, bench/README.md).
-        """
-        pattern = self._pattern
-        if pattern is None:
-            return fields
-        search = pattern.search
-        for name, value in fields.items():
-            kind = type(value)
-            if kind is str:
-                if search(value) is None or name in keep:
-                    continue
-            elif (
-                value is None or kind is int or kind is float or kind is bool or name in keep
-                or not self._holds_secret(value, 0)
-            ):
-                continue
-            # Something to mask: every field the straightforward way.
-            return {n: v if n in keep else self._value(v, 0) for n, v in fields.items()}
-        return fields
-
-    def _holds_secret(self, obj: Any, depth: int) -> bool:
-        """Whether :meth:`_value` would change *obj* (a secret in a string in it, or deeper
+    def holds_secret(self, obj: Any, depth: int = 0) -> bool:
+        """Whether :meth:`value` would change *obj* (a secret in a string in it, or deeper
         than it walks), without building anything."""
-        assert self._pattern is not None
+        if self._pattern is None:
+            return False
         if type(obj) is str:
             return self._pattern.search(obj) is not None
         if obj is None or isinstance(obj, int | float):
@@ -328,7 +353,7 @@ class Redactor:
                     return True
             elif item is None or kind is int or kind is float or kind is bool:
                 continue
-            elif self._holds_secret(item, depth):
+            elif self.holds_secret(item, depth):
                 return True
         return False
 
@@ -339,7 +364,8 @@ class Redactor:
                 yield match.span()
 
     def split_stream(self, text: str) -> tuple[str, str]:
-        """Split streamed *text* into what can go out now (masked) and what to hold back.
+        """Split streamed *text* into what can go out now (masked) and what to hold back: the
+        matcher across deltas.
 
         The held part is the shortest tail that could be the start of a secret the next piece
         completes (and never cuts a secret found whole): at most about twice the longest
@@ -367,68 +393,74 @@ class Redactor:
                     break
                 if match.start() >= hold_from:
                     break
-        return self(text[:hold_from]), text[hold_from:]
+        return self.text(text[:hold_from]), text[hold_from:]
+
+    def cut(self, text: str, cut: Callable[[str], str]) -> str:
+        """*text* masked, then *cut* (a head and a tail kept, say): masked first, as a cut
+        through a secret would leave two halves no search finds."""
+        return cut(self.text(text))
+
+    @contextlib.contextmanager
+    def in_logs(self) -> Generator[None, None, None]:
+        """Mask these secrets in every log line (and CLI error line) while the block runs."""
+        _change_log_secrets(self.values, +1)
+        try:
+            yield
+        finally:
+            _change_log_secrets(self.values, -1)
 
 
-@functools.lru_cache(maxsize=32)
-def redactor_for(secrets: tuple[str, ...]) -> Redactor:
-    """The :class:`Redactor` of *secrets*, built once per set of secrets (a redactor never
-    changes, so runs with the same secrets share one)."""
-    return Redactor(secrets)
+NO_SECRETS: Final = Secrets()
+"""The :class:`Secrets` of a run with none (masks nothing)."""
 
 
 # -- logs ------------------------------------------------------------------------------------
 
 # The secrets of every open run in this process (a run may use its own env), counted so that
-# two runs with one key keep it while either is open.
+# two runs with one key keep it while either is open; masked with the union of them.
 _log_secrets: collections.Counter[str] = collections.Counter()
-_log_redactor = Redactor(())
+_log_mask = NO_SECRETS
 
 
-@contextlib.contextmanager
-def log_secrets(secrets: Iterable[str]) -> Generator[None, None, None]:
-    """Mask *secrets* in every log line (and CLI error line) while the block runs."""
-    added = [s for s in set(secrets) if s]
-    _change_log_secrets(added, +1)
-    try:
-        yield
-    finally:
-        _change_log_secrets(added, -1)
+def log_secrets(secrets: Iterable[str]) -> contextlib.AbstractContextManager[None]:
+    """Mask *secrets* in every log line (and CLI error line) while the block runs:
+    ``Secrets(secrets).in_logs()``."""
+    return Secrets(secrets).in_logs()
 
 
 def _change_log_secrets(secrets: Sequence[str], delta: int) -> None:
-    global _log_redactor
-    if not secrets:  # most runs: nothing changes, and a new redactor is work per run
+    global _log_mask
+    if not secrets:  # most runs: nothing changes, and a new Secrets is work per run
         return
     for s in secrets:
         _log_secrets[s] += delta
         if _log_secrets[s] <= 0:
             del _log_secrets[s]
-    _log_redactor = Redactor(_log_secrets)
+    _log_mask = Secrets(_log_secrets)
 
 
 def redact_text(text: str) -> str:
     """*text* with the secrets of every open run (and the sealed environment's) masked."""
-    return _log_redactor(text)
+    return _log_mask.text(text)
 
 
 def redact_known(obj: Any) -> Any:
     """*obj* (text, or a JSON-like value) with the secrets of every open run masked: for what
     is written outside the events (a chat session file)."""
-    return _log_redactor.value(obj)
+    return _log_mask.value(obj)
 
 
 def redact_log_event(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Any:
     """A structlog processor: every string in the event masked, like the run's events. Put it
     last before the renderer, after the processors that turn exceptions into strings."""
-    redactor = _log_redactor
-    if not redactor:
+    mask = _log_mask
+    if not mask:
         return event_dict
     for key, value in event_dict.items():
         if isinstance(value, str | dict | list | tuple):
-            event_dict[key] = redactor.value(value)
+            event_dict[key] = mask.value(value)
         elif isinstance(value, BaseException):
-            event_dict[key] = redactor(f"{type(value).__name__}: {value}")
+            event_dict[key] = mask.text(f"{type(value).__name__}: {value}")
     return event_dict
 
 
@@ -441,12 +473,13 @@ class RedactingLogFilter(logging.Filter):
     """A stdlib logging filter that masks secrets in a record's message (arguments merged)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if _log_redactor:
+        mask = _log_mask
+        if mask:
             message = record.getMessage()
-            record.msg = _log_redactor(message)
+            record.msg = mask.text(message)
             record.args = None
             if record.exc_info and record.exc_info[1] is not None:
-                record.exc_text = _log_redactor(
+                record.exc_text = mask.text(
                     logging.Formatter().formatException(record.exc_info)
                 )
                 record.exc_info = None

@@ -23,7 +23,7 @@ import attrs
 from ._errors import ToolInputError
 from ._sandbox import Sandbox
 from ._schema import compile_check
-from ._secrets import Redactor
+from ._secrets import NO_SECRETS, Secrets
 
 if TYPE_CHECKING:
     import structlog
@@ -118,8 +118,8 @@ class ToolContext:
         report_progress: emits a ``tool_progress`` event for this call (``progress``, ``total``
             or None, ``message`` or None); a long tool calls it now and then. It waits only
             while a ``block`` subscriber is full. ``None`` where nobody listens.
-        redactor: masks the run's secrets; a tool that cuts text (keeps a head and a tail)
-            masks before it cuts, or a cut through a secret leaves both halves readable.
+        secrets: the run's secrets; a tool that cuts text (keeps a head and a tail) masks
+            before it cuts, or a cut through a secret leaves both halves readable.
         sandbox: where set, ``bash`` runs every command inside it (``--sandbox``).
     """
 
@@ -132,7 +132,7 @@ class ToolContext:
     log: _Logger
     spawner: SubAgentSpawner | None = None
     report_progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
-    redactor: Redactor = attrs.Factory(lambda: Redactor(()))
+    secrets: Secrets = NO_SECRETS
     sandbox: Sandbox | None = None
 
 

@@ -52,9 +52,6 @@ _SERVER_NAME = re.compile(r"[A-Za-z0-9_-]+")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _STDIO_KEYS = frozenset({"type", "command", "args", "env"})
 _HTTP_KEYS = frozenset({"type", "url", "headers"})
-# An expanded value shorter than this is not masked: masking "1" or "on" everywhere would wreck
-# every text and protect nothing.
-_MIN_SECRET_LEN = 4
 
 
 @attrs.frozen(kw_only=True)
@@ -83,7 +80,8 @@ class McpServerConfig:
 
         Returns:
             The expanded config and the values to mask from now on (every substituted value
-            and every header value, longest first).
+            and every header value, longest first; :class:`~runtime.core.Secrets` keeps
+            those that count as secrets).
 
         Raises:
             ConfigError: a variable is unset and has no default (naming the file, the JSON
@@ -117,8 +115,8 @@ class McpServerConfig:
             headers={k: exp(v, f"headers.{k}") for k, v in self.headers.items()},
         )
         secrets |= set(out.headers.values())
-        kept = sorted((s for s in secrets if len(s) >= _MIN_SECRET_LEN), key=lambda s: -len(s))
-        return out, kept
+        # Which of them count as secrets is the run's one policy (runtime/core/_secrets.py).
+        return out, sorted(secrets, key=lambda s: -len(s))
 
 
 @attrs.frozen(kw_only=True)

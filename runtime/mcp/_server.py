@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -39,7 +39,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 
 from runtime._logs import get_logger
-from runtime.core import ToolError
+from runtime.core import NO_SECRETS, Secrets, ToolError
 
 from ._config import McpConfig, McpServerConfig
 from ._stdio import StdioTransport
@@ -76,7 +76,7 @@ class McpServer:
         env: Mapping[str, str],
         cwd: Path,
         start_timeout_s: float,
-        secrets: Sequence[str],
+        secrets: Secrets,
         warn: Callable[[str], None],
     ) -> None:
         self.name = config.name
@@ -91,7 +91,7 @@ class McpServer:
         self._env = env
         self._cwd = cwd
         self._start_timeout_s = start_timeout_s
-        self._secrets = tuple(secrets)
+        self._secrets = secrets
         self._warn = warn
         self._session: ClientSession | None = None
         self._generation = 0
@@ -228,17 +228,19 @@ class McpServer:
                 self._connection_lost(generation)
                 why = self._stdio.closed_reason if self._stdio is not None else None
                 raise ToolError(
-                    self._mask(
+                    self._secrets.text(
                         f"mcp server {self.name!r} went away during the call"
                         + (f" ({why})" if why else "")
                         + self._tail()
                     )
                 ) from None
             raise ToolError(
-                self._mask(f"mcp server {self.name!r} refused the call: {exc.error.message}")
+                self._secrets.text(
+                    f"mcp server {self.name!r} refused the call: {exc.error.message}"
+                )
             ) from None
         except RuntimeError as exc:  # an answer the SDK cannot take (say, input_required)
-            raise ToolError(self._mask(f"mcp server {self.name!r}: {exc}")) from None
+            raise ToolError(self._secrets.text(f"mcp server {self.name!r}: {exc}")) from None
 
     async def _session_for_call(self) -> tuple[ClientSession, int]:
         while True:
@@ -265,14 +267,9 @@ class McpServer:
 
     def _set(self, state: ServerState, error: str | None) -> None:
         self.state = state
-        self.error = self._mask(error) if error else None
+        self.error = self._secrets.text(error) if error else None
         changed, self._changed = self._changed, trio.Event()
         changed.set()
-
-    def _mask(self, text: str) -> str:
-        from runtime.core._secrets import redact
-
-        return redact(text, self._secrets)
 
     def _tail(self) -> str:
         stdio = self._stdio
@@ -334,12 +331,12 @@ class McpServers:
         servers: every configured server by name, started or not.
         tools: the tools of the servers that started (``mcp__SERVER__TOOL``), ready to add to
             the run's tools.
-        secrets: values to mask in the run's traces, logs and errors (expanded ``${VAR}``s,
-            header values).
+        secrets: the run's secrets with the servers' (expanded ``${VAR}``s, header values):
+            what the run masks in its events, logs and errors.
     """
 
     def __init__(
-        self, servers: dict[str, McpServer], tools: list[McpTool], secrets: tuple[str, ...]
+        self, servers: dict[str, McpServer], tools: list[McpTool], secrets: Secrets
     ) -> None:
         self.servers = servers
         self.tools = tools
@@ -364,7 +361,7 @@ async def open_mcp_servers(
     env: Mapping[str, str],
     environ: Mapping[str, str] | None = None,
     workspace: str | os.PathLike[str] = ".",
-    secrets: Sequence[str] = (),
+    secrets: Secrets = NO_SECRETS,
 ) -> AsyncGenerator[McpServers, None]:
     """Start every configured server at the same time and keep them for the block.
 
@@ -374,7 +371,7 @@ async def open_mcp_servers(
             removed); each server's own ``env`` is added to it.
         environ: where ``${VAR}`` is looked up (default ``os.environ``).
         workspace: the folder stdio servers start in.
-        secrets: values already secret in this run (masked in warnings and errors).
+        secrets: the run's secrets so far (masked in warnings and errors, with the servers').
 
     Yields once every server has started or failed (each within the start timeout; so the
     wait is the slowest server's, not the sum). A server that cannot start costs one warning
@@ -392,12 +389,12 @@ async def open_mcp_servers(
     lookup = os.environ if environ is None else environ
     warn = config.on_warning or _log_warning
     expanded: list[McpServerConfig] = []
-    masked: set[str] = set(secrets)
+    found_here: list[str] = []
     for configured in config.servers:
         out, found = configured.expanded(lookup)
         expanded.append(out)
-        masked.update(found)
-    all_secrets = tuple(sorted(masked, key=lambda s: (-len(s), s)))
+        found_here += found
+    all_secrets = secrets | found_here
     _quiet_sdk_logs()
     for line in config.warnings:
         warn(line)

@@ -49,6 +49,7 @@ from runtime.core._provider import (
     ToolCall,
     TurnEnd,
 )
+from runtime.core._secrets import NO_SECRETS, Secrets
 
 from ._http import (
     CUT_TOOL_CALL,
@@ -58,7 +59,6 @@ from ._http import (
     message_in,
     open_event_stream,
     public_url,
-    redact,
     shorten,
 )
 
@@ -93,6 +93,7 @@ class AnthropicProvider:
         model: used when a request names none.
         base_url: the API root, without ``/v1``; ``/v1/messages`` is appended.
         api_key: sent as ``x-api-key``; may be ``None`` for a local server. Never shown.
+        secrets: the run's secrets, masked (with the key) in every error this provider makes.
         retry: how transient failures are retried.
         call_deadline_s: bound on a whole :meth:`stream` call, retries included; ``None``
             for none.
@@ -104,6 +105,7 @@ class AnthropicProvider:
     model: str = DEFAULT_MODEL
     base_url: str = DEFAULT_BASE_URL
     api_key: str | None = attrs.field(default=None, repr=False)
+    secrets: Secrets = attrs.field(default=NO_SECRETS, repr=False)
     retry: RetryPolicy = attrs.Factory(RetryPolicy)
     call_deadline_s: float | None = 600.0
     thinking_budget: int | None = None
@@ -164,15 +166,14 @@ class AnthropicProvider:
                             event = orjson.loads(data)
                         except orjson.JSONDecodeError as exc:
                             raise ProviderError(
-                                redact(
+                                secrets.text(
                                     f"anthropic: invalid JSON in the {sse.event!r} event"
-                                    f" ({exc}): {data[:80]!r}",
-                                    secrets,
+                                    f" ({exc}): {data[:80]!r}"
                                 )
                             ) from exc
                         if not isinstance(event, dict):
                             raise ProviderError(
-                                redact(f"anthropic: unexpected event: {data[:80]!r}", secrets)
+                                secrets.text(f"anthropic: unexpected event: {data[:80]!r}")
                             )
                         # The SSE event name says what the event is (llama.cpp's error
                         # event carries no "type": "error" in its data).
@@ -261,8 +262,9 @@ class AnthropicProvider:
             await retrier.wait(notice)
 
     @property
-    def _secrets(self) -> tuple[str, ...]:
-        return (self.api_key,) if self.api_key else ()
+    def _secrets(self) -> Secrets:
+        """The run's secrets and the key: masked in every error line this provider makes."""
+        return self.secrets | (self.api_key,) if self.api_key else self.secrets
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body for ``request``."""
@@ -353,11 +355,11 @@ def _input_tokens(usage: dict[str, Any]) -> int:
     )
 
 
-def _stream_error(error: Any, secrets: Sequence[str]) -> ProviderError:
+def _stream_error(error: Any, secrets: Secrets) -> ProviderError:
     """An ``error`` event as an exception: the API's ``{"type", "message"}`` or llama.cpp's
     ``{"code", "message", "type"}``; transient for the API's retryable types and 429/5xx."""
-    message = redact(
-        f"anthropic: error in the stream: {shorten(message_in({'error': error}))}", secrets
+    message = secrets.text(
+        f"anthropic: error in the stream: {shorten(message_in({'error': error}))}"
     )
     kind = error.get("type") if isinstance(error, dict) else None
     code = error.get("code") if isinstance(error, dict) else None

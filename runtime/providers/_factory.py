@@ -27,6 +27,7 @@ import httpx
 
 from runtime.core._errors import ConfigError
 from runtime.core._provider import Provider
+from runtime.core._secrets import NO_SECRETS, Secrets
 
 from . import _anthropic, _openai
 from ._http import RetryPolicy, public_url
@@ -66,6 +67,7 @@ async def open_provider(
     connect_timeout_s: float = 10.0,
     read_timeout_s: float = 120.0,
     thinking_budget: int | None = None,
+    secrets: Secrets = NO_SECRETS,
 ) -> AsyncGenerator[Provider, None]:
     """Open the HTTP client for provider ``name`` and yield the provider; close it on exit.
 
@@ -83,6 +85,7 @@ async def open_provider(
         connect_timeout_s: bound on each connection attempt.
         read_timeout_s: bound on each wait for more of a reply (a silent server).
         thinking_budget: Anthropic only: enable extended thinking with this token budget.
+        secrets: the run's secrets, masked (with the key) in the provider's error messages.
 
     Raises:
         ConfigError: an unknown name, a missing key (naming the variable), a bad base URL or
@@ -120,6 +123,7 @@ async def open_provider(
                 model=model or wiring.default_model,
                 base_url=base_url,
                 api_key=api_key,
+                secrets=secrets,
                 retry=retry,
                 call_deadline_s=call_deadline_s,
             )
@@ -129,6 +133,7 @@ async def open_provider(
                 model=model or wiring.default_model,
                 base_url=base_url,
                 api_key=api_key,
+                secrets=secrets,
                 retry=retry,
                 call_deadline_s=call_deadline_s,
                 thinking_budget=thinking_budget,

@@ -8,7 +8,7 @@ exponential backoff and jitter, honouring ``Retry-After``, as long as nothing ha
 caller yet; once an item has been yielded a failure is final, because the caller may already have
 shown it. Every retry is yielded as a ``RetryNotice`` (the loop reports it as a
 ``provider_retry`` event) and logged; no log line or error message holds the API key
-(:func:`redact`).
+(:class:`~runtime.core._secrets.Secrets`: the one policy and mask).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import email.utils
 import math
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Collection, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC
 from typing import Any, Final, cast
@@ -32,12 +32,8 @@ from runtime._logs import get_logger
 from runtime.core._context_window import parse_overflow
 from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._provider import RetryNotice
-from runtime.core._secrets import redact as _redact
+from runtime.core._secrets import NO_SECRETS, Secrets
 
-REDACTED: Final = "[redacted]"
-# Shorter "keys" (``x``, ``-``) are placeholders for local servers, not secrets; replacing every
-# such letter in a message would make it unreadable.
-_MIN_SECRET_LEN: Final = 4
 _MESSAGE_LIMIT: Final = 500
 
 _log: Any = get_logger("trio_agents.providers")
@@ -58,11 +54,6 @@ class TransientError(ProviderError):
         super().__init__(message)
         self.retry_after_s = retry_after_s
         self.status = status
-
-
-def redact(text: str, secrets: Collection[str]) -> str:
-    """Replace every occurrence of each secret in ``text`` with ``[redacted]``."""
-    return _redact(text, tuple(s for s in secrets if len(s) >= _MIN_SECRET_LEN), mask=REDACTED)
 
 
 def public_url(url: str) -> str:
@@ -207,7 +198,7 @@ async def open_event_stream(
     body: bytes,
     provider: str,
     deadline: float = math.inf,
-    secrets: Collection[str] = (),
+    secrets: Secrets = NO_SECRETS,
 ) -> AsyncGenerator[AsyncGenerator[httpx_sse.ServerSentEvent, None], None]:
     """POST ``body`` to ``url`` and yield an iterator over the reply's server-sent events.
 
@@ -263,7 +254,7 @@ async def open_event_stream(
         # httpx-sse raises this (a TransportError) for a reply that is not text/event-stream:
         # a misconfigured server, not a passing fault.
         raise ProviderError(
-            redact(f"{provider}: the reply is not an event stream: {exc}", secrets)
+            secrets.text(f"{provider}: the reply is not an event stream: {exc}")
         ) from exc
     except httpx.TimeoutException as exc:
         kind = type(exc).__name__
@@ -272,7 +263,7 @@ async def open_event_stream(
         detail = str(exc) or type(exc).__name__
         where = public_url(url)
         raise TransientError(
-            redact(f"{provider}: connection failed ({where}): {detail}", secrets)
+            secrets.text(f"{provider}: connection failed ({where}): {detail}")
         ) from exc
 
 
@@ -326,14 +317,14 @@ _TIMEOUTS: Final = {
 
 
 async def _raise_for_status(
-    response: httpx.Response, provider: str, secrets: Collection[str]
+    response: httpx.Response, provider: str, secrets: Secrets
 ) -> None:
     status = response.status_code
     # Error bodies are small; a huge one is still bounded by the read timeout and the deadline.
     body = await response.aread()
     # Some servers send no reason phrase; the standard one reads better than none.
     reason = response.reason_phrase or httpx.codes.get_reason_phrase(status)
-    message = redact(f"{provider}: HTTP {status} {reason}: {error_message(body)}", secrets)
+    message = secrets.text(f"{provider}: HTTP {status} {reason}: {error_message(body)}")
     retryable = status == 429 or status >= 500
     # OpenAI and Anthropic tell their SDKs explicitly when a retry is (not) worth it.
     should_retry = response.headers.get("x-should-retry")
@@ -395,7 +386,7 @@ class Retrier:
     policy: RetryPolicy
     call_deadline_s: float | None
     log: Any = _log
-    secrets: Collection[str] = ()
+    secrets: Secrets = NO_SECRETS
     rng: random.Random | None = None
     tries: int = attrs.field(default=1, init=False)
     deadline: float = attrs.field(init=False)
@@ -442,7 +433,7 @@ class Retrier:
             ) from exc
         if not isinstance(exc, TransientError):
             raise exc
-        reason = redact(str(exc), self.secrets)
+        reason = self.secrets.text(str(exc))
         if yielded:
             raise ProviderError(
                 f"{reason} (the reply had started streaming, so it is not retried)"

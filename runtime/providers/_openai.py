@@ -53,6 +53,7 @@ from runtime.core._provider import (
     ToolCall,
     TurnEnd,
 )
+from runtime.core._secrets import NO_SECRETS, Secrets
 
 from ._http import (
     CUT_TOOL_CALL,
@@ -62,7 +63,6 @@ from ._http import (
     message_in,
     open_event_stream,
     public_url,
-    redact,
     shorten,
 )
 
@@ -103,6 +103,7 @@ class OpenAIProvider:
         model: used when a request names none.
         base_url: up to and including ``/v1``; ``/chat/completions`` is appended.
         api_key: sent as a bearer token; may be ``None`` for a local server. Never shown.
+        secrets: the run's secrets, masked (with the key) in every error this provider makes.
         retry: how transient failures are retried.
         call_deadline_s: bound on a whole :meth:`stream` call, retries included; ``None``
             for none.
@@ -114,6 +115,7 @@ class OpenAIProvider:
     model: str = DEFAULT_MODEL
     base_url: str = DEFAULT_BASE_URL
     api_key: str | None = attrs.field(default=None, repr=False)
+    secrets: Secrets = attrs.field(default=NO_SECRETS, repr=False)
     retry: RetryPolicy = attrs.Factory(RetryPolicy)
     call_deadline_s: float | None = 600.0
     max_tokens_param: str = attrs.field(
@@ -222,15 +224,14 @@ class OpenAIProvider:
                                     yield call
                         except orjson.JSONDecodeError as exc:
                             raise ProviderError(
-                                redact(
-                                    f"openai: invalid JSON in the stream ({exc}): {data[:80]!r}",
-                                    secrets,
+                                secrets.text(
+                                    f"openai: invalid JSON in the stream ({exc}): {data[:80]!r}"
                                 )
                             ) from exc
                         except (AttributeError, TypeError, IndexError, KeyError) as exc:
                             # A chunk (or part of one) that is not the object it should be.
                             raise ProviderError(
-                                redact(f"openai: malformed chunk: {data[:80]!r}", secrets)
+                                secrets.text(f"openai: malformed chunk: {data[:80]!r}")
                             ) from exc
                 if finish is None:
                     raise TransientError("openai: the stream ended before the model finished")
@@ -253,8 +254,9 @@ class OpenAIProvider:
             await retrier.wait(notice)
 
     @property
-    def _secrets(self) -> tuple[str, ...]:
-        return (self.api_key,) if self.api_key else ()
+    def _secrets(self) -> Secrets:
+        """The run's secrets and the key: masked in every error line this provider makes."""
+        return self.secrets | (self.api_key,) if self.api_key else self.secrets
 
     def payload(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body for ``request``."""
@@ -344,10 +346,10 @@ def _complete_calls(
     return complete
 
 
-def _stream_error(error: Any, secrets: Sequence[str]) -> ProviderError:
+def _stream_error(error: Any, secrets: Secrets) -> ProviderError:
     """An ``error`` object sent inside the stream (vLLM, OpenRouter do) as an exception."""
-    message = redact(
-        f"openai: error in the stream: {shorten(message_in({'error': error}))}", secrets
+    message = secrets.text(
+        f"openai: error in the stream: {shorten(message_in({'error': error}))}"
     )
     code = error.get("code") if isinstance(error, dict) else None
     kind = error.get("type") if isinstance(error, dict) else None

@@ -245,11 +245,12 @@ class Replayer:
         while self._pending:
             div = self._pending.pop(0)
             await run.bus.emit(
-                ReplayDiverged,
-                agent_id=agent_id,
-                parent_tool_use_id=live.parent_tool_use_id,
-                node=div.node,
-                detail=div.detail,
+                ReplayDiverged(
+                    agent_id=agent_id,
+                    parent_tool_use_id=live.parent_tool_use_id,
+                    node=div.node,
+                    detail=div.detail,
+                ),
             )
         if self.halted is not None and not self._halt_sent:
             self._halt_sent = True

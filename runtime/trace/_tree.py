@@ -28,6 +28,12 @@ import orjson
 
 from runtime.core._errors import EventDecodeError, UnknownEventType
 
+# The event classes' own sets (a module of typing only: no attrs, no converter to build).
+from runtime.core._statuses import AGENT_STATUSES as AGENT_STATUSES
+from runtime.core._statuses import INTERRUPTED as INTERRUPTED
+from runtime.core._statuses import RUNNING as RUNNING
+from runtime.core._statuses import TOOL_STATUSES as TOOL_STATUSES
+
 if TYPE_CHECKING:
     from runtime.core._events import Event
 
@@ -40,15 +46,9 @@ PROMPT_KEEP: Final = 2000
 
 BROKEN_LINKS: Final = "(broken links)"
 """The id of the root that holds agents whose parents form a cycle in a corrupt file."""
-RUNNING: Final = "running"
-INTERRUPTED: Final = "interrupted"
 
 # Compact the text chunks once they hold twice what we keep: amortised O(1) per character.
 _TEXT_COMPACT: Final = 2 * TEXT_KEEP
-# The same as runtime.core._events.AGENT_STATUSES / TOOL_STATUSES (a test keeps them equal): not
-# imported from there, so reading a trace file never pays for building the cattrs converter.
-AGENT_STATUSES: Final = ("completed", "cancelled", "failed", "max_turns", "budget_exceeded")
-TOOL_STATUSES: Final = ("ok", "error", "cancelled", "denied")
 # Lookups that also hand back one shared string per status: a million-event file then holds
 # a handful of status strings, not one per node.
 _AGENT_STATUS: Final = {status: status for status in AGENT_STATUSES}

@@ -44,8 +44,7 @@ from runtime.core._provider import Provider
 from runtime.core._runtime import Runtime
 from runtime.core._sandbox import Sandbox
 from runtime.core._secrets import (
-    log_secrets,
-    redactor_for,
+    Secrets,
     run_environ,
     scan_env,
     scan_run_environ,
@@ -320,7 +319,7 @@ class RunPlan:
     mcp: McpConfig | None
     env: dict[str, str]
     base_env: Callable[[], dict[str, str]]
-    secrets: tuple[str, ...]
+    secrets: Secrets
     trace_path: Path | None
     policy: PermissionPolicy
     sandbox: Sandbox | None
@@ -374,7 +373,9 @@ def plan_run(config: RunConfig) -> RunPlan:
         mcp=servers,
         env=run_env,
         base_env=base_env,
-        secrets=tuple(secret_list),
+        # The run's one Secrets (runtime/core/_secrets.py): the bus, tools, MCP and logs mask
+        # with it.
+        secrets=Secrets.of(secret_list),
         trace_path=trace_path,
         policy=_policy(config, ws, trace_path),
         sandbox=_sandbox(config, ws, trace_path),
@@ -478,7 +479,7 @@ class _Services:
     tools: dict[str, Tool]
     mcp: Any
     placements: dict[str, Any]
-    secrets: tuple[str, ...]
+    secrets: Secrets
 
 
 @asynccontextmanager
@@ -497,9 +498,9 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
     async with AsyncExitStack() as stack:
         services = await _open_services(plan, stack)
         # Every event's strings are masked at the bus; log lines too, while the run is open.
-        bus = EventBus(plan.run_id, redactor=redactor_for(services.secrets))
+        bus = EventBus(plan.run_id, secrets=services.secrets)
         if services.secrets:  # masking nothing changes nothing (most runs)
-            stack.enter_context(log_secrets(services.secrets))
+            stack.enter_context(services.secrets.in_logs())
         writers = _open_sinks(plan, bus, stack)
         if config.on_event is not None:
             bus.add_tap(config.on_event)
@@ -508,11 +509,12 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
         runtime_box: list[Runtime] = []
         try:
             bus.emit_nowait(
-                RunStarted,
-                agent_id=None,
-                parent_tool_use_id=None,
-                version=_version(),
-                config=started,
+                RunStarted(
+                    agent_id=None,
+                    parent_tool_use_id=None,
+                    version=_version(),
+                    config=started,
+                ),
             )
             async with trio.open_nursery() as nursery:
                 for writer in writers:
@@ -549,11 +551,12 @@ def _finish(bus: EventBus, rt: Runtime | None, t0: float) -> None:
     if not bus.closed:
         try:
             bus.emit_nowait(
-                RunFinished,
-                agent_id=None,
-                parent_tool_use_id=None,
-                status=status,
-                duration_s=trio.current_time() - t0,
+                RunFinished(
+                    agent_id=None,
+                    parent_tool_use_id=None,
+                    status=status,
+                    duration_s=trio.current_time() - t0,
+                ),
             )
         finally:
             bus.close()
@@ -571,7 +574,9 @@ async def _open_services(plan: RunPlan, stack: AsyncExitStack) -> _Services:
             from runtime.providers import open_provider  # httpx only when needed
 
             prov = await stack.enter_async_context(
-                open_provider(plan.provider, model=config.model, env=plan.base_env())
+                open_provider(
+                    plan.provider, model=config.model, env=plan.base_env(), secrets=plan.secrets
+                )
             )
     else:
         prov = plan.provider
@@ -587,14 +592,14 @@ async def _open_services(plan: RunPlan, stack: AsyncExitStack) -> _Services:
                 env=plan.env,
                 environ=plan.base_env(),
                 workspace=plan.workspace,
-                secrets=list(secrets),
+                secrets=secrets,
             )
         )
         for tool in mcp.tools:
             if tool.name in tool_map:
                 raise ConfigError(f"two tools are named {tool.name!r}")
             tool_map[tool.name] = tool
-        secrets = tuple(mcp.secrets)
+        secrets = mcp.secrets
     placements: dict[str, Any] = {}
     if any(t.placement == "ray" for t in plan.agent_types.values()):
         from runtime.cluster._placement import (
