@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from runtime.cli._main import main
+from runtime.cli import main
 
 sys.exit(main())

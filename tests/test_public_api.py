@@ -16,7 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize(
-    ("name", "extra"), [("runtime", ["__version__"]), ("runtime.core", []), ("runtime.mcp", [])]
+    ("name", "extra"),
+    [("runtime", ["__version__"]),
+     *((f"runtime.{p}", []) for p in ("core", "mcp", "providers", "project", "trace", "cluster",
+                                        "wiring", "cli"))],
 )
 def test_lazy_package_exports_its_all_and_nothing_else(name: str, extra: list[str]) -> None:
     package = importlib.import_module(name)
@@ -61,7 +64,7 @@ def test_the_commands_help_imports_neither_trio_nor_structlog() -> None:
     assert out.stdout.split() == ["False", "False"]
 
 
-@pytest.mark.parametrize("name", ["runtime.actors", "runtime.providers", "runtime.project", "tools"])
+@pytest.mark.parametrize("name", ["runtime.actors", "runtime.replay", "tools"])
 def test_all_lists_exactly_the_public_names_sorted(name: str) -> None:
     module = importlib.import_module(name)
     public = {

@@ -7,3 +7,19 @@
 ``_picker`` the Ctrl+C picker, ``_control`` the control socket. It is the top layer: nothing
 imports it.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._main import main as main
+
+_LAZY: dict[str, str] = {
+    "main": "._main",
+}
+
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

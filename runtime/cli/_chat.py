@@ -44,10 +44,16 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
-from runtime.core import one_line
-from runtime.core._errors import SessionError
-from runtime.core._events import ContextCompacted, Event, TurnFinished, UserMessage
-from runtime.core._messages import Message, TextBlock
+from runtime.core import (
+    ContextCompacted,
+    Event,
+    Message,
+    SessionError,
+    TextBlock,
+    TurnFinished,
+    UserMessage,
+    one_line,
+)
 
 from ._exit import command_name
 from ._keyboard import PROMPT_MARK, Keyboard, open_tty_fd
@@ -75,8 +81,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
 
-    from runtime.core._agent import AgentOutcome
-    from runtime.core._runtime import AgentHandle
+    from runtime.core import AgentHandle, AgentOutcome
 
     from ._options import Session
 
@@ -634,8 +639,8 @@ class Chat:
             self._say("Earlier runs of this session: " + ", ".join(earlier))
 
     def _show_context(self) -> None:
-        from runtime.core._context_window import DEFAULT_CHARS_PER_TOKEN, history_chars
-        from runtime.trace._render import fmt_tokens
+        from runtime.core import DEFAULT_CHARS_PER_TOKEN, history_chars
+        from runtime.trace import fmt_tokens
 
         rt = self._session().rt
         messages = self.record.messages
@@ -818,7 +823,7 @@ def _last_exchange(messages: list[Message]) -> tuple[str, str]:
     A line typed while the agent worked reaches it with a tool call's results (the same
     user message): it is not what the turn was asked, so the recap skips it.
     """
-    from runtime.core._messages import ToolResultBlock
+    from runtime.core import ToolResultBlock
 
     user = answer = ""
     for message in reversed(messages):

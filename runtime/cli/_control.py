@@ -41,10 +41,10 @@ import orjson
 import trio
 
 from runtime._logs import get_logger
-from runtime.core._errors import ConfigError
+from runtime.core import ConfigError
 
 if TYPE_CHECKING:
-    from runtime.core._runtime import Runtime
+    from runtime.core import Runtime
 
 MAX_LINE = 64 * 1024
 """The longest request line accepted, in bytes; a longer one gets an error answer."""

@@ -278,8 +278,8 @@ class HonestSummary:
 
         Cancellation: as the scripted provider's (a checkpoint between deltas).
         """
-        from runtime.core._provider import TextChunk, TurnEnd
-        from runtime.providers._scripted import chunk_text
+        from runtime.core import TextChunk, TurnEnd
+        from runtime.providers import chunk_text
 
         reason = _tester_cancelled(request.messages) if request.agent_type == "main" else None
         text = ""
@@ -302,8 +302,7 @@ class HonestSummary:
 
 def _tester_cancelled(messages: Any) -> str | None:
     """The cancel reason when the ``tester`` sub-agent's call came back cancelled, else None."""
-    from runtime.core._agent import cancel_reason_of
-    from runtime.core._messages import ToolResultBlock, ToolUseBlock
+    from runtime.core import ToolResultBlock, ToolUseBlock, cancel_reason_of
 
     calls = {
         block.id

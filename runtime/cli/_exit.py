@@ -51,7 +51,7 @@ def warning_line(message: str) -> None:
 
 def error_line(message: str, *, file: TextIO | None = None) -> None:
     """Print one ``trio-agents: error: …`` line on stderr (newlines folded)."""
-    from runtime.core._secrets import redact_text  # masked like the events and the logs
+    from runtime.core import redact_text  # masked like the events and the logs
 
     text = redact_text(" ".join(message.split("\n")).strip())
     print(f"{PROG}: error: {text}", file=file or sys.stderr, flush=True)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     )
     from rich.file_proxy import FileProxy
 
-    from runtime.trace._render import StyledLine
+    from runtime.trace import StyledLine
 
 Line = tuple[str, int]
 """One terminal line: its text with escape codes, and its width in cells."""

@@ -44,8 +44,7 @@ from typing import TYPE_CHECKING, Final, TextIO
 
 import trio
 
-from runtime.core import visible
-from runtime.core._events import (
+from runtime.core import (
     AgentFinished,
     AgentStarted,
     CancelRequested,
@@ -61,13 +60,13 @@ from runtime.core._events import (
     ToolStarted,
     TurnFinished,
     UserMessage,
+    visible,
 )
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-    from runtime.trace._render import StyledLine
-    from runtime.trace._tree import AgentNode, TraceTree
+    from runtime.trace import AgentNode, StyledLine, TraceTree
 
     from ._frame import Line
 
@@ -96,7 +95,7 @@ def _tokens(n: int) -> str:
 
 def _compaction_note(tree: TraceTree, event: ContextCompacted) -> str:
     """The one line both views print when an agent compacts its context."""
-    from runtime.trace._render import COMPACTED_MARK, compaction_line
+    from runtime.trace import COMPACTED_MARK, compaction_line
 
     fields = {a: getattr(event, a) for a in _COMPACTION_FIELDS}
     return f"{COMPACTED_MARK} [{_path(tree, event.agent_id)}] {compaction_line(fields)}"
@@ -355,7 +354,7 @@ class LiveView:
     def _tree_frame(self, width: int, max_lines: int) -> list[Line]:
         """The tree's lines, at most *max_lines*: when the whole tree does not fit, only the
         running nodes and the paths to them, and a last line says how many more there are."""
-        from runtime.trace._render import styled_tree_lines
+        from runtime.trace import styled_tree_lines
 
         ansi = self._ansi
         tree = self.tree
@@ -430,7 +429,7 @@ class LiveView:
         if not console.is_terminal:
             console.print(render_tree(self.tree, time.time(), max_lines=None, subtree=subtree))
             return
-        from runtime.trace._render import styled_tree_lines
+        from runtime.trace import styled_tree_lines
 
         width = console.width
         lines: list[str] = []
@@ -715,7 +714,7 @@ def _completed(tree: TraceTree) -> bool:
 
 
 def outcome_notes(tree: TraceTree, root: AgentNode | None = None) -> str:
-    from runtime.trace._render import outcome_notes as notes
+    from runtime.trace import outcome_notes as notes
 
     return notes(tree, root)
 
@@ -782,7 +781,7 @@ def render_tree(
     to them (what is finished is in the final tree, and in the trace). With *subtree*, only that
     node's subtree, without the run's header line.
     """
-    from runtime.trace._render import render_tree as draw
+    from runtime.trace import render_tree as draw
 
     if subtree is None:
         nodes = len(tree.agents) + len(tree.tools)

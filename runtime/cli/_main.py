@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     if argv is None:
-        from runtime.core._secrets import seal_process_environ
+        from runtime.core import seal_process_environ
 
         # Ray reads its cluster's authentication from the environment when it connects (and
         # again when it reconnects); without them a run cannot join a token-protected cluster.
@@ -280,7 +280,7 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     ns = parser.parse_args(_after_command(parser, lead, args))
     if ns.version:
-        from runtime.core._version import VERSION as __version__
+        from runtime.core import VERSION as __version__
 
         print(f"{PROG} {__version__}")
         return EXIT_OK

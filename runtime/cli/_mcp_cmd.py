@@ -89,7 +89,7 @@ def _no_servers(opts: RunOptions) -> bool:
         return True
     from pathlib import Path
 
-    from runtime.core._errors import ConfigError
+    from runtime.core import ConfigError
     from runtime.mcp import load_mcp_config
 
     try:
@@ -117,8 +117,7 @@ async def started_servers(
 
     import attrs
 
-    from runtime.core._errors import ConfigError
-    from runtime.core._secrets import Secrets, filter_env, run_environ, secret_values
+    from runtime.core import ConfigError, Secrets, filter_env, run_environ, secret_values
     from runtime.mcp import open_mcp_servers
 
     from ._options import load_mcp_options

@@ -35,19 +35,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-from runtime.core._config import GROUPS, SCHEMA, TABLE, Setting
-from runtime.core._config import PERMISSION_MODES as PERMISSION_MODES
-from runtime.core._config import PROVIDERS as PROVIDERS
+from runtime.core import GROUPS, SCHEMA, TABLE, Setting
+from runtime.core import PERMISSION_MODES as PERMISSION_MODES
+from runtime.core import PROVIDERS as PROVIDERS
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from runtime.core._agent import AgentOutcome
-    from runtime.core._limits import Limits
-    from runtime.core._runtime import AgentHandle, Runtime
+    from runtime.core import AgentHandle, AgentOutcome, Limits, Runtime
     from runtime.project import Project, Settings
-    from runtime.trace._tree import TraceTree
-    from runtime.wiring._open import RunConfig
+    from runtime.trace import TraceTree
+    from runtime.wiring import RunConfig
 
     from ._keyboard import Keyboard
     from ._live import LiveView, PlainView
@@ -257,7 +255,7 @@ class RayCliOptions:
 
 
 def _default_limits() -> Limits:
-    from runtime.core._limits import Limits
+    from runtime.core import Limits
 
     return Limits()
 
@@ -299,7 +297,7 @@ class RunOptions:
 
 
 def _make_limits(**values: Any) -> Limits:
-    from runtime.core._limits import Limits
+    from runtime.core import Limits
 
     return Limits(**values)
 
@@ -383,7 +381,7 @@ def options_from_args(
     Raises:
         UsageError: options that contradict each other.
     """
-    from runtime.project._settings import load_settings
+    from runtime.project import load_settings
 
     flags = flags_from_args(ns)
     check_usage(flags)
@@ -454,18 +452,18 @@ def run_config(opts: RunOptions) -> RunConfig:
     Raises:
         ConfigError: a bad agent-types or MCP file (one line, naming the fault).
     """
-    from runtime.core._agent_types import load_agent_types
-    from runtime.wiring._open import RunConfig
+    from runtime.core import load_agent_types
+    from runtime.wiring import RunConfig
 
     sandbox: Any = False
     if opts.sandbox.enabled:
-        from runtime.core._sandbox import Sandbox
+        from runtime.core import Sandbox
 
         sandbox = Sandbox(network=opts.sandbox.network)
     ray = None
     given = {k: v for k, v in vars(opts.ray).items() if k != "address" and v is not None}
     if given:
-        from runtime.cluster._placement import RayOptions
+        from runtime.cluster import RayOptions
 
         ray = RayOptions(**given)
     return RunConfig(
@@ -576,7 +574,7 @@ def setup_logging(debug: bool, verbose: bool = False) -> None:
     """
     import structlog
 
-    from runtime.core._secrets import RedactingLogFilter, redact_log_event
+    from runtime.core import RedactingLogFilter, redact_log_event
 
     level = logging.DEBUG if debug else logging.WARNING if verbose else _QUIET
     processors: list[Any] = [] if level <= logging.CRITICAL else [_drop_all]
@@ -630,7 +628,7 @@ def exit_code_for_exception(exc: BaseException, *, debug: bool) -> int:
     """
     import traceback
 
-    from runtime.core._errors import AgentsError
+    from runtime.core import AgentsError
 
     leaves = _leaves(exc)
     if any(isinstance(e, KeyboardInterrupt) for e in leaves):
@@ -687,7 +685,7 @@ class Session:
         on_abort: Callable[[Session, str], Awaitable[None]] | None = None,
         tree: TraceTree | None = None,
     ) -> None:
-        from runtime.trace._tree import TraceTree
+        from runtime.trace import TraceTree
 
         self.rt = rt
         self.opts = opts
@@ -793,8 +791,8 @@ async def open_session(
     import attrs
     import trio
 
-    from runtime.trace._tree import TraceTree
-    from runtime.wiring._open import open_run
+    from runtime.trace import TraceTree
+    from runtime.wiring import open_run
 
     from ._control import ControlServer
     from ._live import announce_trace, print_outcome
@@ -1064,7 +1062,7 @@ def check_output_paths(opts: RunOptions) -> None:
     """
     if opts.trace.path is not None:
         writable_path(opts.trace.path, "--trace")
-        from runtime.trace._sinks import existing_trace
+        from runtime.trace import existing_trace
 
         held = existing_trace(Path(opts.trace.path))
         if held == "is being written by another run":

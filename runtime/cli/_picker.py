@@ -47,10 +47,10 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import trio
 
-from runtime.core._events import Event, PermissionRequested, PermissionResolved
+from runtime.core import Event, PermissionRequested, PermissionResolved
 
 if TYPE_CHECKING:
-    from runtime.trace._tree import RunningSubtree, TraceTree
+    from runtime.trace import RunningSubtree, TraceTree
 
     from ._live import LiveView
     from ._options import Session

@@ -30,14 +30,14 @@ from ._options import (
 )
 
 if TYPE_CHECKING:
-    from runtime.core._agent_types import AgentTypes
+    from runtime.core import AgentTypes
     from runtime.project import Project, Settings
 
 
 @contextmanager
 def _usage_errors() -> Generator[None, None, None]:
     """A bad input file (the runtime's one-line errors) becomes a usage error: exit 2."""
-    from runtime.core._errors import AgentsError
+    from runtime.core import AgentsError
 
     try:
         yield
@@ -114,9 +114,9 @@ def agent_types_for(opts: RunOptions, project: Project) -> tuple[AgentTypes, lis
     import attrs
 
     from runtime._tools import builtin_tools
-    from runtime.core._agent_types import AgentTypes, load_agent_types
-    from runtime.providers._scenario import Scenario, agent_types_from_scenario
-    from runtime.wiring._open import tool_name_known
+    from runtime.core import AgentTypes, load_agent_types
+    from runtime.providers import Scenario, agent_types_from_scenario
+    from runtime.wiring import tool_name_known
 
     tools = [t.name for t in builtin_tools()] + (["skill"] if project.skills else [])
     types = AgentTypes()
@@ -143,7 +143,7 @@ def show_system_prompt(opts: RunOptions, agent_type: str) -> int:
     with _usage_errors():
         types, tools = agent_types_for(opts, project)
         atype = types.lookup(agent_type)
-    from runtime.core._loop import select_tools
+    from runtime.core import select_tools
 
     # As a run gives them: MCP tools (their servers started and closed again here) go to a
     # type without a tool list, or to one whose list names or matches them.
@@ -187,21 +187,21 @@ def _shown(path: Path, project: Project) -> str:
 
 def cmd_agents(opts: RunOptions, *, as_json: bool) -> int:
     """``trio-agents agents``: each known agent type, its tools, model and where it came from."""
-    from runtime.core._agent_types import default_agent_types
+    from runtime.core import default_agent_types
 
     project = _project_of(opts)
     with _usage_errors():
         types, _ = agent_types_for(opts, project)
     sources: dict[str, list[str]] = {t.name: ["built-in"] for t in default_agent_types()}
     if opts.scenario:
-        from runtime.providers._scenario import Scenario
+        from runtime.providers import Scenario
 
         for name in Scenario.load(opts.scenario).agents:  # loaded fine just above
             sources.setdefault(name, []).append(f"scenario {opts.scenario}")
     for d in project.agents:
         sources.setdefault(d.agent_type.name, []).append(_shown(d.path, project))
     if opts.agents:
-        from runtime.core._agent_types import load_agent_types
+        from runtime.core import load_agent_types
 
         for t in load_agent_types(opts.agents):
             sources.setdefault(t.name, []).append(f"--agents {opts.agents}")

@@ -67,7 +67,7 @@ def add_replay_options(parser: argparse.ArgumentParser) -> None:
 
 def cmd_replay(ns: argparse.Namespace, opts: RunOptions) -> int:
     """``trio-agents replay TRACE``; returns the exit code."""
-    from runtime.core._errors import AgentsError
+    from runtime.core import AgentsError
     from runtime.replay import load_recording
 
     from ._options import check_output_paths, run_command, setup_logging
@@ -120,7 +120,7 @@ def _recorded_defaults(ns: argparse.Namespace, opts: RunOptions, rec: Recording)
     Raises:
         UsageError: one line naming the trace, the key and what is wrong with its value.
     """
-    from runtime.core._config import RULES, TABLE
+    from runtime.core import RULES, TABLE
 
     from ._options import flags_from_args, options_from_args
 
@@ -155,8 +155,7 @@ def _unsettable_limits(opts: RunOptions, recorded: Any) -> RunOptions:
     Python API's), as recorded."""
     import attrs
 
-    from runtime.core._config import SCHEMA
-    from runtime.core._limits import Limits
+    from runtime.core import SCHEMA, Limits
 
     if not isinstance(recorded, dict):
         return opts
@@ -210,8 +209,7 @@ async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, unti
     import attrs
 
     from runtime._tools import builtin_tools
-    from runtime.core._agent_types import AgentType, default_agent_types, load_agent_types
-    from runtime.core._provider import Provider
+    from runtime.core import AgentType, Provider, default_agent_types, load_agent_types
     from runtime.replay import Replayer
 
     from ._options import EXIT_OK, open_session, run_config
@@ -219,12 +217,11 @@ async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, unti
     async with AsyncExitStack() as stack:
         cont: Provider | None = None
         if ns.continue_provider == "scripted":
-            from runtime.providers._scenario import Scenario
-            from runtime.providers._scripted import ScriptedProvider
+            from runtime.providers import Scenario, ScriptedProvider
 
             cont = ScriptedProvider(Scenario.load(str(opts.scenario)), id_prefix="tu-fork-")
         elif ns.continue_provider is not None:
-            from runtime.core._secrets import run_environ
+            from runtime.core import run_environ
             from runtime.providers import open_provider
 
             cont = await stack.enter_async_context(
@@ -243,7 +240,7 @@ async def _replay(ns: argparse.Namespace, opts: RunOptions, rec: Recording, unti
         types = load_agent_types(opts.agents) if opts.agents else []
         known = {t.name for t in (*types, *default_agent_types())}
         if opts.scenario is not None:
-            from runtime.providers._scenario import Scenario
+            from runtime.providers import Scenario
 
             known.update(Scenario.load(opts.scenario).agents)
         types += [

@@ -60,9 +60,7 @@ import cattrs
 import orjson
 from cattrs.preconf.orjson import make_converter
 
-from runtime.core._errors import SessionError
-from runtime.core._messages import Message, state_converter
-from runtime.core._secrets import redact_known
+from runtime.core import Message, SessionError, redact_known, state_converter
 from runtime.project import ProjectFileError, read_capped
 
 FORMAT_VERSION = 1

@@ -19,14 +19,13 @@ import sys
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from runtime.core._statuses import NODE_STATUSES
+from runtime.core import NODE_STATUSES
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from runtime.core._errors import EventDecodeError
-    from runtime.trace._tracefile import TraceLoader
-    from runtime.trace._tree import TraceTree
+    from runtime.core import EventDecodeError
+    from runtime.trace import TraceLoader, TraceTree
 
 PROG: Final = "trio-agents trace"
 _ERR_PROG: Final = "trio-agents"
@@ -171,7 +170,7 @@ def main(argv: Sequence[str]) -> int:
         _silence_stdout()
         return 0
     except Exception as exc:
-        from runtime.core._errors import TraceError
+        from runtime.core import TraceError
 
         if args.debug:
             raise
@@ -229,7 +228,7 @@ class _Warnings:
         self._held: list[str] = []
 
     def __call__(self, error: EventDecodeError) -> None:
-        from runtime.core._errors import UnknownEventType
+        from runtime.core import UnknownEventType
 
         self.count += 1
         if self.count > MAX_WARNINGS:
@@ -277,8 +276,7 @@ class _Warnings:
 
 
 def _load(path: str, *, keep_details: bool) -> list[TraceTree]:
-    from runtime.trace._tracefile import TraceLoader, open_trace
-    from runtime.trace._tree import TraceSet
+    from runtime.trace import TraceLoader, TraceSet, open_trace
 
     warnings = _Warnings(path)
     traces = TraceSet(keep_details=keep_details)
@@ -340,7 +338,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    from runtime.trace._render import render_header, render_timeline, tree_lines
+    from runtime.trace import render_header, render_timeline, tree_lines
 
     console = _console(args)
     color = _color(args, console)
@@ -377,7 +375,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from runtime.trace._stats import run_stats
+    from runtime.trace import run_stats
 
     trees = _load(args.file, keep_details=False)
     stats = [run_stats(tree) for tree in trees]
@@ -399,7 +397,7 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
     from rich.text import Text
 
     from runtime.core import visible_strings
-    from runtime.trace._render import fmt_duration, fmt_tokens
+    from runtime.trace import fmt_duration, fmt_tokens
 
     run = visible_strings(run)  # agent types, tool names, ids: the trace's words
     bold = "bold" if color else ""
@@ -483,12 +481,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return _export_scenario(args)
     trees = _load(args.file, keep_details=False)
     if args.format == "mermaid":
-        from runtime.trace._render import render_mermaid
+        from runtime.trace import render_mermaid
 
         _write_bytes(_masked([render_mermaid(trees).encode()]), args.output)
         return 0
-    from runtime.core._version import VERSION as __version__
-    from runtime.trace._otlp import otlp_json_lines
+    from runtime.core import VERSION as __version__
+    from runtime.trace import otlp_json_lines
 
     _write_bytes(_masked(otlp_json_lines(trees, version=__version__)), args.output)
     return 0
@@ -511,7 +509,7 @@ def _export_scenario(args: argparse.Namespace) -> int:
 def _masked(chunks: Iterable[bytes]) -> Iterator[bytes]:
     """*chunks* with this process's known secrets masked. A trace is masked as it is written;
     this also covers one written by an older version, or by a run that did not know a key."""
-    from runtime.core._secrets import redact_text
+    from runtime.core import redact_text
 
     for chunk in chunks:
         text = chunk.decode("utf-8", "surrogateescape")
@@ -525,7 +523,7 @@ def _masked(chunks: Iterable[bytes]) -> Iterator[bytes]:
 def _cmd_tail(args: argparse.Namespace) -> int:
     import trio
 
-    from runtime.core._errors import TraceError
+    from runtime.core import TraceError
 
     folder = os.path.dirname(args.file) or "."
     if not os.path.exists(args.file) and not os.path.isdir(folder):
@@ -547,9 +545,7 @@ async def _tail(args: argparse.Namespace) -> int:
 
     import trio
 
-    from runtime.trace._render import event_line, render_tree
-    from runtime.trace._tracefile import TraceLoader, follow_lines
-    from runtime.trace._tree import TraceSet
+    from runtime.trace import TraceLoader, TraceSet, event_line, follow_lines, render_tree
 
     console = _console(args)
     color = _color(args, console)

@@ -11,13 +11,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runtime.core._termtext import visible
+from runtime.core import visible
 
 from ._exit import EXIT_OK, EXIT_USAGE, PROG, error_line, warning_line
 
 if TYPE_CHECKING:
-    from runtime.project import Settings
-    from runtime.project._trust import TrustStore, TrustVerdict
+    from runtime.project import Settings, TrustStore, TrustVerdict
 
 
 def add_trust_parser(sub: Any) -> None:
@@ -37,7 +36,7 @@ def add_trust_parser(sub: Any) -> None:
 
 
 def _store() -> TrustStore:
-    from runtime.project._trust import TrustStore
+    from runtime.project import TrustStore
 
     return TrustStore.load()
 
@@ -78,8 +77,7 @@ def cmd_trust(ns: argparse.Namespace) -> int:
 def verdict_for(workspace: Path) -> TrustVerdict:
     """Whether *workspace* is trusted; a trust store that cannot be read is one warning and
     counts as trusting nothing."""
-    from runtime.project import ProjectFileError
-    from runtime.project._trust import TrustVerdict
+    from runtime.project import ProjectFileError, TrustVerdict
 
     try:
         return _store().verdict(workspace)

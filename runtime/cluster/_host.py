@@ -88,32 +88,42 @@ import trio
 
 from runtime._logs import get_logger
 from runtime.actors import Registry
-from runtime.core._agent import AgentOutcome, AgentSpec
-from runtime.core._agent_types import AgentType, AgentTypes
-from runtime.core._approvals import PermissionBroker
-from runtime.core._budget import BudgetLayer
-from runtime.core._bus import EventBus
-from runtime.core._context import RunContext, SystemPromptBuilder, cancel_node, new_run_context
-from runtime.core._errors import AgentsError, ConfigError
-from runtime.core._events import AgentFinished, AgentStarted, AgentStatus, Event
-from runtime.core._lazylog import LazyLogger
-from runtime.core._limits import Limits
-from runtime.core._loop import TypeSetup, run_agent_actor
-from runtime.core._messages import AgentState, Message, TextBlock
-from runtime.core._provider import Provider
-from runtime.core._sandbox import Sandbox
-from runtime.core._secrets import (
+from runtime.core import (
+    AgentFinished,
+    AgentOutcome,
+    AgentsError,
+    AgentSpec,
+    AgentStarted,
+    AgentState,
+    AgentStatus,
+    AgentType,
+    AgentTypes,
+    BudgetLayer,
+    ConfigError,
+    Event,
+    EventBus,
+    LazyLogger,
+    Limits,
+    Message,
+    PermissionBroker,
+    Provider,
+    RunContext,
+    Sandbox,
     Secrets,
+    SystemPromptBuilder,
+    TextBlock,
+    TypeSetup,
+    cancel_node,
+    new_run_context,
+    run_agent_actor,
     run_environ,
     seal_process_environ,
     secret_values,
 )
-from runtime.providers._scenario import Scenario
-from runtime.providers._scripted import ScriptedProvider
+from runtime.providers import Scenario, ScriptedProvider
 
 if TYPE_CHECKING:
-    from runtime.core import Tool, ToolLimits
-    from runtime.core._permissions import PermissionPolicy
+    from runtime.core import PermissionPolicy, Tool, ToolLimits
 
 _log = get_logger("trio_agents.ray_host")
 E = TypeVar("E", bound=Event)

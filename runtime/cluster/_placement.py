@@ -74,24 +74,29 @@ import trio
 
 from runtime._logs import get_logger
 from runtime.actors import Registry
-from runtime.core._agent import AgentOutcome, AgentSpec, cancel_reason_of, cancelled_text
-from runtime.core._agent_types import AgentType
-from runtime.core._context import Owner, RunContext
-from runtime.core._errors import ConfigError, ToolError
-from runtime.core._events import (
+from runtime.core import (
     AgentFinished,
+    AgentOutcome,
+    AgentSpec,
     AgentStarted,
     AgentStatus,
+    AgentType,
     CancelBy,
+    ConfigError,
     Event,
+    Owner,
+    RunContext,
     TextDelta,
     ThinkingDelta,
+    ToolError,
     ToolFinished,
     ToolProgress,
     ToolStarted,
     ToolStatus,
     TurnFinished,
     UserMessage,
+    cancel_reason_of,
+    cancelled_text,
 )
 
 from ._host import (
@@ -861,7 +866,7 @@ class RayPlacement:
     def _provider_config(self, run: RunContext) -> ProviderConfig:
         if self._provider is not None and self._cache_run is run:
             return self._provider
-        from runtime.providers._scripted import ScriptedProvider
+        from runtime.providers import ScriptedProvider
 
         provider = run.provider
         if isinstance(provider, ScriptedProvider):

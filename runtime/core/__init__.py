@@ -12,24 +12,130 @@ trace reader, which needs the events and not the loop.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from runtime._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from runtime._logs import get_logger as get_logger
 
+    from ._agent import AgentOutcome as AgentOutcome
+    from ._agent import AgentSpec as AgentSpec
+    from ._agent import cancel_reason_of as cancel_reason_of
+    from ._agent import cancelled_text as cancelled_text
+    from ._agent_types import AgentType as AgentType
+    from ._agent_types import AgentTypes as AgentTypes
+    from ._agent_types import agent_types_from_mapping as agent_types_from_mapping
+    from ._agent_types import default_agent_types as default_agent_types
+    from ._agent_types import load_agent_types as load_agent_types
+    from ._approvals import PermissionBroker as PermissionBroker
+    from ._budget import BudgetLayer as BudgetLayer
+    from ._bus import EventBus as EventBus
+    from ._compaction import SUMMARY_HEADER as SUMMARY_HEADER
+    from ._compaction import compacted_turns as compacted_turns
+    from ._config import FILE_SETTINGS as FILE_SETTINGS
+    from ._config import GROUPS as GROUPS
+    from ._config import PERMISSION_MODES as PERMISSION_MODES
+    from ._config import PROVIDERS as PROVIDERS
+    from ._config import RULES as RULES
+    from ._config import SCHEMA as SCHEMA
+    from ._config import SECTIONS as SECTIONS
+    from ._config import TABLE as TABLE
+    from ._config import Setting as Setting
+    from ._context import Owner as Owner
+    from ._context import RunContext as RunContext
+    from ._context import SystemPromptBuilder as SystemPromptBuilder
+    from ._context import cancel_node as cancel_node
+    from ._context import new_run_context as new_run_context
+    from ._context_window import DEFAULT_CHARS_PER_TOKEN as DEFAULT_CHARS_PER_TOKEN
+    from ._context_window import fixed_chars as fixed_chars
+    from ._context_window import history_chars as history_chars
+    from ._context_window import parse_overflow as parse_overflow
     from ._errors import AgentsError as AgentsError
     from ._errors import ConfigError as ConfigError
+    from ._errors import ContextOverflowError as ContextOverflowError
+    from ._errors import EventDecodeError as EventDecodeError
+    from ._errors import ProviderError as ProviderError
+    from ._errors import ScenarioError as ScenarioError
+    from ._errors import SessionError as SessionError
+    from ._errors import SubtreeCancelled as SubtreeCancelled
     from ._errors import ToolError as ToolError
     from ._errors import ToolInputError as ToolInputError
+    from ._errors import TraceError as TraceError
+    from ._errors import UnknownEventType as UnknownEventType
+    from ._events import AgentFinished as AgentFinished
+    from ._events import AgentStarted as AgentStarted
+    from ._events import AgentStatus as AgentStatus
+    from ._events import CancelBy as CancelBy
+    from ._events import CancelRequested as CancelRequested
+    from ._events import ContextCompacted as ContextCompacted
+    from ._events import Event as Event
+    from ._events import PermissionRequested as PermissionRequested
+    from ._events import PermissionResolved as PermissionResolved
+    from ._events import ProviderRetry as ProviderRetry
+    from ._events import ReplayDiverged as ReplayDiverged
+    from ._events import RunFinished as RunFinished
+    from ._events import RunStarted as RunStarted
+    from ._events import StopReason as StopReason
+    from ._events import TextDelta as TextDelta
+    from ._events import ThinkingDelta as ThinkingDelta
+    from ._events import ToolFinished as ToolFinished
+    from ._events import ToolProgress as ToolProgress
+    from ._events import ToolStarted as ToolStarted
+    from ._events import ToolStatus as ToolStatus
+    from ._events import TurnFinished as TurnFinished
+    from ._events import UserMessage as UserMessage
+    from ._events import decode_event as decode_event
+    from ._events import encode_event as encode_event
+    from ._events import event_from_dict as event_from_dict
     from ._globs import Glob as Glob
     from ._globs import compile_glob as compile_glob
     from ._globs import escape_glob as escape_glob
+    from ._lazylog import LazyLogger as LazyLogger
+    from ._limits import Limits as Limits
+    from ._loop import TypeSetup as TypeSetup
+    from ._loop import run_agent_actor as run_agent_actor
+    from ._loop import select_tools as select_tools
+    from ._messages import AgentState as AgentState
+    from ._messages import Block as Block
+    from ._messages import Message as Message
+    from ._messages import TextBlock as TextBlock
+    from ._messages import ToolResultBlock as ToolResultBlock
+    from ._messages import ToolUseBlock as ToolUseBlock
+    from ._messages import state_converter as state_converter
+    from ._middleware import MiddlewareChain as MiddlewareChain
+    from ._middleware import MiddlewareProvider as MiddlewareProvider
     from ._names import publish_names as publish_names
+    from ._permissions import PermissionPolicy as PermissionPolicy
+    from ._provider import ModelRequest as ModelRequest
+    from ._provider import Provider as Provider
+    from ._provider import RetryNotice as RetryNotice
+    from ._provider import StreamItem as StreamItem
+    from ._provider import TextChunk as TextChunk
+    from ._provider import ThinkingChunk as ThinkingChunk
+    from ._provider import ToolCall as ToolCall
+    from ._provider import ToolSpec as ToolSpec
+    from ._provider import TurnEnd as TurnEnd
+    from ._runtime import AgentHandle as AgentHandle
+    from ._runtime import Runtime as Runtime
     from ._sandbox import Sandbox as Sandbox
     from ._secrets import NO_SECRETS as NO_SECRETS
+    from ._secrets import RedactingLogFilter as RedactingLogFilter
     from ._secrets import Secrets as Secrets
+    from ._secrets import filter_env as filter_env
+    from ._secrets import redact_known as redact_known
     from ._secrets import redact_log_event as redact_log_event
+    from ._secrets import redact_text as redact_text
+    from ._secrets import run_environ as run_environ
+    from ._secrets import scan_env as scan_env
+    from ._secrets import scan_run_environ as scan_run_environ
+    from ._secrets import seal_process_environ as seal_process_environ
+    from ._secrets import secret_values as secret_values
+    from ._statuses import AGENT_STATUSES as AGENT_STATUSES
+    from ._statuses import INTERRUPTED as INTERRUPTED
+    from ._statuses import NODE_STATUSES as NODE_STATUSES
+    from ._statuses import RUNNING as RUNNING
+    from ._statuses import TOOL_STATUSES as TOOL_STATUSES
     from ._termtext import visible as visible
     from ._termtext import visible_strings as visible_strings
     from ._tool import SubAgentSpawner as SubAgentSpawner
@@ -39,6 +145,7 @@ if TYPE_CHECKING:
     from ._tool import ToolLimits as ToolLimits
     from ._tool import one_line as one_line
     from ._tool import validate_input as validate_input
+    from ._version import VERSION as VERSION
     from ._workspace import RUNTIME_DIR as RUNTIME_DIR
     from ._workspace import Located as Located
     from ._workspace import is_inside as is_inside
@@ -49,49 +156,143 @@ if TYPE_CHECKING:
     from ._workspace import resolve_in_workspace as resolve_in_workspace
 
 _LAZY: dict[str, str] = {
-    "RUNTIME_DIR": "._workspace",
-    "Located": "._workspace",
+    "AGENT_STATUSES": "._statuses",
+    "AgentFinished": "._events",
+    "AgentHandle": "._runtime",
+    "AgentOutcome": "._agent",
+    "AgentSpec": "._agent",
+    "AgentStarted": "._events",
+    "AgentState": "._messages",
+    "AgentStatus": "._events",
+    "AgentType": "._agent_types",
+    "AgentTypes": "._agent_types",
     "AgentsError": "._errors",
+    "Block": "._messages",
+    "BudgetLayer": "._budget",
+    "CancelBy": "._events",
+    "CancelRequested": "._events",
     "ConfigError": "._errors",
+    "ContextCompacted": "._events",
+    "ContextOverflowError": "._errors",
+    "DEFAULT_CHARS_PER_TOKEN": "._context_window",
+    "Event": "._events",
+    "EventBus": "._bus",
+    "EventDecodeError": "._errors",
+    "FILE_SETTINGS": "._config",
+    "GROUPS": "._config",
+    "Glob": "._globs",
+    "INTERRUPTED": "._statuses",
+    "LazyLogger": "._lazylog",
+    "Limits": "._limits",
+    "Located": "._workspace",
+    "Message": "._messages",
+    "MiddlewareChain": "._middleware",
+    "MiddlewareProvider": "._middleware",
+    "ModelRequest": "._provider",
+    "NODE_STATUSES": "._statuses",
     "NO_SECRETS": "._secrets",
-    "Secrets": "._secrets",
+    "Owner": "._context",
+    "PERMISSION_MODES": "._config",
+    "PROVIDERS": "._config",
+    "PermissionBroker": "._approvals",
+    "PermissionPolicy": "._permissions",
+    "PermissionRequested": "._events",
+    "PermissionResolved": "._events",
+    "Provider": "._provider",
+    "ProviderError": "._errors",
+    "ProviderRetry": "._events",
+    "RULES": "._config",
+    "RUNNING": "._statuses",
+    "RUNTIME_DIR": "._workspace",
+    "RedactingLogFilter": "._secrets",
+    "ReplayDiverged": "._events",
+    "RetryNotice": "._provider",
+    "RunContext": "._context",
+    "RunFinished": "._events",
+    "RunStarted": "._events",
+    "Runtime": "._runtime",
+    "SCHEMA": "._config",
+    "SECTIONS": "._config",
+    "SUMMARY_HEADER": "._compaction",
     "Sandbox": "._sandbox",
+    "ScenarioError": "._errors",
+    "Secrets": "._secrets",
+    "SessionError": "._errors",
+    "Setting": "._config",
+    "StopReason": "._events",
+    "StreamItem": "._provider",
     "SubAgentSpawner": "._tool",
+    "SubtreeCancelled": "._errors",
+    "SystemPromptBuilder": "._context",
+    "TABLE": "._config",
+    "TOOL_STATUSES": "._statuses",
     "TargetKind": "._tool",
+    "TextBlock": "._messages",
+    "TextChunk": "._provider",
+    "TextDelta": "._events",
+    "ThinkingChunk": "._provider",
+    "ThinkingDelta": "._events",
     "Tool": "._tool",
+    "ToolCall": "._provider",
     "ToolContext": "._tool",
     "ToolError": "._errors",
+    "ToolFinished": "._events",
     "ToolInputError": "._errors",
     "ToolLimits": "._tool",
-    "Glob": "._globs",
+    "ToolProgress": "._events",
+    "ToolResultBlock": "._messages",
+    "ToolSpec": "._provider",
+    "ToolStarted": "._events",
+    "ToolStatus": "._events",
+    "ToolUseBlock": "._messages",
+    "TraceError": "._errors",
+    "TurnEnd": "._provider",
+    "TurnFinished": "._events",
+    "TypeSetup": "._loop",
+    "UnknownEventType": "._errors",
+    "UserMessage": "._events",
+    "VERSION": "._version",
+    "agent_types_from_mapping": "._agent_types",
+    "cancel_node": "._context",
+    "cancel_reason_of": "._agent",
+    "cancelled_text": "._agent",
+    "compacted_turns": "._compaction",
     "compile_glob": "._globs",
+    "decode_event": "._events",
+    "default_agent_types": "._agent_types",
+    "encode_event": "._events",
     "escape_glob": "._globs",
+    "event_from_dict": "._events",
+    "filter_env": "._secrets",
+    "fixed_chars": "._context_window",
     "get_logger": "runtime._logs",
+    "history_chars": "._context_window",
     "is_inside": "._workspace",
     "is_runtime_path": "._workspace",
+    "load_agent_types": "._agent_types",
     "locate": "._workspace",
+    "new_run_context": "._context",
     "normalise_target": "._workspace",
     "one_line": "._tool",
+    "parse_overflow": "._context_window",
     "publish_names": "._names",
-    "visible": "._termtext",
-    "visible_strings": "._termtext",
+    "redact_known": "._secrets",
     "redact_log_event": "._secrets",
+    "redact_text": "._secrets",
     "relative": "._workspace",
     "resolve_in_workspace": "._workspace",
+    "run_agent_actor": "._loop",
+    "run_environ": "._secrets",
+    "scan_env": "._secrets",
+    "scan_run_environ": "._secrets",
+    "seal_process_environ": "._secrets",
+    "secret_values": "._secrets",
+    "select_tools": "._loop",
+    "state_converter": "._messages",
     "validate_input": "._tool",
+    "visible": "._termtext",
+    "visible_strings": "._termtext",
 }
 
 __all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'runtime.core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return list(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -9,42 +9,52 @@ files, in what order and with what caps: docs/configuration.md.
 
 from __future__ import annotations
 
-from ._agents import CLAUDE_TOOLS as CLAUDE_TOOLS
-from ._agents import AgentDefinition as AgentDefinition
-from ._files import GitInfo as GitInfo
-from ._files import ProjectFileError as ProjectFileError
-from ._files import open_regular as open_regular
-from ._files import read_capped as read_capped
-from ._files import read_text_capped as read_text_capped
-from ._files import user_config_dir as user_config_dir
-from ._instructions import InstructionFile as InstructionFile
-from ._project import Project as Project
-from ._project import load_project as load_project
-from ._prompt import SystemPrompt as SystemPrompt
-from ._settings import SETTINGS as SETTINGS
-from ._settings import Setting as Setting
-from ._settings import Settings as Settings
-from ._settings import load_settings as load_settings
-from ._skills import Skill as Skill
+from typing import TYPE_CHECKING
 
-__all__ = sorted(
-    [
-        "CLAUDE_TOOLS",
-        "SETTINGS",
-        "AgentDefinition",
-        "GitInfo",
-        "InstructionFile",
-        "Project",
-        "ProjectFileError",
-        "Setting",
-        "Settings",
-        "Skill",
-        "SystemPrompt",
-        "load_project",
-        "load_settings",
-        "open_regular",
-        "read_capped",
-        "read_text_capped",
-        "user_config_dir",
-    ]
-)
+from runtime._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._agents import CLAUDE_TOOLS as CLAUDE_TOOLS
+    from ._agents import AgentDefinition as AgentDefinition
+    from ._files import GitInfo as GitInfo
+    from ._files import ProjectFileError as ProjectFileError
+    from ._files import open_regular as open_regular
+    from ._files import read_capped as read_capped
+    from ._files import read_text_capped as read_text_capped
+    from ._files import user_config_dir as user_config_dir
+    from ._instructions import InstructionFile as InstructionFile
+    from ._project import Project as Project
+    from ._project import load_project as load_project
+    from ._prompt import SystemPrompt as SystemPrompt
+    from ._settings import SETTINGS as SETTINGS
+    from ._settings import Setting as Setting
+    from ._settings import Settings as Settings
+    from ._settings import load_settings as load_settings
+    from ._skills import Skill as Skill
+    from ._trust import TrustStore as TrustStore
+    from ._trust import TrustVerdict as TrustVerdict
+
+_LAZY: dict[str, str] = {
+    "AgentDefinition": "._agents",
+    "CLAUDE_TOOLS": "._agents",
+    "GitInfo": "._files",
+    "InstructionFile": "._instructions",
+    "Project": "._project",
+    "ProjectFileError": "._files",
+    "SETTINGS": "._settings",
+    "Setting": "._settings",
+    "Settings": "._settings",
+    "Skill": "._skills",
+    "SystemPrompt": "._prompt",
+    "TrustStore": "._trust",
+    "TrustVerdict": "._trust",
+    "load_project": "._project",
+    "load_settings": "._settings",
+    "open_regular": "._files",
+    "read_capped": "._files",
+    "read_text_capped": "._files",
+    "user_config_dir": "._files",
+}
+
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -28,8 +28,7 @@ from typing import Any
 
 import attrs
 
-from runtime.core._agent_types import AgentType, agent_types_from_mapping
-from runtime.core._errors import ConfigError
+from runtime.core import AgentType, ConfigError, agent_types_from_mapping
 
 from ._files import ProjectFileError, inside, read_text_capped, split_front_matter
 

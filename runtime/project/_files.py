@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from runtime.core._errors import ConfigError
+from runtime.core import ConfigError
 
 APP = "trio-agents"
 

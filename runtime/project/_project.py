@@ -10,7 +10,7 @@ from pathlib import Path
 
 import attrs
 
-from runtime.core._agent_types import AgentType
+from runtime.core import AgentType
 
 from ._agents import AgentDefinition, ToolNames, load_definitions
 from ._files import GitInfo, git_info, user_config_dir

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from runtime.core._agent_types import AgentType
+from runtime.core import AgentType
 
 from ._instructions import InstructionFile
 

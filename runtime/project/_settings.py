@@ -21,8 +21,8 @@ from typing import Any
 
 import attrs
 
-from runtime.core._config import FILE_SETTINGS, SCHEMA, SECTIONS, TABLE
-from runtime.core._config import Setting as Setting
+from runtime.core import FILE_SETTINGS, SCHEMA, SECTIONS, TABLE
+from runtime.core import Setting as Setting
 
 from ._files import ProjectFileError, read_text_capped, user_config_dir
 

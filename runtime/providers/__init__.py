@@ -7,18 +7,40 @@ first item has been yielded, and never show the API key. Open one with :func:`op
 
 from __future__ import annotations
 
-from ._anthropic import AnthropicProvider as AnthropicProvider
-from ._factory import DEFAULT_MODELS as DEFAULT_MODELS
-from ._factory import PROVIDER_NAMES as PROVIDER_NAMES
-from ._factory import open_provider as open_provider
-from ._http import RetryPolicy as RetryPolicy
-from ._openai import OpenAIProvider as OpenAIProvider
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "AnthropicProvider",
-    "DEFAULT_MODELS",
-    "OpenAIProvider",
-    "PROVIDER_NAMES",
-    "RetryPolicy",
-    "open_provider",
-]
+from runtime._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._anthropic import AnthropicProvider as AnthropicProvider
+    from ._factory import DEFAULT_MODELS as DEFAULT_MODELS
+    from ._factory import PROVIDER_NAMES as PROVIDER_NAMES
+    from ._factory import open_provider as open_provider
+    from ._http import RetryPolicy as RetryPolicy
+    from ._openai import OpenAIProvider as OpenAIProvider
+    from ._scenario import Scenario as Scenario
+    from ._scenario import agent_types_from_scenario as agent_types_from_scenario
+    from ._scenario import scenario_from_mapping as scenario_from_mapping
+    from ._scripted import ScriptedProvider as ScriptedProvider
+    from ._scripted import chunk_text as chunk_text
+    from ._scripted import default_summary as default_summary
+    from ._scripted import estimate_input_tokens as estimate_input_tokens
+
+_LAZY: dict[str, str] = {
+    "AnthropicProvider": "._anthropic",
+    "DEFAULT_MODELS": "._factory",
+    "OpenAIProvider": "._openai",
+    "PROVIDER_NAMES": "._factory",
+    "RetryPolicy": "._http",
+    "Scenario": "._scenario",
+    "ScriptedProvider": "._scripted",
+    "agent_types_from_scenario": "._scenario",
+    "chunk_text": "._scripted",
+    "default_summary": "._scripted",
+    "estimate_input_tokens": "._scripted",
+    "open_provider": "._factory",
+    "scenario_from_mapping": "._scenario",
+}
+
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -25,9 +25,7 @@ from typing import Final
 import attrs
 import httpx
 
-from runtime.core._errors import ConfigError
-from runtime.core._provider import Provider
-from runtime.core._secrets import NO_SECRETS, Secrets
+from runtime.core import NO_SECRETS, ConfigError, Provider, Secrets
 
 from . import _anthropic, _openai
 from ._http import RetryPolicy, public_url

@@ -16,16 +16,16 @@ from typing import Any, TypeAlias
 import orjson
 import trio
 
-from runtime.core._errors import ProviderError
-from runtime.core._provider import (
+from runtime.core import (
     ModelRequest,
+    ProviderError,
     StreamItem,
     TextChunk,
     ToolCall,
     TurnEnd,
 )
 
-from ._scripted import _agent_number, _estimate_input, chunk_text
+from ._scripted import _agent_number, chunk_text, estimate_input_tokens
 
 __all__ = ["FunctionProvider", "ModelAnswer"]
 
@@ -107,7 +107,7 @@ class FunctionProvider:
             yield ToolCall(tool_use_id, call.name, dict(call.input), call.error)
         yield TurnEnd(
             stop_reason="tool_use" if calls else "end_turn",
-            input_tokens=_estimate_input(request),
+            input_tokens=estimate_input_tokens(request),
             output_tokens=max(1, out_chars // 4),
         )
 

@@ -29,10 +29,14 @@ import orjson
 import trio
 
 from runtime._logs import get_logger
-from runtime.core._context_window import parse_overflow
-from runtime.core._errors import ContextOverflowError, ProviderError
-from runtime.core._provider import RetryNotice
-from runtime.core._secrets import NO_SECRETS, Secrets
+from runtime.core import (
+    NO_SECRETS,
+    ContextOverflowError,
+    ProviderError,
+    RetryNotice,
+    Secrets,
+    parse_overflow,
+)
 
 _MESSAGE_LIMIT: Final = 500
 

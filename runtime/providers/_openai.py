@@ -41,19 +41,24 @@ import httpx
 import orjson
 
 from runtime._logs import get_logger
-from runtime.core._context_window import parse_overflow
-from runtime.core._errors import ContextOverflowError, ProviderError
-from runtime.core._events import StopReason
-from runtime.core._messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from runtime.core._provider import (
+from runtime.core import (
+    NO_SECRETS,
+    ContextOverflowError,
+    Message,
     ModelRequest,
+    ProviderError,
+    Secrets,
+    StopReason,
     StreamItem,
+    TextBlock,
     TextChunk,
     ThinkingChunk,
     ToolCall,
+    ToolResultBlock,
+    ToolUseBlock,
     TurnEnd,
+    parse_overflow,
 )
-from runtime.core._secrets import NO_SECRETS, Secrets
 
 from ._http import (
     CUT_TOOL_CALL,

@@ -18,8 +18,7 @@ from typing import Any
 import attrs
 import orjson
 
-from runtime.core._agent_types import AgentType
-from runtime.core._errors import ScenarioError
+from runtime.core import AgentType, ScenarioError
 
 _TURN_KEYS = frozenset(
     {"text", "thinking", "tool_calls", "delay_s", "chunk_delay_s", "error", "usage", "stop_reason"}

@@ -29,17 +29,21 @@ from typing import Any
 import orjson
 import trio
 
-from runtime.core._compaction import SUMMARY_HEADER, compacted_turns
-from runtime.core._context_window import fixed_chars, history_chars, parse_overflow
-from runtime.core._errors import ContextOverflowError, ProviderError
-from runtime.core._provider import (
+from runtime.core import (
+    SUMMARY_HEADER,
+    ContextOverflowError,
     ModelRequest,
+    ProviderError,
     StreamItem,
     TextChunk,
     ThinkingChunk,
     ToolCall,
     ToolSpec,
     TurnEnd,
+    compacted_turns,
+    fixed_chars,
+    history_chars,
+    parse_overflow,
 )
 
 from ._scenario import Scenario, ScriptedTurn
@@ -118,12 +122,12 @@ class ScriptedProvider:
                 yield item
             return
         await trio.lowlevel.checkpoint()
-        summary = _default_summary(request)
+        summary = default_summary(request)
         for piece in chunk_text(summary):
             yield TextChunk(piece)
         yield TurnEnd(
             stop_reason="end_turn",
-            input_tokens=_estimate_input(request),
+            input_tokens=estimate_input_tokens(request),
             output_tokens=max(1, len(summary) // 4),
         )
 
@@ -169,7 +173,7 @@ class ScriptedProvider:
             stop_reason=stop,  # type: ignore[arg-type]  # checked when the scenario was parsed
             input_tokens=turn.input_tokens
             if turn.input_tokens is not None
-            else _estimate_input(request),
+            else estimate_input_tokens(request),
             output_tokens=turn.output_tokens
             if turn.output_tokens is not None
             else max(1, out_chars // 4),
@@ -195,7 +199,7 @@ def _agent_number(agent_id: str) -> str:
     return match.group(1) if match else agent_id
 
 
-def _estimate_input(request: ModelRequest) -> int:
+def estimate_input_tokens(request: ModelRequest) -> int:
     """A stable stand-in for input tokens: about four characters a token, counted as the
     agent's context meter counts them (system prompt, tools, messages)."""
     return max(
@@ -220,7 +224,7 @@ def _fixed_chars(system: str, tools: Sequence[ToolSpec]) -> int:
 _last_fixed: tuple[object, object, int] = (None, None, 0)
 
 
-def _default_summary(request: ModelRequest) -> str:
+def default_summary(request: ModelRequest) -> str:
     """A deterministic stand-in for a model's summary: the size of what was summarised, its
     first and last lines."""
     text = "".join(getattr(b, "text", "") for m in request.messages for b in m.content)

@@ -20,22 +20,24 @@ from typing import Any
 
 import attrs
 
-from runtime.core._errors import EventDecodeError, TraceError, UnknownEventType
-from runtime.core._events import (
+from runtime.core import (
+    VERSION,
     AgentFinished,
     AgentStarted,
     CancelRequested,
     Event,
+    EventDecodeError,
     RunFinished,
     RunStarted,
     TextDelta,
     ThinkingDelta,
     ToolFinished,
     ToolStarted,
+    TraceError,
     TurnFinished,
+    UnknownEventType,
 )
-from runtime.core._version import VERSION
-from runtime.trace._tracefile import read_events
+from runtime.trace import read_events
 
 PATH_SEP = " \u203a "
 """Joins agent type names into a tree path: ``main \u203a reviewer`` (a single right angle

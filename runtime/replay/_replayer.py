@@ -32,21 +32,25 @@ from typing import Any, ClassVar
 import attrs
 import trio
 
-from runtime.core._agent import cancel_reason_of
-from runtime.core._context import RunContext, cancel_node
-from runtime.core._errors import ProviderError, SubtreeCancelled, ToolError
-from runtime.core._events import ReplayDiverged
-from runtime.core._provider import (
+from runtime.core import (
     ModelRequest,
     Provider,
+    ProviderError,
+    ReplayDiverged,
+    RunContext,
     StreamItem,
+    SubtreeCancelled,
     TextChunk,
     ThinkingChunk,
+    Tool,
     ToolCall,
+    ToolContext,
+    ToolError,
     TurnEnd,
+    cancel_node,
+    cancel_reason_of,
 )
-from runtime.core._tool import Tool, ToolContext
-from runtime.providers._scripted import _default_summary, _estimate_input, chunk_text
+from runtime.providers import chunk_text, default_summary, estimate_input_tokens
 
 from ._recording import PATH_SEP, RecordedAgent, RecordedCall, RecordedTurn, Recording
 
@@ -303,12 +307,12 @@ class Replayer:
             return
         if request.purpose == "compact":
             await trio.lowlevel.checkpoint()
-            summary = _default_summary(request)
+            summary = default_summary(request)
             for piece in chunk_text(summary):
                 yield TextChunk(piece)
             yield TurnEnd(
                 stop_reason="end_turn",
-                input_tokens=_estimate_input(request),
+                input_tokens=estimate_input_tokens(request),
                 output_tokens=max(1, len(summary) // 4),
             )
             return

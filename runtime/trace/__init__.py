@@ -6,3 +6,73 @@ pipe; ``_otlp`` exports OpenTelemetry spans and Mermaid; ``_render`` draws a tre
 terminal; ``_stats`` computes ``trace stats`` (counts, durations, the critical path). It stands on
 :mod:`runtime.core` (the events) only. The public names are re-exported by :mod:`runtime`.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._otlp import otlp_json_lines as otlp_json_lines
+    from ._render import COMPACTED_MARK as COMPACTED_MARK
+    from ._render import StyledLine as StyledLine
+    from ._render import compaction_line as compaction_line
+    from ._render import event_line as event_line
+    from ._render import fmt_duration as fmt_duration
+    from ._render import fmt_tokens as fmt_tokens
+    from ._render import outcome_notes as outcome_notes
+    from ._render import render_header as render_header
+    from ._render import render_mermaid as render_mermaid
+    from ._render import render_timeline as render_timeline
+    from ._render import render_tree as render_tree
+    from ._render import styled_tree_lines as styled_tree_lines
+    from ._render import tree_lines as tree_lines
+    from ._sinks import JsonlSink as JsonlSink
+    from ._sinks import PipeSink as PipeSink
+    from ._sinks import existing_trace as existing_trace
+    from ._sinks import open_pipe_writer as open_pipe_writer
+    from ._sinks import open_trace_file as open_trace_file
+    from ._stats import run_stats as run_stats
+    from ._tracefile import TraceLoader as TraceLoader
+    from ._tracefile import follow_lines as follow_lines
+    from ._tracefile import open_trace as open_trace
+    from ._tracefile import read_events as read_events
+    from ._tree import AgentNode as AgentNode
+    from ._tree import RunningSubtree as RunningSubtree
+    from ._tree import TraceSet as TraceSet
+    from ._tree import TraceTree as TraceTree
+
+_LAZY: dict[str, str] = {
+    "AgentNode": "._tree",
+    "COMPACTED_MARK": "._render",
+    "JsonlSink": "._sinks",
+    "PipeSink": "._sinks",
+    "RunningSubtree": "._tree",
+    "StyledLine": "._render",
+    "TraceLoader": "._tracefile",
+    "TraceSet": "._tree",
+    "TraceTree": "._tree",
+    "compaction_line": "._render",
+    "event_line": "._render",
+    "existing_trace": "._sinks",
+    "fmt_duration": "._render",
+    "fmt_tokens": "._render",
+    "follow_lines": "._tracefile",
+    "open_pipe_writer": "._sinks",
+    "open_trace": "._tracefile",
+    "open_trace_file": "._sinks",
+    "otlp_json_lines": "._otlp",
+    "outcome_notes": "._render",
+    "read_events": "._tracefile",
+    "render_header": "._render",
+    "render_mermaid": "._render",
+    "render_timeline": "._render",
+    "render_tree": "._render",
+    "run_stats": "._stats",
+    "styled_tree_lines": "._render",
+    "tree_lines": "._render",
+}
+
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

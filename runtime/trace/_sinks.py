@@ -42,11 +42,10 @@ from typing import TYPE_CHECKING, BinaryIO
 import trio
 
 from runtime._logs import get_logger
-from runtime.core._errors import ConfigError
-from runtime.core._events import Event, encode_event
+from runtime.core import ConfigError, Event, encode_event
 
 if TYPE_CHECKING:
-    from runtime.core._bus import EventBus
+    from runtime.core import EventBus
 
 _log = get_logger("trio_agents.sinks")
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 import orjson
 
-from runtime.core._errors import EventDecodeError, TraceError, UnknownEventType
+from runtime.core import EventDecodeError, TraceError, UnknownEventType
 
 from ._tree import TraceSet, TraceTree
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     import trio
 
-    from runtime.core._events import Event
+    from runtime.core import Event
 
 READ_BUFFER: Final = 1 << 16
 """The read buffer for trace files: with the default (the file system's block size, often 4 KiB)
@@ -228,7 +228,7 @@ class TraceLoader:
         except Exception as exc:
             # Let the full decoder name the faulty field; if it accepts the event after all,
             # the tree is stricter than the schema and reports its own reason.
-            from runtime.core._events import event_from_dict
+            from runtime.core import event_from_dict
 
             try:
                 event = event_from_dict(fields)
@@ -367,7 +367,7 @@ def read_events(
     Raises:
         TraceError: the file is missing, empty or not a trace.
     """
-    from runtime.core._events import decode_event
+    from runtime.core import decode_event
 
     name = os.fspath(path)
     seen_types: set[str] = set()

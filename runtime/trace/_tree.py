@@ -26,16 +26,15 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import orjson
 
-from runtime.core._errors import EventDecodeError, UnknownEventType
-
 # The event classes' own sets (a module of typing only: no attrs, no converter to build).
-from runtime.core._statuses import AGENT_STATUSES as AGENT_STATUSES
-from runtime.core._statuses import INTERRUPTED as INTERRUPTED
-from runtime.core._statuses import RUNNING as RUNNING
-from runtime.core._statuses import TOOL_STATUSES as TOOL_STATUSES
+from runtime.core import AGENT_STATUSES as AGENT_STATUSES
+from runtime.core import INTERRUPTED as INTERRUPTED
+from runtime.core import RUNNING as RUNNING
+from runtime.core import TOOL_STATUSES as TOOL_STATUSES
+from runtime.core import EventDecodeError, UnknownEventType
 
 if TYPE_CHECKING:
-    from runtime.core._events import Event
+    from runtime.core import Event
 
 TEXT_KEEP: Final = 2000
 """How many trailing characters of an agent's streamed text a node keeps."""

@@ -29,37 +29,42 @@ import attrs
 import trio
 
 from runtime._logs import get_logger
-from runtime.core._agent_types import AgentType, AgentTypes
-from runtime.core._approvals import PermissionBroker
-from runtime.core._bus import EventBus
-from runtime.core._config import SCHEMA
-from runtime.core._context import RunContext, new_run_context
-from runtime.core._errors import AgentsError, ConfigError
-from runtime.core._events import RunFinished, RunStarted
-from runtime.core._lazylog import LazyLogger
-from runtime.core._limits import Limits
-from runtime.core._middleware import MiddlewareChain, MiddlewareProvider
-from runtime.core._permissions import PermissionPolicy
-from runtime.core._provider import Provider
-from runtime.core._runtime import Runtime
-from runtime.core._sandbox import Sandbox
-from runtime.core._secrets import (
+from runtime.core import (
+    SCHEMA,
+    AgentsError,
+    AgentType,
+    AgentTypes,
+    ConfigError,
+    EventBus,
+    LazyLogger,
+    Limits,
+    MiddlewareChain,
+    MiddlewareProvider,
+    PermissionBroker,
+    PermissionPolicy,
+    Provider,
+    RunContext,
+    RunFinished,
+    RunStarted,
+    Runtime,
+    Sandbox,
     Secrets,
+    ToolLimits,
+    new_run_context,
     run_environ,
     scan_env,
     scan_run_environ,
 )
-from runtime.core._tool import ToolLimits
-from runtime.providers._scenario import (
+from runtime.providers import (
     Scenario,
+    ScriptedProvider,
     agent_types_from_scenario,
     scenario_from_mapping,
 )
-from runtime.providers._scripted import ScriptedProvider
-from runtime.trace._sinks import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
+from runtime.trace import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
 
 if TYPE_CHECKING:
-    from runtime.cluster._placement import RayOptions
+    from runtime.cluster import RayOptions
     from runtime.core import Tool
     from runtime.mcp import McpConfig
     from runtime.project import Project
@@ -602,7 +607,7 @@ async def _open_services(plan: RunPlan, stack: AsyncExitStack) -> _Services:
         secrets = mcp.secrets
     placements: dict[str, Any] = {}
     if any(t.placement == "ray" for t in plan.agent_types.values()):
-        from runtime.cluster._placement import (
+        from runtime.cluster import (
             open_ray_placement,  # Ray is heavy: only for runs that use it
         )
 
@@ -733,6 +738,6 @@ def tool_name_known(name: str, tool_map: Mapping[str, Tool] | Mapping[str, objec
 
 
 def _version() -> str:
-    from runtime.core._version import VERSION as __version__
+    from runtime.core import VERSION as __version__
 
     return __version__
