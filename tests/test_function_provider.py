@@ -122,3 +122,18 @@ async def test_a_reused_id_becomes_a_run_unique_one_and_no_node_is_lost(tmp_path
     # The provider's history keeps its own id for every call.
     history_ids = [b.id for m in outcome.state.messages for b in m.content if hasattr(b, "input")]
     assert history_ids == ["same", "same", "same"]
+
+
+async def test_tool_events_carry_the_calling_agents_depth(tmp_path: Path) -> None:
+    def model(request: ModelRequest) -> Any:
+        if len(request.messages) > 1:
+            return "done"
+        if request.agent_type == "main":
+            return ToolCall(name="agent", input={"description": "d", "prompt": "p"})
+        return ToolCall(name="glob", input={"pattern": "*"})
+
+    _, events = await _run(model, tmp_path)
+    depths = [(type(e).__name__, e.name, e.depth) for e in events
+              if type(e).__name__ in ("ToolStarted", "ToolFinished")]
+    assert depths == [("ToolStarted", "agent", 0), ("ToolStarted", "glob", 1),
+                      ("ToolFinished", "glob", 1), ("ToolFinished", "agent", 0)]

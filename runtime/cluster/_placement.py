@@ -1275,6 +1275,7 @@ class _Stream:
                         status=tool_status,
                         output=reason,
                         duration_s=now - opened.t0,
+                        depth=start.depth,
                     ),
                 )
             else:

@@ -83,6 +83,8 @@ class ToolStarted(Event):
     name: str
     input: dict[str, Any]
     summary: str
+    # The calling agent's depth (root 0); None in traces of older versions.
+    depth: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -114,6 +116,8 @@ class ToolFinished(Event):
     # The input the tool really ran with, when a middleware layer changed the model's
     # (docs/python-api.md, "Middleware"); None when it ran with tool_started's input.
     input: dict[str, Any] | None = None
+    # The calling agent's depth (root 0); None in traces of older versions.
+    depth: int | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -758,6 +758,7 @@ async def _announce_tool_call(record: _Call) -> None:
             name=call.name,
             input=shown,
             summary=summary,
+            depth=spec.depth,
         ),
         masked=("input", "summary"),
     )
@@ -824,6 +825,7 @@ async def _run_tool_call(
                 output=output,
                 duration_s=trio.current_time() - t0,
                 input=record.changed_input,
+                depth=spec.depth,
             ),
             grace_s=run.settings.limits.finish_grace_s,
             masked=("output",),
