@@ -261,6 +261,8 @@ async def handle_request(rt: Runtime, line: bytes) -> dict[str, Any]:
                         "agent_id": p.agent_id,
                         "name": p.name,
                         "summary": p.summary,
+                        "input": p.input,
+                        "always_rule": p.rule,
                     }
                     for p in rt.pending_permissions()
                 ],
@@ -362,10 +364,22 @@ def cmd_pending(path: str, *, as_json: bool = False) -> int:
     if not pending:
         print("No permission request is waiting.")
         return code
+    from runtime.core import show_input, visible
+
+    # The whole input under each request, as the terminal's question shows it: what is
+    # approved is what was read, not a summary cut at some width.
     for item in pending:
         if isinstance(item, dict):
-            print(
+            head = (
                 f"{item.get('request_id')}  {item.get('summary') or item.get('name')}  "
                 f"(agent {item.get('agent_id')}, call {item.get('tool_use_id')})"
             )
+            print(visible(head, layout=False))
+            given = item.get("input")
+            if isinstance(given, dict):
+                print("\n".join(f"    {line}" for line in show_input(given).split("\n")))
+            rule = item.get("always_rule")
+            if isinstance(rule, str) and rule:
+                line = f"    (--always: allows {rule} for the rest of the run)"
+                print(visible(line, layout=False))
     return code

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from runtime._logs import get_logger as get_logger
 
+    from ._approvals import show_input as show_input
     from ._errors import AgentsError as AgentsError
     from ._errors import ConfigError as ConfigError
     from ._errors import ToolError as ToolError
@@ -71,6 +72,7 @@ _LAZY: dict[str, str] = {
     "normalise_target": "._workspace",
     "one_line": "._tool",
     "publish_names": "._names",
+    "show_input": "._approvals",
     "visible": "._termtext",
     "visible_strings": "._termtext",
     "redact_log_event": "._secrets",
