@@ -21,6 +21,7 @@ from ._read import ReadTool as ReadTool
 from ._registry import builtin_tools as builtin_tools
 from ._skill import SkillSource as SkillSource
 from ._skill import SkillTool as SkillTool
+from ._warden import open_guarded_process as open_guarded_process
 from ._write import WriteTool as WriteTool
 
 __all__ = sorted(
@@ -42,6 +43,7 @@ __all__ = sorted(
         "builtin_tools",
         "file_and_shell_tools",
         "one_line",
+        "open_guarded_process",
         "validate_input",
     ]
 )
