@@ -15,6 +15,18 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_ABORTED = 130
+EXIT_TERMINATED = 143
+"""128 + SIGTERM: the run was ended by SIGTERM, handled as an abort (trace finished)."""
+
+
+class _Termination:
+    """Whether this process got SIGTERM during a session (set by its handler; the command's
+    exit code is then :data:`EXIT_TERMINATED` whatever the command returned)."""
+
+    received = False
+
+
+TERMINATION = _Termination()
 
 
 def warning_line(message: str) -> None:

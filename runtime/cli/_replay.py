@@ -10,7 +10,6 @@ recording ended before the run did (a killed run).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import sys
 import tempfile
@@ -118,6 +117,7 @@ def _recorded_defaults(opts: RunOptions, rec: Recording) -> RunOptions:
     mode (but ``ask``, which stays the usual default), its allow and deny rules, its limits."""
     import attrs
 
+    from runtime.core import ConfigError
     from runtime.core._limits import Limits
 
     config = rec.config
@@ -138,9 +138,14 @@ def _recorded_defaults(opts: RunOptions, rec: Recording) -> RunOptions:
                 values[name] = getattr(opts, name)
         if opts.compact_threshold is not None:
             values["compact_threshold"] = opts.compact_threshold
-        # Limits another version wrote that this one refuses: the usual defaults then.
-        with contextlib.suppress(TypeError, ValueError):
+        # Limits another version wrote that this one refuses: the usual defaults then. A bad
+        # value (a crafted or damaged trace) is bad input: one line, exit 2.
+        try:
             changes["extra"] = {**opts.extra, "limits": Limits(**values)}
+        except ConfigError as exc:
+            raise UsageError(f"the recorded run's limits cannot be used: {exc}") from exc
+        except (TypeError, ValueError):
+            pass
     return dataclasses.replace(opts, **changes)
 
 
