@@ -158,3 +158,21 @@ def test_mcp_list_shows_a_servers_hostile_description_visibly(workspace: Path) -
     assert "mcp__hostile__read_all" in proc.stdout
     assert "^[]52" in proc.stdout
     assert_clean(proc.stdout + proc.stderr)
+
+
+def test_a_repositorys_own_files_reach_the_terminal_visibly(workspace: Path) -> None:
+    # Instructions, an agent's description (YAML's own "\e" escape) and a planted file name.
+    (workspace / "AGENTS.md").write_text(f"Use tabs {OSC52} always.")
+    agents = workspace / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "rev.md").write_text(
+        '---\nname: rev\ndescription: "Reviews \\e]0;pwned\\a diffs"\n---\nYou review.\n')
+    (agents / f"x{CLEAR}y.md").write_text("no front matter")
+    for args in (["run", "--show-system-prompt"], ["agents"], ["config"]):
+        proc = cli(workspace, *args)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert_clean(proc.stdout + proc.stderr)
+    shown = cli(workspace, "agents")
+    assert "Reviews ^[]0;pwned^G diffs" in shown.stdout
+    assert "x^[[2Jy.md" in shown.stderr
+    assert "Use tabs ^[]52" in cli(workspace, "run", "--show-system-prompt").stdout

@@ -31,13 +31,16 @@ TERMINATION = _Termination()
 
 def warning_line(message: str) -> None:
     """Print one ``trio-agents: warning: …`` line on stderr (newlines folded)."""
-    text = " ".join(message.split("\n")).strip()
+    from runtime.core import visible  # a planted file's name or a server's words: shown only
+
+    text = visible(" ".join(message.split("\n")).strip(), layout=False)
     print(f"{PROG}: warning: {text}", file=sys.stderr, flush=True)
 
 
 def error_line(message: str, *, file: TextIO | None = None) -> None:
     """Print one ``trio-agents: error: …`` line on stderr (newlines folded)."""
+    from runtime.core import visible
     from runtime.core._secrets import redact_text  # masked like the events and the logs
 
-    text = redact_text(" ".join(message.split("\n")).strip())
+    text = visible(redact_text(" ".join(message.split("\n")).strip()), layout=False)
     print(f"{PROG}: error: {text}", file=file or sys.stderr, flush=True)
