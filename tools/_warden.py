@@ -34,7 +34,7 @@ call starts another and hands it the list (at most ``max_starts`` in all).
 Other long-lived children use the same guard: :func:`open_guarded_process` starts a process
 (an MCP server, ``runtime/mcp/_stdio.py``) in its own session with a tag, has the warden guard
 both, and at the end stops its group and every tagged process that left it (``setsid``), as a
-bash call's are stopped (docs/mcp.md, "Server processes").
+bash call's are stopped (docs/mcp.md, "Each server is an actor of the run").
 
 Limits: a process that leaves its group (``setsid``) and also clears its environment
 (``env -i``) escapes, as it does the tool's own sweep. A child made with ``os.fork`` closes its

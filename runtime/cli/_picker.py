@@ -494,7 +494,7 @@ class TerminalPrompts:
                 highlight=False,
             )
             # The whole input, wrapped, control characters visible: what is approved is what
-            # was read (docs/permissions.md).
+            # was read (docs/cli.md, "Permission prompts").
             self.console.print(waiting[0].shown, markup=False, highlight=False)
             rule = visible(waiting[0].rule, layout=False)
             self.console.print(

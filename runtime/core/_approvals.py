@@ -10,7 +10,7 @@ What the user is asked about is the whole input (:attr:`PendingRequest.shown`: e
 JSON, control characters visible), never the one-line summary: a harmless first line followed by
 ``; echo … > hidden.txt`` must be seen to be approved. "Always" remembers the exact target of the
 call (``bash(<the whole command>)``, see :meth:`PermissionPolicy.remember`), and answers the
-requests already waiting that this rule covers, exactly those (docs/permissions.md).
+requests already waiting that this rule covers, exactly those (docs/cli.md, "Permission prompts").
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ server's schema with ``"pattern": "^(a+)+$"`` and a model's input of thirty ``a`
 froze the runtime, Ctrl+C included. :func:`bounded_validator` gives a validator class whose
 three keywords match with the ``regex`` module instead (``re``-compatible ``VERSION0``, as the
 ``grep`` tool does) under one budget per validation, :data:`PATTERN_BUDGET_S`: past it, the
-input is refused as not checkable in time, and the loop goes on (docs/mcp.md, "Schemas").
+input is refused as not checkable in time, and the loop goes on (docs/mcp.md, "Tools").
 """
 
 from __future__ import annotations
