@@ -156,11 +156,18 @@ class ControlServer:
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
-def _pid_namespace(pid: int | str) -> str | None:
+def _pid_depth(pid: int | str) -> int | None:
+    """How many PID namespaces deep *pid* lives (the ``NSpid`` line of its ``status``, which
+    every process may read, a non-dumpable one too, unlike its ``ns/pid`` link); None if unknown.
+    """
     try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh.read(64 * 1024).split(b"\n"):
+                if line.startswith(b"NSpid:"):
+                    return len(line.split()) - 1
     except OSError:
         return None
+    return None
 
 
 def peer_refusal(sock: Any) -> str | None:
@@ -178,8 +185,10 @@ def peer_refusal(sock: Any) -> str | None:
         return "refused: the connecting process's credentials are unknown"
     if uid not in (os.getuid(), 0):
         return "refused: the connecting process belongs to another user"
-    ours = _pid_namespace("self")
-    theirs = _pid_namespace(pid) if pid > 0 else None
+    # The kernel gives the peer's pid as seen from this namespace: 0 for a peer this run cannot
+    # see (a parent namespace); one nested deeper (a sandboxed command) has more NSpid entries.
+    ours = _pid_depth("self")
+    theirs = _pid_depth(pid) if pid > 0 else None
     if ours is None or theirs != ours:
         return (
             "refused: the connecting process runs in another PID namespace (a sandboxed "
