@@ -17,11 +17,11 @@ from ._builtins import file_and_shell_tools as file_and_shell_tools
 from ._edit import EditTool as EditTool
 from ._glob import GlobTool as GlobTool
 from ._grep import GrepTool as GrepTool
+from ._guarded import open_guarded_process as open_guarded_process
 from ._read import ReadTool as ReadTool
 from ._registry import builtin_tools as builtin_tools
 from ._skill import SkillSource as SkillSource
 from ._skill import SkillTool as SkillTool
-from ._warden import open_guarded_process as open_guarded_process
 from ._write import WriteTool as WriteTool
 
 __all__ = sorted(

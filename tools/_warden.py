@@ -31,10 +31,9 @@ as Ray does for a worker's, does not end the warden with them), runs in its own 
 run. It holds nothing but the pipe. If it dies, or stops reading, the next bash
 call starts another and hands it the list (at most ``max_starts`` in all).
 
-Other long-lived children use the same guard: :func:`open_guarded_process` starts a process
-(an MCP server, ``runtime/mcp/_stdio.py``) in its own session with a tag, has the warden guard
-both, and at the end stops its group and every tagged process that left it (``setsid``), as a
-bash call's are stopped (docs/mcp.md, "Each server is an actor of the run").
+Other long-lived children use the same guard: ``tools/_guarded.py`` starts a process (an MCP
+server) in its own session with a tag, has the warden guard both, and at the end stops its group
+and every tagged process that left it (``setsid``), as a bash call's are stopped.
 
 Limits: a process that leaves its group (``setsid``) and also clears its environment
 (``env -i``) escapes, as it does the tool's own sweep. A child made with ``os.fork`` closes its
@@ -48,20 +47,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import select
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any, Final
-
-import trio
+from typing import Final
 
 from runtime.core import get_logger
 
-__all__ = ["CALL_TAG_VAR", "Warden", "open_guarded_process", "warden"]
+__all__ = ["CALL_TAG_VAR", "Warden", "warden"]
 
 # The variable that carries a bash call's tag into every process it starts.
 CALL_TAG_VAR: Final = "TRIO_AGENTS_BASH_CALL"
@@ -408,56 +403,3 @@ def warden() -> Warden:
         if _warden is None:
             _warden = Warden()
         return _warden
-
-
-@contextlib.asynccontextmanager
-async def open_guarded_process(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    cwd: str,
-    grace_s: float,
-    **popen: Any,
-) -> AsyncGenerator[trio.Process, None]:
-    """Start *argv* in its own session, guarded as a bash call is, and stop all of it at the end.
-
-    The process and everything it starts carry a fresh tag (``CALL_TAG_VAR``); the warden knows
-    the tag before the process exists and its group once it does, so if this process dies (kill
-    -9, the OOM killer) the warden ends them. Leaving the block (normally, by an error, or
-    cancelled) stops the group (SIGTERM, then SIGKILL after *grace_s*) and every tagged process
-    that left it with ``setsid``, then reaps the process.
-
-    Args:
-        popen: passed to :func:`trio.lowlevel.open_process` (``stdin``, ``stdout``, ``stderr``).
-
-    Raises:
-        OSError: the command cannot be started.
-
-    Cancellation: the stop at the end is shielded and bounded (a few times *grace_s*).
-    """
-    from ._bash import _ProcessGroup
-
-    tag = secrets.token_hex(8)
-    guard = warden()
-    if not guard.started:
-        await trio.to_thread.run_sync(guard.start)
-    guard.guard_call(tag)
-    try:
-        proc = await trio.lowlevel.open_process(
-            list(argv), env={**env, CALL_TAG_VAR: tag}, cwd=cwd, start_new_session=True, **popen
-        )
-        group = _ProcessGroup(proc, tag)
-        guard.guard(group.pgid)
-        try:
-            yield proc
-        finally:
-            try:
-                with trio.move_on_after(3 * grace_s + 1.0, shield=True):
-                    await group.stop(grace_s)
-            finally:
-                guard.release(group.pgid)  # before the reap: the number is still its group's
-                with trio.move_on_after(1.0, shield=True):
-                    await group.reap()
-                group.close()
-    finally:
-        guard.release_call(tag)
