@@ -359,8 +359,10 @@ class TerminalPrompts:
                     continue
                 if chosen.done is not None:
                     self.console.print(
-                        f"{chosen.sub.agent_name} {chosen.sub.tool_use_id} has already finished "
-                        f"({chosen.done}); pick another.",
+                        visible(
+                            f"{chosen.sub.agent_name} {chosen.sub.tool_use_id} has already "
+                            f"finished ({chosen.done}); pick another."
+                        ),
                         markup=False,
                         highlight=False,
                     )
@@ -445,8 +447,8 @@ class TerminalPrompts:
         out = self.console.file
         if not fresh:
             out.write("\r\x1b[K")  # back to the start of the prompt's line, cleared
-        for line in above:
-            out.write(line + "\n")
+        for line in above:  # a finished entry names its agent: the model's word, shown only
+            out.write(visible(line, layout=False) + "\n")
         out.write("cancel> " + typed)
         out.flush()
 
@@ -454,13 +456,13 @@ class TerminalPrompts:
         done = await session.rt.cancel(sub.tool_use_id, "picked with Ctrl+C", by="user")
         if done:
             self.console.print(
-                f"Cancelling {sub.agent_name} {sub.tool_use_id} and everything under it.",
+                visible(f"Cancelling {sub.agent_name} {sub.tool_use_id} and everything under it."),
                 markup=False,
                 highlight=False,
             )
         else:
             self.console.print(
-                f"{sub.agent_name} {sub.tool_use_id} has just finished; pick another.",
+                visible(f"{sub.agent_name} {sub.tool_use_id} has just finished; pick another."),
                 markup=False,
                 highlight=False,
             )
@@ -575,7 +577,8 @@ class _PickList:
     @staticmethod
     def _line(number: int, sub: RunningSubtree) -> str:
         indent = "  " * max(0, sub.depth - 1)
-        return f"  {indent}[{number}] {sub.agent_name} {sub.tool_use_id} {sub.description}"
+        line = f"  {indent}[{number}] {sub.agent_name} {sub.tool_use_id} {sub.description}"
+        return visible(line, layout=False)  # the model's names and descriptions, shown only
 
     def lines(self) -> list[str]:
         return [self._line(i, e.sub) for i, e in enumerate(self.entries, 1)]
