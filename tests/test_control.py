@@ -484,9 +484,16 @@ async def test_trio_agents_pending_and_permit_from_another_process(
             await trio.sleep(0.3)
             listed = await client("pending")
             assert listed.returncode == 0, listed.stderr
-            (line,) = listed.stdout.decode().splitlines()
+            line, *whole = listed.stdout.decode().splitlines()
             request_id = line.split()[0]
             assert "bash: echo permitted > asked.txt" in line
+            # Under it, the whole input and the rule --always would add.
+            assert whole == [
+                "    {",
+                '      "command": "echo permitted > asked.txt"',
+                "    }",
+                "    (--always: allows bash(echo permitted > asked.txt) for the rest of the run)",
+            ]
             as_json = await client("pending", "--json")
             assert [p["request_id"] for p in json.loads(as_json.stdout)] == [request_id]
             wrong = await client("permit", "perm-999", "yes")

@@ -318,7 +318,8 @@ def test_cli_md_lists_the_exit_codes_the_commands_use() -> None:
     from runtime.cli import _options
 
     rows = _table_rows(_section(DOCS / "cli.md", "Exit codes"))
-    codes = [_options.EXIT_OK, _options.EXIT_FAILED, _options.EXIT_USAGE, _options.EXIT_ABORTED]
+    codes = [_options.EXIT_OK, _options.EXIT_FAILED, _options.EXIT_USAGE, _options.EXIT_ABORTED,
+             _options.EXIT_TERMINATED]
     assert [str(c) for c in codes] == [k for k in rows if k != "code"]
 
 

@@ -158,3 +158,47 @@ def test_mcp_list_shows_a_servers_hostile_description_visibly(workspace: Path) -
     assert "mcp__hostile__read_all" in proc.stdout
     assert "^[]52" in proc.stdout
     assert_clean(proc.stdout + proc.stderr)
+
+
+def test_a_repositorys_own_files_reach_the_terminal_visibly(workspace: Path) -> None:
+    # Instructions, an agent's description (YAML's own "\e" escape) and a planted file name.
+    (workspace / "AGENTS.md").write_text(f"Use tabs {OSC52} always.")
+    agents = workspace / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "rev.md").write_text(
+        '---\nname: rev\ndescription: "Reviews \\e]0;pwned\\a diffs"\n---\nYou review.\n')
+    (agents / f"x{CLEAR}y.md").write_text("no front matter")
+    for args in (["run", "--show-system-prompt"], ["agents"], ["config"]):
+        proc = cli(workspace, *args)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert_clean(proc.stdout + proc.stderr)
+    shown = cli(workspace, "agents")
+    assert "Reviews ^[]0;pwned^G diffs" in shown.stdout
+    assert "x^[[2Jy.md" in shown.stderr
+    assert "Use tabs ^[]52" in cli(workspace, "run", "--show-system-prompt").stdout
+
+
+def test_the_ctrl_c_picker_lists_a_hostile_description_visibly(workspace: Path) -> None:
+    scenario = workspace / "slow.json"
+    scenario.write_text(json.dumps({"agents": {
+        "main": {"turns": [
+            {"tool_calls": [{"name": "agent", "input": {
+                "description": f"slow {OSC0}{CLEAR}", "prompt": "go", "agent": "slow"}}]},
+            {"text": "done"}]},
+        "slow": {"tools": [], "turns": [{"delay_s": 30, "text": "late"}]}}}))
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "runtime", "run", "go", "--scenario", str(scenario), "--no-trace"],
+        cwd=str(workspace), env=dict(os.environ, TERM="xterm-256color"),
+        dimensions=(50, 160), encoding="utf-8", codec_errors="replace", timeout=30,
+    )
+    child.expect("slow")  # the sub-agent runs: the picker has something to list
+    child.sendintr()
+    child.expect("cancel> ")
+    listing = child.before
+    child.sendline("q")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert "[1] slow" in listing
+    assert "^[]0;pwned^G" in listing
+    assert_clean(listing)

@@ -17,6 +17,7 @@ from ._builtins import file_and_shell_tools as file_and_shell_tools
 from ._edit import EditTool as EditTool
 from ._glob import GlobTool as GlobTool
 from ._grep import GrepTool as GrepTool
+from ._guarded import open_guarded_process as open_guarded_process
 from ._read import ReadTool as ReadTool
 from ._registry import builtin_tools as builtin_tools
 from ._skill import SkillSource as SkillSource
@@ -42,6 +43,7 @@ __all__ = sorted(
         "builtin_tools",
         "file_and_shell_tools",
         "one_line",
+        "open_guarded_process",
         "validate_input",
     ]
 )

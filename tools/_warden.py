@@ -31,6 +31,10 @@ as Ray does for a worker's, does not end the warden with them), runs in its own 
 run. It holds nothing but the pipe. If it dies, or stops reading, the next bash
 call starts another and hands it the list (at most ``max_starts`` in all).
 
+Other long-lived children use the same guard: ``tools/_guarded.py`` starts a process (an MCP
+server) in its own session with a tag, has the warden guard both, and at the end stops its group
+and every tagged process that left it (``setsid``), as a bash call's are stopped.
+
 Limits: a process that leaves its group (``setsid``) and also clears its environment
 (``env -i``) escapes, as it does the tool's own sweep. A child made with ``os.fork`` closes its
 copy of the pipe at once (an at-fork hook), so the warden still sees its parent die. A group

@@ -21,7 +21,15 @@ one connected now or one that connects later (``trio-agents permit``, or a one-s
 ``printf '{"op":"permission",…}' | nc -U SOCK``), up to ``--permission-timeout``.
 
 The socket file is created mode 0600 (it can cancel and approve: it is the user's alone) and
-removed when the server stops. A stale file left by a killed run is replaced; a live one (another
+removed when the server stops. A file mode does not stop a process that runs as the user, and a
+read-only mount does not stop ``connect``: a command inside ``--sandbox`` could reach a socket in
+the workspace and approve its siblings' requests (or MCP calls, which run outside the sandbox).
+So each client's credentials are checked when it connects (``SO_PEERCRED``, set by the kernel at
+``connect``, not forgeable): another user (root aside) or a process in another PID namespace than
+this run's (every sandboxed command: bwrap's ``--unshare-pid``) gets one refusal line and is
+disconnected (:func:`peer_refusal`; docs/reliability.md, "The trust boundary"). The user's own
+``trio-agents permit``/``pending``/``cancel`` and ``nc -U`` clients are in the user's namespace
+and keep working. A stale file left by a killed run is replaced; a live one (another
 run answers on it) is refused.
 
 :func:`control_request` is the blocking client behind ``trio-agents cancel``, ``permit`` and
@@ -34,6 +42,7 @@ import errno
 import os
 import socket
 import stat
+import struct
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -130,6 +139,11 @@ class ControlServer:
         self.clients += 1
         try:
             async with stream:
+                refusal = peer_refusal(stream.socket)
+                if refusal is not None:
+                    _log.warning("control client refused", reason=refusal)
+                    await stream.send_all(orjson.dumps(_error(refusal)) + b"\n")
+                    return
                 await _client_loop(rt, stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass  # the client went away; nothing to answer
@@ -137,6 +151,50 @@ class ControlServer:
             _log.exception("control client failed")
         finally:
             self.clients -= 1
+
+
+_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def _pid_depth(pid: int | str) -> int | None:
+    """How many PID namespaces deep *pid* lives (the ``NSpid`` line of its ``status``, which
+    every process may read, a non-dumpable one too, unlike its ``ns/pid`` link); None if unknown.
+    """
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh.read(64 * 1024).split(b"\n"):
+                if line.startswith(b"NSpid:"):
+                    return len(line.split()) - 1
+    except OSError:
+        return None
+    return None
+
+
+def peer_refusal(sock: Any) -> str | None:
+    """Why the process at the other end of *sock* may not drive this run, or None if it may.
+
+    Refused: a peer of another user (root may: it can anyway), a peer in another PID namespace
+    (a sandboxed command), one whose namespace cannot be read (failing closed), and any peer
+    when the kernel gives no credentials.
+    """
+    try:
+        pid, uid, _ = _CRED.unpack(
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
+        )
+    except (OSError, AttributeError, struct.error):
+        return "refused: the connecting process's credentials are unknown"
+    if uid not in (os.getuid(), 0):
+        return "refused: the connecting process belongs to another user"
+    # The kernel gives the peer's pid as seen from this namespace: 0 for a peer this run cannot
+    # see (a parent namespace); one nested deeper (a sandboxed command) has more NSpid entries.
+    ours = _pid_depth("self")
+    theirs = _pid_depth(pid) if pid > 0 else None
+    if ours is None or theirs != ours:
+        return (
+            "refused: the connecting process runs in another PID namespace (a sandboxed "
+            "command may not answer or cancel)"
+        )
+    return None
 
 
 async def _clear_stale(path: str) -> None:
@@ -261,6 +319,8 @@ async def handle_request(rt: Runtime, line: bytes) -> dict[str, Any]:
                         "agent_id": p.agent_id,
                         "name": p.name,
                         "summary": p.summary,
+                        "input": p.input,
+                        "always_rule": p.rule,
                     }
                     for p in rt.pending_permissions()
                 ],
@@ -362,10 +422,22 @@ def cmd_pending(path: str, *, as_json: bool = False) -> int:
     if not pending:
         print("No permission request is waiting.")
         return code
+    from runtime.core import show_input, visible
+
+    # The whole input under each request, as the terminal's question shows it: what is
+    # approved is what was read, not a summary cut at some width.
     for item in pending:
         if isinstance(item, dict):
-            print(
+            head = (
                 f"{item.get('request_id')}  {item.get('summary') or item.get('name')}  "
                 f"(agent {item.get('agent_id')}, call {item.get('tool_use_id')})"
             )
+            print(visible(head, layout=False))
+            given = item.get("input")
+            if isinstance(given, dict):
+                print("\n".join(f"    {line}" for line in show_input(given).split("\n")))
+            rule = item.get("always_rule")
+            if isinstance(rule, str) and rule:
+                line = f"    (--always: allows {rule} for the rest of the run)"
+                print(visible(line, layout=False))
     return code

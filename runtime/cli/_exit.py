@@ -17,6 +17,18 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_ABORTED = 130
+EXIT_TERMINATED = 143
+"""128 + SIGTERM: the run was ended by SIGTERM, handled as an abort (trace finished)."""
+
+
+class _Termination:
+    """Whether this process got SIGTERM during a session (set by its handler; the command's
+    exit code is then :data:`EXIT_TERMINATED` whatever the command returned)."""
+
+    received = False
+
+
+TERMINATION = _Termination()
 
 
 def command_name() -> str:
@@ -45,13 +57,15 @@ def _same_file(a: str, b: str) -> bool:
 
 def warning_line(message: str) -> None:
     """Print one ``trio-agents: warning: …`` line on stderr (newlines folded)."""
-    text = " ".join(message.split("\n")).strip()
+    from runtime.core import visible  # a planted file's name or a server's words: shown only
+
+    text = visible(" ".join(message.split("\n")).strip(), layout=False)
     print(f"{PROG}: warning: {text}", file=sys.stderr, flush=True)
 
 
 def error_line(message: str, *, file: TextIO | None = None) -> None:
     """Print one ``trio-agents: error: …`` line on stderr (newlines folded)."""
-    from runtime.core import redact_text  # masked like the events and the logs
+    from runtime.core import redact_text, visible  # masked like the events and the logs
 
-    text = redact_text(" ".join(message.split("\n")).strip())
+    text = visible(redact_text(" ".join(message.split("\n")).strip()), layout=False)
     print(f"{PROG}: error: {text}", file=file or sys.stderr, flush=True)

@@ -29,7 +29,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +40,7 @@ from runtime.core import PERMISSION_MODES as PERMISSION_MODES
 from runtime.core import PROVIDERS as PROVIDERS
 
 if TYPE_CHECKING:
+    import trio
     from rich.console import Console
 
     from runtime.core import AgentHandle, AgentOutcome, Limits, Runtime
@@ -54,8 +55,10 @@ if TYPE_CHECKING:
 from ._exit import EXIT_ABORTED as EXIT_ABORTED
 from ._exit import EXIT_FAILED as EXIT_FAILED
 from ._exit import EXIT_OK as EXIT_OK
+from ._exit import EXIT_TERMINATED as EXIT_TERMINATED
 from ._exit import EXIT_USAGE as EXIT_USAGE
 from ._exit import PROG as PROG
+from ._exit import TERMINATION
 from ._exit import error_line as error_line
 from ._exit import warning_line as warning_line
 
@@ -657,8 +660,24 @@ def run_command(main: Callable[[], Any], *, debug: bool) -> int:
     except BaseException as exc:  # the one place every failure becomes an exit code
         if isinstance(exc, SystemExit):
             raise
-        return exit_code_for_exception(exc, debug=debug)
-    return int(code)
+        code = exit_code_for_exception(exc, debug=debug)
+    return EXIT_TERMINATED if TERMINATION.received else int(code)
+
+
+async def serve_sigterm(
+    signals: AsyncIterator[int], session: Session, scope: trio.CancelScope
+) -> None:
+    """SIGTERM ends the command as an abort does: every node ``cancelled``, the trace finished,
+    MCP servers and bash calls stopped, exit 143 (a ``chat`` waiting at its prompt too: the
+    session's scope is cancelled once the run is aborted).
+
+    Cancellation: the way to stop it.
+    """
+    async for _ in signals:
+        TERMINATION.received = True
+        session.aborted = True
+        await session.rt.abort("run terminated by SIGTERM")
+        scope.cancel(reason="SIGTERM")
 
 
 # -- the session ---------------------------------------------------------------------------
@@ -822,7 +841,10 @@ async def open_session(
             control = await ControlServer.bind(opts.control)  # a bad path fails before any run
         # The receiver is open before the first agent runs and until the last one has ended:
         # from here on Ctrl+C never raises KeyboardInterrupt, it is a message to serve_sigint.
-        with trio.open_signal_receiver(signal.SIGINT) as sigint:
+        with (
+            trio.open_signal_receiver(signal.SIGINT) as sigint,
+            trio.open_signal_receiver(signal.SIGTERM) as sigterm,
+        ):
             async with trio.open_nursery() as nursery:
                 try:
                     async with open_run(attrs.evolve(config, on_event=tap)) as rt:
@@ -835,6 +857,7 @@ async def open_session(
                         if prompts is not None:
                             await nursery.start(prompts.run, session)
                         nursery.start_soon(serve_sigint, sigint, session)
+                        nursery.start_soon(serve_sigterm, sigterm, session, nursery.cancel_scope)
                         if _stdout_is_pipe():
                             nursery.start_soon(watch_stdout_reader, session)
                         if control is not None:

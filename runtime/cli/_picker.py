@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import trio
 
-from runtime.core import Event, PermissionRequested, PermissionResolved
+from runtime.core import Event, PermissionRequested, PermissionResolved, visible
 
 if TYPE_CHECKING:
     from runtime.trace import RunningSubtree, TraceTree
@@ -376,8 +376,10 @@ class TerminalPrompts:
                     continue
                 if chosen.done is not None:
                     self.console.print(
-                        f"{chosen.sub.agent_name} {chosen.sub.tool_use_id} has already finished "
-                        f"({chosen.done}); pick another.",
+                        visible(
+                            f"{chosen.sub.agent_name} {chosen.sub.tool_use_id} has already "
+                            f"finished ({chosen.done}); pick another."
+                        ),
                         markup=False,
                         highlight=False,
                     )
@@ -516,8 +518,8 @@ class TerminalPrompts:
         out = self.console.file
         if not fresh:
             out.write("\r\x1b[K")  # back to the start of the prompt's line, cleared
-        for line in above:
-            out.write(line + "\n")
+        for line in above:  # a finished entry names its agent: the model's word, shown only
+            out.write(visible(line, layout=False) + "\n")
         out.write("cancel> " + typed)
         out.flush()
 
@@ -525,13 +527,13 @@ class TerminalPrompts:
         done = await session.rt.cancel(sub.tool_use_id, "picked with Ctrl+C", by="user")
         if done:
             self.console.print(
-                f"Cancelling {sub.agent_name} {sub.tool_use_id} and everything under it.",
+                visible(f"Cancelling {sub.agent_name} {sub.tool_use_id} and everything under it."),
                 markup=False,
                 highlight=False,
             )
         else:
             self.console.print(
-                f"{sub.agent_name} {sub.tool_use_id} has just finished; pick another.",
+                visible(f"{sub.agent_name} {sub.tool_use_id} has just finished; pick another."),
                 markup=False,
                 highlight=False,
             )
@@ -553,15 +555,23 @@ class TerminalPrompts:
         await session.abort(reason)
 
     async def _ask_permission(self, session: Session, req: PermissionRequested) -> None:
-        if not any(p.request_id == req.request_id for p in session.rt.pending_permissions()):
+        waiting = [p for p in session.rt.pending_permissions() if p.request_id == req.request_id]
+        if not waiting:
             return  # answered, timed out or cancelled while it queued
         who = agent_path(self.tree, req.agent_id)
         with self.view.paused():
             self.console.print(
-                f"[bold yellow]Permission[/] [bold]{_escape(who)}[/]"
-                f"[dim]{_escape(self._which(req.agent_id))}[/] wants to run "
-                f"[bold]{_escape(req.summary)}[/]",
+                f"[bold yellow]Permission[/] [bold]{_escape(visible(who))}[/]"
+                f"[dim]{_escape(visible(self._which(req.agent_id)))}[/] wants to run "
+                f"[bold]{_escape(visible(req.summary))}[/]; the whole input:",
                 highlight=False,
+            )
+            # The whole input, wrapped, control characters visible: what is approved is what
+            # was read (docs/cli.md, "Permission prompts").
+            self.console.print(waiting[0].shown, markup=False, highlight=False)
+            rule = visible(waiting[0].rule, layout=False)
+            self.console.print(
+                f"(always: allows {rule} for the rest of this run)", markup=False, highlight=False
             )
             while True:
                 prompt = _Prompt("permission", req.request_id)
@@ -589,25 +599,16 @@ class TerminalPrompts:
                     self.console.print("Denied.", highlight=False)
                     return
                 if answer in ("a", "always"):
+                    # The rule is the exact target; the broker also answers the requests
+                    # already waiting that it covers, and only those.
                     session.rt.resolve_permission(req.request_id, True, remember=True)
                     self.console.print(
-                        f"Allowed for the rest of this run: {req.name} calls like this one.",
+                        f"Allowed for the rest of this run: {rule}",
                         markup=False,
                         highlight=False,
                     )
-                    self._grant_queued_like(session, req)
                     return
                 self.console.print("Please answer y, n or a.", highlight=False)
-
-    def _grant_queued_like(self, session: Session, req: PermissionRequested) -> None:
-        # Questions asked before the "always" answer wait already; the remembered rule covers
-        # only later calls. The same call asked again is answered now rather than asked twice.
-        for queued in list(self._requests):
-            if queued.name == req.name and queued.summary == req.summary:
-                self._requests.remove(queued)
-                session.rt.resolve_permission(
-                    queued.request_id, True, reason=f"granted: as {req.request_id} (always)"
-                )
 
     def _which(self, agent_id: str | None) -> str:
         # Sibling agents of one type share a path: their task and id tell them apart.
@@ -647,7 +648,8 @@ class _PickList:
     @staticmethod
     def _line(number: int, sub: RunningSubtree) -> str:
         indent = "  " * max(0, sub.depth - 1)
-        return f"  {indent}[{number}] {sub.agent_name} {sub.tool_use_id} {sub.description}"
+        line = f"  {indent}[{number}] {sub.agent_name} {sub.tool_use_id} {sub.description}"
+        return visible(line, layout=False)  # the model's names and descriptions, shown only
 
     def lines(self) -> list[str]:
         return [self._line(i, e.sub) for i, e in enumerate(self.entries, 1)]

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runtime.core import visible
+
 from ._options import (
     RunOptions,
     UsageError,
@@ -149,7 +151,9 @@ def show_system_prompt(opts: RunOptions, agent_type: str) -> int:
     # type without a tool list, or to one whose list names or matches them.
     every = dict.fromkeys([*tools, *_mcp_tools(opts)])
     own_tools = list(every if atype.tools is None else select_tools(every, atype.tools))
-    sys.stdout.write(project.system_prompt()(atype, own_tools) + "\n")
+    # The repository's words (instructions, descriptions, server instructions): shown, never
+    # obeyed by the terminal.
+    sys.stdout.write(visible(project.system_prompt()(atype, own_tools)) + "\n")
     return 0
 
 
@@ -220,9 +224,10 @@ def cmd_agents(opts: RunOptions, *, as_json: bool) -> int:
     for row in rows:
         tools = "all tools" if row["tools"] is None else ", ".join(row["tools"]) or "no tools"
         model = f"; model {row['model']}" if row["model"] else ""
-        print(f"{row['name']}  ({tools}{model})  from {', refined by '.join(row['source'])}")
+        line = f"{row['name']}  ({tools}{model})  from {', refined by '.join(row['source'])}"
+        print(visible(line, layout=False))
         if row["description"]:
-            print(f"    {_one_line(row['description'], 160)}")
+            print(visible(f"    {_one_line(row['description'], 160)}", layout=False))
     return 0
 
 
@@ -253,7 +258,7 @@ def cmd_config(ns: argparse.Namespace, *, as_json: bool) -> int:
             ", ".join(value) or "(none)" if isinstance(value, tuple) else
             str(value).lower() if isinstance(value, bool) else str(value)
         )
-        print(f"{r['key']:<{width}}  {shown}  [{r['source']}]")
+        print(visible(f"{r['key']:<{width}}  {shown}  [{r['source']}]", layout=False))
     files = ", ".join(str(f) for f in settings.files) or "none"
-    print(f"settings files read: {files}")
+    print(visible(f"settings files read: {files}", layout=False))
     return 0

@@ -26,6 +26,7 @@ from ._options import (
     UsageError,
     error_line,
     existing_file,
+    warning_line,
 )
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ def _recorded_defaults(ns: argparse.Namespace, opts: RunOptions, rec: Recording)
     flags = flags_from_args(ns)
     rules_given = any(flags.get(s.name) for s in TABLE if s.kind is RULES)
     recorded: dict[str, Any] = {}
+    refused: list[str] = []
     for setting in TABLE:
         if setting.event_key is None or (rules_given and setting.kind is RULES):
             continue
@@ -134,14 +136,32 @@ def _recorded_defaults(ns: argparse.Namespace, opts: RunOptions, rec: Recording)
         if value is None or value == _ASK_STAYS_DEFAULT:
             continue
         try:
-            recorded[setting.name] = setting.kind.check(value)
+            checked = setting.kind.check(value)
         except Exception as exc:  # a check's ValueError, a rule's ConfigError
             raise UsageError(
                 f"{ns.trace_file}: run_started config {setting.event_key}: {exc}"
             ) from None
+        if not ns.mock_tools and setting.group == "permissions" and setting.trust.loosens(
+            setting.default, checked
+        ):
+            # The tools run for real: a trace is a file anyone can write, so what it recorded
+            # never widens what runs (docs/replay.md, "Permissions"); the user's own mode does.
+            refused.append(f"{setting.name} = {_shown(checked)}")
+            continue
+        recorded[setting.name] = checked
+    if refused:
+        warning_line(
+            f"{ns.trace_file} was recorded with {'; '.join(refused)}: not applied, since this "
+            "replay runs the tools for real; it uses your permission mode and rules (deny "
+            "without a terminal): give --permission-mode or --allow, or use --mock-tools"
+        )
     replayed = options_from_args(ns, under=(f"recording {ns.trace_file}", recorded))
     replayed = _unsettable_limits(replayed, rec.config.get("limits"))
     return dataclasses.replace(replayed, project=opts.project, run_id=opts.run_id)
+
+
+def _shown(value: Any) -> str:
+    return "[" + ", ".join(map(str, value)) + "]" if isinstance(value, tuple) else str(value)
 
 
 def _dig(obj: Any, dotted: str) -> Any:

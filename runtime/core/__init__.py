@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ._agent_types import default_agent_types as default_agent_types
     from ._agent_types import load_agent_types as load_agent_types
     from ._approvals import PermissionBroker as PermissionBroker
+    from ._approvals import show_input as show_input
     from ._budget import BudgetLayer as BudgetLayer
     from ._bus import EventBus as EventBus
     from ._compaction import SUMMARY_HEADER as SUMMARY_HEADER
@@ -288,6 +289,7 @@ _LAZY: dict[str, str] = {
     "seal_process_environ": "._secrets",
     "secret_values": "._secrets",
     "select_tools": "._loop",
+    "show_input": "._approvals",
     "state_converter": "._messages",
     "validate_input": "._tool",
     "visible": "._termtext",

@@ -5,11 +5,18 @@
 ``parent_tool_use_id`` up to whoever watches the root stream) and waits — only that tool call —
 for :meth:`PermissionBroker.resolve`. With nobody able to answer, or no answer in time, the call is
 denied with a reason. Every request ends with one ``permission_resolved``.
+
+What the user is asked about is the whole input (:attr:`PendingRequest.shown`: every field, as
+JSON, control characters visible), never the one-line summary: a harmless first line followed by
+``; echo … > hidden.txt`` must be seen to be approved. "Always" remembers the exact target of the
+call (``bash(<the whole command>)``, see :meth:`PermissionPolicy.remember`), and answers the
+requests already waiting that this rule covers, exactly those (docs/cli.md, "Permission prompts").
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Generator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -20,6 +27,7 @@ import trio
 from runtime._logs import get_logger
 
 from ._events import PermissionRequested, PermissionResolved
+from ._termtext import visible
 
 if TYPE_CHECKING:
     from ._bus import EventBus
@@ -34,6 +42,8 @@ class _Pending:
     tool_use_id: str
     agent_id: str
     summary: str = ""
+    shown: Mapping[str, Any] = attrs.field(factory=dict)
+    rule: str = ""
     done: trio.Event = attrs.Factory(trio.Event)
     granted: bool = False
     reason: str = ""
@@ -48,6 +58,26 @@ class PendingRequest:
     agent_id: str
     name: str
     summary: str = ""
+    input: Mapping[str, Any] = attrs.field(factory=dict)
+    """The call's whole input, secrets masked."""
+    rule: str = ""
+    """The rule answering "always" adds (``bash(<the whole command>)``), to show beside it."""
+
+    @property
+    def shown(self) -> str:
+        """The whole input as the user is shown it: see :func:`show_input`."""
+        return show_input(self.input)
+
+
+def show_input(value: Mapping[str, Any]) -> str:
+    """A tool input as a question shows it: every field, JSON (a newline in a command is
+    ``\\n``, never a line break that hides what follows), indented, any other control character
+    visible."""
+    try:
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):  # a cycle or a key JSON cannot carry
+        text = repr(value)
+    return visible(text)
 
 
 _log = get_logger("trio_agents.permissions")
@@ -101,6 +131,8 @@ class PermissionBroker:
                 agent_id=p.agent_id,
                 name=p.tool.name,
                 summary=p.summary,
+                input=p.shown,
+                rule=p.rule,
             )
             for rid, p in self._pending.items()
         ]
@@ -147,7 +179,9 @@ class PermissionBroker:
                 granted, reason = False, NOBODY_TO_ASK
                 self._warn_denied(tool.name, f"mode {self.policy.mode} and {reason}")
             else:
-                pending = _Pending(tool, args, tool_use_id, agent_id, summary)
+                shown = self.bus.secrets.value(dict(args))
+                rule = self.bus.secrets.value(self.policy.rule_for(tool, args))
+                pending = _Pending(tool, args, tool_use_id, agent_id, summary, shown, rule)
                 self._pending[request_id] = pending
                 try:
                     with trio.move_on_after(self.timeout_s):
@@ -204,7 +238,19 @@ class PermissionBroker:
         if granted and remember:
             rule = self.policy.remember(pending.tool, pending.args)
             pending.reason = reason or f"granted; remembered as {rule}"
+            self._grant_covered(request_id, rule)
         else:
             pending.reason = reason or ("granted by user" if granted else "denied by user")
         pending.done.set()
         return True
+
+    def _grant_covered(self, request_id: str, rule: str) -> None:
+        # The requests already waiting that the remembered rule allows (the same exact target)
+        # are answered with it; one that differs anywhere in its input keeps waiting.
+        for rid, other in self._pending.items():
+            if rid == request_id or other.done.is_set():
+                continue
+            if self.policy.decide(other.tool, other.args).action == "allow":
+                other.granted = True
+                other.reason = f"granted: {rule} (always, from {request_id})"
+                other.done.set()

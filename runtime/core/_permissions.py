@@ -248,6 +248,17 @@ class PermissionPolicy:
         Returns:
             The rule added, as text (``bash(git status)``, ``write(./notes.md)``).
         """
+        rule = self._rule_for(tool, args)
+        if rule not in self.allow:
+            self.allow = (*self.allow, rule)
+        return str(rule)
+
+    def rule_for(self, tool: Tool, args: Mapping[str, Any]) -> str:
+        """The rule :meth:`remember` would add for this call, as text (nothing is added): what
+        a question shows next to "always"."""
+        return str(self._rule_for(tool, args))
+
+    def _rule_for(self, tool: Tool, args: Mapping[str, Any]) -> Rule:
         kind = _kind(tool)
         target = self._targets(tool, args, kind)[-1]
         if kind == "path":
@@ -256,10 +267,7 @@ class PermissionPolicy:
                 pattern = "./" + pattern  # anchored: only this file, not any file so named
         else:
             pattern = _escape(target, paths=False)
-        rule = Rule(tool.name, pattern)
-        if rule not in self.allow:
-            self.allow = (*self.allow, rule)
-        return str(rule)
+        return Rule(tool.name, pattern)
 
     def _protected_hit(self, targets: list[str]) -> str | None:
         if not self.protected or self.workspace is None:

@@ -116,8 +116,14 @@ class Sandbox:
             args.append("--unshare-net")
         args += ["--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         # /tmp before the workspace: a workspace under /tmp is bound over the fresh tmpfs.
-        args += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--bind", ws, ws]
-        for path in _existing(self.read_only, home):
+        args += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+        # A read-only path that holds the workspace (a trace in a parent folder) is bound
+        # before it, so the workspace bound after stays writable; the rest go on top of it.
+        holding, inside = _split_holding(_existing(self.read_only, home), os.path.realpath(ws))
+        for path in holding:
+            args += ["--ro-bind", path, path]
+        args += ["--bind", ws, ws]
+        for path in inside:
             args += ["--ro-bind", path, path]
         for path in _existing((*HIDDEN, *self.hide), home):
             if os.path.isdir(path):
@@ -156,6 +162,12 @@ class Sandbox:
                 "namespaces may be off (sysctl kernel.unprivileged_userns_clone, "
                 "user.max_user_namespaces) or forbidden in this container"
             )
+
+
+def _split_holding(paths: list[str], ws: str) -> tuple[list[str], list[str]]:
+    """*paths* split into those that are *ws* or hold it, and the others."""
+    holding = [p for p in paths if ws == p or ws.startswith(p.rstrip("/") + "/")]
+    return holding, [p for p in paths if p not in holding]
 
 
 def _existing(paths: Iterable[str], home: Path) -> list[str]:

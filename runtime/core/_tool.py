@@ -23,6 +23,7 @@ import attrs
 from ._errors import ToolInputError
 from ._sandbox import Sandbox
 from ._schema import compile_check
+from ._schema_regex import bounded_validator, pattern_deadline, reset_deadline
 from ._secrets import NO_SECRETS, Secrets
 
 if TYPE_CHECKING:
@@ -223,9 +224,14 @@ def validate_input(tool: Tool, args: Any) -> None:
 
     validator = validation.validator
     if validator is None:
-        cls = jsonschema.validators.validator_for(tool.input_schema)
+        # Patterns matched with a deadline: a schema's own regex must not freeze the loop.
+        cls = bounded_validator(jsonschema.validators.validator_for(tool.input_schema))
         validator = validation.validator = cls(tool.input_schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(args))
+    token = pattern_deadline()
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(args))
+    finally:
+        reset_deadline(token)
     if error is None:
         return
     path = "input" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.path)

@@ -169,6 +169,14 @@ def _parse_server(name: Any, spec: Any, source: str, prefix: str) -> McpServerCo
 
     if not isinstance(name, str) or not _SERVER_NAME.fullmatch(name):
         raise fail("", "a server name may hold only letters, digits, '_' and '-'")
+    if "__" in name or name.endswith("_"):
+        # Tools are mcp__NAME__TOOL: with 'git__x' (or 'git_') a rule or glob for server
+        # 'git' (mcp__git__*) would also match this server's tools (docs/mcp.md).
+        raise fail(
+            "",
+            "a server name may not hold '__' or end with '_' (its tools would match the "
+            "rules of another server's name: mcp__git__* matches mcp__git__x__TOOL)",
+        )
     if not isinstance(spec, Mapping):
         raise fail("", "expected an object")
     kind = spec.get("type", "http" if "url" in spec and "command" not in spec else "stdio")

@@ -1,11 +1,15 @@
 """The stdio transport: an MCP server as a child process speaking JSON-RPC, one message a line.
 
-The SDK has a stdio client; this runs the process itself, for three reasons the issue asks for:
-the server runs in its own process group, and the WHOLE group is terminated then killed when
-the connection ends (the SDK signals the group only when the leader itself hangs, so children a
-server leaves behind would outlive the run); a line is read in linear time with a size cap (a
-50 MB result is read once, not re-joined chunk by chunk); and the server's stderr goes to a
-bounded tail kept for the "why" of a failure, not onto the user's terminal.
+The SDK has a stdio client; this runs the process itself, for these reasons: the server runs
+under the same guard as a ``bash`` call (``tools.open_guarded_process``: its own session, a tag
+in its environment, the warden), so when the connection ends its WHOLE group is terminated then
+killed, and so is every process it started that left the group with ``setsid``; if the runtime
+dies (``kill -9``), the warden does the same (the SDK signals the group only when the leader
+itself hangs, so children a server leaves behind would outlive the run); a line is read in
+linear time with a size cap (a 50 MB result is read once, not re-joined chunk by chunk), and a
+message is refused before it is parsed when it holds more items than :data:`MAX_MESSAGE_ITEMS`
+(two million small text blocks under the byte cap took 4.5 GB to parse); and the server's
+stderr goes to a bounded tail kept for the "why" of a failure, not onto the user's terminal.
 
 Everything else — framing a message, the JSON-RPC session, requests, cancellation — is the
 SDK's: the two streams handed to :class:`mcp.ClientSession` are the ones its own transports make.
@@ -16,7 +20,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,12 +29,16 @@ import mcp_types
 import trio
 from mcp.shared.message import SessionMessage
 
-__all__ = ["MAX_LINE_BYTES", "StdioTransport"]
+__all__ = ["MAX_LINE_BYTES", "MAX_MESSAGE_ITEMS", "StdioTransport"]
 
 MAX_LINE_BYTES = 128 * 1024 * 1024
 """The longest message a server may send: a tool result of 50 MB fits, also when the server
 sends it twice (as text and as ``structuredContent``). A longer one ends the connection: the
 calls in flight fail naming the reason, and the next call starts the server again."""
+MAX_MESSAGE_ITEMS = 50_000
+"""The most typed items (``"type"`` keys: content blocks, schema nodes) one message may hold; a
+message with more ends the connection like an over-long one. Counted on the raw line before it
+is parsed (an unescaped ``"type"`` cannot occur inside a JSON string)."""
 STOP_GRACE_S = 1.0
 """How long a server has to exit after its stdin closes, and again after SIGTERM."""
 _STDERR_LINES = 20
@@ -82,29 +89,48 @@ class StdioTransport:
         Cancellation: stops the server as on any end: stdin closed, then after
         :data:`STOP_GRACE_S` SIGTERM to its process group, then SIGKILL; bounded, shielded.
         """
+        from tools import open_guarded_process
+
         err_read, err_write = os.pipe()
-        started = False
+        stderr: trio.lowlevel.FdStream | None = None
+        proc: trio.Process | None = None
         try:
-            proc = await trio.lowlevel.open_process(
+            # The group and what left it (setsid) are stopped by the guard at the end of the
+            # block: bounded, shielded.
+            async with open_guarded_process(
                 self._argv,
+                env=self._env,
+                cwd=self._cwd,
+                grace_s=STOP_GRACE_S,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err_write,
-                env=self._env,
-                cwd=self._cwd,
-                start_new_session=True,
-            )
-            started = True
+            ) as proc:
+                os.close(err_write)
+                err_write = -1
+                stderr = trio.lowlevel.FdStream(err_read)  # owns the read end from here
+                await self._serve(proc, stderr, eof, task_status)
         finally:
-            os.close(err_write)
-            if not started:  # whatever stopped it, Ctrl+C included: the read end goes too
+            if err_write >= 0:
+                os.close(err_write)
+            if stderr is None:  # never started, Ctrl+C included: the read end goes too
                 os.close(err_read)
+            if proc is not None:
+                self.returncode = proc.returncode  # reaped by the guard
+
+    async def _serve(
+        self,
+        proc: trio.Process,
+        stderr: trio.lowlevel.FdStream,
+        eof: trio.Event | None,
+        task_status: trio.TaskStatus[Any],
+    ) -> None:
         self.pid = proc.pid
         read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read_stderr, trio.lowlevel.FdStream(err_read))
+                nursery.start_soon(self._read_stderr, stderr)
                 nursery.start_soon(self._write, proc, write_recv)
                 task_status.started((read_recv, write_send))
                 await self._read(proc, read_send)
@@ -116,7 +142,6 @@ class StdioTransport:
             write_recv.close()
             with trio.move_on_after(3 * STOP_GRACE_S, shield=True):
                 await self._stop(proc)
-            self.returncode = proc.returncode
 
     async def _read(self, proc: trio.Process, send: Any) -> None:
         assert proc.stdout is not None
@@ -137,6 +162,11 @@ class StdioTransport:
                     del buf[: end + 1]
                     start = 0
                     if line.strip():
+                        if line.count(b'"type"') > MAX_MESSAGE_ITEMS:
+                            self.closed_reason = (
+                                f"it sent a message of over {MAX_MESSAGE_ITEMS} items"
+                            )
+                            return
                         await send.send(self._parse(line))
                 start = len(buf)
                 if len(buf) > MAX_LINE_BYTES:
@@ -181,41 +211,12 @@ class StdioTransport:
                         self._stderr.append(text[:_STDERR_LINE_CHARS])
 
     async def _stop(self, proc: trio.Process) -> None:
-        """Close stdin, give the server a moment, then TERM and KILL its whole group."""
+        """Close stdin and give the server a moment to exit on its own (the guard then stops
+        its group and what left it, see :meth:`run`)."""
         if proc.stdin is not None:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 await proc.stdin.aclose()
         with trio.move_on_after(STOP_GRACE_S):
             await proc.wait()
-        # Always the group, also when the leader has exited: what it started must go too.
-        if _signal_group(proc.pid, signal.SIGTERM):
-            with trio.move_on_after(STOP_GRACE_S):
-                while _group_alive(proc.pid):
-                    proc.poll()  # reaps the leader, whose zombie would keep the group "alive"
-                    await trio.sleep(_POLL_S)
-            if _group_alive(proc.pid):
-                _signal_group(proc.pid, signal.SIGKILL)
-        with trio.move_on_after(STOP_GRACE_S):
-            await proc.wait()
         if proc.stdout is not None:
             await proc.stdout.aclose()
-
-
-def _signal_group(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 __all__ = ["McpTool", "make_tools", "render_result", "tool_name"]
 
+PROGRESS_INTERVAL_S = 0.1
+"""The shortest time between two ``tool_progress`` events of one MCP call."""
+MAX_RESULT_BLOCKS = 10_000
+"""The most content blocks of one result the model reads; the rest are counted."""
+
 # What both model APIs accept as a tool name.
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -64,7 +69,10 @@ class McpTool(Tool):
                 wake = trio.Event()
                 if latest:
                     await report(*latest.pop())
+                # At most one event per interval: a flood keeps only its latest (docs/mcp.md).
+                await trio.sleep(PROGRESS_INTERVAL_S)
 
+        outcome: mcp_types.CallToolResult | BaseException
         async with trio.open_nursery() as nursery:
 
             async def on_progress(  # noqa: RUF029 - the SDK awaits its progress callback
@@ -82,12 +90,19 @@ class McpTool(Tool):
                     nursery.start_soon(forward)
 
             try:
-                result = await self.server.call_tool(
+                outcome = await self.server.call_tool(
                     self.remote_name, args, on_progress if report is not None else None
                 )
+            except Exception as exc:  # raised outside the nursery: not wrapped in a group
+                outcome = exc
             finally:
                 state["done"] = True
                 nursery.cancel_scope.cancel(reason="the call is over")
+        if isinstance(outcome, BaseException):
+            raise outcome
+        result = outcome
+        if latest and report is not None:  # the last word of a flood that came meanwhile
+            await report(*latest.pop())
         text = render_result(result)
         if result.is_error:
             raise ToolError(text or f"{self.name} failed (the server gave no message)")
@@ -109,7 +124,7 @@ def render_result(result: mcp_types.CallToolResult) -> str:
     """
     parts: list[str] = []
     has_text = False
-    for block in result.content:
+    for block in result.content[:MAX_RESULT_BLOCKS]:
         if isinstance(block, mcp_types.TextContent):
             parts.append(block.text)
             has_text = True
@@ -126,6 +141,8 @@ def render_result(result: mcp_types.CallToolResult) -> str:
                 parts.append(f"[{mime}, {size}: {res.uri}]")
         else:  # a resource link
             parts.append(f"[resource link: {block.uri}]")
+    if len(result.content) > MAX_RESULT_BLOCKS:
+        parts.append(f"[{len(result.content) - MAX_RESULT_BLOCKS} more content blocks not shown]")
     if result.structured_content is not None and not has_text:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     return "\n".join(parts)

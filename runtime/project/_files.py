@@ -257,6 +257,16 @@ def _yaml_message(exc: Any, path: Path) -> str:
     return f"{where}: the front matter is not valid YAML: {problem}"
 
 
+def foreign_owner(folder: Path) -> int | None:
+    """The uid owning *folder* when it is not this process's user, else None (also when it
+    cannot be looked at)."""
+    try:
+        uid = os.stat(folder).st_uid
+    except OSError:
+        return None
+    return uid if uid != os.geteuid() else None
+
+
 @attrs.frozen
 class GitInfo:
     """The git repository holding the workspace, if any."""

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import attrs
 
-from ._files import ProjectFileError, inside, read_text_capped
+from ._files import ProjectFileError, foreign_owner, inside, read_text_capped
 
 MAX_IMPORT_DEPTH = 5
 MAX_FILE_BYTES = 64 * 1024
@@ -208,6 +208,13 @@ def load_instructions(
     if workspace != project_root and project_root in workspace.parents:
         folders += [p for p in workspace.parents if p == project_root or project_root in p.parents]
     for folder in reversed(folders):
+        if folder != workspace and (uid := foreign_owner(folder)) is not None:
+            # Above the workspace, a folder of another user's is not the user's project
+            # (git's safe.directory rule): its instructions could be anyone's.
+            loader.warn(
+                f"{folder}: owned by another user (uid {uid}); its instruction files are skipped"
+            )
+            continue
         for name in PROJECT_NAMES:
             path = folder / name
             if path.is_file():

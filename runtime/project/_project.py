@@ -13,7 +13,7 @@ import attrs
 from runtime.core import AgentType
 
 from ._agents import AgentDefinition, ToolNames, load_definitions
-from ._files import GitInfo, git_info, user_config_dir
+from ._files import GitInfo, foreign_owner, git_info, user_config_dir
 from ._instructions import InstructionFile, load_instructions
 from ._prompt import SystemPrompt
 from ._skills import Skill, load_skills
@@ -78,10 +78,18 @@ def load_project(
     """
     ws = Path(workspace).expanduser().resolve()
     user_dir = user_config_dir(env)
-    git = git_info(ws)
-    root = git.root or ws
     warnings: list[str] = []
     warn = warnings.append
+    git = git_info(ws)
+    if git.root is not None and git.root != ws and (uid := foreign_owner(git.root)) is not None:
+        # git's own rule (safe.directory): a repository above the workspace that another user
+        # owns could have been planted there (/tmp/.git); its HEAD and instructions are theirs.
+        warn(
+            f"{git.root}: a repository owned by another user (uid {uid}); its .git and "
+            "instruction files are not used (git's safe.directory rule)"
+        )
+        git = GitInfo()
+    root = git.root or ws
     instructions = load_instructions(ws, root, user_dir, warn)
     skills = load_skills(
         [

@@ -469,7 +469,11 @@ def _sandbox(config: RunConfig, ws: Path, trace_path: Path | None) -> Sandbox | 
     # The runtime's own files stay read-only to sandboxed commands.
     own = [str(ws / ".trio-agents"), str(ws / ".mcp.json")]
     if trace_path is not None:
-        own.append(str(trace_path.parent.resolve()))
+        # A folder that holds the workspace cannot be read-only over it (the workspace
+        # stays writable, docs/reliability.md): then the trace file itself is.
+        folder = trace_path.parent.resolve()
+        holds_ws = ws.resolve().is_relative_to(folder)
+        own.append(str(trace_path.resolve() if holds_ws else folder))
     return attrs.evolve(box, read_only=(*box.read_only, *own))
 
 
