@@ -317,7 +317,8 @@ def test_sigterm_ends_a_chat_waiting_for_input_with_exit_143_and_a_finished_trac
         try:
             deadline = time.monotonic() + 30
             while b'"run_started"' not in (trace.read_bytes() if trace.exists() else b""):
-                assert time.monotonic() < deadline and chat.poll() is None
+                assert time.monotonic() < deadline
+                assert chat.poll() is None
                 time.sleep(0.05)
             chat.send_signal(signal.SIGTERM)
             assert chat.wait(timeout=30) == 143
