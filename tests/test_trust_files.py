@@ -297,3 +297,33 @@ def test_a_bad_limit_in_a_replayed_trace_is_one_line_and_exit_2(workspace: Path)
     [line] = proc.stderr.splitlines()
     assert "max_turns" in line
     assert "Traceback" not in proc.stderr
+
+
+def test_sigterm_ends_a_chat_waiting_for_input_with_exit_143_and_a_finished_trace(
+    workspace: Path,
+) -> None:
+    import signal
+    import time
+
+    from runtime import decode_event
+
+    trace = workspace / "t.jsonl"
+    with subprocess.Popen(
+        [sys.executable, "-m", "runtime", "chat", "--scenario",
+         str(SCENARIOS / "chat_conversation.json"), "--trace", str(trace)],
+        cwd=workspace, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ) as chat:
+        try:
+            deadline = time.monotonic() + 30
+            while b'"run_started"' not in (trace.read_bytes() if trace.exists() else b""):
+                assert time.monotonic() < deadline
+                assert chat.poll() is None
+                time.sleep(0.05)
+            chat.send_signal(signal.SIGTERM)
+            assert chat.wait(timeout=30) == 143
+        finally:
+            if chat.poll() is None:
+                chat.kill()
+    events = [decode_event(line) for line in trace.read_bytes().splitlines() if line.strip()]
+    assert events[-1].type == "run_finished"
