@@ -142,6 +142,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     export.set_defaults(func=_cmd_export)
+
+    view = sub.add_parser(
+        "view",
+        parents=[common],
+        help="the trace as one web page (tree, timeline, events)",
+        description="Write one self-contained HTML page (no network; open it from disk): the "
+        "tree with statuses, durations, tokens and cost per subtree, a timeline of agents and "
+        "tool calls, search and status filters, each node's events on a click "
+        "(docs/observability.md#the-page).",
+    )
+    view.add_argument("file", metavar="FILE", help=_FILE_HELP)
+    view.add_argument(
+        "-o",
+        "--output",
+        metavar="PAGE",
+        help="where to write the page (default: FILE with .html for .jsonl; - for stdout)",
+    )
+    view.set_defaults(func=_cmd_view)
     return parser
 
 
@@ -524,6 +542,48 @@ def _masked(chunks: Iterable[bytes]) -> Iterator[bytes]:
         text = chunk.decode("utf-8", "surrogateescape")
         masked = redact_text(text)
         yield chunk if masked == text else masked.encode("utf-8", "surrogateescape")
+
+
+# --------------------------------------------------------------------------- view
+
+
+def _cmd_view(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ._options import UsageError, writable_path
+
+    output = args.output
+    if output is None:
+        source = Path(args.file)
+        output = str(source.with_suffix(".html") if source.suffix else Path(f"{source}.html"))
+    if output != "-":
+        try:  # before the trace is read: a bad -o costs nothing
+            writable_path(output, "-o", make_parents=False)
+        except UsageError as exc:
+            raise _UsageError(str(exc)) from None
+    page = _view_page(args.file)
+    if output == "-":
+        _write_bytes([page])
+        return 0
+    _write_bytes([page], output)
+    where = Path(output).resolve().as_uri()
+    print(f"{PROG}: wrote {output} ({len(page) / 1024:,.0f} KiB); open {where}", file=sys.stderr)
+    return 0
+
+
+def _view_page(path: str) -> bytes:
+    from runtime.trace._tracefile import open_trace
+    from runtime.trace._view import PageBuilder, render_page
+
+    warnings = _Warnings(path)
+    builder = PageBuilder(name=path, on_error=warnings)
+    with open_trace(path) as f:
+        builder.feed_all(f)
+    builder.end()
+    warnings.finish(builder.loader)
+    page = render_page(builder.data())
+    # Masked as it was written; this also masks a trace from a run that did not know a key.
+    return b"".join(_masked([page]))
 
 
 # --------------------------------------------------------------------------- tail
