@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import math
 import os
@@ -160,7 +161,29 @@ def _parser() -> argparse.ArgumentParser:
         help="where to write the page (default: FILE with .html for .jsonl; - for stdout)",
     )
     view.set_defaults(func=_cmd_view)
+
+    serve = sub.add_parser(
+        "serve",
+        parents=[common],
+        help="the page of `trace view`, following a trace as it grows",
+        description="Serve the page of `trace view` on 127.0.0.1 (never another address), "
+        "updated while FILE grows: running nodes are shown running. The address, with a random "
+        "token in its path, is printed on stderr. Ctrl+C stops it (exit 130).",
+    )
+    serve.add_argument("file", metavar="FILE", help=_FILE_HELP + "; waited for if missing")
+    serve.add_argument(
+        "--port", metavar="N", type=_port, default=0, help="the port (default: any free one)"
+    )
+    serve.add_argument("--open", action="store_true", help="open the page in a web browser")
+    serve.set_defaults(func=_cmd_serve)
     return parser
+
+
+def _port(text: str) -> int:
+    value = _natural(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError("a port is at most 65535")
+    return value
 
 
 def _natural(text: str) -> int:
@@ -182,7 +205,7 @@ def main(argv: Sequence[str]) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        if func is _cmd_tail:
+        if func is _cmd_tail or func is _cmd_serve:
             return func(args)
         with _one_shot_heap():
             return func(args)
@@ -584,6 +607,36 @@ def _view_page(path: str) -> bytes:
     page = render_page(builder.data())
     # Masked as it was written; this also masks a trace from a run that did not know a key.
     return b"".join(_masked([page]))
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import trio
+
+    from runtime.core._errors import TraceError
+
+    from ._trace_serve import serve_until_interrupted
+
+    folder = os.path.dirname(args.file) or "."
+    if not os.path.exists(args.file) and not os.path.isdir(folder):
+        raise TraceError(f"{args.file}: no such file, and no folder {folder!r} to wait in")
+    if os.path.isdir(args.file):
+        raise TraceError(f"{args.file}: is a folder, not a trace")
+    warnings = _Warnings(args.file, defer=False)
+    try:
+        trio.run(
+            functools.partial(
+                serve_until_interrupted, args.file, port=args.port, open_browser=args.open,
+                on_error=warnings,
+            )
+        )
+    except* KeyboardInterrupt:  # a Ctrl+C before the signal handler was in place
+        pass
+    except* OSError as group:
+        first = group.exceptions[0]
+        raise _UsageError(f"--port {args.port}: cannot listen: {first}") from None
+    except* TraceError as group:
+        raise group.exceptions[0] from None
+    return 130
 
 
 # --------------------------------------------------------------------------- tail
