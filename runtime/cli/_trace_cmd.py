@@ -536,9 +536,13 @@ def _cmd_export(args: argparse.Namespace) -> int:
         _write_bytes(_masked([render_mermaid(trees).encode()]), args.output)
         return 0
     from runtime.core._version import VERSION as __version__
-    from runtime.trace._otlp import otlp_json_lines
+    from runtime.trace._otlp import otlp_json_lines, read_turns
+    from runtime.trace._tracefile import open_trace
 
-    _write_bytes(_masked(otlp_json_lines(trees, version=__version__)), args.output)
+    with open_trace(args.file) as f:  # a second pass, for the model calls (chat spans)
+        turns = read_turns(f)
+    lines = otlp_json_lines(trees, version=__version__, turns=turns)
+    _write_bytes(_masked(lines), args.output)
     return 0
 
 

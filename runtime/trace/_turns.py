@@ -6,7 +6,10 @@ end. No event marks the start of a call, so it is inferred from the loop's order
 (docs/architecture.md, "The task tree"): an agent asks its model when it starts, and again once
 every tool call of its previous turn has finished (or a user message arrives after a turn that
 asked for none); ``turn_finished`` ends the call. A call still under way when its agent ends
-``cancelled`` or ``failed`` is kept with that status (the span of a cancelled turn is not lost).
+``cancelled`` or ``failed`` is kept with that status (the span of a cancelled turn is not lost),
+unless what opened it was a cancelled tool result: cancelling an agent cancels its tools first,
+so its next call most likely never began (an agent that carries on after a cancelled call has
+its next call ended by ``turn_finished`` as usual).
 
 O(1) per event; memory is one small tuple per turn.
 """
@@ -48,7 +51,7 @@ class Turn(NamedTuple):
 
 
 class _Agent:
-    __slots__ = ("boundary", "in_model", "pending", "retries", "turn", "turns")
+    __slots__ = ("after_cancel", "boundary", "in_model", "pending", "retries", "turn", "turns")
 
     def __init__(self, ts: float) -> None:
         self.boundary = ts  # when the current (or next) model call began
@@ -57,6 +60,9 @@ class _Agent:
         self.turns: list[Turn] = []
         self.turn = 0
         self.retries: list[tuple[float, int, float, str]] = []
+        # The call under way was opened by a cancelled tool result: a cancel of the agent
+        # itself cancels its tools first, so it may never have started (see _agent_finished).
+        self.after_cancel = False
 
 
 class TurnLog:
@@ -95,9 +101,11 @@ class TurnLog:
                 agent.boundary = max(agent.boundary, ts)
                 if not agent.pending:
                     agent.in_model = True
+                    agent.after_cancel = fields.get("status") == "cancelled"
         elif kind == "user_message":
             if not agent.in_model and not agent.pending:
                 agent.in_model = True
+                agent.after_cancel = False
                 agent.boundary = ts
         elif kind == "provider_retry" and agent.in_model:
             attempt = fields.get("attempt")
@@ -145,7 +153,7 @@ class TurnLog:
     ) -> Turn | None:
         status = fields.get("status")
         cut = None
-        if agent.in_model and status in _CUT_SHORT:
+        if agent.in_model and status in _CUT_SHORT and not agent.after_cancel:
             cut = Turn(
                 agent_id=agent_id,
                 turn=agent.turn + 1,
