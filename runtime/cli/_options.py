@@ -196,6 +196,13 @@ def add_common_options(parser: argparse.ArgumentParser, *, demo: bool = False) -
     )
     trace.add_argument("--no-trace", action="store_true", help="write no trace file")
     g.add_argument(
+        "--otlp",
+        metavar="URL",
+        help="send OpenTelemetry spans live to this OTLP/HTTP collector (e.g. "
+        "http://localhost:4318; default: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT); needs "
+        "trio-agents[otel] (docs/observability.md)",
+    )
+    g.add_argument(
         "--json",
         action="store_true",
         help="print every event as a JSON line on stdout, and nothing else there",
@@ -384,6 +391,8 @@ class RunOptions:
     mcp_start_timeout_s: float | None = None
     sandbox: bool = False
     sandbox_network: bool = False
+    otlp: str | None = None
+    """Where live spans go (``--otlp``); None: where the environment says."""
     fps: float | None = None
     """The live view's most frames a second (None: its default)."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -440,6 +449,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         mcp_start_timeout_s=ns.mcp_start_timeout,
         sandbox=ns.sandbox or ns.sandbox_network,
         sandbox_network=ns.sandbox_network,
+        otlp=getattr(ns, "otlp", None),
         fps=getattr(ns, "fps", None),
     )
 
@@ -511,6 +521,8 @@ def runtime_kwargs(opts: RunOptions) -> dict[str, Any]:
         from runtime.core._sandbox import Sandbox
 
         kwargs["sandbox"] = Sandbox(network=opts.sandbox_network)
+    if opts.otlp is not None:
+        kwargs["otlp"] = opts.otlp
     if opts.ray:
         from runtime.cluster._placement import RayOptions
 

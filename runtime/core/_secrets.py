@@ -81,6 +81,9 @@ _SECRET_INFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 _SECRET_EXACT = ("PASS", "PWD", "PAT")
 # Names that would match the rules above but are well known not to hold secrets.
 _NOT_SECRET = frozenset({"PWD", "OLDPWD"})
+# OpenTelemetry's exporter headers carry the backend's API key ("Authorization=Bearer …",
+# "x-honeycomb-team=…"): secret, and each header's value is masked on its own too.
+_OTLP_HEADERS = re.compile(r"OTEL_EXPORTER_OTLP_(?:[A-Z]+_)?HEADERS")
 # Values shorter than this are not worth redacting: masking "true" or "1" everywhere would wreck
 # the text and protect nothing.
 _MIN_SECRET_LEN = 8
@@ -100,6 +103,8 @@ def looks_secret(name: str) -> bool:
     """Whether an environment variable called *name* probably holds a secret."""
     if name in _NOT_SECRET:
         return False
+    if _OTLP_HEADERS.fullmatch(name):
+        return True
     words = _NON_ALNUM.split(_CAMEL_BOUNDARY.sub("_", name).upper())
     return any(_secret_word(word) for word in words if word)
 
@@ -153,6 +158,14 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
     and numbers below 1000 aside. The list has no duplicates and is ordered longest first.
     """
     values = {value for name, value in env.items() if _worth_redacting(name, value)}
+    for name, value in env.items():
+        if _OTLP_HEADERS.fullmatch(name):
+            for item in value.split(","):
+                header = item.partition("=")[2].strip()
+                # "Bearer KEY": the key alone too (a tool may print it without its scheme).
+                for v in (header, header.split(" ")[-1]):
+                    if len(v) >= _MIN_SECRET_LEN:
+                        values.add(v)
     return sorted(values, key=lambda v: (-len(v), v))
 
 

@@ -177,6 +177,7 @@ async def open_runtime(
     trace_dir: str | os.PathLike[str] | None = None,
     sandbox: Sandbox | bool = False,
     ray: RayOptions | None = None,
+    otlp: str | bool | None = None,
 ) -> AsyncGenerator[Runtime, None]:
     """Open a run: its bus, trace file, provider and root nursery. An async context manager::
 
@@ -221,6 +222,10 @@ async def open_runtime(
             ``RAY_ADDRESS``; with neither, a private local cluster is started for the run).
         ray: how the ``ray`` placement uses the cluster (hosts per node, spread or pack,
             timeouts): :class:`~runtime.cluster.RayOptions`.
+        otlp: live OpenTelemetry spans (docs/observability.md): a collector's URL, ``False``
+            for none, or None for what the ``OTEL_EXPORTER_OTLP_*`` variables of *env* say.
+            Needs ``trio-agents[otel]`` (:class:`ConfigError` without it for a URL; a warning
+            for the variables).
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -388,6 +393,13 @@ async def open_runtime(
         writers += sinks
         if on_event is not None:
             bus.add_tap(on_event)
+        if otlp is not False:
+            from runtime.trace._otel import open_live_spans  # the SDK only if spans go out
+
+            live_spans = open_live_spans(otlp, base_env(), version=_version(), warn=_LOG.warning)
+            if live_spans is not None:
+                bus.add_tap(live_spans)
+                stack.push_async_callback(live_spans.aclose)  # a bounded flush, after the run
         run = new_run_context(
             run_id=run_id,
             bus=bus,
