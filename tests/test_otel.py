@@ -383,3 +383,35 @@ def test_help_does_not_import_the_sdk() -> None:
     ).stdout
     assert "--otlp URL" in out
     assert out.strip().endswith("[]")
+
+
+# ---------------------------------------------------------------------------- the command line
+
+
+def test_run_otlp_sends_the_runs_spans(tmp_path: Path, receiver: Receiver) -> None:
+    scenario = tmp_path / "s.json"
+    scenario.write_bytes(orjson.dumps(SCENARIO))
+    (tmp_path / "ws").mkdir()
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "trio-agents"), "run", "go", "--scenario", str(scenario),
+         "--workspace", str(tmp_path / "ws"), "--permission-mode", "allow-all",
+         "--trace", str(tmp_path / "t.jsonl"), "--otlp", receiver.url],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    names = {s.name for s in receiver.spans()}
+    assert {"invoke_agent main", "invoke_agent reader", "execute_tool agent", "chat scripted"} <= names
+
+
+def test_run_with_a_bad_otlp_url_is_one_error_line(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.json"
+    scenario.write_bytes(orjson.dumps(SCENARIO))
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "trio-agents"), "run", "go", "--scenario", str(scenario),
+         "--no-trace", "--otlp", "localhost:4318"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "trio-agents: error: --otlp: not an http(s) URL: 'localhost:4318'"
+    ]

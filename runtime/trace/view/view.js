@@ -218,6 +218,7 @@
     toggle.dataset.toggle = "1";
     tree.appendChild(toggle);
     tree.appendChild(el("span", "mark s-" + n.status, MARKS[n.status] || "·"));
+    tree.title = n.k === "agent" ? n.name + " " + n.id : (n.summary || n.name) + " " + n.id;
     if (n.k === "agent") {
       tree.appendChild(el("span", "name", n.name));
       tree.appendChild(el("span", "sub", n.id + (n.status !== "completed" ? " · " + n.status : "")));
