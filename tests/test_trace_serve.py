@@ -208,18 +208,21 @@ def test_the_page_in_a_browser_shows_running_nodes_then_their_end(
             driver.get(url)
 
             def shown() -> dict[str, str]:
-                return {
-                    row.get_attribute("data-id"): row.find_element(
-                        By.CSS_SELECTOR, ".mark"
-                    ).get_attribute("class")
-                    for row in driver.find_elements(By.CSS_SELECTOR, "#rows .row")
-                }
+                # In one script: a running page redraws its rows every second.
+                return dict(
+                    driver.execute_script(
+                        "return Array.from(document.querySelectorAll('#rows .row'))"
+                        ".map(r => [r.dataset.id, r.querySelector('.mark').className]);"
+                    )
+                )
 
             wait_for(lambda: "agent_1.2" in shown())
             assert "s-running" in shown()["agent_1"]
             assert "agent_1.3" not in shown()  # not started yet
             assert driver.find_element(By.ID, "live").is_displayed()
-            driver.find_element(By.CSS_SELECTOR, '#rows .row[data-id="agent_1.1"]').click()
+            driver.execute_script(
+                "document.querySelector('#rows .row[data-id=\"agent_1.1\"]').click()"
+            )
             with path.open("ab") as f:
                 f.write(lines(events[cut:]))
             wait_for(lambda: "s-completed" in shown().get("agent_1", ""))
@@ -227,8 +230,10 @@ def test_the_page_in_a_browser_shows_running_nodes_then_their_end(
             assert "s-cancelled" in shown()["agent_1.2"]
             assert not driver.find_element(By.ID, "live").is_displayed()
             # What was selected stays selected across updates.
-            selected = driver.find_element(By.CSS_SELECTOR, "#rows .row.selected")
-            assert selected.get_attribute("data-id") == "agent_1.1"
+            selected = driver.execute_script(
+                "return document.querySelector('#rows .row.selected').dataset.id"
+            )
+            assert selected == "agent_1.1"
             assert "agent worker" in driver.find_element(By.CSS_SELECTOR, "#detail h2").text
     finally:
         stop(proc)
@@ -239,3 +244,20 @@ def wait_for(condition: Any, timeout: float = 15) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the page never showed it"
         time.sleep(0.05)
+
+
+def test_serve_of_a_file_that_is_not_a_trace_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n" * 30)
+    result = subprocess.run(
+        [str(CLI), "trace", "serve", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.splitlines()[-1]
+        == f"trio-agents: error: {path}: not a trace file (no event in its first 20 lines)"
+    )

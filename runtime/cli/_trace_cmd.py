@@ -636,11 +636,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except* KeyboardInterrupt:  # a Ctrl+C before the signal handler was in place
         pass
     except* OSError as group:
-        first = group.exceptions[0]
-        raise _UsageError(f"--port {args.port}: cannot listen: {first}") from None
+        raise _UsageError(f"--port {args.port}: cannot listen: {_leaf(group)}") from None
     except* TraceError as group:
-        raise group.exceptions[0] from None
+        raise _leaf(group) from None
     return 130
+
+
+def _leaf(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The first exception in *group* that is not a group (nurseries nest them)."""
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
 
 
 # --------------------------------------------------------------------------- tail

@@ -61,24 +61,29 @@ class _Rows:
         self.dropped = 0
         self.stream: list[Any] | None = None  # the row deltas are being merged into
 
-    def add(self, seq: int, ts: float, kind: str, text: str) -> None:
+    def add(self, seq: int, ts: float, kind: str, text: str) -> list[Any] | None:
+        """Add a row; returns it, or None when the node already has :data:`MAX_ROWS`."""
         self.stream = None
         if len(self.rows) >= MAX_ROWS:
             self.dropped += 1
-            return
-        self.rows.append([seq, ts, kind, text])
+            return None
+        row = [seq, ts, kind, text]
+        self.rows.append(row)
+        return row
 
     def delta(self, seq: int, ts: float, kind: str, text: str) -> None:
+        """Add a delta: to the row of the stream it continues, else as a row of its own
+        (``[seq, ts, kind, text, count]``)."""
         row = self.stream
         if row is not None and row[2] == kind:
             row[4] += 1
             if len(row[3]) < TEXT_ROW_KEEP:
                 row[3] = (row[3] + text)[:TEXT_ROW_KEEP]
             return
-        self.add(seq, ts, kind, text[:TEXT_ROW_KEEP])
-        if self.rows and self.rows[-1][0] == seq:
-            self.rows[-1].append(1)  # how many deltas the row holds
-            self.stream = self.rows[-1]
+        row = self.add(seq, ts, kind, text[:TEXT_ROW_KEEP])
+        if row is not None:
+            row.append(1)
+            self.stream = row
 
 
 class _RunIndex:
