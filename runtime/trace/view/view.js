@@ -283,6 +283,11 @@
     fact("duration", fmtDuration(n.dur === null ? endOf(n) - (n.t0 || 0) : n.dur));
     if (n.k === "agent") {
       fact("turns", n.turns);
+      const calls = n.model_calls || [];
+      if (calls.length) {
+        const busy = calls.reduce((sum, m) => sum + ((m[1] === null ? now() : m[1]) - m[0]), 0);
+        fact("model calls", calls.length + ", " + fmtDuration(busy) + " in all");
+      }
       fact("tokens", fmtTokens(n.in) + "→" + fmtTokens(n.out) + " own, " + fmtTokens(n.tin) + "→" + fmtTokens(n.tout) + " subtree");
       if (n.cost !== null) fact("cost", fmtCost(n.cost) + " own, " + fmtCost(n.scost) + " subtree");
     } else if (n.output_len > (n.output || "").length) {
