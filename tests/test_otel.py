@@ -4,6 +4,7 @@ decodes them with the official protobufs; the same spans as `trace export --form
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -400,7 +401,12 @@ def test_run_otlp_sends_the_runs_spans(tmp_path: Path, receiver: Receiver) -> No
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     names = {s.name for s in receiver.spans()}
-    assert {"invoke_agent main", "invoke_agent reader", "execute_tool agent", "chat scripted"} <= names
+    assert {
+        "invoke_agent main",
+        "invoke_agent reader",
+        "execute_tool agent",
+        "chat scripted",
+    } <= names
 
 
 def test_run_with_a_bad_otlp_url_is_one_error_line(tmp_path: Path) -> None:
@@ -415,3 +421,48 @@ def test_run_with_a_bad_otlp_url_is_one_error_line(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines() == [
         "trio-agents: error: --otlp: not an http(s) URL: 'localhost:4318'"
     ]
+
+
+# ---------------------------------------------------------------------------- trace context
+
+
+async def test_model_calls_over_http_carry_the_traceparent_of_their_chat_span(
+    receiver: Receiver, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    from tests.llm_server import LLMServer
+    from tests.test_provider_e2e import KEY, _openai_route
+
+    server = LLMServer()
+    await nursery.start(server.serve)
+    server.route = _openai_route
+    env = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1", "PATH": "/usr/bin:/bin"}
+    with trio.fail_after(30):
+        async with open_runtime(
+            "openai", model="m", env=env, workspace=tmp_path, trace=False, otlp=receiver.url
+        ) as rt:
+            outcome = await rt.run("split the work")
+    assert outcome.status == "completed"
+    sent = [r.headers["traceparent"] for r in server.requests]
+    assert len(sent) == 4  # main twice, each sub-agent once
+    parents = {tuple(t.split("-")[1:3]) for t in sent}
+    chats = {(s.trace_id.hex(), s.span_id.hex()) for s in receiver.spans() if s.name == "chat m"}
+    assert parents == chats
+    assert all(re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", t) for t in sent)
+
+
+async def test_without_live_spans_no_traceparent_is_sent(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    from tests.llm_server import LLMServer, Reply, openai_text_stream
+    from tests.test_provider_e2e import KEY
+
+    server = LLMServer()
+    await nursery.start(server.serve)
+    server.push(Reply.stream(openai_text_stream(["fine"])))
+    env = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1", "PATH": "/usr/bin:/bin"}
+    with trio.fail_after(30):
+        async with open_runtime(
+            "openai", model="m", env=env, workspace=tmp_path, trace=False
+        ) as rt:
+            await rt.run("hi")
+    assert "traceparent" not in server.requests[0].headers

@@ -41,6 +41,7 @@ from runtime.core._context_window import parse_overflow
 from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._events import StopReason
 from runtime.core._messages import Block, Message, TextBlock, ToolResultBlock, ToolUseBlock
+from runtime.core._propagation import trace_headers
 from runtime.core._provider import (
     ModelRequest,
     StreamItem,
@@ -132,6 +133,7 @@ class AnthropicProvider:
         headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
         if self.api_key:
             headers["x-api-key"] = self.api_key
+        headers.update(trace_headers(request.agent_id))  # traceparent, with live spans
         body = orjson.dumps(self.payload(request))
         url = self.base_url.rstrip("/") + "/v1/messages"
         secrets = self._secrets

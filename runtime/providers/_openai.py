@@ -45,6 +45,7 @@ from runtime.core._context_window import parse_overflow
 from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._events import StopReason
 from runtime.core._messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from runtime.core._propagation import trace_headers
 from runtime.core._provider import (
     ModelRequest,
     StreamItem,
@@ -143,6 +144,7 @@ class OpenAIProvider:
         headers = {"content-type": "application/json"}
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
+        headers.update(trace_headers(request.agent_id))  # traceparent, with live spans
         body = orjson.dumps(self.payload(request))
         url = self.base_url.rstrip("/") + "/chat/completions"
         secrets = self._secrets

@@ -25,7 +25,17 @@ import attrs
 
 from runtime.core._errors import ConfigError
 
-from ._spans import SPAN_KIND_CLIENT, STATUS_ERROR, STATUS_OK, SpanRecord, node_span, turn_span
+from ._spans import (
+    SPAN_KIND_CLIENT,
+    STATUS_ERROR,
+    STATUS_OK,
+    SpanRecord,
+    node_span,
+    span_id,
+    trace_id,
+    turn_node_id,
+    turn_span,
+)
 from ._tree import AgentNode, TraceTree, _EventFields
 from ._turns import TurnLog
 
@@ -214,6 +224,15 @@ class LiveSpans:
             end_time=record.end_ns,
             instrumentation_scope=self._scope,
         )
+
+    def trace_headers(self, agent_id: str) -> dict[str, str]:
+        """The ``traceparent`` of *agent_id*'s next model call: its ``chat`` span (the id is
+        derived from the agent and the turn, so it is known before the span is made)."""
+        run_id = self._tree.run_id
+        if run_id is None:
+            return {}
+        span = span_id(run_id, turn_node_id(agent_id, self._turns.next_turn(agent_id)))
+        return {"traceparent": f"00-{trace_id(run_id)}-{span}-01"}
 
     def unfinished_agents(self) -> list[AgentNode]:
         """Agents whose span has not gone out (none, once a run has ended cleanly)."""

@@ -176,6 +176,11 @@ class TurnLog:
         agent = self._agents.get(agent_id)
         return agent.turns if agent is not None else []
 
+    def next_turn(self, agent_id: str) -> int:
+        """The number the agent's next (or current) model call will have."""
+        agent = self._agents.get(agent_id)
+        return (agent.turn if agent is not None else 0) + 1
+
     def open_turn(self, agent_id: str) -> float | None:
         """When the agent's model call under way began, if one is."""
         agent = self._agents.get(agent_id)

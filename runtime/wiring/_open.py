@@ -394,12 +394,15 @@ async def open_runtime(
         if on_event is not None:
             bus.add_tap(on_event)
         if otlp is not False:
+            from runtime.core._propagation import propagating
             from runtime.trace._otel import open_live_spans  # the SDK only if spans go out
 
             live_spans = open_live_spans(otlp, base_env(), version=_version(), warn=_LOG.warning)
             if live_spans is not None:
                 bus.add_tap(live_spans)
                 stack.push_async_callback(live_spans.aclose)  # a bounded flush, after the run
+                # Model calls carry a traceparent naming their chat span (docs/observability.md).
+                stack.enter_context(propagating(live_spans.trace_headers))
         run = new_run_context(
             run_id=run_id,
             bus=bus,
