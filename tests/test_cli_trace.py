@@ -188,7 +188,7 @@ def test_export_otlp_json(trace: Path, capsysbinary: pytest.CaptureFixture[bytes
         assert attrs["service.name"] == {"stringValue": "trio-agents"}
         (scope_spans,) = resource_spans["scopeSpans"]
         spans += scope_spans["spans"]
-    assert len(spans) == 4 + 7
+    assert len(spans) == 4 + 7 + 8  # agents, tool calls, model calls
     ids = {s["spanId"] for s in spans}
     assert len({s["traceId"] for s in spans}) == 1
     for span in spans:
@@ -196,7 +196,7 @@ def test_export_otlp_json(trace: Path, capsysbinary: pytest.CaptureFixture[bytes
         assert re.fullmatch(r"[0-9a-f]{16}", span["spanId"])
         assert isinstance(span["startTimeUnixNano"], str)
         assert int(span["endTimeUnixNano"]) >= int(span["startTimeUnixNano"])
-        assert span["kind"] == 1
+        assert span["kind"] == (3 if span["name"].startswith("chat") else 1)
         assert span["status"]["code"] in (0, 1, 2)
         assert span.get("parentSpanId", next(iter(ids))) in ids
     by_op: dict[str, list[dict[str, Any]]] = {}
@@ -205,6 +205,7 @@ def test_export_otlp_json(trace: Path, capsysbinary: pytest.CaptureFixture[bytes
         by_op.setdefault(attrs["gen_ai.operation.name"]["stringValue"], []).append(attrs)
     assert len(by_op["invoke_agent"]) == 4
     assert len(by_op["execute_tool"]) == 7
+    assert len(by_op["chat"]) == 8  # one per turn_finished: main 3, worker 2, sleeper 2, flaky 1
     main_attrs = next(
         a for a in by_op["invoke_agent"] if a["gen_ai.agent.name"]["stringValue"] == "main"
     )

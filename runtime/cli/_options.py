@@ -278,6 +278,8 @@ class RunOptions:
     agents: str | None = None
     workspace: str | None = None
     json: bool = False
+    otlp: str | None = None
+    """Where live spans go (``--otlp``); None: where the environment says."""
     control: str | None = None
     debug: bool = False
     verbose: bool = False
@@ -490,6 +492,7 @@ def run_config(opts: RunOptions) -> RunConfig:
         project=opts.project,
         run_id=opts.run_id,
         middleware=opts.middleware,
+        otlp=opts.otlp,
     )
 
 

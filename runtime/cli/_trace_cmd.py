@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import math
 import os
@@ -132,7 +133,47 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     export.set_defaults(func=_cmd_export)
+
+    view = sub.add_parser(
+        "view",
+        parents=[common],
+        help="the trace as one web page (tree, timeline, events)",
+        description="Write one self-contained HTML page (no network; open it from disk): the "
+        "tree with statuses, durations, tokens and cost per subtree, a timeline of agents and "
+        "tool calls, search and status filters, each node's events on a click "
+        "(docs/observability.md#the-page).",
+    )
+    view.add_argument("file", metavar="FILE", help=_FILE_HELP)
+    view.add_argument(
+        "-o",
+        "--output",
+        metavar="PAGE",
+        help="where to write the page (default: FILE with .html for .jsonl; - for stdout)",
+    )
+    view.set_defaults(func=_cmd_view)
+
+    serve = sub.add_parser(
+        "serve",
+        parents=[common],
+        help="the page of `trace view`, following a trace as it grows",
+        description="Serve the page of `trace view` on 127.0.0.1 (never another address), "
+        "updated while FILE grows: running nodes are shown running. The address, with a random "
+        "token in its path, is printed on stderr. Ctrl+C stops it (exit 130).",
+    )
+    serve.add_argument("file", metavar="FILE", help=_FILE_HELP + "; waited for if missing")
+    serve.add_argument(
+        "--port", metavar="N", type=_port, default=0, help="the port (default: any free one)"
+    )
+    serve.add_argument("--open", action="store_true", help="open the page in a web browser")
+    serve.set_defaults(func=_cmd_serve)
     return parser
+
+
+def _port(text: str) -> int:
+    value = _natural(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError("a port is at most 65535")
+    return value
 
 
 def _natural(text: str) -> int:
@@ -154,7 +195,7 @@ def main(argv: Sequence[str]) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        if func is _cmd_tail:
+        if func is _cmd_tail or func is _cmd_serve:
             return func(args)
         with _one_shot_heap():
             return func(args)
@@ -486,9 +527,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
         _write_bytes(_masked([render_mermaid(trees).encode()]), args.output)
         return 0
     from runtime.core import VERSION as __version__
-    from runtime.trace import otlp_json_lines
+    from runtime.trace import open_trace, otlp_json_lines, read_turns
 
-    _write_bytes(_masked(otlp_json_lines(trees, version=__version__)), args.output)
+    with open_trace(args.file) as f:  # a second pass, for the model calls (chat spans)
+        turns = read_turns(f)
+    lines = otlp_json_lines(trees, version=__version__, turns=turns)
+    _write_bytes(_masked(lines), args.output)
     return 0
 
 
@@ -515,6 +559,84 @@ def _masked(chunks: Iterable[bytes]) -> Iterator[bytes]:
         text = chunk.decode("utf-8", "surrogateescape")
         masked = redact_text(text)
         yield chunk if masked == text else masked.encode("utf-8", "surrogateescape")
+
+
+# --------------------------------------------------------------------------- view
+
+
+def _cmd_view(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ._options import UsageError, writable_path
+
+    output = args.output
+    if output is None:
+        source = Path(args.file)
+        output = str(source.with_suffix(".html") if source.suffix else Path(f"{source}.html"))
+    if output != "-":
+        try:  # before the trace is read: a bad -o costs nothing
+            writable_path(output, "-o", make_parents=False)
+        except UsageError as exc:
+            raise _UsageError(str(exc)) from None
+    page = _view_page(args.file)
+    if output == "-":
+        _write_bytes([page])
+        return 0
+    _write_bytes([page], output)
+    where = Path(output).resolve().as_uri()
+    print(f"{PROG}: wrote {output} ({len(page) / 1024:,.0f} KiB); open {where}", file=sys.stderr)
+    return 0
+
+
+def _view_page(path: str) -> bytes:
+    from runtime.trace import PageBuilder, open_trace, render_page
+
+    warnings = _Warnings(path)
+    builder = PageBuilder(name=path, on_error=warnings)
+    with open_trace(path) as f:
+        builder.feed_all(f)
+    builder.end()
+    warnings.finish(builder.loader)
+    page = render_page(builder.data())
+    # Masked as it was written; this also masks a trace from a run that did not know a key.
+    return b"".join(_masked([page]))
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import trio
+
+    from runtime.core import TraceError
+
+    from ._trace_serve import serve_until_interrupted
+
+    folder = os.path.dirname(args.file) or "."
+    if not os.path.exists(args.file) and not os.path.isdir(folder):
+        raise TraceError(f"{args.file}: no such file, and no folder {folder!r} to wait in")
+    if os.path.isdir(args.file):
+        raise TraceError(f"{args.file}: is a folder, not a trace")
+    warnings = _Warnings(args.file, defer=False)
+    try:
+        trio.run(
+            functools.partial(
+                serve_until_interrupted, args.file, port=args.port, open_browser=args.open,
+                on_error=warnings,
+            )
+        )
+    except* KeyboardInterrupt:  # a Ctrl+C before the signal handler was in place
+        pass
+    except* OSError as group:
+        raise _UsageError(f"--port {args.port}: cannot listen: {_leaf(group)}") from None
+    except* TraceError as group:
+        raise _leaf(group) from None
+    return 130
+
+
+def _leaf(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The first exception in *group* that is not a group (nurseries nest them)."""
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
 
 
 # --------------------------------------------------------------------------- tail

@@ -108,6 +108,8 @@ if TYPE_CHECKING:
     from ._middleware import MiddlewareProvider as MiddlewareProvider
     from ._names import publish_names as publish_names
     from ._permissions import PermissionPolicy as PermissionPolicy
+    from ._propagation import propagating as propagating
+    from ._propagation import trace_headers as trace_headers
     from ._provider import ModelRequest as ModelRequest
     from ._provider import Provider as Provider
     from ._provider import RetryNotice as RetryNotice
@@ -276,6 +278,7 @@ _LAZY: dict[str, str] = {
     "normalise_target": "._workspace",
     "one_line": "._tool",
     "parse_overflow": "._context_window",
+    "propagating": "._propagation",
     "publish_names": "._names",
     "redact_known": "._secrets",
     "redact_log_event": "._secrets",
@@ -291,6 +294,7 @@ _LAZY: dict[str, str] = {
     "select_tools": "._loop",
     "show_input": "._approvals",
     "state_converter": "._messages",
+    "trace_headers": "._propagation",
     "validate_input": "._tool",
     "visible": "._termtext",
     "visible_strings": "._termtext",

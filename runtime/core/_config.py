@@ -373,6 +373,10 @@ TABLE: Final[tuple[Setting, ...]] = (
     _S("trace.enabled", BOOLEAN, "write no trace file", Trust("off", "the trace is the run's "
        "record"), default=True, flags=("--no-trace",), flag_value=False, param="trace",
        exclusive="trace", doc="write a trace file for each run"),
+    _S("otlp", STRING, "send OpenTelemetry spans live to this OTLP/HTTP collector (e.g. "
+       "http://localhost:4318; default: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT); needs "
+       "trio-agents[otel] (docs/observability.md)", ANY_LOOSENS, flags=("--otlp",),
+       param="otlp", in_file=False, metavar="URL"),
     _S("json", BOOLEAN, "print every event as a JSON line on stdout, and nothing else there",
        NEUTRAL, default=False, flags=("--json",), flag_value=True, param="json_out",
        in_file=False),

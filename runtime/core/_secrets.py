@@ -97,6 +97,9 @@ and protect nothing); flag words and numbers below 1000 are not either (:func:`w
 # (below), holds one only if its value is as long as a credential is.
 _LOOSE_NAME_MIN_LEN = 8
 # Names whose values are secrets from MIN_SECRET_LEN on.
+# OpenTelemetry's exporter headers carry the backend's API key ("Authorization=Bearer …",
+# "x-honeycomb-team=…"): secret, and each header's value is masked on its own too.
+_OTLP_HEADERS = re.compile(r"OTEL_EXPORTER_OTLP_(?:[A-Z]+_)?HEADERS")
 _CLEARLY_SECRET = re.compile(r"(_TOKEN|_KEY|_SECRET)$|PASSWORD", re.IGNORECASE)
 # Values that are switches, not secrets, whoever says they are (USE_API_KEY=true, ${DEBUG:-off}).
 _FLAG_VALUES = frozenset(
@@ -111,6 +114,8 @@ def looks_secret(name: str) -> bool:
     """Whether an environment variable called *name* probably holds a secret."""
     if name in _NOT_SECRET:
         return False
+    if _OTLP_HEADERS.fullmatch(name):
+        return True
     words = _NON_ALNUM.split(_CAMEL_BOUNDARY.sub("_", name).upper())
     return any(_secret_word(word) for word in words if word)
 
@@ -181,6 +186,14 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
     characters or more. The list has no duplicates and is ordered longest first.
     """
     values = {value for name, value in env.items() if _worth_redacting(name, value)}
+    for name, value in env.items():
+        if _OTLP_HEADERS.fullmatch(name):
+            for item in value.split(","):
+                header = item.partition("=")[2].strip()
+                # "Bearer KEY": the key alone too (a tool may print it without its scheme).
+                for v in (header, header.split(" ")[-1]):
+                    if len(v) >= MIN_SECRET_LEN:
+                        values.add(v)
     return sorted(values, key=lambda v: (-len(v), v))
 
 

@@ -55,6 +55,7 @@ from runtime.core import (
     ToolUseBlock,
     TurnEnd,
     parse_overflow,
+    trace_headers,
 )
 
 from ._http import (
@@ -140,6 +141,7 @@ class AnthropicProvider:
         headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
         if self.api_key:
             headers["x-api-key"] = self.api_key
+        headers.update(trace_headers(request.agent_id))  # traceparent, with live spans
         body = orjson.dumps(self.payload(request))
         url = self.base_url.rstrip("/") + "/v1/messages"
         secrets = self._secrets

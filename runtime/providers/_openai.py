@@ -58,6 +58,7 @@ from runtime.core import (
     ToolUseBlock,
     TurnEnd,
     parse_overflow,
+    trace_headers,
 )
 
 from ._http import (
@@ -150,6 +151,7 @@ class OpenAIProvider:
         headers = {"content-type": "application/json"}
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
+        headers.update(trace_headers(request.agent_id))  # traceparent, with live spans
         body = orjson.dumps(self.payload(request))
         url = self.base_url.rstrip("/") + "/chat/completions"
         secrets = self._secrets

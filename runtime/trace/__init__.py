@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from runtime._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._otel import open_live_spans as open_live_spans
     from ._otlp import otlp_json_lines as otlp_json_lines
     from ._render import COMPACTED_MARK as COMPACTED_MARK
     from ._render import StyledLine as StyledLine
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from ._sinks import open_pipe_writer as open_pipe_writer
     from ._sinks import open_trace_file as open_trace_file
     from ._stats import run_stats as run_stats
+    from ._tracefile import OnError as OnError
     from ._tracefile import TraceLoader as TraceLoader
     from ._tracefile import follow_lines as follow_lines
     from ._tracefile import open_trace as open_trace
@@ -42,11 +44,16 @@ if TYPE_CHECKING:
     from ._tree import RunningSubtree as RunningSubtree
     from ._tree import TraceSet as TraceSet
     from ._tree import TraceTree as TraceTree
+    from ._view import PageBuilder as PageBuilder
+    from ._view import data_json as data_json
+    from ._view import render_page as render_page
 
 _LAZY: dict[str, str] = {
     "AgentNode": "._tree",
     "COMPACTED_MARK": "._render",
     "JsonlSink": "._sinks",
+    "OnError": "._tracefile",
+    "PageBuilder": "._view",
     "PipeSink": "._sinks",
     "RunningSubtree": "._tree",
     "StyledLine": "._render",
@@ -54,11 +61,13 @@ _LAZY: dict[str, str] = {
     "TraceSet": "._tree",
     "TraceTree": "._tree",
     "compaction_line": "._render",
+    "data_json": "._view",
     "event_line": "._render",
     "existing_trace": "._sinks",
     "fmt_duration": "._render",
     "fmt_tokens": "._render",
     "follow_lines": "._tracefile",
+    "open_live_spans": "._otel",
     "open_pipe_writer": "._sinks",
     "open_trace": "._tracefile",
     "open_trace_file": "._sinks",
@@ -67,6 +76,7 @@ _LAZY: dict[str, str] = {
     "read_events": "._tracefile",
     "render_header": "._render",
     "render_mermaid": "._render",
+    "render_page": "._view",
     "render_timeline": "._render",
     "render_tree": "._render",
     "run_stats": "._stats",

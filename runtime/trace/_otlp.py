@@ -1,10 +1,8 @@
 """Exporting a trace tree as OpenTelemetry spans, in the OTLP JSON file format.
 
-Each agent becomes an ``invoke_agent`` span and each tool call an ``execute_tool`` span, named
-and attributed per the OpenTelemetry GenAI semantic conventions (``gen_ai.operation.name``,
-``gen_ai.agent.name``, ``gen_ai.agent.id``, ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
-``gen_ai.usage.input_tokens`` / ``output_tokens``); what the conventions do not cover is under
-``trio_agents.*``. A sub-agent's span is a child of its ``agent`` call's span, as in the tree.
+The spans are those of :mod:`runtime.trace._spans` (``invoke_agent`` per agent, ``execute_tool``
+per tool call, ``chat`` per model call; the mapping the live export shares); this module only
+encodes them.
 
 The output is what the OpenTelemetry collector's file exporter writes and its ``otlpjsonfile``
 receiver reads: one ``ExportTraceServiceRequest`` JSON object (``resourceSpans`` →
@@ -16,169 +14,125 @@ JSON mapping says.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
-from ._tree import INTERRUPTED, RUNNING, AgentNode, ToolNode, TraceTree
-
-SPAN_KIND_INTERNAL: Final = 1
-STATUS_UNSET: Final = 0
-STATUS_OK: Final = 1
-STATUS_ERROR: Final = 2
-
-_OK_STATUSES: Final = frozenset({"completed", "ok"})
-_HEX32: Final = re.compile(r"[0-9a-f]{32}")
+from ._spans import Attr, SpanRecord, run_spans
+from ._spans import span_id as span_id
+from ._spans import trace_id as trace_id
+from ._tree import TraceTree
+from ._turns import TurnLog
 
 
-def trace_id(run_id: str) -> str:
-    """The OTLP trace id of a run: its id if it is already 128-bit hex (a UUID), else a hash."""
-    compact = run_id.replace("-", "").lower()
-    if _HEX32.fullmatch(compact) and compact != "0" * 32:
-        return compact
-    return hashlib.sha256(run_id.encode()).hexdigest()[:32]
-
-
-def span_id(run_id: str, node_id: str) -> str:
-    """The OTLP span id of a node: a hash of the run and node ids (16 hex digits)."""
-    return hashlib.sha256(f"{run_id}\0{node_id}".encode()).hexdigest()[:16]
-
-
-def _ns(ts: float) -> str:
-    # Microsecond rounding first: a float of unix seconds cannot carry nanoseconds anyway.
-    return str(round(ts * 1_000_000) * 1000)
-
-
-def _attr(key: str, value: str | int | float | bool) -> dict[str, Any]:
+def _value(value: Attr) -> dict[str, Any]:
     if isinstance(value, bool):
-        return {"key": key, "value": {"boolValue": value}}
+        return {"boolValue": value}
     if isinstance(value, int):
-        return {"key": key, "value": {"intValue": str(value)}}
+        return {"intValue": str(value)}
     if isinstance(value, float):
-        return {"key": key, "value": {"doubleValue": value}}
-    return {"key": key, "value": {"stringValue": value}}
+        return {"doubleValue": value}
+    if isinstance(value, tuple):
+        return {"arrayValue": {"values": [_value(v) for v in value]}}
+    return {"stringValue": value}
 
 
-def _status(node: AgentNode | ToolNode) -> dict[str, Any]:
-    if node.status in _OK_STATUSES:
-        return {"code": STATUS_OK}
-    if node.status == RUNNING:
-        return {"code": STATUS_UNSET}
-    message = node.status
-    if isinstance(node, AgentNode) and node.error:
-        message = f"{node.status}: {node.error}"
-    elif isinstance(node, ToolNode) and node.status != "cancelled" and node.output:
-        message = f"{node.status}: {node.output[:500]}"
-    if node.cancel is not None:
-        message = f"cancelled by {node.cancel.by}: {node.cancel.reason}"
-    return {"code": STATUS_ERROR, "message": message}
+def _attrs(attrs: dict[str, Attr]) -> list[dict[str, Any]]:
+    return [{"key": key, "value": _value(value)} for key, value in attrs.items()]
 
 
-def _span(tree: TraceTree, node: AgentNode | ToolNode, fallback_start: float) -> dict[str, Any]:
-    run_id = str(tree.run_id)
-    start = node.started_ts if node.started_ts is not None else fallback_start
-    end = start + (node.elapsed(tree.last_ts) or 0.0)
-    attrs: list[dict[str, Any]] = [_attr("gen_ai.conversation.id", run_id)]
-    if isinstance(node, AgentNode):
-        name = f"invoke_agent {node.name}"
-        attrs += [
-            _attr("gen_ai.operation.name", "invoke_agent"),
-            _attr("gen_ai.agent.name", node.name),
-            _attr("gen_ai.agent.id", node.id),
-            _attr("gen_ai.usage.input_tokens", node.input_tokens),
-            _attr("gen_ai.usage.output_tokens", node.output_tokens),
-            _attr("trio_agents.usage.total_input_tokens", node.total_input_tokens),
-            _attr("trio_agents.usage.total_output_tokens", node.total_output_tokens),
-            _attr("trio_agents.depth", node.depth),
-            _attr("trio_agents.turns", node.turns),
-        ]
-    else:
-        name = f"execute_tool {node.name}"
-        attrs += [
-            _attr("gen_ai.operation.name", "execute_tool"),
-            _attr("gen_ai.tool.name", node.name),
-            _attr("gen_ai.tool.call.id", node.id),
-            _attr("gen_ai.tool.type", "function"),
-            _attr("trio_agents.tool.summary", node.summary),
-        ]
-        if node.permission_intervals:
-            attrs.append(_attr("trio_agents.permission.wait_s", node.permission_wait_s))
-    attrs.append(_attr("trio_agents.status", node.status))
-    if node.status not in _OK_STATUSES and node.status != RUNNING:
-        attrs.append(_attr("error.type", node.status))
-    if tree.config:
-        for key, attr in (("provider", "gen_ai.provider.name"), ("model", "gen_ai.request.model")):
-            value = tree.config.get(key)
-            if isinstance(value, str):
-                attrs.append(_attr(attr, value))
+def span_json(record: SpanRecord) -> dict[str, Any]:
+    """One span in the OTLP JSON mapping."""
+    status: dict[str, Any] = {"code": record.status_code}
+    if record.status_message is not None:
+        status["message"] = record.status_message
     span: dict[str, Any] = {
-        "traceId": trace_id(run_id),
-        "spanId": span_id(run_id, node.id),
-        "name": name,
-        "kind": SPAN_KIND_INTERNAL,
-        "startTimeUnixNano": _ns(start),
-        "endTimeUnixNano": _ns(max(start, end)),
-        "attributes": attrs,
-        "status": _status(node),
+        "traceId": record.trace_id,
+        "spanId": record.span_id,
+        "name": record.name,
+        "kind": record.kind,
+        "startTimeUnixNano": str(record.start_ns),
+        "endTimeUnixNano": str(record.end_ns),
+        "attributes": _attrs(record.attributes),
+        "status": status,
     }
-    parent = node.parent
-    if parent is not None:
-        span["parentSpanId"] = span_id(run_id, parent.id)
-    if node.cancel is not None:
+    if record.parent_span_id is not None:
+        span["parentSpanId"] = record.parent_span_id
+    if record.events:
         span["events"] = [
-            {
-                "timeUnixNano": _ns(node.cancel.ts),
-                "name": "cancel_requested",
-                "attributes": [
-                    _attr("trio_agents.cancel.reason", node.cancel.reason),
-                    _attr("trio_agents.cancel.by", node.cancel.by),
-                ],
-            }
+            {"timeUnixNano": str(e.time_ns), "name": e.name, "attributes": _attrs(e.attributes)}
+            for e in record.events
         ]
-    if node.status == INTERRUPTED:
-        span.setdefault("events", []).append(
-            {"timeUnixNano": _ns(max(start, end)), "name": "trace_ended_before_node_finished"}
-        )
     return span
 
 
 def otlp_requests(
-    trees: Iterable[TraceTree], *, version: str = "0", spans_per_request: int = 1000
+    trees: Iterable[TraceTree],
+    *,
+    version: str = "0",
+    spans_per_request: int = 1000,
+    turns: dict[str, TurnLog] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Yield OTLP ``ExportTraceServiceRequest`` objects covering every node of *trees*."""
+    """Yield OTLP ``ExportTraceServiceRequest`` objects covering every node of *trees*.
+
+    Args:
+        trees: the runs.
+        version: the writer's version (``service.version``).
+        spans_per_request: at most this many spans in one request (a huge run streams).
+        turns: each run's model calls by run id; a run without is exported without ``chat``
+            spans.
+    """
     resource: dict[str, Any] = {
-        "attributes": [
-            _attr("service.name", "trio-agents"),
-            _attr("service.version", version),
-        ]
+        "attributes": _attrs({"service.name": "trio-agents", "service.version": version})
     }
     scope: dict[str, Any] = {"name": "trio-agents", "version": version}
+
+    def request(batch: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "resourceSpans": [
+                {"resource": resource, "scopeSpans": [{"scope": scope, "spans": batch}]}
+            ]
+        }
+
     for tree in trees:
-        tree.rollup()
-        fallback = tree.started_ts if tree.started_ts is not None else 0.0
         batch: list[dict[str, Any]] = []
-        for node in tree.iter_nodes():
-            parent = node.parent
-            batch.append(_span(tree, node, parent.started_ts or fallback if parent else fallback))
+        log = (turns or {}).get(str(tree.run_id))
+        for record in run_spans(tree, log):
+            batch.append(span_json(record))
             if len(batch) >= spans_per_request:
-                yield {
-                    "resourceSpans": [
-                        {"resource": resource, "scopeSpans": [{"scope": scope, "spans": batch}]}
-                    ]
-                }
+                yield request(batch)
                 batch = []
         if batch:
-            yield {
-                "resourceSpans": [
-                    {"resource": resource, "scopeSpans": [{"scope": scope, "spans": batch}]}
-                ]
-            }
+            yield request(batch)
 
 
-def otlp_json_lines(trees: Iterable[TraceTree], *, version: str = "0") -> Iterator[bytes]:
+def otlp_json_lines(
+    trees: Iterable[TraceTree], *, version: str = "0", turns: dict[str, TurnLog] | None = None
+) -> Iterator[bytes]:
     """The OTLP JSON file format: one request object per line (newline included)."""
-    for request in otlp_requests(trees, version=version):
+    for request in otlp_requests(trees, version=version, turns=turns):
         yield orjson.dumps(request, option=orjson.OPT_APPEND_NEWLINE)
+
+
+_SKIP: tuple[bytes, ...] = (b'{"type":"text_delta",', b'{"type":"thinking_delta",')
+
+
+def read_turns(lines: Iterable[bytes]) -> dict[str, TurnLog]:
+    """Each run's model calls from a trace file's lines (deltas skipped unread; a bad line is
+    skipped: the tree's reader reports those)."""
+    logs: dict[str, TurnLog] = {}
+    for line in lines:
+        if line.startswith(_SKIP):
+            continue
+        try:
+            fields = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(fields, dict) or not isinstance(fields.get("run_id"), str):
+            continue
+        log = logs.get(fields["run_id"])
+        if log is None:
+            log = logs[fields["run_id"]] = TurnLog()
+        log.apply_dict(fields)
+    return logs

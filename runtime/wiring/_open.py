@@ -201,6 +201,7 @@ class RunConfig:
     sandbox: Sandbox | bool = False
     ray: RayOptions | None = None
     middleware: tuple[object, ...] = attrs.field(default=(), converter=_tuple)
+    otlp: str | bool | None = None
 
 
 def open_runtime(
@@ -231,6 +232,7 @@ def open_runtime(
     sandbox: Sandbox | bool = False,
     ray: RayOptions | None = None,
     middleware: Iterable[object] = (),
+    otlp: str | bool | None = None,
 ) -> AbstractAsyncContextManager[Runtime]:
     """Open a run: its bus, trace file, provider and root nursery. An async context manager::
 
@@ -280,6 +282,10 @@ def open_runtime(
         middleware: layers around every tool call and model call, the first outermost:
             objects with ``async tool_call(call, proceed)`` and/or ``model_call(request,
             proceed)`` (docs/python-api.md, "Middleware").
+        otlp: live OpenTelemetry spans (docs/observability.md): a collector's URL, ``False``
+            for none, or None for what the ``OTEL_EXPORTER_OTLP_*`` variables of *env* say.
+            Needs ``trio-agents[otel]`` (:class:`ConfigError` without it for a URL; a warning
+            for the variables).
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -293,6 +299,7 @@ def open_runtime(
         permission_timeout_s=permission_timeout_s, env=env, allow_env=allow_env,
         run_id=run_id, on_event=on_event, ray_address=ray_address, mcp_servers=mcp_servers,
         project=project, trace_dir=trace_dir, sandbox=sandbox, ray=ray, middleware=middleware,
+        otlp=otlp,
     )  # fmt: skip
     return open_run(config)  # its context manager itself: no second layer to enter per run
 
@@ -515,6 +522,18 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
             bus.add_tap(config.on_event)
         run = _run_context(plan, services, bus)
         started = _run_config_event(plan, services, run)
+        if config.otlp is not False:
+            from runtime.core import propagating
+            from runtime.trace import open_live_spans  # the SDK only if spans go out
+
+            live_spans = open_live_spans(
+                config.otlp, plan.base_env(), version=_version(), warn=_LOG.warning
+            )
+            if live_spans is not None:
+                bus.add_tap(live_spans)
+                stack.push_async_callback(live_spans.aclose)  # a bounded flush, after the run
+                # Model calls carry a traceparent naming their chat span (docs/observability.md).
+                stack.enter_context(propagating(live_spans.trace_headers))
         runtime_box: list[Runtime] = []
         try:
             bus.emit_nowait(
