@@ -113,6 +113,7 @@ class _Server:
         self.connections = 0
         self.requests = 0
         self.serial = 0
+        self.cache: dict[tuple[str, int], list[bytes]] = {}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -142,6 +143,20 @@ class _Server:
             pass
         finally:
             writer.close()
+
+    @staticmethod
+    def _text_events(base: dict[str, Any], answer: _Answer, usage: dict[str, int]) -> list[bytes]:
+        def event(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+            return _chunk(_sse({**base, "id": "chatcmpl-bench", "choices": [choice]}))
+
+        return [
+            event({"role": "assistant", "content": ""}),
+            *(event({"content": text}) for text in answer.texts),
+            event({}, "stop"),
+            _chunk(_sse({**base, "id": "chatcmpl-bench", "choices": [], "usage": usage})),
+            _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n",
+        ]
 
     async def _json(self, writer: asyncio.StreamWriter, body: bytes) -> None:
         writer.write(
@@ -177,6 +192,20 @@ class _Server:
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n"
         )
+        if not answer.calls:
+            # A child's (or the final) answer is the same bytes every time: encoded once, so
+            # the server keeps pace with thousands of streams on a shared machine.
+            key = (str(request.get("model")), len(answer.texts))
+            events = self.cache.get(key)
+            if events is None:
+                events = self.cache[key] = self._text_events(base, answer, usage)
+            for i, data in enumerate(events):
+                if answer.pace_s and 1 < i <= len(answer.texts):
+                    await writer.drain()
+                    await asyncio.sleep(answer.pace_s)
+                writer.write(data)
+            await writer.drain()
+            return
 
         def event(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
             choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}

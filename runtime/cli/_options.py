@@ -63,7 +63,7 @@ PROVIDERS = ("openai", "anthropic", "scripted")
 # The Limits defaults, for --help (which must not import the runtime); a test keeps them equal.
 DEFAULT_MAX_TURNS = 50
 DEFAULT_MAX_DEPTH = 4
-DEFAULT_MAX_PARALLEL = 16
+DEFAULT_MAX_PARALLEL = 1000
 MAX_FPS_OPTION = 60.0
 """The most frames a second ``--fps`` may ask of the live view."""
 GLOBAL_FLAGS = ("--debug", "-v", "--verbose")

@@ -104,7 +104,7 @@ class Limits:
 
     max_turns: int = attrs.field(default=50, validator=_positive)
     max_depth: int = attrs.field(default=4, validator=_positive)
-    max_parallel: int = attrs.field(default=16, validator=_positive)
+    max_parallel: int = attrs.field(default=1000, validator=_positive)
     max_agents: int = attrs.field(default=100_000, validator=_positive)
     mailbox_size: int = attrs.field(default=16, validator=_positive)
     max_tool_output_chars: int = attrs.field(default=30_000, validator=_positive)

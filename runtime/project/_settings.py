@@ -164,7 +164,7 @@ SETTINGS: dict[str, Setting] = {
         Setting("limits.max_depth", positive_int, "deepest sub-agent (the root is 0)",
                 flag="--max-depth", default=4),
         Setting("limits.max_parallel", positive_int, "sub-agents running at once",
-                flag="--max-parallel", default=16),
+                flag="--max-parallel", default=1000),
         Setting("limits.max_agents", positive_int, "sub-agents started in one run",
                 default=100_000),
         Setting("limits.max_tool_output_chars", positive_int,

@@ -34,6 +34,8 @@ from runtime.core._errors import ContextOverflowError, ProviderError
 from runtime.core._provider import RetryNotice
 from runtime.core._secrets import redact as _redact
 
+from ._pool import CallSlots
+
 REDACTED: Final = "[redacted]"
 # Shorter "keys" (``x``, ``-``) are placeholders for local servers, not secrets; replacing every
 # such letter in a message would make it unreadable.
@@ -208,6 +210,7 @@ async def open_event_stream(
     provider: str,
     deadline: float = math.inf,
     secrets: Collection[str] = (),
+    calls: CallSlots | None = None,
 ) -> AsyncGenerator[AsyncGenerator[httpx_sse.ServerSentEvent, None], None]:
     """POST ``body`` to ``url`` and yield an iterator over the reply's server-sent events.
 
@@ -220,6 +223,9 @@ async def open_event_stream(
     The deadline is applied to each network read (a cancel scope per read, not per event, so
     it costs nothing per event and is never open across a ``yield``).
 
+    With ``calls`` (the endpoint's bound on calls in flight), the try first waits for a slot
+    (within the deadline) and holds it until the reply is closed.
+
     Cancellation: leaving the block for any reason closes the response; a response not read to
     its end closes its connection at once (httpcore shields that close from the cancellation).
     """
@@ -229,6 +235,14 @@ async def open_event_stream(
         headers={**headers, "accept": "text/event-stream", "cache-control": "no-store"},
         content=body,
     )
+    token = object()  # this try's slot
+    if calls is not None:
+        acquired = False
+        with trio.move_on_at(deadline):
+            await calls.acquire(token)
+            acquired = True
+        if not acquired:
+            raise DeadlineExceeded("the call deadline passed")
     try:
         response: httpx.Response | None = None
         with trio.move_on_at(deadline):
@@ -274,6 +288,9 @@ async def open_event_stream(
         raise TransientError(
             redact(f"{provider}: connection failed ({where}): {detail}", secrets)
         ) from exc
+    finally:
+        if calls is not None:
+            calls.release(token)
 
 
 class _DeadlineStream(httpx.AsyncByteStream):
