@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import http.client
 import json
 import os
@@ -71,13 +72,13 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
+@dataclasses.dataclass
 class _Answer:
     """What the server answers one request: text deltas and/or tool calls."""
 
-    def __init__(self, texts: list[str], calls: list[tuple[str, str]], pace_s: float) -> None:
-        self.texts = texts
-        self.calls = calls  # (name, JSON arguments)
-        self.pace_s = pace_s
+    texts: list[str]
+    calls: list[tuple[str, str]]  # (name, JSON arguments)
+    pace_s: float
 
 
 def _answer(request: dict[str, Any], serial: int) -> _Answer:
@@ -113,6 +114,8 @@ class _Server:
         self.connections = 0
         self.requests = 0
         self.serial = 0
+        self.cpu0 = 0.0
+        self.arrivals: list[float] = []
         self.cache: dict[tuple[str, int], list[bytes]] = {}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -121,7 +124,7 @@ class _Server:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
+                _method, path, _ = lines[0].split(" ", 2)
                 headers = {}
                 for line in lines[1:]:
                     if ":" in line:
@@ -129,13 +132,20 @@ class _Server:
                         headers[k.strip().lower()] = v.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 if path.endswith("/__stats"):
-                    stats = {"connections": self.connections, "requests": self.requests}
+                    ru = resource.getrusage(resource.RUSAGE_SELF)
+                    stats = {"connections": self.connections, "requests": self.requests,
+                             "cpu_s": ru.ru_utime + ru.ru_stime - self.cpu0,
+                             "arrivals": _spread(self.arrivals)}
                     await self._json(writer, json.dumps(stats).encode())
                 elif path.endswith("/__reset"):
                     self.connections = self.requests = 0
+                    self.arrivals = []
+                    ru = resource.getrusage(resource.RUSAGE_SELF)
+                    self.cpu0 = ru.ru_utime + ru.ru_stime
                     await self._json(writer, b"{}")
                 else:
                     self.requests += 1
+                    self.arrivals.append(time.monotonic())
                     await self._complete(writer, json.loads(body))
                 if headers.get("connection", "").lower() == "close":
                     break
@@ -226,6 +236,14 @@ class _Server:
         writer.write(_chunk(_sse({**base, "choices": [], "usage": usage})))
         writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
+
+
+def _spread(times: list[float]) -> list[float]:
+    """When requests arrived, from the first: the 0, 10, 50, 90 and 100th percentiles."""
+    if not times:
+        return []
+    times = sorted(t - min(times) for t in times)
+    return [round(times[min(len(times) - 1, len(times) * q // 100)], 3) for q in (0, 10, 50, 90, 100)]
 
 
 def serve() -> None:
@@ -360,7 +378,7 @@ def _raw_client(url: str, n: int, model: str, opts: dict[str, Any]) -> Callable[
         ) as source:
             async for sse in source.aiter_sse():
                 if sse.data != "[DONE]":
-                    chunks.append(orjson.loads(sse.data))
+                    chunks.append(orjson.loads(sse.data))  # noqa: PERF401 - as a client would
         return chunks
 
     async def go() -> str:
@@ -450,6 +468,8 @@ def measure(port: int, name: str, n: int, pace_ms: int, opts: dict[str, Any]) ->
         cpu_ms_per_agent=round(got["cpu_s"] * 1000 / n, 3),
         connections=stats["connections"] - 1,  # less the control connection of the reset
         requests=stats["requests"],
+        server_cpu_s=round(stats["cpu_s"], 2),
+        arrivals_s=stats["arrivals"],
         peak_rss_mb=round(got["peak_rss_mb"], 1),
     )
     return row
@@ -464,7 +484,7 @@ def _best(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(args: argparse.Namespace) -> None:
     opts = json.loads(args.opts)
-    server = subprocess.Popen(  # noqa: S603 - our own script
+    server = subprocess.Popen(  # our own script
         [sys.executable, __file__, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True,
     )

@@ -31,6 +31,8 @@ import httpcore
 import httpx
 import trio
 
+from runtime.core._errors import ConfigError
+
 # The largest pool by default: as many connections as the official OpenAI client allows (its
 # DEFAULT_CONNECTION_LIMITS), well under the usual 1,024 open files less what a run needs besides.
 DEFAULT_MAX_CONNECTIONS: Final = 1000
@@ -39,7 +41,7 @@ _CLOSE_S: Final = 5.0
 
 def _positive(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and (isinstance(value, bool) or value <= 0):
-        raise ValueError(f"{attribute.name} must be positive, not {value!r}")
+        raise ConfigError(f"{attribute.name} must be positive, not {value!r}")
 
 
 @attrs.frozen(kw_only=True)
