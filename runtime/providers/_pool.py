@@ -21,6 +21,7 @@ connection pool".
 from __future__ import annotations
 
 import functools
+import importlib.util
 import ssl
 import urllib.request
 from collections.abc import AsyncIterator
@@ -141,6 +142,8 @@ def make_client(limits: PoolLimits, timeouts: httpx.Timeout, base_url: str) -> h
     HTTP/2, gets httpx's own transport, which knows both.
     """
     verify = shared_ssl_context()
+    if limits.http2 and importlib.util.find_spec("h2") is None:
+        raise ConfigError("http2 needs the h2 package: pip install 'httpx[http2]'")
     if limits.http2 or _proxied(base_url):
         client = httpx.AsyncClient(
             timeout=timeouts,
