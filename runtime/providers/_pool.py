@@ -1,7 +1,7 @@
 """One endpoint of a run: its HTTP client, its connection pool, and what bounds calls in flight.
 
-A run talks to each model endpoint (a base URL and a key) through one :class:`Endpoint`, made by
-:func:`~runtime.providers.open_provider` and shared by every agent of the run:
+A run talks to each model endpoint (a base URL and a key) through one provider, made by
+:func:`~runtime.providers.open_provider` and shared by every agent of the run, and so through:
 
 * **one HTTP client**, so every agent's calls reuse the same kept-alive connections;
 * **a connection pool that costs the same per request whatever its size** (:class:`_StackPool`):
@@ -11,7 +11,7 @@ A run talks to each model endpoint (a base URL and a key) through one :class:`En
   are in bench/README.md, "HTTP fan-out");
 * **no cookie jar** (a model API sets none, and httpx parses every response for them) and **one
   SSL context per process**, not one per client;
-* **a bound on model calls in flight** (:attr:`Endpoint.calls`), by default the pool's size, so a
+* **a bound on model calls in flight** (:class:`CallSlots`), by default the pool's size, so a
   call never queues inside the pool; ``max_concurrent`` lowers it.
 
 How concurrency and the pool are chosen and set: docs/configuration.md, "Concurrency and the
@@ -118,21 +118,6 @@ class CallSlots:
     def release(self, token: object) -> None:
         """Give back ``token``'s slot."""
         self._limiter.release_on_behalf_of(token)
-
-
-@attrs.define(eq=False)
-class Endpoint:
-    """A model endpoint of a run: the client every agent's calls go through, and their bound.
-
-    Attributes:
-        client: the HTTP client (its pool sized by ``limits``).
-        calls: the bound on model calls in flight.
-        limits: what the pool and the bound were made from.
-    """
-
-    client: httpx.AsyncClient
-    calls: CallSlots
-    limits: PoolLimits
 
 
 def make_client(limits: PoolLimits, timeouts: httpx.Timeout, base_url: str) -> httpx.AsyncClient:
