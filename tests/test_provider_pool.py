@@ -153,3 +153,18 @@ async def test_a_client_of_your_own_carries_the_calls_and_stays_open(server: LLM
 def test_a_pool_limit_that_is_not_positive_is_refused_naming_it(field: str, value: int) -> None:
     with pytest.raises(ConfigError, match=f"{field} must be positive"):
         PoolLimits(**{field: value})
+
+
+async def test_a_connection_the_server_closes_is_not_reused(server: LLMServer) -> None:
+    closing = Reply.stream(openai_text_stream(["one"]))
+    closing.headers.append(("connection", "close"))
+    server.push(closing, Reply.stream(openai_text_stream(["two"])), Reply.stream(openai_text_stream(["three"])))
+    with trio.fail_after(10):
+        async with open_provider("openai", env=_env(server)) as provider:
+            texts = []
+            for _ in range(3):
+                items = await collect(provider, make_request())
+                texts += [i.text for i in items if isinstance(i, TextChunk)]
+    assert texts == ["one", "two", "three"]
+    assert server.connections == 2  # a new one after the close, then that one kept alive
+    assert len(server.requests) == 3  # nothing was retried
