@@ -369,3 +369,20 @@ async def test_parse_events_refuses_a_reply_that_is_not_an_event_stream() -> Non
     headers = httpx.Headers({"content-type": "application/json"})
     with pytest.raises(httpx_sse.SSEError, match="text/event-stream"):
         await anext(parse_events(headers, _chunks([b"{}"])))
+
+
+async def test_a_compressed_event_stream_is_decoded_then_read(nursery: trio.Nursery) -> None:
+    import gzip
+
+    from llm_server import Piece
+
+    server = LLMServer()
+    await nursery.start(server.serve)
+    body = b"".join(openai_text_stream(["packed ", "small"]))
+    server.push(Reply(pieces=[Piece(gzip.compress(body))], headers=[("content-encoding", "gzip")]))
+    with trio.fail_after(10):
+        async with open_provider(
+            "openai", env={"OPENAI_BASE_URL": server.url + "/v1", "OPENAI_API_KEY": "x"}
+        ) as provider:
+            items = await collect(provider, make_request())
+    assert [i.text for i in items if isinstance(i, TextChunk)] == ["packed ", "small"]
