@@ -31,6 +31,8 @@ HERE = Path(__file__).resolve().parent
 # Scripts that should run more than once, with these arguments each time.
 VARIANTS: dict[str, list[list[str]]] = {
     "bench_provider.py": [["--provider", "openai"], ["--provider", "anthropic"]],
+    # N = 2,000 takes the peers minutes each: run bench_http.py alone for it (bench/README.md).
+    "bench_http.py": [["--ns", "10,100,500", "--paced-ns", "200"]],
 }
 # bench_core first: it is ours and the quickest to fail if something is broken.
 ORDER = ("bench_core.py", "bench_provider.py", "bench_trace.py", "bench_ray.py", "bench_mcp.py")

@@ -54,7 +54,7 @@ def test_workspace_over_user_over_defaults_and_flags_over_both(
     assert settings.source("limits.max_depth") == f"user {user}:5"
     assert settings["limits.max_turns"] == 11
     assert settings.source("limits.max_turns") == "flag --max-turns"
-    assert settings["limits.max_parallel"] == 16
+    assert settings["limits.max_parallel"] == 1000
 
 
 def test_allow_and_deny_rules_add_up_user_then_workspace_then_flags(

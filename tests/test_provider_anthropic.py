@@ -45,6 +45,7 @@ from runtime.core._provider import (
 )
 from runtime.providers import AnthropicProvider, RetryPolicy
 from runtime.providers._http import CUT_TOOL_CALL
+from runtime.providers._pool import PoolLimits, make_client
 
 KEY = "sk-ant-test-DO-NOT-LEAK-0123456789abcdef"
 
@@ -58,7 +59,10 @@ async def server(nursery: trio.Nursery) -> LLMServer:
 
 @pytest.fixture
 async def provider(server: LLMServer) -> AsyncIterator[AnthropicProvider]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=120)) as client:
+    # The client open_provider makes (its pool, runtime/providers/_pool.py), so every test
+    # here runs on it.
+    timeouts = httpx.Timeout(10, read=120)
+    async with make_client(PoolLimits(), timeouts, server.url) as client:
         yield AnthropicProvider(
             client=client,
             base_url=server.url,

@@ -46,6 +46,7 @@ from runtime.core._provider import (
 )
 from runtime.providers import OpenAIProvider, RetryPolicy
 from runtime.providers._http import CUT_TOOL_CALL
+from runtime.providers._pool import PoolLimits, make_client
 
 KEY = "sk-test-0penai-DO-NOT-LEAK-1234567890abcdef"
 
@@ -59,7 +60,10 @@ async def server(nursery: trio.Nursery) -> LLMServer:
 
 @pytest.fixture
 async def provider(server: LLMServer) -> AsyncIterator[OpenAIProvider]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=120)) as client:
+    # The client open_provider makes (its pool, runtime/providers/_pool.py), so every test
+    # here runs on it.
+    timeouts = httpx.Timeout(10, read=120)
+    async with make_client(PoolLimits(), timeouts, server.url) as client:
         yield OpenAIProvider(
             client=client,
             base_url=server.url + "/v1",

@@ -1,8 +1,9 @@
 """Model providers that call real APIs over HTTP: ``openai`` and ``anthropic``.
 
-Both stream over one shared ``httpx.AsyncClient`` and parse server-sent events with
-``httpx-sse``; both retry 429, 5xx and lost connections (honouring ``Retry-After``) until the
-first item has been yielded, and never show the API key. Open one with :func:`open_provider`.
+Both stream over one shared ``httpx.AsyncClient`` per endpoint (its pool and the bound on calls
+in flight set by :class:`PoolLimits`) and parse server-sent events as they arrive; both retry
+429, 5xx and lost connections (honouring ``Retry-After``) until the first item has been
+yielded, and never show the API key. Open one with :func:`open_provider`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from ._factory import open_provider as open_provider
     from ._http import RetryPolicy as RetryPolicy
     from ._openai import OpenAIProvider as OpenAIProvider
+    from ._pool import PoolLimits as PoolLimits
     from ._scenario import Scenario as Scenario
     from ._scenario import agent_types_from_scenario as agent_types_from_scenario
     from ._scenario import scenario_from_mapping as scenario_from_mapping
@@ -31,6 +33,7 @@ _LAZY: dict[str, str] = {
     "DEFAULT_MODELS": "._factory",
     "OpenAIProvider": "._openai",
     "PROVIDER_NAMES": "._factory",
+    "PoolLimits": "._pool",
     "RetryPolicy": "._http",
     "Scenario": "._scenario",
     "ScriptedProvider": "._scripted",

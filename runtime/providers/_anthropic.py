@@ -68,6 +68,7 @@ from ._http import (
     public_url,
     shorten,
 )
+from ._pool import CallSlots
 
 DEFAULT_MODEL: Final = "claude-sonnet-4-5"
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
@@ -104,6 +105,8 @@ class AnthropicProvider:
         retry: how transient failures are retried.
         call_deadline_s: bound on a whole :meth:`stream` call, retries included; ``None``
             for none.
+        calls: the endpoint's bound on calls in flight, shared by every provider of the
+            endpoint (each try waits for a slot); ``None``: unbounded.
         thinking_budget: when set, extended thinking is enabled with this many tokens, on top
             of the request's ``max_tokens``.
     """
@@ -115,6 +118,7 @@ class AnthropicProvider:
     secrets: Secrets = attrs.field(default=NO_SECRETS, repr=False)
     retry: RetryPolicy = attrs.Factory(RetryPolicy)
     call_deadline_s: float | None = 600.0
+    calls: CallSlots | None = attrs.field(default=None, repr=False)
     thinking_budget: int | None = None
     name: str = attrs.field(default="anthropic", init=False)
 
@@ -164,6 +168,7 @@ class AnthropicProvider:
                     provider=self.name,
                     deadline=retrier.deadline,
                     secrets=secrets,
+                    calls=self.calls,
                 ) as events:
                     async for sse in events:
                         data = sse.data

@@ -29,6 +29,7 @@ from runtime.core import NO_SECRETS, ConfigError, Provider, Secrets
 
 from . import _anthropic, _openai
 from ._http import RetryPolicy, public_url
+from ._pool import CallSlots, PoolLimits, make_client
 
 
 @attrs.frozen
@@ -66,11 +67,15 @@ async def open_provider(
     read_timeout_s: float = 120.0,
     thinking_budget: int | None = None,
     secrets: Secrets = NO_SECRETS,
+    pool: PoolLimits | None = None,
+    http_client: httpx.AsyncClient | None = None,
 ) -> AsyncGenerator[Provider, None]:
     """Open the HTTP client for provider ``name`` and yield the provider; close it on exit.
 
-    One provider (and so one connection pool) serves every agent of a runtime; parallel calls
-    each take a connection of their own.
+    One provider (and so one HTTP client and one connection pool) serves every agent of a
+    runtime; parallel calls each take a connection of their own, and at most
+    ``pool.concurrency`` calls are in flight at once (docs/configuration.md, "Concurrency and
+    the connection pool").
 
     Args:
         name: ``"openai"`` or ``"anthropic"``.
@@ -84,6 +89,11 @@ async def open_provider(
         read_timeout_s: bound on each wait for more of a reply (a silent server).
         thinking_budget: Anthropic only: enable extended thinking with this token budget.
         secrets: the run's secrets, masked (with the key) in the provider's error messages.
+        pool: the connection pool and the calls in flight (default :class:`PoolLimits`: 1,000
+            connections, all kept alive, as many calls in flight).
+        http_client: a client of your own to send every call through (its pool, proxies and
+            TLS settings as you made them; left open on exit); the timeouts above then do not
+            apply, and ``pool`` bounds only the calls in flight.
 
     Raises:
         ConfigError: an unknown name, a missing key (naming the variable), a bad base URL or
@@ -113,7 +123,9 @@ async def open_provider(
     # Writes are small JSON bodies; the pool wait is left to the call deadline, since many
     # parallel agents may queue for a connection.
     timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=30.0, pool=None)
-    async with httpx.AsyncClient(timeout=timeout) as client:
+    pool = pool or PoolLimits()
+    calls = CallSlots(pool.concurrency)
+    async with _client(http_client, pool, timeout, base_url) as client:
         provider: Provider
         if name == "openai":
             provider = _openai.OpenAIProvider(
@@ -124,6 +136,7 @@ async def open_provider(
                 secrets=secrets,
                 retry=retry,
                 call_deadline_s=call_deadline_s,
+                calls=calls,
             )
         else:
             provider = _anthropic.AnthropicProvider(
@@ -135,8 +148,20 @@ async def open_provider(
                 retry=retry,
                 call_deadline_s=call_deadline_s,
                 thinking_budget=thinking_budget,
+                calls=calls,
             )
         yield provider
+
+
+@asynccontextmanager
+async def _client(
+    given: httpx.AsyncClient | None, pool: PoolLimits, timeouts: httpx.Timeout, base_url: str
+) -> AsyncGenerator[httpx.AsyncClient, None]:
+    if given is not None:
+        yield given  # the caller's: the caller closes it
+        return
+    async with make_client(pool, timeouts, base_url) as client:
+        yield client
 
 
 def _check_url(url: str, variable: str) -> str:

@@ -13,11 +13,13 @@ shown it. Every retry is yielded as a ``RetryNotice`` (the loop reports it as a
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import email.utils
 import math
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC
 from typing import Any, Final, cast
@@ -37,6 +39,8 @@ from runtime.core import (
     Secrets,
     parse_overflow,
 )
+
+from ._pool import CallSlots
 
 _MESSAGE_LIMIT: Final = 500
 
@@ -203,6 +207,7 @@ async def open_event_stream(
     provider: str,
     deadline: float = math.inf,
     secrets: Secrets = NO_SECRETS,
+    calls: CallSlots | None = None,
 ) -> AsyncGenerator[AsyncGenerator[httpx_sse.ServerSentEvent, None], None]:
     """POST ``body`` to ``url`` and yield an iterator over the reply's server-sent events.
 
@@ -215,6 +220,9 @@ async def open_event_stream(
     The deadline is applied to each network read (a cancel scope per read, not per event, so
     it costs nothing per event and is never open across a ``yield``).
 
+    With ``calls`` (the endpoint's bound on calls in flight), the try first waits for a slot
+    (within the deadline) and holds it until the reply is closed.
+
     Cancellation: leaving the block for any reason closes the response; a response not read to
     its end closes its connection at once (httpcore shields that close from the cancellation).
     """
@@ -224,6 +232,14 @@ async def open_event_stream(
         headers={**headers, "accept": "text/event-stream", "cache-control": "no-store"},
         content=body,
     )
+    token = object()  # this try's slot
+    if calls is not None:
+        acquired = False
+        with trio.move_on_at(deadline):
+            await calls.acquire(token)
+            acquired = True
+        if not acquired:
+            raise DeadlineExceeded("the call deadline passed")
     try:
         response: httpx.Response | None = None
         with trio.move_on_at(deadline):
@@ -237,14 +253,15 @@ async def open_event_stream(
                 raise DeadlineExceeded("the call deadline passed")
             finally:
                 await response.aclose()
-        # The same reply, its bytes read through the deadline; httpx-sse parses it.
-        timed = httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=_DeadlineStream(cast(httpx.AsyncByteStream, response.stream), deadline),
-            request=request,
-        )
-        events = httpx_sse.EventSource(timed).aiter_sse()
+        chunks = _DeadlineStream(cast(httpx.AsyncByteStream, response.stream), deadline)
+        if response.headers.get("content-encoding", "identity") in ("identity", ""):
+            events = parse_events(response.headers, chunks)
+        else:
+            # A compressed reply: httpx decodes it, httpx-sse parses it.
+            timed = httpx.Response(
+                response.status_code, headers=response.headers, stream=chunks, request=request
+            )
+            events = httpx_sse.EventSource(timed).aiter_sse()
         try:
             yield events
         finally:
@@ -269,6 +286,91 @@ async def open_event_stream(
         raise TransientError(
             secrets.text(f"{provider}: connection failed ({where}): {detail}")
         ) from exc
+    finally:
+        if calls is not None:
+            calls.release(token)
+
+
+async def parse_events(
+    headers: httpx.Headers, chunks: AsyncIterable[bytes]
+) -> AsyncGenerator[httpx_sse.ServerSentEvent, None]:
+    """The server-sent events in a reply's body, as httpx-sse reads them, for less per event.
+
+    The bytes are decoded as UTF-8 as they come (a character split between reads is joined)
+    and cut into events at blank lines (``\\n``, ``\\r\\n`` or ``\\r`` ending a line, as
+    the SSE standard says); the common event, one ``data:`` line, takes one slice. Other
+    fields, several ``data`` lines and comments are read as httpx-sse does. An event the body
+    ends in the middle of is dropped, as the standard says.
+
+    Raises:
+        httpx_sse.SSEError: the reply is not ``text/event-stream`` (on the first iteration).
+    """
+    content_type = headers.get("content-type", "").partition(";")[0]
+    if "text/event-stream" not in content_type:
+        raise httpx_sse.SSEError(
+            "Expected response header Content-Type to contain 'text/event-stream', "
+            f"got {content_type!r}"
+        )
+    decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+    event = httpx_sse.ServerSentEvent
+    pending = ""
+    last_id = ""
+    async for chunk in chunks:
+        text = decode(chunk)
+        if pending:
+            text = pending + text
+        if "\r" in text:
+            # A "\r" at the end may be half of a "\r\n": keep it for the next read.
+            held = text.endswith("\r")
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+            if held:
+                text = text[:-1] + "\r"
+        blocks = text.split("\n\n")
+        pending = blocks.pop()
+        for block in blocks:
+            if block.startswith("data: ") and "\n" not in block:
+                yield event(data=block[6:], id=last_id)
+                continue
+            sse = _parse_block(block, last_id)
+            if sse is not None:
+                last_id = sse.id
+                yield sse
+    # The body's end ends a line a bare "\r" left open.
+    text = pending + decode(b"", True)
+    if text.endswith("\r"):
+        for block in (text[:-1] + "\n").split("\n\n")[:-1]:
+            sse = _parse_block(block, last_id)
+            if sse is not None:
+                yield sse
+
+
+def _parse_block(block: str, last_id: str) -> httpx_sse.ServerSentEvent | None:
+    """One event's lines (no blank line among them but leading ones), as httpx-sse reads them."""
+    name = ""
+    data: list[str] = []
+    retry: int | None = None
+    seen = False
+    for line in block.split("\n"):
+        if not line or line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "data":
+            data.append(value)
+        elif field == "event":
+            name = value
+        elif field == "id":
+            if "\0" not in value:
+                last_id = value
+        elif field == "retry":
+            with contextlib.suppress(ValueError):
+                retry = int(value)
+        else:
+            continue
+        seen = True
+    if not seen:
+        return None
+    return httpx_sse.ServerSentEvent(event=name, data="\n".join(data), id=last_id, retry=retry)
 
 
 class _DeadlineStream(httpx.AsyncByteStream):

@@ -71,6 +71,7 @@ from ._http import (
     public_url,
     shorten,
 )
+from ._pool import CallSlots
 
 DEFAULT_MODEL: Final = "gpt-4.1"
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
@@ -113,6 +114,8 @@ class OpenAIProvider:
         retry: how transient failures are retried.
         call_deadline_s: bound on a whole :meth:`stream` call, retries included; ``None``
             for none.
+        calls: the endpoint's bound on calls in flight, shared by every provider of the
+            endpoint (each try waits for a slot); ``None``: unbounded.
         max_tokens_param: the request field for ``max_tokens`` (``max_completion_tokens`` on
             api.openai.com, ``max_tokens`` elsewhere).
     """
@@ -124,6 +127,7 @@ class OpenAIProvider:
     secrets: Secrets = attrs.field(default=NO_SECRETS, repr=False)
     retry: RetryPolicy = attrs.Factory(RetryPolicy)
     call_deadline_s: float | None = 600.0
+    calls: CallSlots | None = attrs.field(default=None, repr=False)
     max_tokens_param: str = attrs.field(
         default=attrs.Factory(_default_max_tokens_param, takes_self=True)
     )
@@ -173,6 +177,7 @@ class OpenAIProvider:
                     provider=self.name,
                     deadline=retrier.deadline,
                     secrets=secrets,
+                    calls=self.calls,
                 ) as events:
                     async for sse in events:
                         data = sse.data

@@ -1,0 +1,574 @@
+"""Parallel sub-agents through a real HTTP model: the runtime, its peers and raw httpx, one server.
+
+A loopback OpenAI-compatible Chat Completions server runs in its own process (``--serve``): a
+small asyncio HTTP/1.1 server with keep-alive that answers a function of the request:
+
+* the last message is a user's ``FANOUT n``: ``n`` calls of the request's ``agent`` tool, in one
+  streamed turn (each call's string arguments say which child it is);
+* the last message is a tool result: the root's short final answer (3 deltas);
+* anything else is a child: 20 streamed text deltas, ``pace`` seconds apart (the model name says
+  it: ``bench-paced-50`` paces 50 ms, so an answer takes about a second; ``bench-instant`` none).
+
+Streamed replies (``stream: true``) are SSE over chunked encoding, one chunk per event, the last
+one with usage; a request with ``stream: false`` gets the same answer as one JSON object. The
+server counts the connections it accepts and the requests it serves (``GET /__stats``,
+``POST /__reset``).
+
+Each client runs in a subprocess of its own (``--client NAME``), so its imports, heap and
+garbage weigh on no other, and reports the CPU time (``getrusage``) and wall time of its fan-out
+alone (imports and set-up excluded), its peak RSS and whether the answers were right:
+
+* ``trio-agents``: ``open_runtime("openai")``, the real provider, ``OPENAI_BASE_URL`` at the
+  server; a root agent fans out ``n`` sub-agents with its ``agent`` tool.
+* ``openai-agents``: the OpenAI Agents SDK, its Chat Completions model over ``AsyncOpenAI``;
+  the root's ``agent`` function tool runs a child agent, streamed, as the runtime's does.
+* ``pydantic-ai``: Pydantic AI's ``OpenAIChatModel`` over ``AsyncOpenAI``, the same tool.
+* ``raw-httpx`` (the floor): the same requests with httpx and httpx-sse from trio: open, stream,
+  parse every event with orjson, close; no agents, no events, no history.
+
+A peer not installed (``pip install -e '.[bench]'``) gets a row with ``skipped`` and the reason.
+
+Rows (one JSON object per client, N and pacing): ``value`` is client CPU per sub-agent in ms
+(instant) or wall time in s (paced); every row also carries ``wall_s``, ``cpu_ms_per_agent``,
+``connections`` (opened, counted at the server), ``requests``, ``peak_rss_mb``. The floor of a
+row is the raw-httpx figure of the same N and pacing, measured in the same run.
+
+Usage: ``python bench/bench_http.py [--ns 10,100,500,2000] [--paced-ns 200,2000]
+[--clients trio-agents,openai-agents,pydantic-ai,raw-httpx] [--pace-ms 50] [--reps 1]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import http.client
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIENTS = ("trio-agents", "openai-agents", "pydantic-ai", "raw-httpx")
+DELTAS = 20
+# Every client run is bounded in time; a paced 2,000 fan-out takes a few seconds.
+CLIENT_TIMEOUT_S = 600
+# The runtime's default pool (runtime/providers/_pool.py): connections must stay within it.
+DEFAULT_POOL = 1000
+
+# --------------------------------------------------------------------------------- the server
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+@dataclasses.dataclass
+class _Answer:
+    """What the server answers one request: text deltas and/or tool calls."""
+
+    texts: list[str]
+    calls: list[tuple[str, str]]  # (name, JSON arguments)
+    pace_s: float
+
+
+def _answer(request: dict[str, Any], serial: int) -> _Answer:
+    model = str(request.get("model", ""))
+    pace_s = int(model.rsplit("-", 1)[1]) / 1000 if model.startswith("bench-paced-") else 0.0
+    messages = request.get("messages") or [{}]
+    last = messages[-1]
+    if last.get("role") == "tool":
+        return _Answer(["All ", "children ", "answered."], [], 0.0)
+    content = last.get("content")
+    if isinstance(content, list):  # content parts (some clients send a user message so)
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    text = str(content or "")
+    if text.startswith("FANOUT "):
+        n = int(text.split()[1])
+        tool = next(
+            t["function"]
+            for t in request.get("tools", ())
+            if "agent" in t["function"]["name"]
+        )
+        props = tool.get("parameters", {}).get("properties", {})
+        required = tool.get("parameters", {}).get("required") or list(props)
+        calls = []
+        for i in range(n):
+            args = {k: f"child {i}" for k in required if props.get(k, {}).get("type") == "string"}
+            calls.append((tool["name"], json.dumps(args)))
+        return _Answer([], calls, 0.0)
+    return _Answer([f"tok{i} " for i in range(DELTAS)], [], pace_s)
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.connections = 0
+        self.requests = 0
+        self.serial = 0
+        self.cpu0 = 0.0
+        self.arrivals: list[float] = []
+        self.cache: dict[tuple[str, int], list[bytes]] = {}
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                _method, path, _ = lines[0].split(" ", 2)
+                headers = {}
+                for line in lines[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip().lower()] = v.strip()
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if path.endswith("/__stats"):
+                    ru = resource.getrusage(resource.RUSAGE_SELF)
+                    stats = {"connections": self.connections, "requests": self.requests,
+                             "cpu_s": ru.ru_utime + ru.ru_stime - self.cpu0,
+                             "arrivals": _spread(self.arrivals)}
+                    await self._json(writer, json.dumps(stats).encode())
+                elif path.endswith("/__reset"):
+                    self.connections = self.requests = 0
+                    self.arrivals = []
+                    ru = resource.getrusage(resource.RUSAGE_SELF)
+                    self.cpu0 = ru.ru_utime + ru.ru_stime
+                    await self._json(writer, b"{}")
+                else:
+                    self.requests += 1
+                    self.arrivals.append(time.monotonic())
+                    await self._complete(writer, json.loads(body))
+                if headers.get("connection", "").lower() == "close":
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    @staticmethod
+    def _text_events(base: dict[str, Any], answer: _Answer, usage: dict[str, int]) -> list[bytes]:
+        def event(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+            return _chunk(_sse({**base, "id": "chatcmpl-bench", "choices": [choice]}))
+
+        return [
+            event({"role": "assistant", "content": ""}),
+            *(event({"content": text}) for text in answer.texts),
+            event({}, "stop"),
+            _chunk(_sse({**base, "id": "chatcmpl-bench", "choices": [], "usage": usage})),
+            _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n",
+        ]
+
+    async def _json(self, writer: asyncio.StreamWriter, body: bytes) -> None:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (len(body), body)
+        )
+        await writer.drain()
+
+    async def _complete(self, writer: asyncio.StreamWriter, request: dict[str, Any]) -> None:
+        self.serial += 1
+        serial = self.serial
+        answer = _answer(request, serial)
+        cid = f"chatcmpl-{serial}"
+        base = {"id": cid, "object": "chat.completion.chunk", "created": 0,
+                "model": request.get("model")}
+        finish = "tool_calls" if answer.calls else "stop"
+        usage = {"prompt_tokens": 10, "completion_tokens": DELTAS, "total_tokens": DELTAS + 10}
+        if not request.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(answer.texts) or None}
+            if answer.calls:
+                message["tool_calls"] = [
+                    {"id": f"call_{serial}_{i}", "type": "function",
+                     "function": {"name": name, "arguments": args}}
+                    for i, (name, args) in enumerate(answer.calls)
+                ]
+            if answer.pace_s:
+                await asyncio.sleep(answer.pace_s * len(answer.texts))
+            obj = {**base, "object": "chat.completion", "usage": usage,
+                   "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+            await self._json(writer, json.dumps(obj).encode())
+            return
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        if not answer.calls:
+            # A child's (or the final) answer is the same bytes every time: encoded once, so
+            # the server keeps pace with thousands of streams on a shared machine.
+            key = (str(request.get("model")), len(answer.texts))
+            events = self.cache.get(key)
+            if events is None:
+                events = self.cache[key] = self._text_events(base, answer, usage)
+            for i, data in enumerate(events):
+                if answer.pace_s and 1 < i <= len(answer.texts):
+                    await writer.drain()
+                    await asyncio.sleep(answer.pace_s)
+                writer.write(data)
+            await writer.drain()
+            return
+
+        def event(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+            return _chunk(_sse({**base, "choices": [choice]}))
+
+        writer.write(event({"role": "assistant", "content": ""}))
+        for i, text in enumerate(answer.texts):
+            if answer.pace_s and i:
+                await writer.drain()
+                await asyncio.sleep(answer.pace_s)
+            writer.write(event({"content": text}))
+        for i, (name, args) in enumerate(answer.calls):
+            writer.write(event({"tool_calls": [{
+                "index": i, "id": f"call_{serial}_{i}", "type": "function",
+                "function": {"name": name, "arguments": ""}}]}))
+            writer.write(event({"tool_calls": [{"index": i, "function": {"arguments": args}}]}))
+        writer.write(event({}, finish))
+        writer.write(_chunk(_sse({**base, "choices": [], "usage": usage})))
+        writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+
+
+def _spread(times: list[float]) -> list[float]:
+    """When requests arrived, from the first: the 0, 10, 50, 90 and 100th percentiles."""
+    if not times:
+        return []
+    times = sorted(t - min(times) for t in times)
+    return [round(times[min(len(times) - 1, len(times) * q // 100)], 3) for q in (0, 10, 50, 90, 100)]
+
+
+def serve() -> None:
+    """Serve on a free loopback port; print the port, serve until stdin closes."""
+    _raise_fd_limit()
+
+    async def main() -> None:
+        server = _Server()
+        listener = await asyncio.start_server(server.handle, "127.0.0.1", 0, backlog=4096)
+        print(listener.sockets[0].getsockname()[1], flush=True)
+        loop = asyncio.get_running_loop()
+        # The parent closes our stdin to stop us (or dies, which closes it too).
+        await loop.run_in_executor(None, sys.stdin.read)
+        listener.close()
+
+    asyncio.run(main())
+
+
+def _raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# --------------------------------------------------------------------------------- the clients
+
+
+def _usage() -> tuple[float, float]:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
+
+
+def _runtime_client(url: str, n: int, model: str, opts: dict[str, Any]) -> Callable[[], Any]:
+    import trio
+
+    from runtime import Limits, open_runtime
+
+    env = {"OPENAI_BASE_URL": url, "OPENAI_API_KEY": "bench-key-not-secret"}
+    limits = Limits(max_parallel=opts["max_parallel"]) if opts.get("max_parallel") else None
+
+    async def go() -> str:
+        async with open_runtime("openai", model=model, env=env, trace=False, limits=limits) as rt:
+            outcome = await rt.run(f"FANOUT {n}")
+        assert outcome.status == "completed", outcome
+        return str(outcome.result)
+
+    return lambda: trio.run(go)
+
+
+def _agents_client(url: str, n: int, model: str, opts: dict[str, Any]) -> Callable[[], Any]:
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+
+    async def go() -> str:
+        client = AsyncOpenAI(base_url=url, api_key="bench-key-not-secret")
+        llm = OpenAIChatCompletionsModel(model=model, openai_client=client)
+        child = Agent(name="general", instructions="Do the task.", model=llm)
+
+        @function_tool
+        async def agent(description: str, prompt: str) -> str:
+            """Run a sub-agent on a task and return its answer."""
+            result = Runner.run_streamed(child, prompt)
+            async for _ in result.stream_events():
+                pass
+            return str(result.final_output)
+
+        root = Agent(name="main", instructions="Split the work.", model=llm, tools=[agent])
+        result = Runner.run_streamed(root, f"FANOUT {n}", max_turns=5)
+        async for _ in result.stream_events():
+            pass
+        await client.close()
+        return str(result.final_output)
+
+    return lambda: asyncio.run(go())
+
+
+def _pydantic_client(url: str, n: int, model: str, opts: dict[str, Any]) -> Callable[[], Any]:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    async def go() -> str:
+        provider = OpenAIProvider(base_url=url, api_key="bench-key-not-secret")
+        llm = OpenAIChatModel(model, provider=provider)
+        child = Agent(llm, instructions="Do the task.")
+        root = Agent(llm, instructions="Split the work.")
+
+        @root.tool_plain
+        async def agent(description: str, prompt: str) -> str:
+            """Run a sub-agent on a task and return its answer."""
+            async with child.run_stream(prompt) as result:
+                async for _ in result.stream_text(delta=True):
+                    pass
+            return "done"
+
+        result = await root.run(f"FANOUT {n}")
+        return str(result.output)
+
+    return lambda: asyncio.run(go())
+
+
+def _raw_client(url: str, n: int, model: str, opts: dict[str, Any]) -> Callable[[], Any]:
+    import httpx
+    import httpx_sse
+    import orjson
+    import trio
+
+    tool = {"type": "function", "function": {
+        "name": "agent", "description": "Run a sub-agent.",
+        "parameters": {"type": "object", "required": ["description", "prompt"], "properties": {
+            "description": {"type": "string"}, "prompt": {"type": "string"}}}}}
+
+    def body(messages: list[dict[str, Any]], tools: bool) -> bytes:
+        obj: dict[str, Any] = {"model": model, "messages": messages, "stream": True,
+                               "stream_options": {"include_usage": True}}
+        if tools:
+            obj["tools"] = [tool]
+        return orjson.dumps(obj)
+
+    async def stream(client: httpx.AsyncClient, content: bytes) -> list[Any]:
+        chunks = []
+        async with httpx_sse.aconnect_sse(
+            client, "POST", url + "/chat/completions", content=content
+        ) as source:
+            async for sse in source.aiter_sse():
+                if sse.data != "[DONE]":
+                    chunks.append(orjson.loads(sse.data))  # noqa: PERF401 - as a client would
+        return chunks
+
+    async def go() -> str:
+        limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+        async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(60, pool=None)) as c:
+            first = [{"role": "user", "content": f"FANOUT {n}"}]
+            chunks = await stream(c, body(first, True))
+            calls = [tc for ch in chunks for choice in ch["choices"]
+                     for tc in choice["delta"].get("tool_calls", ()) if "id" in tc]
+            assert len(calls) == n, len(calls)
+
+            async def child(i: int) -> None:
+                got = await stream(c, body([{"role": "user", "content": f"child {i}"}], False))
+                assert sum(bool(ch["choices"]) for ch in got) >= DELTAS
+
+            async with trio.open_nursery() as nursery:
+                for i in range(n):
+                    nursery.start_soon(child, i)
+            results = [{"role": "tool", "tool_call_id": tc["id"], "content": "ok"} for tc in calls]
+            await stream(c, body([*first, {"role": "assistant", "content": None}, *results], True))
+        return "done"
+
+    return lambda: trio.run(go)
+
+
+_FACTORIES: dict[str, tuple[str, Callable[..., Callable[[], Any]]]] = {
+    "trio-agents": ("runtime", _runtime_client),
+    "openai-agents": ("agents", _agents_client),
+    "pydantic-ai": ("pydantic_ai", _pydantic_client),
+    "raw-httpx": ("httpx_sse", _raw_client),
+}
+
+
+def run_client(name: str, url: str, n: int, model: str, opts: dict[str, Any]) -> dict[str, Any]:
+    """In the client subprocess: set up, run the fan-out once, measure it."""
+    _raise_fd_limit()
+    module, factory = _FACTORIES[name]
+    try:
+        __import__(module)
+    except ImportError as exc:
+        return {"skipped": f"{module} is not installed ({exc}): pip install -e '.[bench]'"}
+    go = factory(url, n, model, opts)
+    cpu0, _ = _usage()
+    t0 = time.perf_counter()
+    go()
+    wall = time.perf_counter() - t0
+    cpu1, rss = _usage()
+    return {"wall_s": wall, "cpu_s": cpu1 - cpu0, "peak_rss_mb": rss}
+
+
+# --------------------------------------------------------------------------------- the driver
+
+
+def _control(port: int, method: str, path: str) -> dict[str, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, body=b"" if method == "POST" else None,
+                     headers={"connection": "close"})
+        return dict(json.loads(conn.getresponse().read()))
+    finally:
+        conn.close()
+
+
+def measure(port: int, name: str, n: int, pace_ms: int, opts: dict[str, Any]) -> dict[str, Any]:
+    """One client's fan-out of ``n`` in a subprocess of its own; its row."""
+    model = f"bench-paced-{pace_ms}" if pace_ms else "bench-instant"
+    _control(port, "POST", "/__reset")
+    mode = "paced" if pace_ms else "instant"
+    row: dict[str, Any] = {"name": f"http_{mode}_{n} {name}", "client": name, "n": n,
+                           "pace_ms": pace_ms}
+    try:
+        proc = subprocess.run(  # our own script, our interpreter
+            [sys.executable, __file__, "--client", name, "--url", f"http://127.0.0.1:{port}/v1",
+             "--n", str(n), "--model", model, "--opts", json.dumps(opts)],
+            capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S, cwd=ROOT, check=False,
+            env={**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1"},
+        )
+    except subprocess.TimeoutExpired:
+        row["error"] = f"not done in {CLIENT_TIMEOUT_S} s"
+        return row
+    stats = _control(port, "GET", "/__stats")
+    if proc.returncode != 0:
+        row["error"] = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return row
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "skipped" in got:
+        row["skipped"] = got["skipped"]
+        return row
+    row.update(
+        wall_s=round(got["wall_s"], 3),
+        cpu_ms_per_agent=round(got["cpu_s"] * 1000 / n, 3),
+        connections=stats["connections"] - 1,  # less the control connection of the reset
+        requests=stats["requests"],
+        server_cpu_s=round(stats["cpu_s"], 2),
+        arrivals_s=stats["arrivals"],
+        peak_rss_mb=round(got["peak_rss_mb"], 1),
+    )
+    return row
+
+
+def _targets(row: dict[str, Any], peers: list[dict[str, Any]], pace_ms: int) -> None:
+    """The runtime's targets (bench/README.md, "HTTP fan-out"), checked on its row."""
+    key = "wall_s" if pace_ms else "cpu_ms_per_agent"
+    checks = []
+    if peers:
+        best_peer = min(p[key] for p in peers)
+        row.update(fastest_peer=best_peer, vs_fastest_peer=round(row[key] / best_peer, 3))
+        checks.append(row[key] <= best_peer * (1 if pace_ms else 0.3))
+    if pace_ms:
+        # One paced answer on the critical path (the root's turns are instant), plus the
+        # client's CPU spread over the cores.
+        answer_s = pace_ms / 1000 * (DELTAS - 1)
+        ideal = answer_s + row["cpu_ms_per_agent"] * row["n"] / 1000 / (os.cpu_count() or 1)
+        row["ideal_s"] = round(ideal, 3)
+        checks.append(row["wall_s"] <= 1.3 * ideal)
+        row["target"] = "wall <= fastest peer's and <= 1.3 x (answer + CPU / cores)"
+    else:
+        if "ratio" in row:
+            checks.append(row["ratio"] <= 1.5)
+        row["target"] = "CPU per sub-agent <= 1.5 x raw httpx and <= 0.3 x the fastest peer"
+    checks.append(row["connections"] <= DEFAULT_POOL)
+    row["met"] = all(checks)
+
+
+def _best(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    good = [r for r in rows if "wall_s" in r]
+    if not good:
+        return rows[0]
+    return min(good, key=lambda r: (r["cpu_ms_per_agent"], r["wall_s"]))
+
+
+def main(args: argparse.Namespace) -> None:
+    opts = json.loads(args.opts)
+    server = subprocess.Popen(  # our own script
+        [sys.executable, __file__, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        plan = [(n, 0) for n in args.ns] + [(n, args.pace_ms) for n in args.paced_ns]
+        for n, pace in plan:
+            rows = {}
+            for name in args.clients:
+                rows[name] = _best([measure(port, name, n, pace, opts) for _ in range(args.reps)])
+            floor = rows.get("raw-httpx", {})
+            peers = [rows[p] for p in ("openai-agents", "pydantic-ai") if "wall_s" in rows.get(p, {})]
+            for name, row in rows.items():
+                key = "wall_s" if pace else "cpu_ms_per_agent"
+                row.update(unit="s" if pace else "ms/agent", value=row.get(key))
+                if key in floor and key in row and name != "raw-httpx":
+                    row["floor"] = floor[key]
+                    row["ratio"] = round(row[key] / floor[key], 3)
+                if name == "trio-agents" and key in row:
+                    _targets(row, peers, pace)
+                print(json.dumps(row), flush=True)
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--client", choices=CLIENTS, help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--opts", default="{}", help="client options as JSON (max_parallel)")
+    parser.add_argument("--ns", type=_ints, default=[10, 100, 500, 2000])
+    parser.add_argument("--paced-ns", type=_ints, default=[200, 2000])
+    parser.add_argument("--clients", type=lambda s: s.split(","), default=list(CLIENTS))
+    parser.add_argument("--pace-ms", type=int, default=50)
+    parser.add_argument("--reps", type=int, default=1)
+    args = parser.parse_args()
+    if args.serve:
+        serve()
+    elif args.client:
+        with contextlib.redirect_stdout(sys.stderr):
+            result = run_client(args.client, args.url, args.n, args.model, json.loads(args.opts))
+        print(json.dumps(result))
+    else:
+        main(args)

@@ -1,0 +1,283 @@
+"""One endpoint of a run: its HTTP client, its connection pool, and what bounds calls in flight.
+
+A run talks to each model endpoint (a base URL and a key) through one provider, made by
+:func:`~runtime.providers.open_provider` and shared by every agent of the run, and so through:
+
+* **one HTTP client**, so every agent's calls reuse the same kept-alive connections;
+* **a connection pool that costs the same per request whatever its size** (:class:`_StackPool`):
+  idle connections wait on a stack, a request takes the one on top and checks only that one is
+  still open (httpx's own pool checks every pooled connection on every request and every
+  release, which costs more than the request itself once the pool holds hundreds: the numbers
+  are in bench/README.md, "HTTP fan-out");
+* **no cookie jar** (a model API sets none, and httpx parses every response for them) and **one
+  SSL context per process**, not one per client;
+* **a bound on model calls in flight** (:class:`CallSlots`), by default the pool's size, so a
+  call never queues inside the pool; ``max_concurrent`` lowers it.
+
+How concurrency and the pool are chosen and set: docs/configuration.md, "Concurrency and the
+connection pool".
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import ssl
+import urllib.request
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+import attrs
+import httpcore
+import httpx
+import trio
+
+from runtime.core import ConfigError
+
+# The largest pool by default: as many connections as the official OpenAI client allows (its
+# DEFAULT_CONNECTION_LIMITS), well under the usual 1,024 open files less what a run needs besides.
+DEFAULT_MAX_CONNECTIONS: Final = 1000
+_CLOSE_S: Final = 5.0
+
+
+def _positive(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or value <= 0):
+        raise ConfigError(f"{attribute.name} must be positive, not {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class PoolLimits:
+    """The connection pool of an endpoint and the calls it lets run at once.
+
+    Attributes:
+        max_connections: connections open at once; calls past it wait for one.
+        max_keepalive: idle connections kept open for the next call (default
+            ``max_connections``: a fan-out's second wave reuses the first wave's connections
+            instead of opening new ones).
+        keepalive_expiry_s: an idle connection older than this is closed, not reused.
+        max_concurrent: model calls in flight at once on this endpoint (default
+            ``max_connections``); the rest wait their turn, in order.
+        http2: speak HTTP/2 where the server offers it (needs the ``h2`` package); many calls
+            then share one connection.
+    """
+
+    max_connections: int = attrs.field(default=DEFAULT_MAX_CONNECTIONS, validator=_positive)
+    max_keepalive: int | None = attrs.field(default=None, validator=_positive)
+    keepalive_expiry_s: float = attrs.field(default=30.0, validator=_positive)
+    max_concurrent: int | None = attrs.field(default=None, validator=_positive)
+    http2: bool = False
+
+    @property
+    def concurrency(self) -> int:
+        """Model calls in flight at once: ``max_concurrent``, else the pool's size."""
+        return self.max_concurrent or self.max_connections
+
+
+@functools.cache
+def shared_ssl_context() -> ssl.SSLContext:
+    """The process's one verifying SSL context (loading the CA bundle costs milliseconds)."""
+    return httpx.create_ssl_context()
+
+
+class _NoCookies(httpx.Cookies):
+    """A jar that keeps nothing: model APIs set no cookies, and reading responses for them costs."""
+
+    def extract_cookies(self, response: httpx.Response) -> None:
+        return None
+
+
+class CallSlots:
+    """The model calls in flight to one endpoint: at most ``limit`` at once, the rest wait in order.
+
+    This is the seam where an endpoint's rate limits plug in: a provider takes a slot before
+    each try and gives it back when the try's reply is closed (also between retries), so
+    whatever decides when the next call may start (today a count, from the pool's size or
+    ``max_concurrent``) decides it for every agent of the run at once.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limiter = trio.CapacityLimiter(limit)
+
+    @property
+    def limit(self) -> int:
+        """Calls allowed in flight at once."""
+        return int(self._limiter.total_tokens)
+
+    @property
+    def in_flight(self) -> int:
+        """Calls holding a slot now."""
+        return int(self._limiter.borrowed_tokens)
+
+    async def acquire(self, token: object) -> None:
+        """Wait for a slot, held by ``token`` (one object per call).
+
+        Cancellation: a checkpoint; cancelled while waiting, no slot is held.
+        """
+        await self._limiter.acquire_on_behalf_of(token)
+
+    def release(self, token: object) -> None:
+        """Give back ``token``'s slot."""
+        self._limiter.release_on_behalf_of(token)
+
+
+def make_client(limits: PoolLimits, timeouts: httpx.Timeout, base_url: str) -> httpx.AsyncClient:
+    """The HTTP client of one endpoint (see the module docstring).
+
+    A proxy set in the environment (``HTTPS_PROXY`` and friends) for ``base_url``'s host, or
+    HTTP/2, gets httpx's own transport, which knows both.
+    """
+    verify = shared_ssl_context()
+    if limits.http2 and importlib.util.find_spec("h2") is None:
+        raise ConfigError("http2 needs the h2 package: pip install 'httpx[http2]'")
+    if limits.http2 or _proxied(base_url):
+        client = httpx.AsyncClient(
+            timeout=timeouts,
+            verify=verify,
+            http2=limits.http2,
+            limits=httpx.Limits(
+                max_connections=limits.max_connections,
+                max_keepalive_connections=limits.max_keepalive or limits.max_connections,
+                keepalive_expiry=limits.keepalive_expiry_s,
+            ),
+        )
+    else:
+        transport = httpx.AsyncHTTPTransport(verify=verify)
+        # httpx maps httpcore's errors and streams in this transport; only its pool is ours.
+        transport._pool = _StackPool(limits, verify)  # type: ignore[assignment]
+        client = httpx.AsyncClient(timeout=timeouts, transport=transport, trust_env=False)
+    # Set in place: httpx copies a jar it is given into a plain one.
+    client._cookies = _NoCookies()
+    return client
+
+
+def _proxied(base_url: str) -> bool:
+    try:
+        url = httpx.URL(base_url)
+    except httpx.InvalidURL:
+        return False
+    proxies = urllib.request.getproxies()
+    if url.scheme not in proxies and "all" not in proxies:
+        return False
+    return not urllib.request.proxy_bypass(url.host)
+
+
+class _StackPool:
+    """HTTP/1.1 connections, idle ones on a stack: the cost of a request does not grow with it.
+
+    A request waits for one of ``max_connections`` permits, takes the most recently used idle
+    connection to its origin (checking that one alone is still open: a server may have closed it),
+    or opens a new one. When the reply is closed its connection goes back on top, or is closed if
+    ``max_keepalive`` are idle already; the oldest idle one is closed once past its expiry.
+    httpx's transport calls it as it would call httpcore's pool (``handle_async_request``,
+    ``aclose``, ``async with``).
+    """
+
+    def __init__(self, limits: PoolLimits, ssl_context: ssl.SSLContext) -> None:
+        self._limits = limits
+        self._ssl = ssl_context
+        self._keep = limits.max_keepalive or limits.max_connections
+        self._permits = trio.Semaphore(limits.max_connections)
+        self._idle: dict[tuple[bytes, bytes, int], list[httpcore.AsyncHTTPConnection]] = {}
+        self.opened = 0
+        """Connections made since the pool was (for tests and the bench)."""
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        """Send ``request`` on a pooled connection (see the class docstring).
+
+        Cancellation: cancelled while waiting for a permit, nothing is held; while sending, the
+        connection is closed (httpcore does that: it is in an unknown state) and the permit
+        given back.
+        """
+        await self._permits.acquire()
+        try:
+            conn = await self._take(request.url.origin)
+            response = await conn.handle_async_request(request)
+        except BaseException:
+            self._permits.release()
+            raise
+        return httpcore.Response(
+            response.status,
+            headers=response.headers,
+            content=_Returning(response.stream, self, conn, request.url.origin),
+            extensions=response.extensions,
+        )
+
+    async def _take(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection:
+        idle = self._idle.get(_key(origin))
+        while idle:
+            conn = idle.pop()
+            if conn.is_idle() and not conn.has_expired():
+                return conn
+            await _close(conn)
+        self.opened += 1
+        return httpcore.AsyncHTTPConnection(
+            origin, ssl_context=self._ssl, keepalive_expiry=self._limits.keepalive_expiry_s
+        )
+
+    async def give_back(self, conn: httpcore.AsyncHTTPConnection, origin: httpcore.Origin) -> None:
+        """Put ``conn`` back once its reply is closed; called once per request."""
+        try:
+            if not conn.is_idle():  # closed, or left before the reply's end: not reusable
+                await _close(conn)
+                return
+            idle = self._idle.setdefault(_key(origin), [])
+            if len(idle) >= self._keep:
+                await _close(conn)
+                return
+            idle.append(conn)
+            if len(idle) > 1 and idle[0].has_expired():  # one check per release: the oldest
+                await _close(idle.pop(0))
+        finally:
+            self._permits.release()
+
+    async def aclose(self) -> None:
+        """Close every idle connection (those in use close with their replies)."""
+        idle = [conn for stack in self._idle.values() for conn in stack]
+        self._idle.clear()
+        for conn in idle:
+            await _close(conn)
+
+    async def __aenter__(self) -> _StackPool:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def _key(origin: httpcore.Origin) -> tuple[bytes, bytes, int]:
+    return (origin.scheme, origin.host, origin.port)  # httpcore's Origin is not hashable
+
+
+async def _close(conn: httpcore.AsyncHTTPConnection) -> None:
+    # Closing a socket does not block; bounded all the same, and done even when cancelled.
+    with trio.move_on_after(_CLOSE_S, shield=True):
+        await conn.aclose()
+
+
+class _Returning:
+    """A reply's body that gives its connection back to the pool when closed."""
+
+    def __init__(
+        self,
+        stream: Any,
+        pool: _StackPool,
+        conn: httpcore.AsyncHTTPConnection,
+        origin: httpcore.Origin,
+    ) -> None:
+        self._stream = stream
+        self._pool = pool
+        self._conn: httpcore.AsyncHTTPConnection | None = conn
+        self._origin = origin
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        # httpcore's own iterator, not a generator around it: no extra layer per chunk.
+        return aiter(self._stream)
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        try:
+            if hasattr(self._stream, "aclose"):
+                await self._stream.aclose()
+        finally:
+            if conn is not None:
+                await self._pool.give_back(conn, self._origin)
