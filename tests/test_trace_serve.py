@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +34,46 @@ def events() -> list[dict[str, Any]]:
     return list(run_events(small_run(), order="time"))
 
 
-async def data_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The ``data`` events of a server-sent-events response, decoded."""
-    kind = None
-    async for line in response.aiter_lines():
-        if line.startswith("event: "):
-            kind = line.removeprefix("event: ")
-        elif line.startswith("data: ") and kind == "data":
-            yield orjson.loads(line.removeprefix("data: "))
+class EventStream:
+    """A plain server-sent-events reader on a trio socket (no async generators to leave
+    unfinished when a test stops reading an endless stream)."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    @classmethod
+    async def open(cls, url: str) -> EventStream:
+        parts = httpx.URL(url)
+        stream = await trio.open_tcp_stream(parts.host, parts.port or 80)
+        request = (
+            f"GET {parts.raw_path.decode()} HTTP/1.1\r\nHost: {parts.host}:{parts.port}\r\n\r\n"
+        )
+        await stream.send_all(request.encode())
+        reader = cls(stream)
+        head = await reader._until(b"\r\n\r\n")
+        assert b"200 OK" in head.split(b"\r\n")[0]
+        assert b"Content-Type: text/event-stream" in head
+        return reader
+
+    async def _until(self, end: bytes) -> bytes:
+        while end not in self.buffer:
+            chunk = await self.stream.receive_some(1 << 16)
+            assert chunk, "the server closed the stream"
+            self.buffer += chunk
+        item, _, self.buffer = self.buffer.partition(end)
+        return item
+
+    async def next_data(self) -> dict[str, Any]:
+        """The next ``data`` event, decoded."""
+        while True:
+            block = await self._until(b"\n\n")
+            fields = dict(line.split(b": ", 1) for line in block.split(b"\n") if b": " in line)
+            if fields.get(b"event") == b"data":
+                return orjson.loads(fields[b"data"])  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
 
 
 def statuses(data: dict[str, Any]) -> dict[str, str]:
@@ -66,22 +97,23 @@ async def test_the_stream_follows_a_trace_from_running_to_finished(
                 assert page.status_code == 200
                 assert page.headers["content-type"] == "text/html; charset=utf-8"
                 assert b'"live":true' in page.content
-                async with client.stream("GET", url + "events") as response:
-                    assert response.headers["content-type"] == "text/event-stream"
-                    stream = data_events(response)
-                    first = await anext(stream)
-                    assert "running" in statuses(first).values()
-                    (run,) = first["runs"]
-                    assert run["ended"] is False
-                    running = next(n for n in run["nodes"] if n["status"] == "running")
-                    assert running["t1"] is None  # a running bar runs to "now"
-                    with path.open("ab") as f:  # the run goes on
-                        f.write(lines(events[half:]))
-                    async for data in stream:
-                        if data["runs"][0]["ended"]:
-                            break
-                    assert "running" not in statuses(data).values()
-                    assert data["runs"][0]["status"] == "completed"
+            events_stream = await EventStream.open(url + "events")
+            try:
+                first = await events_stream.next_data()
+                assert "running" in statuses(first).values()
+                (run,) = first["runs"]
+                assert run["ended"] is False
+                running = next(n for n in run["nodes"] if n["status"] == "running")
+                assert running["t1"] is None  # a running bar runs to "now"
+                with path.open("ab") as f:  # the run goes on
+                    f.write(lines(events[half:]))
+                data = first
+                while not data["runs"][0]["ended"]:
+                    data = await events_stream.next_data()
+                assert "running" not in statuses(data).values()
+                assert data["runs"][0]["status"] == "completed"
+            finally:
+                await events_stream.aclose()
             nursery.cancel_scope.cancel("test over")
 
 
@@ -94,15 +126,14 @@ async def test_a_trace_not_yet_created_is_waited_for(
             url = await nursery.start(
                 lambda task_status: serve(str(path), poll_s=0.02, task_status=task_status)
             )
-            async with (
-                httpx.AsyncClient(timeout=10) as client,
-                client.stream("GET", url + "events") as response,
-            ):
-                stream = data_events(response)
-                assert (await anext(stream))["runs"] == []
+            events_stream = await EventStream.open(url + "events")
+            try:
+                assert (await events_stream.next_data())["runs"] == []
                 path.write_bytes(lines(events))
-                data = await anext(stream)
+                data = await events_stream.next_data()
                 assert data["runs"][0]["agents"] == 4
+            finally:
+                await events_stream.aclose()
             nursery.cancel_scope.cancel("test over")
 
 
