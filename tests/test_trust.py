@@ -192,3 +192,16 @@ def test_a_planted_store_or_a_broken_one_loosens_nothing(
     values, err = _config(hostile)
     assert values["permissions.mode"]["value"] == "ask"
     assert "not a trust store" in err
+
+
+def test_a_workspace_settings_file_linked_out_of_the_workspace_is_refused(
+    workspace: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere.toml"
+    elsewhere.write_text('[permissions]\nmode = "allow-all"\n')
+    (workspace / ".trio-agents").mkdir()
+    (workspace / ".trio-agents" / "settings.toml").symlink_to(elsewhere)
+    proc = cli(["config", "--workspace", str(workspace)], workspace)
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert "a symlink out of" in line

@@ -113,7 +113,8 @@ def load_settings(
         if not file.is_file():
             continue
         files.append(file)
-        for name, (value, line) in read_settings_file(file).items():
+        within = base if scope == "workspace" else None
+        for name, (value, line) in read_settings_file(file, root=within).items():
             setting = SCHEMA[name]
             if setting.is_path and isinstance(value, tuple):
                 value = tuple(str((base / Path(v).expanduser()).resolve()) for v in value)
@@ -154,13 +155,17 @@ def _layer(values: dict[str, Value], setting: Setting, value: Any, source: str) 
         values[setting.name] = Value(tuple(value) if setting.merge == "append" else value, source)
 
 
-def read_settings_file(file: Path) -> dict[str, tuple[Any, int]]:
+def read_settings_file(file: Path, *, root: Path | None = None) -> dict[str, tuple[Any, int]]:
     """The checked values of one settings file, by dotted name, with their line numbers.
+
+    Args:
+        root: the folder a final symlink must stay in (the workspace, for its own file: a
+            link out of it is refused as every planted file is).
 
     Raises:
         ProjectFileError: see :func:`load_settings`.
     """
-    content = read_text_capped(file, MAX_SETTINGS_BYTES)
+    content = read_text_capped(file, MAX_SETTINGS_BYTES, root=root)
     if content.truncated:
         raise ProjectFileError(f"{file}: too big (over {MAX_SETTINGS_BYTES // 1024} KiB)")
     try:
