@@ -107,7 +107,9 @@ def test_every_row_is_an_attribute_of_the_run_options_with_its_default() -> None
 def test_every_field_of_the_run_options_is_a_row() -> None:
     from runtime.cli._options import _SECTIONS, RunOptions
 
-    not_settings = {"project", "run_id"}  # loaded or named by a command, not set by a user
+    # Loaded or named by a command, not set by a user: the project, the run id, whether the
+    # workspace is trusted (docs/configuration.md#trust), the demo's middleware.
+    not_settings = {"project", "run_id", "trusted", "middleware"}
     # Limits a user cannot set: the Python API's (runtime/core/_limits.py).
     python_only = {"limits.mailbox_size", "limits.max_result_chars", "limits.finish_grace_s"}
     names = set()
@@ -138,7 +140,8 @@ def test_every_param_is_an_open_runtime_parameter_and_each_parameter_is_reached(
     reached = {s.param for s in TABLE if s.param is not None}
     assert reached <= params
     # The Python API's own: objects a settings file or a flag cannot hold.
-    python_only = {"tools", "extra_tools", "tool_limits", "env", "run_id", "on_event", "project"}
+    python_only = {"tools", "extra_tools", "tool_limits", "env", "run_id", "on_event", "project",
+                   "middleware", "pool", "http_client"}
     assert params - reached == python_only
 
 

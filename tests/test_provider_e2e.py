@@ -260,3 +260,24 @@ async def test_a_server_reusing_tool_call_ids_loses_no_call(
     assert len(child_followups) == 10
     for body in child_followups:
         assert [m["tool_call_id"] for m in body["messages"] if m["role"] == "tool"] == ["call_0"]
+
+
+async def test_open_runtime_sends_every_call_through_the_client_it_is_given(
+    server: LLMServer, tmp_path: Path
+) -> None:
+    import httpx
+
+    server.route = lambda request: Reply.stream(openai_text_stream(["through ", "mine"]))
+    env = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url + "/v1", "PATH": "/usr/bin:/bin"}
+    sent: list[str] = []
+
+    async def note(request: httpx.Request) -> None:
+        sent.append(request.url.path)
+
+    async with httpx.AsyncClient(event_hooks={"request": [note]}) as client:
+        async with open_runtime("openai", model="m", env=env, workspace=tmp_path, trace=False,
+                                http_client=client) as rt:
+            outcome = await rt.run("hello")
+        assert not client.is_closed, "a client of the caller's own is left open"
+    assert outcome.result == "through mine"
+    assert sent == ["/v1/chat/completions"]

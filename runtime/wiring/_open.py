@@ -64,10 +64,13 @@ from runtime.providers import (
 from runtime.trace import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
 
 if TYPE_CHECKING:
+    import httpx
+
     from runtime.cluster import RayOptions
     from runtime.core import Tool
     from runtime.mcp import McpConfig
     from runtime.project import Project
+    from runtime.providers import PoolLimits
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
 # It picks its way when it logs (the application's structlog, or logging): one serves every run.
@@ -202,6 +205,8 @@ class RunConfig:
     ray: RayOptions | None = None
     middleware: tuple[object, ...] = attrs.field(default=(), converter=_tuple)
     otlp: str | bool | None = None
+    pool: PoolLimits | None = None
+    http_client: httpx.AsyncClient | None = None
 
 
 def open_runtime(
@@ -233,6 +238,8 @@ def open_runtime(
     ray: RayOptions | None = None,
     middleware: Iterable[object] = (),
     otlp: str | bool | None = None,
+    pool: PoolLimits | None = None,
+    http_client: httpx.AsyncClient | None = None,
 ) -> AbstractAsyncContextManager[Runtime]:
     """Open a run: its bus, trace file, provider and root nursery. An async context manager::
 
@@ -282,6 +289,11 @@ def open_runtime(
         middleware: layers around every tool call and model call, the first outermost:
             objects with ``async tool_call(call, proceed)`` and/or ``model_call(request,
             proceed)`` (docs/python-api.md, "Middleware").
+        pool: for ``"openai"``/``"anthropic"``: the endpoint's connection pool and calls in
+            flight (:class:`~runtime.providers.PoolLimits`; docs/configuration.md,
+            "Concurrency and the connection pool").
+        http_client: for ``"openai"``/``"anthropic"``: a client of your own to send every model
+            call through (its pool, proxies and TLS as you made them; left open on exit).
         otlp: live OpenTelemetry spans (docs/observability.md): a collector's URL, ``False``
             for none, or None for what the ``OTEL_EXPORTER_OTLP_*`` variables of *env* say.
             Needs ``trio-agents[otel]`` (:class:`ConfigError` without it for a URL; a warning
@@ -299,7 +311,7 @@ def open_runtime(
         permission_timeout_s=permission_timeout_s, env=env, allow_env=allow_env,
         run_id=run_id, on_event=on_event, ray_address=ray_address, mcp_servers=mcp_servers,
         project=project, trace_dir=trace_dir, sandbox=sandbox, ray=ray, middleware=middleware,
-        otlp=otlp,
+        otlp=otlp, pool=pool, http_client=http_client,
     )  # fmt: skip
     return open_run(config)  # its context manager itself: no second layer to enter per run
 
@@ -603,7 +615,8 @@ async def _open_services(plan: RunPlan, stack: AsyncExitStack) -> _Services:
 
             prov = await stack.enter_async_context(
                 open_provider(
-                    plan.provider, model=config.model, env=plan.base_env(), secrets=plan.secrets
+                    plan.provider, model=config.model, env=plan.base_env(), secrets=plan.secrets,
+                    pool=config.pool, http_client=config.http_client,
                 )
             )
     else:
