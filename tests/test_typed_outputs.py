@@ -213,3 +213,28 @@ async def test_a_tool_fans_out_from_python_and_a_cancelled_child_is_an_outcome(
     children = [e for e in events if isinstance(e, AgentStarted) and e.depth == 1]
     assert [e.prompt for e in children] == ["a", "bb", "hang", "dddd"], "started in order"
     assert {e.parent_tool_use_id for e in children} == {"tu-1.1"}
+
+
+async def test_openai_can_be_asked_for_the_output_natively(nursery: trio.Nursery, tmp_path: Path) -> None:
+    """With structured_output the schema goes to the server as response_format (a real
+    loopback SSE server); the answer is checked all the same."""
+    from runtime.providers import open_provider
+    from tests.llm_server import LLMServer, Reply, openai_text_stream
+
+    server = LLMServer()
+    await nursery.start(server.serve)
+    server.route = lambda request: Reply.stream(openai_text_stream(['{"ok": true, ', '"score": 9}']))
+    env = {"OPENAI_API_KEY": "sk-typed-0123456789abcdef", "OPENAI_BASE_URL": server.url + "/v1"}
+    for native in (True, False):
+        async with (
+            open_provider("openai", model="m", env=env, structured_output=native) as provider,
+            open_runtime(provider, workspace=tmp_path, trace=False) as rt,
+        ):
+            outcome = await rt.run("judge", output_type=Verdict)
+        assert outcome.output == Verdict(ok=True, score=9)
+        body = server.requests[-1].json
+        if native:
+            assert body["response_format"]["type"] == "json_schema"
+            assert body["response_format"]["json_schema"]["schema"]["required"] == ["ok", "score"]
+        else:
+            assert "response_format" not in body

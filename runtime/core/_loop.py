@@ -357,6 +357,7 @@ async def _loop(
             tools=specs,
             agent_type=atype.name,
             agent_id=spec.agent_id,
+            output_schema=setup.output.schema if setup.output is not None else None,
         )
         try:
             content, calls, end = await _stream_turn(run, spec, request)

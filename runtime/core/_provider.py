@@ -36,6 +36,7 @@ class ModelRequest:
         purpose: ``turn`` for the agent's own turns; ``compact`` for a request that asks for a
             summary of the conversation so far (docs/context.md), which the scripted provider
             answers from the scenario's ``compact`` agent type.
+        output_schema: see the attribute.
     """
 
     model: str
@@ -46,6 +47,9 @@ class ModelRequest:
     agent_id: str
     max_tokens: int = 4096
     purpose: Literal["turn", "compact"] = "turn"
+    output_schema: dict[str, Any] | None = None
+    """The JSON Schema the agent's final answer must match (its type's ``output_type``); a
+    provider may pass it on natively (docs/python-api.md, "Typed outputs")."""
 
 
 @attrs.frozen

@@ -69,6 +69,7 @@ async def open_provider(
     secrets: Secrets = NO_SECRETS,
     pool: PoolLimits | None = None,
     http_client: httpx.AsyncClient | None = None,
+    structured_output: bool = False,
 ) -> AsyncGenerator[Provider, None]:
     """Open the HTTP client for provider ``name`` and yield the provider; close it on exit.
 
@@ -88,6 +89,8 @@ async def open_provider(
         connect_timeout_s: bound on each connection attempt.
         read_timeout_s: bound on each wait for more of a reply (a silent server).
         thinking_budget: Anthropic only: enable extended thinking with this token budget.
+        structured_output: OpenAI only: ask the server natively for a typed agent's output
+            (``response_format``); see :class:`OpenAIProvider`.
         secrets: the run's secrets, masked (with the key) in the provider's error messages.
         pool: the connection pool and the calls in flight (default :class:`PoolLimits`: 1,000
             connections, all kept alive, as many calls in flight).
@@ -119,6 +122,8 @@ async def open_provider(
         raise ConfigError(f"call_deadline_s must be positive, not {call_deadline_s}")
     if thinking_budget is not None and name != "anthropic":
         raise ConfigError(f"thinking_budget is an anthropic setting, not {name}'s")
+    if structured_output and name != "openai":
+        raise ConfigError(f"structured_output is an openai setting, not {name}'s")
     retry = RetryPolicy(max_retries=max_retries)
     # Writes are small JSON bodies; the pool wait is left to the call deadline, since many
     # parallel agents may queue for a connection.
@@ -137,6 +142,7 @@ async def open_provider(
                 retry=retry,
                 call_deadline_s=call_deadline_s,
                 calls=calls,
+                structured_output=structured_output,
             )
         else:
             provider = _anthropic.AnthropicProvider(

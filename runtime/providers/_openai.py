@@ -118,6 +118,10 @@ class OpenAIProvider:
             endpoint (each try waits for a slot); ``None``: unbounded.
         max_tokens_param: the request field for ``max_tokens`` (``max_completion_tokens`` on
             api.openai.com, ``max_tokens`` elsewhere).
+        structured_output: for an agent with an output type, also ask the server for it
+            natively (``response_format`` with its JSON Schema, not strict). Off by default:
+            not every OpenAI-compatible server takes the field, and the final answer is checked
+            either way (docs/python-api.md, "Typed outputs").
     """
 
     client: httpx.AsyncClient = attrs.field(repr=False)
@@ -131,6 +135,7 @@ class OpenAIProvider:
     max_tokens_param: str = attrs.field(
         default=attrs.Factory(_default_max_tokens_param, takes_self=True)
     )
+    structured_output: bool = False
     name: str = attrs.field(default="openai", init=False)
 
     def describe(self) -> dict[str, Any]:
@@ -291,6 +296,11 @@ class OpenAIProvider:
                 }
                 for tool in request.tools
             ]
+        if self.structured_output and request.output_schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": request.output_schema, "strict": False},
+            }
         return body
 
 
