@@ -76,6 +76,15 @@ def write_server(ws: Path, mark: str, *extra: str, name: str = "h") -> None:
     server.write_text(HOSTILE)
     (ws / ".mcp.json").write_text(json.dumps({"mcpServers": {name: {
         "command": sys.executable, "args": [str(server), mark, *extra]}}}))
+    _trusted(ws)
+
+
+def _trusted(ws: Path) -> None:
+    # The user chose to run this server: the workspace is trusted (docs/configuration.md,
+    # "Trust"; an untrusted one starts none: tests/test_trust.py).
+    from runtime.project import TrustStore
+
+    TrustStore.load().trust(ws)
 
 
 def scenario(ws: Path, *calls: tuple[str, dict[str, Any]]) -> Path:
@@ -158,6 +167,7 @@ def test_mcp_list_leaves_no_setsid_child_either(workspace: Path, mark: str) -> N
         f"{mark + '-daemon'!r}])\n" + HOSTILE.replace("MARK = sys.argv[1]", "MARK = 'x'"))
     (workspace / ".mcp.json").write_text(json.dumps({"mcpServers": {"s": {
         "command": sys.executable, "args": [str(server), mark]}}}))
+    _trusted(workspace)
     proc = subprocess.run([sys.executable, "-m", "runtime", "mcp", "list"], cwd=workspace,
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr

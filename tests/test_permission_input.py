@@ -65,13 +65,14 @@ def test_always_on_a_terminal_does_not_grant_a_request_that_differs_after_the_su
     assert "a.txt" in first
     assert "hidden.txt" not in first
     assert "(always: allows bash(" in first
-    child.sendline("a")
+    child.send("a")  # one key answers (docs/cli.md, "Permission prompts"), echoed in place
+    child.expect("Allowed for the rest of this run")
     child.expect(prompt)  # the second is asked: its input differs
     second = child.before
     assert "hidden.txt" in second  # the whole input, past any summary width
     assert "\\u001b]0;t" in second
     assert "\x1b]0;t" not in second
-    child.sendline("n")
+    child.send("n")
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0

@@ -148,3 +148,25 @@ def test_type_hints_of_public_classes_still_resolve() -> None:
         value = getattr(runtime, public)
         if isinstance(value, type) and hasattr(value, "__attrs_attrs__"):
             assert typing.get_type_hints(value), public
+
+
+def test_every_name_imported_from_a_package_is_one_it_exports() -> None:
+    """A lazy package answers any attribute to a type checker (its ``__getattr__``), so this
+    test is what catches ``from runtime.trace import not_exported`` before a user does."""
+    import ast
+
+    missing = []
+    for path in sorted([*(ROOT / "runtime").rglob("*.py"), *(ROOT / "tools").rglob("*.py")]):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            if not node.module.startswith(("runtime", "tools")) or "._" in node.module:
+                continue
+            package = importlib.import_module(node.module)
+            if not hasattr(package, "__path__"):
+                continue  # a module, not a package
+            exported = set(getattr(package, "__all__", ()))
+            missing += [f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}.{a.name}"
+                        for a in node.names if a.name not in exported and a.name != "*"]
+    assert missing == []

@@ -153,6 +153,9 @@ def test_mcp_list_shows_a_servers_hostile_description_visibly(workspace: Path) -
     server.write_text(HOSTILE_SERVER)
     (workspace / ".mcp.json").write_text(json.dumps(
         {"mcpServers": {"hostile": {"command": sys.executable, "args": [str(server)]}}}))
+    from runtime.project import TrustStore
+
+    TrustStore.load().trust(workspace)  # the user chose to list this server
     proc = cli(workspace, "mcp", "list")
     assert proc.returncode == 0, proc.stderr
     assert "mcp__hostile__read_all" in proc.stdout

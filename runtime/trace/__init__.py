@@ -16,6 +16,7 @@ from runtime._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._otel import open_live_spans as open_live_spans
     from ._otlp import otlp_json_lines as otlp_json_lines
+    from ._otlp import read_turns as read_turns
     from ._render import COMPACTED_MARK as COMPACTED_MARK
     from ._render import StyledLine as StyledLine
     from ._render import compaction_line as compaction_line
@@ -74,6 +75,7 @@ _LAZY: dict[str, str] = {
     "otlp_json_lines": "._otlp",
     "outcome_notes": "._render",
     "read_events": "._tracefile",
+    "read_turns": "._otlp",
     "render_header": "._render",
     "render_mermaid": "._render",
     "render_page": "._view",
