@@ -495,3 +495,30 @@ def test_nodes_stay_small_enough_for_compact_attribute_storage() -> None:
     assert tools
     for node in [*agents, *tools, AgentNode("a", None), ToolNode("t")]:
         assert len(vars(node)) < 30, type(node).__name__
+
+
+def test_the_trees_own_field_checks_name_fields_the_event_classes_have() -> None:
+    """The tree checks the fields it reads by hand, for speed (reading a trace imports neither
+    attrs nor the event classes: bench/README.md, "One Secrets object, typed events, one
+    stamping path"); this holds every check to the event classes, so a renamed or removed field
+    cannot leave a check of a field no event has."""
+    import ast
+    from pathlib import Path
+
+    import attrs
+
+    from runtime.core._events import EVENT_TYPES
+
+    source = Path(__file__).resolve().parent.parent / "runtime" / "trace" / "_tree.py"
+    checked: list[tuple[str, str]] = [
+        (node.args[0].value, node.args[1].value)  # type: ignore[attr-defined]
+        for node in ast.walk(ast.parse(source.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        and node.func.id == "_invalid" and len(node.args) == 2
+        and all(isinstance(a, ast.Constant) for a in node.args)
+    ]
+    assert len(checked) > 20
+    wrong = [(kind, field) for kind, field in checked
+             if kind not in EVENT_TYPES
+             or field not in {f.name for f in attrs.fields(EVENT_TYPES[kind])}]
+    assert wrong == []
