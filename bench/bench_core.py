@@ -722,10 +722,10 @@ def bench_end_to_end(reps: int) -> list[Result]:
     demo_walls: list[float] = []
     demo_peaks: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-demo-") as tmp:
-        for _ in range(max(1, min(reps, 3))):
-            wall, peak, rc = floors.timed_process(
-                [*argv, "demo", "--json", "--trace", str(Path(tmp) / "demo.jsonl")], cwd=tmp
-            )
+        for rep in range(max(1, min(reps, 3))):
+            # A trace file per repetition: an existing one is refused without --force.
+            trace = str(Path(tmp) / f"demo-{rep}.jsonl")
+            wall, peak, rc = floors.timed_process([*argv, "demo", "--json", "--trace", trace], cwd=tmp)
             assert rc == 0, f"demo exited {rc}"
             demo_walls.append(wall)
             demo_peaks.append(peak)
