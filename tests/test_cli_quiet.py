@@ -151,6 +151,9 @@ def test_a_run_whose_calls_the_mode_denied_says_so_in_one_line_with_how_to_allow
         "without a terminal): allow such calls with --permission-mode allow-all or "
         "--allow 'bash(sleep *)'"
     )
+    # With -v (warnings shown) it is still said once: the library's own line is the CLI's.
+    proc = run("-v", "run", "go", "--no-trace", "--scenario", str(scenario), cwd=tmp_path)
+    assert len([line for line in proc.stderr.splitlines() if "denied" in line]) == 1
     # A rule the user wrote is the user's choice: nothing to say then.
     proc = run("run", "go", "--no-trace", "--scenario", str(scenario),
                "--deny", "bash", cwd=tmp_path)

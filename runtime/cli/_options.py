@@ -556,6 +556,20 @@ def _drop_all(_: Any, __: str, ___: dict[str, Any]) -> dict[str, Any]:
     raise structlog.DropEvent
 
 
+# Library log lines the command line says itself, in its own words, once: the end of a run
+# names the calls the permission mode denied (report_outcome), so the library's line would say
+# it twice under -v.
+_SAID_BY_THE_CLI = frozenset({"permission.denied_by_mode"})
+
+
+def _drop_said_by_the_cli(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    if event_dict.get("event") in _SAID_BY_THE_CLI:
+        import structlog
+
+        raise structlog.DropEvent
+    return event_dict
+
+
 def _drop_traceback(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
     # Without --debug an error is one line: keep what went wrong, not where.
     exc_info = event_dict.pop("exc_info", None)
@@ -585,6 +599,7 @@ def setup_logging(debug: bool, verbose: bool = False) -> None:
     level = logging.DEBUG if debug else logging.WARNING if verbose else _QUIET
     processors: list[Any] = [] if level <= logging.CRITICAL else [_drop_all]
     processors += [
+        _drop_said_by_the_cli,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="%H:%M:%S", utc=False),
     ]
