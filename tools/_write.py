@@ -144,13 +144,17 @@ def _write(ctx: ToolContext, path: str, content: str) -> str:
     except UnicodeEncodeError as exc:
         raise ToolError(f"input.content: not valid Unicode text ({exc.reason})") from exc
     missing = _missing_folders(ctx, path)
+    written = False
     try:
-        return _write_data(ctx, path, shown, data, content)
-    except BaseException:
-        # A write that failed leaves the workspace as it found it: the folders it made on the
-        # way (docs/tools.md) go again, deepest first, each only while it is still empty.
-        _remove_folders(ctx, missing)
-        raise
+        result = _write_data(ctx, path, shown, data, content)
+        written = True
+        return result
+    finally:
+        if not written:
+            # A write that failed (or was cancelled) leaves the workspace as it found it: the
+            # folders it made on the way (docs/tools.md) go again, deepest first, each only
+            # while it is still empty.
+            _remove_folders(ctx, missing)
 
 
 def _missing_folders(ctx: ToolContext, path: str) -> list[str]:

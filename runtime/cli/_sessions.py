@@ -402,6 +402,7 @@ class SessionStore:
             )
         except OSError as exc:
             raise SessionError(f"cannot lock session {session_id}: {path}: {exc.strerror}") from exc
+        held = False
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise SessionError(f"cannot lock session {session_id}: {path} is not a file")
@@ -417,9 +418,10 @@ class SessionStore:
                 ) from None
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except BaseException:
-            os.close(fd)
-            raise
+            held = True
+        finally:
+            if not held:  # refused or failed: the descriptor is not kept
+                os.close(fd)
         self._locks[session_id] = fd
 
     def release(self) -> None:

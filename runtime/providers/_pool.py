@@ -189,12 +189,14 @@ class _StackPool:
         given back.
         """
         await self._permits.acquire()
+        sent = False
         try:
             conn = await self._take(request.url.origin)
             response = await conn.handle_async_request(request)
-        except BaseException:
-            self._permits.release()
-            raise
+            sent = True
+        finally:
+            if not sent:  # a failure or a cancel (any exception): the permit goes back
+                self._permits.release()
         return httpcore.Response(
             response.status,
             headers=response.headers,
