@@ -93,7 +93,6 @@ from runtime.core import (
     AgentOutcome,
     AgentsError,
     AgentSpec,
-    AgentStarted,
     AgentState,
     AgentStatus,
     AgentType,
@@ -119,6 +118,7 @@ from runtime.core import (
     run_environ,
     seal_process_environ,
     secret_values,
+    started_event,
 )
 from runtime.providers import Scenario, ScriptedProvider
 
@@ -1255,14 +1255,7 @@ async def _open_provider(
 async def _fail_root(bus: EventBus, spec: AgentSpec, error: str) -> AgentOutcome:
     """Report a root agent that could not even start here: started, then failed."""
     await bus.emit(
-        AgentStarted(
-            agent_id=spec.agent_id,
-            parent_tool_use_id=spec.parent_tool_use_id,
-            name=spec.agent_type.name,
-            parent_agent_id=spec.parent_agent_id,
-            depth=spec.depth,
-            prompt=spec.prompt,
-        )
+        started_event(spec)
     )
     with trio.move_on_after(_FINISH_GRACE_S, shield=True):
         await bus.emit(

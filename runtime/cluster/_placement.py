@@ -97,6 +97,7 @@ from runtime.core import (
     UserMessage,
     cancel_reason_of,
     cancelled_text,
+    started_event,
 )
 
 from ._host import (
@@ -1089,14 +1090,7 @@ class _Stream:
         """No host could take the subtree: report its root as started, then failed."""
         spec = self.spec
         started = await self.run.bus.emit(
-            AgentStarted(
-                agent_id=spec.agent_id,
-                parent_tool_use_id=spec.parent_tool_use_id,
-                name=spec.agent_type.name,
-                parent_agent_id=spec.parent_agent_id,
-                depth=spec.depth,
-                prompt=spec.prompt,
-            ),
+            started_event(spec),
         )
         self._open[spec.agent_id] = _Open("agent", started, trio.current_time())
         self.run.scheduler.agent_running()

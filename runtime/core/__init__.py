@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ._agent import AgentSpec as AgentSpec
     from ._agent import cancel_reason_of as cancel_reason_of
     from ._agent import cancelled_text as cancelled_text
+    from ._agent import started_event as started_event
     from ._agent_types import AgentType as AgentType
     from ._agent_types import AgentTypes as AgentTypes
     from ._agent_types import agent_types_from_mapping as agent_types_from_mapping
@@ -259,6 +260,7 @@ _LAZY: dict[str, str] = {
     "cancel_node": "._context",
     "cancel_reason_of": "._agent",
     "cancelled_text": "._agent",
+    "started_event": "._agent",
     "compacted_turns": "._compaction",
     "compile_glob": "._globs",
     "decode_event": "._events",

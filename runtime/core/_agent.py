@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from ._agent_types import AgentType
-from ._events import AgentStatus, CancelBy
+from ._events import AgentStarted, AgentStatus, CancelBy
 from ._limits import Budget
 from ._messages import AgentState, Message
 
@@ -86,3 +86,17 @@ class AgentSpec:
     compact: str | None = None
     """Set: the agent only compacts *history* (focused on this text, if any), then ends
     (:meth:`~runtime.Runtime.compact`)."""
+
+
+def started_event(spec: AgentSpec) -> AgentStarted:
+    """The ``agent_started`` of the agent *spec* describes: the one way it is built, by the
+    loop, by the Ray placement for a subtree no host took, and by a host for a root it could
+    not start."""
+    return AgentStarted(
+        agent_id=spec.agent_id,
+        parent_tool_use_id=spec.parent_tool_use_id,
+        name=spec.agent_type.name,
+        parent_agent_id=spec.parent_agent_id,
+        depth=spec.depth,
+        prompt=spec.prompt,
+    )

@@ -29,7 +29,7 @@ from runtime.actors import (
     start_actor_soon,
 )
 
-from ._agent import AgentOutcome, AgentSpec, cancelled_text
+from ._agent import AgentOutcome, AgentSpec, cancelled_text, started_event
 from ._agent_types import AgentType
 from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
 from ._context import Owner, RunContext, SubtreeRunner
@@ -44,7 +44,6 @@ from ._errors import (
 )
 from ._events import (
     AgentFinished,
-    AgentStarted,
     AgentStatus,
     CancelBy,
     ProviderRetry,
@@ -109,14 +108,7 @@ async def agent_main(
     atype = spec.agent_type
     try:
         await run.bus.emit(
-            AgentStarted(
-                agent_id=spec.agent_id,
-                parent_tool_use_id=spec.parent_tool_use_id,
-                name=atype.name,
-                parent_agent_id=spec.parent_agent_id,
-                depth=spec.depth,
-                prompt=spec.prompt,
-            ),
+            started_event(spec),
         )
         life.announced = True
         # Reachable by messages (and by Runtime.cancel) only once it has been announced.
