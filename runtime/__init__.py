@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from runtime.core._permissions import PermissionPolicy as PermissionPolicy
     from runtime.core._permissions import Rule as Rule
     from runtime.core._permissions import parse_rule as parse_rule
+    from runtime.core._prices import Price as Price
     from runtime.core._provider import ModelRequest as ModelRequest
     from runtime.core._provider import Provider as Provider
     from runtime.core._provider import RetryNotice as RetryNotice
@@ -141,6 +142,7 @@ _LAZY: dict[str, str] = {
     "FunctionProvider": "runtime.providers._function",
     "FunctionTool": "runtime.core._function_tool",
     "Limits": "runtime.core._limits",
+    "Price": "runtime.core._prices",
     "Message": "runtime.core._messages",
     "ModelAnswer": "runtime.providers._function",
     "ModelRequest": "runtime.core._provider",

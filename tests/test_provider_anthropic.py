@@ -228,7 +228,9 @@ async def test_usage_counts_cached_input_and_the_final_output(
 
     items = await collect(provider, make_request())
 
-    assert items[-1] == TurnEnd(stop_reason="end_turn", input_tokens=1110, output_tokens=77)
+    # The cached parts are counted in the input, and said apart for their price (docs/costs.md).
+    assert items[-1] == TurnEnd(stop_reason="end_turn", input_tokens=1110, output_tokens=77,
+                                cache_read_tokens=1000, cache_write_tokens=100)
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,7 @@ class AgentTool(Tool):
                     "tokens": {"type": "integer", "minimum": 1},
                     "seconds": {"type": "number", "exclusiveMinimum": 0},
                     "tool_calls": {"type": "integer", "minimum": 1},
+                    "usd": {"type": "number", "exclusiveMinimum": 0},
                 },
                 "additionalProperties": False,
             },

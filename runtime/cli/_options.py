@@ -299,6 +299,8 @@ class RunOptions:
     ``.mcp.json`` servers start only if approved by name (``mcp.project_servers``)."""
     middleware: tuple[object, ...] = ()
     """Layers around the run's tool and model calls (``demo``'s summary; docs/python-api.md)."""
+    prices: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+    """``[prices."MODEL"]`` rows of the settings files, in order (docs/costs.md)."""
 
 
 def _make_limits(**values: Any) -> Limits:
@@ -493,7 +495,19 @@ def run_config(opts: RunOptions) -> RunConfig:
         run_id=opts.run_id,
         middleware=opts.middleware,
         otlp=opts.otlp,
+        prices=_price_rows(opts.prices),
     )
+
+
+def _price_rows(
+    rows: tuple[tuple[str, tuple[tuple[str, float], ...]], ...],
+) -> dict[str, dict[str, float]] | None:
+    """The settings files' price rows as ``open_runtime(prices=…)`` takes them: a later
+    file's key wins over an earlier one's, for the same model (docs/costs.md)."""
+    out: dict[str, dict[str, float]] = {}
+    for model, row in rows:
+        out.setdefault(model, {}).update(row)
+    return out or None
 
 
 def load_mcp_options(opts: RunOptions) -> Any:

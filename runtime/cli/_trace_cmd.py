@@ -438,7 +438,7 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
     from rich.text import Text
 
     from runtime.core import visible_strings
-    from runtime.trace import fmt_duration, fmt_tokens
+    from runtime.trace import fmt_duration, fmt_tokens, fmt_usd
 
     run = visible_strings(run)  # agent types, tool names, ids: the trace's words
     bold = "bold" if color else ""
@@ -446,7 +446,7 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
     head.append(
         f"  {run['status']}  wall {fmt_duration(run['wall_s'])}  {run['agents']} agents  "
         f"{run['tool_calls']} tool calls  tokens {fmt_tokens(run['input_tokens'])}→"
-        f"{fmt_tokens(run['output_tokens'])}"
+        f"{fmt_tokens(run['output_tokens'])}  {fmt_usd(run['cost_usd'])}"
     )
     console.print(head)
 
@@ -458,6 +458,7 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
         t.add_column("count", justify="right")
         if tokens:
             t.add_column("tokens in→out", justify="right")
+            t.add_column("cost", justify="right")
         for col in ("Σ time", "p50", "max"):
             t.add_column(col, justify="right")
         if statuses:
@@ -467,6 +468,8 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
             cells = [key, str(g["count"])]
             if tokens:
                 cells.append(f"{fmt_tokens(g['input_tokens'])}→{fmt_tokens(g['output_tokens'])}")
+                cost = g["cost_usd"]
+                cells.append("?" if cost is None else fmt_usd(cost))
             cells += [fmt_duration(d["sum"]), fmt_duration(d["p50"]), fmt_duration(d["max"])]
             if statuses:
                 cells.append(" ".join(f"{s}:{n}" for s, n in g["statuses"].items()))

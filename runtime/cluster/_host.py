@@ -105,6 +105,7 @@ from runtime.core import (
     Limits,
     Message,
     PermissionBroker,
+    PriceTable,
     Provider,
     RunContext,
     Sandbox,
@@ -193,6 +194,8 @@ class RunConfig:
     system_prompt: SystemPromptBuilder | None = None
     sandbox: Sandbox | None = None
     secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
+    prices: PriceTable = attrs.field(factory=PriceTable)
+    """The run's prices: remote agents cost their calls as the driver's do (docs/costs.md)."""
     # What every subtree of the run on one host shares, made once there (see _shared).
     _cache: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
@@ -1186,6 +1189,7 @@ async def _run_agent(
         sandbox=config.sandbox,
         budget=state.budget,
         type_setups=config.type_setups(),
+        prices=config.prices,
     )
     state.run = run
     registry.register(state.boundary_id, boundary or state.scope)

@@ -95,6 +95,7 @@ from runtime.core import (
     ToolStatus,
     TurnFinished,
     UserMessage,
+    add_costs,
     cancel_reason_of,
     cancelled_text,
     started_event,
@@ -482,6 +483,7 @@ class _Open:
     turns: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_usd: float | None = 0.0
 
 
 @attrs.define(eq=False)
@@ -838,10 +840,14 @@ class RayPlacement:
         host = picked if isinstance(picked, _Host) else None
         call_id = f"{host.name if host else 'h0'}.{next(self._call_ids)}"
         remote_budget = None
-        if spec.budget is not None and spec.budget.seconds is not None:
+        if spec.budget is not None and (
+            spec.budget.seconds is not None or spec.budget.usd is not None
+        ):
             # Token and tool-call budgets of the root are kept HERE, by the run's budget
             # layer watching the forwarded events; only the wall-clock deadline goes along
-            # (agent_main applies it), so nothing is cancelled twice.
+            # (agent_main applies it), so nothing is cancelled twice. A money allowance goes
+            # too: the host's layer refuses a call before it starts (it sees the
+            # reservations), this one counts what was spent (docs/costs.md, "On Ray").
             remote_budget = attrs.evolve(spec.budget, tokens=None, tool_calls=None)
         run.budget.set_budget(spec.agent_id, spec.budget)
         if host is None:
@@ -918,6 +924,7 @@ class RayPlacement:
             # same ones and more, so the events it sends are forwarded as they are
             # (docs/cluster.md).
             secrets=run.secrets.values,
+            prices=run.settings.prices,
         )
         try:
             ref = ray.put(settings)
@@ -1170,6 +1177,7 @@ class _Stream:
                 opened.turns = event.turn
                 opened.input_tokens += event.input_tokens
                 opened.output_tokens += event.output_tokens
+                opened.cost_usd = add_costs(opened.cost_usd, event.cost_usd)
         elif isinstance(event, ToolFinished):
             if self._open.pop(event.tool_use_id, None) is not None:
                 run.registry.unregister(event.tool_use_id)
@@ -1288,6 +1296,7 @@ class _Stream:
                         input_tokens=opened.input_tokens,
                         output_tokens=opened.output_tokens,
                         duration_s=now - opened.t0,
+                        cost_usd=opened.cost_usd,
                     ),
                 )
                 if node_id == self.spec.agent_id:
@@ -1315,6 +1324,7 @@ class _Stream:
                 input_tokens=fin.input_tokens,
                 output_tokens=fin.output_tokens,
                 duration_s=fin.duration_s,
+                cost_usd=fin.cost_usd,
             )
         if outcome.status != "cancelled":
             return outcome

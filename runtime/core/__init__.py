@@ -109,6 +109,12 @@ if TYPE_CHECKING:
     from ._middleware import MiddlewareProvider as MiddlewareProvider
     from ._names import publish_names as publish_names
     from ._permissions import PermissionPolicy as PermissionPolicy
+    from ._prices import BUILTIN_PRICES as BUILTIN_PRICES
+    from ._prices import PRICES_DATE as PRICES_DATE
+    from ._prices import Price as Price
+    from ._prices import PriceTable as PriceTable
+    from ._prices import add_costs as add_costs
+    from ._prices import check_prices as check_prices
     from ._propagation import propagating as propagating
     from ._propagation import trace_headers as trace_headers
     from ._provider import ModelRequest as ModelRequest
@@ -160,6 +166,13 @@ if TYPE_CHECKING:
     from ._workspace import resolve_in_workspace as resolve_in_workspace
 
 _LAZY: dict[str, str] = {
+    # money (docs/costs.md)
+    "BUILTIN_PRICES": "._prices",
+    "PRICES_DATE": "._prices",
+    "Price": "._prices",
+    "PriceTable": "._prices",
+    "add_costs": "._prices",
+    "check_prices": "._prices",
     "AGENT_STATUSES": "._statuses",
     "AgentFinished": "._events",
     "AgentHandle": "._runtime",

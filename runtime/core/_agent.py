@@ -69,6 +69,9 @@ class AgentOutcome:
     cancel_reason: str | None = None
     cancelled_by: CancelBy | None = None
     output: Any = None
+    cost_usd: float | None = 0.0
+    """What the agent's own model calls cost in US dollars; None: one had no price
+    (docs/costs.md)."""
 
 
 @attrs.frozen(kw_only=True)

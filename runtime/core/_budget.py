@@ -6,6 +6,13 @@
 subtree with a budget goes over it, asks the runtime to cancel that subtree ``by="budget"``. The
 cancel itself runs in the layer's own task, because a hook must not emit. Wall-clock budgets are
 a deadline on the agent's cancel scope, set by the runtime when the agent starts.
+
+Money (``usd``) is counted the same way, from ``turn_finished.cost_usd``, and also before a
+call: the loop asks :meth:`BudgetLayer.reserve` for the call's estimated input cost, which is
+held against every ancestor's allowance until the call has been settled by its
+``turn_finished`` (:meth:`BudgetLayer.release`). A call that would take a subtree past its
+allowance is refused: the layer cancels that subtree at once, from the asking agent's task
+(docs/costs.md, "Budgets in money").
 """
 
 from __future__ import annotations
@@ -30,6 +37,27 @@ from ._limits import Budget
 
 _log = get_logger("trio_agents.budget")
 
+
+def _dollars(usd: float) -> str:
+    """Dollars to the millionth, without trailing zeros (``0.0125``, ``2``)."""
+    return f"{usd:.6f}".rstrip("0").rstrip(".")
+
+
+class BudgetRefused(Exception):
+    """A model call was refused: it would take the subtree of :attr:`agent_id` past its money
+    allowance. That subtree has been cancelled ``by="budget"`` already.
+
+    Attributes:
+        agent_id: the root of the subtree whose allowance it is.
+        reason: the cancel's reason (``budget exceeded: …``).
+    """
+
+    def __init__(self, agent_id: str, reason: str) -> None:
+        super().__init__(reason)
+        self.agent_id = agent_id
+        self.reason = reason
+
+
 CancelFn = Callable[[str, str], bool]
 _Queue = tuple[trio.MemorySendChannel[tuple[str, str]], trio.MemoryReceiveChannel[tuple[str, str]]]
 
@@ -40,6 +68,8 @@ class _Usage:
     budget: Budget | None = None
     tokens: int = 0
     tool_calls: int = 0
+    usd: float = 0.0
+    reserved: float = 0.0
     tripped: bool = False
 
 
@@ -67,6 +97,9 @@ class BudgetLayer:
         # most runs set none, so the hook on every event returns at once
         # (bench/README.md, "One small run, fourth pass").
         self._counting = False
+        # Whether some budget counts money: the loop asks before every call, and most runs
+        # set none.
+        self.counts_usd = False
 
     def _queue(self) -> _Queue:
         if self._channel is None:
@@ -86,10 +119,14 @@ class BudgetLayer:
             self._nursery.start_soon(self.run)
 
     def set_budget(self, agent_id: str, budget: Budget | None) -> None:
-        """Give *agent_id* (about to start) a token / tool-call allowance for its subtree."""
-        if budget is not None and (budget.tokens is not None or budget.tool_calls is not None):
+        """Give *agent_id* (about to start) a token / tool-call / money allowance for its
+        subtree."""
+        if budget is not None and (
+            budget.tokens is not None or budget.tool_calls is not None or budget.usd is not None
+        ):
             self._pending[agent_id] = budget
             self._counting = True
+            self.counts_usd = self.counts_usd or budget.usd is not None
             self._serve()
 
     def usage(self, agent_id: str) -> tuple[int, int]:
@@ -108,7 +145,11 @@ class BudgetLayer:
                 parent=event.parent_agent_id, budget=self._pending.pop(event.agent_id, None)
             )
         elif isinstance(event, TurnFinished):
-            self._add(event.agent_id, tokens=event.input_tokens + event.output_tokens)
+            self._add(
+                event.agent_id,
+                tokens=event.input_tokens + event.output_tokens,
+                usd=event.cost_usd or 0.0,  # unknown: a warning said so (docs/costs.md)
+            )
         elif isinstance(event, ToolStarted):
             self._add(event.agent_id, tool_calls=1)
         elif isinstance(event, ContextCompacted) and (event.input_tokens or event.output_tokens):
@@ -129,7 +170,53 @@ class BudgetLayer:
         """Agents tracked now (the live ones)."""
         return len(self._agents)
 
-    def _add(self, agent_id: str | None, *, tokens: int = 0, tool_calls: int = 0) -> None:
+    def usd_usage(self, agent_id: str) -> tuple[float, float]:
+        """(dollars spent, dollars reserved by calls under way) of *agent_id*'s subtree."""
+        u = self._agents.get(agent_id)
+        return (u.usd, u.reserved) if u else (0.0, 0.0)
+
+    def reserve(self, agent_id: str, usd: float) -> float:
+        """Hold *usd* (a call's estimated input cost) against the money allowance of every
+        subtree *agent_id* is in, until :meth:`release`. Returns what was held (0 when no
+        budget counts money).
+
+        Raises:
+            BudgetRefused: some subtree's spent and reserved dollars with *usd* would pass
+                its allowance (or have reached it); that subtree is cancelled already.
+        """
+        if not self.counts_usd:
+            return 0.0
+        chain = []
+        cur: str | None = agent_id
+        while cur is not None and (u := self._agents.get(cur)) is not None:
+            b = u.budget
+            if b is not None and b.usd is not None and not u.tripped:
+                spent = u.usd + u.reserved
+                if spent >= b.usd or spent + usd > b.usd:
+                    u.tripped = True
+                    why = (f"budget exceeded: ${_dollars(spent + usd)} spent, reserved and "
+                           f"asked for > ${_dollars(b.usd)}")
+                    self._cancel(cur, why)
+                    raise BudgetRefused(cur, why)
+            chain.append(u)
+            cur = u.parent
+        for u in chain:
+            u.reserved += usd
+        return usd
+
+    def release(self, agent_id: str, usd: float) -> None:
+        """Give back what :meth:`reserve` held for a call that has been settled (its cost is
+        counted from its ``turn_finished``) or that failed."""
+        if not usd:
+            return
+        cur: str | None = agent_id
+        while cur is not None and (u := self._agents.get(cur)) is not None:
+            u.reserved = max(0.0, u.reserved - usd)
+            cur = u.parent
+
+    def _add(
+        self, agent_id: str | None, *, tokens: int = 0, tool_calls: int = 0, usd: float = 0.0
+    ) -> None:
         cur = agent_id
         while cur is not None:
             u = self._agents.get(cur)
@@ -137,6 +224,7 @@ class BudgetLayer:
                 return
             u.tokens += tokens
             u.tool_calls += tool_calls
+            u.usd += usd
             b = u.budget
             if b is not None and not u.tripped:
                 why = None
@@ -144,6 +232,8 @@ class BudgetLayer:
                     why = f"budget exceeded: {u.tokens} tokens > {b.tokens}"
                 elif b.tool_calls is not None and u.tool_calls > b.tool_calls:
                     why = f"budget exceeded: {u.tool_calls} tool calls > {b.tool_calls}"
+                elif b.usd is not None and u.usd > b.usd:
+                    why = f"budget exceeded: ${_dollars(u.usd)} > ${_dollars(b.usd)}"
                 if why is not None:
                     u.tripped = True
                     try:

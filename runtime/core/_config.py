@@ -192,6 +192,38 @@ def _parse_percent(text: str) -> float:
     return value / 100
 
 
+def _check_dollars(value: Any) -> float:
+    if not _is_number(value) or not 0 < value < 1e12:
+        raise ValueError(f"expected a number of dollars > 0; got {value!r}")
+    return float(value)
+
+
+def _parse_dollars(text: str) -> float:
+    try:
+        value = float(text.strip().removeprefix("$"))
+    except ValueError:
+        raise ValueError(f"expected a number of dollars, got {text!r}") from None
+    if not 0 < value < 1e12:
+        raise ValueError(f"expected a number of dollars > 0, got {text}")
+    return value
+
+
+def _check_prices(value: Any) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+    """``[prices."MODEL"]`` tables as ``((model, ((key, price), …)), …)``: a tuple, so a
+    later file's rows add to an earlier one's (``merge="append"``; the last row of a model
+    wins, ``runtime/core/_prices.py``)."""
+    from ._prices import check_prices  # only when a file has prices
+
+    try:
+        check_prices(value, where="prices")
+    except Exception as exc:  # ConfigError, worded as a check's ValueError
+        raise ValueError(str(exc).removeprefix("prices").lstrip(".: ")) from None
+    return tuple(
+        (model, tuple((key, float(price)) for key, price in row.items()))
+        for model, row in value.items()
+    )
+
+
 STRING: Final = Kind("a non-empty string", _check_string)
 PATH: Final = Kind("a path (relative: to the file's folder)", _check_string, metavar="DIR")
 BOOLEAN: Final = Kind("true or false", _check_boolean)
@@ -206,6 +238,8 @@ STRINGS: Final = Kind("a list of strings", _check_strings)
 RULES: Final = Kind("a list of permission rules", _check_rules, metavar="RULE")
 ENV_NAMES: Final = Kind("a list of environment variable names", _check_env_names,
                         _parse_env_name, "NAME")
+DOLLARS: Final = Kind("a number of US dollars > 0", _check_dollars, _parse_dollars, "USD")
+PRICES: Final = Kind('tables [prices."MODEL"] of dollars per million tokens', _check_prices)
 
 
 # -- trust: which changes loosen ------------------------------------------------------------------
@@ -495,6 +529,18 @@ TABLE: Final[tuple[Setting, ...]] = (
     _S("trace.dir", PATH, "the folder of new trace files", ANY_LOOSENS,
        default=".trio-agents/traces", param="trace_dir", is_path=True,
        default_doc="`.trio-agents/traces` (in the current folder)"),
+    # money (docs/costs.md)
+    _S("limits.max_usd", DOLLARS, "US dollars each root agent's subtree may spend on model "
+       "calls; a call that would pass it is refused and the subtree ends budget_exceeded",
+       MORE_LOOSENS, flags=("--max-usd",), param="limits", event_key="limits.max_usd",
+       doc="US dollars the run's root agent (with its sub-agents) may spend on model calls "
+       "(`docs/costs.md`)", default_doc="none"),
+    _S("prices", PRICES, "model prices over the built-in table", Trust(
+       "added", "a lower price lets a money budget buy more"), default=(), param="prices",
+       merge="append", event_key="prices",
+       doc='`[prices."MODEL"]`: `input_per_mtok`, `output_per_mtok`, `cache_read_per_mtok`, '
+       "`cache_write_per_mtok` in dollars per million tokens, over the built-in table "
+       "(`docs/costs.md`)", default_doc="the built-in table"),
 )
 """Every setting, in ``--help`` order within its group; see :class:`Setting`."""
 

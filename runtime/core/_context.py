@@ -27,6 +27,7 @@ from ._budget import BudgetLayer
 from ._bus import EventBus
 from ._events import CancelBy, CancelRequested
 from ._limits import Limits
+from ._prices import PriceTable
 from ._provider import Provider
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ class RunSettings:
     env: Mapping[str, str]
     # None: an agent's system prompt is its type's prompt alone.
     system_prompt: SystemPromptBuilder | None = None
+    prices: PriceTable = attrs.field(factory=PriceTable)
+    """What each model's calls cost (docs/costs.md)."""
 
 
 _OWN_ID_HEAD = "tu-"
@@ -353,6 +356,7 @@ def new_run_context(
     id_prefix: str = "",
     type_setups: dict[AgentType, TypeSetup] | None = None,
     middleware: MiddlewareChain | None = None,
+    prices: PriceTable | None = None,
 ) -> RunContext:
     """The one way a run's :class:`RunContext` is built, locally and on a Ray host alike.
 
@@ -370,6 +374,7 @@ def new_run_context(
         id_prefix: what the new agent ids start with (the Ray host's: the call's).
         type_setups: the agent types' setups to share (the Ray host's: the run's).
         middleware: the user's layers around tool calls (docs/python-api.md, "Middleware").
+        prices: what model calls cost (default: the built-in table, docs/costs.md).
     """
     run: RunContext | None = None
 
@@ -391,6 +396,7 @@ def new_run_context(
             workspace=workspace,
             env=env,
             system_prompt=system_prompt,
+            prices=prices if prices is not None else PriceTable(),
         ),
         scheduler=scheduler,
         bus=bus,

@@ -133,6 +133,13 @@ class TurnFinished(Event):
     """The agent's model's context window (tokens), when it is known."""
     tool_use_ids: list[str] | None = attrs.field(default=None, metadata=_ID)
     """The tool calls this turn asked for, in the model's order (None in older traces)."""
+    cost_usd: float | None = None
+    """What this turn's model call cost in US dollars; None when the model has no price
+    (docs/costs.md)."""
+    cache_read_tokens: int | None = None
+    """Of ``input_tokens``, those read from the prompt cache (None: none, or not reported)."""
+    cache_write_tokens: int | None = None
+    """Of ``input_tokens``, those written to the prompt cache (None: none, or not reported)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -159,6 +166,9 @@ class AgentFinished(Event):
     input_tokens: int
     output_tokens: int
     duration_s: float
+    cost_usd: float | None = None
+    """What the agent's own model calls cost in US dollars (like its tokens, its sub-agents'
+    not included); None when one of them has no price (docs/costs.md)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -24,21 +24,25 @@ class Budget:
         tokens: input + output tokens of the agent and every agent under it.
         seconds: wall-clock seconds from the agent's start.
         tool_calls: tool calls made by the agent and every agent under it.
+        usd: US dollars the model calls of the agent and every agent under it may cost
+            (docs/costs.md): a call reserves its input's cost before it starts, and none
+            starts once the subtree's spent and reserved dollars would pass this.
     """
 
     tokens: int | None = None
     seconds: float | None = None
     tool_calls: int | None = None
+    usd: float | None = None
 
     def __attrs_post_init__(self) -> None:
-        for name in ("tokens", "seconds", "tool_calls"):
+        for name in _MEASURES:
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or value <= 0):
+            if value is not None and (isinstance(value, bool) or not value > 0):
                 raise ConfigError(f"budget.{name}: expected a positive number, got {value!r}")
 
     @property
     def empty(self) -> bool:
-        return self.tokens is None and self.seconds is None and self.tool_calls is None
+        return all(getattr(self, name) is None for name in _MEASURES)
 
     def tighter(self, other: Budget | None) -> Budget:
         """The stricter of the two on every measure."""
@@ -52,18 +56,19 @@ class Budget:
             tokens=pick(self.tokens, other.tokens),
             seconds=pick(self.seconds, other.seconds),
             tool_calls=pick(self.tool_calls, other.tool_calls),
+            usd=pick(self.usd, other.usd),
         )
 
     @classmethod
     def from_mapping(cls, obj: Mapping[str, Any], *, where: str = "budget") -> Budget:
-        """Build from ``{"tokens": …, "seconds": …, "tool_calls": …}``.
+        """Build from ``{"tokens": …, "seconds": …, "tool_calls": …, "usd": …}``.
 
         Raises:
             ConfigError: an unknown key or a bad value, naming it.
         """
         for key in obj:
-            if key not in ("tokens", "seconds", "tool_calls"):
-                raise ConfigError(f"{where}.{key}: unknown key (tokens, seconds, tool_calls)")
+            if key not in _MEASURES:
+                raise ConfigError(f"{where}.{key}: unknown key ({', '.join(_MEASURES)})")
         for key, value in obj.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"{where}.{key}: expected a number, got {value!r}")
@@ -71,7 +76,11 @@ class Budget:
             tokens=int(obj["tokens"]) if "tokens" in obj else None,
             seconds=float(obj["seconds"]) if "seconds" in obj else None,
             tool_calls=int(obj["tool_calls"]) if "tool_calls" in obj else None,
+            usd=float(obj["usd"]) if "usd" in obj else None,
         )
+
+
+_MEASURES = ("tokens", "seconds", "tool_calls", "usd")
 
 
 def _positive(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -82,6 +91,13 @@ def _positive(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
 def _optional_positive_int(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ConfigError(f"{attribute.name}: expected a whole number >= 1, got {value!r}")
+
+
+def _optional_dollars(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e12
+    ):
+        raise ConfigError(f"{attribute.name}: expected a number of dollars > 0, got {value!r}")
 
 
 def _fraction(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -107,6 +123,8 @@ class Limits:
             one; ``None``: known from the model's name (docs/context.md).
         compact_threshold: the fraction of the window above which an agent compacts its
             history before its next request.
+        max_usd: US dollars each root agent's subtree may spend on model calls (a ``usd``
+            budget, tightening its type's; docs/costs.md); ``None``: no limit.
     """
 
     max_turns: int = attrs.field(default=_default("max_turns"), validator=_positive)
@@ -125,6 +143,7 @@ class Limits:
     compact_threshold: float = attrs.field(
         default=_default("compact_threshold"), validator=_fraction
     )
+    max_usd: float | None = attrs.field(default=_default("max_usd"), validator=_optional_dollars)
 
     def public(self) -> dict[str, Any]:
         """For ``run_started.config`` (a new dict each call)."""
@@ -135,7 +154,10 @@ class Limits:
         if hit is None or hit[0] is not self:
             if len(_PUBLIC) >= 64:
                 _PUBLIC.clear()
-            hit = _PUBLIC[id(self)] = (self, attrs.asdict(self))
+            public = attrs.asdict(self)
+            if public["max_usd"] is None:  # no money budget: the config as it always was
+                del public["max_usd"]
+            hit = _PUBLIC[id(self)] = (self, public)
         return dict(hit[1])
 
 

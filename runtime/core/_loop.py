@@ -31,6 +31,7 @@ from runtime.actors import (
 
 from ._agent import AgentOutcome, AgentSpec, cancelled_text, started_event
 from ._agent_types import AgentType
+from ._budget import BudgetRefused
 from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
 from ._context import Owner, RunContext, SubtreeRunner
 from ._context_window import fixed_chars
@@ -68,6 +69,7 @@ from ._messages import (
 )
 from ._middleware import ToolInvocation
 from ._output import OutputSpec, output_spec
+from ._prices import add_costs
 from ._provider import (
     ModelRequest,
     RetryNotice,
@@ -217,6 +219,7 @@ async def run_agent_actor(
                     input_tokens=outcome.input_tokens,
                     output_tokens=outcome.output_tokens,
                     duration_s=outcome.duration_s,
+                    cost_usd=outcome.cost_usd,
                 ),
                 grace_s=run.settings.limits.finish_grace_s,
                 masked=("result", "error"),  # by _outcome
@@ -287,6 +290,7 @@ def _outcome(
         cancel_reason=cancel_reason,
         cancelled_by=cast("CancelBy | None", by) if cancel_reason is not None else None,
         output=output,
+        cost_usd=life.state.cost_usd,
     )
 
 
@@ -352,29 +356,15 @@ async def _loop(
             output_schema=setup.output.schema if setup.output is not None else None,
         )
         try:
-            content, calls, end = await _stream_turn(run, spec, request)
-        except ContextOverflowError as exc:  # compacted, then tried once more
-            content, calls, end = await _stream_refitted(
-                run, spec, request, state, compactor, exc
-            )
-        state.turns += 1
-        state.input_tokens += end.input_tokens
-        state.output_tokens += end.output_tokens
-        state.messages.append(Message(role="assistant", content=content))
-        last_text = "".join(b.text for b in content if isinstance(b, TextBlock))
-        await run.bus.emit(
-            TurnFinished(
-                agent_id=spec.agent_id,
-                parent_tool_use_id=spec.parent_tool_use_id,
-                turn=state.turns,
-                stop_reason=end.stop_reason,
-                input_tokens=end.input_tokens,
-                output_tokens=end.output_tokens,
-                context_tokens=compactor.after_turn(state, end.input_tokens),
-                context_window=compactor.window,
-                tool_use_ids=[c.id for c in calls],
-            )
-        )
+            # A money budget reserves the call's input before it starts (docs/costs.md).
+            held = run.budget.reserve(spec.agent_id, _input_cost(run, request, compactor))
+        except BudgetRefused as refused:
+            await trio.lowlevel.checkpoint()  # its subtree was just cancelled: raises
+            return "budget_exceeded", last_text or None, refused.reason
+        try:
+            calls, last_text = await _model_turn(run, spec, state, compactor, request)
+        finally:
+            run.budget.release(spec.agent_id, held)
         if calls:
             await _run_tool_calls(run, spec, state, calls, log)
             state.continue_reason = "tool_use"
@@ -395,6 +385,53 @@ async def _loop(
                 return "failed", last_text or None, problem
         state.continue_reason = None
         return "completed", last_text, None
+
+
+def _input_cost(run: RunContext, request: ModelRequest, compactor: Compactor) -> float:
+    """The estimated cost of *request*'s input (its context as the meter counts it), for a
+    money budget's reservation; 0 when no budget counts money or the model has no price."""
+    if not run.budget.counts_usd:
+        return 0.0
+    cost = run.settings.prices.cost(request.model, compactor.meter.tokens, 0)
+    return cost or 0.0
+
+
+async def _model_turn(
+    run: RunContext, spec: AgentSpec, state: AgentState, compactor: Compactor,
+    request: ModelRequest,
+) -> tuple[list[ToolCall], str]:
+    """One model call: streamed, joined to the history and reported (``turn_finished``, with
+    its cost). Returns the tool calls it asked for and its text."""
+    try:
+        content, calls, end = await _stream_turn(run, spec, request)
+    except ContextOverflowError as exc:  # compacted, then tried once more
+        content, calls, end = await _stream_refitted(run, spec, request, state, compactor, exc)
+    state.turns += 1
+    state.input_tokens += end.input_tokens
+    state.output_tokens += end.output_tokens
+    cost = run.settings.prices.cost(
+        request.model, end.input_tokens, end.output_tokens,
+        cache_read_tokens=end.cache_read_tokens, cache_write_tokens=end.cache_write_tokens,
+    )  # fmt: skip
+    state.cost_usd = add_costs(state.cost_usd, cost)
+    state.messages.append(Message(role="assistant", content=content))
+    await run.bus.emit(
+        TurnFinished(
+            agent_id=spec.agent_id,
+            parent_tool_use_id=spec.parent_tool_use_id,
+            turn=state.turns,
+            stop_reason=end.stop_reason,
+            input_tokens=end.input_tokens,
+            output_tokens=end.output_tokens,
+            context_tokens=compactor.after_turn(state, end.input_tokens),
+            context_window=compactor.window,
+            tool_use_ids=[c.id for c in calls],
+            cost_usd=cost,
+            cache_read_tokens=end.cache_read_tokens or None,
+            cache_write_tokens=end.cache_write_tokens or None,
+        )
+    )
+    return calls, "".join(b.text for b in content if isinstance(b, TextBlock))
 
 
 async def _check_output(

@@ -83,6 +83,8 @@ class AgentState:
     input_tokens: int = 0
     output_tokens: int = 0
     continue_reason: str | None = None
+    cost_usd: float | None = 0.0
+    """What its model calls cost so far in US dollars; None once one had no price."""
 
 
 state_converter: cattrs.Converter = make_converter(forbid_extra_keys=False)

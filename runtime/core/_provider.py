@@ -92,9 +92,15 @@ class ToolCall:
 
 @attrs.frozen(kw_only=True)
 class TurnEnd:
+    """A turn's end and its usage. ``input_tokens`` counts cached input too; the two cache
+    counts say how much of it was read from or written to the prompt cache (for its price,
+    docs/costs.md)."""
+
     stop_reason: StopReason
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @attrs.frozen(kw_only=True)

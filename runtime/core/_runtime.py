@@ -20,7 +20,7 @@ from ._compaction import agent_window
 from ._context import RunContext, cancel_node
 from ._errors import ConfigError
 from ._events import AgentStatus, CancelBy
-from ._limits import Limits
+from ._limits import Budget, Limits
 from ._loop import run_agent_actor
 from ._messages import Message
 from ._output import output_spec
@@ -183,6 +183,9 @@ class Runtime:
 
     def _new_root(self, spec: AgentSpec) -> tuple[AgentSpec, AgentHandle]:
         budget = spec.agent_type.budget
+        max_usd = self._run.settings.limits.max_usd
+        if max_usd is not None:  # the run's --max-usd, for each root's subtree
+            budget = Budget(usd=max_usd).tighter(budget)
         if budget is not None and not budget.empty:
             spec = attrs.evolve(spec, budget=budget)
         return spec, AgentHandle(spec.agent_id, self)

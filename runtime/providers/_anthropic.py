@@ -160,6 +160,7 @@ class AnthropicProvider:
                 stop_reason: str | None = None
                 stopped = False
                 input_tokens = output_tokens = 0
+                cached = (0, 0)
                 async with open_event_stream(
                     self.client,
                     url,
@@ -247,6 +248,7 @@ class AnthropicProvider:
                         elif kind == "message_start":
                             usage = (event.get("message") or {}).get("usage") or {}
                             input_tokens = _input_tokens(usage)
+                            cached = _cached_tokens(usage)
                             output_tokens = usage.get("output_tokens") or 0
                         elif kind == "message_delta":
                             delta = event.get("delta") or {}
@@ -255,6 +257,7 @@ class AnthropicProvider:
                             # Cumulative counts; newer API versions repeat the input count too.
                             if usage.get("input_tokens") is not None:
                                 input_tokens = _input_tokens(usage)
+                                cached = _cached_tokens(usage)
                             output_tokens = usage.get("output_tokens") or output_tokens
                         elif kind == "message_stop":
                             stopped = True
@@ -265,7 +268,8 @@ class AnthropicProvider:
                         # ping, and event types newer than this code: nothing to do.
                 if not stopped:
                     raise TransientError("anthropic: the stream ended before message_stop")
-                for item in _turn_end(truncated, stop_reason, input_tokens, output_tokens, log):
+                end = (input_tokens, output_tokens, *cached)
+                for item in _turn_end(truncated, stop_reason, end, log):
                     yielded = True
                     yield item
                 return
@@ -321,8 +325,7 @@ def _block(blocks: dict[int, _Block], event: dict[str, Any]) -> _Block:
 def _turn_end(
     truncated: list[_Block],
     stop_reason: str | None,
-    input_tokens: int,
-    output_tokens: int,
+    usage: tuple[int, int, int, int],
     log: Any,
 ) -> list[StreamItem]:
     """What ends a turn whose stream is complete: each tool call cut off by ``max_tokens`` (as
@@ -344,7 +347,9 @@ def _turn_end(
     stop = _STOP.get(stop_reason or "", "end_turn")
     if stop_reason not in _STOP:
         log.warning("provider.stop_reason", stop_reason=stop_reason, stop=stop)
-    items.append(TurnEnd(stop_reason=stop, input_tokens=input_tokens, output_tokens=output_tokens))
+    input_tokens, output_tokens, cache_read, cache_write = usage
+    items.append(TurnEnd(stop_reason=stop, input_tokens=input_tokens, output_tokens=output_tokens,
+                         cache_read_tokens=cache_read, cache_write_tokens=cache_write))
     return items
 
 
@@ -365,6 +370,16 @@ def _input_tokens(usage: dict[str, Any]) -> int:
     return sum(
         usage.get(key) or 0
         for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+
+
+def _cached_tokens(usage: dict[str, Any]) -> tuple[int, int]:
+    """(read from, written to) the prompt cache: priced apart (docs/costs.md)."""
+    read = usage.get("cache_read_input_tokens")
+    write = usage.get("cache_creation_input_tokens")
+    return (
+        read if isinstance(read, int) and read > 0 else 0,
+        write if isinstance(write, int) and write > 0 else 0,
     )
 
 

@@ -173,7 +173,7 @@ class OpenAIProvider:
                 refused = False
                 finish: str | None = None
                 done = False
-                input_tokens = output_tokens = 0
+                input_tokens = output_tokens = cache_read = 0
                 async with open_event_stream(
                     self.client,
                     url,
@@ -233,6 +233,7 @@ class OpenAIProvider:
                             usage = chunk.get("usage")
                             if usage:
                                 input_tokens = usage.get("prompt_tokens") or input_tokens
+                                cache_read = _cached_tokens(usage) or cache_read
                                 output_tokens = usage.get("completion_tokens") or output_tokens
                             if reason and finish is None:
                                 finish = reason
@@ -262,7 +263,8 @@ class OpenAIProvider:
                         log.warning("provider.finish_reason", finish_reason=finish, stop=stop)
                 yielded = True
                 yield TurnEnd(
-                    stop_reason=stop, input_tokens=input_tokens, output_tokens=output_tokens
+                    stop_reason=stop, input_tokens=input_tokens, output_tokens=output_tokens,
+                    cache_read_tokens=min(cache_read, input_tokens),
                 )
                 return
             except ProviderError as exc:
@@ -366,6 +368,14 @@ def _complete_calls(
             ToolCall(call.id or f"call_{uuid.uuid4().hex}", call.name, arguments, error)
         )
     return complete
+
+
+def _cached_tokens(usage: dict[str, Any]) -> int:
+    """Of the prompt, the tokens read from OpenAI's prompt cache (priced apart, docs/costs.md;
+    ``prompt_tokens_details.cached_tokens``)."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) and cached > 0 else 0
 
 
 def _stream_error(error: Any, secrets: Secrets) -> ProviderError:

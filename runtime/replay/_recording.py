@@ -77,6 +77,10 @@ class RecordedTurn:
     """From the agent's previous step to the end of this turn: what ``--realtime`` waits."""
     call_ids: list[str] | None = None
     """The turn's tool_use_ids in the model's order (traces before 0.1 lack them)."""
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    """Of the input, what was read from or written to the prompt cache: a replay costs what
+    the recorded run cost (docs/costs.md)."""
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -260,6 +264,8 @@ def _build(rec: Recording, events: list[Event]) -> None:
                 output_tokens=ev.output_tokens,
                 delay_s=max(0.0, ev.ts - last_ts.get(aid, ev.ts)),
                 call_ids=None if ev.tool_use_ids is None else list(ev.tool_use_ids),
+                cache_read_tokens=ev.cache_read_tokens or 0,
+                cache_write_tokens=ev.cache_write_tokens or 0,
             )
             if ev.tool_use_ids is None:
                 ordered_ids = False

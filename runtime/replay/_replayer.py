@@ -365,6 +365,8 @@ class Replayer:
             stop_reason=turn.stop_reason,  # type: ignore[arg-type]  # read from an event
             input_tokens=turn.input_tokens,
             output_tokens=turn.output_tokens,
+            cache_read_tokens=turn.cache_read_tokens,
+            cache_write_tokens=turn.cache_write_tokens,
         )
 
     async def _end(

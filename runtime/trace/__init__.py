@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ._render import event_line as event_line
     from ._render import fmt_duration as fmt_duration
     from ._render import fmt_tokens as fmt_tokens
+    from ._render import fmt_usd as fmt_usd
     from ._render import outcome_notes as outcome_notes
     from ._render import render_header as render_header
     from ._render import render_mermaid as render_mermaid
@@ -67,6 +68,7 @@ _LAZY: dict[str, str] = {
     "existing_trace": "._sinks",
     "fmt_duration": "._render",
     "fmt_tokens": "._render",
+    "fmt_usd": "._render",
     "follow_lines": "._tracefile",
     "open_live_spans": "._otel",
     "open_pipe_writer": "._sinks",

@@ -177,6 +177,18 @@ def fmt_tokens(count: int) -> str:
     return f"{count / 1_000_000:.1f}M"
 
 
+def fmt_usd(usd: float | None) -> str:
+    """A short cost: ``$12.34``, ``$0.123``, ``$0.00072``; ``cost unknown`` for None
+    (docs/costs.md)."""
+    if usd is None:
+        return "cost unknown"
+    if usd >= 1:
+        return f"${usd:,.2f}"
+    if usd >= 0.01:
+        return f"${usd:.3f}"
+    return f"${usd:.2g}" if usd >= 1e-4 else f"${usd:.6f}".rstrip("0").rstrip(".")
+
+
 def fmt_progress(progress: float, total: float | None, message: str | None) -> str:
     """A tool's latest progress: ``3/10 copying files`` (``42`` without a total)."""
     done = f"{progress:g}" + (f"/{total:g}" if total is not None else "")
@@ -555,6 +567,9 @@ def _header(tree: TraceTree, painter: _Painter) -> StyledLine:
         f"{fmt_tokens(tree.total_input_tokens)}→{fmt_tokens(tree.total_output_tokens)}",
         painter.style("dim"),
     )
+    cost = tree.total_cost_usd
+    if cost:  # once the calls have a price (docs/costs.md, "Where costs show")
+        head.append(f", {fmt_usd(cost)}", painter.style("dim"))
     notes = outcome_notes(tree)
     if notes:
         head.append(f"  {notes}", painter.style("yellow"))

@@ -1,4 +1,4 @@
-"""``trace stats``: counts, tokens and durations per agent type and status, the tools, the
+"""``trace stats``: counts, tokens, costs and durations per agent type and status, the tools, the
 most agents at once, compactions, permission waits, and the critical path of a run's tree.
 
 A pure function of a :class:`~runtime.TraceTree` (:func:`run_stats`), shared by the command line
@@ -27,21 +27,25 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 
 class _Group:
-    __slots__ = ("count", "durations", "input_tokens", "output_tokens", "statuses")
+    __slots__ = ("cost_usd", "count", "durations", "input_tokens", "output_tokens", "statuses")
 
     def __init__(self) -> None:
         self.count = 0
         self.input_tokens = 0
         self.output_tokens = 0
+        self.cost_usd: float | None = 0.0
         self.durations: list[float] = []
         self.statuses: dict[str, int] = {}
 
     def add(
-        self, status: str, duration: float | None, input_tokens: int = 0, output_tokens: int = 0
+        self, status: str, duration: float | None, input_tokens: int = 0, output_tokens: int = 0,
+        cost_usd: float | None = 0.0,
     ) -> None:
         self.count += 1
         self.input_tokens += input_tokens
         self.output_tokens += output_tokens
+        if self.cost_usd is not None:  # unknown stays unknown (docs/costs.md)
+            self.cost_usd = None if cost_usd is None else round(self.cost_usd + cost_usd, 9)
         if duration is not None:
             self.durations.append(duration)
         self.statuses[status] = self.statuses.get(status, 0) + 1
@@ -51,6 +55,7 @@ class _Group:
         if tokens:
             out["input_tokens"] = self.input_tokens
             out["output_tokens"] = self.output_tokens
+            out["cost_usd"] = self.cost_usd
         out["duration_s"] = _summary(self.durations)
         if statuses:
             out["statuses"] = dict(sorted(self.statuses.items()))
@@ -126,7 +131,9 @@ def run_stats(tree: TraceTree) -> dict[str, Any]:
             group = groups.get(key)
             if group is None:
                 group = groups[key] = _Group()
-            group.add(agent.status, duration, agent.input_tokens, agent.output_tokens)
+            group.add(
+                agent.status, duration, agent.input_tokens, agent.output_tokens, agent.cost_usd
+            )
         if agent.started_ts is not None:
             edges.append((agent.started_ts, 1))
             edges.append((agent.started_ts + (duration or 0.0), -1))
@@ -174,6 +181,7 @@ def run_stats(tree: TraceTree) -> dict[str, Any]:
         "tool_calls": len(tree.tools),
         "input_tokens": tree.total_input_tokens,
         "output_tokens": tree.total_output_tokens,
+        "cost_usd": tree.total_cost_usd,
         "by_agent_type": {k: g.to_json() for k, g in sorted(by_type.items())},
         "by_status": {k: g.to_json(statuses=False) for k, g in sorted(by_status.items())},
         "tools": {k: g.to_json(tokens=False) for k, g in sorted(tools.items())},

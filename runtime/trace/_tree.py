@@ -255,7 +255,8 @@ class AgentNode(_AgentInternals):
     until the agent's ``agent_started`` is seen. ``duration_s`` is the agent's own figure once
     finished, the time to the last event of the trace once interrupted, else None (see
     :meth:`elapsed`). ``total_*_tokens`` cover the subtree; they are current after
-    :meth:`TraceTree.rollup` (which every reader of the tree here calls). ``compactions`` counts
+    :meth:`TraceTree.rollup` (which every reader of the tree here calls), as is ``subtree_cost_usd``
+(``cost_usd`` is the agent's own; None: unknown, docs/costs.md). ``compactions`` counts
     the agent's ``context_compacted`` events (their details are in :attr:`TraceTree.compactions`).
     """
 
@@ -269,6 +270,8 @@ class AgentNode(_AgentInternals):
     output_tokens: int
     total_input_tokens: int
     total_output_tokens: int
+    cost_usd: float | None
+    subtree_cost_usd: float | None
     depth: int
     turns: int
     started_ts: float | None
@@ -289,6 +292,8 @@ class AgentNode(_AgentInternals):
         self.output_tokens = 0
         self.total_input_tokens = 0
         self.total_output_tokens = 0
+        self.cost_usd = 0.0
+        self.subtree_cost_usd = 0.0
         self.depth = 0
         self.turns = 0
         self.started_ts = None
@@ -831,6 +836,7 @@ class TraceTree:
             for agent in agents:
                 agent.total_input_tokens = agent.input_tokens
                 agent.total_output_tokens = agent.output_tokens
+                agent.subtree_cost_usd = agent.cost_usd
             for agent in reversed(agents):
                 call = agent._parent
                 if call is not None:
@@ -838,6 +844,9 @@ class TraceTree:
                     if owner is not None:
                         owner.total_input_tokens += agent.total_input_tokens
                         owner.total_output_tokens += agent.total_output_tokens
+                        owner.subtree_cost_usd = _add_cost(
+                            owner.subtree_cost_usd, agent.subtree_cost_usd
+                        )
             return
         order: list[AgentNode] = []
         stack = list(self.roots)
@@ -850,12 +859,15 @@ class TraceTree:
         for agent in reversed(order):  # children before parents
             total_in = agent.input_tokens
             total_out = agent.output_tokens
+            cost = agent.cost_usd
             for tool in agent.children:
                 for child in tool.children:
                     total_in += child.total_input_tokens
                     total_out += child.total_output_tokens
+                    cost = _add_cost(cost, child.subtree_cost_usd)
             agent.total_input_tokens = total_in
             agent.total_output_tokens = total_out
+            agent.subtree_cost_usd = cost
 
     @property
     def total_input_tokens(self) -> int:
@@ -868,6 +880,15 @@ class TraceTree:
         """Output tokens over the whole run."""
         self.rollup()
         return sum(a.total_output_tokens for a in self.roots)
+
+    @property
+    def total_cost_usd(self) -> float | None:
+        """US dollars over the whole run; None when some call's model has no price."""
+        self.rollup()
+        total: float | None = 0.0
+        for root in self.roots:
+            total = _add_cost(total, root.subtree_cost_usd)
+        return total
 
     def find(self, node_id: str) -> AgentNode | ToolNode | None:
         """The agent or tool call with this id, if any."""
@@ -1391,9 +1412,13 @@ class TraceTree:
                 rare.context_window = window if window.__class__ is int else None
         if agent._finished_ts is not None:
             return  # agent_finished already set the totals
+        cost = fields.get("cost_usd")  # absent in older traces: unknown
+        if cost is not None and not _num(cost):
+            raise _invalid("turn_finished", "cost_usd")
         agent.turns = turn
         agent.input_tokens += input_tokens
         agent.output_tokens += output_tokens
+        agent.cost_usd = _add_cost(agent.cost_usd, cost)
         self._dirty = True
 
     def _context_compacted(self, fields: Fields) -> None:
@@ -1513,6 +1538,9 @@ class TraceTree:
             raise _invalid(kind, "output_tokens")
         if not _num(duration):
             raise _invalid(kind, "duration_s")
+        cost = fields.get("cost_usd")  # absent in older traces: unknown
+        if cost is not None and not _num(cost):
+            raise _invalid(kind, "cost_usd")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, kind)
         if agent._finished_ts is not None:
             self._duplicate(agent.id)
@@ -1531,7 +1559,16 @@ class TraceTree:
         # The agent's own totals replace what its turns added up to.
         agent.input_tokens = input_tokens
         agent.output_tokens = output_tokens
+        # An agent that made no model call cost nothing, whatever an older trace says.
+        agent.cost_usd = 0.0 if cost is None and not turns else cost
         self._dirty = True
+
+
+def _add_cost(a: float | None, b: float | None) -> float | None:
+    """Two costs added; unknown if either is (docs/costs.md, "Unknown prices")."""
+    if a is None or b is None:
+        return None
+    return round(a + b, 9)
 
 
 def _json_pieces(node: Node | dict[str, Any], levels: int) -> Iterator[bytes]:

@@ -42,6 +42,7 @@ from runtime.core import (
     MiddlewareProvider,
     PermissionBroker,
     PermissionPolicy,
+    PriceTable,
     Provider,
     RunContext,
     RunFinished,
@@ -50,6 +51,7 @@ from runtime.core import (
     Sandbox,
     Secrets,
     ToolLimits,
+    check_prices,
     new_run_context,
     run_environ,
     scan_env,
@@ -207,6 +209,7 @@ class RunConfig:
     otlp: str | bool | None = None
     pool: PoolLimits | None = None
     http_client: httpx.AsyncClient | None = None
+    prices: Mapping[str, Any] | None = None
 
 
 def open_runtime(
@@ -240,6 +243,7 @@ def open_runtime(
     otlp: str | bool | None = None,
     pool: PoolLimits | None = None,
     http_client: httpx.AsyncClient | None = None,
+    prices: Mapping[str, Any] | None = None,
 ) -> AbstractAsyncContextManager[Runtime]:
     """Open a run: its bus, trace file, provider and root nursery. An async context manager::
 
@@ -298,6 +302,9 @@ def open_runtime(
             for none, or None for what the ``OTEL_EXPORTER_OTLP_*`` variables of *env* say.
             Needs ``trio-agents[otel]`` (:class:`ConfigError` without it for a URL; a warning
             for the variables).
+        prices: model prices over the built-in table, ``{"MODEL": {"input_per_mtok": …,
+            "output_per_mtok": …, "cache_read_per_mtok": …, "cache_write_per_mtok": …}}``
+            in dollars per million tokens, or :class:`~runtime.Price` values (docs/costs.md).
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -311,7 +318,7 @@ def open_runtime(
         permission_timeout_s=permission_timeout_s, env=env, allow_env=allow_env,
         run_id=run_id, on_event=on_event, ray_address=ray_address, mcp_servers=mcp_servers,
         project=project, trace_dir=trace_dir, sandbox=sandbox, ray=ray, middleware=middleware,
-        otlp=otlp, pool=pool, http_client=http_client,
+        otlp=otlp, pool=pool, http_client=http_client, prices=prices,
     )  # fmt: skip
     return open_run(config)  # its context manager itself: no second layer to enter per run
 
@@ -347,6 +354,7 @@ class RunPlan:
     trace_path: Path | None
     policy: PermissionPolicy
     sandbox: Sandbox | None
+    prices: PriceTable = attrs.field(factory=PriceTable)
 
 
 def plan_run(config: RunConfig) -> RunPlan:
@@ -354,9 +362,11 @@ def plan_run(config: RunConfig) -> RunPlan:
     nothing (it reads the workspace's path and a scenario file).
 
     Raises:
-        ConfigError: a bad workspace, scenario, tool or agent type (one line naming it).
+        ConfigError: a bad workspace, scenario, tool, agent type or price (one line naming
+            it).
     """
     run_id = config.run_id or new_run_id()
+    prices = PriceTable(check_prices(config.prices)) if config.prices else PriceTable()
     # Setting up a run touches the disk a few times before anything runs; that is fine.
     ws = _path(_real_folder(config.workspace))
     project = config.project
@@ -403,6 +413,7 @@ def plan_run(config: RunConfig) -> RunPlan:
         trace_path=trace_path,
         policy=_policy(config, ws, trace_path),
         sandbox=_sandbox(config, ws, trace_path),
+        prices=prices,
     )
 
 
@@ -712,6 +723,7 @@ def _run_context(plan: RunPlan, services: _Services, bus: EventBus) -> RunContex
         placements=services.placements,
         system_prompt=config.project.system_prompt() if config.project is not None else None,
         middleware=chain if chain.tool_layers else None,
+        prices=plan.prices,
     )
 
 
@@ -734,6 +746,8 @@ def _run_config_event(plan: RunPlan, services: _Services, run: RunContext) -> di
             "deny": [str(r) for r in config.deny],
         },
     }
+    if plan.prices.overrides:  # a replay costs its calls as this run did (docs/costs.md)
+        out["prices"] = plan.prices.describe()
     if services.mcp is not None:
         out["mcp_servers"] = services.mcp.describe()
     if config.project is not None:
