@@ -11,7 +11,8 @@ Money (``usd``) is counted the same way, from ``turn_finished.cost_usd``, and al
 call: the loop asks :meth:`BudgetLayer.reserve` for the call's estimated input cost, which is
 held against every ancestor's allowance until the call has been settled by its
 ``turn_finished`` (:meth:`BudgetLayer.release`). A call that would take a subtree past its
-allowance is refused: the layer cancels that subtree at once, from the asking agent's task
+allowance is refused, and no call in that subtree starts again; the calls under way in it
+finish and are counted, and the last one's release cancels the subtree, from that agent's task
 (docs/costs.md, "Budgets in money").
 """
 
@@ -58,6 +59,9 @@ class BudgetRefused(Exception):
         self.reason = reason
 
 
+# Reservations are sums of floats: "none left" is below a millionth of a cent.
+_EPSILON = 1e-9
+
 CancelFn = Callable[[str, str], bool]
 _Queue = tuple[trio.MemorySendChannel[tuple[str, str]], trio.MemoryReceiveChannel[tuple[str, str]]]
 
@@ -70,6 +74,8 @@ class _Usage:
     tool_calls: int = 0
     usd: float = 0.0
     reserved: float = 0.0
+    # Set when a money allowance was reached: why, and no call in the subtree starts again.
+    refusal: str | None = None
     tripped: bool = False
 
 
@@ -180,9 +186,13 @@ class BudgetLayer:
         subtree *agent_id* is in, until :meth:`release`. Returns what was held (0 when no
         budget counts money).
 
+        A refused call leaves its subtree *draining*: no call in it starts any more, and once
+        the calls under way in it are settled (their reservations released) the subtree is
+        cancelled ``by="budget"``; at once when none is under way.
+
         Raises:
             BudgetRefused: some subtree's spent and reserved dollars with *usd* would pass
-                its allowance (or have reached it); that subtree is cancelled already.
+                its allowance (or have reached it), or it is draining already.
         """
         if not self.counts_usd:
             return 0.0
@@ -190,13 +200,14 @@ class BudgetLayer:
         cur: str | None = agent_id
         while cur is not None and (u := self._agents.get(cur)) is not None:
             b = u.budget
-            if b is not None and b.usd is not None and not u.tripped:
+            if b is not None and b.usd is not None:
+                if u.refusal is not None:
+                    raise BudgetRefused(cur, u.refusal)
                 spent = u.usd + u.reserved
                 if spent >= b.usd or spent + usd > b.usd:
-                    u.tripped = True
                     why = (f"budget exceeded: ${_dollars(spent + usd)} spent, reserved and "
                            f"asked for > ${_dollars(b.usd)}")
-                    self._cancel(cur, why)
+                    self._drain(cur, u, why)
                     raise BudgetRefused(cur, why)
             chain.append(u)
             cur = u.parent
@@ -206,13 +217,25 @@ class BudgetLayer:
 
     def release(self, agent_id: str, usd: float) -> None:
         """Give back what :meth:`reserve` held for a call that has been settled (its cost is
-        counted from its ``turn_finished``) or that failed."""
+        counted from its ``turn_finished``) or that failed; a draining subtree whose last call
+        under way this was is cancelled now."""
         if not usd:
             return
         cur: str | None = agent_id
         while cur is not None and (u := self._agents.get(cur)) is not None:
             u.reserved = max(0.0, u.reserved - usd)
+            if u.refusal is not None and u.reserved < _EPSILON and not u.tripped:
+                u.tripped = True
+                self._cancel(cur, u.refusal)
             cur = u.parent
+
+    def _drain(self, agent_id: str, u: _Usage, why: str) -> None:
+        """No call starts in *agent_id*'s subtree any more; it is cancelled once the calls
+        under way in it are settled (docs/costs.md, "Budgets in money")."""
+        u.refusal = why
+        if u.reserved < _EPSILON and not u.tripped:
+            u.tripped = True
+            self._cancel(agent_id, why)
 
     def _add(
         self, agent_id: str | None, *, tokens: int = 0, tool_calls: int = 0, usd: float = 0.0
@@ -232,8 +255,14 @@ class BudgetLayer:
                     why = f"budget exceeded: {u.tokens} tokens > {b.tokens}"
                 elif b.tool_calls is not None and u.tool_calls > b.tool_calls:
                     why = f"budget exceeded: {u.tool_calls} tool calls > {b.tool_calls}"
-                elif b.usd is not None and u.usd > b.usd:
-                    why = f"budget exceeded: ${_dollars(u.usd)} > ${_dollars(b.usd)}"
+                elif b.usd is not None and u.usd > b.usd and u.refusal is None:
+                    # Calls under way finish and are counted: the subtree drains, and the last
+                    # release cancels it (this call's own is released right after this event).
+                    u.refusal = f"budget exceeded: ${_dollars(u.usd)} > ${_dollars(b.usd)}"
+                    if u.reserved >= _EPSILON:
+                        cur = u.parent
+                        continue
+                    why = u.refusal
                 if why is not None:
                     u.tripped = True
                     try:

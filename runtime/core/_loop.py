@@ -358,9 +358,10 @@ async def _loop(
         try:
             # A money budget reserves the call's input before it starts (docs/costs.md).
             held = run.budget.reserve(spec.agent_id, _input_cost(run, request, compactor))
-        except BudgetRefused as refused:
-            await trio.lowlevel.checkpoint()  # its subtree was just cancelled: raises
-            return "budget_exceeded", last_text or None, refused.reason
+        except BudgetRefused:
+            # Its subtree is cancelled once the calls under way in it are settled, at once if
+            # none is (docs/costs.md, "Budgets in money"): that cancel ends this wait.
+            await trio.sleep_forever()
         try:
             calls, last_text = await _model_turn(run, spec, state, compactor, request)
         finally:

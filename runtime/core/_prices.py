@@ -194,7 +194,7 @@ def check_prices(value: Any, *, where: str = "prices") -> dict[str, Price]:
             if not _is_number(price) or not 0 <= price < math.inf:
                 raise ConfigError(f"{here}.{key}: expected a number >= 0 (dollars per million "
                                   f"tokens), got {price!r}")
-        base = PriceTable().lookup(model)
+        base = next((BUILTIN_PRICES[n] for n in _candidates(model) if n in BUILTIN_PRICES), None)
         fields = attrs.asdict(base) if base is not None else {}
         fields.update({k: float(v) for k, v in row.items()})
         for key in ("input_per_mtok", "output_per_mtok"):
