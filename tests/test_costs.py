@@ -330,3 +330,34 @@ def test_bad_prices_and_allowances_are_one_line_naming_the_setting_exit_2(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert line in lines[0]
+
+
+async def test_the_run_header_and_the_summary_line_say_the_cost(workspace: Path) -> None:
+    from runtime.cli._live import summary_line
+    from runtime.trace._render import render_header
+
+    scenario = {"agents": {"main": {"turns": [{"text": "a", **_TURN}]}}}
+    _, events = await run_scenario(scenario, workspace, model=_MODEL, prices=_PRICES)
+    tree = TraceTree.from_events(events)
+    assert render_header(tree, color=False).plain.endswith("tokens 2.0k→10, $0.120")
+    assert summary_line(tree, rich=False).endswith("· 2.0k tokens · $0.120")
+    # Unknown: nothing said there (the warning said it once).
+    _, events = await run_scenario(scenario, workspace)
+    tree = TraceTree.from_events(events)
+    assert "$" not in render_header(tree, color=False).plain + summary_line(tree, rich=False)
+
+
+def test_an_untrusted_workspaces_prices_are_ignored_and_named(tmp_path: Path) -> None:
+    from runtime.project import load_settings
+
+    ws = tmp_path / "ws"
+    (ws / ".trio-agents").mkdir(parents=True)
+    (ws / ".trio-agents" / "settings.toml").write_text(
+        '[prices."gpt-4o"]\ninput_per_mtok = 0\noutput_per_mtok = 0\n')
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    untrusted = load_settings(ws, env=env, trusted=False)
+    assert untrusted["prices"] == ()
+    assert [(name, where.rsplit(":", 1)[1]) for name, _, where in untrusted.ignored] == [
+        ("prices", "1")]
+    trusted = load_settings(ws, env=env, trusted=True)
+    assert trusted["prices"] == (("gpt-4o", (("input_per_mtok", 0.0), ("output_per_mtok", 0.0))),)

@@ -719,6 +719,16 @@ def outcome_notes(tree: TraceTree, root: AgentNode | None = None) -> str:
     return notes(tree, root)
 
 
+def _cost_note(usd: float | None) -> str:
+    """`` · $0.046`` once the calls have a price; nothing for an unknown or zero cost (a
+    warning said which model has none: docs/costs.md, "Where costs show")."""
+    if not usd:
+        return ""
+    from runtime.trace import fmt_usd
+
+    return f" · {fmt_usd(usd)}"
+
+
 def summary_line(tree: TraceTree, *, rich: bool = True) -> str:
     """``completed in 6.1s · 5 agents · 12.3k tokens`` for the run's end."""
     status = tree.status
@@ -730,6 +740,7 @@ def summary_line(tree: TraceTree, *, rich: bool = True) -> str:
     agents = len(tree.agents)
     plural = "s" * (agents != 1)
     body = f"{status} in {duration:.1f}s · {agents} agent{plural} · {_tokens(tokens)} tokens"
+    body += _cost_note(tree.total_cost_usd)
     notes = outcome_notes(tree)
     if notes:
         body += f" · {notes}"
@@ -750,6 +761,7 @@ def turn_summary(tree: TraceTree, root_id: str, *, rich: bool = True) -> str:
     duration = node.elapsed(time.time()) or 0.0
     plural = "s" * (agents != 1)
     body = f"{node.status} in {duration:.1f}s · {agents} agent{plural} · {_tokens(tokens)} tokens"
+    body += _cost_note(node.subtree_cost_usd)
     notes = outcome_notes(tree, node)
     if notes:
         body += f" · {notes}"

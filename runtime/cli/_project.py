@@ -239,6 +239,15 @@ def _one_line(text: str, limit: int) -> str:
 # -- trio-agents config ----------------------------------------------------------------------
 
 
+def _shown_item(item: Any) -> str:
+    """One item of a list setting: a rule or a name as it is; a price row (``prices``) as
+    ``MODEL (input_per_mtok=3, …)``."""
+    if isinstance(item, tuple):
+        model, row = item
+        return f"{model} ({', '.join(f'{k}={v:g}' for k, v in row)})"
+    return str(item)
+
+
 def cmd_config(ns: argparse.Namespace, *, as_json: bool) -> int:
     """``trio-agents config``: every setting a file may set, its effective value and where it
     came from (the rows of the settings table with ``in_file``)."""
@@ -255,7 +264,7 @@ def cmd_config(ns: argparse.Namespace, *, as_json: bool) -> int:
     for r in rows:
         value = r["value"]
         shown = "(unset)" if value is None else (
-            ", ".join(value) or "(none)" if isinstance(value, tuple) else
+            ", ".join(map(_shown_item, value)) or "(none)" if isinstance(value, tuple) else
             str(value).lower() if isinstance(value, bool) else str(value)
         )
         print(visible(f"{r['key']:<{width}}  {shown}  [{r['source']}]", layout=False))

@@ -148,6 +148,10 @@ BUILTIN_PRICES: Final[Mapping[str, Price]] = {
 }
 """The built-in table, by model family (see :data:`PRICES_DATE`, :data:`PRICES_SOURCES`)."""
 
+# The runtime's own name for a scenario's model (the scripted provider, a model function):
+# no one prices it, and saying so on every scripted run would be noise (docs/costs.md).
+_PLACEHOLDERS: Final = frozenset({"scripted"})
+
 # A release date at the end: -20250929 (Anthropic) or -2024-08-06 (OpenAI).
 _DATED = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
 
@@ -247,7 +251,7 @@ class PriceTable:
         if len(self._found) >= 256:
             self._found.clear()
         self._found[model] = found
-        if found is None:
+        if found is None and model not in _PLACEHOLDERS:
             _log.warning("model has no price: its cost is unknown (add [prices.\"MODEL\"], "
                          "docs/costs.md)", model=model)
         return found
