@@ -289,6 +289,39 @@ async def test_a_budget_exceeded_remotely_ends_only_that_subtree(workspace: Path
     assert outcome.result == "done anyway"
 
 
+async def test_a_remote_subtree_costs_its_calls_with_the_runs_prices_and_keeps_its_usd_budget(
+    workspace: Path,
+) -> None:
+    # test-model has a price only in the run's own rows: a host that did not get them would
+    # cost its calls unknown (docs/costs.md, "Where costs show"). $0.12 a turn; the third
+    # call would pass $0.25, and the host refuses it before it starts.
+    glob = {"name": "glob", "input": {"pattern": "*"}}
+    spend = {"tool_calls": [glob], "usage": {"input_tokens": 2000, "output_tokens": 10}}
+    scenario = {"agents": {
+        "main": {"turns": [
+            {"tool_calls": [agent_call("greedy", "greedy", budget={"usd": 0.25}),
+                            agent_call("modest", "modest")]},
+            {"text": "done anyway"}]},
+        "greedy": _remote({"tools": ["glob"], "turns": [spend] * 10}),
+        "modest": _remote({"turns": [
+            {"text": "modest result", "usage": {"input_tokens": 100, "output_tokens": 1}}]})}}
+    prices = {"test-model": {"input_per_mtok": 10.0, "output_per_mtok": 10_000.0}}
+    outcome, events = await run_scenario(scenario, workspace, model="test-model", prices=prices)
+    check_invariants(events)
+    started = {e.agent_id: e.name for e in by_type(events, AgentStarted)}  # type: ignore[attr-defined]
+    ends = {started[e.agent_id]: e for e in by_type(events, AgentFinished)}
+    greedy, modest = ends["greedy"], ends["modest"]
+    assert (greedy.status, greedy.turns) == ("budget_exceeded", 2)  # type: ignore[attr-defined]
+    assert "spent, reserved and asked for > $0.25" in greedy.error  # type: ignore[attr-defined]
+    assert greedy.cost_usd == pytest.approx(0.24)  # type: ignore[attr-defined]
+    assert (modest.status, modest.cost_usd) == ("completed", pytest.approx(0.011))  # type: ignore[attr-defined]
+    assert outcome.result == "done anyway"
+    tree = TraceTree.from_events(events)
+    tree.rollup()
+    [root] = tree.roots
+    assert root.subtree_cost_usd == pytest.approx(root.cost_usd + 0.24 + 0.011)
+
+
 def _asker_scenario() -> dict[str, Any]:
     return {"agents": {
         "main": {"turns": [{"tool_calls": [agent_call("ask", "asker")]}, {"text": "asked"}]},

@@ -196,6 +196,9 @@ class RunConfig:
     secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
     prices: PriceTable = attrs.field(factory=PriceTable)
     """The run's prices: remote agents cost their calls as the driver's do (docs/costs.md)."""
+    model: str | None = None
+    """The run's model, as the driver's agents ask for it (a scripted run's too: its cost is
+    that model's); None: the provider's own."""
     # What every subtree of the run on one host shares, made once there (see _shared).
     _cache: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
@@ -1173,7 +1176,7 @@ async def _run_agent(
         run_id=config.run_id,
         bus=bus,
         provider=provider,
-        model=getattr(provider, "model", None) or "scripted",
+        model=config.model or getattr(provider, "model", None) or "scripted",
         agent_types=types,
         tools=tools,
         tool_limits=config.tool_limits,

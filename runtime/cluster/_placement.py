@@ -925,6 +925,7 @@ class RayPlacement:
             # (docs/cluster.md).
             secrets=run.secrets.values,
             prices=run.settings.prices,
+            model=run.settings.model,
         )
         try:
             ref = ray.put(settings)
