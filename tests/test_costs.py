@@ -30,11 +30,13 @@ from runtime.trace._tree import TraceTree
 from tests.harness import agent_call, run_scenario
 from tests.invariants import by_type, check_invariants
 from tests.llm_server import (
+    OPENAI_DONE,
     LLMServer,
     Reply,
     anthropic_end,
     anthropic_message_start,
     anthropic_text_block,
+    openai_chunk,
 )
 
 # One input token costs $0.00001, one output token $0.01: a turn's cost shows its usage. A
@@ -202,6 +204,27 @@ async def test_the_cost_of_a_real_providers_usage_prices_its_cache_apart(
     expected = (300 * 3 + 600 * 0.30 + 100 * 3.75 + 50 * 15) / 1e6
     assert turn.cost_usd == pytest.approx(expected)  # type: ignore[attr-defined]
     assert _finished(events)["main"].cost_usd == pytest.approx(expected)
+
+
+async def test_openais_cached_prompt_tokens_are_priced_as_cached_input(
+    server: LLMServer, tmp_path: Path
+) -> None:
+    usage = {"prompt_tokens": 1000, "completion_tokens": 20, "total_tokens": 1020,
+             "prompt_tokens_details": {"cached_tokens": 800}}
+    server.push(Reply.stream([
+        openai_chunk({"role": "assistant", "content": "hi"}), openai_chunk({}, finish="stop"),
+        openai_chunk(no_choices=True, usage=usage), OPENAI_DONE]))
+    env = {"OPENAI_API_KEY": "sk-test-0123456789", "OPENAI_BASE_URL": server.url + "/v1",
+           "PATH": "/usr/bin:/bin"}
+    events: list[Any] = []
+    with trio.fail_after(20):
+        async with open_runtime("openai", model="gpt-4o-2024-08-06", env=env,
+                                workspace=tmp_path, trace=False, on_event=events.append) as rt:
+            assert (await rt.run("hi")).status == "completed"
+    [turn] = by_type(events, TurnFinished)
+    assert (turn.input_tokens, turn.cache_read_tokens, turn.cache_write_tokens) == (1000, 800, None)  # type: ignore[attr-defined]
+    # gpt-4o: $2.50 input, $1.25 cached input, $10 output.
+    assert turn.cost_usd == pytest.approx((200 * 2.5 + 800 * 1.25 + 20 * 10) / 1e6)  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------ across Ray, in replay
