@@ -299,6 +299,8 @@ class RunOptions:
     ``.mcp.json`` servers start only if approved by name (``mcp.project_servers``)."""
     middleware: tuple[object, ...] = ()
     """Layers around the run's tool and model calls (``demo``'s summary; docs/python-api.md)."""
+    rate_limits: Mapping[str, Any] | None = None
+    """``[rate_limits.NAME]`` of the settings files (docs/rate-limits.md)."""
 
 
 def _make_limits(**values: Any) -> Limits:
@@ -493,6 +495,7 @@ def run_config(opts: RunOptions) -> RunConfig:
         run_id=opts.run_id,
         middleware=opts.middleware,
         otlp=opts.otlp,
+        rate_limits=opts.rate_limits,
     )
 
 

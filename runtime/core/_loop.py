@@ -47,6 +47,7 @@ from ._events import (
     AgentStatus,
     CancelBy,
     ProviderRetry,
+    RateLimited,
     TextDelta,
     ThinkingDelta,
     ToolFinished,
@@ -70,6 +71,7 @@ from ._middleware import ToolInvocation
 from ._output import OutputSpec, output_spec
 from ._provider import (
     ModelRequest,
+    RateLimitNotice,
     RetryNotice,
     TextChunk,
     ThinkingChunk,
@@ -518,6 +520,16 @@ async def _stream_turn(
                             attempt=item.attempt,
                             delay_s=item.delay_s,
                             reason=item.reason,
+                        )
+                    )
+                elif isinstance(item, RateLimitNotice):
+                    await emit(
+                        RateLimited(
+                            agent_id=aid,
+                            parent_tool_use_id=pid,
+                            wait_s=item.wait_s,
+                            reason=item.reason,
+                            status=item.status,
                         )
                     )
         except Exception:

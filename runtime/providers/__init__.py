@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from ._http import RetryPolicy as RetryPolicy
     from ._openai import OpenAIProvider as OpenAIProvider
     from ._pool import PoolLimits as PoolLimits
+    from ._ratelimit import EndpointLimiter as EndpointLimiter
+    from ._ratelimit import RateLimit as RateLimit
+    from ._ratelimit import check_rate_limits as check_rate_limits
     from ._scenario import Scenario as Scenario
     from ._scenario import agent_types_from_scenario as agent_types_from_scenario
     from ._scenario import scenario_from_mapping as scenario_from_mapping
@@ -31,13 +34,16 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "AnthropicProvider": "._anthropic",
     "DEFAULT_MODELS": "._factory",
+    "EndpointLimiter": "._ratelimit",
     "OpenAIProvider": "._openai",
     "PROVIDER_NAMES": "._factory",
     "PoolLimits": "._pool",
+    "RateLimit": "._ratelimit",
     "RetryPolicy": "._http",
     "Scenario": "._scenario",
     "ScriptedProvider": "._scripted",
     "agent_types_from_scenario": "._scenario",
+    "check_rate_limits": "._ratelimit",
     "chunk_text": "._scripted",
     "default_summary": "._scripted",
     "estimate_input_tokens": "._scripted",

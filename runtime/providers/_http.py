@@ -40,9 +40,11 @@ from runtime.core import (
     parse_overflow,
 )
 
-from ._pool import CallSlots
+from ._ratelimit import EndpointLimiter, Ticket
 
 _MESSAGE_LIMIT: Final = 500
+REFUSALS: Final = (429, 529)
+"""The statuses by which a server refuses a call for now: too many requests, overloaded."""
 
 _log: Any = get_logger("trio_agents.providers")
 _END: Final[Any] = object()
@@ -184,6 +186,9 @@ class RetryPolicy:
     jitter: float = attrs.field(
         default=0.25, validator=[attrs.validators.ge(0), attrs.validators.le(1)]
     )
+    rate_limit_wait_s: float = attrs.field(default=600.0, validator=attrs.validators.gt(0))
+    """The longest one call waits on its endpoint's rate limit in all (its turn in the queue
+    and the pauses after refusals; docs/rate-limits.md); the call deadline bounds it too."""
 
     def backoff_s(self, retry: int, rng: random.Random | None = None) -> float:
         """The wait before retry number ``retry`` (1-based) when the server did not say."""
@@ -207,7 +212,8 @@ async def open_event_stream(
     provider: str,
     deadline: float = math.inf,
     secrets: Secrets = NO_SECRETS,
-    calls: CallSlots | None = None,
+    limiter: EndpointLimiter | None = None,
+    ticket: Ticket | None = None,
 ) -> AsyncGenerator[AsyncGenerator[httpx_sse.ServerSentEvent, None], None]:
     """POST ``body`` to ``url`` and yield an iterator over the reply's server-sent events.
 
@@ -220,8 +226,9 @@ async def open_event_stream(
     The deadline is applied to each network read (a cancel scope per read, not per event, so
     it costs nothing per event and is never open across a ``yield``).
 
-    With ``calls`` (the endpoint's bound on calls in flight), the try first waits for a slot
-    (within the deadline) and holds it until the reply is closed.
+    With ``limiter`` (the endpoint's, docs/rate-limits.md) and the try's admitted ``ticket``,
+    every reply's headers are read into the limiter, and a refusal (429, 529) pauses the
+    endpoint: the :class:`TransientError` then carries the pause as ``retry_after_s``.
 
     Cancellation: leaving the block for any reason closes the response; a response not read to
     its end closes its connection at once (httpcore shields that close from the cancellation).
@@ -232,25 +239,23 @@ async def open_event_stream(
         headers={**headers, "accept": "text/event-stream", "cache-control": "no-store"},
         content=body,
     )
-    token = object()  # this try's slot
-    if calls is not None:
-        acquired = False
-        with trio.move_on_at(deadline):
-            await calls.acquire(token)
-            acquired = True
-        if not acquired:
-            raise DeadlineExceeded("the call deadline passed")
     try:
         response: httpx.Response | None = None
         with trio.move_on_at(deadline):
             response = await client.send(request, stream=True)
         if response is None:
             raise DeadlineExceeded("the call deadline passed")
+        if limiter is not None:
+            limiter.learn(ticket, response.headers)
         if not response.is_success:
             try:
                 with trio.move_on_at(deadline):
                     await _raise_for_status(response, provider, secrets)
                 raise DeadlineExceeded("the call deadline passed")
+            except TransientError as exc:
+                if limiter is not None and exc.status in REFUSALS:
+                    exc.retry_after_s = limiter.refused(ticket, exc.status, exc.retry_after_s)
+                raise
             finally:
                 await response.aclose()
         chunks = _DeadlineStream(cast(httpx.AsyncByteStream, response.stream), deadline)
@@ -286,9 +291,6 @@ async def open_event_stream(
         raise TransientError(
             secrets.text(f"{provider}: connection failed ({where}): {detail}")
         ) from exc
-    finally:
-        if calls is not None:
-            calls.release(token)
 
 
 async def parse_events(
@@ -496,10 +498,53 @@ class Retrier:
     rng: random.Random | None = None
     tries: int = attrs.field(default=1, init=False)
     deadline: float = attrs.field(init=False)
+    wait_deadline: float = attrs.field(init=False)
+    """When the call stops waiting on its endpoint's rate limit: the call deadline, or
+    ``policy.rate_limit_wait_s`` from its start if that comes first."""
 
     def __attrs_post_init__(self) -> None:
         now = trio.current_time()
         self.deadline = math.inf if self.call_deadline_s is None else now + self.call_deadline_s
+        self.wait_deadline = min(self.deadline, now + self.policy.rate_limit_wait_s)
+
+    async def admitted(self, limiter: EndpointLimiter, ticket: Ticket) -> None:
+        """Wait for *ticket*'s turn at *limiter*, until :attr:`wait_deadline` at the latest.
+
+        Raises:
+            ProviderError: the turn did not come in time (worded for the user).
+
+        Cancellation: a checkpoint; cancelled, the ticket leaves the queue at once.
+        """
+        with trio.move_on_at(self.wait_deadline):
+            await limiter.wait(ticket)
+        if not ticket.admitted:
+            raise ProviderError(
+                f"{self.provider}: rate limited: no turn at {limiter.label} {self._waited()}"
+            )
+
+    def refused(self, exc: TransientError) -> None:
+        """A refusal (429, 529) the endpoint's limiter handles: no try is spent on it, as the
+        whole endpoint waits; the call fails only once the pause would pass
+        :attr:`wait_deadline`.
+
+        Raises:
+            ProviderError: the server kept refusing too long (caused by *exc*).
+        """
+        reason = self.secrets.text(str(exc))
+        pause = exc.retry_after_s or 0.0
+        if trio.current_time() + pause > self.wait_deadline:
+            raise ProviderError(f"{reason} (the server kept refusing: {self._waited()})") from exc
+        self.log.debug("provider.refused", provider=self.provider, status=exc.status,
+                       pause_s=round(pause, 3), reason=reason)
+
+    def _waited(self) -> str:
+        limit = min(self.call_deadline_s or math.inf, self.policy.rate_limit_wait_s)
+        bound = (
+            "the call deadline" if self.call_deadline_s is not None
+            and self.call_deadline_s <= self.policy.rate_limit_wait_s
+            else "the retry policy's rate_limit_wait_s"
+        )
+        return f"gave up after waiting {limit:g} s, {bound}"
 
     async def failed(self, exc: ProviderError, *, yielded: bool) -> None:
         """Wait before the next try, or raise the call's final error.

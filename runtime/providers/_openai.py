@@ -39,6 +39,7 @@ from typing import Any, Final
 import attrs
 import httpx
 import orjson
+import trio
 
 from runtime._logs import get_logger
 from runtime.core import (
@@ -47,6 +48,7 @@ from runtime.core import (
     Message,
     ModelRequest,
     ProviderError,
+    RateLimitNotice,
     Secrets,
     StopReason,
     StreamItem,
@@ -63,6 +65,7 @@ from runtime.core import (
 
 from ._http import (
     CUT_TOOL_CALL,
+    REFUSALS,
     Retrier,
     RetryPolicy,
     TransientError,
@@ -71,7 +74,8 @@ from ._http import (
     public_url,
     shorten,
 )
-from ._pool import CallSlots
+from ._ratelimit import EndpointLimiter
+from ._scripted import estimate_input_tokens
 
 DEFAULT_MODEL: Final = "gpt-4.1"
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
@@ -131,7 +135,7 @@ class OpenAIProvider:
     secrets: Secrets = attrs.field(default=NO_SECRETS, repr=False)
     retry: RetryPolicy = attrs.Factory(RetryPolicy)
     call_deadline_s: float | None = 600.0
-    calls: CallSlots | None = attrs.field(default=None, repr=False)
+    limiter: EndpointLimiter | None = attrs.field(default=None, repr=False)
     max_tokens_param: str = attrs.field(
         default=attrs.Factory(_default_max_tokens_param, takes_self=True)
     )
@@ -165,10 +169,21 @@ class OpenAIProvider:
         url = self.base_url.rstrip("/") + "/chat/completions"
         secrets = self._secrets
         retrier = Retrier(self.name, self.retry, self.call_deadline_s, log, secrets)
+        limiter = self.limiter
+        asked_at = trio.current_time()  # the call's place in the endpoint's line
+        estimate = estimate_input_tokens(request) if limiter is not None else 0
+        refusal: int | None = None  # the status that refused the last try, if one did
         while True:
             # Set before every yield: a failure after output is final, before it is retried.
             yielded = False
+            ticket = None
             try:
+                if limiter is not None:
+                    ticket = limiter.ask(estimate, asked_at=asked_at, refused=refusal is not None)
+                    if ticket.wait_s > 0 or refusal is not None:
+                        yield RateLimitNotice(ticket.wait_s, ticket.reason, refusal)
+                    await retrier.admitted(limiter, ticket)
+                    refusal = None
                 calls: dict[int, _PartialCall] = {}
                 refused = False
                 finish: str | None = None
@@ -182,7 +197,8 @@ class OpenAIProvider:
                     provider=self.name,
                     deadline=retrier.deadline,
                     secrets=secrets,
-                    calls=self.calls,
+                    limiter=limiter,
+                    ticket=ticket,
                 ) as events:
                     async for sse in events:
                         data = sse.data
@@ -260,13 +276,28 @@ class OpenAIProvider:
                     stop = _FINISH.get(finish, "end_turn")
                     if finish not in _FINISH or finish == "content_filter":
                         log.warning("provider.finish_reason", finish_reason=finish, stop=stop)
+                if ticket is not None and limiter is not None:
+                    limiter.settle(ticket, input_tokens, output_tokens)
+                    limiter.done(ticket)
                 yielded = True
                 yield TurnEnd(
                     stop_reason=stop, input_tokens=input_tokens, output_tokens=output_tokens
                 )
                 return
             except ProviderError as exc:
+                if (
+                    limiter is not None
+                    and isinstance(exc, TransientError)
+                    and exc.status in REFUSALS
+                    and not yielded
+                ):
+                    retrier.refused(exc)  # the whole endpoint waits: no try is spent
+                    refusal = exc.status
+                    continue
                 notice = retrier.retry_notice(exc, yielded=yielded)
+            finally:
+                if ticket is not None and limiter is not None:
+                    limiter.done(ticket)
             yield notice  # before anything else of the turn: the loop reports it
             await retrier.wait(notice)
 
