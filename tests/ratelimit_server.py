@@ -130,6 +130,8 @@ class RateLimitedServer:
         mode: ``openai`` or ``anthropic``.
         overloaded: Anthropic: the first this many requests are answered ``529``.
         nonsense: send nonsense rate-limit headers (see the module docstring).
+        advertised_rps: the requests a second the headers state (default ``rps``): a server
+            that says more than it serves.
     """
 
     def __init__(
@@ -141,6 +143,7 @@ class RateLimitedServer:
         mode: str = "openai",
         overloaded: int = 0,
         nonsense: bool = False,
+        advertised_rps: float | None = None,
     ) -> None:
         if mode not in ("openai", "anthropic"):
             raise ValueError(f"mode must be openai or anthropic, not {mode!r}")
@@ -150,6 +153,7 @@ class RateLimitedServer:
         self.mode = mode
         self.overloaded = overloaded
         self.nonsense = nonsense
+        self.advertised_rps = advertised_rps or rps
         self.port = 0
         self.stats = Stats()
         self._keys: dict[str, _Key] = {}
@@ -283,7 +287,7 @@ class RateLimitedServer:
         for name, b in sets:
             remaining = -5 if self.nonsense else max(0, math.floor(b.level))
             reset_s = -30.0 if self.nonsense else b.full_in_s()
-            limit = round(b.rate * 60)
+            limit = round((self.advertised_rps if name == "requests" else b.rate) * 60)
             if self.mode == "openai":
                 out += [(f"x-ratelimit-limit-{name}", str(limit)),
                         (f"x-ratelimit-remaining-{name}", str(remaining)),

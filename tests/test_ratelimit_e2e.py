@@ -7,17 +7,30 @@ take as the real APIs do. Wall-clock times are real (the server's buckets run on
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
+import structlog
 import trio
 
-from runtime import AgentFinished, Event, open_runtime
+from runtime import AgentFinished, Event, RateLimited, open_runtime
 from tests.ratelimit_server import RateLimitedServer
 
 KEY = "sk-ratelimit-test-key-0123456789"
+
+
+@pytest.fixture
+def logs() -> list[MutableMapping[str, Any]]:
+    """Every structlog entry, at every level (the shared conftest keeps only errors)."""
+    capture = structlog.testing.LogCapture()
+    structlog.configure(
+        processors=[capture], wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG)
+    )
+    return capture.entries
 
 
 @attrs.frozen
@@ -43,8 +56,8 @@ async def fan_out(
     **kwargs: Any,
 ) -> FanOut:
     """A root agent that starts *n* sub-agents at once through the real provider."""
-    provider = server.mode
-    var = "OPENAI" if provider == "openai" else "ANTHROPIC"
+    provider: Any = kwargs.pop("provider", server.mode)
+    var = "OPENAI" if server.mode == "openai" else "ANTHROPIC"
     env = {f"{var}_BASE_URL": server.url, f"{var}_API_KEY": KEY}
     events: list[Event] = []
     server.reset()
@@ -68,7 +81,156 @@ async def test_thirty_parallel_sub_agents_against_ten_requests_a_second_all_comp
         server = await nursery.start(RateLimitedServer(rps=10).serve)
         run = await fan_out(server, 30, workspace)
         nursery.cancel_scope.cancel()
-    # 32 requests at 10 a second, the first 10 at once: the server cannot serve them in less
-    # than 2.2 s.
     assert run.completed == 31, (run.statuses, run.stats)
+    # The minimum, requests ÷ rate: 32 requests at 10 a second.
     assert run.wall_s < 1.5 * 3.2, run.wall_s
+
+
+async def serve(server: RateLimitedServer, nursery: trio.Nursery) -> RateLimitedServer:
+    started: RateLimitedServer = await nursery.start(server.serve)
+    return started
+
+
+async def test_with_the_limit_configured_thirty_sub_agents_meet_no_429(workspace: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=10), nursery)
+        run = await fan_out(server, 30, workspace, rate_limits={"openai": {"rpm": 600}})
+        nursery.cancel_scope.cancel()
+    assert run.completed == 31
+    assert run.stats["refused"] == 0, run.stats
+    # The minimum, requests ÷ rate (docs/rate-limits.md): 32 requests at 10 a second.
+    assert run.stats["span_s"] < 1.15 * 3.2, run.stats
+    waits = [e for e in run.events if isinstance(e, RateLimited)]
+    assert waits, "the agents that waited said so"
+    assert {e.reason for e in waits} == {"requests"}
+    assert all(e.agent_id != run.events[0].agent_id for e in waits)
+
+
+async def test_three_hundred_sub_agents_with_and_without_a_configured_limit(
+    workspace: Path,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=100), nursery)
+        learned = await fan_out(server, 300, workspace)
+        configured = await fan_out(server, 300, workspace,
+                                   rate_limits={f"{server.url}": {"rpm": 6000}})
+        nursery.cancel_scope.cancel()
+    for run in (learned, configured):
+        assert run.completed == 301, run.stats
+        # The minimum: 302 requests at 100 a second.
+        assert run.stats["span_s"] < 1.5 * 3.02, run.stats
+    assert configured.stats["refused"] == 0
+    # Unconfigured, the first reply's headers say the limit before the fan-out asks.
+    assert learned.stats["refused"] <= 1, learned.stats
+
+
+@pytest.mark.slow
+async def test_three_hundred_sub_agents_against_ten_requests_a_second(workspace: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=10), nursery)
+        run = await fan_out(server, 300, workspace)
+        nursery.cancel_scope.cancel()
+    assert run.completed == 301
+    assert run.stats["refused"] <= 1
+    assert run.stats["span_s"] < 1.15 * 30.2, run.stats
+
+
+async def test_refusals_pause_every_agent_and_spend_no_try(workspace: Path) -> None:
+    """A server smaller than it says (10 a second, 2 at once, where its headers say 20):
+    the agents meet 429s, wait out each pause together and all complete, although every
+    agent's retry policy allows only one retry."""
+    from runtime.providers import open_provider
+
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=10, burst=2, advertised_rps=20), nursery)
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": KEY}
+        async with open_provider("openai", model="m", env=env, max_retries=1) as provider:
+            run = await fan_out(server, 30, workspace, provider=provider)
+        nursery.cancel_scope.cancel()
+    assert run.completed == 31, run.stats
+    assert run.stats["refused"] >= 1
+    refused = [e for e in run.events if isinstance(e, RateLimited) and e.reason == "refused"]
+    assert len(refused) == run.stats["refused"]
+    assert {e.status for e in refused} == {429}
+    assert not [e for e in run.events if e.type == "provider_retry"]
+
+
+async def test_anthropic_headers_and_529_overloaded(workspace: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=10, mode="anthropic", overloaded=1), nursery)
+        run = await fan_out(server, 30, workspace)
+        nursery.cancel_scope.cancel()
+    assert run.completed == 31, run.stats
+    assert run.stats["overloaded"] == 1
+    assert run.stats["refused"] <= 1, run.stats
+    [first] = [e for e in run.events if isinstance(e, RateLimited) and e.reason == "refused"]
+    assert first.status == 529
+    # The root's first try met the 529; once it passed, the headers set the pace.
+    assert run.stats["span_s"] < 1.5 * 3.2, run.stats
+
+
+async def test_nonsense_headers_are_clamped_and_logged_once(
+    workspace: Path, logs: list[MutableMapping[str, Any]]
+) -> None:
+    """Negative remaining counts, resets in the past and a two-day retry-after: the run still
+    completes (the pause is clamped to a minute, so a short call deadline fails it first)."""
+    from runtime.providers import open_provider
+
+    async with trio.open_nursery() as nursery:
+        server = await serve(
+            RateLimitedServer(rps=5, burst=1, nonsense=True, advertised_rps=50), nursery
+        )
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": KEY}
+        with trio.fail_after(30):
+            async with open_provider("openai", model="m", env=env,
+                                     call_deadline_s=3) as provider:
+                run = await fan_out(server, 3, workspace, provider=provider)
+        nursery.cancel_scope.cancel()
+    nonsense = [e for e in logs if e.get("event") == "ratelimit.header_nonsense"]
+    assert sorted(e["header"] for e in nonsense) == [
+        "retry-after", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"]
+    assert all(KEY not in str(e) for e in logs)
+    # A refused call would wait out the clamped pause (a minute) past its deadline: it fails
+    # at once, and says why.
+    errors = [e.error for e in run.events if isinstance(e, AgentFinished) and e.error]
+    assert errors
+    assert all("rate limited" in (err or "") for err in errors), errors
+    assert any("a pause of" in (err or "") for err in errors), errors
+
+
+async def test_a_cancelled_waiting_subtree_leaves_the_queue_at_once(workspace: Path) -> None:
+    """Ten sub-agents against 2 requests a second: the last waits seconds for its turn; cancelled
+    while it waits, it ends at once, and the others keep their places."""
+    env = {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": KEY}
+    events: list[Event] = []
+    cancelled_at: list[float] = []
+
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=2), nursery)
+        env["OPENAI_BASE_URL"] = server.url
+        long_wait = trio.Event()
+        target: list[RateLimited] = []
+
+        def tap(event: Event) -> None:
+            events.append(event)
+            if isinstance(event, RateLimited) and event.wait_s > 2 and not target:
+                target.append(event)
+                long_wait.set()
+
+        async with open_runtime("openai", model="m", env=env, workspace=workspace, trace=False,
+                                on_event=tap) as rt:
+            handle = await rt.start("FANOUT 10")
+            await long_wait.wait()
+            [waiting] = target
+            assert waiting.parent_tool_use_id is not None
+            cancelled_at.append(trio.current_time())
+            assert await rt.cancel(waiting.parent_tool_use_id, "not needed")
+            outcome = await handle.wait()
+        nursery.cancel_scope.cancel()
+    ends = {e.agent_id: e for e in events if isinstance(e, AgentFinished)}
+    mine = ends[waiting.agent_id]
+    assert mine.status == "cancelled"
+    assert mine.duration_s is not None
+    assert outcome.status == "completed"
+    assert sorted(e.status for e in ends.values()).count("completed") == 10
+    assert server.stats.served == 11, "the cancelled agent's call never went out"

@@ -519,7 +519,7 @@ class Retrier:
             await limiter.wait(ticket)
         if not ticket.admitted:
             raise ProviderError(
-                f"{self.provider}: rate limited: no turn at {limiter.label} {self._waited()}"
+                f"{self.provider}: rate limited: no turn at {limiter.label} within {self._bound()}"
             )
 
     def refused(self, exc: TransientError) -> None:
@@ -533,18 +533,20 @@ class Retrier:
         reason = self.secrets.text(str(exc))
         pause = exc.retry_after_s or 0.0
         if trio.current_time() + pause > self.wait_deadline:
-            raise ProviderError(f"{reason} (the server kept refusing: {self._waited()})") from exc
+            raise ProviderError(
+                f"{reason} (rate limited: the server kept refusing; a pause of {pause:.3g} s"
+                f" would pass {self._bound()})"
+            ) from exc
         self.log.debug("provider.refused", provider=self.provider, status=exc.status,
                        pause_s=round(pause, 3), reason=reason)
 
-    def _waited(self) -> str:
-        limit = min(self.call_deadline_s or math.inf, self.policy.rate_limit_wait_s)
-        bound = (
-            "the call deadline" if self.call_deadline_s is not None
-            and self.call_deadline_s <= self.policy.rate_limit_wait_s
-            else "the retry policy's rate_limit_wait_s"
-        )
-        return f"gave up after waiting {limit:g} s, {bound}"
+    def _bound(self) -> str:
+        """What ends the call's wait on rate limits, in words."""
+        if self.call_deadline_s is not None and (
+            self.call_deadline_s <= self.policy.rate_limit_wait_s
+        ):
+            return f"the call deadline of {self.call_deadline_s:g} s"
+        return f"the retry policy's rate_limit_wait_s of {self.policy.rate_limit_wait_s:g} s"
 
     async def failed(self, exc: ProviderError, *, yielded: bool) -> None:
         """Wait before the next try, or raise the call's final error.
