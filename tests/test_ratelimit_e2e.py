@@ -65,8 +65,15 @@ async def fan_out(
     if rate_limits is not None:
         extra["rate_limits"] = rate_limits
     t0 = trio.current_time()
+    tap = extra.pop("on_event", None)
+
+    def record(event: Event) -> None:
+        events.append(event)
+        if tap is not None:
+            tap(event)
+
     async with open_runtime(provider, model="m", env=env, workspace=workspace, trace=False,
-                            on_event=events.append, **extra) as rt:
+                            on_event=record, **extra) as rt:
         outcome = await rt.run(f"FANOUT {n}")
     wall = trio.current_time() - t0
     statuses = [e.status for e in events if isinstance(e, AgentFinished)]
@@ -234,3 +241,37 @@ async def test_a_cancelled_waiting_subtree_leaves_the_queue_at_once(workspace: P
     assert outcome.status == "completed"
     assert sorted(e.status for e in ends.values()).count("completed") == 10
     assert server.stats.served == 11, "the cancelled agent's call never went out"
+
+
+async def test_waiting_agents_show_as_waiting_and_trace_stats_adds_up_their_waits(
+    workspace: Path,
+) -> None:
+    from runtime.trace import TraceTree, run_stats
+    from runtime.trace._render import render_tree
+
+    tree = TraceTree()
+    seen_while_waiting: list[str] = []
+
+    def tap(event: Event) -> None:
+        tree.apply(event)
+        if isinstance(event, RateLimited) and event.wait_s > 0.5 and not seen_while_waiting:
+            lines = render_tree(tree, now=event.ts + 0.1, color=False)
+            seen_while_waiting.extend(t.plain for t in lines.renderables)  # type: ignore[attr-defined]
+
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=10), nursery)
+        run = await fan_out(server, 20, workspace, on_event=tap)
+        nursery.cancel_scope.cancel()
+    assert run.completed == 21
+    waiting = [line for line in seen_while_waiting if "(rate limit: requests)" in line]
+    assert waiting, seen_while_waiting
+    assert any("waiting " in line for line in waiting)
+    # Once every call answered, no node says it is waiting.
+    assert all(a.rate_wait is None for a in tree.agents.values())
+    stats = run_stats(TraceTree.from_events(run.events))["rate_limits"]
+    waits = [e for e in run.events if isinstance(e, RateLimited)]
+    assert stats["agents_waited"] == len({e.agent_id for e in waits})
+    assert stats["wait_s"] == pytest.approx(sum(e.wait_s for e in waits), abs=1e-5)
+    root = stats["by_subtree"][0]
+    assert (root["depth"], root["wait_s"]) == (0, stats["wait_s"])
+    assert stats["refusals"] == 0

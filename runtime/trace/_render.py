@@ -18,7 +18,7 @@ from rich.text import Text
 
 from runtime.core import visible
 
-from ._tree import INTERRUPTED, RUNNING, AgentNode, RetryInfo, ToolNode, TraceTree
+from ._tree import INTERRUPTED, RUNNING, AgentNode, RateWaitInfo, RetryInfo, ToolNode, TraceTree
 
 SPINNER_FRAMES: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _SPINNER_FPS: Final = 12.5
@@ -194,6 +194,17 @@ def first_line(text: str | None, limit: int = 80) -> str:
     return ""
 
 
+def rate_wait_text(wait: RateWaitInfo, now: float) -> str:
+    """``waiting 1.2s (rate limit: requests)`` while the wait foreseen runs, then ``waiting
+    (rate limit: …)`` until the call answers (docs/rate-limits.md)."""
+    left = wait.ts + wait.wait_s - now
+    when = f"waiting {fmt_duration(left)}" if left > 0 else "waiting"
+    why = wait.reason
+    if wait.reason == "refused" and wait.status:
+        why = f"refused, HTTP {wait.status}"
+    return f"{when} (rate limit: {why})"
+
+
 def retry_text(retry: RetryInfo, now: float) -> str:
     """``retrying in 1.2s (try 2): HTTP 429 …`` while the wait runs, then ``retrying (try 2)``."""
     left = retry.ts + retry.delay_s - now
@@ -293,9 +304,12 @@ class _Painter:
                 f"  {COMPACTED_MARK} {n} compaction{'s' if n > 1 else ''}", self.style("cyan")
             )
         retry = node.retry if node.status == RUNNING else None
+        rate_wait = node.rate_wait if node.status == RUNNING else None
         if node.error and not (node.status == "cancelled" and node.cancel is not None):
             # (A cancelled node's reason is said once, by its "cancelled by" below.)
             label.append(f"  {first_line(node.error)}", self.style("red"))
+        elif rate_wait is not None:
+            label.append(f"  {rate_wait_text(rate_wait, self.now)}", self.style("yellow"))
         elif retry is not None:
             label.append(f"  {retry_text(retry, self.now)}", self.style("yellow"))
         elif node.result:
@@ -757,6 +771,12 @@ def event_line(tree: TraceTree, fields: Mapping[str, Any]) -> str | None:
         wait = fmt_duration(delay) if isinstance(delay, (int, float)) else "?"
         reason = first_line(str(fields.get("reason") or ""))
         what = f"↻ {who}: model call failed, retrying in {wait}: {reason}"
+    elif kind == "rate_limited" and agent is not None:
+        wait_s = fields.get("wait_s")
+        shown = fmt_duration(wait_s) if isinstance(wait_s, (int, float)) else "?"
+        status = fields.get("status")
+        why = f"refused, HTTP {status}" if status else str(fields.get("reason") or "")
+        what = f"⏸ {who}: waiting {shown} for the rate limit ({why})"
     elif kind == "context_compacted":
         what = f"{COMPACTED_MARK} {who}: {compaction_line(fields)}"
     elif kind == "cancel_requested":
