@@ -132,6 +132,8 @@ class RateLimitedServer:
         nonsense: send nonsense rate-limit headers (see the module docstring).
         advertised_rps: the requests a second the headers state (default ``rps``): a server
             that says more than it serves.
+        rate_headers: send the rate-limit headers (``False``: none, but a refusal's
+            ``retry-after``, as some proxies do).
     """
 
     def __init__(
@@ -144,6 +146,7 @@ class RateLimitedServer:
         overloaded: int = 0,
         nonsense: bool = False,
         advertised_rps: float | None = None,
+        rate_headers: bool = True,
     ) -> None:
         if mode not in ("openai", "anthropic"):
             raise ValueError(f"mode must be openai or anthropic, not {mode!r}")
@@ -154,6 +157,7 @@ class RateLimitedServer:
         self.overloaded = overloaded
         self.nonsense = nonsense
         self.advertised_rps = advertised_rps or rps
+        self.rate_headers = rate_headers
         self.port = 0
         self.stats = Stats()
         self._keys: dict[str, _Key] = {}
@@ -280,6 +284,8 @@ class RateLimitedServer:
         return status, base + headers, chunks
 
     def _limit_headers(self, bucket: _Key) -> list[tuple[str, str]]:
+        if not self.rate_headers:
+            return []
         sets = [("requests", bucket.requests)]
         if bucket.tokens is not None:
             sets.append(("tokens", bucket.tokens))

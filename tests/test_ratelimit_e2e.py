@@ -143,13 +143,13 @@ async def test_three_hundred_sub_agents_against_ten_requests_a_second(workspace:
 
 
 async def test_refusals_pause_every_agent_and_spend_no_try(workspace: Path) -> None:
-    """A server smaller than it says (10 a second, 2 at once, where its headers say 20):
-    the agents meet 429s, wait out each pause together and all complete, although every
-    agent's retry policy allows only one retry."""
+    """A server that states no limits (10 a second, 2 at once): the fan-out meets 429s, the
+    agents wait out each pause together, at the pace the refusals' retry-after implies, and
+    all complete, although every agent's retry policy allows only one retry."""
     from runtime.providers import open_provider
 
     async with trio.open_nursery() as nursery:
-        server = await serve(RateLimitedServer(rps=10, burst=2, advertised_rps=20), nursery)
+        server = await serve(RateLimitedServer(rps=10, burst=2, rate_headers=False), nursery)
         env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": KEY}
         async with open_provider("openai", model="m", env=env, max_retries=1) as provider:
             run = await fan_out(server, 30, workspace, provider=provider)

@@ -5,7 +5,8 @@ endpoint (a base URL and a key). It holds:
 
 * **token buckets** for requests, tokens (input and output together), and, as Anthropic counts
   them, input tokens and output tokens: each refills at its rate a second and holds at most one
-  second's worth (both APIs say a minute's limit may be enforced over shorter intervals), and
+  second's worth (both APIs say a minute's limit may be enforced over shorter intervals), less
+  a tenth of a second's worth kept in hand for the jitter of the network, and
   a call may go while its bucket holds what the call will spend (a bucket may go below zero: a
   call bigger than a second's worth goes when the bucket is full, and the next ones wait for
   the debt to be paid). The rates come from ``[rate_limits.NAME]`` (``rpm``, ``tpm``) and from
@@ -53,6 +54,10 @@ MAX_PAUSE_S: Final = 60.0
 """The longest pause one refusal may ask for: a ``Retry-After`` above it is clamped (and
 logged); the call's deadline still bounds how long an agent waits in all."""
 _WINDOW_S: Final = 1.0  # a bucket holds this many seconds of its rate (see the module docstring)
+# What the limiter keeps in hand, in seconds of the rate: a request sent at the rate reaches the
+# server a little earlier or later than the one before, and a server running at its limit
+# refuses one that comes early. A tenth of a second of the rate absorbs that jitter.
+_MARGIN_S: Final = 0.1
 _JITTER: Final = 0.1  # a pause is lengthened by up to this share of itself, at random
 _BACKOFF_S: Final = (0.5, 8.0)  # a refusal that names no wait: 0.5 s, doubling, at most 8 s
 
@@ -142,7 +147,7 @@ class _Bucket:
 
     @classmethod
     def full(cls, rate: float, now: float, *, guessed: bool = False) -> _Bucket:
-        capacity = max(1.0, rate * _WINDOW_S)
+        capacity = max(1.0, rate * (_WINDOW_S - _MARGIN_S))
         return cls(rate, capacity, capacity, now, guessed)
 
     def refill(self, now: float) -> None:
@@ -159,7 +164,7 @@ class _Bucket:
     def set_rate(self, rate: float, now: float) -> None:
         self.refill(now)
         self.rate = rate
-        self.capacity = max(1.0, rate * _WINDOW_S)
+        self.capacity = max(1.0, rate * (_WINDOW_S - _MARGIN_S))
         self.level = min(self.level, self.capacity)
         self.guessed = False
 
@@ -350,8 +355,12 @@ class EndpointLimiter:
             requests = self._buckets["requests"] = _Bucket.full(
                 1 / max(wait, 0.05), now, guessed=True
             )
+        # The server is out of requests until the pause ends: one is there then, and the
+        # calls resume at the rate, not all at once.
         requests.refill(now)
-        requests.level = min(requests.level, 0.0)
+        requests.level = min(
+            requests.level, 1.0 - requests.rate * (self._pause_until - now + _MARGIN_S)
+        )
         self._known = True
         self._log.debug("ratelimit.refused", endpoint=self.label, status=status,
                         pause_s=round(wait, 3))
@@ -486,7 +495,7 @@ class EndpointLimiter:
                     else 0.0
                 )
             bucket.refill(now)
-            bucket.level = min(bucket.level, remaining - sent_since)
+            bucket.level = min(bucket.level, remaining - sent_since - bucket.rate * _MARGIN_S)
         if reset_text is not None and _reset_s(reset_text) is None:
             self._warn_once(keys[2], reset_text, "ignored")
         return True
