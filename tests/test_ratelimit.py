@@ -239,3 +239,36 @@ async def test_open_runtime_refuses_bad_limits_before_anything_opens(tmp_path: P
         async with open_runtime("openai", env={"OPENAI_API_KEY": "k"}, workspace=tmp_path,
                                 trace=False, rate_limits={"openai": {"rpm": 0}}):
             pass
+
+
+def test_a_bad_rate_limit_in_a_settings_file_is_one_line_and_exit_2(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runtime.cli._main import main
+
+    (workspace / ".trio-agents").mkdir()
+    (workspace / ".trio-agents" / "settings.toml").write_text(
+        '[rate_limits.openai]\nrpm = -5\n'
+    )
+    assert main(["run", "hi", "--workspace", str(workspace), "--no-trace"]) == 2
+    _, err = capsys.readouterr()
+    file = workspace / ".trio-agents" / "settings.toml"
+    assert err.splitlines() == [
+        f"trio-agents: error: {file}:1: rate_limits: openai.rpm: expected a number above 0; "
+        "got -5"
+    ]
+
+
+def test_rate_limits_from_a_settings_file_reach_the_run(workspace: Path) -> None:
+    from runtime.cli._options import options_from_settings, run_config
+    from runtime.project import load_settings
+
+    (workspace / ".trio-agents").mkdir()
+    (workspace / ".trio-agents" / "settings.toml").write_text(
+        '[rate_limits.openai]\nrpm = 500\n\n[rate_limits."http://127.0.0.1:9/v1"]\ntpm = 90\n'
+    )
+    settings = load_settings(workspace)
+    assert settings["rate_limits"] == {"openai": {"rpm": 500},
+                                       "http://127.0.0.1:9/v1": {"tpm": 90}}
+    config = run_config(options_from_settings(settings))
+    assert config.rate_limits == settings["rate_limits"]
