@@ -265,7 +265,9 @@ async def test_waiting_agents_show_as_waiting_and_trace_stats_adds_up_their_wait
     assert run.completed == 21
     waiting = [line for line in seen_while_waiting if "(rate limit: requests)" in line]
     assert waiting, seen_while_waiting
+    assert all("── ⏸ general" in line for line in waiting), waiting
     assert any("waiting " in line for line in waiting)
+    assert "waiting on rate limits" in seen_while_waiting[0]
     # Once every call answered, no node says it is waiting.
     assert all(a.rate_wait is None for a in tree.agents.values())
     stats = run_stats(TraceTree.from_events(run.events))["rate_limits"]

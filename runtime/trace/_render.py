@@ -194,6 +194,10 @@ def first_line(text: str | None, limit: int = 80) -> str:
     return ""
 
 
+WAITING_MARK: Final = "⏸"
+"""The mark of an agent waiting its turn at its endpoint's rate limit (docs/rate-limits.md)."""
+
+
 def rate_wait_text(wait: RateWaitInfo, now: float) -> str:
     """``waiting 1.2s (rate limit: requests)`` while the wait foreseen runs, then ``waiting
     (rate limit: …)`` until the call answers (docs/rate-limits.md)."""
@@ -277,6 +281,8 @@ class _Painter:
 
     def agent(self, node: AgentNode, label: StyledLine) -> None:
         mark, style = status_mark(node.status, now=self.spin_at)
+        if node.status == RUNNING and node.rate_wait is not None:
+            mark, style = WAITING_MARK, "yellow"  # waiting its turn, not running
         label.append(f"{mark} ", self.style(style))
         label.append(node.name, self.style("bold"))
         label.append(f" {node.id}", self.style("dim"))
@@ -572,6 +578,13 @@ def _header(tree: TraceTree, painter: _Painter) -> StyledLine:
     notes = outcome_notes(tree)
     if notes:
         head.append(f"  {notes}", painter.style("yellow"))
+    if tree.status == RUNNING:
+        waiting = sum(
+            1 for a in tree.agents.values() if a.status == RUNNING and a.rate_wait is not None
+        )
+        if waiting:
+            head.append(f"  {WAITING_MARK} {waiting} waiting on rate limits",
+                        painter.style("yellow"))
     return head
 
 
