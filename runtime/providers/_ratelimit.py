@@ -418,20 +418,27 @@ class EndpointLimiter:
         """The wait foreseen for *ticket* now: its place in line at the known rates."""
         now = trio.current_time()
         pause = self._pause_until - now
-        ahead = self._queue[: self._queue.index(ticket) + 1]
-        best, reason = max(pause, 0.0), "paused"
+        best = max(pause, 0.0)
+        reason: Reason = "paused"
+        if not self._buckets:
+            return best, reason
+        place = bisect.bisect_left(self._queue, ticket)  # the calls ahead of it
+        tokens_ahead: float | None = None
         for name, bucket in self._buckets.items():
             bucket.refill(now)
             if name == "requests":
-                need = float(len(ahead))
+                need = float(place + 1)
             elif name == "output_tokens":
                 continue
             else:
-                need = float(sum(t.tokens for t in ahead))
+                if tokens_ahead is None:  # only with a token limit: a pass over the queue
+                    tokens_ahead = float(sum(t.tokens for t in self._queue[: place + 1]))
+                need = tokens_ahead
             wait = max(0.0, pause, (need - bucket.level) / bucket.rate)
             if wait > best:
-                best, reason = wait, "requests" if name == "requests" else "tokens"
-        return best, reason  # type: ignore[return-value]
+                best = wait
+                reason = "requests" if name == "requests" else "tokens"
+        return best, reason
 
     def _admit(self, ticket: Ticket) -> None:
         now = trio.current_time()
