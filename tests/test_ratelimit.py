@@ -272,3 +272,12 @@ def test_rate_limits_from_a_settings_file_reach_the_run(workspace: Path) -> None
                                        "http://127.0.0.1:9/v1": {"tpm": 90}}
     config = run_config(options_from_settings(settings))
     assert config.rate_limits == settings["rate_limits"]
+
+
+def test_the_trace_page_says_what_a_wait_was() -> None:
+    from runtime.trace._view import describe
+
+    refused = describe({"type": "rate_limited", "wait_s": 1.5, "reason": "refused", "status": 429})
+    assert refused == "waits 1.5s for the rate limit (refused, HTTP 429)"
+    paced = describe({"type": "rate_limited", "wait_s": 0.25, "reason": "requests", "status": None})
+    assert paced == "waits 250ms for the rate limit (requests)"
