@@ -2,8 +2,9 @@
 
 Both stream over one shared ``httpx.AsyncClient`` per endpoint (its pool and the bound on calls
 in flight set by :class:`PoolLimits`) and parse server-sent events as they arrive; both retry
-429, 5xx and lost connections (honouring ``Retry-After``) until the first item has been
-yielded, and never show the API key. Open one with :func:`open_provider`.
+5xx and lost connections (honouring ``Retry-After``) until the first item has been yielded,
+leave 429s to the endpoint's limiter (:class:`EndpointLimiter`: docs/rate-limits.md), and never
+show the API key. Open one with :func:`open_provider`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ back the server-sent events (parsed by ``httpx-sse``). :class:`Retrier` keeps co
 retries a :class:`TransientError` (429, 5xx, connection failures, a stream cut short) with
 exponential backoff and jitter, honouring ``Retry-After``, as long as nothing has reached the
 caller yet; once an item has been yielded a failure is final, because the caller may already have
-shown it. Every retry is yielded as a ``RetryNotice`` (the loop reports it as a
+shown it. With the endpoint's limiter (docs/rate-limits.md) a refusal (429, 529) is not a try:
+the limiter pauses every call of the endpoint, and :meth:`Retrier.refused` only checks the
+deadline. Every retry is yielded as a ``RetryNotice`` (the loop reports it as a
 ``provider_retry`` event) and logged; no log line or error message holds the API key
 (:class:`~runtime.core._secrets.Secrets`: the one policy and mask).
 """
