@@ -35,7 +35,6 @@ from typing import Any, Final
 import attrs
 import httpx
 import orjson
-import trio
 
 from runtime._logs import get_logger
 from runtime.core import (
@@ -45,7 +44,6 @@ from runtime.core import (
     Message,
     ModelRequest,
     ProviderError,
-    RateLimitNotice,
     Secrets,
     StopReason,
     StreamItem,
@@ -62,7 +60,7 @@ from runtime.core import (
 
 from ._http import (
     CUT_TOOL_CALL,
-    REFUSALS,
+    Admission,
     Retrier,
     RetryPolicy,
     TransientError,
@@ -72,7 +70,6 @@ from ._http import (
     shorten,
 )
 from ._ratelimit import EndpointLimiter
-from ._scripted import estimate_input_tokens
 
 DEFAULT_MODEL: Final = "claude-sonnet-4-5"
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
@@ -154,21 +151,15 @@ class AnthropicProvider:
         url = self.base_url.rstrip("/") + "/v1/messages"
         secrets = self._secrets
         retrier = Retrier(self.name, self.retry, self.call_deadline_s, log, secrets)
-        limiter = self.limiter
-        asked_at = trio.current_time()  # the call's place in the endpoint's line
-        estimate = estimate_input_tokens(request) if limiter is not None else 0
-        refusal: int | None = None  # the status that refused the last try, if one did
+        admission = Admission.of(self.limiter, request)  # its turns at the rate limit
         while True:
             # Set before every yield: a failure after output is final, before it is retried.
             yielded = False
-            ticket = None
             try:
-                if limiter is not None:
-                    ticket = limiter.ask(estimate, asked_at=asked_at, refused=refusal is not None)
-                    if ticket.wait_s > 0 or refusal is not None:
-                        yield RateLimitNotice(ticket.wait_s, ticket.reason, refusal)
-                    await retrier.admitted(limiter, ticket)
-                    refusal = None
+                wait = admission.ask()
+                if wait is not None:
+                    yield wait  # the loop reports it: rate_limited
+                await admission.admitted(retrier)
                 blocks: dict[int, _Block] = {}
                 # A tool call cut off by max_tokens is only known to be so at message_delta.
                 truncated: list[_Block] = []
@@ -183,8 +174,7 @@ class AnthropicProvider:
                     provider=self.name,
                     deadline=retrier.deadline,
                     secrets=secrets,
-                    limiter=limiter,
-                    ticket=ticket,
+                    admission=admission,
                 ) as events:
                     async for sse in events:
                         data = sse.data
@@ -281,27 +271,17 @@ class AnthropicProvider:
                         # ping, and event types newer than this code: nothing to do.
                 if not stopped:
                     raise TransientError("anthropic: the stream ended before message_stop")
-                if ticket is not None and limiter is not None:
-                    limiter.settle(ticket, input_tokens, output_tokens)
-                    limiter.done(ticket)
+                admission.settle(input_tokens, output_tokens)
                 for item in _turn_end(truncated, stop_reason, input_tokens, output_tokens, log):
                     yielded = True
                     yield item
                 return
             except ProviderError as exc:
-                if (
-                    limiter is not None
-                    and isinstance(exc, TransientError)
-                    and exc.status in REFUSALS
-                    and not yielded
-                ):
-                    retrier.refused(exc)  # the whole endpoint waits: no try is spent
-                    refusal = exc.status
-                    continue
+                if admission.refused(exc, retrier, yielded=yielded):
+                    continue  # the whole endpoint waits: no try is spent, the call keeps its place
                 notice = retrier.retry_notice(exc, yielded=yielded)
             finally:
-                if ticket is not None and limiter is not None:
-                    limiter.done(ticket)
+                admission.done()
             yield notice  # before anything else of the turn: the loop reports it
             await retrier.wait(notice)
 

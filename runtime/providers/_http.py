@@ -36,13 +36,16 @@ from runtime._logs import get_logger
 from runtime.core import (
     NO_SECRETS,
     ContextOverflowError,
+    ModelRequest,
     ProviderError,
+    RateLimitNotice,
     RetryNotice,
     Secrets,
     parse_overflow,
 )
 
 from ._ratelimit import EndpointLimiter, Ticket
+from ._scripted import estimate_input_tokens
 
 _MESSAGE_LIMIT: Final = 500
 REFUSALS: Final = (429, 529)
@@ -214,8 +217,7 @@ async def open_event_stream(
     provider: str,
     deadline: float = math.inf,
     secrets: Secrets = NO_SECRETS,
-    limiter: EndpointLimiter | None = None,
-    ticket: Ticket | None = None,
+    admission: Admission | None = None,
 ) -> AsyncGenerator[AsyncGenerator[httpx_sse.ServerSentEvent, None], None]:
     """POST ``body`` to ``url`` and yield an iterator over the reply's server-sent events.
 
@@ -228,9 +230,10 @@ async def open_event_stream(
     The deadline is applied to each network read (a cancel scope per read, not per event, so
     it costs nothing per event and is never open across a ``yield``).
 
-    With ``limiter`` (the endpoint's, docs/rate-limits.md) and the try's admitted ``ticket``,
-    every reply's headers are read into the limiter, and a refusal (429, 529) pauses the
-    endpoint: the :class:`TransientError` then carries the pause as ``retry_after_s``.
+    With the call's ``admission`` (its endpoint's limiter and the try's admitted ticket,
+    docs/rate-limits.md), every reply's headers are read into the limiter, and a refusal (429,
+    529) pauses the endpoint: the :class:`TransientError` then carries the pause as
+    ``retry_after_s``.
 
     Cancellation: leaving the block for any reason closes the response; a response not read to
     its end closes its connection at once (httpcore shields that close from the cancellation).
@@ -241,6 +244,8 @@ async def open_event_stream(
         headers={**headers, "accept": "text/event-stream", "cache-control": "no-store"},
         content=body,
     )
+    limiter = admission.limiter if admission is not None else None
+    ticket = admission.ticket if admission is not None else None
     try:
         response: httpx.Response | None = None
         with trio.move_on_at(deadline):
@@ -615,3 +620,98 @@ class Retrier:
             reason=reason,
         )
         return RetryNotice(attempt=self.tries, delay_s=delay, reason=one_line(reason))
+
+
+@attrs.define
+class Admission:
+    """One model call's turns at its endpoint's limiter, across its tries (docs/rate-limits.md).
+
+    A provider's ``stream()`` asks before each try, yields the notice if there is one, waits,
+    hands :attr:`ticket` to :func:`open_event_stream`, and gives the ticket back when the try
+    is over::
+
+        admission = Admission.of(self.limiter, request)
+        while True:
+            try:
+                notice = admission.ask()
+                if notice is not None:
+                    yield notice                # the loop reports it: rate_limited
+                await admission.admitted(retrier)
+                async with open_event_stream(..., admission=admission) as events:
+                    ...
+                admission.settle(input_tokens, output_tokens)
+                ...
+            except ProviderError as exc:
+                if admission.refused(exc, retrier, yielded=yielded):
+                    continue                    # a refusal is no try: ask again, in place
+                ...
+            finally:
+                admission.done()
+
+    Without a limiter every step does nothing.
+
+    Attributes:
+        limiter: the endpoint's limiter, if the provider has one.
+        tokens: the input tokens each try is expected to send (the context meter's count).
+        asked_at: when the call first asked: its place in line across its tries.
+        refusal: the status that refused the last try, if one did.
+        ticket: the current try's ticket.
+    """
+
+    limiter: EndpointLimiter | None
+    tokens: int = 0
+    asked_at: float = attrs.Factory(trio.current_time)
+    refusal: int | None = None
+    ticket: Ticket | None = None
+
+    @classmethod
+    def of(cls, limiter: EndpointLimiter | None, request: ModelRequest) -> Admission:
+        """The admission of one call of *request* (its tokens counted only with a limiter)."""
+        return cls(limiter, estimate_input_tokens(request) if limiter is not None else 0)
+
+    def ask(self) -> RateLimitNotice | None:
+        """Join the queue for the next try; the notice to yield when a wait is foreseen (or the
+        last try was refused)."""
+        if self.limiter is None:
+            return None
+        ticket = self.ticket = self.limiter.ask(
+            self.tokens, asked_at=self.asked_at, refused=self.refusal is not None
+        )
+        if ticket.wait_s > 0 or self.refusal is not None:
+            return RateLimitNotice(ticket.wait_s, ticket.reason, self.refusal)
+        return None
+
+    async def admitted(self, retrier: Retrier) -> None:
+        """Wait for the try's turn (see :meth:`Retrier.admitted`).
+
+        Cancellation: a checkpoint; cancelled, the ticket leaves the queue at once.
+        """
+        if self.limiter is not None and self.ticket is not None:
+            await retrier.admitted(self.limiter, self.ticket)
+            self.refusal = None
+
+    def refused(self, exc: ProviderError, retrier: Retrier, *, yielded: bool) -> bool:
+        """Whether *exc* is a refusal the limiter handles (then no try is spent on it: ask
+        again); raises when the server kept refusing too long (:meth:`Retrier.refused`)."""
+        if (
+            self.limiter is None
+            or yielded
+            or not isinstance(exc, TransientError)
+            or exc.status not in REFUSALS
+        ):
+            return False
+        retrier.refused(exc)
+        self.refusal = exc.status
+        return True
+
+    def settle(self, input_tokens: int, output_tokens: int) -> None:
+        """The reply's usage, told to the limiter; the try's slot is given back."""
+        if self.limiter is not None and self.ticket is not None:
+            self.limiter.settle(self.ticket, input_tokens, output_tokens)
+        self.done()
+
+    def done(self) -> None:
+        """The try is over: its slot, or its place in line, is given back."""
+        if self.limiter is not None and self.ticket is not None:
+            self.limiter.done(self.ticket)
+            self.ticket = None

@@ -39,7 +39,6 @@ from typing import Any, Final
 import attrs
 import httpx
 import orjson
-import trio
 
 from runtime._logs import get_logger
 from runtime.core import (
@@ -48,7 +47,6 @@ from runtime.core import (
     Message,
     ModelRequest,
     ProviderError,
-    RateLimitNotice,
     Secrets,
     StopReason,
     StreamItem,
@@ -65,7 +63,7 @@ from runtime.core import (
 
 from ._http import (
     CUT_TOOL_CALL,
-    REFUSALS,
+    Admission,
     Retrier,
     RetryPolicy,
     TransientError,
@@ -75,7 +73,6 @@ from ._http import (
     shorten,
 )
 from ._ratelimit import EndpointLimiter
-from ._scripted import estimate_input_tokens
 
 DEFAULT_MODEL: Final = "gpt-4.1"
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
@@ -169,21 +166,15 @@ class OpenAIProvider:
         url = self.base_url.rstrip("/") + "/chat/completions"
         secrets = self._secrets
         retrier = Retrier(self.name, self.retry, self.call_deadline_s, log, secrets)
-        limiter = self.limiter
-        asked_at = trio.current_time()  # the call's place in the endpoint's line
-        estimate = estimate_input_tokens(request) if limiter is not None else 0
-        refusal: int | None = None  # the status that refused the last try, if one did
+        admission = Admission.of(self.limiter, request)  # its turns at the rate limit
         while True:
             # Set before every yield: a failure after output is final, before it is retried.
             yielded = False
-            ticket = None
             try:
-                if limiter is not None:
-                    ticket = limiter.ask(estimate, asked_at=asked_at, refused=refusal is not None)
-                    if ticket.wait_s > 0 or refusal is not None:
-                        yield RateLimitNotice(ticket.wait_s, ticket.reason, refusal)
-                    await retrier.admitted(limiter, ticket)
-                    refusal = None
+                wait = admission.ask()
+                if wait is not None:
+                    yield wait  # the loop reports it: rate_limited
+                await admission.admitted(retrier)
                 calls: dict[int, _PartialCall] = {}
                 refused = False
                 finish: str | None = None
@@ -197,8 +188,7 @@ class OpenAIProvider:
                     provider=self.name,
                     deadline=retrier.deadline,
                     secrets=secrets,
-                    limiter=limiter,
-                    ticket=ticket,
+                    admission=admission,
                 ) as events:
                     async for sse in events:
                         data = sse.data
@@ -276,28 +266,18 @@ class OpenAIProvider:
                     stop = _FINISH.get(finish, "end_turn")
                     if finish not in _FINISH or finish == "content_filter":
                         log.warning("provider.finish_reason", finish_reason=finish, stop=stop)
-                if ticket is not None and limiter is not None:
-                    limiter.settle(ticket, input_tokens, output_tokens)
-                    limiter.done(ticket)
+                admission.settle(input_tokens, output_tokens)
                 yielded = True
                 yield TurnEnd(
                     stop_reason=stop, input_tokens=input_tokens, output_tokens=output_tokens
                 )
                 return
             except ProviderError as exc:
-                if (
-                    limiter is not None
-                    and isinstance(exc, TransientError)
-                    and exc.status in REFUSALS
-                    and not yielded
-                ):
-                    retrier.refused(exc)  # the whole endpoint waits: no try is spent
-                    refusal = exc.status
-                    continue
+                if admission.refused(exc, retrier, yielded=yielded):
+                    continue  # the whole endpoint waits: no try is spent, the call keeps its place
                 notice = retrier.retry_notice(exc, yielded=yielded)
             finally:
-                if ticket is not None and limiter is not None:
-                    limiter.done(ticket)
+                admission.done()
             yield notice  # before anything else of the turn: the loop reports it
             await retrier.wait(notice)
 
