@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from runtime.core._events import PermissionRequested as PermissionRequested
     from runtime.core._events import PermissionResolved as PermissionResolved
     from runtime.core._events import ProviderRetry as ProviderRetry
+    from runtime.core._events import RateLimited as RateLimited
     from runtime.core._events import ReplayDiverged as ReplayDiverged
     from runtime.core._events import RunFinished as RunFinished
     from runtime.core._events import RunStarted as RunStarted
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
     from runtime.core._prices import Price as Price
     from runtime.core._provider import ModelRequest as ModelRequest
     from runtime.core._provider import Provider as Provider
+    from runtime.core._provider import RateLimitNotice as RateLimitNotice
     from runtime.core._provider import RetryNotice as RetryNotice
     from runtime.core._provider import TextChunk as TextChunk
     from runtime.core._provider import ThinkingChunk as ThinkingChunk
@@ -153,6 +155,8 @@ _LAZY: dict[str, str] = {
     "Provider": "runtime.core._provider",
     "ProviderError": "runtime.core._errors",
     "ProviderRetry": "runtime.core._events",
+    "RateLimitNotice": "runtime.core._provider",
+    "RateLimited": "runtime.core._events",
     "RayOptions": "runtime.cluster._placement",
     "ReplayDiverged": "runtime.core._events",
     "RetryNotice": "runtime.core._provider",

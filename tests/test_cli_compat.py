@@ -101,7 +101,7 @@ def _started(cli: Cli, stdout: str) -> Any:
 
 
 # Settings added after the recording (each documented in docs/configuration.md).
-_ADDED_SINCE = ("mcp.project_servers", "limits.max_usd", "prices")
+_ADDED_SINCE = ("mcp.project_servers", "limits.max_usd", "prices", "rate_limits")
 
 
 def observe(root: Path) -> dict[str, Any]:

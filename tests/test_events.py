@@ -54,6 +54,7 @@ _SAMPLES: dict[str, dict[str, Any]] = {
                           "output_tokens": 600},
     "replay_diverged": {"node": "main \u203a reviewer, turn 3",
                         "detail": "read(src/x.py) returned 41 lines, recorded 38"},
+    "rate_limited": {"wait_s": 0.3, "reason": "refused", "status": 429},
 }
 
 

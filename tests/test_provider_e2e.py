@@ -136,12 +136,13 @@ async def test_a_main_agent_with_two_parallel_sub_agents_over_http(
 async def test_a_retried_model_call_is_a_provider_retry_event_on_the_agent(
     server: LLMServer, tmp_path: Path
 ) -> None:
-    """Issue 21, item 3: a retry is an event (for --json, traces and the live tree), not a log."""
+    """Issue 21, item 3: a retry is an event (for --json, traces and the live tree), not a log.
+    (A 429 is the endpoint's rate limit, a ``rate_limited`` event: tests/test_ratelimit_e2e.py.)"""
     from runtime import ProviderRetry
     from runtime.trace._render import render_tree
 
     server.push(
-        Reply.error(429, f"slow down, {KEY}", kind="rate_limit_error",
+        Reply.error(503, f"slow down, {KEY}", kind="server_error",
                     headers=[("retry-after", "0.2")]),
         Reply.stream(openai_text_stream(["fine"])),
     )
@@ -166,9 +167,9 @@ async def test_a_retried_model_call_is_a_provider_retry_event_on_the_agent(
     [retry] = by_type(events, ProviderRetry)
     assert retry.agent_id == outcome.agent_id
     assert (retry.attempt, retry.delay_s) == (1, 0.2)  # type: ignore[attr-defined]
-    assert "HTTP 429" in retry.reason  # type: ignore[attr-defined]
+    assert "HTTP 503" in retry.reason  # type: ignore[attr-defined]
     assert KEY not in retry.reason  # type: ignore[attr-defined]
-    assert any("retrying in 150ms (try 2): openai: HTTP 429" in line for line in seen_while_waiting)
+    assert any("retrying in 150ms (try 2): openai: HTTP 503" in line for line in seen_while_waiting)
     # Once the call answers, the node no longer says it is retrying.
     assert tree.roots[0].retry is None
     # A trace holding the event reads back without a warning (it is a known kind).

@@ -301,6 +301,8 @@ class RunOptions:
     """Layers around the run's tool and model calls (``demo``'s summary; docs/python-api.md)."""
     prices: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
     """``[prices."MODEL"]`` rows of the settings files, in order (docs/costs.md)."""
+    rate_limits: Mapping[str, Any] | None = None
+    """``[rate_limits.NAME]`` of the settings files (docs/rate-limits.md)."""
 
 
 def _make_limits(**values: Any) -> Limits:
@@ -496,6 +498,7 @@ def run_config(opts: RunOptions) -> RunConfig:
         middleware=opts.middleware,
         otlp=opts.otlp,
         prices=_price_rows(opts.prices),
+        rate_limits=opts.rate_limits,
     )
 
 

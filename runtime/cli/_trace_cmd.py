@@ -490,6 +490,7 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
         f"waiting for permission: {fmt_duration(wait['wall_s'])} of wall time ({share}), "
         f"{wait['requests']} request(s), {fmt_duration(wait['sum_s'])} summed over calls"
     )
+    _print_rate_limits(console, run["rate_limits"])
     comp = run["compactions"]
     if comp["count"]:
         console.print(
@@ -508,6 +509,29 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
             f"{fmt_duration(step['duration_s'])} {step['status']}",
             soft_wrap=True,
         )
+
+
+def _print_rate_limits(console: Console, rate: dict[str, Any]) -> None:
+    """The waits at the endpoints' rate limits, and the subtrees that waited longest."""
+    from runtime.trace import fmt_duration
+
+    if not rate["agents_waited"]:
+        return
+    console.print(
+        f"waiting for rate limits: {fmt_duration(rate['wait_s'])} summed over "
+        f"{rate['agents_waited']} agent(s), {rate['refusals']} refusal(s) (429/529) met"
+    )
+    for sub in rate["by_subtree"][:_SUBTREES_SHOWN]:
+        console.print(
+            f"  {'  ' * sub['depth']}{sub['name']} {sub['id']} (subtree): "
+            f"{fmt_duration(sub['wait_s'])} waited, {sub['refusals']} refusal(s)",
+            soft_wrap=True,
+        )
+    if len(rate["by_subtree"]) > _SUBTREES_SHOWN:
+        console.print(f"  … {len(rate['by_subtree']) - _SUBTREES_SHOWN} more (--json has all)")
+
+
+_SUBTREES_SHOWN = 10
 
 
 # --------------------------------------------------------------------------- export

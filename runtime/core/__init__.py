@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ._config import SECTIONS as SECTIONS
     from ._config import TABLE as TABLE
     from ._config import Setting as Setting
+    from ._config import check_rate_limit_table as check_rate_limit_table
     from ._context import Owner as Owner
     from ._context import RunContext as RunContext
     from ._context import SystemPromptBuilder as SystemPromptBuilder
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
     from ._events import PermissionRequested as PermissionRequested
     from ._events import PermissionResolved as PermissionResolved
     from ._events import ProviderRetry as ProviderRetry
+    from ._events import RateLimited as RateLimited
     from ._events import ReplayDiverged as ReplayDiverged
     from ._events import RunFinished as RunFinished
     from ._events import RunStarted as RunStarted
@@ -119,6 +121,7 @@ if TYPE_CHECKING:
     from ._propagation import trace_headers as trace_headers
     from ._provider import ModelRequest as ModelRequest
     from ._provider import Provider as Provider
+    from ._provider import RateLimitNotice as RateLimitNotice
     from ._provider import RetryNotice as RetryNotice
     from ._provider import StreamItem as StreamItem
     from ._provider import TextChunk as TextChunk
@@ -218,6 +221,8 @@ _LAZY: dict[str, str] = {
     "Provider": "._provider",
     "ProviderError": "._errors",
     "ProviderRetry": "._events",
+    "RateLimitNotice": "._provider",
+    "RateLimited": "._events",
     "RULES": "._config",
     "RUNNING": "._statuses",
     "RUNTIME_DIR": "._workspace",
@@ -229,6 +234,7 @@ _LAZY: dict[str, str] = {
     "RunStarted": "._events",
     "Runtime": "._runtime",
     "SCHEMA": "._config",
+    "check_rate_limit_table": "._config",
     "SECTIONS": "._config",
     "SUMMARY_HEADER": "._compaction",
     "Sandbox": "._sandbox",

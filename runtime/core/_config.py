@@ -224,6 +224,45 @@ def _check_prices(value: Any) -> tuple[tuple[str, tuple[tuple[str, float], ...]]
     )
 
 
+RATE_LIMIT_KEYS: Final = ("rpm", "tpm", "max_concurrent")
+_ENDPOINT = re.compile(r"https?://[^/\s]+\S*")
+
+
+def check_rate_limit_table(value: Any) -> dict[str, dict[str, float]]:
+    """``[rate_limits.NAME]`` tables (docs/rate-limits.md): NAME is ``openai``, ``anthropic``
+    or a base URL; each table has ``rpm`` and ``tpm`` (numbers above 0) and ``max_concurrent``
+    (a whole number above 0). The one check of the setting, for files and ``open_runtime``.
+
+    Raises:
+        ValueError: naming ``NAME.KEY`` at fault.
+    """
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected tables [rate_limits.NAME]; got {value!r}")
+    out: dict[str, dict[str, float]] = {}
+    for name, table in value.items():
+        if not isinstance(name, str) or not (
+            name in ("openai", "anthropic") or _ENDPOINT.fullmatch(name)
+        ):
+            raise ValueError(f"{name!r}: an endpoint is openai, anthropic or a base URL "
+                             "(http(s)://…)")
+        if not isinstance(table, Mapping):
+            raise ValueError(f"{name}: expected a table of {', '.join(RATE_LIMIT_KEYS)}; "
+                             f"got {table!r}")
+        for key, number in table.items():
+            if key not in RATE_LIMIT_KEYS:
+                raise ValueError(f"{name}.{key}: unknown key; the keys are "
+                                 f"{', '.join(RATE_LIMIT_KEYS)}")
+            whole = key == "max_concurrent"
+            if (not _is_number(number) or (whole and not isinstance(number, int))
+                    or not 0 < number < math.inf):
+                kind = "a whole number" if whole else "a number"
+                raise ValueError(f"{name}.{key}: expected {kind} above 0; got {number!r}")
+        out[name] = dict(table)
+    return out
+
+
+RATE_LIMITS: Final = Kind("tables of rpm, tpm, max_concurrent by endpoint",
+                          check_rate_limit_table)
 STRING: Final = Kind("a non-empty string", _check_string)
 PATH: Final = Kind("a path (relative: to the file's folder)", _check_string, metavar="DIR")
 BOOLEAN: Final = Kind("true or false", _check_boolean)
@@ -526,6 +565,11 @@ TABLE: Final[tuple[Setting, ...]] = (
        NEUTRAL, flags=("--mcp-start-timeout",), param="mcp_servers", in_file=False,
        group="mcp", default_doc="30"),
     # files only
+    _S("rate_limits", RATE_LIMITS, "each endpoint's rate limits, shared by every agent of the "
+       "run", NEUTRAL, param="rate_limits",
+       doc="`[rate_limits.NAME]` (`openai`, `anthropic` or a base URL): `rpm`, `tpm`, "
+       "`max_concurrent` (`docs/rate-limits.md`); the servers' headers are read as well",
+       default_doc="none: learned from the servers"),
     _S("trace.dir", PATH, "the folder of new trace files", ANY_LOOSENS,
        default=".trio-agents/traces", param="trace_dir", is_path=True,
        default_doc="`.trio-agents/traces` (in the current folder)"),

@@ -223,6 +223,18 @@ class ReplayDiverged(Event):
     detail: str
 
 
+@attrs.frozen(kw_only=True)
+class RateLimited(Event):
+    """The agent's model call waits its turn at the endpoint's rate limit (docs/rate-limits.md)."""
+
+    type: ClassVar[str] = "rate_limited"
+    wait_s: float
+    """The wait foreseen when it began (its place in line at the rate known then)."""
+    reason: Literal["refused", "paused", "requests", "tokens"]
+    status: int | None = None
+    """For ``refused``: the HTTP status that refused this agent's try (429, 529)."""
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -243,6 +255,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ProviderRetry,
         ContextCompacted,
         ReplayDiverged,
+        RateLimited,
     )
 }
 

@@ -48,6 +48,7 @@ from ._events import (
     AgentStatus,
     CancelBy,
     ProviderRetry,
+    RateLimited,
     TextDelta,
     ThinkingDelta,
     ToolFinished,
@@ -72,6 +73,7 @@ from ._output import OutputSpec, output_spec
 from ._prices import add_costs
 from ._provider import (
     ModelRequest,
+    RateLimitNotice,
     RetryNotice,
     TextChunk,
     ThinkingChunk,
@@ -556,6 +558,16 @@ async def _stream_turn(
                             attempt=item.attempt,
                             delay_s=item.delay_s,
                             reason=item.reason,
+                        )
+                    )
+                elif isinstance(item, RateLimitNotice):
+                    await emit(
+                        RateLimited(
+                            agent_id=aid,
+                            parent_tool_use_id=pid,
+                            wait_s=item.wait_s,
+                            reason=item.reason,
+                            status=item.status,
                         )
                     )
         except Exception:

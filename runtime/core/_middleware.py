@@ -29,6 +29,7 @@ from ._errors import ProviderError
 from ._provider import (
     ModelRequest,
     Provider,
+    RateLimitNotice,
     RetryNotice,
     StreamItem,
     TextChunk,
@@ -39,7 +40,7 @@ from ._provider import (
 
 __all__ = ["MiddlewareChain", "MiddlewareProvider", "ToolInvocation"]
 
-_ITEMS = (TextChunk, ThinkingChunk, ToolCall, TurnEnd, RetryNotice)
+_ITEMS = (TextChunk, ThinkingChunk, ToolCall, TurnEnd, RetryNotice, RateLimitNotice)
 # How long closing the inner layers' streams may take when the outer one ends early or is
 # cancelled (an await in a finally is always bounded: docs/architecture.md).
 _CLOSE_GRACE_S = 5.0

@@ -121,7 +121,28 @@ class RetryNotice:
     reason: str
 
 
-StreamItem: TypeAlias = TextChunk | ThinkingChunk | ToolCall | TurnEnd | RetryNotice
+@attrs.frozen
+class RateLimitNotice:
+    """The call waits its turn at the endpoint's rate limit before its next try is sent.
+
+    Yielded before any other item of the turn, so the loop can report it (``rate_limited``)
+    while the provider waits (docs/rate-limits.md).
+
+    Attributes:
+        wait_s: the wait foreseen (the call's place in line at the rate known now).
+        reason: ``refused`` (this call's try was refused: 429 or 529), ``paused`` (another
+            call's was), ``requests`` or ``tokens`` (the endpoint's rate).
+        status: for ``refused``: the HTTP status of the refusal.
+    """
+
+    wait_s: float
+    reason: Literal["refused", "paused", "requests", "tokens"]
+    status: int | None = None
+
+
+StreamItem: TypeAlias = (
+    TextChunk | ThinkingChunk | ToolCall | TurnEnd | RetryNotice | RateLimitNotice
+)
 
 
 @runtime_checkable

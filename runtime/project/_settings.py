@@ -252,10 +252,10 @@ class _KeyLines:
         while name:
             if name in self._lines:
                 return self._lines[name]
-            # A table of tables ([prices."MODEL"]): its first table's line.
-            nested = next((n for k, n in self._lines.items() if k.startswith(f"{name}.")), 0)
-            if nested:
-                return nested
+            # A setting that is tables of its own ([rate_limits.NAME]): its first table.
+            below = [n for key, n in self._lines.items() if key.startswith(f"{name}.")]
+            if below:
+                return min(below)
             name = name.rpartition(".")[0]
         return 0
 

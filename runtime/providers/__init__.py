@@ -2,8 +2,9 @@
 
 Both stream over one shared ``httpx.AsyncClient`` per endpoint (its pool and the bound on calls
 in flight set by :class:`PoolLimits`) and parse server-sent events as they arrive; both retry
-429, 5xx and lost connections (honouring ``Retry-After``) until the first item has been
-yielded, and never show the API key. Open one with :func:`open_provider`.
+5xx and lost connections (honouring ``Retry-After``) until the first item has been yielded,
+leave 429s to the endpoint's limiter (:class:`EndpointLimiter`: docs/rate-limits.md), and never
+show the API key. Open one with :func:`open_provider`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
     from ._http import RetryPolicy as RetryPolicy
     from ._openai import OpenAIProvider as OpenAIProvider
     from ._pool import PoolLimits as PoolLimits
+    from ._ratelimit import EndpointLimiter as EndpointLimiter
+    from ._ratelimit import RateLimit as RateLimit
+    from ._ratelimit import check_rate_limits as check_rate_limits
     from ._scenario import Scenario as Scenario
     from ._scenario import agent_types_from_scenario as agent_types_from_scenario
     from ._scenario import scenario_from_mapping as scenario_from_mapping
@@ -31,13 +35,16 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "AnthropicProvider": "._anthropic",
     "DEFAULT_MODELS": "._factory",
+    "EndpointLimiter": "._ratelimit",
     "OpenAIProvider": "._openai",
     "PROVIDER_NAMES": "._factory",
     "PoolLimits": "._pool",
+    "RateLimit": "._ratelimit",
     "RetryPolicy": "._http",
     "Scenario": "._scenario",
     "ScriptedProvider": "._scripted",
     "agent_types_from_scenario": "._scenario",
+    "check_rate_limits": "._ratelimit",
     "chunk_text": "._scripted",
     "default_summary": "._scripted",
     "estimate_input_tokens": "._scripted",

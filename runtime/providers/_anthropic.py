@@ -60,6 +60,7 @@ from runtime.core import (
 
 from ._http import (
     CUT_TOOL_CALL,
+    Admission,
     Retrier,
     RetryPolicy,
     TransientError,
@@ -68,7 +69,7 @@ from ._http import (
     public_url,
     shorten,
 )
-from ._pool import CallSlots
+from ._ratelimit import EndpointLimiter
 
 DEFAULT_MODEL: Final = "claude-sonnet-4-5"
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
@@ -118,7 +119,7 @@ class AnthropicProvider:
     secrets: Secrets = attrs.field(default=NO_SECRETS, repr=False)
     retry: RetryPolicy = attrs.Factory(RetryPolicy)
     call_deadline_s: float | None = 600.0
-    calls: CallSlots | None = attrs.field(default=None, repr=False)
+    limiter: EndpointLimiter | None = attrs.field(default=None, repr=False)
     thinking_budget: int | None = None
     name: str = attrs.field(default="anthropic", init=False)
 
@@ -150,10 +151,15 @@ class AnthropicProvider:
         url = self.base_url.rstrip("/") + "/v1/messages"
         secrets = self._secrets
         retrier = Retrier(self.name, self.retry, self.call_deadline_s, log, secrets)
+        admission = Admission.of(self.limiter, request)  # its turns at the rate limit
         while True:
             # Set before every yield: a failure after output is final, before it is retried.
             yielded = False
             try:
+                wait = admission.ask()
+                if wait is not None:
+                    yield wait  # the loop reports it: rate_limited
+                await admission.admitted(retrier)
                 blocks: dict[int, _Block] = {}
                 # A tool call cut off by max_tokens is only known to be so at message_delta.
                 truncated: list[_Block] = []
@@ -169,7 +175,7 @@ class AnthropicProvider:
                     provider=self.name,
                     deadline=retrier.deadline,
                     secrets=secrets,
-                    calls=self.calls,
+                    admission=admission,
                 ) as events:
                     async for sse in events:
                         data = sse.data
@@ -269,12 +275,17 @@ class AnthropicProvider:
                 if not stopped:
                     raise TransientError("anthropic: the stream ended before message_stop")
                 end = (input_tokens, output_tokens, *cached)
+                admission.settle(input_tokens, output_tokens)
                 for item in _turn_end(truncated, stop_reason, end, log):
                     yielded = True
                     yield item
                 return
             except ProviderError as exc:
+                if admission.refused(exc, retrier, yielded=yielded):
+                    continue  # the whole endpoint waits: no try is spent, the call keeps its place
                 notice = retrier.retry_notice(exc, yielded=yielded)
+            finally:
+                admission.done()
             yield notice  # before anything else of the turn: the loop reports it
             await retrier.wait(notice)
 

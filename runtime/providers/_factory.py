@@ -29,7 +29,8 @@ from runtime.core import NO_SECRETS, ConfigError, Provider, Secrets
 
 from . import _anthropic, _openai
 from ._http import RetryPolicy, public_url
-from ._pool import CallSlots, PoolLimits, make_client
+from ._pool import PoolLimits, make_client
+from ._ratelimit import EndpointLimiter, RateLimit, check_rate_limits, endpoint_label, limit_for
 
 
 @attrs.frozen
@@ -70,6 +71,7 @@ async def open_provider(
     pool: PoolLimits | None = None,
     http_client: httpx.AsyncClient | None = None,
     structured_output: bool = False,
+    rate_limits: Mapping[str, RateLimit | Mapping[str, float]] | None = None,
 ) -> AsyncGenerator[Provider, None]:
     """Open the HTTP client for provider ``name`` and yield the provider; close it on exit.
 
@@ -94,6 +96,10 @@ async def open_provider(
         secrets: the run's secrets, masked (with the key) in the provider's error messages.
         pool: the connection pool and the calls in flight (default :class:`PoolLimits`: 1,000
             connections, all kept alive, as many calls in flight).
+        rate_limits: the endpoints' limits, by ``openai``, ``anthropic`` or base URL
+            (:class:`RateLimit` or ``{"rpm": …, "tpm": …, "max_concurrent": …}``); the entry
+            for this endpoint's base URL, else its provider's, sets its limiter
+            (docs/rate-limits.md), which also learns the limits from the server's headers.
         http_client: a client of your own to send every call through (its pool, proxies and
             TLS settings as you made them; left open on exit); the timeouts above then do not
             apply, and ``pool`` bounds only the calls in flight.
@@ -124,12 +130,18 @@ async def open_provider(
         raise ConfigError(f"thinking_budget is an anthropic setting, not {name}'s")
     if structured_output and name != "openai":
         raise ConfigError(f"structured_output is an openai setting, not {name}'s")
+    limit = limit_for(check_rate_limits(rate_limits or {}), name, base_url)
     retry = RetryPolicy(max_retries=max_retries)
     # Writes are small JSON bodies; the pool wait is left to the call deadline, since many
     # parallel agents may queue for a connection.
     timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=30.0, pool=None)
     pool = pool or PoolLimits()
-    calls = CallSlots(pool.concurrency)
+    # One limiter for the endpoint, so for every agent of the run (docs/rate-limits.md).
+    limiter = EndpointLimiter(
+        endpoint_label(public_url(base_url), api_key),
+        limit=limit,
+        max_concurrent=pool.concurrency,
+    )
     async with _client(http_client, pool, timeout, base_url) as client:
         provider: Provider
         if name == "openai":
@@ -141,7 +153,7 @@ async def open_provider(
                 secrets=secrets,
                 retry=retry,
                 call_deadline_s=call_deadline_s,
-                calls=calls,
+                limiter=limiter,
                 structured_output=structured_output,
             )
         else:
@@ -154,7 +166,7 @@ async def open_provider(
                 retry=retry,
                 call_deadline_s=call_deadline_s,
                 thinking_budget=thinking_budget,
-                calls=calls,
+                limiter=limiter,
             )
         yield provider
 

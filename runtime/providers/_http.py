@@ -6,7 +6,9 @@ back the server-sent events (parsed by ``httpx-sse``). :class:`Retrier` keeps co
 retries a :class:`TransientError` (429, 5xx, connection failures, a stream cut short) with
 exponential backoff and jitter, honouring ``Retry-After``, as long as nothing has reached the
 caller yet; once an item has been yielded a failure is final, because the caller may already have
-shown it. Every retry is yielded as a ``RetryNotice`` (the loop reports it as a
+shown it. With the endpoint's limiter (docs/rate-limits.md) a refusal (429, 529) is not a try:
+the limiter pauses every call of the endpoint, and :meth:`Retrier.refused` only checks the
+deadline. Every retry is yielded as a ``RetryNotice`` (the loop reports it as a
 ``provider_retry`` event) and logged; no log line or error message holds the API key
 (:class:`~runtime.core._secrets.Secrets`: the one policy and mask).
 """
@@ -34,15 +36,20 @@ from runtime._logs import get_logger
 from runtime.core import (
     NO_SECRETS,
     ContextOverflowError,
+    ModelRequest,
     ProviderError,
+    RateLimitNotice,
     RetryNotice,
     Secrets,
     parse_overflow,
 )
 
-from ._pool import CallSlots
+from ._ratelimit import EndpointLimiter, Ticket
+from ._scripted import estimate_input_tokens
 
 _MESSAGE_LIMIT: Final = 500
+REFUSALS: Final = (429, 529)
+"""The statuses by which a server refuses a call for now: too many requests, overloaded."""
 
 _log: Any = get_logger("trio_agents.providers")
 _END: Final[Any] = object()
@@ -184,6 +191,9 @@ class RetryPolicy:
     jitter: float = attrs.field(
         default=0.25, validator=[attrs.validators.ge(0), attrs.validators.le(1)]
     )
+    rate_limit_wait_s: float = attrs.field(default=600.0, validator=attrs.validators.gt(0))
+    """The longest one call waits on its endpoint's rate limit in all (its turn in the queue
+    and the pauses after refusals; docs/rate-limits.md); the call deadline bounds it too."""
 
     def backoff_s(self, retry: int, rng: random.Random | None = None) -> float:
         """The wait before retry number ``retry`` (1-based) when the server did not say."""
@@ -207,7 +217,7 @@ async def open_event_stream(
     provider: str,
     deadline: float = math.inf,
     secrets: Secrets = NO_SECRETS,
-    calls: CallSlots | None = None,
+    admission: Admission | None = None,
 ) -> AsyncGenerator[AsyncGenerator[httpx_sse.ServerSentEvent, None], None]:
     """POST ``body`` to ``url`` and yield an iterator over the reply's server-sent events.
 
@@ -220,8 +230,10 @@ async def open_event_stream(
     The deadline is applied to each network read (a cancel scope per read, not per event, so
     it costs nothing per event and is never open across a ``yield``).
 
-    With ``calls`` (the endpoint's bound on calls in flight), the try first waits for a slot
-    (within the deadline) and holds it until the reply is closed.
+    With the call's ``admission`` (its endpoint's limiter and the try's admitted ticket,
+    docs/rate-limits.md), every reply's headers are read into the limiter, and a refusal (429,
+    529) pauses the endpoint: the :class:`TransientError` then carries the pause as
+    ``retry_after_s``.
 
     Cancellation: leaving the block for any reason closes the response; a response not read to
     its end closes its connection at once (httpcore shields that close from the cancellation).
@@ -232,25 +244,25 @@ async def open_event_stream(
         headers={**headers, "accept": "text/event-stream", "cache-control": "no-store"},
         content=body,
     )
-    token = object()  # this try's slot
-    if calls is not None:
-        acquired = False
-        with trio.move_on_at(deadline):
-            await calls.acquire(token)
-            acquired = True
-        if not acquired:
-            raise DeadlineExceeded("the call deadline passed")
+    limiter = admission.limiter if admission is not None else None
+    ticket = admission.ticket if admission is not None else None
     try:
         response: httpx.Response | None = None
         with trio.move_on_at(deadline):
             response = await client.send(request, stream=True)
         if response is None:
             raise DeadlineExceeded("the call deadline passed")
+        if limiter is not None:
+            limiter.learn(ticket, response.headers)
         if not response.is_success:
             try:
                 with trio.move_on_at(deadline):
                     await _raise_for_status(response, provider, secrets)
                 raise DeadlineExceeded("the call deadline passed")
+            except TransientError as exc:
+                if limiter is not None and exc.status in REFUSALS:
+                    exc.retry_after_s = limiter.refused(ticket, exc.status, exc.retry_after_s)
+                raise
             finally:
                 await response.aclose()
         chunks = _DeadlineStream(cast(httpx.AsyncByteStream, response.stream), deadline)
@@ -286,9 +298,6 @@ async def open_event_stream(
         raise TransientError(
             secrets.text(f"{provider}: connection failed ({where}): {detail}")
         ) from exc
-    finally:
-        if calls is not None:
-            calls.release(token)
 
 
 async def parse_events(
@@ -496,10 +505,55 @@ class Retrier:
     rng: random.Random | None = None
     tries: int = attrs.field(default=1, init=False)
     deadline: float = attrs.field(init=False)
+    wait_deadline: float = attrs.field(init=False)
+    """When the call stops waiting on its endpoint's rate limit: the call deadline, or
+    ``policy.rate_limit_wait_s`` from its start if that comes first."""
 
     def __attrs_post_init__(self) -> None:
         now = trio.current_time()
         self.deadline = math.inf if self.call_deadline_s is None else now + self.call_deadline_s
+        self.wait_deadline = min(self.deadline, now + self.policy.rate_limit_wait_s)
+
+    async def admitted(self, limiter: EndpointLimiter, ticket: Ticket) -> None:
+        """Wait for *ticket*'s turn at *limiter*, until :attr:`wait_deadline` at the latest.
+
+        Raises:
+            ProviderError: the turn did not come in time (worded for the user).
+
+        Cancellation: a checkpoint; cancelled, the ticket leaves the queue at once.
+        """
+        with trio.move_on_at(self.wait_deadline):
+            await limiter.wait(ticket)
+        if not ticket.admitted:
+            raise ProviderError(
+                f"{self.provider}: rate limited: no turn at {limiter.label} within {self._bound()}"
+            )
+
+    def refused(self, exc: TransientError) -> None:
+        """A refusal (429, 529) the endpoint's limiter handles: no try is spent on it, as the
+        whole endpoint waits; the call fails only once the pause would pass
+        :attr:`wait_deadline`.
+
+        Raises:
+            ProviderError: the server kept refusing too long (caused by *exc*).
+        """
+        reason = self.secrets.text(str(exc))
+        pause = exc.retry_after_s or 0.0
+        if trio.current_time() + pause > self.wait_deadline:
+            raise ProviderError(
+                f"{reason} (rate limited: the server kept refusing; a pause of {pause:.3g} s"
+                f" would pass {self._bound()})"
+            ) from exc
+        self.log.debug("provider.refused", provider=self.provider, status=exc.status,
+                       pause_s=round(pause, 3), reason=reason)
+
+    def _bound(self) -> str:
+        """What ends the call's wait on rate limits, in words."""
+        if self.call_deadline_s is not None and (
+            self.call_deadline_s <= self.policy.rate_limit_wait_s
+        ):
+            return f"the call deadline of {self.call_deadline_s:g} s"
+        return f"the retry policy's rate_limit_wait_s of {self.policy.rate_limit_wait_s:g} s"
 
     async def failed(self, exc: ProviderError, *, yielded: bool) -> None:
         """Wait before the next try, or raise the call's final error.
@@ -566,3 +620,98 @@ class Retrier:
             reason=reason,
         )
         return RetryNotice(attempt=self.tries, delay_s=delay, reason=one_line(reason))
+
+
+@attrs.define
+class Admission:
+    """One model call's turns at its endpoint's limiter, across its tries (docs/rate-limits.md).
+
+    A provider's ``stream()`` asks before each try, yields the notice if there is one, waits,
+    hands :attr:`ticket` to :func:`open_event_stream`, and gives the ticket back when the try
+    is over::
+
+        admission = Admission.of(self.limiter, request)
+        while True:
+            try:
+                notice = admission.ask()
+                if notice is not None:
+                    yield notice                # the loop reports it: rate_limited
+                await admission.admitted(retrier)
+                async with open_event_stream(..., admission=admission) as events:
+                    ...
+                admission.settle(input_tokens, output_tokens)
+                ...
+            except ProviderError as exc:
+                if admission.refused(exc, retrier, yielded=yielded):
+                    continue                    # a refusal is no try: ask again, in place
+                ...
+            finally:
+                admission.done()
+
+    Without a limiter every step does nothing.
+
+    Attributes:
+        limiter: the endpoint's limiter, if the provider has one.
+        tokens: the input tokens each try is expected to send (the context meter's count).
+        asked_at: when the call first asked: its place in line across its tries.
+        refusal: the status that refused the last try, if one did.
+        ticket: the current try's ticket.
+    """
+
+    limiter: EndpointLimiter | None
+    tokens: int = 0
+    asked_at: float = attrs.Factory(trio.current_time)
+    refusal: int | None = None
+    ticket: Ticket | None = None
+
+    @classmethod
+    def of(cls, limiter: EndpointLimiter | None, request: ModelRequest) -> Admission:
+        """The admission of one call of *request* (its tokens counted only with a limiter)."""
+        return cls(limiter, estimate_input_tokens(request) if limiter is not None else 0)
+
+    def ask(self) -> RateLimitNotice | None:
+        """Join the queue for the next try; the notice to yield when a wait is foreseen (or the
+        last try was refused)."""
+        if self.limiter is None:
+            return None
+        ticket = self.ticket = self.limiter.ask(
+            self.tokens, asked_at=self.asked_at, refused=self.refusal is not None
+        )
+        if ticket.wait_s > 0 or self.refusal is not None:
+            return RateLimitNotice(ticket.wait_s, ticket.reason, self.refusal)
+        return None
+
+    async def admitted(self, retrier: Retrier) -> None:
+        """Wait for the try's turn (see :meth:`Retrier.admitted`).
+
+        Cancellation: a checkpoint; cancelled, the ticket leaves the queue at once.
+        """
+        if self.limiter is not None and self.ticket is not None:
+            await retrier.admitted(self.limiter, self.ticket)
+            self.refusal = None
+
+    def refused(self, exc: ProviderError, retrier: Retrier, *, yielded: bool) -> bool:
+        """Whether *exc* is a refusal the limiter handles (then no try is spent on it: ask
+        again); raises when the server kept refusing too long (:meth:`Retrier.refused`)."""
+        if (
+            self.limiter is None
+            or yielded
+            or not isinstance(exc, TransientError)
+            or exc.status not in REFUSALS
+        ):
+            return False
+        retrier.refused(exc)
+        self.refusal = exc.status
+        return True
+
+    def settle(self, input_tokens: int, output_tokens: int) -> None:
+        """The reply's usage, told to the limiter; the try's slot is given back."""
+        if self.limiter is not None and self.ticket is not None:
+            self.limiter.settle(self.ticket, input_tokens, output_tokens)
+        self.done()
+
+    def done(self) -> None:
+        """The try is over: its slot, or its place in line, is given back."""
+        if self.limiter is not None and self.ticket is not None:
+            self.limiter.done(self.ticket)
+            self.ticket = None

@@ -63,6 +63,7 @@ from runtime.core import (
 
 from ._http import (
     CUT_TOOL_CALL,
+    Admission,
     Retrier,
     RetryPolicy,
     TransientError,
@@ -71,7 +72,7 @@ from ._http import (
     public_url,
     shorten,
 )
-from ._pool import CallSlots
+from ._ratelimit import EndpointLimiter
 
 DEFAULT_MODEL: Final = "gpt-4.1"
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
@@ -131,7 +132,7 @@ class OpenAIProvider:
     secrets: Secrets = attrs.field(default=NO_SECRETS, repr=False)
     retry: RetryPolicy = attrs.Factory(RetryPolicy)
     call_deadline_s: float | None = 600.0
-    calls: CallSlots | None = attrs.field(default=None, repr=False)
+    limiter: EndpointLimiter | None = attrs.field(default=None, repr=False)
     max_tokens_param: str = attrs.field(
         default=attrs.Factory(_default_max_tokens_param, takes_self=True)
     )
@@ -165,10 +166,15 @@ class OpenAIProvider:
         url = self.base_url.rstrip("/") + "/chat/completions"
         secrets = self._secrets
         retrier = Retrier(self.name, self.retry, self.call_deadline_s, log, secrets)
+        admission = Admission.of(self.limiter, request)  # its turns at the rate limit
         while True:
             # Set before every yield: a failure after output is final, before it is retried.
             yielded = False
             try:
+                wait = admission.ask()
+                if wait is not None:
+                    yield wait  # the loop reports it: rate_limited
+                await admission.admitted(retrier)
                 calls: dict[int, _PartialCall] = {}
                 refused = False
                 finish: str | None = None
@@ -182,7 +188,7 @@ class OpenAIProvider:
                     provider=self.name,
                     deadline=retrier.deadline,
                     secrets=secrets,
-                    calls=self.calls,
+                    admission=admission,
                 ) as events:
                     async for sse in events:
                         data = sse.data
@@ -261,6 +267,7 @@ class OpenAIProvider:
                     stop = _FINISH.get(finish, "end_turn")
                     if finish not in _FINISH or finish == "content_filter":
                         log.warning("provider.finish_reason", finish_reason=finish, stop=stop)
+                admission.settle(input_tokens, output_tokens)
                 yielded = True
                 yield TurnEnd(
                     stop_reason=stop, input_tokens=input_tokens, output_tokens=output_tokens,
@@ -268,7 +275,11 @@ class OpenAIProvider:
                 )
                 return
             except ProviderError as exc:
+                if admission.refused(exc, retrier, yielded=yielded):
+                    continue  # the whole endpoint waits: no try is spent, the call keeps its place
                 notice = retrier.retry_notice(exc, yielded=yielded)
+            finally:
+                admission.done()
             yield notice  # before anything else of the turn: the loop reports it
             await retrier.wait(notice)
 

@@ -11,8 +11,9 @@ A run talks to each model endpoint (a base URL and a key) through one provider, 
   are in bench/README.md, "HTTP fan-out");
 * **no cookie jar** (a model API sets none, and httpx parses every response for them) and **one
   SSL context per process**, not one per client;
-* **a bound on model calls in flight** (:class:`CallSlots`), by default the pool's size, so a
-  call never queues inside the pool; ``max_concurrent`` lowers it.
+* **a bound on model calls in flight**, by default the pool's size, so a call never queues
+  inside the pool; ``max_concurrent`` lowers it. The endpoint's limiter
+  (``runtime/providers/_ratelimit.py``) holds it, with the endpoint's rate limits.
 
 How concurrency and the pool are chosen and set: docs/configuration.md, "Concurrency and the
 connection pool".
@@ -84,40 +85,6 @@ class _NoCookies(httpx.Cookies):
 
     def extract_cookies(self, response: httpx.Response) -> None:
         return None
-
-
-class CallSlots:
-    """The model calls in flight to one endpoint: at most ``limit`` at once, the rest wait in order.
-
-    This is the seam where an endpoint's rate limits plug in: a provider takes a slot before
-    each try and gives it back when the try's reply is closed (also between retries), so
-    whatever decides when the next call may start (today a count, from the pool's size or
-    ``max_concurrent``) decides it for every agent of the run at once.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._limiter = trio.CapacityLimiter(limit)
-
-    @property
-    def limit(self) -> int:
-        """Calls allowed in flight at once."""
-        return int(self._limiter.total_tokens)
-
-    @property
-    def in_flight(self) -> int:
-        """Calls holding a slot now."""
-        return int(self._limiter.borrowed_tokens)
-
-    async def acquire(self, token: object) -> None:
-        """Wait for a slot, held by ``token`` (one object per call).
-
-        Cancellation: a checkpoint; cancelled while waiting, no slot is held.
-        """
-        await self._limiter.acquire_on_behalf_of(token)
-
-    def release(self, token: object) -> None:
-        """Give back ``token``'s slot."""
-        self._limiter.release_on_behalf_of(token)
 
 
 def make_client(limits: PoolLimits, timeouts: httpx.Timeout, base_url: str) -> httpx.AsyncClient:

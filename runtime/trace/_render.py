@@ -18,7 +18,7 @@ from rich.text import Text
 
 from runtime.core import visible
 
-from ._tree import INTERRUPTED, RUNNING, AgentNode, RetryInfo, ToolNode, TraceTree
+from ._tree import INTERRUPTED, RUNNING, AgentNode, RateWaitInfo, RetryInfo, ToolNode, TraceTree
 
 SPINNER_FRAMES: Final = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _SPINNER_FPS: Final = 12.5
@@ -206,6 +206,21 @@ def first_line(text: str | None, limit: int = 80) -> str:
     return ""
 
 
+WAITING_MARK: Final = "⏸"
+"""The mark of an agent waiting its turn at its endpoint's rate limit (docs/rate-limits.md)."""
+
+
+def rate_wait_text(wait: RateWaitInfo, now: float) -> str:
+    """``waiting 1.2s (rate limit: requests)`` while the wait foreseen runs, then ``waiting
+    (rate limit: …)`` until the call answers (docs/rate-limits.md)."""
+    left = wait.ts + wait.wait_s - now
+    when = f"waiting {fmt_duration(left)}" if left > 0 else "waiting"
+    why = wait.reason
+    if wait.reason == "refused" and wait.status:
+        why = f"refused, HTTP {wait.status}"
+    return f"{when} (rate limit: {why})"
+
+
 def retry_text(retry: RetryInfo, now: float) -> str:
     """``retrying in 1.2s (try 2): HTTP 429 …`` while the wait runs, then ``retrying (try 2)``."""
     left = retry.ts + retry.delay_s - now
@@ -278,6 +293,8 @@ class _Painter:
 
     def agent(self, node: AgentNode, label: StyledLine) -> None:
         mark, style = status_mark(node.status, now=self.spin_at)
+        if node.status == RUNNING and node.rate_wait is not None:
+            mark, style = WAITING_MARK, "yellow"  # waiting its turn, not running
         label.append(f"{mark} ", self.style(style))
         label.append(node.name, self.style("bold"))
         label.append(f" {node.id}", self.style("dim"))
@@ -305,9 +322,12 @@ class _Painter:
                 f"  {COMPACTED_MARK} {n} compaction{'s' if n > 1 else ''}", self.style("cyan")
             )
         retry = node.retry if node.status == RUNNING else None
+        rate_wait = node.rate_wait if node.status == RUNNING else None
         if node.error and not (node.status == "cancelled" and node.cancel is not None):
             # (A cancelled node's reason is said once, by its "cancelled by" below.)
             label.append(f"  {first_line(node.error)}", self.style("red"))
+        elif rate_wait is not None:
+            label.append(f"  {rate_wait_text(rate_wait, self.now)}", self.style("yellow"))
         elif retry is not None:
             label.append(f"  {retry_text(retry, self.now)}", self.style("yellow"))
         elif node.result:
@@ -573,6 +593,13 @@ def _header(tree: TraceTree, painter: _Painter) -> StyledLine:
     notes = outcome_notes(tree)
     if notes:
         head.append(f"  {notes}", painter.style("yellow"))
+    if tree.status == RUNNING:
+        waiting = sum(
+            1 for a in tree.agents.values() if a.status == RUNNING and a.rate_wait is not None
+        )
+        if waiting:
+            head.append(f"  {WAITING_MARK} {waiting} waiting on rate limits",
+                        painter.style("yellow"))
     return head
 
 
@@ -772,6 +799,12 @@ def event_line(tree: TraceTree, fields: Mapping[str, Any]) -> str | None:
         wait = fmt_duration(delay) if isinstance(delay, (int, float)) else "?"
         reason = first_line(str(fields.get("reason") or ""))
         what = f"↻ {who}: model call failed, retrying in {wait}: {reason}"
+    elif kind == "rate_limited" and agent is not None:
+        wait_s = fields.get("wait_s")
+        shown = fmt_duration(wait_s) if isinstance(wait_s, (int, float)) else "?"
+        status = fields.get("status")
+        why = f"refused, HTTP {status}" if status else str(fields.get("reason") or "")
+        what = f"⏸ {who}: waiting {shown} for the rate limit ({why})"
     elif kind == "context_compacted":
         what = f"{COMPACTED_MARK} {who}: {compaction_line(fields)}"
     elif kind == "cancel_requested":

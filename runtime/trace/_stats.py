@@ -118,6 +118,41 @@ def _critical_path(tree: TraceTree) -> list[tuple[int, AgentNode | ToolNode]]:
     return path
 
 
+def _rate_limits(tree: TraceTree) -> dict[str, Any]:
+    """The waits at the endpoints' rate limits (docs/rate-limits.md): in all, and per subtree
+    (an agent and every agent under it), longest first."""
+    agents = tree.agents
+    waited: dict[str, float] = {}
+    refused: dict[str, int] = {}
+    total_s, total_refused, waiting_agents = 0.0, 0, 0
+    for agent in agents.values():
+        own_s, own_refused = agent.rate_waited_s, agent.rate_refusals
+        if not own_s and not own_refused:
+            continue
+        waiting_agents += 1
+        total_s += own_s
+        total_refused += own_refused
+        node: Any = agent
+        seen = 0
+        while node is not None and seen <= len(agents):  # a corrupt trace may hold a cycle
+            waited[node.id] = waited.get(node.id, 0.0) + own_s
+            refused[node.id] = refused.get(node.id, 0) + own_refused
+            parent = node.parent_agent_id
+            node = agents.get(parent) if parent is not None else None
+            seen += 1
+    subtrees = sorted(waited, key=lambda i: (-waited[i], agents[i].depth, i))
+    return {
+        "agents_waited": waiting_agents,
+        "wait_s": round(total_s, 6),
+        "refusals": total_refused,
+        "by_subtree": [
+            {"id": i, "name": agents[i].name, "depth": agents[i].depth,
+             "wait_s": round(waited[i], 6), "refusals": refused[i]}
+            for i in subtrees
+        ],
+    }
+
+
 def run_stats(tree: TraceTree) -> dict[str, Any]:
     """The statistics of one run, as JSON-ready data (what ``trace stats --json`` prints)."""
     tree.rollup()
@@ -210,4 +245,5 @@ def run_stats(tree: TraceTree) -> dict[str, Any]:
             "share_of_wall": round(wait_wall / wall, 4) if wall else 0.0,
         },
         "compactions": compactions,
+        "rate_limits": _rate_limits(tree),
     }

@@ -96,6 +96,17 @@ class RetryInfo:
     reason: str
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RateWaitInfo:
+    """A ``rate_limited``: when the agent began to wait its turn at the endpoint, the wait
+    foreseen, and why (docs/rate-limits.md)."""
+
+    ts: float
+    wait_s: float
+    reason: str
+    status: int | None
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Compaction:
     """One ``context_compacted`` event: an agent made its history smaller.
@@ -219,6 +230,9 @@ class _AgentRare:
         "context_tokens",
         "context_window",
         "dropped",
+        "rate_refusals",
+        "rate_wait",
+        "rate_waited_s",
         "retry",
         "stop",
         "thinking_len",
@@ -230,6 +244,9 @@ class _AgentRare:
         self.thinking_len = 0
         self.dropped = 0
         self.retry: RetryInfo | None = None
+        self.rate_wait: RateWaitInfo | None = None
+        self.rate_waited_s = 0.0
+        self.rate_refusals = 0
         self.stop: str | None = None
         self.context_tokens: int | None = None
         self.context_window: int | None = None
@@ -330,6 +347,22 @@ class AgentNode(_AgentInternals):
     def retry(self) -> RetryInfo | None:
         """The model call's latest retry (``provider_retry``), until the turn streams or ends."""
         return self._rare.retry
+
+    @property
+    def rate_wait(self) -> RateWaitInfo | None:
+        """The model call's wait at its endpoint's rate limit (``rate_limited``), until the call
+        streams or the turn ends."""
+        return self._rare.rate_wait
+
+    @property
+    def rate_waited_s(self) -> float:
+        """The waits the agent's ``rate_limited`` events foresaw, summed (docs/rate-limits.md)."""
+        return self._rare.rate_waited_s
+
+    @property
+    def rate_refusals(self) -> int:
+        """The refusals (429, 529) the agent's own model calls met."""
+        return self._rare.rate_refusals
 
     @property
     def parent(self) -> ToolNode | None:
@@ -617,6 +650,7 @@ class TraceTree:
             "tool_finished": self._tool_finished,
             "turn_finished": self._turn_finished,
             "provider_retry": self._provider_retry,
+            "rate_limited": self._rate_limited,
             "user_message": self._user_message,
             "cancel_requested": self._cancel_requested,
             "agent_finished": self._agent_finished,
@@ -1203,8 +1237,9 @@ class TraceTree:
         if text.__class__ is not str:
             raise _invalid("text_delta", "text")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "text_delta")
-        if agent._rare.retry is not None:
-            agent._rare.retry = None  # the retried call answers
+        rare = agent._rare
+        if rare.retry is not None or rare.rate_wait is not None:
+            rare.retry = rare.rate_wait = None  # the retried (or waiting) call answers
         chunks = agent._chunks
         if chunks is None:
             agent._chunks = [text]
@@ -1231,6 +1266,28 @@ class TraceTree:
         if ts > self.last_ts:
             self.last_ts = ts
         agent._more().retry = RetryInfo(attempt, ts, float(delay), reason)
+
+    def _rate_limited(self, fields: Fields) -> None:
+        ts = fields["ts"]
+        wait = fields["wait_s"]
+        reason = fields["reason"]
+        status = fields.get("status")
+        if not _num(ts):
+            raise _invalid("rate_limited", "ts")
+        if not _num(wait):
+            raise _invalid("rate_limited", "wait_s")
+        if reason.__class__ is not str:
+            raise _invalid("rate_limited", "reason")
+        if status is not None and status.__class__ is not int:
+            raise _invalid("rate_limited", "status")
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "rate_limited")
+        if ts > self.last_ts:
+            self.last_ts = ts
+        rare = agent._more()
+        rare.rate_wait = RateWaitInfo(ts, float(wait), reason, status)
+        rare.rate_waited_s += float(wait)
+        if reason == "refused":
+            rare.rate_refusals += 1
 
     def _thinking_delta(self, fields: Fields) -> None:
         text = fields["text"]
@@ -1404,7 +1461,7 @@ class TraceTree:
         rare = agent._rare
         if rare is not _NO_RARE or stop.__class__ is str or context.__class__ is int:
             rare = agent._more()
-            rare.retry = None
+            rare.retry = rare.rate_wait = None
             rare.stop = stop if stop.__class__ is str else None
             if context.__class__ is int:
                 rare.context_tokens = context

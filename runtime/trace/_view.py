@@ -156,6 +156,10 @@ def describe(fields: dict[str, Any]) -> str:
             f"model call retried (attempt {get('attempt')}) in "
             f"{fmt_duration(get('delay_s'))}: {first_line(get('reason'), 200)}"
         )
+    if kind == "rate_limited":
+        status = get("status")
+        why = f"refused, HTTP {status}" if status else get("reason")
+        return f"waits {fmt_duration(get('wait_s'))} for the rate limit ({why})"
     if kind == "context_compacted":
         return compaction_line(fields)
     if kind == "run_started":

@@ -210,6 +210,7 @@ class RunConfig:
     pool: PoolLimits | None = None
     http_client: httpx.AsyncClient | None = None
     prices: Mapping[str, Any] | None = None
+    rate_limits: Mapping[str, Any] | None = None
 
 
 def open_runtime(
@@ -244,6 +245,7 @@ def open_runtime(
     pool: PoolLimits | None = None,
     http_client: httpx.AsyncClient | None = None,
     prices: Mapping[str, Any] | None = None,
+    rate_limits: Mapping[str, Any] | None = None,
 ) -> AbstractAsyncContextManager[Runtime]:
     """Open a run: its bus, trace file, provider and root nursery. An async context manager::
 
@@ -298,6 +300,11 @@ def open_runtime(
             "Concurrency and the connection pool").
         http_client: for ``"openai"``/``"anthropic"``: a client of your own to send every model
             call through (its pool, proxies and TLS as you made them; left open on exit).
+        rate_limits: for ``"openai"``/``"anthropic"``: the endpoints' limits, by ``openai``,
+            ``anthropic`` or base URL: ``{"openai": {"rpm": 600, "tpm": 200_000}}`` or
+            :class:`~runtime.providers.RateLimit` values; one limiter per endpoint, shared
+            by every agent of the run, which also learns the limits from the server's headers
+            (docs/rate-limits.md). :class:`ConfigError` for a bad entry, before anything opens.
         otlp: live OpenTelemetry spans (docs/observability.md): a collector's URL, ``False``
             for none, or None for what the ``OTEL_EXPORTER_OTLP_*`` variables of *env* say.
             Needs ``trio-agents[otel]`` (:class:`ConfigError` without it for a URL; a warning
@@ -319,6 +326,7 @@ def open_runtime(
         run_id=run_id, on_event=on_event, ray_address=ray_address, mcp_servers=mcp_servers,
         project=project, trace_dir=trace_dir, sandbox=sandbox, ray=ray, middleware=middleware,
         otlp=otlp, pool=pool, http_client=http_client, prices=prices,
+        rate_limits=rate_limits,
     )  # fmt: skip
     return open_run(config)  # its context manager itself: no second layer to enter per run
 
@@ -395,6 +403,10 @@ def plan_run(config: RunConfig) -> RunPlan:
     else:
         run_env, secret_list = scan_env(given_env, config.allow_env)
     trace_path = _trace_path(config, run_id)
+    if config.rate_limits is not None:
+        from runtime.providers import check_rate_limits  # trio and attrs only
+
+        check_rate_limits(config.rate_limits)  # a bad entry fails here, before anything opens
     return RunPlan(
         config=config,
         run_id=run_id,
@@ -628,6 +640,7 @@ async def _open_services(plan: RunPlan, stack: AsyncExitStack) -> _Services:
                 open_provider(
                     plan.provider, model=config.model, env=plan.base_env(), secrets=plan.secrets,
                     pool=config.pool, http_client=config.http_client,
+                    rate_limits=config.rate_limits,
                 )
             )
     else:

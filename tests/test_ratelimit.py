@@ -1,0 +1,283 @@
+"""The endpoint limiter on its own, in virtual time (runtime/providers/_ratelimit.py,
+docs/rate-limits.md); the fan-outs against a real server are in test_ratelimit_e2e.py."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+import trio
+import trio.testing
+
+from runtime import ConfigError, open_runtime
+from runtime.providers import EndpointLimiter, RateLimit, check_rate_limits
+from runtime.providers._ratelimit import MAX_PAUSE_S, _reset_s, endpoint_label
+
+
+@pytest.fixture
+def logs() -> list[MutableMapping[str, Any]]:
+    capture = structlog.testing.LogCapture()
+    structlog.configure(
+        processors=[capture], wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG)
+    )
+    return capture.entries
+
+
+def _limiter(**limit: Any) -> EndpointLimiter:
+    return EndpointLimiter("http://x/v1", limit=RateLimit(**limit), rng=random.Random(0))
+
+
+async def _go(limiter: EndpointLimiter, name: str, order: list[tuple[str, float]],
+              asked_at: float | None = None, tokens: int = 0) -> None:
+    ticket = limiter.ask(tokens, asked_at=trio.current_time() if asked_at is None else asked_at)
+    await limiter.wait(ticket)
+    order.append((name, trio.current_time()))
+    limiter.done(ticket)
+
+
+async def test_calls_go_in_the_order_they_asked_at_the_configured_rate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = _limiter(rpm=60)  # one a second, one at once
+    order: list[tuple[str, float]] = []
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        for name in "abcd":
+            nursery.start_soon(_go, limiter, name, order)
+            await trio.testing.wait_all_tasks_blocked()
+    assert [(n, t - start) for n, t in order] == [("a", 0), ("b", 1), ("c", 2), ("d", 3)]
+
+
+async def test_the_wait_foreseen_is_the_place_in_line_at_the_rate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = _limiter(rpm=120)  # two a second, 1.8 at once (a tenth of a second kept in hand)
+    tickets = [limiter.ask(0, asked_at=trio.current_time() + i) for i in range(5)]
+    assert [t.wait_s for t in tickets] == pytest.approx([0, 0.1, 0.6, 1.1, 1.6])
+    assert {t.reason for t in tickets[2:]} == {"requests"}
+
+
+async def test_a_refusal_pauses_everyone_and_the_refused_call_keeps_its_place(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = _limiter(rpm=600)
+    start = trio.current_time()
+    first = limiter.ask(0, asked_at=start)
+    await limiter.wait(first)
+    # Its reply is a 429 asking for 2 s; meanwhile a later call asks.
+    pause = limiter.refused(first, 429, 2.0)
+    limiter.done(first)
+    assert 2.0 <= pause <= 2.2
+    order: list[tuple[str, float]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_go, limiter, "later", order, start + 0.5)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(_go, limiter, "refused", order, start)  # asks again, first in line
+    assert [n for n, _ in order] == ["refused", "later"]
+    assert order[0][1] - start == pytest.approx(pause + 0.1)  # the pause, and the margin
+    assert order[1][1] - order[0][1] == pytest.approx(0.1)  # then at the rate, 10 a second
+    assert limiter.refusals == 1
+
+
+async def test_until_the_limits_are_known_one_call_goes_alone(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = EndpointLimiter("http://x/v1")
+    probe = limiter.ask(0, asked_at=trio.current_time())
+    await limiter.wait(probe)
+    order: list[tuple[str, float]] = []
+    async with trio.open_nursery() as nursery:
+        for name in "abc":
+            nursery.start_soon(_go, limiter, name, order)
+            await trio.testing.wait_all_tasks_blocked()
+        assert order == [], "the others wait for the first reply's headers"
+        # The reply says 600 a minute and 1 left (the probe took one): one goes now, the
+        # others at 10 a second.
+        limiter.learn(probe, {"x-ratelimit-limit-requests": "600",
+                              "x-ratelimit-remaining-requests": "1"})
+    t0 = order[0][1]
+    assert [(n, round(t - t0, 3)) for n, t in order] == [("a", 0), ("b", 0.1), ("c", 0.2)]
+    assert limiter.rates() == {"requests": 10.0}
+
+
+async def test_a_server_without_rate_limit_headers_is_not_limited(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = EndpointLimiter("http://x/v1")
+    probe = limiter.ask(0, asked_at=trio.current_time())
+    await limiter.wait(probe)
+    limiter.learn(probe, {"content-type": "text/event-stream"})
+    tickets = [limiter.ask(0, asked_at=trio.current_time()) for _ in range(50)]
+    with trio.fail_after(0.001):
+        for ticket in tickets:
+            await limiter.wait(ticket)
+    assert limiter.in_flight == 51
+
+
+async def test_a_configured_limit_lower_than_the_servers_wins(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = _limiter(rpm=60)
+    ticket = limiter.ask(0, asked_at=trio.current_time())
+    await limiter.wait(ticket)
+    limiter.learn(ticket, {"anthropic-ratelimit-requests-limit": "6000",
+                           "anthropic-ratelimit-input-tokens-limit": "60000"})
+    assert limiter.rates() == {"requests": 1.0, "input_tokens": 1000.0}
+
+
+async def test_reported_usage_corrects_the_token_bucket(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = _limiter(tpm=60_000)  # 1,000 tokens a second, 900 at most
+    start = trio.current_time()
+    first = limiter.ask(400, asked_at=start)
+    await limiter.wait(first)
+    limiter.settle(first, 400, 1_600)  # it really used 2,000: a debt of 1,000
+    limiter.done(first)
+    order: list[tuple[str, float]] = []
+    await _go(limiter, "next", order, tokens=100)
+    # The bucket (500 left after the reservation) went to -1,100; 100 tokens are there again
+    # after 1.2 s.
+    assert order[0][1] - start == pytest.approx(1.2)
+
+
+async def test_a_cancelled_waiting_call_leaves_the_queue_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = _limiter(rpm=60)
+    order: list[tuple[str, float]] = []
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_go, limiter, "a", order)
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.CancelScope() as doomed:
+            nursery.start_soon(_go, limiter, "c", order, start + 2)
+            # "b" is second in line; cancel it while it waits.
+            async with trio.open_nursery() as inner:
+                inner.start_soon(_go, limiter, "b", order, start + 1)
+                await trio.testing.wait_all_tasks_blocked()
+                assert limiter.waiting == 2
+                inner.cancel_scope.cancel()
+            assert limiter.waiting == 1
+            assert trio.current_time() == start
+        assert not doomed.cancelled_caught
+    assert [(n, t - start) for n, t in order] == [("a", 0), ("c", 1)]
+
+
+async def test_nonsense_headers_are_clamped_and_logged_once(
+    autojump_clock: trio.testing.MockClock, logs: list[MutableMapping[str, Any]]
+) -> None:
+    limiter = _limiter()
+    for _ in range(3):
+        ticket = limiter.ask(0, asked_at=trio.current_time())
+        with trio.fail_after(MAX_PAUSE_S * 1.2):
+            await limiter.wait(ticket)
+        limiter.learn(ticket, {"x-ratelimit-limit-requests": "600",
+                               "x-ratelimit-remaining-requests": "-7",
+                               "x-ratelimit-reset-requests": "-3s"})
+        pause = limiter.refused(ticket, 429, 2 * 86400.0)
+        limiter.done(ticket)
+        assert MAX_PAUSE_S <= pause <= MAX_PAUSE_S * 1.1
+    shown = [(e["header"], e["value"], e["action"]) for e in logs
+             if e["event"] == "ratelimit.header_nonsense"]
+    assert shown == [
+        ("x-ratelimit-remaining-requests", "-7", "taken as 0"),
+        ("x-ratelimit-reset-requests", "-3s", "ignored"),
+        ("retry-after", "172800.0", "clamped to 60 s"),
+    ]
+
+
+def test_resets_are_read_as_openai_and_anthropic_write_them() -> None:
+    assert _reset_s("20ms") == pytest.approx(0.02)
+    assert _reset_s("1m30.5s") == pytest.approx(90.5)
+    assert _reset_s("6s") == 6
+    assert _reset_s("2099-01-01T00:00:00Z") is not None
+    assert _reset_s("2001-01-01T00:00:00Z") is None  # in the past
+    assert _reset_s("soon") is None
+
+
+def test_an_endpoint_is_named_without_its_key() -> None:
+    key = "sk-live-0123456789abcdef"
+    label = endpoint_label("https://api.openai.com/v1", key)
+    assert key not in label
+    assert label.startswith("https://api.openai.com/v1 (key #")
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"openai": {"rpm": -5}}, "rate_limits: openai.rpm: expected a number above 0; got -5"),
+        ({"openai": {"tpm": 0}}, "rate_limits: openai.tpm: expected a number above 0; got 0"),
+        ({"anthropic": {"max_concurrent": 2.5}},
+         "rate_limits: anthropic.max_concurrent: expected a whole number above 0; got 2.5"),
+        ({"openai": {"rps": 5}},
+         "rate_limits: openai.rps: unknown key; the keys are rpm, tpm, max_concurrent"),
+        ({"gemini": {"rpm": 5}},
+         "rate_limits: 'gemini': an endpoint is openai, anthropic or a base URL (http(s)://…)"),
+        ({"openai": 5}, "rate_limits: openai: expected a table of rpm, tpm, max_concurrent; got 5"),
+    ],
+)
+def test_bad_limits_are_one_line_naming_the_setting(table: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_rate_limits(table)
+    assert str(info.value) == message
+
+
+def test_limits_by_base_url_and_by_provider() -> None:
+    limits = check_rate_limits({"openai": {"rpm": 5}, "http://proxy:8080/v1/": {"tpm": 9}})
+    assert limits["openai"] == RateLimit(rpm=5)
+    assert limits["http://proxy:8080/v1/"] == RateLimit(tpm=9)
+
+
+async def test_open_runtime_refuses_bad_limits_before_anything_opens(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^rate_limits: openai\.rpm: expected a number"):
+        async with open_runtime("openai", env={"OPENAI_API_KEY": "k"}, workspace=tmp_path,
+                                trace=False, rate_limits={"openai": {"rpm": 0}}):
+            pass
+
+
+def test_a_bad_rate_limit_in_a_settings_file_is_one_line_and_exit_2(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from runtime.cli._main import main
+
+    (workspace / ".trio-agents").mkdir()
+    (workspace / ".trio-agents" / "settings.toml").write_text(
+        '[rate_limits.openai]\nrpm = -5\n'
+    )
+    assert main(["run", "hi", "--workspace", str(workspace), "--no-trace"]) == 2
+    _, err = capsys.readouterr()
+    file = workspace / ".trio-agents" / "settings.toml"
+    assert err.splitlines() == [
+        f"trio-agents: error: {file}:1: rate_limits: openai.rpm: expected a number above 0; "
+        "got -5"
+    ]
+
+
+def test_rate_limits_from_a_settings_file_reach_the_run(workspace: Path) -> None:
+    from runtime.cli._options import options_from_settings, run_config
+    from runtime.project import load_settings
+
+    (workspace / ".trio-agents").mkdir()
+    (workspace / ".trio-agents" / "settings.toml").write_text(
+        '[rate_limits.openai]\nrpm = 500\n\n[rate_limits."http://127.0.0.1:9/v1"]\ntpm = 90\n'
+    )
+    settings = load_settings(workspace)
+    assert settings["rate_limits"] == {"openai": {"rpm": 500},
+                                       "http://127.0.0.1:9/v1": {"tpm": 90}}
+    config = run_config(options_from_settings(settings))
+    assert config.rate_limits == settings["rate_limits"]
+
+
+def test_the_trace_page_says_what_a_wait_was() -> None:
+    from runtime.trace._view import describe
+
+    refused = describe({"type": "rate_limited", "wait_s": 1.5, "reason": "refused", "status": 429})
+    assert refused == "waits 1.5s for the rate limit (refused, HTTP 429)"
+    paced = describe({"type": "rate_limited", "wait_s": 0.25, "reason": "requests", "status": None})
+    assert paced == "waits 250ms for the rate limit (requests)"

@@ -1,0 +1,279 @@
+"""Fan-outs against a server that enforces rate limits per key (docs/rate-limits.md).
+
+Real parts throughout: the providers over httpx on loopback, against
+:class:`tests.ratelimit_server.RateLimitedServer`, which refuses what its token buckets cannot
+take as the real APIs do. Wall-clock times are real (the server's buckets run on trio's clock).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import structlog
+import trio
+
+from runtime import AgentFinished, Event, RateLimited, open_runtime
+from tests.ratelimit_server import RateLimitedServer
+
+KEY = "sk-ratelimit-test-key-0123456789"
+
+
+@pytest.fixture
+def logs() -> list[MutableMapping[str, Any]]:
+    """Every structlog entry, at every level (the shared conftest keeps only errors)."""
+    capture = structlog.testing.LogCapture()
+    structlog.configure(
+        processors=[capture], wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG)
+    )
+    return capture.entries
+
+
+@attrs.frozen
+class FanOut:
+    """What one fan-out did: how its agents ended, how long it took, what the server saw."""
+
+    statuses: list[str]
+    wall_s: float
+    stats: dict[str, Any]
+    events: list[Event]
+
+    @property
+    def completed(self) -> int:
+        return self.statuses.count("completed")
+
+
+async def fan_out(
+    server: RateLimitedServer,
+    n: int,
+    workspace: Path,
+    *,
+    rate_limits: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> FanOut:
+    """A root agent that starts *n* sub-agents at once through the real provider."""
+    provider: Any = kwargs.pop("provider", server.mode)
+    var = "OPENAI" if server.mode == "openai" else "ANTHROPIC"
+    env = {f"{var}_BASE_URL": server.url, f"{var}_API_KEY": KEY}
+    events: list[Event] = []
+    server.reset()
+    extra: dict[str, Any] = dict(kwargs)
+    if rate_limits is not None:
+        extra["rate_limits"] = rate_limits
+    t0 = trio.current_time()
+    tap = extra.pop("on_event", None)
+
+    def record(event: Event) -> None:
+        events.append(event)
+        if tap is not None:
+            tap(event)
+
+    async with open_runtime(provider, model="m", env=env, workspace=workspace, trace=False,
+                            on_event=record, **extra) as rt:
+        outcome = await rt.run(f"FANOUT {n}")
+    wall = trio.current_time() - t0
+    statuses = [e.status for e in events if isinstance(e, AgentFinished)]
+    assert outcome.status in statuses
+    return FanOut(statuses, wall, server.stats.as_json(), events)
+
+
+async def test_thirty_parallel_sub_agents_against_ten_requests_a_second_all_complete(
+    workspace: Path,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(RateLimitedServer(rps=10).serve)
+        run = await fan_out(server, 30, workspace)
+        nursery.cancel_scope.cancel()
+    assert run.completed == 31, (run.statuses, run.stats)
+    # The minimum, requests ÷ rate: 32 requests at 10 a second.
+    assert run.wall_s < 1.5 * 3.2, run.wall_s
+
+
+async def serve(server: RateLimitedServer, nursery: trio.Nursery) -> RateLimitedServer:
+    started: RateLimitedServer = await nursery.start(server.serve)
+    return started
+
+
+async def test_with_the_limit_configured_thirty_sub_agents_meet_no_429(workspace: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=10), nursery)
+        run = await fan_out(server, 30, workspace, rate_limits={"openai": {"rpm": 600}})
+        nursery.cancel_scope.cancel()
+    assert run.completed == 31
+    assert run.stats["refused"] == 0, run.stats
+    # The minimum, requests ÷ rate (docs/rate-limits.md): 32 requests at 10 a second.
+    assert run.stats["span_s"] < 1.15 * 3.2, run.stats
+    waits = [e for e in run.events if isinstance(e, RateLimited)]
+    assert waits, "the agents that waited said so"
+    assert {e.reason for e in waits} == {"requests"}
+    assert all(e.agent_id != run.events[0].agent_id for e in waits)
+
+
+async def test_three_hundred_sub_agents_with_and_without_a_configured_limit(
+    workspace: Path,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=100), nursery)
+        learned = await fan_out(server, 300, workspace)
+        configured = await fan_out(server, 300, workspace,
+                                   rate_limits={f"{server.url}": {"rpm": 6000}})
+        nursery.cancel_scope.cancel()
+    for run in (learned, configured):
+        assert run.completed == 301, run.stats
+        # The minimum: 302 requests at 100 a second.
+        assert run.stats["span_s"] < 1.5 * 3.02, run.stats
+    assert configured.stats["refused"] == 0
+    # Unconfigured, the first reply's headers say the limit before the fan-out asks.
+    assert learned.stats["refused"] <= 1, learned.stats
+
+
+@pytest.mark.slow
+async def test_three_hundred_sub_agents_against_ten_requests_a_second(workspace: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=10), nursery)
+        run = await fan_out(server, 300, workspace)
+        nursery.cancel_scope.cancel()
+    assert run.completed == 301
+    assert run.stats["refused"] <= 1
+    assert run.stats["span_s"] < 1.15 * 30.2, run.stats
+
+
+async def test_refusals_pause_every_agent_and_spend_no_try(workspace: Path) -> None:
+    """A server that states no limits (10 a second, 2 at once): the fan-out meets 429s, the
+    agents wait out each pause together, at the pace the refusals' retry-after implies, and
+    all complete, although every agent's retry policy allows only one retry."""
+    from runtime.providers import open_provider
+
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=10, burst=2, rate_headers=False), nursery)
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": KEY}
+        async with open_provider("openai", model="m", env=env, max_retries=1) as provider:
+            run = await fan_out(server, 30, workspace, provider=provider)
+        nursery.cancel_scope.cancel()
+    assert run.completed == 31, run.stats
+    assert run.stats["refused"] >= 1
+    refused = [e for e in run.events if isinstance(e, RateLimited) and e.reason == "refused"]
+    assert len(refused) == run.stats["refused"]
+    assert {e.status for e in refused} == {429}
+    assert not [e for e in run.events if e.type == "provider_retry"]
+
+
+async def test_anthropic_headers_and_529_overloaded(workspace: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=10, mode="anthropic", overloaded=1), nursery)
+        run = await fan_out(server, 30, workspace)
+        nursery.cancel_scope.cancel()
+    assert run.completed == 31, run.stats
+    assert run.stats["overloaded"] == 1
+    assert run.stats["refused"] <= 1, run.stats
+    [first] = [e for e in run.events if isinstance(e, RateLimited) and e.reason == "refused"]
+    assert first.status == 529
+    # The root's first try met the 529; once it passed, the headers set the pace.
+    assert run.stats["span_s"] < 1.5 * 3.2, run.stats
+
+
+async def test_nonsense_headers_are_clamped_and_logged_once(
+    workspace: Path, logs: list[MutableMapping[str, Any]]
+) -> None:
+    """Negative remaining counts, resets in the past and a two-day retry-after: the run still
+    completes (the pause is clamped to a minute, so a short call deadline fails it first)."""
+    from runtime.providers import open_provider
+
+    async with trio.open_nursery() as nursery:
+        server = await serve(
+            RateLimitedServer(rps=5, burst=1, nonsense=True, advertised_rps=50), nursery
+        )
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": KEY}
+        with trio.fail_after(30):
+            async with open_provider("openai", model="m", env=env,
+                                     call_deadline_s=3) as provider:
+                run = await fan_out(server, 3, workspace, provider=provider)
+        nursery.cancel_scope.cancel()
+    nonsense = [e for e in logs if e.get("event") == "ratelimit.header_nonsense"]
+    assert sorted(e["header"] for e in nonsense) == [
+        "retry-after", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"]
+    assert all(KEY not in str(e) for e in logs)
+    # A refused call would wait out the clamped pause (a minute) past its deadline: it fails
+    # at once, and says why.
+    errors = [e.error for e in run.events if isinstance(e, AgentFinished) and e.error]
+    assert errors
+    assert all("rate limited" in (err or "") for err in errors), errors
+    assert any("a pause of" in (err or "") for err in errors), errors
+
+
+async def test_a_cancelled_waiting_subtree_leaves_the_queue_at_once(workspace: Path) -> None:
+    """Ten sub-agents against 2 requests a second: the last waits seconds for its turn; cancelled
+    while it waits, it ends at once, and the others keep their places."""
+    env = {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": KEY}
+    events: list[Event] = []
+    cancelled_at: list[float] = []
+
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=2), nursery)
+        env["OPENAI_BASE_URL"] = server.url
+        long_wait = trio.Event()
+        target: list[RateLimited] = []
+
+        def tap(event: Event) -> None:
+            events.append(event)
+            if isinstance(event, RateLimited) and event.wait_s > 2 and not target:
+                target.append(event)
+                long_wait.set()
+
+        async with open_runtime("openai", model="m", env=env, workspace=workspace, trace=False,
+                                on_event=tap) as rt:
+            handle = await rt.start("FANOUT 10")
+            await long_wait.wait()
+            [waiting] = target
+            assert waiting.parent_tool_use_id is not None
+            cancelled_at.append(trio.current_time())
+            assert await rt.cancel(waiting.parent_tool_use_id, "not needed")
+            outcome = await handle.wait()
+        nursery.cancel_scope.cancel()
+    ends = {e.agent_id: e for e in events if isinstance(e, AgentFinished)}
+    mine = ends[waiting.agent_id]
+    assert mine.status == "cancelled"
+    assert mine.duration_s is not None
+    assert outcome.status == "completed"
+    assert sorted(e.status for e in ends.values()).count("completed") == 10
+    assert server.stats.served == 11, "the cancelled agent's call never went out"
+
+
+async def test_waiting_agents_show_as_waiting_and_trace_stats_adds_up_their_waits(
+    workspace: Path,
+) -> None:
+    from runtime.trace import TraceTree, run_stats
+    from runtime.trace._render import render_tree
+
+    tree = TraceTree()
+    seen_while_waiting: list[str] = []
+
+    def tap(event: Event) -> None:
+        tree.apply(event)
+        if isinstance(event, RateLimited) and event.wait_s > 0.5 and not seen_while_waiting:
+            lines = render_tree(tree, now=event.ts + 0.1, color=False)
+            seen_while_waiting.extend(t.plain for t in lines.renderables)  # type: ignore[attr-defined]
+
+    async with trio.open_nursery() as nursery:
+        server = await serve(RateLimitedServer(rps=10), nursery)
+        run = await fan_out(server, 20, workspace, on_event=tap)
+        nursery.cancel_scope.cancel()
+    assert run.completed == 21
+    waiting = [line for line in seen_while_waiting if "(rate limit: requests)" in line]
+    assert waiting, seen_while_waiting
+    assert all("── ⏸ general" in line for line in waiting), waiting
+    assert any("waiting " in line for line in waiting)
+    assert "waiting on rate limits" in seen_while_waiting[0]
+    # Once every call answered, no node says it is waiting.
+    assert all(a.rate_wait is None for a in tree.agents.values())
+    stats = run_stats(TraceTree.from_events(run.events))["rate_limits"]
+    waits = [e for e in run.events if isinstance(e, RateLimited)]
+    assert stats["agents_waited"] == len({e.agent_id for e in waits})
+    assert stats["wait_s"] == pytest.approx(sum(e.wait_s for e in waits), abs=1e-5)
+    root = stats["by_subtree"][0]
+    assert (root["depth"], root["wait_s"]) == (0, stats["wait_s"])
+    assert stats["refusals"] == 0
