@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import trio
     from rich.console import Console
 
-    from runtime.core import AgentHandle, AgentOutcome, Limits, Runtime
+    from runtime.core import AgentHandle, AgentOutcome, HookTable, Limits, Runtime
     from runtime.project import Project, Settings
     from runtime.trace import TraceTree
     from runtime.wiring import RunConfig
@@ -299,6 +299,8 @@ class RunOptions:
     ``.mcp.json`` servers start only if approved by name (``mcp.project_servers``)."""
     middleware: tuple[object, ...] = ()
     """Layers around the run's tool and model calls (``demo``'s summary; docs/python-api.md)."""
+    hooks: HookTable | None = None
+    """The settings files' hooks (docs/hooks.md), read by ``run`` and ``chat``."""
 
 
 def _make_limits(**values: Any) -> Limits:
@@ -493,6 +495,7 @@ def run_config(opts: RunOptions) -> RunConfig:
         run_id=opts.run_id,
         middleware=opts.middleware,
         otlp=opts.otlp,
+        hooks=opts.hooks,
     )
 
 

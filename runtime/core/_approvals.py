@@ -19,7 +19,7 @@ import itertools
 import json
 from collections.abc import Generator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
@@ -146,8 +146,14 @@ class PermissionBroker:
         parent_tool_use_id: str | None,
         tool_use_id: str,
         summary: str,
+        hook: Literal["allow", "ask"] | None = None,
     ) -> tuple[bool, str]:
         """Decide whether this call may run, asking if the policy says so.
+
+        Args:
+            hook: what a ``PreToolUse`` hook decided (docs/hooks.md#decisions): ``allow``
+                answers a question the policy would ask (a deny rule or mode still denies);
+                ``ask`` asks even where the policy would allow.
 
         Returns:
             ``(granted, reason)``.
@@ -156,7 +162,9 @@ class PermissionBroker:
         as ``permission_resolved(granted=false, reason="cancelled")``.
         """
         decision = self.policy.decide(tool, args)
-        if decision.action == "allow":
+        if decision.action == "ask" and hook == "allow":
+            return True, "allowed by a PreToolUse hook"
+        if decision.action == "allow" and hook != "ask":
             return True, decision.reason
         if decision.action == "deny":
             if decision.reason == "mode deny":

@@ -31,6 +31,7 @@ from ._provider import Provider
 
 if TYPE_CHECKING:
     from ._agent import AgentOutcome, AgentSpec
+    from ._hooks import HookRunner
     from ._loop import TypeSetup
     from ._middleware import MiddlewareChain
     from ._sandbox import Sandbox
@@ -298,6 +299,8 @@ class RunContext:
     type_setups: dict[AgentType, TypeSetup] = attrs.Factory(dict)
     # The user's tool-call layers (their model-call layers wrap the provider itself).
     middleware: MiddlewareChain | None = None
+    # The configured hooks (docs/hooks.md): None when there are none.
+    hooks: HookRunner | None = None
 
 
 def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> bool:
@@ -353,6 +356,7 @@ def new_run_context(
     id_prefix: str = "",
     type_setups: dict[AgentType, TypeSetup] | None = None,
     middleware: MiddlewareChain | None = None,
+    hooks: HookRunner | None = None,
 ) -> RunContext:
     """The one way a run's :class:`RunContext` is built, locally and on a Ray host alike.
 
@@ -370,6 +374,7 @@ def new_run_context(
         id_prefix: what the new agent ids start with (the Ray host's: the call's).
         type_setups: the agent types' setups to share (the Ray host's: the run's).
         middleware: the user's layers around tool calls (docs/python-api.md, "Middleware").
+        hooks: the configured hooks' runner (docs/hooks.md).
     """
     run: RunContext | None = None
 
@@ -406,6 +411,7 @@ def new_run_context(
         placements=placements or {},
         type_setups=type_setups if type_setups is not None else {},
         middleware=middleware or None,
+        hooks=hooks,
     )
     bus.add_core_hook(budget)
     bus.add_core_hook(scheduler.track_announced)

@@ -36,6 +36,8 @@ from runtime.core import (
     AgentTypes,
     ConfigError,
     EventBus,
+    HookRunner,
+    HookTable,
     LazyLogger,
     Limits,
     MiddlewareChain,
@@ -207,6 +209,7 @@ class RunConfig:
     otlp: str | bool | None = None
     pool: PoolLimits | None = None
     http_client: httpx.AsyncClient | None = None
+    hooks: HookTable | Mapping[str, Any] | None = None
 
 
 def open_runtime(
@@ -240,6 +243,7 @@ def open_runtime(
     otlp: str | bool | None = None,
     pool: PoolLimits | None = None,
     http_client: httpx.AsyncClient | None = None,
+    hooks: HookTable | Mapping[str, Any] | None = None,
 ) -> AbstractAsyncContextManager[Runtime]:
     """Open a run: its bus, trace file, provider and root nursery. An async context manager::
 
@@ -298,6 +302,10 @@ def open_runtime(
             for none, or None for what the ``OTEL_EXPORTER_OTLP_*`` variables of *env* say.
             Needs ``trio-agents[otel]`` (:class:`ConfigError` without it for a URL; a warning
             for the variables).
+        hooks: hooks in Claude Code's format (docs/hooks.md): a
+            :class:`~runtime.core.HookTable`, or the ``hooks`` object of a settings file
+            (``{"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", ...}]}]}``).
+            The command line reads them from the settings files.
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -311,7 +319,7 @@ def open_runtime(
         permission_timeout_s=permission_timeout_s, env=env, allow_env=allow_env,
         run_id=run_id, on_event=on_event, ray_address=ray_address, mcp_servers=mcp_servers,
         project=project, trace_dir=trace_dir, sandbox=sandbox, ray=ray, middleware=middleware,
-        otlp=otlp, pool=pool, http_client=http_client,
+        otlp=otlp, pool=pool, http_client=http_client, hooks=hooks,
     )  # fmt: skip
     return open_run(config)  # its context manager itself: no second layer to enter per run
 
@@ -567,10 +575,21 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
                 bus.on_core_failure = core_failed
                 rt = Runtime(run, nursery, plan.trace_path)
                 runtime_box.append(rt)
+                if run.hooks is not None and run.hooks.has("SessionStart"):
+                    started_hooks = await run.hooks.run(
+                        "SessionStart", {"source": "startup", "model": run.settings.model},
+                        agent_id=None, parent_tool_use_id=None, match="startup",
+                    )  # fmt: skip
+                    run.hooks.session_context = started_hooks.context
                 try:
                     yield rt
                     await rt._wait_roots()
                 finally:
+                    if run.hooks is not None and run.hooks.has("SessionEnd"):
+                        # Bounded, also when the run is being cancelled (docs/hooks.md).
+                        with trio.move_on_after(_SESSION_END_S, shield=True):
+                            await run.hooks.run("SessionEnd", {"reason": "other"}, agent_id=None,
+                                                parent_tool_use_id=None, match="other")  # fmt: skip
                     rt._closing = True
                     if nursery.child_tasks:  # else nothing is left to stop (and no checkpoint
                         # follows in this scope): a cancel here would be pure cost
@@ -581,6 +600,10 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
             raise AgentsError(
                 f"the run failed: the runtime's own bookkeeping raised {bus.core_error!r}"
             ) from bus.core_error
+
+
+_SESSION_END_S = 10.0
+"""The most a run's end waits for its ``SessionEnd`` hooks (docs/hooks.md#events)."""
 
 
 def _finish(bus: EventBus, rt: Runtime | None, t0: float) -> None:
@@ -694,6 +717,7 @@ def _open_sinks(
 def _run_context(plan: RunPlan, services: _Services, bus: EventBus) -> RunContext:
     config, limits, prov = plan.config, plan.limits, services.provider
     chain = MiddlewareChain(config.middleware)
+    hooks = _hook_runner(plan, bus)
     return new_run_context(
         run_id=plan.run_id,
         bus=bus,
@@ -712,6 +736,32 @@ def _run_context(plan: RunPlan, services: _Services, bus: EventBus) -> RunContex
         placements=services.placements,
         system_prompt=config.project.system_prompt() if config.project is not None else None,
         middleware=chain if chain.tool_layers else None,
+        hooks=hooks,
+    )
+
+
+def _hook_runner(plan: RunPlan, bus: EventBus) -> HookRunner | None:
+    """The runner of the configured hooks (docs/hooks.md), or None when there are none."""
+    table = plan.config.hooks
+    if table is None or not table:
+        return None
+    if not isinstance(table, HookTable):
+        from runtime.project import hooks_from_mapping
+
+        table = HookTable(hooks_from_mapping(table, source="open_runtime(hooks=...)",
+                                             where="hooks", warn=_LOG.warning))  # fmt: skip
+    from runtime.project import CLAUDE_TOOLS
+
+    return HookRunner(
+        table,
+        bus=bus,
+        workspace=plan.workspace,
+        env=plan.base_env(),
+        session_id=plan.run_id,
+        transcript_path=str(plan.trace_path or ""),
+        permission_mode=plan.config.permission_mode,
+        tool_names=CLAUDE_TOOLS,
+        log=_LOG,
     )
 
 
