@@ -275,12 +275,19 @@ async def test_a_hook_is_killed_at_its_timeout_and_the_call_goes_on(workspace: P
 
 
 def _assert_gone(pid: int) -> None:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return
-    status = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
-    assert status == "Z", f"process {pid} still runs"
+    """*pid* is dead (a signal is delivered when the process next runs: allow it a moment)."""
+    import time
+
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            status = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        if status in "ZX":
+            return
+        assert time.monotonic() < deadline, f"process {pid} still runs ({status})"
+        time.sleep(0.01)
 
 
 async def test_cancelling_the_call_kills_its_hanging_hooks_process_group(workspace: Path) -> None:
@@ -689,3 +696,141 @@ async def test_claude_codes_published_bash_validator_runs_unchanged(workspace: P
     assert first.status == "denied"
     assert "Use 'rg'" in first.output
     assert second.status != "denied"
+
+
+async def test_a_permission_question_runs_the_notification_hooks(workspace: Path) -> None:
+    dump = workspace.parent / "note.json"
+    model = calls_then_echo(ToolCall(name="bash", input={"command": "echo asked"}))
+    events: list[Any] = []
+    async with open_runtime(FunctionProvider(model), workspace=workspace, trace=False,
+                            hooks={"Notification": command(f"cat > {dump}.tmp; mv {dump}.tmp {dump}",
+                                                           "permission_prompt")},
+                            permission_mode="ask", on_event=events.append) as rt:
+        with rt.permission_answerer():
+            handle = await rt.start("go")
+            with trio.fail_after(20):
+                while not dump.exists():  # noqa: ASYNC110
+                    await trio.sleep(0.02)  # the hook, another process, writes it
+            (request,) = rt.pending_permissions()  # type: ignore[attr-defined]
+            assert rt.resolve_permission(request.request_id, True)  # type: ignore[attr-defined]
+            await handle.wait()
+    data = json.loads(dump.read_text())
+    assert data["notification_type"] == "permission_prompt"
+    assert data["message"] == "trio-agents needs your permission to use Bash: bash: echo asked"
+    assert of(events, ToolFinished)[0].status == "ok"
+    (hook,) = of(events, HookFinished)
+    assert (hook.hook_event, hook.tool_use_id) == ("Notification", "tu-1.1")
+
+
+async def test_compaction_runs_the_pre_compact_hooks(workspace: Path) -> None:
+    from runtime.core import Message, TextBlock
+
+    dump = workspace.parent / "compact.json"
+    history = [Message(role="user" if i % 2 == 0 else "assistant",
+                       content=(TextBlock(text=f"turn {i} " + "words " * 50),))
+               for i in range(12)]
+    async with open_runtime(FunctionProvider(lambda request: "the summary"), workspace=workspace,
+                            trace=False, hooks={"PreCompact": command(f"cat > {dump}", "manual")}
+                            ) as rt:
+        outcome = await rt.compact(history, instructions="keep the API names")
+    assert outcome.status == "completed"
+    data = json.loads(dump.read_text())
+    assert (data["trigger"], data["custom_instructions"]) == ("manual", "keep the API names")
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def cli(args: list[str], cwd: Path) -> Any:
+    import subprocess
+
+    return subprocess.run([PY, "-m", "runtime", *args], cwd=cwd, text=True, capture_output=True,
+                          stdin=subprocess.DEVNULL, check=False, timeout=90)
+
+
+def _scenario(ws: Path) -> Path:
+    return _write(ws.parent / "scenario.json", {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "bash", "input": {"command": "rm -rf build"}}]},
+        {"text": "done"}]}}})
+
+
+def test_a_run_applies_a_trusted_workspaces_claude_settings_hooks(workspace: Path,
+                                                                  trust: Any) -> None:
+    _write(workspace / ".claude" / "settings.json", {"hooks": {"PreToolUse": command(
+        f"{PY} {HOOKS / 'validate_bash.py'}", "Bash")}})
+    trust(workspace)
+    trace = workspace.parent / "t.jsonl"
+    proc = cli(["run", "go", "--scenario", str(_scenario(workspace)), "--permission-mode",
+                "allow-all", "--trace", str(trace)], workspace)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    finished = next(e for e in lines if e["type"] == "tool_finished")
+    assert finished["status"] == "denied"
+    assert "Refusing rm -rf" in finished["output"]
+    hook = next(e for e in lines if e["type"] == "hook_finished")
+    assert (hook["exit_code"], hook["decision"], hook["tool_use_id"]) == (2, "block", "tu-1.1")
+    show = cli(["trace", "show", str(trace)], workspace)
+    assert "⚑ PreToolUse block" in show.stdout, show.stdout
+    stats = cli(["trace", "stats", str(trace), "--json"], workspace)
+    assert json.loads(stats.stdout)["runs"][0]["hooks"] == {"runs": 1, "blocked": 1, "failed": 0,
+                                                 "duration_s": hook["duration_s"]}
+
+
+def test_an_untrusted_workspaces_hooks_do_not_run_and_the_run_says_so(workspace: Path) -> None:
+    marker = workspace.parent / "ran"
+    _write(workspace / ".claude" / "settings.json", {"hooks": {"PreToolUse": command(
+        f"touch {marker}")}})
+    proc = cli(["run", "go", "--scenario", str(_scenario(workspace)), "--permission-mode",
+                "allow-all", "--trace", str(workspace.parent / "t.jsonl")], workspace)
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists()
+    assert "ignored what the untrusted workspace's files ask to loosen: hooks" in proc.stderr
+
+
+def test_the_hooks_command_lists_hooks_and_their_sources(workspace: Path,
+                                                         user_config_home: Path) -> None:
+    user = _write(user_config_home / "claude" / "settings.json",
+                  {"hooks": {"Stop": command("./mine.sh", timeout=5)}})
+    ws_file = _write(workspace / ".claude" / "settings.json",
+                     {"hooks": {"PreToolUse": command("./theirs.sh", "Bash")}})
+    proc = cli(["hooks", "--json"], workspace)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "hooks": [{"event": "Stop", "matcher": "", "type": "command", "command": "./mine.sh",
+                   "timeout_s": 5.0, "source": f"user {user}: hooks.Stop[0].hooks[0]"}],
+        "ignored": [{"file": str(ws_file), "hooks": "PreToolUse: ./theirs.sh"}]}
+    text = cli(["hooks"], workspace).stdout
+    assert text.splitlines() == [
+        f"Stop             *              command ./mine.sh  (5 s)  user {user}: "
+        "hooks.Stop[0].hooks[0]",
+        f"ignored (untrusted workspace): {ws_file}: PreToolUse: ./theirs.sh"]
+
+
+def test_a_malformed_hooks_entry_is_one_error_line_and_exit_2(workspace: Path) -> None:
+    file = _write(workspace / ".claude" / "settings.json",
+                  {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": ""}]}]}})
+    for args in (["hooks"], ["run", "go", "--scenario", str(_scenario(workspace))]):
+        proc = cli(args, workspace)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines()[-1] == (
+            f"trio-agents: error: {file}: hooks.Stop[0].hooks[0].command: expected a non-empty "
+            "string; got \"\"")
+
+
+async def test_the_tree_shows_a_deciding_hook_under_its_call_and_counts_every_run(
+    workspace: Path,
+) -> None:
+    from runtime.trace import TraceTree, run_stats, tree_lines
+
+    model = calls_then_echo(ToolCall(name="bash", input={"command": "rm -rf x"}),
+                            ToolCall(name="bash", input={"command": "echo fine"}))
+    hooks = {"PreToolUse": command(f"{PY} {HOOKS / 'validate_bash.py'}", "Bash"),
+             "Stop": command("exit 1")}
+    _, events = await run(workspace, model, hooks)
+    tree = TraceTree.from_events(events)
+    lines = [line for line in tree_lines(tree) if "bash:" in line]
+    assert "⚑ PreToolUse block" in lines[0]
+    assert "⚑" not in lines[1]  # a hook that decided nothing is not drawn
+    assert [h.decision for h in tree.tools["tu-1.1"].hooks] == ["block"]
+    stats = run_stats(tree)["hooks"]
+    assert (stats["runs"], stats["blocked"], stats["failed"]) == (3, 1, 1)

@@ -244,6 +244,18 @@ class HookRunner:
         names = self.aliases.get(tool)
         return names[0] if names else tool
 
+    async def permission_asked(self, asked: Any) -> None:
+        """The ``Notification`` hooks of a permission question (an ``Asked``: tool, summary,
+        agent and call), as Claude Code runs them when it shows its permission prompt."""
+        name = self.claude_name(asked.tool)
+        await self.run(
+            "Notification",
+            {"message": f"trio-agents needs your permission to use {name}: {asked.summary}",
+             "notification_type": "permission_prompt"},
+            agent_id=asked.agent_id, parent_tool_use_id=asked.parent_tool_use_id,
+            match="permission_prompt", tool_use_id=asked.tool_use_id,
+        )  # fmt: skip
+
     async def run(
         self,
         event: str,

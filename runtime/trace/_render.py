@@ -330,6 +330,11 @@ class _Painter:
         label.essential = len(label)  # up to the duration; what follows may be cut at the end
         if node.permission_wait_s:
             label.append(f" (waited {fmt_duration(node.permission_wait_s)})", self.style("dim"))
+        for hook in node.hooks:  # those that decided something or failed (docs/hooks.md)
+            if hook.decision is not None:
+                bad = hook.decision in ("block", "deny", "error", "stop")
+                label.append(f"  ⚑ {hook.hook_event} {hook.decision}",
+                             self.style("yellow" if bad else "dim"))  # fmt: skip
         if node.status in ("error", "denied") and node.output:
             label.append(f"  {first_line(node.output)}", self.style("red"))
         self._cancel(label, node.cancel)

@@ -202,4 +202,10 @@ def run_stats(tree: TraceTree) -> dict[str, Any]:
             "share_of_wall": round(wait_wall / wall, 4) if wall else 0.0,
         },
         "compactions": compactions,
+        "hooks": {
+            "runs": tree.hook_totals.runs,
+            "blocked": tree.hook_totals.blocked,
+            "failed": tree.hook_totals.failed,
+            "duration_s": tree.hook_totals.duration_s,
+        },
     }

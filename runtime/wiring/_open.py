@@ -718,6 +718,9 @@ def _run_context(plan: RunPlan, services: _Services, bus: EventBus) -> RunContex
     config, limits, prov = plan.config, plan.limits, services.provider
     chain = MiddlewareChain(config.middleware)
     hooks = _hook_runner(plan, bus)
+    broker = PermissionBroker(bus, plan.policy, timeout_s=config.permission_timeout_s)
+    if hooks is not None and hooks.has("Notification"):
+        broker.notify = hooks.permission_asked
     return new_run_context(
         run_id=plan.run_id,
         bus=bus,
@@ -730,7 +733,7 @@ def _run_context(plan: RunPlan, services: _Services, bus: EventBus) -> RunContex
         workspace=plan.workspace,
         env=plan.env,
         secrets=services.secrets,
-        broker=PermissionBroker(bus, plan.policy, timeout_s=config.permission_timeout_s),
+        broker=broker,
         log=LazyLogger(_LOG, run_id=plan.run_id),
         sandbox=plan.sandbox,
         placements=services.placements,
