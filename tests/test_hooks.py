@@ -834,3 +834,14 @@ async def test_the_tree_shows_a_deciding_hook_under_its_call_and_counts_every_ru
     assert [h.decision for h in tree.tools["tu-1.1"].hooks] == ["block"]
     stats = run_stats(tree)["hooks"]
     assert (stats["runs"], stats["blocked"], stats["failed"]) == (3, 1, 1)
+
+
+async def test_continue_false_before_a_call_stops_the_agent_and_the_call_does_not_run(
+    workspace: Path,
+) -> None:
+    line = "cat >/dev/null; echo '{\"continue\": false, \"stopReason\": \"frozen\"}'"
+    model = calls_then_echo(ToolCall(name="write", input={"path": "x.txt", "content": "x"}))
+    outcome, events = await run(workspace, model, {"PreToolUse": command(line)})
+    assert not (workspace / "x.txt").exists()
+    assert of(events, ToolFinished)[0].status == "denied"
+    assert outcome.error == "stopped by a hook: frozen"

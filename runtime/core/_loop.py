@@ -417,7 +417,7 @@ async def _start_hooks(
     ``SubagentStart``: what they add joins the prompt; a refused prompt is the error."""
     context: list[str] = []
     event = "UserPromptSubmit" if spec.depth == 0 else "SubagentStart"
-    if spec.depth == 0:
+    if spec.depth == 0 and not spec.history:  # a conversation's start (chat: its first turn)
         context.extend(hooks.session_context)
     if hooks.has(event):
         fields: dict[str, Any] = (
@@ -1019,6 +1019,9 @@ async def _pre_tool_use(
         "PreToolUse", _hook_fields(record, tool, call.input, hooks), agent_id=spec.agent_id,
         parent_tool_use_id=spec.parent_tool_use_id, match=tool.name, tool_use_id=call.id,
     )  # fmt: skip
+    if verdict.stop:  # Claude Code stops before the call: it does not run either
+        hooks.stops.setdefault(spec.agent_id, verdict.stop_reason)
+        return f"stopped by a PreToolUse hook: {verdict.stop_reason}"
     if verdict.blocked:
         return f"blocked by a PreToolUse hook: {verdict.reason}"
     args = call.input
@@ -1029,8 +1032,6 @@ async def _pre_tool_use(
         except ToolInputError as exc:
             return f"a PreToolUse hook's updatedInput is invalid for {tool.name}: {exc}"
         record.changed_input = args
-    if verdict.stop:
-        hooks.stops.setdefault(spec.agent_id, verdict.stop_reason)
     permission = verdict.permission
     return args, permission if permission != "deny" else None
 
