@@ -14,8 +14,9 @@ Where the layers sit, one list for a tool call (docs/hooks.md#where-hooks-sit): 
 checked against its schema; the configured ``PreToolUse`` hooks judge it (the outermost layer,
 the runtime's own: :class:`~runtime.core.HookRunner`); the permission broker allows it; then
 these layers, outermost first; what the last layer's ``proceed`` runs is the tool itself; the
-``PostToolUse`` hooks see its result on the way out. A model call's request is what the agent would send; the provider's
-retries (``provider_retry``) happen inside the innermost ``proceed``.
+``PostToolUse`` hooks see its result on the way out. A model call's request is what the agent
+would send; the provider's retries (``provider_retry``) happen inside the innermost
+``proceed``.
 """
 
 from __future__ import annotations
