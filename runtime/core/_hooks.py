@@ -231,6 +231,7 @@ class HookRunner:
         self.log = log
         self.session_context: tuple[str, ...] = ()
         """What ``SessionStart`` hooks added, given to each root agent with its prompt."""
+        self.shell = shutil.which("bash") or "/bin/sh"
         self.stops: dict[str, str] = {}
         """Agents a hook's ``continue: false`` stopped, and why: each ends after its turn."""
         self._events = table.events()
@@ -350,7 +351,7 @@ class HookRunner:
     async def _spawn(self, hook: Hook, body: bytes) -> _Ran:
         """Run a command hook in a process group of its own, killed whole at its timeout or
         on a cancel (docs/hooks.md#command-hooks)."""
-        argv = [shutil.which("bash") or "/bin/sh", "-c", hook.target]
+        argv = [self.shell, "-c", hook.target]
         try:
             proc = await trio.lowlevel.open_process(
                 argv,
