@@ -26,6 +26,7 @@ from runtime import (
 )
 from runtime.core._hooks import MAX_STOP_CONTINUES as CAP
 from runtime.project import ProjectFileError, load_hooks, load_settings
+from tests.invariants import check_invariants
 
 HOOKS = Path(__file__).resolve().parent / "hooks"
 PY = sys.executable
@@ -56,6 +57,7 @@ async def run(ws: Path, model: Any, hooks: dict[str, Any], prompt: str = "go",
     async with open_runtime(FunctionProvider(model), workspace=ws, trace=False, hooks=hooks,
                             on_event=events.append, **kwargs) as rt:
         outcome = await rt.run(prompt)
+    check_invariants(events)
     return outcome, events
 
 
