@@ -847,3 +847,23 @@ async def test_continue_false_before_a_call_stops_the_agent_and_the_call_does_no
     assert not (workspace / "x.txt").exists()
     assert of(events, ToolFinished)[0].status == "denied"
     assert outcome.error == "stopped by a hook: frozen"
+
+
+async def test_cancelling_an_agent_kills_its_hanging_stop_hook(workspace: Path) -> None:
+    pidfile = workspace.parent / "pid"
+    line = f"cat >/dev/null; sleep 300 & echo $! > {pidfile}; wait"
+    events: list[Any] = []
+    async with open_runtime(FunctionProvider(lambda request: "finished"), workspace=workspace,
+                            trace=False, hooks={"Stop": command(line)},
+                            on_event=events.append) as rt:
+        handle = await rt.start("go")
+        with trio.fail_after(20):
+            while not pidfile.exists() or not pidfile.read_text().strip():  # noqa: ASYNC110
+                await trio.sleep(0.02)  # another process writes it: nothing to wait on but a poll
+            assert await rt.cancel(handle.agent_id, "enough")
+            outcome = await handle.wait()
+    _assert_gone(int(pidfile.read_text()))  # noqa: ASYNC240
+    assert outcome.status == "cancelled"
+    (hook,) = of(events, HookFinished)
+    assert (hook.hook_event, hook.exit_code) == ("Stop", None)
+    check_invariants(events)
