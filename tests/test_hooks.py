@@ -862,8 +862,20 @@ async def test_cancelling_an_agent_kills_its_hanging_stop_hook(workspace: Path) 
                 await trio.sleep(0.02)  # another process writes it: nothing to wait on but a poll
             assert await rt.cancel(handle.agent_id, "enough")
             outcome = await handle.wait()
-    _assert_gone(int(pidfile.read_text()))  # noqa: ASYNC240
+    _assert_gone(int(pidfile.read_text()))
     assert outcome.status == "cancelled"
     (hook,) = of(events, HookFinished)
     assert (hook.hook_event, hook.exit_code) == ("Stop", None)
     check_invariants(events)
+
+
+async def test_open_runtime_refuses_a_malformed_hooks_object_before_it_opens(
+    workspace: Path,
+) -> None:
+    from runtime import ConfigError
+
+    with pytest.raises(ConfigError, match=r"hooks\.Stop\[0\]\.hooks\[0\]\.timeout"):
+        async with open_runtime(FunctionProvider(lambda request: "x"), workspace=workspace,
+                                trace=False,
+                                hooks={"Stop": command("./x", timeout=-1)}):
+            pass

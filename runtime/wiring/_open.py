@@ -355,6 +355,8 @@ class RunPlan:
     trace_path: Path | None
     policy: PermissionPolicy
     sandbox: Sandbox | None
+    hooks: HookTable = attrs.Factory(HookTable)
+    """The configured hooks, checked (docs/hooks.md)."""
 
 
 def plan_run(config: RunConfig) -> RunPlan:
@@ -411,7 +413,19 @@ def plan_run(config: RunConfig) -> RunPlan:
         trace_path=trace_path,
         policy=_policy(config, ws, trace_path),
         sandbox=_sandbox(config, ws, trace_path),
+        hooks=_hooks(config.hooks),
     )
+
+
+def _hooks(given: HookTable | Mapping[str, Any] | None) -> HookTable:
+    """``open_runtime(hooks=...)`` as a table: a settings file's ``hooks`` object is checked
+    here, before anything opens (a malformed one: ``ConfigError`` naming its JSON path)."""
+    if given is None or isinstance(given, HookTable):
+        return given or HookTable()
+    from runtime.project import hooks_from_mapping
+
+    return HookTable(hooks_from_mapping(given, source="open_runtime(hooks=...)", where="hooks",
+                                        warn=_LOG.warning))  # fmt: skip
 
 
 def _scenario(
@@ -745,14 +759,9 @@ def _run_context(plan: RunPlan, services: _Services, bus: EventBus) -> RunContex
 
 def _hook_runner(plan: RunPlan, bus: EventBus) -> HookRunner | None:
     """The runner of the configured hooks (docs/hooks.md), or None when there are none."""
-    table = plan.config.hooks
-    if table is None or not table:
+    table = plan.hooks
+    if not table:
         return None
-    if not isinstance(table, HookTable):
-        from runtime.project import hooks_from_mapping
-
-        table = HookTable(hooks_from_mapping(table, source="open_runtime(hooks=...)",
-                                             where="hooks", warn=_LOG.warning))  # fmt: skip
     from runtime.project import CLAUDE_TOOLS
 
     return HookRunner(
