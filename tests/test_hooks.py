@@ -883,3 +883,20 @@ async def test_open_runtime_refuses_a_malformed_hooks_object_before_it_opens(
                                 trace=False,
                                 hooks={"Stop": command("./x", timeout=-1)}):
             pass
+
+
+async def test_task_matches_the_agent_tool_with_claude_codes_field_names(workspace: Path) -> None:
+    dump = workspace.parent / "task.json"
+
+    def model(request: ModelRequest) -> Any:
+        if request.agent_type == "main" and len(request.messages) == 1:
+            return [ToolCall(name="agent", input={"description": "d", "prompt": "look",
+                                                  "agent": "general"})]
+        return "done"
+
+    _, events = await run(workspace, model, {"PreToolUse": command(f"cat > {dump}", "Task")})
+    data = json.loads(dump.read_text())
+    assert data["tool_name"] == "Task"
+    assert data["tool_input"] == {"description": "d", "prompt": "look",
+                                  "subagent_type": "general"}
+    assert [h.tool_use_id for h in of(events, HookFinished)] == ["tu-1.1"]
