@@ -60,8 +60,8 @@ HOOK_EVENTS: Final = (
 
 DEFAULT_TIMEOUT_S: Final = 60.0
 MAX_STOP_CONTINUES: Final = 5
-"""How often ``Stop`` (or ``SubagentStop``) hooks may send one agent on in a row before it ends
-anyway: a hook that always blocks cannot loop a run forever (docs/hooks.md#stop)."""
+"""How often ``Stop`` (or ``SubagentStop``) hooks may send one agent on, in its life, before it
+ends anyway: a hook that always blocks cannot loop a run forever (docs/hooks.md#stop)."""
 MAX_OUTPUT_BYTES: Final = 256 * 1024
 """What is kept of a hook's stdout and of its stderr; the rest is read and dropped."""
 MAX_CONTEXT_CHARS: Final = 10_000

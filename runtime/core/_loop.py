@@ -446,7 +446,7 @@ async def _stop_hooks(
 ) -> bool:
     """An agent about to end: its ``Stop`` (a sub-agent's ``SubagentStop``) hooks. Whether one
     blocked, so it goes on with their reason as a user message; after
-    :data:`MAX_STOP_CONTINUES` blocks in a row it ends anyway (docs/hooks.md#stop)."""
+    :data:`MAX_STOP_CONTINUES` blocks it ends anyway (docs/hooks.md#stop)."""
     event = "Stop" if spec.depth == 0 else "SubagentStop"
     if not hooks.has(event):
         return False
