@@ -900,3 +900,23 @@ async def test_task_matches_the_agent_tool_with_claude_codes_field_names(workspa
     assert data["tool_input"] == {"description": "d", "prompt": "look",
                                   "subagent_type": "general"}
     assert [h.tool_use_id for h in of(events, HookFinished)] == ["tu-1.1"]
+
+
+@pytest.mark.skipif(not CLAUDE_CODE, reason="set TRIO_AGENTS_CLAUDE_CODE to a claude-code checkout")
+async def test_claude_codes_plugin_example_validators_run_unchanged(workspace: Path) -> None:
+    examples = (Path(CLAUDE_CODE or "") / "plugins" / "plugin-dev" / "skills" / "hook-development"
+                / "examples")
+    hooks = {"PreToolUse": [
+        {"matcher": "Bash", "hooks": [{"type": "command",
+                                       "command": f"bash {examples / 'validate-bash.sh'}"}]},
+        {"matcher": "Write|Edit", "hooks": [{"type": "command",
+                                             "command": f"bash {examples / 'validate-write.sh'}"}]}]}
+    model = calls_then_echo(ToolCall(name="bash", input={"command": "rm -rf build"}),
+                            ToolCall(name="write", input={"path": "ok.txt", "content": "x"}),
+                            ToolCall(name="write", input={"path": "app.env", "content": "x"}))
+    _, events = await run(workspace, model, hooks)
+    bash, ok, sensitive = of(events, ToolFinished)
+    assert bash.status == "denied"
+    assert "Dangerous command detected: rm -rf" in bash.output
+    assert ok.status == "ok"
+    assert sensitive.status == "denied"  # its exit 2 blocks, whatever its stderr's JSON says
