@@ -17,6 +17,7 @@ run.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -62,8 +63,6 @@ class HookConfig:
 
 def hook_sources(workspace: Path, env: Mapping[str, str] | None = None) -> list[tuple[str, Path]]:
     """``(scope, file)`` for every file hooks are read from, in order (``user``/``workspace``)."""
-    import os
-
     env = os.environ if env is None else env
     claude = env.get("CLAUDE_CONFIG_DIR", "")  # Claude Code's own override of ~/.claude
     home = Path(env.get("HOME") or Path.home())
@@ -86,8 +85,6 @@ def load_hooks(
         ProjectFileError: a file that is not JSON (TOML), or a malformed ``hooks`` entry: one
             line naming the file and the JSON path.
     """
-    import os
-
     env = os.environ if env is None else env
     hooks: list[Hook] = []
     ignored: list[tuple[str, Any, str]] = []
