@@ -777,6 +777,8 @@ def test_a_run_applies_a_trusted_workspaces_claude_settings_hooks(workspace: Pat
     assert (hook["exit_code"], hook["decision"], hook["tool_use_id"]) == (2, "block", "tu-1.1")
     show = cli(["trace", "show", str(trace)], workspace)
     assert "⚑ PreToolUse block" in show.stdout, show.stdout
+    tail = cli(["trace", "tail", str(trace)], workspace)
+    assert "⚑ main agent-1: PreToolUse hook block on tu-1.1" in tail.stdout, tail.stdout
     stats = cli(["trace", "stats", str(trace), "--json"], workspace)
     assert json.loads(stats.stdout)["runs"][0]["hooks"] == {"runs": 1, "blocked": 1, "failed": 0,
                                                  "duration_s": hook["duration_s"]}

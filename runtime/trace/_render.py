@@ -764,6 +764,11 @@ def event_line(tree: TraceTree, fields: Mapping[str, Any]) -> str | None:
         what = f"↻ {who}: model call failed, retrying in {wait}: {reason}"
     elif kind == "context_compacted":
         what = f"{COMPACTED_MARK} {who}: {compaction_line(fields)}"
+    elif kind == "hook_finished" and fields.get("decision") is not None:  # docs/hooks.md
+        target = first_line(str(fields.get("command") or fields.get("url") or ""), 60)
+        call = f" on {tool.id}" if tool is not None else ""
+        what = f"⚑ {who or 'run'}: {fields.get('hook_event')} hook {fields.get('decision')}{call}"
+        what += f" ({target}, exit {fields.get('exit_code')})"
     elif kind == "cancel_requested":
         what = (
             f"⊘ cancel {fields.get('target')} requested by {fields.get('by')}: "
