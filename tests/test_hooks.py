@@ -922,3 +922,30 @@ async def test_claude_codes_plugin_example_validators_run_unchanged(workspace: P
     assert "Dangerous command detected: rm -rf" in bash.output
     assert ok.status == "ok"
     assert sensitive.status == "denied"  # its exit 2 blocks, whatever its stderr's JSON says
+
+
+def test_a_hook_outlives_no_kill_9_of_the_runtime(workspace: Path, trust: Any) -> None:
+    import signal
+    import subprocess
+    import time
+
+    pidfile = workspace.parent / "pid"
+    _write(workspace / ".claude" / "settings.json", {"hooks": {"PreToolUse": command(
+        f"cat >/dev/null; sleep 300 & echo $! > {pidfile}; wait", timeout=600)}})
+    trust(workspace)
+    proc = subprocess.Popen([PY, "-m", "runtime", "run", "go", "--scenario",
+                             str(_scenario(workspace)), "--permission-mode", "allow-all",
+                             "--no-trace"], cwd=workspace, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text().strip()):
+            assert time.monotonic() < deadline, "the hook never started"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        _assert_gone(int(pidfile.read_text()))  # the warden: SIGTERM at once, SIGKILL after 2 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

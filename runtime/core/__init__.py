@@ -94,10 +94,10 @@ if TYPE_CHECKING:
     from ._globs import Glob as Glob
     from ._globs import compile_glob as compile_glob
     from ._globs import escape_glob as escape_glob
-    from ._hooks import HOOK_EVENTS as HOOK_EVENTS
-    from ._hooks import Hook as Hook
+    from ._hook_table import HOOK_EVENTS as HOOK_EVENTS
+    from ._hook_table import Hook as Hook
+    from ._hook_table import HookTable as HookTable
     from ._hooks import HookRunner as HookRunner
-    from ._hooks import HookTable as HookTable
     from ._lazylog import LazyLogger as LazyLogger
     from ._limits import Limits as Limits
     from ._loop import TypeSetup as TypeSetup
@@ -216,10 +216,10 @@ _LAZY: dict[str, str] = {
     "RedactingLogFilter": "._secrets",
     "ReplayDiverged": "._events",
     "HookFinished": "._events",
-    "HOOK_EVENTS": "._hooks",
-    "Hook": "._hooks",
+    "HOOK_EVENTS": "._hook_table",
+    "Hook": "._hook_table",
     "HookRunner": "._hooks",
-    "HookTable": "._hooks",
+    "HookTable": "._hook_table",
     "RetryNotice": "._provider",
     "RunContext": "._context",
     "RunFinished": "._events",

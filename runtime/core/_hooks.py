@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -31,34 +30,17 @@ import orjson
 import trio
 
 from ._events import HookFinished
+from ._hook_table import Hook, HookTable
 
 __all__ = [
-    "HOOK_EVENTS",
     "MAX_STOP_CONTINUES",
-    "Hook",
     "HookRunner",
-    "HookTable",
     "HookVerdict",
     "claude_tool_input",
     "our_tool_input",
     "tool_response",
 ]
 
-HOOK_EVENTS: Final = (
-    "PreToolUse",
-    "PostToolUse",
-    "UserPromptSubmit",
-    "Stop",
-    "SubagentStart",
-    "SubagentStop",
-    "PreCompact",
-    "SessionStart",
-    "SessionEnd",
-    "Notification",
-)
-"""The events a hook may be configured on (docs/hooks.md#events)."""
-
-DEFAULT_TIMEOUT_S: Final = 60.0
 MAX_STOP_CONTINUES: Final = 5
 """How often ``Stop`` (or ``SubagentStop``) hooks may send one agent on, in its life, before it
 ends anyway: a hook that always blocks cannot loop a run forever (docs/hooks.md#stop)."""
@@ -69,78 +51,6 @@ MAX_CONTEXT_CHARS: Final = 10_000
 _KILL_GRACE_S: Final = 1.0
 _REAP_S: Final = 2.0
 _CHUNK: Final = 65536
-# A matcher of names and ``|`` only is a list of exact names, as Claude Code reads it; anything
-# else is a regular expression searched in the tool's name.
-_PLAIN = re.compile(r"[A-Za-z0-9_|]*")
-
-HookKind = Literal["command", "http"]
-
-
-@attrs.frozen(kw_only=True)
-class Hook:
-    """One configured hook.
-
-    Attributes:
-        event: one of :data:`HOOK_EVENTS`.
-        matcher: Claude Code's matcher (``""`` and ``*`` match everything).
-        kind: ``command`` or ``http``.
-        target: the command line (``command``) or the URL (``http``).
-        headers: an HTTP hook's headers, ``${VAR}`` already filled in.
-        timeout_s: how long it may run before it is killed (default 60 s).
-        source: the settings file and the JSON path it came from.
-    """
-
-    event: str
-    matcher: str = ""
-    kind: HookKind = "command"
-    target: str
-    headers: tuple[tuple[str, str], ...] = ()
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    source: str = ""
-    _pattern: re.Pattern[str] | None = attrs.field(default=None, alias="pattern", eq=False)
-
-    @classmethod
-    def new(cls, **kwargs: Any) -> Hook:
-        """A hook with its matcher compiled.
-
-        Raises:
-            re.error: the matcher is neither a list of names nor a valid regular expression.
-        """
-        matcher = kwargs.get("matcher", "")
-        pattern = None if matcher in ("", "*") or _PLAIN.fullmatch(matcher) else re.compile(matcher)
-        return cls(pattern=pattern, **kwargs)
-
-    def matches(self, value: str | None) -> bool:
-        """Whether this hook runs for *value* (a tool's Claude Code name, a sub-agent's type,
-        a trigger); events without a value run every hook."""
-        m = self.matcher
-        if value is None or m in ("", "*"):
-            return True
-        if self._pattern is None:
-            return value in m.split("|")
-        return self._pattern.search(value) is not None
-
-
-@attrs.frozen
-class HookTable:
-    """The hooks of a run, in the order of their files (user, workspace, local, runtime's)."""
-
-    hooks: tuple[Hook, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.hooks)
-
-    def events(self) -> frozenset[str]:
-        return frozenset(h.event for h in self.hooks)
-
-    def matching(self, event: str, values: Sequence[str | None] = (None,)) -> list[Hook]:
-        """The hooks of *event* that match any of *values*, identical ones once (Claude Code
-        runs an identical command once, whichever file and matcher named it)."""
-        out: dict[tuple[str, str], Hook] = {}
-        for hook in self.hooks:
-            if hook.event == event and any(hook.matches(v) for v in values):
-                out.setdefault((hook.kind, hook.target), hook)
-        return list(out.values())
 
 
 @attrs.frozen(kw_only=True)
@@ -203,6 +113,8 @@ class HookRunner:
         tool_names: Claude Code's tool names and ours (``Bash`` → ``bash``); a tool of ours
             not in it keeps its name (``mcp__server__tool``, the user's own).
         log: where a hook's non-blocking error and ``systemMessage`` are said (``-v``).
+        guard: the process's warden (``tools.warden()``): told each hook's process group while
+            it runs, so that if this process dies (kill -9) the warden ends it; ``None``: none.
     """
 
     def __init__(
@@ -217,6 +129,7 @@ class HookRunner:
         permission_mode: str = "default",
         tool_names: Mapping[str, str] | None = None,
         log: Any = None,
+        guard: Any = None,
     ) -> None:
         self.table = table
         self.bus = bus
@@ -232,6 +145,7 @@ class HookRunner:
         self.session_context: tuple[str, ...] = ()
         """What ``SessionStart`` hooks added, given to each root agent with its prompt."""
         self.shell = shutil.which("bash") or "/bin/sh"
+        self.guard = guard
         self.stops: dict[str, str] = {}
         """Agents a hook's ``continue: false`` stopped, and why: each ends after its turn."""
         self._events = table.events()
@@ -352,6 +266,9 @@ class HookRunner:
         """Run a command hook in a process group of its own, killed whole at its timeout or
         on a cancel (docs/hooks.md#command-hooks)."""
         argv = [self.shell, "-c", hook.target]
+        guard = self.guard
+        if guard is not None and not guard.started:  # once per process (a blocking start)
+            await trio.to_thread.run_sync(guard.start)
         try:
             proc = await trio.lowlevel.open_process(
                 argv,
@@ -364,6 +281,8 @@ class HookRunner:
             )
         except OSError as exc:
             return _Ran(exit_code=None, stdout="", stderr="", error=f"cannot start: {exc}")
+        if guard is not None:
+            guard.guard(proc.pid)  # its own session: the group's id is its pid
         out, err = _Capped(), _Capped()
         finished = False
         try:
@@ -384,6 +303,8 @@ class HookRunner:
                     with trio.move_on_after(_KILL_GRACE_S):
                         await _exited(proc)
                 _killpg(proc.pid, signal.SIGKILL if not finished else 0)
+                if guard is not None:
+                    guard.release(proc.pid)  # before the reap: the number is still its group's
                 with trio.move_on_after(_REAP_S):
                     await proc.wait()
             for stream in (proc.stdin, proc.stdout, proc.stderr):

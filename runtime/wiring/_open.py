@@ -762,6 +762,7 @@ def _hook_runner(plan: RunPlan, bus: EventBus) -> HookRunner | None:
     table = plan.hooks
     if not table:
         return None
+    from runtime._tools import package
     from runtime.project import CLAUDE_TOOLS
 
     return HookRunner(
@@ -774,6 +775,7 @@ def _hook_runner(plan: RunPlan, bus: EventBus) -> HookRunner | None:
         permission_mode=plan.config.permission_mode,
         tool_names=CLAUDE_TOOLS,
         log=_LOG,
+        guard=package().warden(),  # a hook outlives no kill -9 of this process
     )
 
 
