@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from runtime.core._events import CancelRequested as CancelRequested
     from runtime.core._events import ContextCompacted as ContextCompacted
     from runtime.core._events import Event as Event
+    from runtime.core._events import HookFinished as HookFinished
     from runtime.core._events import PermissionRequested as PermissionRequested
     from runtime.core._events import PermissionResolved as PermissionResolved
     from runtime.core._events import ProviderRetry as ProviderRetry
@@ -159,6 +160,7 @@ _LAZY: dict[str, str] = {
     "RateLimited": "runtime.core._events",
     "RayOptions": "runtime.cluster._placement",
     "ReplayDiverged": "runtime.core._events",
+    "HookFinished": "runtime.core._events",
     "RetryNotice": "runtime.core._provider",
     "RetryPolicy": "runtime.providers",
     "Rule": "runtime.core._permissions",

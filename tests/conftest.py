@@ -39,6 +39,8 @@ def user_config_home(
     # test (or a command it starts) sees.
     config = tmp_path_factory.mktemp("config")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    # Claude Code's user folder (~/.claude: its settings' hooks run) likewise.
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(config / "claude"))
     return config
 
 

@@ -11,6 +11,7 @@ from runtime import (
     AgentFinished,
     AgentStarted,
     Event,
+    HookFinished,
     RunFinished,
     RunStarted,
     ToolFinished,
@@ -35,6 +36,9 @@ def check_invariants(events: Sequence[Event]) -> None:
     for i, e in enumerate(events):
         if isinstance(e, RunStarted | RunFinished):
             assert e.agent_id is None
+            continue
+        if isinstance(e, HookFinished) and e.hook_event in ("SessionStart", "SessionEnd"):
+            assert e.agent_id is None  # the run's own hooks (docs/hooks.md)
             continue
         assert e.agent_id is not None
         if isinstance(e, AgentStarted):

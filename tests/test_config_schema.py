@@ -108,8 +108,9 @@ def test_every_field_of_the_run_options_is_a_row() -> None:
     from runtime.cli._options import _SECTIONS, RunOptions
 
     # Loaded or named by a command, not set by a user: the project, the run id, whether the
-    # workspace is trusted (docs/configuration.md#trust), the demo's middleware.
-    not_settings = {"project", "run_id", "trusted", "middleware"}
+    # workspace is trusted (docs/configuration.md#trust), the demo's middleware, the settings
+    # files' hooks (a table of their own: docs/hooks.md).
+    not_settings = {"project", "run_id", "trusted", "middleware", "hooks"}
     # Limits a user cannot set: the Python API's (runtime/core/_limits.py).
     python_only = {"limits.mailbox_size", "limits.max_result_chars", "limits.finish_grace_s"}
     names = set()
@@ -141,7 +142,7 @@ def test_every_param_is_an_open_runtime_parameter_and_each_parameter_is_reached(
     assert reached <= params
     # The Python API's own: objects a settings file or a flag cannot hold.
     python_only = {"tools", "extra_tools", "tool_limits", "env", "run_id", "on_event", "project",
-                   "middleware", "pool", "http_client"}
+                   "middleware", "pool", "http_client", "hooks"}
     assert params - reached == python_only
 
 

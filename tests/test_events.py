@@ -55,6 +55,9 @@ _SAMPLES: dict[str, dict[str, Any]] = {
     "replay_diverged": {"node": "main \u203a reviewer, turn 3",
                         "detail": "read(src/x.py) returned 41 lines, recorded 38"},
     "rate_limited": {"wait_s": 0.3, "reason": "refused", "status": 429},
+    "hook_finished": {"hook_event": "PreToolUse", "command": "./check.sh", "url": None,
+                      "exit_code": 2, "decision": "block", "duration_s": 0.1,
+                      "tool_use_id": "tu-2"},
 }
 
 

@@ -22,6 +22,7 @@ from ._read import ReadTool as ReadTool
 from ._registry import builtin_tools as builtin_tools
 from ._skill import SkillSource as SkillSource
 from ._skill import SkillTool as SkillTool
+from ._warden import warden as warden
 from ._write import WriteTool as WriteTool
 
 __all__ = sorted(
@@ -45,6 +46,7 @@ __all__ = sorted(
         "one_line",
         "open_guarded_process",
         "validate_input",
+        "warden",
     ]
 )
 

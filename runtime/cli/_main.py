@@ -198,6 +198,9 @@ def _add_project_commands(sub: Any) -> None:
     from ._trust_cmd import add_trust_parser
 
     add_trust_parser(sub)
+    from ._hooks_cmd import add_hooks_parser
+
+    add_hooks_parser(sub)
 
 
 def _add_control_commands(sub: Any) -> None:
@@ -312,6 +315,10 @@ def _main(argv: list[str] | None) -> int:
             from ._trust_cmd import cmd_trust
 
             return cmd_trust(ns)
+        if ns.command == "hooks":
+            from ._hooks_cmd import cmd_hooks
+
+            return cmd_hooks(ns)
         if ns.command == "config":
             from ._project import cmd_config
 

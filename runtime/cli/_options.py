@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import trio
     from rich.console import Console
 
-    from runtime.core import AgentHandle, AgentOutcome, Limits, Runtime
+    from runtime.core import AgentHandle, AgentOutcome, HookTable, Limits, Runtime
     from runtime.project import Project, Settings
     from runtime.trace import TraceTree
     from runtime.wiring import RunConfig
@@ -303,6 +303,8 @@ class RunOptions:
     """``[prices."MODEL"]`` rows of the settings files, in order (docs/costs.md)."""
     rate_limits: Mapping[str, Any] | None = None
     """``[rate_limits.NAME]`` of the settings files (docs/rate-limits.md)."""
+    hooks: HookTable | None = None
+    """The settings files' hooks (docs/hooks.md), read by ``run`` and ``chat``."""
 
 
 def _make_limits(**values: Any) -> Limits:
@@ -499,6 +501,7 @@ def run_config(opts: RunOptions) -> RunConfig:
         otlp=opts.otlp,
         prices=_price_rows(opts.prices),
         rate_limits=opts.rate_limits,
+        hooks=opts.hooks,
     )
 
 

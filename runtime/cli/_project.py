@@ -76,6 +76,8 @@ def load_effective_settings(ns: argparse.Namespace) -> Settings:
     if settle(settings, verdict, can_ask=can_ask and stdio_is_terminal()):
         with _usage_errors():
             settings = load_settings(workspace.resolve(), flags=flags, trusted=True)
+    for line in settings.warnings:  # a hook's key this version does not know
+        warning_line(line)
     return settings
 
 
@@ -104,7 +106,8 @@ def apply_project(ns: argparse.Namespace) -> RunOptions:
     settings = load_effective_settings(ns)
     project = load_workspace_project(settings["workspace"])
     with _usage_errors():  # a bad limit: one line
-        return options_from_settings(settings, project=project, trusted=settings.trusted)
+        return options_from_settings(settings, project=project, trusted=settings.trusted,
+                                     hooks=settings.hooks)  # fmt: skip
 
 
 # -- trio-agents run --show-system-prompt [TYPE] ---------------------------------------------

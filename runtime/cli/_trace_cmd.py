@@ -499,6 +499,12 @@ def _print_stats(console: Console, run: dict[str, Any], *, color: bool) -> None:
             f" tokens in all; summaries cost {fmt_tokens(comp['input_tokens'])}→"
             f"{fmt_tokens(comp['output_tokens'])} tokens"
         )
+    hooks = run["hooks"]
+    if hooks["runs"]:  # docs/hooks.md#seeing-hooks
+        console.print(
+            f"hooks: {hooks['runs']} run(s), {hooks['blocked']} blocked, {hooks['failed']} "
+            f"failed, {fmt_duration(hooks['duration_s'])} in all"
+        )
     console.print()
     console.print(Text("critical path", bold))
     for step in run["critical_path"]:

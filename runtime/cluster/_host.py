@@ -499,14 +499,18 @@ class _ForwardingBroker(PermissionBroker):
         parent_tool_use_id: str | None,
         tool_use_id: str,
         summary: str,
+        hook: Literal["allow", "ask"] | None = None,
     ) -> tuple[bool, str]:
-        """Decide here when the policy can; else wait for the parent's answer.
+        """Decide here when the policy can; else wait for the parent's answer (*hook*: as
+        :meth:`PermissionBroker.check`; a Ray host runs no hooks, so it is never set here).
 
         Cancellation: a checkpoint while waiting; a cancelled wait tells the parent the
         question is withdrawn (before the call's ``tool_finished``).
         """
         decision = self.policy.decide(tool, args)
-        if decision.action != "ask":
+        if decision.action == "ask" and hook == "allow":
+            return True, "allowed by a PreToolUse hook"
+        if decision.action != "ask" and not (decision.action == "allow" and hook == "ask"):
             return decision.action == "allow", decision.reason
         qid = f"{self._prefix}q-{next(self._qids)}"
         answer = _Answer()

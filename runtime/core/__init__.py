@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from ._events import CancelRequested as CancelRequested
     from ._events import ContextCompacted as ContextCompacted
     from ._events import Event as Event
+    from ._events import HookFinished as HookFinished
     from ._events import PermissionRequested as PermissionRequested
     from ._events import PermissionResolved as PermissionResolved
     from ._events import ProviderRetry as ProviderRetry
@@ -95,6 +96,10 @@ if TYPE_CHECKING:
     from ._globs import Glob as Glob
     from ._globs import compile_glob as compile_glob
     from ._globs import escape_glob as escape_glob
+    from ._hook_table import HOOK_EVENTS as HOOK_EVENTS
+    from ._hook_table import Hook as Hook
+    from ._hook_table import HookTable as HookTable
+    from ._hooks import HookRunner as HookRunner
     from ._lazylog import LazyLogger as LazyLogger
     from ._limits import Limits as Limits
     from ._loop import TypeSetup as TypeSetup
@@ -228,6 +233,11 @@ _LAZY: dict[str, str] = {
     "RUNTIME_DIR": "._workspace",
     "RedactingLogFilter": "._secrets",
     "ReplayDiverged": "._events",
+    "HookFinished": "._events",
+    "HOOK_EVENTS": "._hook_table",
+    "Hook": "._hook_table",
+    "HookRunner": "._hooks",
+    "HookTable": "._hook_table",
     "RetryNotice": "._provider",
     "RunContext": "._context",
     "RunFinished": "._events",

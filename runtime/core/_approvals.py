@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import trio
@@ -85,6 +85,17 @@ _log = get_logger("trio_agents.permissions")
 NOBODY_TO_ASK = "nobody can answer permission requests (non-interactive)"
 
 
+@attrs.frozen
+class Asked:
+    """A permission question as it is asked (for :attr:`PermissionBroker.notify`)."""
+
+    tool: str
+    summary: str
+    agent_id: str
+    parent_tool_use_id: str | None
+    tool_use_id: str
+
+
 class PermissionBroker:
     """Asks, waits and records answers for one run.
 
@@ -107,6 +118,9 @@ class PermissionBroker:
         self._pending: dict[str, _Pending] = {}
         self._ids = itertools.count(1)
         self._warned = False
+        self.notify: Callable[[Asked], Awaitable[None]] | None = None
+        """Told of each question as it is asked, while it waits (the ``Notification`` hooks:
+        docs/hooks.md#events); the answer does not wait for it, it is cancelled then."""
 
     @property
     def can_ask(self) -> bool:
@@ -146,8 +160,14 @@ class PermissionBroker:
         parent_tool_use_id: str | None,
         tool_use_id: str,
         summary: str,
+        hook: Literal["allow", "ask"] | None = None,
     ) -> tuple[bool, str]:
         """Decide whether this call may run, asking if the policy says so.
+
+        Args:
+            hook: what a ``PreToolUse`` hook decided (docs/hooks.md#decisions): ``allow``
+                answers a question the policy would ask (a deny rule or mode still denies);
+                ``ask`` asks even where the policy would allow.
 
         Returns:
             ``(granted, reason)``.
@@ -156,7 +176,9 @@ class PermissionBroker:
         as ``permission_resolved(granted=false, reason="cancelled")``.
         """
         decision = self.policy.decide(tool, args)
-        if decision.action == "allow":
+        if decision.action == "ask" and hook == "allow":
+            return True, "allowed by a PreToolUse hook"
+        if decision.action == "allow" and hook != "ask":
             return True, decision.reason
         if decision.action == "deny":
             if decision.reason == "mode deny":
@@ -185,7 +207,8 @@ class PermissionBroker:
                 self._pending[request_id] = pending
                 try:
                     with trio.move_on_after(self.timeout_s):
-                        await pending.done.wait()
+                        await self._wait(pending, Asked(tool.name, summary, agent_id,
+                                                        parent_tool_use_id, tool_use_id))
                 finally:
                     self._pending.pop(request_id, None)
                 if pending.done.is_set():
@@ -206,6 +229,15 @@ class PermissionBroker:
                 grace_s=5,
             )
         return granted, reason
+
+    async def _wait(self, pending: _Pending, asked: Asked) -> None:
+        if self.notify is None:
+            await pending.done.wait()
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.notify, asked)
+            await pending.done.wait()
+            nursery.cancel_scope.cancel(reason="the question was answered")
 
     def _warn_denied(self, tool: str, why: str) -> None:
         if self._warned:

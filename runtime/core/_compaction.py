@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from ._agent_types import AgentType
     from ._context import RunContext
     from ._events import AgentStatus
+    from ._hooks import HookRunner
     from ._tool import Tool, ToolLimits
 
 KEEP_TURNS: Final = 3
@@ -480,6 +481,7 @@ class Compactor:
         prompt: str | None = None,
         prompt_index: int = 0,
         parent_tool_use_id: str | None = None,
+        hooks: HookRunner | None = None,
     ) -> None:
         self.meter = ContextMeter(window, fixed=fixed)
         self.threshold = threshold
@@ -494,6 +496,7 @@ class Compactor:
         self._prompt = prompt
         self._prompt_index = prompt_index
         self._retry_at = 0
+        self._hooks = hooks  # PreCompact (docs/hooks.md#events)
 
     @classmethod
     def for_agent(
@@ -527,6 +530,7 @@ class Compactor:
             prompt=prompt,
             prompt_index=prompt_index,
             parent_tool_use_id=parent_tool_use_id,
+            hooks=run.hooks,
         )
 
     @property
@@ -616,6 +620,12 @@ class Compactor:
         Cancellation: a checkpoint during the summary request; cancelled, the history is as
         the last finished stage left it (always valid).
         """
+        if self._hooks is not None and self._hooks.has("PreCompact"):
+            trigger = "manual" if summarise else "auto"
+            await self._hooks.run(
+                "PreCompact", {"trigger": trigger, "custom_instructions": instructions or ""},
+                agent_id=self._agent_id, parent_tool_use_id=self._parent_tool_use_id, match=trigger,
+            )  # fmt: skip
         meter = self.meter
         before = meter.sync(state.messages)
         first = before

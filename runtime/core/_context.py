@@ -32,6 +32,7 @@ from ._provider import Provider
 
 if TYPE_CHECKING:
     from ._agent import AgentOutcome, AgentSpec
+    from ._hooks import HookRunner
     from ._loop import TypeSetup
     from ._middleware import MiddlewareChain
     from ._sandbox import Sandbox
@@ -301,6 +302,8 @@ class RunContext:
     type_setups: dict[AgentType, TypeSetup] = attrs.Factory(dict)
     # The user's tool-call layers (their model-call layers wrap the provider itself).
     middleware: MiddlewareChain | None = None
+    # The configured hooks (docs/hooks.md): None when there are none.
+    hooks: HookRunner | None = None
 
 
 def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> bool:
@@ -357,6 +360,7 @@ def new_run_context(
     type_setups: dict[AgentType, TypeSetup] | None = None,
     middleware: MiddlewareChain | None = None,
     prices: PriceTable | None = None,
+    hooks: HookRunner | None = None,
 ) -> RunContext:
     """The one way a run's :class:`RunContext` is built, locally and on a Ray host alike.
 
@@ -375,6 +379,7 @@ def new_run_context(
         type_setups: the agent types' setups to share (the Ray host's: the run's).
         middleware: the user's layers around tool calls (docs/python-api.md, "Middleware").
         prices: what model calls cost (default: the built-in table, docs/costs.md).
+        hooks: the configured hooks' runner (docs/hooks.md).
     """
     run: RunContext | None = None
 
@@ -412,6 +417,7 @@ def new_run_context(
         placements=placements or {},
         type_setups=type_setups if type_setups is not None else {},
         middleware=middleware or None,
+        hooks=hooks,
     )
     bus.add_core_hook(budget)
     bus.add_core_hook(scheduler.track_announced)

@@ -235,6 +235,27 @@ class RateLimited(Event):
     """For ``refused``: the HTTP status that refused this agent's try (429, 529)."""
 
 
+@attrs.frozen(kw_only=True)
+class HookFinished(Event):
+    """One run of a configured hook (docs/hooks.md): what ran, how it ended, what it decided.
+
+    ``tool_use_id`` is the call it judged (``PreToolUse``, ``PostToolUse``, a permission's
+    ``Notification``), else ``None``; ``parent_tool_use_id`` stays the emitting agent's, as on
+    every event, so the tree finds the agent and, under it, the call.
+    """
+
+    type: ClassVar[str] = "hook_finished"
+    hook_event: str
+    command: str | None = None
+    url: str | None = None
+    exit_code: int | None = None
+    """The command's exit code, an HTTP hook's status; ``None``: killed at its timeout,
+    cancelled, or it never started (or connected)."""
+    decision: str | None = None
+    duration_s: float = 0.0
+    tool_use_id: str | None = attrs.field(default=None, metadata=_ID)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -256,6 +277,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ContextCompacted,
         ReplayDiverged,
         RateLimited,
+        HookFinished,
     )
 }
 

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from types import MappingProxyType
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import attrs
 import trio
@@ -58,6 +58,7 @@ from ._events import (
     TurnFinished,
     UserMessage,
 )
+from ._hooks import MAX_STOP_CONTINUES, HookRunner, claude_tool_input, our_tool_input, tool_response
 from ._limits import Budget
 from ._messages import (
     AgentState,
@@ -123,6 +124,10 @@ async def agent_main(
         if spec.compact is not None:  # Runtime.compact: this agent only compacts its history
             specs = list(type_setup(run, atype).specs)
             return await compact_only(run, spec, life.state, specs, log)
+        if run.hooks is not None:
+            refused = await _start_hooks(run, spec, life.state, run.hooks)
+            if refused is not None:
+                return "failed", None, refused
         return await _loop(run, spec, life.state, ctx, log)
     finally:
         run.scheduler.close_inbox(spec.agent_id)
@@ -338,6 +343,7 @@ async def _loop(
     )  # fmt: skip
     last_text = ""
     output_tries = 0
+    stops = 0  # how often Stop hooks sent the agent on (docs/hooks.md#stop)
     while True:
         if state.turns >= max_turns:
             # Before delivering: a message no turn will answer goes back in the outcome.
@@ -370,6 +376,9 @@ async def _loop(
             run.budget.release(spec.agent_id, held)
         if calls:
             await _run_tool_calls(run, spec, state, calls, log)
+            if run.hooks is not None and spec.agent_id in run.hooks.stops:
+                why = run.hooks.stops.pop(spec.agent_id)
+                return "completed", last_text or None, f"stopped by a hook: {why}"
             state.continue_reason = "tool_use"
             continue
         if ctx.mailbox.pending():
@@ -386,6 +395,10 @@ async def _loop(
             if problem is not None:
                 state.continue_reason = None
                 return "failed", last_text or None, problem
+        if run.hooks is not None and await _stop_hooks(run, spec, state, run.hooks, stops):
+            stops += 1
+            state.continue_reason = "stop_hook"
+            continue
         state.continue_reason = None
         return "completed", last_text, None
 
@@ -435,6 +448,66 @@ async def _model_turn(
         )
     )
     return calls, "".join(b.text for b in content if isinstance(b, TextBlock))
+
+
+async def _start_hooks(
+    run: RunContext, spec: AgentSpec, state: AgentState, hooks: HookRunner
+) -> str | None:
+    """A root's ``UserPromptSubmit`` (and ``SessionStart``'s context), a sub-agent's
+    ``SubagentStart``: what they add joins the prompt; a refused prompt is the error."""
+    context: list[str] = []
+    event = "UserPromptSubmit" if spec.depth == 0 else "SubagentStart"
+    if spec.depth == 0 and not spec.history:  # a conversation's start (chat: its first turn)
+        context.extend(hooks.session_context)
+    if hooks.has(event):
+        fields: dict[str, Any] = (
+            {"prompt": spec.prompt}
+            if spec.depth == 0
+            else {"agent_id": spec.agent_id, "agent_type": spec.agent_type.name}
+        )
+        verdict = await hooks.run(
+            event, fields, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id,
+            match=None if spec.depth == 0 else spec.agent_type.name,
+        )  # fmt: skip
+        if verdict.blocked and event == "UserPromptSubmit":
+            return f"prompt blocked by a UserPromptSubmit hook: {verdict.reason}"
+        if verdict.stop:
+            return f"stopped by a hook: {verdict.stop_reason}"
+        context.extend(verdict.context)
+    if context and state.messages and state.messages[-1].role == "user":
+        last = state.messages[-1]
+        extra = tuple(TextBlock(text=c) for c in context)
+        state.messages[-1] = Message(role="user", content=(*last.content, *extra))
+    return None
+
+
+async def _stop_hooks(
+    run: RunContext, spec: AgentSpec, state: AgentState, hooks: HookRunner, stops: int
+) -> bool:
+    """An agent about to end: its ``Stop`` (a sub-agent's ``SubagentStop``) hooks. Whether one
+    blocked, so it goes on with their reason as a user message; after
+    :data:`MAX_STOP_CONTINUES` blocks it ends anyway (docs/hooks.md#stop)."""
+    event = "Stop" if spec.depth == 0 else "SubagentStop"
+    if not hooks.has(event):
+        return False
+    fields: dict[str, Any] = {"stop_hook_active": stops > 0}
+    if spec.depth > 0:
+        fields |= {"agent_id": spec.agent_id, "agent_type": spec.agent_type.name}
+    verdict = await hooks.run(
+        event, fields, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id,
+        match=None if spec.depth == 0 else spec.agent_type.name,
+    )  # fmt: skip
+    if not verdict.blocked or verdict.stop:
+        return False
+    if stops >= MAX_STOP_CONTINUES:
+        run.log.warning("hook.stop_capped", agent_id=spec.agent_id, continues=stops)
+        return False
+    text = f"{event} hook feedback:\n{verdict.reason}"
+    state.messages.append(Message(role="user", content=(TextBlock(text=text),)))
+    await run.bus.emit(
+        UserMessage(agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id, text=text)
+    )
+    return True
 
 
 async def _check_output(
@@ -877,7 +950,7 @@ async def _run_tool_call(
 
 async def _execute(record: _Call) -> tuple[ToolStatus, str]:
     """Check and run one call's tool: its status and the text the model reads."""
-    run, spec, tool, call, log = record.run, record.spec, record.tool, record.call, record.log
+    run, spec, tool, call = record.run, record.spec, record.tool, record.call
     if tool is None:
         known = ", ".join(sorted(record.setup.tools))
         return "error", f"unknown tool {call.name!r}; available tools: {known}"
@@ -888,16 +961,33 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
     except ToolInputError as exc:
         return "error", f"invalid input for {tool.name}: {exc}"
     summary = record.summary
+    args, hook_permission = call.input, None
+    hooks = run.hooks
+    if hooks is not None and hooks.has("PreToolUse"):  # before permissions: docs/hooks.md
+        judged = await _pre_tool_use(record, tool, hooks)
+        if isinstance(judged, str):
+            return "denied", judged
+        args, hook_permission = judged
     granted, reason = await run.broker.check(
         tool,
-        call.input,
+        args,
         agent_id=spec.agent_id,
         parent_tool_use_id=spec.parent_tool_use_id,
         tool_use_id=call.id,
         summary=summary,
+        hook=hook_permission,
     )
     if not granted:
         return "denied", f"permission denied: {reason}"
+    status, text = await _run_tool(record, tool, args)
+    if status == "ok" and hooks is not None and hooks.has("PostToolUse"):
+        text = await _post_tool_use(record, tool, args, text, hooks)
+    return status, text
+
+
+async def _run_tool(record: _Call, tool: Tool, args: dict[str, Any]) -> tuple[ToolStatus, str]:
+    """The permitted call through the user's layers to the tool: its status and text."""
+    run, spec, call, log = record.run, record.spec, record.call, record.log
     # One object per call both spawns its sub-agents and reports its progress.
     spawner = _Spawner(record)
     ctx = ToolContext(
@@ -915,8 +1005,8 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
     )
     try:
         if run.middleware is not None and run.middleware.tool_layers:
-            return "ok", await _through_middleware(record, tool, ctx)
-        return "ok", await tool.call(_own_copy(call.input), ctx)
+            return "ok", await _through_middleware(record, tool, ctx, args)
+        return "ok", await tool.call(_own_copy(args), ctx)
     except SubtreeCancelled as exc:
         return "cancelled", cancelled_text(exc.reason)
     except ToolError as exc:
@@ -926,14 +1016,16 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
         return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"
 
 
-async def _through_middleware(record: _Call, tool: Tool, ctx: ToolContext) -> str:
+async def _through_middleware(
+    record: _Call, tool: Tool, ctx: ToolContext, args: dict[str, Any]
+) -> str:
     """The call through the user's tool layers (docs/python-api.md, "Middleware"); an input a
     layer changed is what the tool runs with, validated again, and ``tool_finished`` shows it."""
     run, spec, call = record.run, record.spec, record.call
     assert run.middleware is not None
     invocation = ToolInvocation(
         name=call.name,
-        input=_own_copy(call.input),
+        input=_own_copy(args),
         tool_use_id=call.id,
         agent_id=spec.agent_id,
         parent_tool_use_id=spec.parent_tool_use_id,
@@ -942,7 +1034,7 @@ async def _through_middleware(record: _Call, tool: Tool, ctx: ToolContext) -> st
     )
 
     async def innermost(given: ToolInvocation) -> str:
-        if given.input is not invocation.input or given.input != call.input:
+        if given.input is not invocation.input or given.input != args:
             validate_input(tool, given.input)
         return await tool.call(given.input, ctx)
 
@@ -950,6 +1042,68 @@ async def _through_middleware(record: _Call, tool: Tool, ctx: ToolContext) -> st
     if ran.input != call.input:
         record.changed_input = ran.input
     return text
+
+
+def _hook_fields(
+    record: _Call, tool: Tool, args: Mapping[str, Any], hooks: HookRunner
+) -> dict[str, Any]:
+    """The tool fields of a tool event's hook input, in Claude Code's names (docs/hooks.md)."""
+    spec = record.spec
+    fields: dict[str, Any] = {
+        "tool_name": hooks.claude_name(tool.name),
+        "tool_input": claude_tool_input(tool.name, args, record.run.settings.workspace),
+        "tool_use_id": record.call.id,
+    }
+    if spec.depth > 0:
+        fields |= {"agent_id": spec.agent_id, "agent_type": spec.agent_type.name}
+    return fields
+
+
+async def _pre_tool_use(
+    record: _Call, tool: Tool, hooks: HookRunner
+) -> str | tuple[dict[str, Any], Literal["allow", "ask"] | None]:
+    """A call's ``PreToolUse`` hooks: the text of a block, or the input to run with (a
+    hook's ``updatedInput``, checked against the tool's schema) and the permission they gave."""
+    spec, call = record.spec, record.call
+    verdict = await hooks.run(
+        "PreToolUse", _hook_fields(record, tool, call.input, hooks), agent_id=spec.agent_id,
+        parent_tool_use_id=spec.parent_tool_use_id, match=tool.name, tool_use_id=call.id,
+    )  # fmt: skip
+    if verdict.stop:  # Claude Code stops before the call: it does not run either
+        hooks.stops.setdefault(spec.agent_id, verdict.stop_reason)
+        return f"stopped by a PreToolUse hook: {verdict.stop_reason}"
+    if verdict.blocked:
+        return f"blocked by a PreToolUse hook: {verdict.reason}"
+    args = call.input
+    if verdict.updated_input is not None:
+        args = our_tool_input(tool.name, verdict.updated_input, record.run.settings.workspace)
+        try:
+            validate_input(tool, args)
+        except ToolInputError as exc:
+            return f"a PreToolUse hook's updatedInput is invalid for {tool.name}: {exc}"
+        record.changed_input = args
+    permission = verdict.permission
+    return args, permission if permission != "deny" else None
+
+
+async def _post_tool_use(
+    record: _Call, tool: Tool, args: dict[str, Any], text: str, hooks: HookRunner
+) -> str:
+    """A successful call's ``PostToolUse`` hooks: the result the model reads, with what they
+    said added (a block's reason, ``additionalContext``)."""
+    spec, call = record.spec, record.call
+    fields = _hook_fields(record, tool, args, hooks)
+    fields["tool_response"] = tool_response(tool.name, fields["tool_input"], text)
+    verdict = await hooks.run(
+        "PostToolUse", fields, agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id,
+        match=tool.name, tool_use_id=call.id,
+    )  # fmt: skip
+    if verdict.stop:
+        hooks.stops.setdefault(spec.agent_id, verdict.stop_reason)
+    notes = ([f"PostToolUse hook: {verdict.reason}"] if verdict.blocked else []) + list(
+        verdict.context
+    )
+    return "\n\n".join([text, *notes]) if notes else text
 
 
 async def _report_progress(

@@ -10,10 +10,13 @@ A middleware is any object with one or both of::
 its result last. ``proceed(call)`` runs the rest of the chain and the tool (``await`` it: the
 tool's text); ``proceed(request)`` streams the rest of the chain and the model (iterate it).
 
-Where the layers sit: a tool call's input is checked against its schema and the permission
-broker has allowed it before the first layer sees it; what the last layer's ``proceed`` runs
-is the tool itself. A model call's request is what the agent would send; the provider's
-retries (``provider_retry``) happen inside the innermost ``proceed``.
+Where the layers sit, one list for a tool call (docs/hooks.md#where-hooks-sit): its input is
+checked against its schema; the configured ``PreToolUse`` hooks judge it (the outermost layer,
+the runtime's own: :class:`~runtime.core.HookRunner`); the permission broker allows it; then
+these layers, outermost first; what the last layer's ``proceed`` runs is the tool itself; the
+``PostToolUse`` hooks see its result on the way out. A model call's request is what the agent
+would send; the provider's retries (``provider_retry``) happen inside the innermost
+``proceed``.
 """
 
 from __future__ import annotations

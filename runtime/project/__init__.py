@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from ._files import read_capped as read_capped
     from ._files import read_text_capped as read_text_capped
     from ._files import user_config_dir as user_config_dir
+    from ._hooks import HookConfig as HookConfig
+    from ._hooks import hook_sources as hook_sources
+    from ._hooks import hooks_from_mapping as hooks_from_mapping
+    from ._hooks import load_hooks as load_hooks
     from ._instructions import InstructionFile as InstructionFile
     from ._project import Project as Project
     from ._project import load_project as load_project
@@ -38,6 +42,7 @@ _LAZY: dict[str, str] = {
     "AgentDefinition": "._agents",
     "CLAUDE_TOOLS": "._agents",
     "GitInfo": "._files",
+    "HookConfig": "._hooks",
     "InstructionFile": "._instructions",
     "Project": "._project",
     "ProjectFileError": "._files",
@@ -48,6 +53,9 @@ _LAZY: dict[str, str] = {
     "SystemPrompt": "._prompt",
     "TrustStore": "._trust",
     "TrustVerdict": "._trust",
+    "hook_sources": "._hooks",
+    "hooks_from_mapping": "._hooks",
+    "load_hooks": "._hooks",
     "load_project": "._project",
     "load_settings": "._settings",
     "open_regular": "._files",

@@ -21,10 +21,11 @@ from typing import Any
 
 import attrs
 
-from runtime.core import FILE_SETTINGS, SCHEMA, SECTIONS, TABLE
+from runtime.core import FILE_SETTINGS, SCHEMA, SECTIONS, TABLE, HookTable
 from runtime.core import Setting as Setting
 
 from ._files import ProjectFileError, read_text_capped, user_config_dir
+from ._hooks import HookConfig, load_hooks
 
 SETTINGS_FILE = Path(".trio-agents") / "settings.toml"
 MAX_SETTINGS_BYTES = 256 * 1024
@@ -57,7 +58,12 @@ class Settings:
     """Whether the workspace's file could loosen (docs/configuration.md#trust)."""
     ignored: tuple[tuple[str, Any, str], ...] = ()
     """What an untrusted workspace's file asked for and did not get, because it would loosen
-    the user's settings: ``(setting, value, "file:line")`` (docs/configuration.md#trust)."""
+    the user's settings: ``(setting, value, "file:line")`` (docs/configuration.md#trust); an
+    untrusted workspace's hooks are ``("hooks", what they run, file)`` (docs/hooks.md)."""
+    hooks: HookTable = attrs.Factory(HookTable)
+    """The hooks of the settings files, Claude Code's and ours (docs/hooks.md)."""
+    warnings: tuple[str, ...] = ()
+    """Lines to say about the files (a hook's key this version does not know)."""
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name].value
@@ -132,7 +138,13 @@ def load_settings(
         if value is None or (setting.merge == "append" and not value):
             continue
         _layer(values, setting, value, f"flag {_shown_flag(setting)}")
-    return Settings(values, tuple(files), trusted, tuple(ignored))
+    hooks = HookConfig()
+    if workspace is not None:  # Claude Code's settings files too: runtime/project/_hooks.py
+        hooks = load_hooks(workspace, env=env, trusted=trusted)
+        ignored.extend(hooks.ignored)
+    return Settings(
+        values, tuple(files), trusted, tuple(ignored), hooks=hooks.table, warnings=hooks.warnings
+    )
 
 
 def _loosens(setting: Setting, values: Mapping[str, Value], value: Any) -> bool:
@@ -172,6 +184,7 @@ def read_settings_file(file: Path, *, root: Path | None = None) -> dict[str, tup
         data = tomllib.loads(content.text)
     except tomllib.TOMLDecodeError as exc:
         raise ProjectFileError(f"{file}: not valid TOML: {exc}") from None
+    data.pop("hooks", None)  # Claude Code's table, read by runtime/project/_hooks.py
     lines = _KeyLines(content.text)
     out: dict[str, tuple[Any, int]] = {}
     for name, value in _flatten(data):

@@ -362,6 +362,11 @@ class _Painter:
         label.essential = len(label)  # up to the duration; what follows may be cut at the end
         if node.permission_wait_s:
             label.append(f" (waited {fmt_duration(node.permission_wait_s)})", self.style("dim"))
+        for hook in node.hooks:  # those that decided something or failed (docs/hooks.md)
+            if hook.decision is not None:
+                bad = hook.decision in ("block", "deny", "error", "stop")
+                label.append(f"  ⚑ {hook.hook_event} {hook.decision}",
+                             self.style("yellow" if bad else "dim"))  # fmt: skip
         if node.status in ("error", "denied") and node.output:
             label.append(f"  {first_line(node.output)}", self.style("red"))
         self._cancel(label, node.cancel)
@@ -807,6 +812,11 @@ def event_line(tree: TraceTree, fields: Mapping[str, Any]) -> str | None:
         what = f"⏸ {who}: waiting {shown} for the rate limit ({why})"
     elif kind == "context_compacted":
         what = f"{COMPACTED_MARK} {who}: {compaction_line(fields)}"
+    elif kind == "hook_finished" and fields.get("decision") is not None:  # docs/hooks.md
+        target = first_line(str(fields.get("command") or fields.get("url") or ""), 60)
+        call = f" on {tool.id}" if tool is not None else ""
+        what = f"⚑ {who or 'run'}: {fields.get('hook_event')} hook {fields.get('decision')}{call}"
+        what += f" ({target}, exit {fields.get('exit_code')})"
     elif kind == "cancel_requested":
         what = (
             f"⊘ cancel {fields.get('target')} requested by {fields.get('by')}: "

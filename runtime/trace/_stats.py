@@ -246,4 +246,10 @@ def run_stats(tree: TraceTree) -> dict[str, Any]:
         },
         "compactions": compactions,
         "rate_limits": _rate_limits(tree),
+        "hooks": {
+            "runs": tree.hook_totals.runs,
+            "blocked": tree.hook_totals.blocked,
+            "failed": tree.hook_totals.failed,
+            "duration_s": tree.hook_totals.duration_s,
+        },
     }

@@ -440,6 +440,29 @@ class _ToolInternals(_NodeBase):
     _permission_intervals: list[tuple[float, float]] | None
     _permission_granted: bool | None
     _progress: tuple[float, float | None, str | None] | None
+    _hooks: list[HookRun] | None
+
+
+@dataclasses.dataclass(frozen=True)
+class HookRun:
+    """One ``hook_finished`` of a call (docs/hooks.md#seeing-hooks)."""
+
+    hook_event: str
+    target: str
+    exit_code: int | None
+    decision: str | None
+    duration_s: float
+
+
+@dataclasses.dataclass
+class HookTotals:
+    """The run's hook runs, for ``trace stats``: how many, how many blocked (or denied) and
+    failed, and their time."""
+
+    runs: int = 0
+    blocked: int = 0
+    failed: int = 0
+    duration_s: float = 0.0
 
 
 @dataclasses.dataclass(init=False, eq=False, repr=False)
@@ -491,9 +514,15 @@ class ToolNode(_ToolInternals):
         self._permission_intervals = None
         self._permission_granted = None
         self._progress = None
+        self._hooks = None
 
     def __repr__(self) -> str:
         return f"<ToolNode {self.id} {self.name} {self.status}>"
+
+    @property
+    def hooks(self) -> tuple[HookRun, ...]:
+        """The hooks that judged this call, in the order they ended."""
+        return tuple(self._hooks) if self._hooks else ()
 
     @property
     def parent(self) -> AgentNode | None:
@@ -638,6 +667,7 @@ class TraceTree:
         self._cycle_agents = 0
         # Lines naming a node a second time (the first one stands): how many, and the first id.
         self.duplicates = 0
+        self.hook_totals = HookTotals()  # trace stats' hooks (docs/hooks.md#seeing-hooks)
         self._first_duplicate: str | None = None
         self.handlers: dict[str, _Handler] = {
             "run_started": self._run_started,
@@ -658,6 +688,7 @@ class TraceTree:
             "context_compacted": self._context_compacted,
             "replay_diverged": self._replay_diverged,
             "tool_progress": self._tool_progress,
+            "hook_finished": self._hook_finished,
         }
 
     # ------------------------------------------------------------------ building
@@ -1524,6 +1555,35 @@ class TraceTree:
         self.divergence_count += 1
         if len(self.divergences) < MAX_DIVERGENCES:
             self.divergences.append((node, detail))
+
+    def _hook_finished(self, fields: Fields) -> None:
+        kind = "hook_finished"
+        event, exit_code, decision = fields["hook_event"], fields["exit_code"], fields["decision"]
+        duration, tool_use_id = fields["duration_s"], fields["tool_use_id"]
+        target = fields["command"] or fields["url"] or ""
+        if event.__class__ is not str:
+            raise _invalid(kind, "hook_event")
+        if exit_code is not None and exit_code.__class__ is not int:
+            raise _invalid(kind, "exit_code")
+        if decision is not None and decision.__class__ is not str:
+            raise _invalid(kind, "decision")
+        if not _num(duration):
+            raise _invalid(kind, "duration_s")
+        if target.__class__ is not str:
+            raise _invalid(kind, "command")
+        totals = self.hook_totals
+        totals.runs += 1
+        totals.duration_s += duration
+        if decision in ("block", "deny"):
+            totals.blocked += 1
+        elif decision == "error":
+            totals.failed += 1
+        if tool_use_id is None:
+            return
+        tool = self._tool_for(fields, kind)
+        if tool._hooks is None:
+            tool._hooks = []
+        tool._hooks.append(HookRun(event, target, exit_code, decision, duration))
 
     def _tool_progress(self, fields: Fields) -> None:
         kind = "tool_progress"

@@ -36,6 +36,8 @@ from runtime.core import (
     AgentTypes,
     ConfigError,
     EventBus,
+    HookRunner,
+    HookTable,
     LazyLogger,
     Limits,
     MiddlewareChain,
@@ -211,6 +213,7 @@ class RunConfig:
     http_client: httpx.AsyncClient | None = None
     prices: Mapping[str, Any] | None = None
     rate_limits: Mapping[str, Any] | None = None
+    hooks: HookTable | Mapping[str, Any] | None = None
 
 
 def open_runtime(
@@ -246,6 +249,7 @@ def open_runtime(
     http_client: httpx.AsyncClient | None = None,
     prices: Mapping[str, Any] | None = None,
     rate_limits: Mapping[str, Any] | None = None,
+    hooks: HookTable | Mapping[str, Any] | None = None,
 ) -> AbstractAsyncContextManager[Runtime]:
     """Open a run: its bus, trace file, provider and root nursery. An async context manager::
 
@@ -312,6 +316,10 @@ def open_runtime(
         prices: model prices over the built-in table, ``{"MODEL": {"input_per_mtok": …,
             "output_per_mtok": …, "cache_read_per_mtok": …, "cache_write_per_mtok": …}}``
             in dollars per million tokens, or :class:`~runtime.Price` values (docs/costs.md).
+        hooks: hooks in Claude Code's format (docs/hooks.md): a
+            :class:`~runtime.core.HookTable`, or the ``hooks`` object of a settings file
+            (``{"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", ...}]}]}``).
+            The command line reads them from the settings files.
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -326,7 +334,7 @@ def open_runtime(
         run_id=run_id, on_event=on_event, ray_address=ray_address, mcp_servers=mcp_servers,
         project=project, trace_dir=trace_dir, sandbox=sandbox, ray=ray, middleware=middleware,
         otlp=otlp, pool=pool, http_client=http_client, prices=prices,
-        rate_limits=rate_limits,
+        rate_limits=rate_limits, hooks=hooks,
     )  # fmt: skip
     return open_run(config)  # its context manager itself: no second layer to enter per run
 
@@ -363,6 +371,8 @@ class RunPlan:
     policy: PermissionPolicy
     sandbox: Sandbox | None
     prices: PriceTable = attrs.field(factory=PriceTable)
+    hooks: HookTable = attrs.Factory(HookTable)
+    """The configured hooks, checked (docs/hooks.md)."""
 
 
 def plan_run(config: RunConfig) -> RunPlan:
@@ -426,7 +436,19 @@ def plan_run(config: RunConfig) -> RunPlan:
         policy=_policy(config, ws, trace_path),
         sandbox=_sandbox(config, ws, trace_path),
         prices=prices,
+        hooks=_hooks(config.hooks),
     )
+
+
+def _hooks(given: HookTable | Mapping[str, Any] | None) -> HookTable:
+    """``open_runtime(hooks=...)`` as a table: a settings file's ``hooks`` object is checked
+    here, before anything opens (a malformed one: ``ConfigError`` naming its JSON path)."""
+    if given is None or isinstance(given, HookTable):
+        return given or HookTable()
+    from runtime.project import hooks_from_mapping
+
+    return HookTable(hooks_from_mapping(given, source="open_runtime(hooks=...)", where="hooks",
+                                        warn=_LOG.warning))  # fmt: skip
 
 
 def _scenario(
@@ -590,10 +612,21 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
                 bus.on_core_failure = core_failed
                 rt = Runtime(run, nursery, plan.trace_path)
                 runtime_box.append(rt)
+                if run.hooks is not None and run.hooks.has("SessionStart"):
+                    started_hooks = await run.hooks.run(
+                        "SessionStart", {"source": "startup", "model": run.settings.model},
+                        agent_id=None, parent_tool_use_id=None, match="startup",
+                    )  # fmt: skip
+                    run.hooks.session_context = started_hooks.context
                 try:
                     yield rt
                     await rt._wait_roots()
                 finally:
+                    if run.hooks is not None and run.hooks.has("SessionEnd"):
+                        # Bounded, also when the run is being cancelled (docs/hooks.md).
+                        with trio.move_on_after(_SESSION_END_S, shield=True):
+                            await run.hooks.run("SessionEnd", {"reason": "other"}, agent_id=None,
+                                                parent_tool_use_id=None, match="other")  # fmt: skip
                     rt._closing = True
                     if nursery.child_tasks:  # else nothing is left to stop (and no checkpoint
                         # follows in this scope): a cancel here would be pure cost
@@ -604,6 +637,10 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
             raise AgentsError(
                 f"the run failed: the runtime's own bookkeeping raised {bus.core_error!r}"
             ) from bus.core_error
+
+
+_SESSION_END_S = 10.0
+"""The most a run's end waits for its ``SessionEnd`` hooks (docs/hooks.md#events)."""
 
 
 def _finish(bus: EventBus, rt: Runtime | None, t0: float) -> None:
@@ -718,6 +755,10 @@ def _open_sinks(
 def _run_context(plan: RunPlan, services: _Services, bus: EventBus) -> RunContext:
     config, limits, prov = plan.config, plan.limits, services.provider
     chain = MiddlewareChain(config.middleware)
+    hooks = _hook_runner(plan, bus)
+    broker = PermissionBroker(bus, plan.policy, timeout_s=config.permission_timeout_s)
+    if hooks is not None and hooks.has("Notification"):
+        broker.notify = hooks.permission_asked
     return new_run_context(
         run_id=plan.run_id,
         bus=bus,
@@ -730,13 +771,36 @@ def _run_context(plan: RunPlan, services: _Services, bus: EventBus) -> RunContex
         workspace=plan.workspace,
         env=plan.env,
         secrets=services.secrets,
-        broker=PermissionBroker(bus, plan.policy, timeout_s=config.permission_timeout_s),
+        broker=broker,
         log=LazyLogger(_LOG, run_id=plan.run_id),
         sandbox=plan.sandbox,
         placements=services.placements,
         system_prompt=config.project.system_prompt() if config.project is not None else None,
         middleware=chain if chain.tool_layers else None,
         prices=plan.prices,
+        hooks=hooks,
+    )
+
+
+def _hook_runner(plan: RunPlan, bus: EventBus) -> HookRunner | None:
+    """The runner of the configured hooks (docs/hooks.md), or None when there are none."""
+    table = plan.hooks
+    if not table:
+        return None
+    from runtime._tools import package
+    from runtime.project import CLAUDE_TOOLS
+
+    return HookRunner(
+        table,
+        bus=bus,
+        workspace=plan.workspace,
+        env=plan.base_env(),
+        session_id=plan.run_id,
+        transcript_path=str(plan.trace_path or ""),
+        permission_mode=plan.config.permission_mode,
+        tool_names=CLAUDE_TOOLS,
+        log=_LOG,
+        guard=package().warden(),  # a hook outlives no kill -9 of this process
     )
 
 
