@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from runtime.core._events import ReplayDiverged as ReplayDiverged
     from runtime.core._events import RunFinished as RunFinished
     from runtime.core._events import RunStarted as RunStarted
+    from runtime.core._events import StopRequested as StopRequested
     from runtime.core._events import TextDelta as TextDelta
     from runtime.core._events import ThinkingDelta as ThinkingDelta
     from runtime.core._events import ToolFinished as ToolFinished
@@ -131,6 +132,7 @@ _LAZY: dict[str, str] = {
     "Budget": "runtime.core._limits",
     "CancelInfo": "runtime.trace._tree",
     "CancelRequested": "runtime.core._events",
+    "StopRequested": "runtime.core._events",
     "ConfigError": "runtime.core._errors",
     "ContextCompacted": "runtime.core._events",
     "ContextOverflowError": "runtime.core._errors",

@@ -52,6 +52,7 @@ _SAMPLES: dict[str, dict[str, Any]] = {
                           "output_tokens": 600},
     "replay_diverged": {"node": "main \u203a reviewer, turn 3",
                         "detail": "read(src/x.py) returned 41 lines, recorded 38"},
+    "stop_requested": {"target": "agent-2", "reason": "enough", "by": "control"},
 }
 
 

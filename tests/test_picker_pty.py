@@ -160,3 +160,42 @@ def test_after_an_early_abort_no_cut_text_is_printed_as_the_answer(
     assert child.exitstatus == 130
     assert "cancelled in" in after_tree
     assert "blah" not in after_tree
+
+
+STOPPABLE = {"agents": {
+    "main": {"turns": [
+        {"tool_calls": [
+            {"name": "agent", "input": {"description": "long part", "prompt": "q", "agent": "long"}}]},
+        {"text": "Main read the partial work."}]},
+    "long": {"tools": ["bash"], "turns": [
+        {"text": "Working on it.", "tool_calls": [
+            {"name": "bash", "input": {"command": "sleep 2; echo half"}}]},
+        {"text": "a turn the stop prevents"}]},
+}}
+
+
+def test_s_and_a_number_at_the_picker_stops_that_subtree_gracefully(
+    spawn: object,
+    tmp_path: Path,
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    child = spawn(  # type: ignore[operator]
+        "run", "go", "--permission-mode", "allow-all", "--trace", str(trace),
+        "--scenario", _scenario(tmp_path, STOPPABLE),
+    )
+    child.expect("bash: sleep 2; echo half")
+    child.sendintr()
+    child.expect(r"sN: stop it")
+    child.expect("cancel> ")
+    child.send("s1")  # no Enter: 1 cannot start a longer number on a list of 1
+    child.expect(r"Stopping long tu-1\.1: its tool calls under way finish")
+    child.expect("Main read the partial work.", timeout=10)
+    assert finish(child) == 0
+    events = read_trace(trace)
+    check_invariants(events)
+    assert statuses_by_name(events) == {"main": ["completed"], "long": ["stopped"]}
+    [bash] = [e for e in events if e.type == "tool_finished" and e.name == "bash"]  # type: ignore[attr-defined]
+    assert (bash.status, bash.output) == ("ok", "half\n[exit code 0]")  # type: ignore[attr-defined]
+    [call] = [e for e in events if e.type == "tool_finished" and e.name == "agent"]  # type: ignore[attr-defined]
+    assert "Its last text: Working on it." in call.output  # type: ignore[attr-defined]
+    assert "- bash: sleep 2; echo half (ok)" in call.output  # type: ignore[attr-defined]

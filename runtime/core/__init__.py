@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from ._events import RunFinished as RunFinished
     from ._events import RunStarted as RunStarted
     from ._events import StopReason as StopReason
+    from ._events import StopRequested as StopRequested
     from ._events import TextDelta as TextDelta
     from ._events import ThinkingDelta as ThinkingDelta
     from ._events import ToolFinished as ToolFinished
@@ -175,6 +176,7 @@ _LAZY: dict[str, str] = {
     "BudgetLayer": "._budget",
     "CancelBy": "._events",
     "CancelRequested": "._events",
+    "StopRequested": "._events",
     "ConfigError": "._errors",
     "ContextCompacted": "._events",
     "ContextOverflowError": "._errors",

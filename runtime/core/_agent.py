@@ -16,15 +16,22 @@ from ._events import AgentStarted, AgentStatus, CancelBy
 from ._limits import Budget
 from ._messages import AgentState, Message
 
-__all__ = ["AgentOutcome", "AgentSpec", "cancel_reason_of", "cancelled_text"]
+__all__ = ["AgentOutcome", "AgentSpec", "cancel_reason_of", "cancelled_text", "stopped_text"]
 
 _CANCELLED = "cancelled: "
+_STOPPED = "stopped: "
 
 
 def cancelled_text(reason: str | None) -> str:
     """What a cancelled node's result says: ``cancelled: <reason>`` (the model reads it as a
     tool result; ``tool_finished.output`` and ``agent_finished.error`` carry it)."""
     return f"{_CANCELLED}{reason or 'cancelled'}"
+
+
+def stopped_text(reason: str | None) -> str:
+    """What a stopped agent's ``agent_finished.error`` says: ``stopped: <reason>``
+    (docs/collaboration.md#stop)."""
+    return f"{_STOPPED}{reason or 'stopped'}"
 
 
 def cancel_reason_of(text: str) -> str:

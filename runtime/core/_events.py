@@ -213,6 +213,17 @@ class ReplayDiverged(Event):
     detail: str
 
 
+@attrs.frozen(kw_only=True)
+class StopRequested(Event):
+    """A graceful stop of the subtree under *target* was asked for (docs/collaboration.md):
+    emitted, like ``cancel_requested``, as the agent that owns the target."""
+
+    type: ClassVar[str] = "stop_requested"
+    target: str
+    reason: str
+    by: CancelBy
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -233,6 +244,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ProviderRetry,
         ContextCompacted,
         ReplayDiverged,
+        StopRequested,
     )
 }
 

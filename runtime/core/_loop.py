@@ -29,7 +29,7 @@ from runtime.actors import (
     start_actor_soon,
 )
 
-from ._agent import AgentOutcome, AgentSpec, cancelled_text, started_event
+from ._agent import AgentOutcome, AgentSpec, cancelled_text, started_event, stopped_text
 from ._agent_types import AgentType
 from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
 from ._context import Owner, RunContext, SubtreeRunner
@@ -333,6 +333,9 @@ async def _loop(
     last_text = ""
     output_tries = 0
     while True:
+        stop = _stop_reason(ctx)
+        if stop is not None:  # a graceful stop: no new turn (docs/collaboration.md#stop)
+            return "stopped", last_text or None, stopped_text(stop)
         if state.turns >= max_turns:
             # Before delivering: a message no turn will answer goes back in the outcome.
             return "max_turns", last_text or None, f"stopped after {state.turns} turns (max_turns)"
@@ -351,12 +354,10 @@ async def _loop(
             agent_id=spec.agent_id,
             output_schema=setup.output.schema if setup.output is not None else None,
         )
-        try:
-            content, calls, end = await _stream_turn(run, spec, request)
-        except ContextOverflowError as exc:  # compacted, then tried once more
-            content, calls, end = await _stream_refitted(
-                run, spec, request, state, compactor, exc
-            )
+        turn = await _stream_unless_stopped(run, spec, request, state, compactor, ctx)
+        if turn is None:  # a stop cut the reply short: the loop's top ends the agent
+            continue
+        content, calls, end = turn
         state.turns += 1
         state.input_tokens += end.input_tokens
         state.output_tokens += end.output_tokens
@@ -395,6 +396,36 @@ async def _loop(
                 return "failed", last_text or None, problem
         state.continue_reason = None
         return "completed", last_text, None
+
+
+def _stop_reason(ctx: ActorContext[str]) -> str | None:
+    """Why this agent's subtree is stopping (its own stop or an ancestor's), else ``None``."""
+    node = ctx.node
+    return None if node is None else Registry.stop_reason(node)[0]
+
+
+async def _stream_unless_stopped(
+    run: RunContext,
+    spec: AgentSpec,
+    request: ModelRequest,
+    state: AgentState,
+    compactor: Compactor,
+    ctx: ActorContext[str],
+) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd] | None:
+    """One model turn, or ``None`` when a graceful stop cut its reply short (the reply joins
+    nothing; its streamed text stays in the stream)."""
+    scope = trio.CancelScope()
+    if ctx.node is not None:
+        run.scheduler.streaming(spec.agent_id, ctx.node, scope)
+    try:
+        with scope:
+            try:
+                return await _stream_turn(run, spec, request)
+            except ContextOverflowError as exc:  # compacted, then tried once more
+                return await _stream_refitted(run, spec, request, state, compactor, exc)
+    finally:
+        run.scheduler.done_streaming(spec.agent_id)
+    return None
 
 
 async def _check_output(
@@ -649,6 +680,9 @@ class _Call:
     """When its ``tool_started`` went out (the three are set by :func:`_announce_tool_call`)."""
     changed_input: dict[str, Any] | None = None
     """The input the tool ran with, when a middleware layer changed the model's."""
+    child_outcome: AgentOutcome | None = None
+    """How its sub-agent ended (an ``agent`` call), also when the call was cancelled: a
+    cancelled call's result carries the sub-agent's partial work."""
 
 
 async def _run_tool_calls(
@@ -802,6 +836,8 @@ async def _run_tool_call(
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
             status, output = "cancelled", cancelled_text(reason)
+        if status == "cancelled" and record.child_outcome is not None:
+            output = _with_partial_work(run, output, record.child_outcome)
         cap = record.setup.output_cap + NOTE_ROOM
         output = run.bus.masked(output, cap, how=_OUTPUT_CUT_HOW)
         results[record.index] = ToolResultBlock(
@@ -930,6 +966,7 @@ class _Spawner:
 
     def __init__(self, record: _Call) -> None:
         self._run = record.run
+        self._record = record
         self._parent = record.spec
         self._tool_use_id = record.call.id
         self._agent_id = record.agent_id  # used by the first sub-agent
@@ -952,8 +989,13 @@ class _Spawner:
         description: str,
         budget: Mapping[str, Any] | None,
     ) -> str:
-        outcome = await self._run_one(*self._prepare(agent_type, prompt, budget, None))
-        return _child_result(outcome)
+        outcome = await self._run_one(
+            *self._prepare(agent_type, prompt, budget, None), on_outcome=self._seen
+        )
+        return _child_result(self._run, outcome)
+
+    def _seen(self, outcome: AgentOutcome) -> None:
+        self._record.child_outcome = outcome
 
     async def map_subagents(
         self,
@@ -1045,6 +1087,7 @@ class _Spawner:
         runner: SubtreeRunner | None,
         *,
         slot_held: bool = False,
+        on_outcome: Callable[[AgentOutcome], None] | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> AgentOutcome:
         run = self._run
@@ -1060,23 +1103,34 @@ class _Spawner:
                 if runner is None:
                     if task_status is not trio.TASK_STATUS_IGNORED:
                         return await run_agent_actor(
-                            run, spec, own_task=True, task_status=task_status
-                        )
+                            run, spec, own_task=True, on_outcome=on_outcome,
+                            task_status=task_status,
+                        )  # fmt: skip
                     own_task = self._own_task is trio.lowlevel.current_task()
                     self._own_task = None
-                    return await run_agent_actor(run, spec, own_task=own_task)
-                return await runner.run_subtree(run, spec)
+                    return await run_agent_actor(
+                        run, spec, own_task=own_task, on_outcome=on_outcome
+                    )
+                outcome = await runner.run_subtree(run, spec)
+                if on_outcome is not None:
+                    on_outcome(outcome)
+                return outcome
             finally:
                 run.scheduler.release_slot(spec.agent_id)
         finally:
             run.scheduler.child_finished(parent_id)
 
 
-def _child_result(outcome: AgentOutcome) -> str:
-    """What an ``agent`` call's model reads of its sub-agent: its final text, or why not."""
+def _child_result(run: RunContext, outcome: AgentOutcome) -> str:
+    """What an ``agent`` call's model reads of its sub-agent: its final text, or why not (a
+    stopped one's partial work; a cancelled one's is added by the call, which also sees a
+    cancel from above)."""
     name = outcome.name
     if outcome.status == "completed":
         return outcome.result or ""
+    if outcome.status == "stopped":
+        head = f"sub-agent {name} was {outcome.error or 'stopped'}, before it finished its task"
+        return _with_partial_work(run, head, outcome)
     if outcome.status == "cancelled":
         raise SubtreeCancelled(outcome.cancel_reason or "cancelled")
     if outcome.status == "max_turns":
@@ -1087,3 +1141,49 @@ def _child_result(outcome: AgentOutcome) -> str:
     if outcome.status == "budget_exceeded":
         raise ToolError(f"sub-agent {name}: {outcome.error}")
     raise ToolError(f"sub-agent {name} failed: {outcome.error}")
+
+
+def _with_partial_work(run: RunContext, head: str, outcome: AgentOutcome) -> str:
+    """*head*, then what the stopped or cancelled sub-agent of *outcome* had done: its last
+    text and the tool calls it finished, one a line (docs/collaboration.md#partial-work).
+    The call's output limit cuts it, as any tool output."""
+    text, finished = _work_done(run, outcome.state)
+    lines = [head]
+    if text or finished:
+        lines.append("Its partial work:")
+    if text:
+        lines.append(f"Its last text: {text}")
+    if finished:
+        lines.append(f"Tool calls it finished ({len(finished)}):")
+        lines.extend(f"- {line}" for line in finished)
+    return "\n".join(lines)
+
+
+def _work_done(run: RunContext, state: AgentState) -> tuple[str, list[str]]:
+    """An agent's last text and its finished tool calls (``summary (status)``), read from its
+    history: a call whose result is a cancel (or the filler of an unanswered call) is not
+    finished."""
+    results: dict[str, ToolResultBlock] = {}
+    for message in state.messages:
+        if message.role == "user":
+            for block in message.content:
+                if isinstance(block, ToolResultBlock):
+                    results[block.tool_use_id] = block
+    text = ""
+    finished: list[str] = []
+    for message in state.messages:
+        if message.role != "assistant":
+            continue
+        said = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+        text = said or text
+        for use in message.tool_uses:
+            result = results.get(use.id)
+            if result is None or result.content == "cancelled" or (
+                result.content.startswith("cancelled: ")
+            ):
+                continue
+            tool = run.tools.get(use.name)
+            summary = _summary(tool, ToolCall(id=use.id, name=use.name, input=use.input),
+                               run.bus.secrets.value(use.input))  # fmt: skip
+            finished.append(f"{summary} ({'error' if result.is_error else 'ok'})")
+    return text, finished

@@ -614,6 +614,7 @@ class TraceTree:
             "provider_retry": self._provider_retry,
             "user_message": self._user_message,
             "cancel_requested": self._cancel_requested,
+            "stop_requested": self._stop_requested,
             "agent_finished": self._agent_finished,
             "run_finished": self._run_finished,
             "context_compacted": self._context_compacted,
@@ -1485,6 +1486,18 @@ class TraceTree:
                 for child in node.children:  # a sub-agent that already ended cancelled
                     if child.status == "cancelled" and child.cancel is None:
                         child.cancel = info
+
+    def _stop_requested(self, fields: Fields) -> None:
+        # Checked and timed, kept on no node: a stopped agent's own end says it all (its
+        # status, and ``error`` ``stopped: <reason>``; docs/tree.md).
+        ts = fields["ts"]
+        if not _num(ts):
+            raise _invalid("stop_requested", "ts")
+        for name in ("target", "reason", "by"):
+            if fields[name].__class__ is not str:
+                raise _invalid("stop_requested", name)
+        if ts > self.last_ts:
+            self.last_ts = ts
 
     def _agent_finished(self, fields: Fields) -> None:
         kind = "agent_finished"
