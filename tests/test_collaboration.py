@@ -10,15 +10,19 @@ import trio
 
 from runtime import (
     AgentFinished,
+    AgentStarted,
     Event,
+    Limits,
     StopRequested,
     TextDelta,
     ToolFinished,
     ToolStarted,
+    TraceTree,
     TurnFinished,
+    UserMessage,
     open_runtime,
 )
-from tests.harness import EventLog, agent_call
+from tests.harness import EventLog, agent_call, run_scenario
 from tests.invariants import by_type, check_invariants
 
 
@@ -222,3 +226,179 @@ async def test_a_cancelled_sub_agent_leaves_its_partial_work_to_its_parent(
             "- bash: ls (ok)"
         ), target
         check_invariants(log)
+
+
+# -- background sub-agents ----------------------------------------------------------------
+
+
+def _background(worker_turns: list[dict[str, Any]], main_turns: list[dict[str, Any]] | None = None
+                ) -> dict[str, Any]:  # fmt: skip
+    call = agent_call("side task", agent="worker", run_in_background=True)
+    return {"agents": {
+        "main": {"turns": main_turns or [
+            {"text": "Starting it.", "tool_calls": [call]},
+            {"text": "Meanwhile, my own part."},
+            {"text": "Both parts are in."}]},
+        "worker": {"tools": [], "turns": worker_turns},
+    }}  # fmt: skip
+
+
+def _started(events: list[Event], agent_id: str) -> AgentStarted:
+    [start] = [e for e in by_type(events, AgentStarted) if e.agent_id == agent_id]
+    assert isinstance(start, AgentStarted)
+    return start
+
+
+async def test_a_background_child_returns_at_once_and_reports_at_the_parents_next_step(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    scenario = _background([{"text": "side result", "delay_s": 5}])
+    outcome, events = await run_scenario(scenario, tmp_path)
+    assert (outcome.status, outcome.turns, outcome.result) == ("completed", 3, "Both parts are in.")
+    call = _tool_end(events, "agent")
+    assert (call.status, call.output) == ("ok", (
+        "Started sub-agent agent-2 (side task) in the background. Its result comes to you as a "
+        "message when it ends; go on with other work meanwhile, or end your turn to wait for it."
+    ))  # fmt: skip
+    assert _started(events, "agent-2").background
+    assert not _started(events, "agent-1").background
+    child_end = _finished(events, "agent-2")
+    [report] = [e for e in by_type(events, UserMessage) if e.agent_id == "agent-1"]
+    assert isinstance(report, UserMessage)
+    assert report.text == "[background sub-agent agent-2 (side task) ended completed]\nside result"
+    order = [events.index(e) for e in (call, child_end, report, _finished(events, "agent-1"))]
+    assert order == sorted(order)  # the call returned first; the report came after the end
+    # The parent's second turn came while the child still worked: it did not wait in the call.
+    second_turn = [e for e in by_type(events, TurnFinished) if e.agent_id == "agent-1"][1]
+    assert events.index(second_turn) < events.index(child_end)
+    check_invariants(events)
+
+
+async def test_a_failed_background_child_reports_its_failure(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    scenario = _background([{"error": "the model is down", "delay_s": 1}])
+    outcome, events = await run_scenario(scenario, tmp_path)
+    assert outcome.status == "completed"
+    [report] = [e for e in by_type(events, UserMessage) if e.agent_id == "agent-1"]
+    assert isinstance(report, UserMessage)
+    assert report.text.startswith(
+        "[background sub-agent agent-2 (side task) ended failed]\nsub-agent worker failed: "
+    )
+    check_invariants(events)
+
+
+async def test_cancelling_the_parent_takes_its_background_children_with_it(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    scenario = _background([{"text": "never", "delay_s": 300}])
+
+    async def cancel_parent(rt: Any, log: EventLog) -> None:
+        await log.wait_for(lambda ev: any(isinstance(e, AgentStarted) and e.agent_id == "agent-2"
+                                          for e in ev))  # fmt: skip
+        await trio.sleep(1)
+        assert await rt.cancel("agent-1", "the user gave up")
+
+    outcome, log = await _run_and(tmp_path, scenario, cancel_parent)
+    assert outcome.status == "cancelled"
+    child = _finished(log, "agent-2")
+    assert (child.status, child.error) == ("cancelled", "cancelled: the user gave up")
+    check_invariants(log)
+
+
+async def test_a_parent_out_of_turns_cancels_its_background_children(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    call = agent_call("side task", agent="worker", run_in_background=True)
+    scenario = _background([{"text": "never", "delay_s": 300}], [
+        {"tool_calls": [call]},
+        {"text": "one more step", "tool_calls": [agent_call("quick", agent="quick")]},
+        {"text": "a turn past the limit"}])  # fmt: skip
+    scenario["agents"]["quick"] = {"turns": [{"text": "quick"}]}
+    outcome, events = await run_scenario(scenario, tmp_path, limits=Limits(max_turns=2))
+    assert outcome.status == "max_turns"
+    child = _finished(events, "agent-2")
+    assert (child.status, child.error) == (
+        "cancelled", "cancelled: its parent agent agent-1 ended (max_turns)",
+    )  # fmt: skip
+    check_invariants(events)
+
+
+async def test_a_stop_of_the_parent_stops_its_background_children_too(tmp_path: Path) -> None:
+    scenario = _background(
+        [{"text": "side work", "tool_calls": [{"name": "bash", "input": {"command": "sleep 1"}}]},
+         {"text": "never"}],
+    )  # fmt: skip
+    scenario["agents"]["worker"]["tools"] = ["bash"]
+
+    async def stop_parent(rt: Any, log: EventLog) -> None:
+        await log.wait_for(_bash_started)
+        assert await rt.stop("agent-1")
+
+    outcome, log = await _run_and(tmp_path, scenario, stop_parent)
+    assert outcome.status == "stopped"
+    assert _finished(log, "agent-2").status == "stopped"
+    assert _tool_end(log, "bash").status == "ok"
+    check_invariants(log)
+
+
+async def test_a_waiting_parent_lends_its_slot_to_its_background_child(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    # max_parallel 1: the middle agent holds the only slot; its background child can run
+    # only while the middle agent waits for its report.
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("middle", agent="middle")]},
+                           {"text": "done"}]},
+        "middle": {"turns": [
+            {"tool_calls": [agent_call("leaf", agent="leaf", run_in_background=True)]},
+            {"text": "waiting for the leaf"},
+            {"text": "middle done"}]},
+        "leaf": {"tools": [], "turns": [{"text": "leaf done", "delay_s": 2}]},
+    }}  # fmt: skip
+    with trio.fail_after(60):
+        outcome, events = await run_scenario(scenario, tmp_path, limits=Limits(max_parallel=1))
+    assert outcome.status == "completed"
+    assert _finished(events, "agent-3").status == "completed"
+    [middle_call] = [e for e in by_type(events, ToolFinished) if e.agent_id == "agent-1"]
+    assert isinstance(middle_call, ToolFinished)
+    assert middle_call.output == "middle done"
+    check_invariants(events)
+
+
+async def test_run_in_background_on_another_tool_or_of_a_bad_type_is_one_error(
+    tmp_path: Path,
+) -> None:
+    scenario = {"agents": {"main": {"tools": ["bash", "agent"], "turns": [
+        {"tool_calls": [
+            {"name": "bash", "input": {"command": "true", "run_in_background": True}},
+            agent_call("x", agent="general", run_in_background="yes")]},
+        {"text": "ok"}]}}}  # fmt: skip
+    outcome, events = await run_scenario(scenario, tmp_path)
+    assert outcome.status == "completed"
+    ends = {e.name: (e.status, e.output) for e in by_type(events, ToolFinished)}  # type: ignore[attr-defined]
+    assert ends["bash"] == ("error", (
+        "invalid input for bash: run_in_background: only the agent tool runs in the background"
+    ))  # fmt: skip
+    assert ends["agent"][0] == "error"
+    assert "run_in_background" in ends["agent"][1]
+    assert len(by_type(events, AgentStarted)) == 1
+    check_invariants(events)
+
+
+async def test_the_tree_lists_a_running_background_child_for_the_picker_by_its_agent_id(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    scenario = _background([{"text": "side result", "delay_s": 5}])
+    _, events = await run_scenario(scenario, tmp_path)
+    call = _tool_end(events, "agent")
+    child_end = _finished(events, "agent-2")
+    while_running = TraceTree.from_events(events[: events.index(child_end)], live=True)
+    [sub] = while_running.running_subtrees()
+    assert (sub.tool_use_id, sub.agent_id, sub.background, sub.target) == (
+        call.tool_use_id, "agent-2", True, "agent-2",
+    )  # fmt: skip
+    assert while_running.tools[call.tool_use_id].summary == (
+        "agent: worker: side task (background)"
+    )
+    assert TraceTree.from_events(events).running_subtrees() == []

@@ -26,7 +26,8 @@ _BASE: dict[str, Any] = {
 }
 _SAMPLES: dict[str, dict[str, Any]] = {
     "run_started": {"version": "0.1.0", "config": {"provider": "scripted"}},
-    "agent_started": {"name": "main", "parent_agent_id": None, "depth": 0, "prompt": "p"},
+    "agent_started": {"name": "main", "parent_agent_id": None, "depth": 0, "prompt": "p",
+                      "background": False},
     "text_delta": {"text": "héllo "},
     "thinking_delta": {"text": "hmm"},
     "tool_started": {"tool_use_id": "tu-2", "name": "bash", "input": {"command": "ls"},

@@ -528,7 +528,7 @@ class TerminalPrompts:
         out.flush()
 
     async def _cancel_one(self, session: Session, sub: RunningSubtree) -> bool:
-        done = await session.rt.cancel(sub.tool_use_id, "picked with Ctrl+C", by="user")
+        done = await session.rt.cancel(sub.target, "picked with Ctrl+C", by="user")
         if done:
             self.console.print(
                 visible(f"Cancelling {sub.agent_name} {sub.tool_use_id} and everything under it."),
@@ -544,7 +544,7 @@ class TerminalPrompts:
         return done
 
     async def _stop_one(self, session: Session, sub: RunningSubtree) -> bool:
-        done = await session.rt.stop(sub.tool_use_id, "stopped with Ctrl+C", by="user")
+        done = await session.rt.stop(sub.target, "stopped with Ctrl+C", by="user")
         if done:
             self.console.print(
                 visible(
@@ -572,7 +572,7 @@ class TerminalPrompts:
         top = [s for s in subtrees if s.caller_id in roots] or subtrees
         count = 0
         for sub in top:
-            if await session.rt.cancel(sub.tool_use_id, "Ctrl+C: all sub-agents"):
+            if await session.rt.cancel(sub.target, "Ctrl+C: all sub-agents"):
                 count += 1
         self.console.print(f"Cancelling {count} running subtree(s).", highlight=False)
 
@@ -675,6 +675,8 @@ class _PickList:
     def _line(number: int, sub: RunningSubtree) -> str:
         indent = "  " * max(0, sub.depth - 1)
         line = f"  {indent}[{number}] {sub.agent_name} {sub.tool_use_id} {sub.description}"
+        if sub.background:
+            line += f" (background, {sub.agent_id})"
         return visible(line, layout=False)  # the model's names and descriptions, shown only
 
     def lines(self) -> list[str]:

@@ -93,6 +93,11 @@ class AgentSpec:
     compact: str | None = None
     """Set: the agent only compacts *history* (focused on this text, if any), then ends
     (:meth:`~runtime.Runtime.compact`)."""
+    background: bool = False
+    """Started with ``run_in_background``: its parent does not wait for it; it runs in the
+    parent agent's nursery and reports to its mailbox (docs/collaboration.md)."""
+    description: str = ""
+    """The ``description`` of the ``agent`` call that started it."""
 
 
 def started_event(spec: AgentSpec) -> AgentStarted:
@@ -106,4 +111,5 @@ def started_event(spec: AgentSpec) -> AgentStarted:
         parent_agent_id=spec.parent_agent_id,
         depth=spec.depth,
         prompt=spec.prompt,
+        background=spec.background,
     )

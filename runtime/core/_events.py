@@ -62,6 +62,9 @@ class AgentStarted(Event):
     parent_agent_id: str | None
     depth: int
     prompt: str
+    background: bool = False
+    """Started with ``run_in_background``: its parent does not wait for it
+    (docs/collaboration.md#background-sub-agents)."""
 
 
 @attrs.frozen(kw_only=True)

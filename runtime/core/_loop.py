@@ -31,6 +31,7 @@ from runtime.actors import (
 
 from ._agent import AgentOutcome, AgentSpec, cancelled_text, started_event, stopped_text
 from ._agent_types import AgentType
+from ._background import BackgroundChildren
 from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
 from ._context import Owner, RunContext, SubtreeRunner
 from ._context_window import fixed_chars
@@ -172,6 +173,9 @@ async def run_agent_actor(
     handle: ActorHandle[str] | None = None
     body = functools.partial(agent_main, run, spec, life)
     owner = Owner(spec.agent_id, spec.parent_tool_use_id)
+    # In the registry, a background child hangs under its parent agent: its call has ended
+    # (a cancel or stop of the parent still reaches it; docs/collaboration.md).
+    parent_node = spec.parent_agent_id if spec.background else spec.parent_tool_use_id
     try:
         if own_task:
             handle = ActorHandle.new(
@@ -180,7 +184,7 @@ async def run_agent_actor(
             await run_actor(
                 handle,
                 body,
-                parent_id=spec.parent_tool_use_id,
+                parent_id=parent_node,
                 data=owner,
                 nursery=False,  # an agent starts no task of its own: its tool calls do
                 task_status=task_status,
@@ -190,7 +194,7 @@ async def run_agent_actor(
                 kwargs: dict[str, Any] = {
                     "actor_id": spec.agent_id,
                     "registry": run.registry,
-                    "parent_id": spec.parent_tool_use_id,
+                    "parent_id": parent_node,
                     "data": owner,
                     "mailbox_size": run.settings.limits.mailbox_size,
                 }
@@ -320,6 +324,37 @@ def _close_open_tool_calls(state: AgentState) -> None:
 async def _loop(
     run: RunContext, spec: AgentSpec, state: AgentState, ctx: ActorContext[str], log: Any
 ) -> tuple[AgentStatus, str | None, str | None]:
+    """The agent's turns; with the ``agent`` tool, inside a nursery for the background
+    sub-agents it may start (docs/collaboration.md#background-sub-agents)."""
+    if (
+        "agent" not in type_setup(run, spec.agent_type).tools
+        or spec.depth >= run.settings.limits.max_depth  # it can start no sub-agent at all
+    ):
+        return await _turns(run, spec, state, ctx, log, None)
+    failure: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        background = BackgroundChildren(run, nursery, ctx.mailbox)
+        try:
+            ended = await _turns(run, spec, state, ctx, log, background)
+        except Exception as exc:  # raised as it came, not in the nursery's group, below
+            failure = exc
+            background.end(f"its parent agent {spec.agent_id} failed")
+        else:
+            if ended[0] != "stopped":  # a stopped one's children are stopping: wait for them
+                background.end(f"its parent agent {spec.agent_id} ended ({ended[0]})")
+    if failure is not None:
+        raise failure
+    return ended
+
+
+async def _turns(
+    run: RunContext,
+    spec: AgentSpec,
+    state: AgentState,
+    ctx: ActorContext[str],
+    log: Any,
+    background: BackgroundChildren | None,
+) -> tuple[AgentStatus, str | None, str | None]:
     atype = spec.agent_type
     max_turns = atype.max_turns or run.settings.limits.max_turns
     setup = type_setup(run, atype)
@@ -377,10 +412,15 @@ async def _loop(
             )
         )
         if calls:
-            await _run_tool_calls(run, spec, state, calls, log)
+            await _run_tool_calls(run, spec, state, calls, log, background)
             state.continue_reason = "tool_use"
             continue
         if ctx.mailbox.pending():
+            state.continue_reason = "user_message"
+            continue
+        if background is not None and background.running:
+            # Not done while children of its own run: their next report is its next step.
+            await _wait_for_report(run, spec, ctx, state)
             state.continue_reason = "user_message"
             continue
         if setup.output is not None:
@@ -466,11 +506,34 @@ async def _stream_refitted(
         raise compactor.does_not_fit(exc) from exc
 
 
-async def _deliver_messages(
+async def _wait_for_report(
     run: RunContext, spec: AgentSpec, ctx: ActorContext[str], state: AgentState
 ) -> None:
-    """Messages injected while the agent worked join the history at this turn boundary."""
-    for text in ctx.mailbox.drain():
+    """Wait for the next message (a background child's report, or any other) and deliver it
+    with whatever came with it. While it waits the agent is not working: it lends its
+    ``max_parallel`` slot, as while it waits for a sub-agent."""
+    lend = spec.depth > 0
+    if lend:
+        run.scheduler.child_starting(spec.agent_id)
+    try:
+        first = await ctx.mailbox.receive()
+    finally:
+        if lend:
+            run.scheduler.child_finished(spec.agent_id)
+    await _deliver_messages(run, spec, ctx, state, first)
+
+
+async def _deliver_messages(
+    run: RunContext,
+    spec: AgentSpec,
+    ctx: ActorContext[str],
+    state: AgentState,
+    first: str | None = None,
+) -> None:
+    """Messages injected while the agent worked join the history at this turn boundary
+    (*first*: one already taken from the mailbox)."""
+    texts = ctx.mailbox.drain()
+    for text in texts if first is None else [first, *texts]:
         # Into the history first: a cancel while the event waits must not lose the message.
         block = TextBlock(text=text)
         last = state.messages[-1] if state.messages else None
@@ -680,6 +743,8 @@ class _Call:
     """When its ``tool_started`` went out (the three are set by :func:`_announce_tool_call`)."""
     changed_input: dict[str, Any] | None = None
     """The input the tool ran with, when a middleware layer changed the model's."""
+    background: BackgroundChildren | None = None
+    """Where its agent's background sub-agents run (an agent with the ``agent`` tool)."""
     child_outcome: AgentOutcome | None = None
     """How its sub-agent ended (an ``agent`` call), also when the call was cancelled: a
     cancelled call's result carries the sub-agent's partial work."""
@@ -691,6 +756,7 @@ async def _run_tool_calls(
     state: AgentState,
     calls: list[ToolCall],
     log: Any,
+    background: BackgroundChildren | None = None,
 ) -> None:
     """Run one turn's tool calls and add their results to the history, in call order whatever
     order they end in — also when the agent is cancelled half-way (the calls that did not
@@ -718,6 +784,7 @@ async def _run_tool_calls(
             index=i,
             agent_id=run.scheduler.new_agent_id() if call.name == "agent" else None,
             own_task=parallel,
+            background=background,
         )
         for i, call in enumerate(calls)
     ]
@@ -869,6 +936,11 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
         return "error", f"unknown tool {call.name!r}; available tools: {known}"
     if call.error is not None:
         return "error", f"invalid input for {tool.name}: {call.error}"
+    if "run_in_background" in call.input and not _takes_background(tool):
+        return "error", (
+            f"invalid input for {tool.name}: run_in_background: only the agent tool runs in "
+            "the background"
+        )
     try:
         validate_input(tool, call.input)
     except ToolInputError as exc:
@@ -910,6 +982,12 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
     except Exception as exc:  # a bug in a tool is a result the model reads, not a crash
         log.exception("tool raised", tool=tool.name, tool_use_id=call.id)
         return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"
+
+
+def _takes_background(tool: Tool) -> bool:
+    """Whether *tool*'s input has a ``run_in_background`` of its own (the ``agent`` tool's)."""
+    properties = tool.input_schema.get("properties")
+    return isinstance(properties, dict) and "run_in_background" in properties
 
 
 async def _through_middleware(record: _Call, tool: Tool, ctx: ToolContext) -> str:
@@ -996,6 +1074,47 @@ class _Spawner:
 
     def _seen(self, outcome: AgentOutcome) -> None:
         self._record.child_outcome = outcome
+
+    async def start_background(
+        self,
+        *,
+        agent_type: str,
+        prompt: str,
+        description: str,
+        budget: Mapping[str, Any] | None,
+    ) -> str:
+        background = self._record.background
+        if background is None:
+            raise ToolError("background sub-agents are not available here")
+        run = self._run
+        try:
+            placement = run.agent_types.lookup(agent_type).placement
+        except ConfigError as exc:
+            raise ToolError(str(exc)) from None
+        if placement != "local":
+            raise ToolError(
+                f"agent type {agent_type!r} is placed on {placement!r}: only local sub-agents "
+                "run in the background; call it without run_in_background"
+            )
+        spec, _ = self._prepare(agent_type, prompt, budget, None)
+        spec = attrs.evolve(spec, background=True, description=description)
+
+        async def run_child() -> AgentOutcome:
+            await run.scheduler.acquire_slot(spec.agent_id)  # the parent keeps its own
+            try:
+                return await run_agent_actor(run, spec, own_task=True)
+            finally:
+                run.scheduler.release_slot(spec.agent_id)
+
+        def report(outcome: AgentOutcome) -> str:
+            return _background_report(run, self._record, outcome, description)
+
+        background.start(spec.agent_id, run_child, report)
+        return (
+            f"Started sub-agent {spec.agent_id} ({description}) in the background. Its result "
+            "comes to you as a message when it ends; go on with other work meanwhile, or end "
+            "your turn to wait for it."
+        )
 
     async def map_subagents(
         self,
@@ -1141,6 +1260,22 @@ def _child_result(run: RunContext, outcome: AgentOutcome) -> str:
     if outcome.status == "budget_exceeded":
         raise ToolError(f"sub-agent {name}: {outcome.error}")
     raise ToolError(f"sub-agent {name} failed: {outcome.error}")
+
+
+def _background_report(
+    run: RunContext, record: _Call, outcome: AgentOutcome, description: str
+) -> str:
+    """The message a background sub-agent's end leaves its parent: how it ended, and its
+    result, its error, or its partial work; masked, and cut to the output limit."""
+    try:
+        body = _child_result(run, outcome)
+    except SubtreeCancelled as exc:
+        body = _with_partial_work(run, cancelled_text(exc.reason), outcome)
+    except ToolError as exc:
+        body = str(exc)
+    head = f"[background sub-agent {outcome.agent_id} ({description}) ended {outcome.status}]"
+    cap = record.setup.output_cap + NOTE_ROOM
+    return run.bus.masked(f"{head}\n{body}", cap, how=_OUTPUT_CUT_HOW)
 
 
 def _with_partial_work(run: RunContext, head: str, outcome: AgentOutcome) -> str:

@@ -63,6 +63,26 @@ class SubAgentSpawner(Protocol):
         """
         ...
 
+    async def start_background(
+        self,
+        *,
+        agent_type: str,
+        prompt: str,
+        description: str,
+        budget: Mapping[str, Any] | None,
+    ) -> str:
+        """Start a sub-agent in the background, in the calling agent's nursery, and return at
+        once; its end reaches the calling agent as a message (docs/collaboration.md).
+
+        Returns:
+            What the model reads: the sub-agent's id and description.
+
+        Raises:
+            ToolError: it cannot start (as for :meth:`run_subagent`), or background sub-agents
+                are not available here.
+        """
+        ...
+
     async def map_subagents(
         self,
         prompts: Sequence[str],
