@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from runtime.core._errors import TraceError as TraceError
     from runtime.core._errors import UnknownEventType as UnknownEventType
     from runtime.core._events import AgentFinished as AgentFinished
+    from runtime.core._events import AgentMessage as AgentMessage
     from runtime.core._events import AgentStarted as AgentStarted
     from runtime.core._events import CancelRequested as CancelRequested
     from runtime.core._events import ContextCompacted as ContextCompacted
@@ -120,6 +121,7 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {
     "AgentFinished": "runtime.core._events",
+    "AgentMessage": "runtime.core._events",
     "AgentHandle": "runtime.core._runtime",
     "AgentNode": "runtime.trace._tree",
     "AgentOutcome": "runtime.core._agent",

@@ -10,6 +10,7 @@ import trio
 
 from runtime import (
     AgentFinished,
+    AgentMessage,
     AgentStarted,
     Event,
     Limits,
@@ -402,3 +403,113 @@ async def test_the_tree_lists_a_running_background_child_for_the_picker_by_its_a
         "agent: worker: side task (background)"
     )
     assert TraceTree.from_events(events).running_subtrees() == []
+
+
+# -- messages between agents -----------------------------------------------------------------
+
+
+def _say(to: str, text: str) -> dict[str, Any]:
+    return {"name": "send_message", "input": {"to": to, "text": text}}
+
+
+def _results(events: list[Event], agent_id: str, name: str = "send_message") -> list[str]:
+    """The results of *agent_id*'s *name* calls, in call order (parallel ones end in any)."""
+    ends = {e.tool_use_id: f"{e.status}: {e.output}" for e in by_type(events, ToolFinished)
+            if e.agent_id == agent_id and e.name == name}  # type: ignore[attr-defined]  # fmt: skip
+    starts = [e.tool_use_id for e in by_type(events, ToolStarted) if e.tool_use_id in ends]  # type: ignore[attr-defined]
+    return [ends[i] for i in starts]
+
+
+def _heard(events: list[Event], agent_id: str) -> list[str]:
+    return [e.text for e in by_type(events, UserMessage) if e.agent_id == agent_id]  # type: ignore[attr-defined]
+
+
+async def test_siblings_and_a_parent_get_messages_at_their_next_step(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [
+            {"tool_calls": [agent_call("alpha", agent="alpha", run_in_background=True),
+                            agent_call("beta", agent="beta", run_in_background=True)]},
+            {"text": "waiting for them"},
+            {"text": "heard one"}, {"text": "heard two"}, {"text": "heard three"}]},
+        "alpha": {"tools": ["send_message"], "turns": [
+            {"tool_calls": [_say("agent-3", "hello beta")]}, {"text": "alpha done"}]},
+        "beta": {"tools": ["send_message"], "turns": [
+            {"delay_s": 1, "tool_calls": [_say("parent", "beta here")]},
+            {"text": "beta done", "delay_s": 1}]},
+    }}  # fmt: skip
+    outcome, events = await run_scenario(scenario, tmp_path)
+    assert outcome.status == "completed"
+    sent = [(e.agent_id, e.from_agent_id, e.to_agent_id, e.text)
+            for e in by_type(events, AgentMessage)]  # type: ignore[attr-defined]  # fmt: skip
+    assert sent == [("agent-2", "agent-2", "agent-3", "hello beta"),
+                    ("agent-3", "agent-3", "agent-1", "beta here")]  # fmt: skip
+    assert _results(events, "agent-2") == [
+        "ok: Delivered to agent-3 (beta); it reads it at its next step."]
+    assert _heard(events, "agent-3") == ["[message from agent-2 (alpha)]\nhello beta"]
+    assert "[message from agent-3 (beta)]\nbeta here" in _heard(events, "agent-1")
+    # Read at beta's next step: after its first turn, before its second.
+    beta_turns = [events.index(e) for e in by_type(events, TurnFinished) if e.agent_id == "agent-3"]
+    [delivered] = [events.index(e) for e in by_type(events, UserMessage) if e.agent_id == "agent-3"]
+    assert beta_turns[0] < delivered < beta_turns[1]
+    check_invariants(events)
+
+
+async def test_messages_to_nobody_it_may_reach_are_one_error_each(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    scenario = {"agents": {
+        "main": {"tools": ["agent", "send_message"], "turns": [
+            {"tool_calls": [agent_call("quick", agent="quick")]},
+            {"tool_calls": [_say("agent-99", "x"), _say("agent-1", "x"), _say("parent", "x"),
+                            _say("quick", "x"), _say("agent-2", "y" * 8001),
+                            {"name": "send_message", "input": {"to": "agent-2"}}]},
+            {"text": "done"}]},
+        "quick": {"tools": ["agent", "send_message"], "turns": [
+            {"tool_calls": [agent_call("leaf", agent="leaf")]}, {"text": "quick done"}]},
+        "leaf": {"tools": ["send_message"], "turns": [
+            {"tool_calls": [_say("agent-1", "hi grandparent"), _say("parent", "hi")]},
+            {"text": "leaf done"}]},
+    }}  # fmt: skip
+    outcome, events = await run_scenario(scenario, tmp_path)
+    assert outcome.status == "completed"
+    assert _results(events, "agent-3") == [
+        "error: agent-1 is not your parent, child or sibling; you can message: parent "
+        "(agent-2 (quick))",
+        "ok: Delivered to agent-2 (quick); it reads it at its next step.",
+    ]
+    assert _results(events, "agent-1") == [
+        "error: no agent 'agent-99' here; you can message nobody now (no parent, child or "
+        "sibling is running)",
+        "error: that is your own id: a message to yourself is refused",
+        "error: you have no parent agent: you are the root of this run",
+        "error: agent-2 (quick) has finished (completed); it reads no more messages",
+        "error: message of 8001 characters: at most 8000; send a shorter one (or write the "
+        "rest to a file and name it)",
+        "error: invalid input for send_message: input.text: required field missing",
+    ]
+    assert [e.to_agent_id for e in by_type(events, AgentMessage)] == ["agent-2"]  # type: ignore[attr-defined]
+    check_invariants(events)
+
+
+async def test_a_full_mailbox_refuses_with_a_clear_result(
+    tmp_path: Path, autojump_clock: Any
+) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [
+            {"tool_calls": [agent_call("busy", agent="busy", run_in_background=True),
+                            agent_call("chatty", agent="chatty", run_in_background=True)]},
+            {"text": "waiting"}, {"text": "one"}, {"text": "two"}, {"text": "three"}]},
+        "busy": {"tools": [], "turns": [{"text": "busy done", "delay_s": 5}, {"text": "read"}]},
+        "chatty": {"tools": ["send_message"], "turns": [
+            {"tool_calls": [_say("agent-2", "first"), _say("agent-2", "second")]},
+            {"text": "chatty done"}]},
+    }}  # fmt: skip
+    outcome, events = await run_scenario(scenario, tmp_path, limits=Limits(mailbox_size=1))
+    assert outcome.status == "completed"
+    assert _results(events, "agent-3") == [
+        "ok: Delivered to agent-2 (busy); it reads it at its next step.",
+        "error: the mailbox of agent-2 (busy) is full (1 messages wait); try again later",
+    ]
+    check_invariants(events)

@@ -54,6 +54,7 @@ _SAMPLES: dict[str, dict[str, Any]] = {
     "replay_diverged": {"node": "main \u203a reviewer, turn 3",
                         "detail": "read(src/x.py) returned 41 lines, recorded 38"},
     "stop_requested": {"target": "agent-2", "reason": "enough", "by": "control"},
+    "agent_message": {"from_agent_id": "agent-2", "to_agent_id": "agent-3", "text": "hi"},
 }
 
 

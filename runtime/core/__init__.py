@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from ._errors import TraceError as TraceError
     from ._errors import UnknownEventType as UnknownEventType
     from ._events import AgentFinished as AgentFinished
+    from ._events import AgentMessage as AgentMessage
     from ._events import AgentStarted as AgentStarted
     from ._events import AgentStatus as AgentStatus
     from ._events import CancelBy as CancelBy
@@ -106,6 +107,8 @@ if TYPE_CHECKING:
     from ._messages import ToolResultBlock as ToolResultBlock
     from ._messages import ToolUseBlock as ToolUseBlock
     from ._messages import state_converter as state_converter
+    from ._messaging import MAX_MESSAGE_CHARS as MAX_MESSAGE_CHARS
+    from ._messaging import Messenger as Messenger
     from ._middleware import MiddlewareChain as MiddlewareChain
     from ._middleware import MiddlewareProvider as MiddlewareProvider
     from ._names import publish_names as publish_names
@@ -163,6 +166,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "AGENT_STATUSES": "._statuses",
     "AgentFinished": "._events",
+    "AgentMessage": "._events",
     "AgentHandle": "._runtime",
     "AgentOutcome": "._agent",
     "AgentSpec": "._agent",
@@ -255,6 +259,8 @@ _LAZY: dict[str, str] = {
     "TurnEnd": "._provider",
     "TurnFinished": "._events",
     "TypeSetup": "._loop",
+    "MAX_MESSAGE_CHARS": "._messaging",
+    "Messenger": "._messaging",
     "UnknownEventType": "._errors",
     "UserMessage": "._events",
     "VERSION": "._version",

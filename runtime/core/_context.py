@@ -32,6 +32,7 @@ from ._provider import Provider
 if TYPE_CHECKING:
     from ._agent import AgentOutcome, AgentSpec
     from ._loop import TypeSetup
+    from ._messaging import AgentDirectory
     from ._middleware import MiddlewareChain
     from ._sandbox import Sandbox
     from ._secrets import Secrets
@@ -317,6 +318,14 @@ class RunContext:
     type_setups: dict[AgentType, TypeSetup] = attrs.Factory(dict)
     # The user's tool-call layers (their model-call layers wrap the provider itself).
     middleware: MiddlewareChain | None = None
+    # The running agents as a family, for messages between them (docs/collaboration.md).
+    directory: AgentDirectory = attrs.Factory(lambda: _new_directory())
+
+
+def _new_directory() -> AgentDirectory:
+    from ._messaging import AgentDirectory
+
+    return AgentDirectory()
 
 
 def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> bool:

@@ -227,6 +227,17 @@ class StopRequested(Event):
     by: CancelBy
 
 
+@attrs.frozen(kw_only=True)
+class AgentMessage(Event):
+    """One agent sent another a message (``send_message``, docs/collaboration.md): it is in
+    the recipient's mailbox, read at its next step (its ``user_message``)."""
+
+    type: ClassVar[str] = "agent_message"
+    from_agent_id: str = attrs.field(metadata=_ID)
+    to_agent_id: str = attrs.field(metadata=_ID)
+    text: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -248,6 +259,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ContextCompacted,
         ReplayDiverged,
         StopRequested,
+        AgentMessage,
     )
 }
 

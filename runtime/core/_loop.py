@@ -67,6 +67,7 @@ from ._messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from ._messaging import Messenger
 from ._middleware import ToolInvocation
 from ._output import OutputSpec, output_spec
 from ._provider import (
@@ -114,6 +115,7 @@ async def agent_main(
         life.announced = True
         # Reachable by messages (and by Runtime.cancel) only once it has been announced.
         run.scheduler.open_inbox(spec.agent_id, ctx.mailbox)
+        run.directory.joined(spec)
         if spec.budget is not None and spec.budget.seconds is not None:
             ctx.scope.deadline = trio.current_time() + spec.budget.seconds
         log = run.log.bind(agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id)
@@ -207,6 +209,8 @@ async def run_agent_actor(
         run.scheduler.agent_stopped()
         run.budget.forget(spec.agent_id)
         outcome = _outcome(run, spec, life, handle)
+        if life.announced:
+            run.directory.left(spec.agent_id, outcome.status)
         if on_outcome is not None:
             on_outcome(outcome)
         if life.announced:  # an agent cancelled before it was announced leaves no trace at all
@@ -970,6 +974,7 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
         report_progress=spawner,
         secrets=run.bus.secrets,
         sandbox=run.sandbox,
+        messenger=Messenger(run, spec),
     )
     try:
         if run.middleware is not None and run.middleware.tool_layers:
@@ -1068,7 +1073,7 @@ class _Spawner:
         budget: Mapping[str, Any] | None,
     ) -> str:
         outcome = await self._run_one(
-            *self._prepare(agent_type, prompt, budget, None), on_outcome=self._seen
+            *self._prepare(agent_type, prompt, budget, None, description), on_outcome=self._seen
         )
         return _child_result(self._run, outcome)
 
@@ -1096,8 +1101,8 @@ class _Spawner:
                 f"agent type {agent_type!r} is placed on {placement!r}: only local sub-agents "
                 "run in the background; call it without run_in_background"
             )
-        spec, _ = self._prepare(agent_type, prompt, budget, None)
-        spec = attrs.evolve(spec, background=True, description=description)
+        spec, _ = self._prepare(agent_type, prompt, budget, None, description)
+        spec = attrs.evolve(spec, background=True)
 
         async def run_child() -> AgentOutcome:
             await run.scheduler.acquire_slot(spec.agent_id)  # the parent keeps its own
@@ -1165,6 +1170,7 @@ class _Spawner:
         prompt: str,
         budget: Mapping[str, Any] | None,
         output_type: Any,
+        description: str = "",
     ) -> tuple[AgentSpec, SubtreeRunner | None]:
         run = self._run
         try:
@@ -1192,6 +1198,7 @@ class _Spawner:
             parent_tool_use_id=self._tool_use_id,
             parent_agent_id=self._parent.agent_id,
             budget=None if effective.empty else effective,
+            description=description,
         )
         runner = None
         if atype.placement != "local":

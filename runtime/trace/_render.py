@@ -766,6 +766,11 @@ def event_line(tree: TraceTree, fields: Mapping[str, Any]) -> str | None:
             f"⊘ cancel {fields.get('target')} requested by {fields.get('by')}: "
             f"{first_line(str(fields.get('reason') or ''))}"
         )
+    elif kind == "agent_message":
+        what = (
+            f"✉ {fields.get('from_agent_id')} → {fields.get('to_agent_id')}: "
+            f"{first_line(str(fields.get('text') or ''), 100)}"
+        )
     elif kind == "stop_requested":
         what = (
             f"◼ stop {fields.get('target')} requested by {fields.get('by')}: "

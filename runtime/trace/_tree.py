@@ -626,6 +626,7 @@ class TraceTree:
             "user_message": self._user_message,
             "cancel_requested": self._cancel_requested,
             "stop_requested": self._stop_requested,
+            "agent_message": self._agent_message,
             "agent_finished": self._agent_finished,
             "run_finished": self._run_finished,
             "context_compacted": self._context_compacted,
@@ -1519,6 +1520,17 @@ class TraceTree:
         for name in ("target", "reason", "by"):
             if fields[name].__class__ is not str:
                 raise _invalid("stop_requested", name)
+        if ts > self.last_ts:
+            self.last_ts = ts
+
+    def _agent_message(self, fields: Fields) -> None:
+        # Checked and timed, kept on no node: the recipient's user_message holds the text.
+        ts = fields["ts"]
+        if not _num(ts):
+            raise _invalid("agent_message", "ts")
+        for name in ("from_agent_id", "to_agent_id", "text"):
+            if fields[name].__class__ is not str:
+                raise _invalid("agent_message", name)
         if ts > self.last_ts:
             self.last_ts = ts
 

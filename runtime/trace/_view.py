@@ -151,6 +151,8 @@ def describe(fields: dict[str, Any]) -> str:
         return f"permission {answer}: {first_line(get('reason'), 200)}"
     if kind == "cancel_requested":
         return f"cancel requested by {get('by')}: {first_line(get('reason'), 200)}"
+    if kind == "agent_message":
+        return f"message to {get('to_agent_id')}: {first_line(get('text'), 200)}"
     if kind == "stop_requested":
         return f"stop requested by {get('by')}: {first_line(get('reason'), 200)}"
     if kind == "provider_retry":
