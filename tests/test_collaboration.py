@@ -1,5 +1,6 @@
 """Agents that work together (docs/collaboration.md): a graceful stop beside cancel, the
-partial work a stopped or cancelled sub-agent leaves its parent."""
+partial work a stopped or cancelled sub-agent leaves its parent, background sub-agents,
+messages between agents, and the tree's invariants with all of them mixed in (hypothesis)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from runtime import (
     AgentFinished,
     AgentMessage,
     AgentStarted,
+    CancelRequested,
     Event,
     Limits,
     StopRequested,
@@ -22,6 +27,7 @@ from runtime import (
     TurnFinished,
     UserMessage,
     open_runtime,
+    tool,
 )
 from tests.harness import EventLog, agent_call, run_scenario
 from tests.invariants import by_type, check_invariants
@@ -513,3 +519,125 @@ async def test_a_full_mailbox_refuses_with_a_clear_result(
         "error: the mailbox of agent-2 (busy) is full (1 messages wait); try again later",
     ]
     check_invariants(events)
+
+
+# -- the tree's invariants with background children and stops mixed in ------------------------
+
+
+@tool
+async def nap(seconds: float) -> str:
+    """Sleep a while (virtual time in the tests).
+
+    Args:
+        seconds: how long.
+    """
+    await trio.sleep(seconds)
+    return f"napped {seconds:g} s"
+
+
+@st.composite
+def _trees(draw: Any) -> dict[str, Any]:
+    """A random scenario: nodes with 0-3 children each (depth at most 3), each child started in
+    the background or not, each leaf napping in a tool call."""
+    agents: dict[str, Any] = {}
+    counter = [0]
+
+    def node(name: str, depth: int) -> None:
+        kids = draw(st.integers(0, 3 if depth < 3 else 0))
+        if kids == 0:
+            seconds = draw(st.sampled_from([1, 5, 20]))
+            agents[name] = {"tools": ["nap"], "turns": [
+                {"text": f"{name} naps", "tool_calls": [{"name": "nap", "input": {"seconds": seconds}}]},
+                {"text": f"{name} done"}]}  # fmt: skip
+            return
+        calls = []
+        for _ in range(kids):
+            counter[0] += 1
+            child = f"n{counter[0]}"
+            node(child, depth + 1)
+            calls.append(agent_call(child, agent=child, run_in_background=draw(st.booleans())))
+        # One turn to start them, then one per report at most.
+        agents[name] = {"tools": ["agent"], "turns": [
+            {"text": f"{name} splits", "tool_calls": calls},
+            *({"text": f"{name} step {i}"} for i in range(kids + 1))]}  # fmt: skip
+
+    node("main", 0)
+    return {"agents": agents}
+
+
+_ACTIONS = st.lists(
+    st.tuples(st.sampled_from(["stop", "cancel"]), st.integers(0, 50), st.floats(0, 25)),
+    max_size=5,
+)
+
+
+def _under(events: list[Event], agent_id: str, kind: type[Event], before: int) -> bool:
+    """Whether a *kind* event (stop or cancel) targets *agent_id*, its call, or an ancestor of
+    either, before index *before*."""
+    parent_of: dict[str, str | None] = {}
+    call_of: dict[str, str | None] = {}
+    for e in by_type(events, AgentStarted):
+        parent_of[e.agent_id] = e.parent_agent_id  # type: ignore[index, attr-defined]
+        call_of[e.agent_id] = e.parent_tool_use_id  # type: ignore[index]
+    targets = {e.target for e in events[:before] if isinstance(e, kind)}  # type: ignore[attr-defined]
+    cur: str | None = agent_id
+    while cur is not None:
+        if cur in targets or call_of.get(cur) in targets:
+            return True
+        cur = parent_of.get(cur)
+    return False
+
+
+def _cancelled_below(events: list[Event], tool_use_id: str) -> bool:
+    """Whether a cancel targeted the call *tool_use_id* or the sub-agent it started."""
+    children = {e.agent_id for e in by_type(events, AgentStarted)
+                if e.parent_tool_use_id == tool_use_id}  # fmt: skip
+    return any(e.target == tool_use_id or e.target in children  # type: ignore[attr-defined]
+               for e in by_type(events, CancelRequested))  # fmt: skip
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=_trees(), actions=_ACTIONS)
+def test_tree_invariants_hold_with_background_children_and_stops(
+    scenario: dict[str, Any], actions: list[tuple[str, int, float]], tmp_path_factory: Any
+) -> None:
+    workspace = tmp_path_factory.mktemp("ws")
+    events: list[Event] = []
+
+    async def main() -> None:
+        async with open_runtime(
+            scenario=scenario, workspace=workspace, trace=False, on_event=events.append,
+            extra_tools=[nap], permission_mode="allow-all",
+        ) as rt:  # fmt: skip
+            handle = await rt.start("go")
+            for what, pick, at in sorted(actions, key=lambda a: a[2]):
+                await trio.sleep_until(at)
+                live = [e.agent_id for e in by_type(events, AgentStarted)
+                        if e.agent_id not in {f.agent_id for f in by_type(events, AgentFinished)}]  # fmt: skip
+                if not live or handle.done:
+                    break
+                target = live[pick % len(live)]
+                assert target is not None
+                await (rt.stop if what == "stop" else rt.cancel)(target)
+            await handle.wait()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    check_invariants(events)
+    for end in by_type(events, AgentFinished):
+        assert isinstance(end, AgentFinished)
+        at = events.index(end)
+        assert end.agent_id is not None
+        if end.status == "stopped":
+            assert _under(events, end.agent_id, StopRequested, at), end
+            stop = next(i for i in range(at) if _under(events, end.agent_id, StopRequested, i + 1))
+            after = [e for e in events[stop:at] if e.agent_id == end.agent_id]
+            # No call starts after the stop, none is cancelled, and no turn beyond the one
+            # that may have ended at that very moment.
+            assert not any(isinstance(e, ToolStarted) for e in after), end
+            assert all(e.status == "ok" or _cancelled_below(events, e.tool_use_id)
+                       for e in after if isinstance(e, ToolFinished)), end  # fmt: skip
+            assert sum(isinstance(e, TurnFinished) for e in after) <= 1, end
+        elif end.status == "cancelled":
+            assert _under(events, end.agent_id, CancelRequested, at), end
+        else:
+            assert end.status == "completed", end

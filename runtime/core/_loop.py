@@ -416,7 +416,8 @@ async def _turns(
             )
         )
         if calls:
-            await _run_tool_calls(run, spec, state, calls, log, background)
+            if _stop_reason(ctx) is None:  # a stop that came as the reply ended: none runs
+                await _run_tool_calls(run, spec, state, calls, log, background)
             state.continue_reason = "tool_use"
             continue
         if ctx.mailbox.pending():
