@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings
@@ -642,3 +643,58 @@ def test_tree_invariants_hold_with_background_children_and_stops(
             assert _under(events, end.agent_id, CancelRequested, at), end
         else:
             assert end.status == "completed", end
+
+
+async def test_a_background_child_over_a_loopback_openai_server(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    from tests.llm_server import (
+        OPENAI_DONE,
+        LLMServer,
+        Piece,
+        RecordedRequest,
+        Reply,
+        openai_chunk,
+        openai_text_stream,
+    )
+
+    server = LLMServer()
+    await nursery.start(server.serve)
+    call = {"description": "slow lookup", "prompt": "SLOW lookup", "run_in_background": True}
+
+    def route(request: RecordedRequest) -> Reply:
+        messages = request.json["messages"]
+        first_user = str(next(m["content"] for m in messages if m["role"] == "user"))
+        if "SLOW" in first_user:  # the child: its answer takes a while
+            late = [Piece(e, delay_s=0.3 if i == 1 else 0.0)
+                    for i, e in enumerate(openai_text_stream(["found ", "it"]))]  # fmt: skip
+            return Reply.stream(late)
+        if "[background sub-agent" in orjson.dumps(messages).decode():
+            return Reply.stream(openai_text_stream(["The lookup came back."]))
+        if any(m["role"] == "tool" for m in messages):
+            return Reply.stream(openai_text_stream(["Waiting for the lookup."]))
+        calls = [{"index": 0, "id": "call_0", "type": "function",
+                  "function": {"name": "agent", "arguments": orjson.dumps(call).decode()}}]
+        return Reply.stream([openai_chunk({"role": "assistant", "content": ""}),
+                             openai_chunk({"tool_calls": calls}),
+                             openai_chunk({}, finish="tool_calls"), OPENAI_DONE])  # fmt: skip
+
+    server.route = route
+    env = {"OPENAI_API_KEY": "sk-test-0123456789", "OPENAI_BASE_URL": server.url + "/v1",
+           "PATH": "/usr/bin:/bin"}  # fmt: skip
+    events: list[Event] = []
+    with trio.fail_after(20):
+        async with open_runtime("openai", model="m", env=env, workspace=tmp_path, trace=False,
+                                on_event=events.append) as rt:  # fmt: skip
+            outcome = await rt.run("go")
+    assert (outcome.status, outcome.result, outcome.turns) == (
+        "completed", "The lookup came back.", 3,
+    )  # fmt: skip
+    assert _started(events, "agent-2").background
+    [report] = [e for e in by_type(events, UserMessage) if e.agent_id == "agent-1"]
+    assert isinstance(report, UserMessage)
+    assert report.text == "[background sub-agent agent-2 (slow lookup) ended completed]\nfound it"
+    # The parent's second request went out before the child answered; its third carries it.
+    assert len(server.requests) == 4
+    assert "[background sub-agent agent-2" in server.requests[-1].body.decode()
+    check_invariants(events)
