@@ -185,8 +185,9 @@ class Messenger:
                 raise ToolError(f"no agent {to!r} here; {self._whom(related)}")
             target = named[0]
         member = directory.get(target)
-        if member is None:
-            raise ToolError(f"{target} has finished; it reads no more messages")
+        if member is None:  # forgotten once finished, or known to another process (Ray)
+            raise ToolError(f"{target} has finished or runs in another process: it cannot be "
+                            "messaged from here")  # fmt: skip
         if target not in related and member.finished is None:
             raise ToolError(
                 f"{self.describe(target)} is not your parent, child or sibling; "
