@@ -1,10 +1,10 @@
 """Background sub-agents: the children an agent starts with ``run_in_background`` and does
 not wait for (docs/collaboration.md#background-sub-agents).
 
-They run in a nursery of their parent agent's own, opened around its loop, so the task tree is
-still the agent tree: a cancel of the parent takes them with it, and the parent's body cannot
-end before they have. Each one's end reaches the parent as a message in its mailbox, read at
-its next step as any message is.
+They run in the nursery of their parent agent's actor (an agent that may start sub-agents has
+one), so the task tree is still the agent tree: a cancel of the parent takes them with it, and
+the parent cannot end before they have. Each one's end reaches the parent as a message in its
+mailbox, read at its next step as any message is.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class BackgroundChildren:
         # Agent id → the scope of its task: a child still waiting for a slot has no node of
         # its own to cancel yet.
         self._scopes: dict[str, trio.CancelScope] = {}
+        self._changed = trio.Event()
 
     @property
     def running(self) -> int:
@@ -63,6 +64,17 @@ class BackgroundChildren:
             # Counted as running until its report is queued: a parent that finds neither a
             # message nor a running child may end.
             self._scopes.pop(agent_id, None)
+            self._changed.set()
+
+    async def wait(self) -> None:
+        """Wait until every one has ended (a stopped parent's children stop, then it ends).
+
+        Cancellation: a checkpoint; the children are cancelled with the caller's scope.
+        """
+        while self._scopes:
+            self._changed = trio.Event()
+            await self._changed.wait()
+        await trio.lowlevel.checkpoint()
 
     async def _tell(self, text: str) -> None:
         try:

@@ -188,7 +188,9 @@ async def run_agent_actor(
                 body,
                 parent_id=parent_node,
                 data=owner,
-                nursery=False,  # an agent starts no task of its own: its tool calls do
+                # An agent starts no task of its own (its tool calls do), but for its
+                # background sub-agents: only an agent that may start any has a nursery.
+                nursery=may_start_sub_agents(run, spec.agent_type, spec.depth),
                 task_status=task_status,
             )
         else:
@@ -328,27 +330,27 @@ def _close_open_tool_calls(state: AgentState) -> None:
 async def _loop(
     run: RunContext, spec: AgentSpec, state: AgentState, ctx: ActorContext[str], log: Any
 ) -> tuple[AgentStatus, str | None, str | None]:
-    """The agent's turns; with the ``agent`` tool, inside a nursery for the background
-    sub-agents it may start (docs/collaboration.md#background-sub-agents)."""
-    if (
-        "agent" not in type_setup(run, spec.agent_type).tools
-        or spec.depth >= run.settings.limits.max_depth  # it can start no sub-agent at all
-    ):
+    """The agent's turns; the background sub-agents it may start run in its actor's nursery
+    (docs/collaboration.md#background-sub-agents), which waits for them."""
+    if ctx.nursery is None:
         return await _turns(run, spec, state, ctx, log, None)
-    failure: Exception | None = None
-    async with trio.open_nursery() as nursery:
-        background = BackgroundChildren(run, nursery, ctx.mailbox)
-        try:
-            ended = await _turns(run, spec, state, ctx, log, background)
-        except Exception as exc:  # raised as it came, not in the nursery's group, below
-            failure = exc
-            background.end(f"its parent agent {spec.agent_id} failed")
-        else:
-            if ended[0] != "stopped":  # a stopped one's children are stopping: wait for them
-                background.end(f"its parent agent {spec.agent_id} ended ({ended[0]})")
-    if failure is not None:
-        raise failure
+    background = BackgroundChildren(run, ctx.nursery, ctx.mailbox)
+    try:
+        ended = await _turns(run, spec, state, ctx, log, background)
+    except Exception:
+        background.end(f"its parent agent {spec.agent_id} failed")
+        raise
+    if ended[0] == "stopped":  # its children are stopping too: they end before it
+        await background.wait()
+    else:
+        background.end(f"its parent agent {spec.agent_id} ended ({ended[0]})")
     return ended
+
+
+def may_start_sub_agents(run: RunContext, atype: AgentType, depth: int) -> bool:
+    """Whether an agent of *atype* at *depth* can start a sub-agent at all: only such an agent
+    needs a nursery for its background sub-agents."""
+    return depth < run.settings.limits.max_depth and "agent" in type_setup(run, atype).tools
 
 
 async def _turns(
