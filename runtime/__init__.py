@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from runtime.core._errors import TraceError as TraceError
     from runtime.core._errors import UnknownEventType as UnknownEventType
     from runtime.core._events import AgentFinished as AgentFinished
+    from runtime.core._events import AgentMessage as AgentMessage
     from runtime.core._events import AgentStarted as AgentStarted
     from runtime.core._events import CancelRequested as CancelRequested
     from runtime.core._events import ContextCompacted as ContextCompacted
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from runtime.core._events import ReplayDiverged as ReplayDiverged
     from runtime.core._events import RunFinished as RunFinished
     from runtime.core._events import RunStarted as RunStarted
+    from runtime.core._events import StopRequested as StopRequested
     from runtime.core._events import TextDelta as TextDelta
     from runtime.core._events import ThinkingDelta as ThinkingDelta
     from runtime.core._events import ToolFinished as ToolFinished
@@ -123,6 +125,7 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {
     "AgentFinished": "runtime.core._events",
+    "AgentMessage": "runtime.core._events",
     "AgentHandle": "runtime.core._runtime",
     "AgentNode": "runtime.trace._tree",
     "AgentOutcome": "runtime.core._agent",
@@ -135,6 +138,7 @@ _LAZY: dict[str, str] = {
     "Budget": "runtime.core._limits",
     "CancelInfo": "runtime.trace._tree",
     "CancelRequested": "runtime.core._events",
+    "StopRequested": "runtime.core._events",
     "ConfigError": "runtime.core._errors",
     "ContextCompacted": "runtime.core._events",
     "ContextOverflowError": "runtime.core._errors",

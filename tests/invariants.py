@@ -33,6 +33,9 @@ def check_invariants(events: Sequence[Event]) -> None:
     tool_start: dict[str, int] = {}
     tool_end: dict[str, int] = {}
     tool_owner: dict[str, str] = {}
+    # Background sub-agents (docs/collaboration.md): their call returns at once, so they end
+    # after it, but before their parent agent.
+    background: dict[str, str] = {}
     for i, e in enumerate(events):
         if isinstance(e, RunStarted | RunFinished):
             assert e.agent_id is None
@@ -47,8 +50,13 @@ def check_invariants(events: Sequence[Event]) -> None:
             agent_ptuid[e.agent_id] = e.parent_tool_use_id
             if e.parent_tool_use_id is not None:
                 assert e.parent_tool_use_id in tool_start, "sub-agent started before its tool call"
-                assert e.parent_tool_use_id not in tool_end
                 assert tool_owner[e.parent_tool_use_id] == e.parent_agent_id
+                if e.background:
+                    assert e.parent_agent_id is not None
+                    assert e.parent_agent_id not in agent_end, "background child after parent"
+                    background[e.agent_id] = e.parent_agent_id
+                else:
+                    assert e.parent_tool_use_id not in tool_end
         else:
             assert e.agent_id in agent_start, f"{e.type} from {e.agent_id} before agent_started"
             assert e.agent_id not in agent_end, f"{e.type} from {e.agent_id} after agent_finished"
@@ -56,7 +64,11 @@ def check_invariants(events: Sequence[Event]) -> None:
         if isinstance(e, AgentFinished):
             agent_end[e.agent_id] = i
             ptuid = e.parent_tool_use_id
-            if ptuid is not None:
+            if e.agent_id in background:
+                assert background[e.agent_id] not in agent_end, (
+                    "background sub-agent finished after its parent agent"
+                )
+            elif ptuid is not None:
                 assert ptuid not in tool_end, "sub-agent finished after its tool call"
         if isinstance(e, ToolStarted):
             assert e.tool_use_id not in tool_start, f"tool {e.tool_use_id} started twice"

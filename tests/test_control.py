@@ -515,3 +515,59 @@ async def test_trio_agents_pending_and_permit_from_another_process(
     gone = await client("pending")
     assert gone.returncode == 2
     assert b"cannot connect" in gone.stderr
+
+
+async def test_trio_agents_stop_from_another_process(sock_path: Path, tmp_path: Path) -> None:
+    scenario = tmp_path / "stop.json"
+    scenario.write_text(json.dumps({"agents": {
+        "main": {"turns": [
+            {"tool_calls": [{"name": "agent", "input": {
+                "description": "slow part", "prompt": "p", "agent": "sleeper"}}]},
+            {"text": "done"}]},
+        "sleeper": {"tools": ["bash"], "turns": [
+            {"text": "on it", "tool_calls": [
+                {"name": "bash", "input": {"command": "sleep 4; echo slept"}}]},
+            {"text": "a turn the stop prevents"}]}}}))  # fmt: skip
+    proc = await trio.lowlevel.open_process(
+        _cli("run", "go", "--json", "--permission-mode", "allow-all", "--no-trace",
+             "--control", str(sock_path), "--scenario", str(scenario)),
+        cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    buf = b""
+    try:
+        with trio.fail_after(20):
+            while b'"sleep 4; echo slept"' not in buf:
+                data = await proc.stdout.receive_some(65536)
+                assert data, "the run ended early"
+                buf += data
+
+            async def stop(*ids: str) -> subprocess.CompletedProcess[bytes]:
+                return await trio.run_process(
+                    _cli("stop", "--control", str(sock_path), "--reason", "enough", *ids),
+                    capture_stdout=True, capture_stderr=True, check=False,
+                )  # fmt: skip
+
+            done = await stop("agent-2")
+            assert done.returncode == 0, done.stderr
+            # The bash call goes on for a while: the run still answers.
+            refused = await stop("agent-9")
+            assert refused.returncode == 1
+            assert refused.stderr.decode().strip().startswith(
+                "trio-agents: error: no running node 'agent-9' to stop"
+            )
+            while data := await proc.stdout.receive_some(65536):
+                buf += data
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert code == 0
+    events = [decode_event(line) for line in buf.splitlines()]
+    check_invariants(events)
+    ends = {e.agent_id: e.status for e in events if e.type == "agent_finished"}  # type: ignore[attr-defined]
+    assert ends == {"agent-1": "completed", "agent-2": "stopped"}
+    bash = [e for e in events if e.type == "tool_finished" and e.name == "bash"]  # type: ignore[attr-defined]
+    assert [e.status for e in bash] == ["ok"]  # type: ignore[attr-defined]
+    stops = [(e.target, e.by, e.reason) for e in events if e.type == "stop_requested"]  # type: ignore[attr-defined]
+    assert stops == [("agent-2", "control", "enough")]

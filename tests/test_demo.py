@@ -139,6 +139,7 @@ def test_demo_on_a_terminal_ctrl_c_cancels_the_slow_tester_alone(tmp_path: Path)
         "triager": "completed",
         "tester": "cancelled",
         "reader": "completed",
+        "linter": "completed",
     }
     # The summary says what became of the tests; it points at no tester's report.
     main = next(e for e in events if e.type == "agent_finished" and e.parent_tool_use_id is None)
@@ -148,3 +149,47 @@ def test_demo_on_a_terminal_ctrl_c_cancels_the_slow_tester_alone(tmp_path: Path)
         "partial work is in the tree above."
     )
     assert main.result.startswith("Review of **shop**")  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow  # waits for the tester's ten-second integration check: a stop lets it finish
+def test_demo_on_a_terminal_s_and_a_number_stops_the_tester_with_its_work_kept(
+    tmp_path: Path,
+) -> None:
+    env = dict(os.environ)
+    env["TERM"] = "xterm-256color"
+    env.pop("NO_COLOR", None)
+    trace = tmp_path / "demo.jsonl"
+    child = pexpect.spawn(
+        sys.executable, ["-m", "runtime", "demo", "--trace", str(trace)], cwd=str(tmp_path),
+        env=env, dimensions=(50, 160), encoding="utf-8", codec_errors="replace", timeout=30,
+    )  # fmt: skip
+    try:
+        child.expect("type s and its number")
+        child.expect("bash: sh scripts/integration.sh")
+        child.sendintr()
+        child.expect(r"\[(\d+)\] tester (tu-[\d.]+) run unit \+ integration tests")
+        number, tool_use_id = child.match.group(1), child.match.group(2)
+        child.expect("cancel> ")
+        child.send(f"s{number}")
+        child.expect(f"Stopping tester {tool_use_id}")
+        child.expect("Review of")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    events = read_trace(trace)
+    check_invariants(events)
+    names = {e.agent_id: e.name for e in events if e.type == "agent_started"}  # type: ignore[attr-defined]
+    by_name = {names[e.agent_id]: e.status for e in events if e.type == "agent_finished"}  # type: ignore[attr-defined]
+    assert by_name == {"main": "completed", "scanner": "completed", "triager": "completed",
+                       "tester": "stopped", "reader": "completed", "linter": "completed"}
+    bash = [e.output for e in events if e.type == "tool_finished" and e.name == "bash"]  # type: ignore[attr-defined]
+    assert any("integration check passed" in o for o in bash)  # the call under way finished
+    background = [e for e in events if e.type == "agent_started" and e.background]  # type: ignore[attr-defined]
+    assert [names[e.agent_id] for e in background] == ["linter"]
+    main = next(e for e in events if e.type == "agent_finished" and e.parent_tool_use_id is None)
+    assert "- **Docstrings** (checked in the background)" in main.result  # type: ignore[attr-defined]
+    assert main.result.endswith(  # type: ignore[attr-defined]
+        "- **Tests**: not run to the end: the tester was stopped (stopped with Ctrl+C); its "
+        "partial work is in the tree above."
+    )

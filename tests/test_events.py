@@ -26,7 +26,8 @@ _BASE: dict[str, Any] = {
 }
 _SAMPLES: dict[str, dict[str, Any]] = {
     "run_started": {"version": "0.1.0", "config": {"provider": "scripted"}},
-    "agent_started": {"name": "main", "parent_agent_id": None, "depth": 0, "prompt": "p"},
+    "agent_started": {"name": "main", "parent_agent_id": None, "depth": 0, "prompt": "p",
+                      "background": False},
     "text_delta": {"text": "héllo "},
     "thinking_delta": {"text": "hmm"},
     "tool_started": {"tool_use_id": "tu-2", "name": "bash", "input": {"command": "ls"},
@@ -58,6 +59,8 @@ _SAMPLES: dict[str, dict[str, Any]] = {
     "hook_finished": {"hook_event": "PreToolUse", "command": "./check.sh", "url": None,
                       "exit_code": 2, "decision": "block", "duration_s": 0.1,
                       "tool_use_id": "tu-2"},
+    "stop_requested": {"target": "agent-2", "reason": "enough", "by": "control"},
+    "agent_message": {"from_agent_id": "agent-2", "to_agent_id": "agent-3", "text": "hi"},
 }
 
 

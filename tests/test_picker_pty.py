@@ -160,3 +160,80 @@ def test_after_an_early_abort_no_cut_text_is_printed_as_the_answer(
     assert child.exitstatus == 130
     assert "cancelled in" in after_tree
     assert "blah" not in after_tree
+
+
+STOPPABLE = {"agents": {
+    "main": {"turns": [
+        {"tool_calls": [
+            {"name": "agent", "input": {"description": "long part", "prompt": "q", "agent": "long"}}]},
+        {"text": "Main read the partial work."}]},
+    "long": {"tools": ["bash"], "turns": [
+        {"text": "Working on it.", "tool_calls": [
+            {"name": "bash", "input": {"command": "sleep 2; echo half"}}]},
+        {"text": "a turn the stop prevents"}]},
+}}
+
+
+def test_s_and_a_number_at_the_picker_stops_that_subtree_gracefully(
+    spawn: object,
+    tmp_path: Path,
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    child = spawn(  # type: ignore[operator]
+        "run", "go", "--permission-mode", "allow-all", "--trace", str(trace),
+        "--scenario", _scenario(tmp_path, STOPPABLE),
+    )
+    child.expect("bash: sleep 2; echo half")
+    child.sendintr()
+    child.expect(r"sN: stop it")
+    child.expect("cancel> ")
+    child.send("s1")  # no Enter: 1 cannot start a longer number on a list of 1
+    child.expect(r"Stopping long tu-1\.1: its tool calls under way finish")
+    child.expect("Main read the partial work.", timeout=10)
+    assert finish(child) == 0
+    events = read_trace(trace)
+    check_invariants(events)
+    assert statuses_by_name(events) == {"main": ["completed"], "long": ["stopped"]}
+    [bash] = [e for e in events if e.type == "tool_finished" and e.name == "bash"]  # type: ignore[attr-defined]
+    assert (bash.status, bash.output) == ("ok", "half\n[exit code 0]")  # type: ignore[attr-defined]
+    [call] = [e for e in events if e.type == "tool_finished" and e.name == "agent"]  # type: ignore[attr-defined]
+    assert "Its last text: Working on it." in call.output  # type: ignore[attr-defined]
+    assert "- bash: sleep 2; echo half (ok)" in call.output  # type: ignore[attr-defined]
+
+
+BACKGROUND = {"agents": {
+    "main": {"turns": [
+        {"tool_calls": [
+            {"name": "agent", "input": {"description": "side job", "prompt": "q", "agent": "side",
+                                        "run_in_background": True}}]},
+        {"text": "Waiting for the side job."},
+        {"text": "Main read the side job's report."}]},
+    "side": {"tools": ["bash"], "turns": [
+        {"text": "Side job under way.", "tool_calls": [
+            {"name": "bash", "input": {"command": "sleep 2; echo side"}}]},
+        {"text": "a turn the stop prevents"}]},
+}}
+
+
+def test_the_picker_lists_a_background_sub_agent_and_stops_it_by_its_id(
+    spawn: object,
+    tmp_path: Path,
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    child = spawn(  # type: ignore[operator]
+        "run", "go", "--permission-mode", "allow-all", "--trace", str(trace),
+        "--scenario", _scenario(tmp_path, BACKGROUND),
+    )
+    child.expect("bash: sleep 2; echo side")
+    child.sendintr()
+    child.expect(r"\[1\] side tu-1\.1 side job \(background, agent-2\)")
+    child.expect("cancel> ")
+    child.send("s1")
+    child.expect(r"Stopping side tu-1\.1")
+    child.expect("Main read the side job's report.", timeout=10)
+    assert finish(child) == 0
+    events = read_trace(trace)
+    check_invariants(events)
+    assert statuses_by_name(events) == {"main": ["completed"], "side": ["stopped"]}
+    stops = [e.target for e in events if e.type == "stop_requested"]  # type: ignore[attr-defined]
+    assert stops == ["agent-2"]

@@ -159,11 +159,15 @@ async def test_a_caller_of_run_cancelled_as_it_starts_leaves_no_agent_or_cancels
             await trio.testing.wait_all_tasks_blocked()
             kinds = tuple(e.type for e in events[before:])
             finished = ("agent_started", "text_delta", "turn_finished", "agent_finished")
+            # (Or the cancel comes after its turn, at the schedule point of leaving the nursery
+            # its background sub-agents would run in: docs/collaboration.md.)
+            late = ("agent_started", "text_delta", "turn_finished", "cancel_requested",
+                    "agent_finished")
             assert kinds in {(), ("agent_started", "cancel_requested", "agent_finished"),
-                             finished}, kinds
+                             finished, late}, kinds
             if kinds and kinds != finished:
-                assert events[before + 1].by == "runtime"  # type: ignore[attr-defined]
-                assert events[before + 2].status == "cancelled"  # type: ignore[attr-defined]
+                assert events[before + len(kinds) - 2].by == "runtime"  # type: ignore[attr-defined]
+                assert events[before + len(kinds) - 1].status == "cancelled"  # type: ignore[attr-defined]
             shapes.add(kinds)
         assert () in shapes
         assert (await rt.run("again")).status == "completed"

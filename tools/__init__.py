@@ -20,6 +20,7 @@ from ._grep import GrepTool as GrepTool
 from ._guarded import open_guarded_process as open_guarded_process
 from ._read import ReadTool as ReadTool
 from ._registry import builtin_tools as builtin_tools
+from ._send_message import SendMessageTool as SendMessageTool
 from ._skill import SkillSource as SkillSource
 from ._skill import SkillTool as SkillTool
 from ._warden import warden as warden
@@ -33,6 +34,7 @@ __all__ = sorted(
         "GlobTool",
         "GrepTool",
         "ReadTool",
+        "SendMessageTool",
         "SkillSource",
         "SkillTool",
         "SubAgentSpawner",

@@ -16,7 +16,10 @@ class AgentTool(Tool):
     description: ClassVar[str] = (
         "Start a sub-agent on a focused sub-task and get its final answer. Several agent calls "
         "in one turn run in parallel. Give it a short `description` (a few words) and a complete, "
-        "self-contained `prompt`: it sees nothing of your conversation. `agent` picks its type."
+        "self-contained `prompt`: it sees nothing of your conversation. `agent` picks its type. "
+        "With `run_in_background: true` the call returns at once with the sub-agent's id, and "
+        "its result comes to you as a message when it ends; you do not finish while a "
+        "background sub-agent of yours still runs."
     )
     input_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -35,6 +38,10 @@ class AgentTool(Tool):
                 "type": "string",
                 "minLength": 1,
                 "description": "the agent type (default: general)",
+            },
+            "run_in_background": {
+                "type": "boolean",
+                "description": "start it and go on: its result comes later, as a message",
             },
             "budget": {
                 "type": "object",
@@ -57,12 +64,20 @@ class AgentTool(Tool):
 
     def summary(self, args: Mapping[str, Any]) -> str:
         kind = args.get("agent") or "general"
-        return one_line(f"agent: {kind}: {args.get('description', '')}")
+        later = " (background)" if args.get("run_in_background") is True else ""
+        return one_line(f"agent: {kind}: {args.get('description', '')}{later}")
 
     async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
         """Run the sub-agent to its end. Cancellation cancels the sub-agent's subtree."""
         if ctx.spawner is None:
             raise ToolError("sub-agents are not available here")
+        if args.get("run_in_background") is True:
+            return await ctx.spawner.start_background(
+                agent_type=str(args.get("agent") or "general"),
+                prompt=str(args["prompt"]),
+                description=str(args["description"]),
+                budget=args.get("budget"),
+            )
         return await ctx.spawner.run_subagent(
             agent_type=str(args.get("agent") or "general"),
             prompt=str(args["prompt"]),

@@ -6,8 +6,10 @@ from runtime.core import Tool
 
 from ._agent import AgentTool
 from ._builtins import file_and_shell_tools
+from ._send_message import SendMessageTool
 
 
 def builtin_tools() -> list[Tool]:
-    """One fresh instance of every built-in tool: bash, read, write, edit, glob, grep, agent."""
-    return [*file_and_shell_tools(), AgentTool()]
+    """One fresh instance of every built-in tool: bash, read, write, edit, glob, grep, agent,
+    send_message."""
+    return [*file_and_shell_tools(), AgentTool(), SendMessageTool()]

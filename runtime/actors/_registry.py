@@ -36,6 +36,10 @@ class Node:
         data: opaque payload for the registry's user (the runtime keeps who owns the node).
         cancel_reason: set when this node itself was cancelled.
         cancel_by: who asked (free-form label, e.g. ``user`` or ``budget``).
+        stop_reason: set when this node itself was asked to stop gracefully (its subtree
+            finishes what is under way and starts nothing new; the runtime decides what that
+            means, docs/collaboration.md).
+        stop_by: who asked for the stop.
     """
 
     id: str
@@ -44,6 +48,8 @@ class Node:
     data: Any = None
     cancel_reason: str | None = None
     cancel_by: str | None = None
+    stop_reason: str | None = None
+    stop_by: str | None = None
 
 
 class Registry:
@@ -120,6 +126,41 @@ class Registry:
             node.cancel_by = by
         node.scope.cancel(reason=reason)
         return True
+
+    def stop(self, node_id: str, reason: str, *, by: str | None = None) -> bool:
+        """Mark the subtree under *node_id* as stopping: nothing is cancelled; the nodes under
+        it read :meth:`stop_reason` at the points where they would start new work.
+
+        Returns:
+            ``False`` (and changes nothing) when the id is unknown or already finished.
+        """
+        node = self._nodes.get(node_id)
+        if node is None:
+            return False
+        if node.stop_reason is None:
+            node.stop_reason = reason
+            node.stop_by = by
+        return True
+
+    @staticmethod
+    def stop_reason(node: Node) -> tuple[str | None, str | None]:
+        """Why *node* is stopping: its own stop's reason, else its nearest stopped ancestor's."""
+        cur: Node | None = node
+        while cur is not None:
+            if cur.stop_reason is not None:
+                return cur.stop_reason, cur.stop_by
+            cur = cur.parent
+        return None, None
+
+    @staticmethod
+    def is_under(node: Node, ancestor: Node) -> bool:
+        """Whether *node* is *ancestor* or lies in its subtree."""
+        cur: Node | None = node
+        while cur is not None:
+            if cur is ancestor:
+                return True
+            cur = cur.parent
+        return False
 
     @staticmethod
     def cancel_reason(node: Node) -> tuple[str | None, str | None]:

@@ -3,12 +3,15 @@
 A unix stream socket taking JSON lines; each line gets exactly one JSON line back, in order::
 
     {"op": "cancel", "target": ID, "reason": "…"}          → {"ok": true}
+    {"op": "stop", "target": ID, "reason": "…"}
     {"op": "permission", "request_id": ID, "granted": true, "remember": false}
     {"op": "message", "agent_id": ID, "text": "…"}
     {"op": "pending"}          → {"ok": true, "pending": [{"request_id": …, …}]}
     anything wrong             → {"ok": false, "error": "…"}
 
 ``cancel`` cancels exactly the subtree under an agent id or a tool_use_id (``by="control"``);
+``stop`` stops it gracefully: the tool calls under way finish, no new model turn is taken, the
+agents end ``stopped`` (docs/collaboration.md#stop);
 ``permission`` answers a ``permission_requested`` event; ``message`` queues a user message for an
 agent's next turn; ``pending`` lists the unanswered permission requests,
 so a client that does not read the event stream can still find them.
@@ -58,7 +61,7 @@ if TYPE_CHECKING:
 MAX_LINE = 64 * 1024
 """The longest request line accepted, in bytes; a longer one gets an error answer."""
 
-_OPS = "cancel, message, pending, permission"
+_OPS = "cancel, message, pending, permission, stop"
 _log = get_logger("trio_agents.control")
 
 
@@ -266,7 +269,7 @@ class _BadRequest(Exception):
 async def handle_request(rt: Runtime, line: bytes) -> dict[str, Any]:
     """Carry out one request line and return its answer (never raises for a bad line).
 
-    Cancellation: a checkpoint only while a ``cancel`` emits its event.
+    Cancellation: a checkpoint only while a ``cancel`` or ``stop`` emits its event.
     """
     text = line.strip()
     if not text:
@@ -287,6 +290,17 @@ async def handle_request(rt: Runtime, line: bytes) -> dict[str, Any]:
             if await rt.cancel(target, reason, by="control"):
                 return {"ok": True}
             return _error(f"no running node {target!r} (unknown or already finished)")
+        if op == "stop":
+            target = _field(req, "target", str, "an agent id or a tool_use_id")
+            reason = req.get("reason")
+            if not isinstance(reason, str) or not reason:
+                reason = "stopped through the control socket"
+            if await rt.stop(target, reason, by="control"):
+                return {"ok": True}
+            return _error(
+                f"no running node {target!r} to stop (unknown, already finished, cancelled or "
+                "stopping, or on a Ray host)"
+            )
         if op == "permission":
             request_id = _field(req, "request_id", str, "the request_id of a permission request")
             granted = _field(req, "granted", bool, "true or false")

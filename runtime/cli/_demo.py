@@ -4,9 +4,12 @@ No key, no network: the scripted provider plays ``runtime/demo/demo.json``. A ma
 the project, then splits a review over three parallel sub-agents — a scanner that greps the to-do
 markers and starts a sub-agent of its own to triage the worst file, a tester that runs the unit
 tests and a slow integration script (about ten seconds: the one to try Ctrl+C on), and a reader that
-reads the README and the code — and ends with the answer, the trace path and the command to inspect
-it. Every tool call is real (glob, grep, read, bash) and runs in a temporary folder filled with the
-project below, removed at the end; the trace stays under ``.trio-agents/traces/``.
+reads the README and the code — plus a linter in the background (``run_in_background``: main
+goes on, and reads its report as a message, docs/collaboration.md), and ends with the answer, the
+trace path and the command to inspect it. Ctrl+C then ``s`` and the tester's number stops the tester
+gracefully: its integration check runs to its end, and main reads its partial work. Every tool
+call is real (glob, grep, read, bash) and runs in a temporary folder filled with the project
+below, removed at the end; the trace stays under ``.trio-agents/traces/``.
 
 It runs in ``allow-all`` mode (its script only reads, and runs its own scripts, in its own
 folder), so it works the same without a terminal.
@@ -243,7 +246,8 @@ def _intro(folder: Path, *, live: bool, picker: bool) -> None:
         hint = (
             "[dim]Try [/][bold]Ctrl+C[/][dim] while the tester runs its integration check "
             "(about 10 s): pick [/][bold]tester tu-1.3[/][dim] from the list to cancel that "
-            "sub-agent alone; the others carry on.[/]\n"
+            "sub-agent alone, or type s and its number to stop it gracefully (its check "
+            "finishes first); the others carry on.[/]\n"
             if picker
             else ""
         )
@@ -262,7 +266,7 @@ def _intro(folder: Path, *, live: bool, picker: bool) -> None:
 TESTS_LINE = "- **Tests**: "
 """Where the built-in script's summary speaks of the tester (the last line of main's last turn)."""
 TESTER_CANCELLED = (
-    "- **Tests**: not run to the end: the tester was cancelled ({reason}); its partial work "
+    "- **Tests**: not run to the end: the tester was {how} ({reason}); its partial work "
     "is in the tree above."
 )
 
@@ -281,16 +285,18 @@ class HonestSummary:
         from runtime.core import TextChunk, TurnEnd
         from runtime.providers import chunk_text
 
-        reason = _tester_cancelled(request.messages) if request.agent_type == "main" else None
+        ended = _tester_cancelled(request.messages) if request.agent_type == "main" else None
         text = ""
         sent = 0  # characters of *text* already streamed
         held: str | None = None  # what replaces the rest, once the test line has begun
         async for item in proceed(request):
-            if reason is not None and isinstance(item, TextChunk):
+            if ended is not None and isinstance(item, TextChunk):
                 text += item.text
                 if held is None and TESTS_LINE in text:
                     start = text.index(TESTS_LINE)
-                    held = (text[:start] + TESTER_CANCELLED.format(reason=reason))[sent:]
+                    how, reason = ended
+                    line = TESTER_CANCELLED.format(how=how, reason=reason)
+                    held = (text[:start] + line)[sent:]
                 if held is not None:
                     continue  # the line is replaced at the turn's end
                 sent = len(text)
@@ -300,8 +306,13 @@ class HonestSummary:
             yield item
 
 
-def _tester_cancelled(messages: Any) -> str | None:
-    """The cancel reason when the ``tester`` sub-agent's call came back cancelled, else None."""
+_STOPPED_HEAD = "sub-agent tester was stopped: "
+_STOPPED_TAIL = ", before it finished its task"
+
+
+def _tester_cancelled(messages: Any) -> tuple[str, str] | None:
+    """``("cancelled" or "stopped", reason)`` when the ``tester`` sub-agent's call came back
+    cancelled or stopped (docs/collaboration.md#partial-work), else None."""
     from runtime.core import ToolResultBlock, ToolUseBlock, cancel_reason_of
 
     calls = {
@@ -315,5 +326,8 @@ def _tester_cancelled(messages: Any) -> str | None:
             if isinstance(block, ToolResultBlock) and block.tool_use_id in calls:
                 first = block.content.partition("\n")[0]
                 if first.startswith("cancelled"):
-                    return cancel_reason_of(first).rstrip(".") or "no reason"
+                    return "cancelled", cancel_reason_of(first).rstrip(".") or "no reason"
+                if first.startswith(_STOPPED_HEAD):
+                    reason = first.removeprefix(_STOPPED_HEAD).removesuffix(_STOPPED_TAIL)
+                    return "stopped", reason or "no reason"
     return None

@@ -1,7 +1,8 @@
 """The ``trio-agents`` command line (docs/cli.md).
 
 Commands: ``run PROMPT``, ``demo``, ``chat`` (its own module), ``trace …`` (its own module),
-``replay TRACE`` (its own module), ``cancel --control SOCK ID``, and ``agents`` / ``config``
+``replay TRACE`` (its own module), ``cancel --control SOCK ID``, ``stop --control SOCK ID``,
+and ``agents`` / ``config``
 (:mod:`runtime.cli._project`, which also puts the settings files under the flags of ``run`` and
 ``chat``). Exit codes: 0 the root
 agent completed; 1 it ended otherwise; 2 bad usage or a bad input file; 130 aborted by the user.
@@ -219,6 +220,21 @@ def _add_control_commands(sub: Any) -> None:
     cancel.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     cancel.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
 
+    stop = sub.add_parser(
+        "stop",
+        help="stop a subtree of a run started with --control SOCK gracefully",
+        description="Stop the subtree under ID (an agent id or a tool_use_id) in a running run "
+        "started with --control SOCK: its tool calls under way finish, it takes no new model "
+        "turn, and its agents end stopped, their partial work going to the parent. Exit 0 when "
+        "stopping, 1 when the run refused (the reason is printed), 2 when nothing listens at "
+        "SOCK.",
+    )
+    stop.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
+    stop.add_argument("id", metavar="ID", help="the agent id or tool_use_id to stop")
+    stop.add_argument("--reason", help="why (recorded in the trace)")
+    stop.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    stop.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
+
     permit = sub.add_parser(
         "permit",
         help="answer a permission request of a run started with --control SOCK",
@@ -293,6 +309,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         if ns.command == "cancel":
             return cmd_cancel(ns.control, ns.id, ns.reason)
+        if ns.command == "stop":
+            return cmd_cancel(ns.control, ns.id, ns.reason, op="stop")
         if ns.command == "mcp":
             from ._mcp_cmd import main as mcp_main
 
@@ -406,11 +424,12 @@ def cmd_run(opts: RunOptions, prompt: str) -> int:
     return run_command(lambda: run_prompt(opts, prompt), debug=opts.debug)
 
 
-def cmd_cancel(path: str, target: str, reason: str | None) -> int:
-    """``trio-agents cancel --control SOCK ID``: 0 cancelled, 1 refused, 2 no run there."""
+def cmd_cancel(path: str, target: str, reason: str | None, *, op: str = "cancel") -> int:
+    """``trio-agents cancel --control SOCK ID`` (and ``stop``, with *op*): 0 done, 1 refused,
+    2 no run there."""
     from ._control import ControlConnectError, control_request
 
-    request: dict[str, Any] = {"op": "cancel", "target": target}
+    request: dict[str, Any] = {"op": op, "target": target}
     if reason:
         request["reason"] = reason
     try:

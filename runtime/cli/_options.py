@@ -1051,6 +1051,7 @@ _ENDED: Final = {
     "cancelled": "was cancelled",
     "max_turns": "stopped at its turn limit",
     "budget_exceeded": "ran out of budget",
+    "stopped": "was stopped",
 }
 """How an agent that did not complete ended, in words (not ``ended failed``)."""
 

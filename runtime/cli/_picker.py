@@ -8,7 +8,9 @@ fighting over the screen and the keyboard:
 
 * Ctrl+C with sub-agents running pauses the live view and lists them, one a line, as
   ``[N] <agent name> <tool_use_id> <description>``; then a line is read: a number (or a listed
-  tool_use_id) cancels that subtree only, ``a`` cancels every running subtree of the root's turn,
+  tool_use_id) cancels that subtree only, ``s`` then a number stops it gracefully (its tool
+  calls under way finish, it takes no new model turn: docs/collaboration.md#stop), ``a``
+  cancels every running subtree of the root's turn,
   ``q`` aborts the run, an empty line resumes. Ctrl+C again at that prompt aborts the run.
   With no sub-agent running, Ctrl+C aborts (what an abort is belongs to the session: ``run``
   ends the run, ``chat`` may cancel the turn).
@@ -335,7 +337,8 @@ class TerminalPrompts:
             # One key answers, on a terminal of our own and through the chat's keyboard alike
             # (a number waits for the next key only when a longer one could follow).
             self.console.print(
-                f"[dim]N: cancel that subtree · a: cancel all · q: abort "
+                f"[dim]N: cancel that subtree · sN: stop it (calls under way finish) · "
+                f"a: cancel all · q: abort "
                 f"{session.abort_noun} · Enter: resume · Ctrl+C: abort[/]",
                 highlight=False,
             )
@@ -365,11 +368,12 @@ class TerminalPrompts:
                     await self._cancel_all(session, picks.running())
                     return
                 picks.update(self.tree)
-                chosen = picks.choose(line)
+                stop = _is_stop(line)
+                chosen = picks.choose(line[1:] if stop else line)
                 if chosen is None:
                     self.console.print(
                         f"Not a choice: {line!r}. Type a number from 1 to {len(picks.entries)}, "
-                        "a, q, or Enter.",
+                        "s and a number, a, q, or Enter.",
                         markup=False,
                         highlight=False,
                     )
@@ -384,7 +388,7 @@ class TerminalPrompts:
                         highlight=False,
                     )
                     continue
-                if await self._cancel_one(session, chosen.sub):
+                if await (self._stop_one if stop else self._cancel_one)(session, chosen.sub):
                     return
 
     async def _read_choice(self, prompt: _Prompt, picks: _PickList) -> str | None:
@@ -524,7 +528,7 @@ class TerminalPrompts:
         out.flush()
 
     async def _cancel_one(self, session: Session, sub: RunningSubtree) -> bool:
-        done = await session.rt.cancel(sub.tool_use_id, "picked with Ctrl+C", by="user")
+        done = await session.rt.cancel(sub.target, "picked with Ctrl+C", by="user")
         if done:
             self.console.print(
                 visible(f"Cancelling {sub.agent_name} {sub.tool_use_id} and everything under it."),
@@ -539,6 +543,28 @@ class TerminalPrompts:
             )
         return done
 
+    async def _stop_one(self, session: Session, sub: RunningSubtree) -> bool:
+        done = await session.rt.stop(sub.target, "stopped with Ctrl+C", by="user")
+        if done:
+            self.console.print(
+                visible(
+                    f"Stopping {sub.agent_name} {sub.tool_use_id}: its tool calls under way "
+                    "finish, then it ends with its partial work."
+                ),
+                markup=False,
+                highlight=False,
+            )
+        else:
+            self.console.print(
+                visible(
+                    f"{sub.agent_name} {sub.tool_use_id} cannot be stopped now (finished, "
+                    "cancelled or stopping already); pick another."
+                ),
+                markup=False,
+                highlight=False,
+            )
+        return done
+
     async def _cancel_all(self, session: Session, subtrees: list[RunningSubtree]) -> None:
         # "Of the turn": the sub-agents the root agent is waiting for; cancelling them takes
         # whatever runs below them too.
@@ -546,7 +572,7 @@ class TerminalPrompts:
         top = [s for s in subtrees if s.caller_id in roots] or subtrees
         count = 0
         for sub in top:
-            if await session.rt.cancel(sub.tool_use_id, "Ctrl+C: all sub-agents"):
+            if await session.rt.cancel(sub.target, "Ctrl+C: all sub-agents"):
                 count += 1
         self.console.print(f"Cancelling {count} running subtree(s).", highlight=False)
 
@@ -649,6 +675,8 @@ class _PickList:
     def _line(number: int, sub: RunningSubtree) -> str:
         indent = "  " * max(0, sub.depth - 1)
         line = f"  {indent}[{number}] {sub.agent_name} {sub.tool_use_id} {sub.description}"
+        if sub.background:
+            line += f" (background, {sub.agent_id})"
         return visible(line, layout=False)  # the model's names and descriptions, shown only
 
     def lines(self) -> list[str]:
@@ -687,8 +715,15 @@ class _PickList:
         return None
 
     def complete(self, typed: str) -> bool:
-        """Whether *typed* is an answer without Enter: ``a``, ``q``, or a number that no
-        longer one on the list starts with."""
+        """Whether *typed* is an answer without Enter: ``a``, ``q``, or a number (after ``s``
+        or not) that no longer one on the list starts with."""
         if typed.lower() in ("a", "q"):
             return True
+        if _is_stop(typed):
+            typed = typed[1:]
         return typed.isdigit() and int(typed) * 10 > len(self.entries)
+
+
+def _is_stop(typed: str) -> bool:
+    """Whether the picker's answer *typed* is ``s`` and a number: stop that subtree."""
+    return typed[:1] in ("s", "S") and typed[1:].strip().isdigit()

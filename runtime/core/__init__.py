@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from ._errors import TraceError as TraceError
     from ._errors import UnknownEventType as UnknownEventType
     from ._events import AgentFinished as AgentFinished
+    from ._events import AgentMessage as AgentMessage
     from ._events import AgentStarted as AgentStarted
     from ._events import AgentStatus as AgentStatus
     from ._events import CancelBy as CancelBy
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
     from ._events import RunFinished as RunFinished
     from ._events import RunStarted as RunStarted
     from ._events import StopReason as StopReason
+    from ._events import StopRequested as StopRequested
     from ._events import TextDelta as TextDelta
     from ._events import ThinkingDelta as ThinkingDelta
     from ._events import ToolFinished as ToolFinished
@@ -112,6 +114,8 @@ if TYPE_CHECKING:
     from ._messages import ToolResultBlock as ToolResultBlock
     from ._messages import ToolUseBlock as ToolUseBlock
     from ._messages import state_converter as state_converter
+    from ._messaging import MAX_MESSAGE_CHARS as MAX_MESSAGE_CHARS
+    from ._messaging import Messenger as Messenger
     from ._middleware import MiddlewareChain as MiddlewareChain
     from ._middleware import MiddlewareProvider as MiddlewareProvider
     from ._names import publish_names as publish_names
@@ -183,6 +187,7 @@ _LAZY: dict[str, str] = {
     "check_prices": "._prices",
     "AGENT_STATUSES": "._statuses",
     "AgentFinished": "._events",
+    "AgentMessage": "._events",
     "AgentHandle": "._runtime",
     "AgentOutcome": "._agent",
     "AgentSpec": "._agent",
@@ -196,6 +201,7 @@ _LAZY: dict[str, str] = {
     "BudgetLayer": "._budget",
     "CancelBy": "._events",
     "CancelRequested": "._events",
+    "StopRequested": "._events",
     "ConfigError": "._errors",
     "ContextCompacted": "._events",
     "ContextOverflowError": "._errors",
@@ -282,6 +288,8 @@ _LAZY: dict[str, str] = {
     "TurnEnd": "._provider",
     "TurnFinished": "._events",
     "TypeSetup": "._loop",
+    "MAX_MESSAGE_CHARS": "._messaging",
+    "Messenger": "._messaging",
     "UnknownEventType": "._errors",
     "UserMessage": "._events",
     "VERSION": "._version",

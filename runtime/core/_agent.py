@@ -16,15 +16,22 @@ from ._events import AgentStarted, AgentStatus, CancelBy
 from ._limits import Budget
 from ._messages import AgentState, Message
 
-__all__ = ["AgentOutcome", "AgentSpec", "cancel_reason_of", "cancelled_text"]
+__all__ = ["AgentOutcome", "AgentSpec", "cancel_reason_of", "cancelled_text", "stopped_text"]
 
 _CANCELLED = "cancelled: "
+_STOPPED = "stopped: "
 
 
 def cancelled_text(reason: str | None) -> str:
     """What a cancelled node's result says: ``cancelled: <reason>`` (the model reads it as a
     tool result; ``tool_finished.output`` and ``agent_finished.error`` carry it)."""
     return f"{_CANCELLED}{reason or 'cancelled'}"
+
+
+def stopped_text(reason: str | None) -> str:
+    """What a stopped agent's ``agent_finished.error`` says: ``stopped: <reason>``
+    (docs/collaboration.md#stop)."""
+    return f"{_STOPPED}{reason or 'stopped'}"
 
 
 def cancel_reason_of(text: str) -> str:
@@ -89,6 +96,11 @@ class AgentSpec:
     compact: str | None = None
     """Set: the agent only compacts *history* (focused on this text, if any), then ends
     (:meth:`~runtime.Runtime.compact`)."""
+    background: bool = False
+    """Started with ``run_in_background``: its parent does not wait for it; it runs in the
+    parent agent's nursery and reports to its mailbox (docs/collaboration.md)."""
+    description: str = ""
+    """The ``description`` of the ``agent`` call that started it."""
 
 
 def started_event(spec: AgentSpec) -> AgentStarted:
@@ -102,4 +114,5 @@ def started_event(spec: AgentSpec) -> AgentStarted:
         parent_agent_id=spec.parent_agent_id,
         depth=spec.depth,
         prompt=spec.prompt,
+        background=spec.background,
     )

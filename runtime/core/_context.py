@@ -25,7 +25,7 @@ from ._agent_types import AgentType, AgentTypes
 from ._approvals import PermissionBroker
 from ._budget import BudgetLayer
 from ._bus import EventBus
-from ._events import CancelBy, CancelRequested
+from ._events import CancelBy, CancelRequested, StopRequested
 from ._limits import Limits
 from ._prices import PriceTable
 from ._provider import Provider
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ._agent import AgentOutcome, AgentSpec
     from ._hooks import HookRunner
     from ._loop import TypeSetup
+    from ._messaging import AgentDirectory
     from ._middleware import MiddlewareChain
     from ._sandbox import Sandbox
     from ._secrets import Secrets
@@ -48,6 +49,7 @@ __all__ = [
     "SubtreeRunner",
     "cancel_node",
     "new_run_context",
+    "stop_node",
 ]
 
 
@@ -143,6 +145,9 @@ class Scheduler:
         # nodes of the tree one (docs/events.md#tool-call-ids).
         self._tool_ids: set[str] = set()
         self._tool_id_reuse: dict[str, int] = {}
+        # The agents streaming a model reply now, with the scope of that one reply: a graceful
+        # stop cuts a reply short, never a tool call (docs/collaboration.md#stop).
+        self._streaming: dict[str, tuple[Any, trio.CancelScope]] = {}
 
     def claim_tool_use_id(self, wanted: str) -> str:
         """*wanted* when no call of the run had it yet; else a run-unique id made from it
@@ -253,6 +258,21 @@ class Scheduler:
         """Where *agent_id*'s messages go; ``None`` when it is unknown or has ended."""
         return self._inboxes.get(agent_id)
 
+    # -- graceful stops ---------------------------------------------------------------------
+    def streaming(self, agent_id: str, node: Any, scope: trio.CancelScope) -> None:
+        """*agent_id* (registered as *node*) streams a model reply under *scope* now."""
+        self._streaming[agent_id] = (node, scope)
+
+    def done_streaming(self, agent_id: str) -> None:
+        """*agent_id*'s model reply has ended."""
+        self._streaming.pop(agent_id, None)
+
+    def interrupt_replies(self, under: Any) -> None:
+        """Cut short every model reply streaming in the subtree of the registry node *under*."""
+        for node, scope in list(self._streaming.values()):
+            if Registry.is_under(node, under):
+                scope.cancel(reason="stopped")
+
     # -- counts -----------------------------------------------------------------------------
     def reserve_agent(self) -> bool:
         """Count one more sub-agent against ``max_agents``; ``False`` when none is left."""
@@ -304,6 +324,14 @@ class RunContext:
     middleware: MiddlewareChain | None = None
     # The configured hooks (docs/hooks.md): None when there are none.
     hooks: HookRunner | None = None
+    # The running agents as a family, for messages between them (docs/collaboration.md).
+    directory: AgentDirectory = attrs.Factory(lambda: _new_directory())
+
+
+def _new_directory() -> AgentDirectory:
+    from ._messaging import AgentDirectory
+
+    return AgentDirectory()
 
 
 def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> bool:
@@ -334,6 +362,41 @@ def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> 
         ),
     )
     return run.registry.cancel(node_id, reason, by=by)
+
+
+def stop_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> bool:
+    """Stop the subtree under *node_id* (an agent id or a tool_use_id) in *run*, gracefully.
+
+    Emits ``stop_requested`` as the agent owning the node and marks the node: every agent in
+    its subtree lets the tool calls under way finish, takes no new model turn (a reply being
+    streamed is cut short) and ends ``stopped`` (docs/collaboration.md#stop). Nothing in it
+    yields, as in :func:`cancel_node`.
+
+    Returns:
+        ``False``, changing nothing, when the id is unknown, an agent not yet announced,
+        already finished, cancelled or stopping, or a node running on a Ray host (a stop
+        reaches the agents of this process only).
+    """
+    node = run.registry.get(node_id)
+    if node is None or not isinstance(node.scope, trio.CancelScope):
+        return False
+    if Registry.cancel_reason(node)[0] is not None or Registry.stop_reason(node)[0] is not None:
+        return False
+    owner: Owner = node.data
+    if owner.agent_id == node_id and not run.scheduler.is_announced(node_id):
+        return False
+    run.bus.emit_nowait(
+        StopRequested(
+            agent_id=owner.agent_id,
+            parent_tool_use_id=owner.parent_tool_use_id,
+            target=node_id,
+            reason=reason,
+            by=by,
+        ),
+    )
+    run.registry.stop(node_id, reason, by=by)
+    run.scheduler.interrupt_replies(node)
+    return True
 
 
 def new_run_context(

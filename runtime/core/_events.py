@@ -62,6 +62,9 @@ class AgentStarted(Event):
     parent_agent_id: str | None
     depth: int
     prompt: str
+    background: bool = False
+    """Started with ``run_in_background``: its parent does not wait for it
+    (docs/collaboration.md#background-sub-agents)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -256,6 +259,28 @@ class HookFinished(Event):
     tool_use_id: str | None = attrs.field(default=None, metadata=_ID)
 
 
+@attrs.frozen(kw_only=True)
+class StopRequested(Event):
+    """A graceful stop of the subtree under *target* was asked for (docs/collaboration.md):
+    emitted, like ``cancel_requested``, as the agent that owns the target."""
+
+    type: ClassVar[str] = "stop_requested"
+    target: str
+    reason: str
+    by: CancelBy
+
+
+@attrs.frozen(kw_only=True)
+class AgentMessage(Event):
+    """One agent sent another a message (``send_message``, docs/collaboration.md): it is in
+    the recipient's mailbox, read at its next step (its ``user_message``)."""
+
+    type: ClassVar[str] = "agent_message"
+    from_agent_id: str = attrs.field(metadata=_ID)
+    to_agent_id: str = attrs.field(metadata=_ID)
+    text: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -278,6 +303,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ReplayDiverged,
         RateLimited,
         HookFinished,
+        StopRequested,
+        AgentMessage,
     )
 }
 

@@ -29,8 +29,9 @@ from runtime.actors import (
     start_actor_soon,
 )
 
-from ._agent import AgentOutcome, AgentSpec, cancelled_text, started_event
+from ._agent import AgentOutcome, AgentSpec, cancelled_text, started_event, stopped_text
 from ._agent_types import AgentType
+from ._background import BackgroundChildren
 from ._budget import BudgetRefused
 from ._compaction import NOTE_ROOM, Compactor, compact_only, output_cap, tool_limits_for
 from ._context import Owner, RunContext, SubtreeRunner
@@ -69,6 +70,7 @@ from ._messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from ._messaging import Messenger
 from ._middleware import ToolInvocation
 from ._output import OutputSpec, output_spec
 from ._prices import add_costs
@@ -118,6 +120,7 @@ async def agent_main(
         life.announced = True
         # Reachable by messages (and by Runtime.cancel) only once it has been announced.
         run.scheduler.open_inbox(spec.agent_id, ctx.mailbox)
+        run.directory.joined(spec)
         if spec.budget is not None and spec.budget.seconds is not None:
             ctx.scope.deadline = trio.current_time() + spec.budget.seconds
         log = run.log.bind(agent_id=spec.agent_id, parent_tool_use_id=spec.parent_tool_use_id)
@@ -181,6 +184,9 @@ async def run_agent_actor(
     handle: ActorHandle[str] | None = None
     body = functools.partial(agent_main, run, spec, life)
     owner = Owner(spec.agent_id, spec.parent_tool_use_id)
+    # In the registry, a background child hangs under its parent agent: its call has ended
+    # (a cancel or stop of the parent still reaches it; docs/collaboration.md).
+    parent_node = spec.parent_agent_id if spec.background else spec.parent_tool_use_id
     try:
         if own_task:
             handle = ActorHandle.new(
@@ -189,9 +195,11 @@ async def run_agent_actor(
             await run_actor(
                 handle,
                 body,
-                parent_id=spec.parent_tool_use_id,
+                parent_id=parent_node,
                 data=owner,
-                nursery=False,  # an agent starts no task of its own: its tool calls do
+                # An agent starts no task of its own (its tool calls do), but for its
+                # background sub-agents: only an agent that may start any has a nursery.
+                nursery=may_start_sub_agents(run, spec.agent_type, spec.depth),
                 task_status=task_status,
             )
         else:
@@ -199,7 +207,7 @@ async def run_agent_actor(
                 kwargs: dict[str, Any] = {
                     "actor_id": spec.agent_id,
                     "registry": run.registry,
-                    "parent_id": spec.parent_tool_use_id,
+                    "parent_id": parent_node,
                     "data": owner,
                     "mailbox_size": run.settings.limits.mailbox_size,
                 }
@@ -212,6 +220,8 @@ async def run_agent_actor(
         run.scheduler.agent_stopped()
         run.budget.forget(spec.agent_id)
         outcome = _outcome(run, spec, life, handle)
+        if life.announced:
+            run.directory.left(spec.agent_id, outcome.status)
         if on_outcome is not None:
             on_outcome(outcome)
         if life.announced:  # an agent cancelled before it was announced leaves no trace at all
@@ -331,6 +341,37 @@ def _close_open_tool_calls(state: AgentState) -> None:
 async def _loop(
     run: RunContext, spec: AgentSpec, state: AgentState, ctx: ActorContext[str], log: Any
 ) -> tuple[AgentStatus, str | None, str | None]:
+    """The agent's turns; the background sub-agents it may start run in its actor's nursery
+    (docs/collaboration.md#background-sub-agents), which waits for them."""
+    if ctx.nursery is None:
+        return await _turns(run, spec, state, ctx, log, None)
+    background = BackgroundChildren(run, ctx.nursery, ctx.mailbox)
+    try:
+        ended = await _turns(run, spec, state, ctx, log, background)
+    except Exception:
+        background.end(f"its parent agent {spec.agent_id} failed")
+        raise
+    if ended[0] == "stopped":  # its children are stopping too: they end before it
+        await background.wait()
+    else:
+        background.end(f"its parent agent {spec.agent_id} ended ({ended[0]})")
+    return ended
+
+
+def may_start_sub_agents(run: RunContext, atype: AgentType, depth: int) -> bool:
+    """Whether an agent of *atype* at *depth* can start a sub-agent at all: only such an agent
+    needs a nursery for its background sub-agents."""
+    return depth < run.settings.limits.max_depth and "agent" in type_setup(run, atype).tools
+
+
+async def _turns(
+    run: RunContext,
+    spec: AgentSpec,
+    state: AgentState,
+    ctx: ActorContext[str],
+    log: Any,
+    background: BackgroundChildren | None,
+) -> tuple[AgentStatus, str | None, str | None]:
     atype = spec.agent_type
     max_turns = atype.max_turns or run.settings.limits.max_turns
     setup = type_setup(run, atype)
@@ -345,6 +386,9 @@ async def _loop(
     output_tries = 0
     stops = 0  # how often Stop hooks sent the agent on (docs/hooks.md#stop)
     while True:
+        stop = _stop_reason(ctx)
+        if stop is not None:  # a graceful stop: no new turn (docs/collaboration.md#stop)
+            return "stopped", last_text or None, stopped_text(stop)
         if state.turns >= max_turns:
             # Before delivering: a message no turn will answer goes back in the outcome.
             return "max_turns", last_text or None, f"stopped after {state.turns} turns (max_turns)"
@@ -371,17 +415,26 @@ async def _loop(
             # none is (docs/costs.md, "Budgets in money"): that cancel ends this wait.
             await trio.sleep_forever()
         try:
-            calls, last_text = await _model_turn(run, spec, state, compactor, request)
+            turn = await _model_turn(run, spec, state, compactor, request, ctx)
         finally:
             run.budget.release(spec.agent_id, held)
+        if turn is None:  # a stop cut the reply short: the loop's top ends the agent
+            continue
+        calls, last_text = turn
         if calls:
-            await _run_tool_calls(run, spec, state, calls, log)
+            if _stop_reason(ctx) is None:  # a stop that came as the reply ended: none runs
+                await _run_tool_calls(run, spec, state, calls, log, background)
             if run.hooks is not None and spec.agent_id in run.hooks.stops:
                 why = run.hooks.stops.pop(spec.agent_id)
                 return "completed", last_text or None, f"stopped by a hook: {why}"
             state.continue_reason = "tool_use"
             continue
         if ctx.mailbox.pending():
+            state.continue_reason = "user_message"
+            continue
+        if background is not None and background.running:
+            # Not done while children of its own run: their next report is its next step.
+            await _wait_for_report(run, spec, ctx, state)
             state.continue_reason = "user_message"
             continue
         if setup.output is not None:
@@ -414,14 +467,15 @@ def _input_cost(run: RunContext, request: ModelRequest, compactor: Compactor) ->
 
 async def _model_turn(
     run: RunContext, spec: AgentSpec, state: AgentState, compactor: Compactor,
-    request: ModelRequest,
-) -> tuple[list[ToolCall], str]:
+    request: ModelRequest, ctx: ActorContext[str],
+) -> tuple[list[ToolCall], str] | None:
     """One model call: streamed, joined to the history and reported (``turn_finished``, with
-    its cost). Returns the tool calls it asked for and its text."""
-    try:
-        content, calls, end = await _stream_turn(run, spec, request)
-    except ContextOverflowError as exc:  # compacted, then tried once more
-        content, calls, end = await _stream_refitted(run, spec, request, state, compactor, exc)
+    its cost). Returns the tool calls it asked for and its text, or ``None`` when a graceful
+    stop cut its reply short."""
+    turn = await _stream_unless_stopped(run, spec, request, state, compactor, ctx)
+    if turn is None:
+        return None
+    content, calls, end = turn
     state.turns += 1
     state.input_tokens += end.input_tokens
     state.output_tokens += end.output_tokens
@@ -510,6 +564,36 @@ async def _stop_hooks(
     return True
 
 
+def _stop_reason(ctx: ActorContext[str]) -> str | None:
+    """Why this agent's subtree is stopping (its own stop or an ancestor's), else ``None``."""
+    node = ctx.node
+    return None if node is None else Registry.stop_reason(node)[0]
+
+
+async def _stream_unless_stopped(
+    run: RunContext,
+    spec: AgentSpec,
+    request: ModelRequest,
+    state: AgentState,
+    compactor: Compactor,
+    ctx: ActorContext[str],
+) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd] | None:
+    """One model turn, or ``None`` when a graceful stop cut its reply short (the reply joins
+    nothing; its streamed text stays in the stream)."""
+    scope = trio.CancelScope()
+    if ctx.node is not None:
+        run.scheduler.streaming(spec.agent_id, ctx.node, scope)
+    try:
+        with scope:
+            try:
+                return await _stream_turn(run, spec, request)
+            except ContextOverflowError as exc:  # compacted, then tried once more
+                return await _stream_refitted(run, spec, request, state, compactor, exc)
+    finally:
+        run.scheduler.done_streaming(spec.agent_id)
+    return None
+
+
 async def _check_output(
     run: RunContext, spec: AgentSpec, output: OutputSpec, text: str, state: AgentState, tries: int
 ) -> str | None:
@@ -548,11 +632,34 @@ async def _stream_refitted(
         raise compactor.does_not_fit(exc) from exc
 
 
-async def _deliver_messages(
+async def _wait_for_report(
     run: RunContext, spec: AgentSpec, ctx: ActorContext[str], state: AgentState
 ) -> None:
-    """Messages injected while the agent worked join the history at this turn boundary."""
-    for text in ctx.mailbox.drain():
+    """Wait for the next message (a background child's report, or any other) and deliver it
+    with whatever came with it. While it waits the agent is not working: it lends its
+    ``max_parallel`` slot, as while it waits for a sub-agent."""
+    lend = spec.depth > 0
+    if lend:
+        run.scheduler.child_starting(spec.agent_id)
+    try:
+        first = await ctx.mailbox.receive()
+    finally:
+        if lend:
+            run.scheduler.child_finished(spec.agent_id)
+    await _deliver_messages(run, spec, ctx, state, first)
+
+
+async def _deliver_messages(
+    run: RunContext,
+    spec: AgentSpec,
+    ctx: ActorContext[str],
+    state: AgentState,
+    first: str | None = None,
+) -> None:
+    """Messages injected while the agent worked join the history at this turn boundary
+    (*first*: one already taken from the mailbox)."""
+    texts = ctx.mailbox.drain()
+    for text in texts if first is None else [first, *texts]:
         # Into the history first: a cancel while the event waits must not lose the message.
         block = TextBlock(text=text)
         last = state.messages[-1] if state.messages else None
@@ -772,6 +879,11 @@ class _Call:
     """When its ``tool_started`` went out (the three are set by :func:`_announce_tool_call`)."""
     changed_input: dict[str, Any] | None = None
     """The input the tool ran with, when a middleware layer changed the model's."""
+    background: BackgroundChildren | None = None
+    """Where its agent's background sub-agents run (an agent with the ``agent`` tool)."""
+    child_outcome: AgentOutcome | None = None
+    """How its sub-agent ended (an ``agent`` call), also when the call was cancelled: a
+    cancelled call's result carries the sub-agent's partial work."""
 
 
 async def _run_tool_calls(
@@ -780,6 +892,7 @@ async def _run_tool_calls(
     state: AgentState,
     calls: list[ToolCall],
     log: Any,
+    background: BackgroundChildren | None = None,
 ) -> None:
     """Run one turn's tool calls and add their results to the history, in call order whatever
     order they end in — also when the agent is cancelled half-way (the calls that did not
@@ -807,6 +920,7 @@ async def _run_tool_calls(
             index=i,
             agent_id=run.scheduler.new_agent_id() if call.name == "agent" else None,
             own_task=parallel,
+            background=background,
         )
         for i, call in enumerate(calls)
     ]
@@ -925,6 +1039,8 @@ async def _run_tool_call(
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
             status, output = "cancelled", cancelled_text(reason)
+        if status == "cancelled" and record.child_outcome is not None:
+            output = _with_partial_work(run, output, record.child_outcome)
         cap = record.setup.output_cap + NOTE_ROOM
         output = run.bus.masked(output, cap, how=_OUTPUT_CUT_HOW)
         results[record.index] = ToolResultBlock(
@@ -956,6 +1072,11 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
         return "error", f"unknown tool {call.name!r}; available tools: {known}"
     if call.error is not None:
         return "error", f"invalid input for {tool.name}: {call.error}"
+    if "run_in_background" in call.input and not _takes_background(tool):
+        return "error", (
+            f"invalid input for {tool.name}: run_in_background: only the agent tool runs in "
+            "the background"
+        )
     try:
         validate_input(tool, call.input)
     except ToolInputError as exc:
@@ -1002,6 +1123,7 @@ async def _run_tool(record: _Call, tool: Tool, args: dict[str, Any]) -> tuple[To
         report_progress=spawner,
         secrets=run.bus.secrets,
         sandbox=run.sandbox,
+        messenger=Messenger(run, spec),
     )
     try:
         if run.middleware is not None and run.middleware.tool_layers:
@@ -1014,6 +1136,12 @@ async def _run_tool(record: _Call, tool: Tool, args: dict[str, Any]) -> tuple[To
     except Exception as exc:  # a bug in a tool is a result the model reads, not a crash
         log.exception("tool raised", tool=tool.name, tool_use_id=call.id)
         return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"
+
+
+def _takes_background(tool: Tool) -> bool:
+    """Whether *tool*'s input has a ``run_in_background`` of its own (the ``agent`` tool's)."""
+    properties = tool.input_schema.get("properties")
+    return isinstance(properties, dict) and "run_in_background" in properties
 
 
 async def _through_middleware(
@@ -1134,6 +1262,7 @@ class _Spawner:
 
     def __init__(self, record: _Call) -> None:
         self._run = record.run
+        self._record = record
         self._parent = record.spec
         self._tool_use_id = record.call.id
         self._agent_id = record.agent_id  # used by the first sub-agent
@@ -1156,8 +1285,54 @@ class _Spawner:
         description: str,
         budget: Mapping[str, Any] | None,
     ) -> str:
-        outcome = await self._run_one(*self._prepare(agent_type, prompt, budget, None))
-        return _child_result(outcome)
+        outcome = await self._run_one(
+            *self._prepare(agent_type, prompt, budget, None, description), on_outcome=self._seen
+        )
+        return _child_result(self._run, outcome)
+
+    def _seen(self, outcome: AgentOutcome) -> None:
+        self._record.child_outcome = outcome
+
+    async def start_background(
+        self,
+        *,
+        agent_type: str,
+        prompt: str,
+        description: str,
+        budget: Mapping[str, Any] | None,
+    ) -> str:
+        background = self._record.background
+        if background is None:
+            raise ToolError("background sub-agents are not available here")
+        run = self._run
+        try:
+            placement = run.agent_types.lookup(agent_type).placement
+        except ConfigError as exc:
+            raise ToolError(str(exc)) from None
+        if placement != "local":
+            raise ToolError(
+                f"agent type {agent_type!r} is placed on {placement!r}: only local sub-agents "
+                "run in the background; call it without run_in_background"
+            )
+        spec, _ = self._prepare(agent_type, prompt, budget, None, description)
+        spec = attrs.evolve(spec, background=True)
+
+        async def run_child() -> AgentOutcome:
+            await run.scheduler.acquire_slot(spec.agent_id)  # the parent keeps its own
+            try:
+                return await run_agent_actor(run, spec, own_task=True)
+            finally:
+                run.scheduler.release_slot(spec.agent_id)
+
+        def report(outcome: AgentOutcome) -> str:
+            return _background_report(run, self._record, outcome, description)
+
+        background.start(spec.agent_id, run_child, report)
+        return (
+            f"Started sub-agent {spec.agent_id} ({description}) in the background. Its result "
+            "comes to you as a message when it ends; go on with other work meanwhile, or end "
+            "your turn to wait for it."
+        )
 
     async def map_subagents(
         self,
@@ -1208,6 +1383,7 @@ class _Spawner:
         prompt: str,
         budget: Mapping[str, Any] | None,
         output_type: Any,
+        description: str = "",
     ) -> tuple[AgentSpec, SubtreeRunner | None]:
         run = self._run
         try:
@@ -1235,6 +1411,7 @@ class _Spawner:
             parent_tool_use_id=self._tool_use_id,
             parent_agent_id=self._parent.agent_id,
             budget=None if effective.empty else effective,
+            description=description,
         )
         runner = None
         if atype.placement != "local":
@@ -1249,6 +1426,7 @@ class _Spawner:
         runner: SubtreeRunner | None,
         *,
         slot_held: bool = False,
+        on_outcome: Callable[[AgentOutcome], None] | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> AgentOutcome:
         run = self._run
@@ -1264,23 +1442,34 @@ class _Spawner:
                 if runner is None:
                     if task_status is not trio.TASK_STATUS_IGNORED:
                         return await run_agent_actor(
-                            run, spec, own_task=True, task_status=task_status
-                        )
+                            run, spec, own_task=True, on_outcome=on_outcome,
+                            task_status=task_status,
+                        )  # fmt: skip
                     own_task = self._own_task is trio.lowlevel.current_task()
                     self._own_task = None
-                    return await run_agent_actor(run, spec, own_task=own_task)
-                return await runner.run_subtree(run, spec)
+                    return await run_agent_actor(
+                        run, spec, own_task=own_task, on_outcome=on_outcome
+                    )
+                outcome = await runner.run_subtree(run, spec)
+                if on_outcome is not None:
+                    on_outcome(outcome)
+                return outcome
             finally:
                 run.scheduler.release_slot(spec.agent_id)
         finally:
             run.scheduler.child_finished(parent_id)
 
 
-def _child_result(outcome: AgentOutcome) -> str:
-    """What an ``agent`` call's model reads of its sub-agent: its final text, or why not."""
+def _child_result(run: RunContext, outcome: AgentOutcome) -> str:
+    """What an ``agent`` call's model reads of its sub-agent: its final text, or why not (a
+    stopped one's partial work; a cancelled one's is added by the call, which also sees a
+    cancel from above)."""
     name = outcome.name
     if outcome.status == "completed":
         return outcome.result or ""
+    if outcome.status == "stopped":
+        head = f"sub-agent {name} was {outcome.error or 'stopped'}, before it finished its task"
+        return _with_partial_work(run, head, outcome)
     if outcome.status == "cancelled":
         raise SubtreeCancelled(outcome.cancel_reason or "cancelled")
     if outcome.status == "max_turns":
@@ -1291,3 +1480,65 @@ def _child_result(outcome: AgentOutcome) -> str:
     if outcome.status == "budget_exceeded":
         raise ToolError(f"sub-agent {name}: {outcome.error}")
     raise ToolError(f"sub-agent {name} failed: {outcome.error}")
+
+
+def _background_report(
+    run: RunContext, record: _Call, outcome: AgentOutcome, description: str
+) -> str:
+    """The message a background sub-agent's end leaves its parent: how it ended, and its
+    result, its error, or its partial work; masked, and cut to the output limit."""
+    try:
+        body = _child_result(run, outcome)
+    except SubtreeCancelled as exc:
+        body = _with_partial_work(run, cancelled_text(exc.reason), outcome)
+    except ToolError as exc:
+        body = str(exc)
+    head = f"[background sub-agent {outcome.agent_id} ({description}) ended {outcome.status}]"
+    cap = record.setup.output_cap + NOTE_ROOM
+    return run.bus.masked(f"{head}\n{body}", cap, how=_OUTPUT_CUT_HOW)
+
+
+def _with_partial_work(run: RunContext, head: str, outcome: AgentOutcome) -> str:
+    """*head*, then what the stopped or cancelled sub-agent of *outcome* had done: its last
+    text and the tool calls it finished, one a line (docs/collaboration.md#partial-work).
+    The call's output limit cuts it, as any tool output."""
+    text, finished = _work_done(run, outcome.state)
+    lines = [head]
+    if text or finished:
+        lines.append("Its partial work:")
+    if text:
+        lines.append(f"Its last text: {text}")
+    if finished:
+        lines.append(f"Tool calls it finished ({len(finished)}):")
+        lines.extend(f"- {line}" for line in finished)
+    return "\n".join(lines)
+
+
+def _work_done(run: RunContext, state: AgentState) -> tuple[str, list[str]]:
+    """An agent's last text and its finished tool calls (``summary (status)``), read from its
+    history: a call whose result is a cancel (or the filler of an unanswered call) is not
+    finished."""
+    results: dict[str, ToolResultBlock] = {}
+    for message in state.messages:
+        if message.role == "user":
+            for block in message.content:
+                if isinstance(block, ToolResultBlock):
+                    results[block.tool_use_id] = block
+    text = ""
+    finished: list[str] = []
+    for message in state.messages:
+        if message.role != "assistant":
+            continue
+        said = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+        text = said or text
+        for use in message.tool_uses:
+            result = results.get(use.id)
+            if result is None or result.content == "cancelled" or (
+                result.content.startswith("cancelled: ")
+            ):
+                continue
+            tool = run.tools.get(use.name)
+            summary = _summary(tool, ToolCall(id=use.id, name=use.name, input=use.input),
+                               run.bus.secrets.value(use.input))  # fmt: skip
+            finished.append(f"{summary} ({'error' if result.is_error else 'ok'})")
+    return text, finished

@@ -17,7 +17,7 @@ from ._agent_types import AgentTypes
 from ._approvals import PendingRequest
 from ._bus import EventBus, Policy, Subscription, Tap
 from ._compaction import agent_window
-from ._context import RunContext, cancel_node
+from ._context import RunContext, cancel_node, stop_node
 from ._errors import ConfigError
 from ._events import AgentStatus, CancelBy
 from ._limits import Budget, Limits
@@ -363,6 +363,27 @@ class Runtime:
             raise ValueError(f"by must be one of {', '.join(_CANCEL_BY)}")
         await trio.lowlevel.checkpoint()
         return cancel_node(self._run, node_id, reason, by=by)
+
+    async def stop(
+        self, node_id: str, reason: str = "stopped by user", *, by: CancelBy = "user"
+    ) -> bool:
+        """Stop the subtree under *node_id* (an agent id or a tool_use_id) gracefully.
+
+        Emits ``stop_requested`` as the agent owning the node. Every agent in the subtree lets
+        its tool calls under way finish, takes no new model turn (a reply being streamed is
+        cut short) and ends ``stopped``, with its last text as its result; the parent of a
+        stopped sub-agent reads that partial work and carries on (docs/collaboration.md#stop).
+
+        Returns:
+            ``False``, changing nothing, when the id is unknown, not yet announced, already
+            finished, cancelled or stopping, or runs on a Ray host.
+
+        Cancellation: a checkpoint before anything happens; the stop itself does not wait.
+        """
+        if by not in _CANCEL_BY:
+            raise ValueError(f"by must be one of {', '.join(_CANCEL_BY)}")
+        await trio.lowlevel.checkpoint()
+        return stop_node(self._run, node_id, reason, by=by)
 
     async def abort(self, reason: str = "run aborted by user", *, by: CancelBy = "user") -> None:
         """Cancel every running root agent (and so everything)."""

@@ -13,7 +13,9 @@ import typing
 from typing import Final, Literal, TypeAlias
 
 ToolStatus: TypeAlias = Literal["ok", "error", "cancelled", "denied"]
-AgentStatus: TypeAlias = Literal["completed", "cancelled", "failed", "max_turns", "budget_exceeded"]
+AgentStatus: TypeAlias = Literal[
+    "completed", "cancelled", "failed", "max_turns", "budget_exceeded", "stopped"
+]
 StopReason: TypeAlias = Literal["end_turn", "tool_use", "max_tokens", "refusal"]
 CancelBy: TypeAlias = Literal["user", "control", "budget", "runtime"]
 

@@ -63,6 +63,26 @@ class SubAgentSpawner(Protocol):
         """
         ...
 
+    async def start_background(
+        self,
+        *,
+        agent_type: str,
+        prompt: str,
+        description: str,
+        budget: Mapping[str, Any] | None,
+    ) -> str:
+        """Start a sub-agent in the background, in the calling agent's nursery, and return at
+        once; its end reaches the calling agent as a message (docs/collaboration.md).
+
+        Returns:
+            What the model reads: the sub-agent's id and description.
+
+        Raises:
+            ToolError: it cannot start (as for :meth:`run_subagent`), or background sub-agents
+                are not available here.
+        """
+        ...
+
     async def map_subagents(
         self,
         prompts: Sequence[str],
@@ -122,6 +142,8 @@ class ToolContext:
         secrets: the run's secrets; a tool that cuts text (keeps a head and a tail) masks
             before it cuts, or a cut through a secret leaves both halves readable.
         sandbox: where set, ``bash`` runs every command inside it (``--sandbox``).
+        messenger: sends messages to the calling agent's parent, children and siblings (the
+            ``send_message`` tool); ``None`` where there is nobody to message.
     """
 
     workspace: Path
@@ -135,6 +157,22 @@ class ToolContext:
     report_progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
     secrets: Secrets = NO_SECRETS
     sandbox: Sandbox | None = None
+    messenger: AgentMessenger | None = None
+
+
+class AgentMessenger(Protocol):
+    """What the ``send_message`` tool needs from the runtime (given in :class:`ToolContext`;
+    docs/collaboration.md#messages-between-agents)."""
+
+    async def send(self, to: str, text: str) -> str:
+        """Deliver *text* to the agent *to* names (``parent``, an agent id, or a sub-agent's
+        description); what the model reads.
+
+        Raises:
+            ToolError: the recipient is unknown, the sender itself, not its parent, child or
+                sibling, or finished; its mailbox is full; the text is too long.
+        """
+        ...
 
 
 class Tool(abc.ABC):

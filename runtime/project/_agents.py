@@ -47,6 +47,7 @@ CLAUDE_TOOLS: dict[str, str] = {
     "Task": "agent",
     "Agent": "agent",
     "Skill": "skill",
+    "SendMessage": "send_message",
 }
 """Claude Code's tool names and ours."""
 

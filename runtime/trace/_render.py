@@ -30,6 +30,7 @@ AGENT_MARKS: Final[dict[str, tuple[str, str]]] = {
     "cancelled": ("⊘", "yellow"),
     "max_turns": ("⏱", "magenta"),
     "budget_exceeded": ("⏱", "magenta"),
+    "stopped": ("◼", "yellow"),
     INTERRUPTED: ("⚠", "bold yellow"),
     RUNNING: ("●", "cyan"),
 }
@@ -750,6 +751,7 @@ def render_mermaid(trees: Iterable[TraceTree]) -> str:
         "  classDef interrupted fill:#ffe0b2,stroke:#ef6c00",
         "  classDef max_turns fill:#f3d9fa,stroke:#8e24aa",
         "  classDef budget_exceeded fill:#f3d9fa,stroke:#8e24aa",
+        "  classDef stopped fill:#fff3c4,stroke:#6d4c41",
         "  classDef running fill:#d6eefa,stroke:#0277bd",
     ]
     return "\n".join(lines) + "\n"
@@ -820,6 +822,16 @@ def event_line(tree: TraceTree, fields: Mapping[str, Any]) -> str | None:
     elif kind == "cancel_requested":
         what = (
             f"⊘ cancel {fields.get('target')} requested by {fields.get('by')}: "
+            f"{first_line(str(fields.get('reason') or ''))}"
+        )
+    elif kind == "agent_message":
+        what = (
+            f"✉ {fields.get('from_agent_id')} → {fields.get('to_agent_id')}: "
+            f"{first_line(str(fields.get('text') or ''), 100)}"
+        )
+    elif kind == "stop_requested":
+        what = (
+            f"◼ stop {fields.get('target')} requested by {fields.get('by')}: "
             f"{first_line(str(fields.get('reason') or ''))}"
         )
     if what is None:

@@ -139,6 +139,8 @@ class RunningSubtree:
         caller_id: the agent that made the call.
         depth: the sub-agent's depth (1 for a child of a root agent).
         started_ts: when the call started.
+        background: a background sub-agent whose call has ended: cancel or stop it by its
+            agent id (:attr:`target`).
     """
 
     tool_use_id: str
@@ -148,6 +150,13 @@ class RunningSubtree:
     caller_id: str | None
     depth: int
     started_ts: float | None
+    background: bool = False
+
+    @property
+    def target(self) -> str:
+        """The node to cancel or stop for this subtree: the call, or a background sub-agent
+        itself once its call has ended."""
+        return self.agent_id if self.background and self.agent_id else self.tool_use_id
 
 
 # The nodes are dataclasses whose public instance attributes are exactly their JSON keys
@@ -648,6 +657,8 @@ class TraceTree:
         self._unattached: dict[str, ToolNode] = {}
         # Running `agent` calls in start order, for the Ctrl+C picker.
         self._agent_calls: dict[str, ToolNode] = {}
+        # Ended `run_in_background` calls whose sub-agent still runs (docs/collaboration.md).
+        self._background_calls: dict[str, ToolNode] = {}
         # cancel_requested naming a node not seen yet.
         self._pending_cancel: dict[str, CancelInfo] = {}
         # Usage changed since the last rollup (totals are summed lazily, once per read).
@@ -683,6 +694,8 @@ class TraceTree:
             "rate_limited": self._rate_limited,
             "user_message": self._user_message,
             "cancel_requested": self._cancel_requested,
+            "stop_requested": self._stop_requested,
+            "agent_message": self._agent_message,
             "agent_finished": self._agent_finished,
             "run_finished": self._run_finished,
             "context_compacted": self._context_compacted,
@@ -771,6 +784,7 @@ class TraceTree:
                 tool.duration_s = tool.elapsed(last)
                 tool._permission_pending = None
         self._agent_calls.clear()
+        self._background_calls.clear()
 
     # ------------------------------------------------------------------ reading
 
@@ -1094,10 +1108,16 @@ class TraceTree:
         return result
 
     def running_subtrees(self) -> list[RunningSubtree]:
-        """The running ``agent`` tool calls with their sub-agents, in start order."""
+        """The running ``agent`` tool calls with their sub-agents, in start order; then the
+        background sub-agents still running whose call has ended (``background``)."""
         out: list[RunningSubtree] = []
-        for call in self._agent_calls.values():
+        calls: Iterable[ToolNode] = self._agent_calls.values()
+        if self._background_calls:
+            calls = [*calls, *self._background_calls.values()]
+        for call in calls:
             child = call.children[0] if call.children else None
+            if call._finished_ts is not None and (child is None or child.status != RUNNING):
+                continue  # a background child not started yet: nothing to pick
             caller = call._parent
             wanted = call._input.get("agent")
             description = call._input.get("description")
@@ -1114,6 +1134,7 @@ class TraceTree:
                     caller_id=call._agent_id,
                     depth=child.depth if child is not None else (caller.depth + 1 if caller else 1),
                     started_ts=call.started_ts,
+                    background=call._finished_ts is not None,
                 )
             )
         return out
@@ -1433,6 +1454,10 @@ class TraceTree:
             tool._permission_pending = None
         if name == "agent":
             self._agent_calls.pop(tool.id, None)
+            if tool._input.get("run_in_background") is True and not any(
+                child._finished_ts is not None for child in tool.children
+            ):
+                self._background_calls[tool.id] = tool
 
     def _permission_requested(self, fields: Fields) -> None:
         ts = fields["ts"]
@@ -1628,6 +1653,29 @@ class TraceTree:
                     if child.status == "cancelled" and child.cancel is None:
                         child.cancel = info
 
+    def _stop_requested(self, fields: Fields) -> None:
+        # Checked and timed, kept on no node: a stopped agent's own end says it all (its
+        # status, and ``error`` ``stopped: <reason>``; docs/tree.md).
+        ts = fields["ts"]
+        if not _num(ts):
+            raise _invalid("stop_requested", "ts")
+        for name in ("target", "reason", "by"):
+            if fields[name].__class__ is not str:
+                raise _invalid("stop_requested", name)
+        if ts > self.last_ts:
+            self.last_ts = ts
+
+    def _agent_message(self, fields: Fields) -> None:
+        # Checked and timed, kept on no node: the recipient's user_message holds the text.
+        ts = fields["ts"]
+        if not _num(ts):
+            raise _invalid("agent_message", "ts")
+        for name in ("from_agent_id", "to_agent_id", "text"):
+            if fields[name].__class__ is not str:
+                raise _invalid("agent_message", name)
+        if ts > self.last_ts:
+            self.last_ts = ts
+
     def _agent_finished(self, fields: Fields) -> None:
         kind = "agent_finished"
         ts = fields["ts"]
@@ -1671,6 +1719,8 @@ class TraceTree:
         agent.duration_s = duration
         agent._finished_ts = ts
         call = agent._parent
+        if call is not None and self._background_calls:
+            self._background_calls.pop(call.id, None)
         if status == "cancelled" and agent.cancel is None and call is not None:
             agent.cancel = call.cancel  # cancelled with the call that started it: say why
         # The agent's own totals replace what its turns added up to.

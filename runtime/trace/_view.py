@@ -107,7 +107,7 @@ class _RunIndex:
         ts = fields.get("ts", 0.0)
         if kind in _TOOL_EVENTS:
             node = str(fields.get("tool_use_id"))
-        elif kind == "cancel_requested":
+        elif kind in ("cancel_requested", "stop_requested"):
             node = str(fields.get("target"))
         else:
             node = str(fields.get("agent_id"))
@@ -151,6 +151,10 @@ def describe(fields: dict[str, Any]) -> str:
         return f"permission {answer}: {first_line(get('reason'), 200)}"
     if kind == "cancel_requested":
         return f"cancel requested by {get('by')}: {first_line(get('reason'), 200)}"
+    if kind == "agent_message":
+        return f"message to {get('to_agent_id')}: {first_line(get('text'), 200)}"
+    if kind == "stop_requested":
+        return f"stop requested by {get('by')}: {first_line(get('reason'), 200)}"
     if kind == "provider_retry":
         return (
             f"model call retried (attempt {get('attempt')}) in "
