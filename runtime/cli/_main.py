@@ -198,6 +198,9 @@ def _add_project_commands(sub: Any) -> None:
     from ._trust_cmd import add_trust_parser
 
     add_trust_parser(sub)
+    from ._worktrees_cmd import add_worktrees_parser
+
+    add_worktrees_parser(sub)
 
 
 def _add_control_commands(sub: Any) -> None:
@@ -312,6 +315,10 @@ def _main(argv: list[str] | None) -> int:
             from ._trust_cmd import cmd_trust
 
             return cmd_trust(ns)
+        if ns.command == "worktrees":
+            from ._worktrees_cmd import cmd_worktrees
+
+            return cmd_worktrees(ns)
         if ns.command == "config":
             from ._project import cmd_config
 

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from ._errors import ToolInputError as ToolInputError
     from ._errors import TraceError as TraceError
     from ._errors import UnknownEventType as UnknownEventType
+    from ._errors import WorktreeError as WorktreeError
     from ._events import AgentFinished as AgentFinished
     from ._events import AgentStarted as AgentStarted
     from ._events import AgentStatus as AgentStatus
@@ -158,6 +159,11 @@ if TYPE_CHECKING:
     from ._workspace import normalise_target as normalise_target
     from ._workspace import relative as relative
     from ._workspace import resolve_in_workspace as resolve_in_workspace
+    from ._worktree import Worktree as Worktree
+    from ._worktree import WorktreeEntry as WorktreeEntry
+    from ._worktree import describe_entry as describe_entry
+    from ._worktree import list_worktrees as list_worktrees
+    from ._worktree import remove_entry as remove_entry
 
 _LAZY: dict[str, str] = {
     "AGENT_STATUSES": "._statuses",
@@ -300,6 +306,12 @@ _LAZY: dict[str, str] = {
     "validate_input": "._tool",
     "visible": "._termtext",
     "visible_strings": "._termtext",
+    "Worktree": "._worktree",
+    "WorktreeEntry": "._worktree",
+    "WorktreeError": "._errors",
+    "describe_entry": "._worktree",
+    "list_worktrees": "._worktree",
+    "remove_entry": "._worktree",
 }
 
 __all__ = sorted(_LAZY)

@@ -7,6 +7,7 @@ reads and the ``*_finished`` events carry (docs/events.md).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -15,6 +16,7 @@ from ._agent_types import AgentType
 from ._events import AgentStarted, AgentStatus, CancelBy
 from ._limits import Budget
 from ._messages import AgentState, Message
+from ._worktree import Worktree
 
 __all__ = ["AgentOutcome", "AgentSpec", "cancel_reason_of", "cancelled_text"]
 
@@ -53,6 +55,8 @@ class AgentOutcome:
         output: for an agent type with an ``output_type``, the value its final answer held
             (an instance of the type, or the decoded JSON of a schema); ``None`` otherwise
             (docs/python-api.md, "Typed outputs").
+        worktree: for an agent of an ``isolation = "worktree"`` type, its worktree: kept or
+            removed, and why (docs/worktrees.md).
     """
 
     agent_id: str
@@ -69,6 +73,7 @@ class AgentOutcome:
     cancel_reason: str | None = None
     cancelled_by: CancelBy | None = None
     output: Any = None
+    worktree: Worktree | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -86,6 +91,9 @@ class AgentSpec:
     compact: str | None = None
     """Set: the agent only compacts *history* (focused on this text, if any), then ends
     (:meth:`~runtime.Runtime.compact`)."""
+    workspace: Path | None = None
+    """Where its file tools and commands work, when not the run's workspace: the git worktree
+    of an isolated agent, inherited by its sub-agents (docs/worktrees.md)."""
 
 
 def started_event(spec: AgentSpec) -> AgentStarted:

@@ -19,6 +19,7 @@ import itertools
 import json
 from collections.abc import Generator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -146,8 +147,13 @@ class PermissionBroker:
         parent_tool_use_id: str | None,
         tool_use_id: str,
         summary: str,
+        workspace: Path | None = None,
     ) -> tuple[bool, str]:
         """Decide whether this call may run, asking if the policy says so.
+
+        Args:
+            workspace: where the calling agent works, when not the run's workspace (see
+                :meth:`PermissionPolicy.decide`).
 
         Returns:
             ``(granted, reason)``.
@@ -155,7 +161,7 @@ class PermissionBroker:
         Cancellation: a checkpoint while waiting for an answer; a cancelled wait is recorded
         as ``permission_resolved(granted=false, reason="cancelled")``.
         """
-        decision = self.policy.decide(tool, args)
+        decision = self.policy.decide(tool, args, workspace=workspace)
         if decision.action == "allow":
             return True, decision.reason
         if decision.action == "deny":

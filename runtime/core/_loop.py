@@ -78,6 +78,7 @@ from ._provider import (
     TurnEnd,
 )
 from ._tool import Tool, ToolContext, ToolLimits, validate_input
+from ._worktree import Worktree, add_worktree, finish_worktree, worktree_prompt
 
 _OUTPUT_CUT_HOW = (
     " from the middle of this output, to save context; to see them, ask for less at a time "
@@ -160,7 +161,7 @@ async def run_agent_actor(
             agent_id=spec.agent_id,
             name=spec.agent_type.name,
             depth=spec.depth,
-            system=type_setup(run, spec.agent_type).system,
+            system=_system_for(run, spec),
             messages=_with_prompt(spec.history, spec.prompt)
             if spec.compact is None
             else list(spec.history),
@@ -222,6 +223,15 @@ async def run_agent_actor(
                 masked=("result", "error"),  # by _outcome
             )
     return outcome
+
+
+def _system_for(run: RunContext, spec: AgentSpec) -> str:
+    """The system prompt of *spec*'s agent: its type's, told where it works when that is not
+    the run's workspace (a worktree, docs/worktrees.md)."""
+    system = type_setup(run, spec.agent_type).system
+    if spec.workspace is None or spec.compact is not None:
+        return system
+    return f"{system}\n\n{worktree_prompt(spec.workspace, run.settings.workspace)}"
 
 
 def _outcome(
@@ -649,6 +659,8 @@ class _Call:
     """When its ``tool_started`` went out (the three are set by :func:`_announce_tool_call`)."""
     changed_input: dict[str, Any] | None = None
     """The input the tool ran with, when a middleware layer changed the model's."""
+    worktrees: list[Worktree] = attrs.Factory(list)
+    """The worktrees of the isolated sub-agents it started: its result names them."""
 
 
 async def _run_tool_calls(
@@ -802,6 +814,8 @@ async def _run_tool_call(
         if status is None:
             reason = Registry.cancel_reason(node)[0] if node is not None else None
             status, output = "cancelled", cancelled_text(reason)
+        if record.worktrees:  # at the end: a cut from the middle keeps it
+            output = "\n\n".join([output, *(w.note() for w in record.worktrees)])
         cap = record.setup.output_cap + NOTE_ROOM
         output = run.bus.masked(output, cap, how=_OUTPUT_CUT_HOW)
         results[record.index] = ToolResultBlock(
@@ -845,13 +859,14 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
         parent_tool_use_id=spec.parent_tool_use_id,
         tool_use_id=call.id,
         summary=summary,
+        workspace=spec.workspace,
     )
     if not granted:
         return "denied", f"permission denied: {reason}"
     # One object per call both spawns its sub-agents and reports its progress.
     spawner = _Spawner(record)
     ctx = ToolContext(
-        workspace=run.settings.workspace,
+        workspace=spec.workspace or run.settings.workspace,
         agent_id=spec.agent_id,
         tool_use_id=call.id,
         depth=spec.depth,
@@ -929,6 +944,7 @@ class _Spawner:
     call's progress (a ``tool_progress`` event)."""
 
     def __init__(self, record: _Call) -> None:
+        self._record = record
         self._run = record.run
         self._parent = record.spec
         self._tool_use_id = record.call.id
@@ -1031,6 +1047,7 @@ class _Spawner:
             parent_tool_use_id=self._tool_use_id,
             parent_agent_id=self._parent.agent_id,
             budget=None if effective.empty else effective,
+            workspace=self._parent.workspace,
         )
         runner = None
         if atype.placement != "local":
@@ -1057,19 +1074,52 @@ class _Spawner:
                 # runs.
                 await run.scheduler.acquire_slot(spec.agent_id)
             try:
-                if runner is None:
-                    if task_status is not trio.TASK_STATUS_IGNORED:
-                        return await run_agent_actor(
-                            run, spec, own_task=True, task_status=task_status
-                        )
-                    own_task = self._own_task is trio.lowlevel.current_task()
-                    self._own_task = None
-                    return await run_agent_actor(run, spec, own_task=own_task)
-                return await runner.run_subtree(run, spec)
+                if spec.agent_type.isolation == "worktree":
+                    return await self._run_isolated(spec, runner, task_status)
+                return await self._run_placed(spec, runner, task_status)
             finally:
                 run.scheduler.release_slot(spec.agent_id)
         finally:
             run.scheduler.child_finished(parent_id)
+
+    async def _run_placed(
+        self, spec: AgentSpec, runner: SubtreeRunner | None, task_status: trio.TaskStatus[None]
+    ) -> AgentOutcome:
+        run = self._run
+        if runner is None:
+            if task_status is not trio.TASK_STATUS_IGNORED:
+                return await run_agent_actor(run, spec, own_task=True, task_status=task_status)
+            own_task = self._own_task is trio.lowlevel.current_task()
+            self._own_task = None
+            return await run_agent_actor(run, spec, own_task=own_task)
+        return await runner.run_subtree(run, spec)
+
+    async def _run_isolated(
+        self, spec: AgentSpec, runner: SubtreeRunner | None, task_status: trio.TaskStatus[None]
+    ) -> AgentOutcome:
+        """*spec*'s agent in a git worktree of its own, made first and, once the agent has
+        ended, removed if nothing changed in it (docs/worktrees.md).
+
+        Raises:
+            WorktreeError: the worktree cannot be made (a ToolError: the call's error result).
+        """
+        run = self._run
+        worktree = await add_worktree(
+            spec.workspace or run.settings.workspace,
+            run_id=run.settings.run_id,
+            agent_id=spec.agent_id,
+            agent_type=spec.agent_type.name,
+        )
+        worktrees = self._record.worktrees
+        index = len(worktrees)
+        # Named as unfinished until it is known: a cancel from here on keeps it so.
+        worktrees.append(attrs.evolve(worktree, changes="its agent did not finish"))
+        outcome = await self._run_placed(
+            attrs.evolve(spec, workspace=worktree.workspace), runner, task_status
+        )
+        finished = await finish_worktree(worktree, cancelled=outcome.status == "cancelled")
+        worktrees[index] = finished
+        return attrs.evolve(outcome, worktree=finished)
 
 
 def _child_result(outcome: AgentOutcome) -> str:

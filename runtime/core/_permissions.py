@@ -200,10 +200,17 @@ class PermissionPolicy:
     the runtime acts on (``.mcp.json``: its commands run at the next start) or writes (a trace
     outside ``.trio-agents/``)."""
 
-    def decide(self, tool: Tool, args: Mapping[str, Any]) -> Decision:
-        """Whether a call of *tool* with *args* (already validated) may run."""
+    def decide(
+        self, tool: Tool, args: Mapping[str, Any], *, workspace: Path | None = None
+    ) -> Decision:
+        """Whether a call of *tool* with *args* (already validated) may run.
+
+        Args:
+            workspace: where the calling agent works, when not the policy's workspace (an
+                isolated agent's worktree, docs/worktrees.md): its paths are read from there.
+        """
         kind = _kind(tool)
-        targets = self._targets(tool, args, kind)
+        targets = self._targets(tool, args, kind, workspace)
         if kind == "path" and any(is_runtime_path(t) for t in targets):
             return Decision(
                 action="deny",
@@ -279,7 +286,9 @@ class PermissionPolicy:
                     return normalise_target(str(where), self.workspace)
         return None
 
-    def _targets(self, tool: Tool, args: Mapping[str, Any], kind: str) -> list[str]:
+    def _targets(
+        self, tool: Tool, args: Mapping[str, Any], kind: str, workspace: Path | None = None
+    ) -> list[str]:
         """The forms of the call's target: as given, then (paths) where it really leads."""
         try:
             target = tool.permission_target(args)
@@ -287,13 +296,14 @@ class PermissionPolicy:
             target = ""  # a faulty tool must not crash the decision; "" matches few rules
         if kind != "path":
             return [target]
-        given = normalise_target(target, self.workspace)
-        if self.workspace is None:
+        root = workspace or self.workspace
+        given = normalise_target(target, root)
+        if root is None:
             return [given]
         # The file the call would really touch, resolved as the tool resolves it (symlinks,
         # /proc/self/root/..., every spelling). Touches the disk (a few system calls per
         # component); small enough to do on the event loop. None: the tool will refuse it.
-        real = real_target(self.workspace, target or ".", runtime_dir_ok=True)
+        real = real_target(root, target or ".", runtime_dir_ok=True)
         if real is None or real == given:
             return [given]
         return [given, real]
