@@ -52,6 +52,8 @@ _SAMPLES: dict[str, dict[str, Any]] = {
                           "output_tokens": 600},
     "replay_diverged": {"node": "main \u203a reviewer, turn 3",
                         "detail": "read(src/x.py) returned 41 lines, recorded 38"},
+    "todo_updated": {"tool_use_id": "tu-1.1", "todos": [
+        {"content": "Run the tests", "status": "in_progress", "activeForm": "Running the tests"}]},
 }
 
 

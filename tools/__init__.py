@@ -22,6 +22,7 @@ from ._read import ReadTool as ReadTool
 from ._registry import builtin_tools as builtin_tools
 from ._skill import SkillSource as SkillSource
 from ._skill import SkillTool as SkillTool
+from ._todo import TodoWriteTool as TodoWriteTool
 from ._write import WriteTool as WriteTool
 
 __all__ = sorted(
@@ -38,6 +39,7 @@ __all__ = sorted(
         "TargetKind",
         "Tool",
         "ToolContext",
+        "TodoWriteTool",
         "ToolLimits",
         "WriteTool",
         "builtin_tools",

@@ -6,8 +6,10 @@ from runtime.core import Tool
 
 from ._agent import AgentTool
 from ._builtins import file_and_shell_tools
+from ._todo import TodoWriteTool
 
 
 def builtin_tools() -> list[Tool]:
-    """One fresh instance of every built-in tool: bash, read, write, edit, glob, grep, agent."""
-    return [*file_and_shell_tools(), AgentTool()]
+    """One fresh instance of every built-in tool: bash, read, write, edit, glob, grep, agent,
+    todo_write."""
+    return [*file_and_shell_tools(), AgentTool(), TodoWriteTool()]

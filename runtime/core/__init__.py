@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     from ._events import StopReason as StopReason
     from ._events import TextDelta as TextDelta
     from ._events import ThinkingDelta as ThinkingDelta
+    from ._events import TodoUpdated as TodoUpdated
     from ._events import ToolFinished as ToolFinished
     from ._events import ToolProgress as ToolProgress
     from ._events import ToolStarted as ToolStarted
@@ -307,6 +308,7 @@ _LAZY: dict[str, str] = {
     "visible": "._termtext",
     "visible_strings": "._termtext",
     "Worktree": "._worktree",
+    "TodoUpdated": "._events",
     "WorktreeEntry": "._worktree",
     "WorktreeError": "._errors",
     "describe_entry": "._worktree",

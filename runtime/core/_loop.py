@@ -49,6 +49,7 @@ from ._events import (
     ProviderRetry,
     TextDelta,
     ThinkingDelta,
+    TodoUpdated,
     ToolFinished,
     ToolProgress,
     ToolStarted,
@@ -877,6 +878,7 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
         report_progress=spawner,
         secrets=run.bus.secrets,
         sandbox=run.sandbox,
+        report_todos=spawner.report_todos,
     )
     try:
         if run.middleware is not None and run.middleware.tool_layers:
@@ -955,6 +957,18 @@ class _Spawner:
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         await _report_progress(self._run, self._parent, self._tool_use_id, progress, total, message)
+
+    async def report_todos(self, todos: list[dict[str, str]]) -> None:
+        """A ``todo_updated`` event: the calling agent's whole todo list, as it is now."""
+        parent = self._parent
+        await self._run.bus.emit(
+            TodoUpdated(
+                agent_id=parent.agent_id,
+                parent_tool_use_id=parent.parent_tool_use_id,
+                tool_use_id=self._tool_use_id,
+                todos=todos,
+            )
+        )
 
     def _take_agent_id(self) -> str:
         agent_id, self._agent_id = self._agent_id, None

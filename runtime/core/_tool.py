@@ -122,6 +122,8 @@ class ToolContext:
         secrets: the run's secrets; a tool that cuts text (keeps a head and a tail) masks
             before it cuts, or a cut through a secret leaves both halves readable.
         sandbox: where set, ``bash`` runs every command inside it (``--sandbox``).
+        report_todos: emits a ``todo_updated`` event for this call's agent with its whole todo
+            list (``todo_write``); ``None`` where nobody listens.
     """
 
     workspace: Path
@@ -135,6 +137,7 @@ class ToolContext:
     report_progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
     secrets: Secrets = NO_SECRETS
     sandbox: Sandbox | None = None
+    report_todos: Callable[[list[dict[str, str]]], Awaitable[None]] | None = None
 
 
 class Tool(abc.ABC):

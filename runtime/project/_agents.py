@@ -49,6 +49,7 @@ CLAUDE_TOOLS: dict[str, str] = {
     "Task": "agent",
     "Agent": "agent",
     "Skill": "skill",
+    "TodoWrite": "todo_write",
 }
 """Claude Code's tool names and ours."""
 
