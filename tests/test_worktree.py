@@ -3,20 +3,32 @@ git worktrees of their own, made and removed by real ``git`` subprocesses."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import trio
 
-from runtime import AgentType, ConfigError, ToolFinished, open_runtime
+from runtime import (
+    AgentType,
+    ConfigError,
+    FunctionProvider,
+    ModelRequest,
+    ToolCall,
+    ToolFinished,
+    open_runtime,
+)
 from runtime.core import (
     AgentSpec,
     WorktreeError,
+    add_worktree,
     agent_types_from_mapping,
     list_worktrees,
     remove_entry,
@@ -348,3 +360,53 @@ def test_a_ray_host_that_does_not_see_the_worktree_refuses_the_subtree(repo: Pat
         _workspace_for(config, AgentSpec(agent_id="a", agent_type=atype, prompt="x", depth=0))
         == repo
     )
+
+
+async def test_an_isolated_agent_is_told_where_it_works(repo: Path) -> None:
+    systems: dict[str, str] = {}
+
+    def model(request: ModelRequest) -> Any:
+        systems.setdefault(request.agent_type, request.system)
+        if request.agent_type == "main" and len(request.messages) == 1:
+            return [
+                ToolCall(name="agent", input={"description": "d", "prompt": "p", "agent": "ed"})
+            ]
+        return "ok"
+
+    async with open_runtime(
+        FunctionProvider(model), workspace=repo, trace=False, permission_mode="allow-all",
+        agent_types=_types("ed"), run_id="r1",
+    ) as rt:  # fmt: skip
+        await rt.run("go")
+    tree = _real(repo) / ".trio-agents" / "worktrees" / "r1-agent-2"
+    assert systems["ed"].endswith(
+        f"You work in a git worktree of your own: {tree}, on a branch made for your task. Your "
+        "file tools and commands work there, and paths are relative to it; the main workspace "
+        f"{_real(repo)} is not yours to change. Your changes stay in the worktree for the user "
+        "to review and merge."
+    )
+    assert "git worktree" not in systems["main"]
+
+
+async def test_cancelling_a_git_call_kills_git(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A git that hangs (a repository on a stalled network file system, say): a real process.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    pid_file = tmp_path / "git.pid"
+    fake = bin_dir / "git"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            functools.partial(add_worktree, repo, run_id="r1", agent_id="agent-2", agent_type="ed")
+        )
+        with trio.fail_after(20):
+            while not _exists(pid_file) or not _read(pid_file).strip():  # noqa: ASYNC110 - another process's file
+                await trio.sleep(0.01)
+        pid = int(_read(pid_file))
+        assert psutil.pid_exists(pid)
+        nursery.cancel_scope.cancel()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

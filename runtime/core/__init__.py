@@ -162,6 +162,7 @@ if TYPE_CHECKING:
     from ._workspace import resolve_in_workspace as resolve_in_workspace
     from ._worktree import Worktree as Worktree
     from ._worktree import WorktreeEntry as WorktreeEntry
+    from ._worktree import add_worktree as add_worktree
     from ._worktree import describe_entry as describe_entry
     from ._worktree import list_worktrees as list_worktrees
     from ._worktree import remove_entry as remove_entry
@@ -310,6 +311,7 @@ _LAZY: dict[str, str] = {
     "Worktree": "._worktree",
     "TodoUpdated": "._events",
     "WorktreeEntry": "._worktree",
+    "add_worktree": "._worktree",
     "WorktreeError": "._errors",
     "describe_entry": "._worktree",
     "list_worktrees": "._worktree",
