@@ -410,3 +410,24 @@ async def test_cancelling_a_git_call_kills_git(
         assert psutil.pid_exists(pid)
         nursery.cancel_scope.cancel()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+async def test_a_nested_isolated_agent_keeps_its_worktree_when_its_parents_goes(
+    repo: Path,
+) -> None:
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("outer", "ed")]}, {"text": "ok"}]},
+        "ed": {"turns": [{"tool_calls": [agent_call("inner", "inner")]}, {"text": "ed done"}]},
+        "inner": _editor("inner", "from inner\n")}}  # fmt: skip
+    _outcome, events = await run_scenario(
+        scenario, repo, agent_types=_types("ed", "inner"), run_id="r1"
+    )
+    check_invariants(events)
+    folder = repo / ".trio-agents" / "worktrees"
+    assert not _exists(folder / "r1-agent-2"), "the outer agent changed nothing"
+    assert _read(folder / "r1-agent-3" / "shared.txt") == "from inner\n"
+    assert _branches(repo) == ["main", "trio-agents/r1/agent-3"]
+    inner, outer = _agent_results(events)
+    assert "[worktree kept: branch trio-agents/r1/agent-3 at " in inner
+    assert outer.startswith("ed done\n\n[worktree: no changes; branch trio-agents/r1/agent-2")
+    assert _read(repo / "shared.txt") == "base\n"

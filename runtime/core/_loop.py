@@ -79,7 +79,13 @@ from ._provider import (
     TurnEnd,
 )
 from ._tool import Tool, ToolContext, ToolLimits, validate_input
-from ._worktree import Worktree, add_worktree, finish_worktree, worktree_prompt
+from ._worktree import (
+    Worktree,
+    add_worktree,
+    finish_worktree,
+    worktree_folder,
+    worktree_prompt,
+)
 
 _OUTPUT_CUT_HOW = (
     " from the middle of this output, to save context; to see them, ask for less at a time "
@@ -1123,6 +1129,7 @@ class _Spawner:
             run_id=run.settings.run_id,
             agent_id=spec.agent_id,
             agent_type=spec.agent_type.name,
+            into=worktree_folder(run.settings.workspace),
         )
         worktrees = self._record.worktrees
         index = len(worktrees)

@@ -144,8 +144,15 @@ def worktree_folder(workspace: Path) -> Path:
     return workspace / RUNTIME_DIR / _FOLDER
 
 
-async def add_worktree(workspace: Path, *, run_id: str, agent_id: str, agent_type: str) -> Worktree:
+async def add_worktree(
+    workspace: Path, *, run_id: str, agent_id: str, agent_type: str, into: Path | None = None
+) -> Worktree:
     """A new worktree on a new branch from the HEAD of *workspace*'s repository.
+
+    Args:
+        into: the folder it is made in (default: :func:`worktree_folder` of *workspace*). The
+            runtime gives the run's: a sub-agent's worktree made from its parent's worktree
+            lies beside it, not in it, so removing the parent's can never take it along.
 
     Raises:
         WorktreeError: *workspace* is not in a git repository, the repository has no commit
@@ -169,7 +176,7 @@ async def add_worktree(workspace: Path, *, run_id: str, agent_id: str, agent_typ
             "has no commit yet: a worktree is made from HEAD (commit first)"
         )
     base = out.strip()
-    folder = worktree_folder(ws)
+    folder = worktree_folder(ws) if into is None else into
     await trio.to_thread.run_sync(_make_folder, folder)
     name = _UNSAFE.sub("-", f"{run_id}-{agent_id}")
     branch = BRANCH_PREFIX + "/".join(_UNSAFE.sub("-", p) for p in (run_id, agent_id))
