@@ -431,3 +431,22 @@ async def test_a_nested_isolated_agent_keeps_its_worktree_when_its_parents_goes(
     assert "[worktree kept: branch trio-agents/r1/agent-3 at " in inner
     assert outer.startswith("ed done\n\n[worktree: no changes; branch trio-agents/r1/agent-2")
     assert _read(repo / "shared.txt") == "base\n"
+
+
+async def test_permission_rules_read_an_isolated_agents_paths_in_its_worktree(
+    repo: Path,
+) -> None:
+    tree = _real(repo) / ".trio-agents" / "worktrees" / "r1-agent-2"
+    write = {"name": "write", "input": {"path": str(tree / "shared.txt"), "content": "mine\n"}}
+    outside = {"name": "write", "input": {"path": "other.txt", "content": "no\n"}}
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [agent_call("x", "ed")]}, {"text": "ok"}]},
+        "ed": {"turns": [{"tool_calls": [write]}, {"tool_calls": [outside]}, {"text": "done"}]}}}  # fmt: skip
+    _outcome, events = await run_scenario(
+        scenario, repo, agent_types=_types("ed"), run_id="r1",
+        permission_mode="deny", allow=["write(shared.txt)"],
+    )  # fmt: skip
+    writes = [(e.status, e.output) for e in by_type(events, ToolFinished) if e.name == "write"]
+    assert writes[0][0] == "ok", "its absolute path in its worktree is shared.txt to the rules"
+    assert writes[1] == ("denied", "permission denied: mode deny")
+    assert _read(tree / "shared.txt") == "mine\n"

@@ -48,6 +48,8 @@ class _Pending:
     done: trio.Event = attrs.Factory(trio.Event)
     granted: bool = False
     reason: str = ""
+    workspace: Path | None = None
+    """Where the asking agent works, when not the run's workspace (docs/worktrees.md)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -186,8 +188,12 @@ class PermissionBroker:
                 self._warn_denied(tool.name, f"mode {self.policy.mode} and {reason}")
             else:
                 shown = self.bus.secrets.value(dict(args))
-                rule = self.bus.secrets.value(self.policy.rule_for(tool, args))
-                pending = _Pending(tool, args, tool_use_id, agent_id, summary, shown, rule)
+                rule = self.bus.secrets.value(
+                    self.policy.rule_for(tool, args, workspace=workspace)
+                )
+                pending = _Pending(
+                    tool, args, tool_use_id, agent_id, summary, shown, rule, workspace=workspace
+                )
                 self._pending[request_id] = pending
                 try:
                     with trio.move_on_after(self.timeout_s):
@@ -242,7 +248,7 @@ class PermissionBroker:
             return False
         pending.granted = granted
         if granted and remember:
-            rule = self.policy.remember(pending.tool, pending.args)
+            rule = self.policy.remember(pending.tool, pending.args, workspace=pending.workspace)
             pending.reason = reason or f"granted; remembered as {rule}"
             self._grant_covered(request_id, rule)
         else:
@@ -256,7 +262,9 @@ class PermissionBroker:
         for rid, other in self._pending.items():
             if rid == request_id or other.done.is_set():
                 continue
-            if self.policy.decide(other.tool, other.args).action == "allow":
+            if self.policy.decide(other.tool, other.args, workspace=other.workspace).action == (
+                "allow"
+            ):
                 other.granted = True
                 other.reason = f"granted: {rule} (always, from {request_id})"
                 other.done.set()

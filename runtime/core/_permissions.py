@@ -246,7 +246,9 @@ class PermissionPolicy:
             case _:
                 return Decision(action="ask", reason="mode ask")
 
-    def remember(self, tool: Tool, args: Mapping[str, Any]) -> str:
+    def remember(
+        self, tool: Tool, args: Mapping[str, Any], *, workspace: Path | None = None
+    ) -> str:
         """Allow, for the rest of the run, calls of *tool* with the same target as *args*.
 
         The rule covers exactly that target: the same command for ``bash``, the same path for
@@ -255,19 +257,21 @@ class PermissionPolicy:
         Returns:
             The rule added, as text (``bash(git status)``, ``write(./notes.md)``).
         """
-        rule = self._rule_for(tool, args)
+        rule = self._rule_for(tool, args, workspace)
         if rule not in self.allow:
             self.allow = (*self.allow, rule)
         return str(rule)
 
-    def rule_for(self, tool: Tool, args: Mapping[str, Any]) -> str:
+    def rule_for(
+        self, tool: Tool, args: Mapping[str, Any], *, workspace: Path | None = None
+    ) -> str:
         """The rule :meth:`remember` would add for this call, as text (nothing is added): what
         a question shows next to "always"."""
-        return str(self._rule_for(tool, args))
+        return str(self._rule_for(tool, args, workspace))
 
-    def _rule_for(self, tool: Tool, args: Mapping[str, Any]) -> Rule:
+    def _rule_for(self, tool: Tool, args: Mapping[str, Any], workspace: Path | None) -> Rule:
         kind = _kind(tool)
-        target = self._targets(tool, args, kind)[-1]
+        target = self._targets(tool, args, kind, workspace)[-1]
         if kind == "path":
             pattern = _escape(target, paths=True)
             if "/" not in pattern:
