@@ -98,9 +98,8 @@ async def _two_editors(repo: Path, tool: str, **kwargs: Any) -> tuple[Any, list[
             {"text": "both done"}]},
         "ed_a": _editor("a", "from a\n", tool=tool),
         "ed_b": _editor("b", "from b\n", tool=tool)}}  # fmt: skip
-    return await run_scenario(
-        scenario, repo, agent_types=_types("ed_a", "ed_b"), run_id="r1", **kwargs
-    )
+    kwargs.setdefault("agent_types", _types("ed_a", "ed_b"))
+    return await run_scenario(scenario, repo, run_id="r1", **kwargs)
 
 
 def _check_two_branches_kept(repo: Path, events: list[Any]) -> None:
