@@ -449,3 +449,20 @@ async def test_permission_rules_read_an_isolated_agents_paths_in_its_worktree(
     assert writes[0][0] == "ok", "its absolute path in its worktree is shared.txt to the rules"
     assert writes[1] == ("denied", "permission denied: mode deny")
     assert _read(tree / "shared.txt") == "mine\n"
+
+
+async def test_a_repository_without_a_commit_or_a_machine_without_git_is_a_clear_error(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _git(workspace, "init", "-q")
+    with pytest.raises(WorktreeError) as info:
+        await add_worktree(workspace, run_id="r1", agent_id="agent-2", agent_type="ed")
+    assert str(info.value) == (
+        f"agent type 'ed' has isolation = \"worktree\", but the repository {_real(workspace)} "
+        "has no commit yet: a worktree is made from HEAD (commit first)"
+    )
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    with pytest.raises(
+        WorktreeError, match=r"^worktree isolation needs git, which is not installed$"
+    ):
+        await add_worktree(workspace, run_id="r1", agent_id="agent-2", agent_type="ed")
