@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from runtime import Event, EventDecodeError, TodoUpdated, ToolFinished, open_runtime
-from runtime.cli._live import LiveView
+from runtime.cli._live import LiveView, PlainView
 from runtime.project import load_project
 from runtime.project._agents import CLAUDE_TOOLS
 from runtime.trace import TodoItem, TraceTree
@@ -181,3 +182,21 @@ def test_a_trace_with_a_malformed_todo_list_is_refused_naming_the_field() -> Non
         with pytest.raises(EventDecodeError, match=r"^invalid todo_updated event: field 'todos'"):
             tree.apply_dict({**good, "todos": todos})
     assert tree.agents["agent-1"].current_todo == "Fixing the parser", "the last good list"
+
+
+async def test_plain_lines_say_each_new_todo_list(workspace: Path) -> None:
+    out = io.StringIO()
+    view = PlainView(TraceTree(), out)
+    scenario = {"agents": {"main": _planner(PLAN, DONE)}}
+    async with (
+        open_runtime(scenario=scenario, workspace=workspace, trace=False, on_event=view.tap) as rt,
+        trio.open_nursery() as nursery,
+    ):
+        await nursery.start(view.run)
+        await rt.run("go")
+        nursery.cancel_scope.cancel()
+    lines = [line for line in out.getvalue().splitlines() if "todo list" in line]
+    assert lines == [
+        "[main] todo list: 1/3 done, now: Fixing the parser",
+        "[main] todo list: 3/3 done",
+    ]
