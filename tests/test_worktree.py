@@ -363,9 +363,11 @@ def test_a_ray_host_that_does_not_see_the_worktree_refuses_the_subtree(repo: Pat
 
 async def test_an_isolated_agent_is_told_where_it_works(repo: Path) -> None:
     systems: dict[str, str] = {}
+    agent_tool: list[str] = []
 
     def model(request: ModelRequest) -> Any:
         systems.setdefault(request.agent_type, request.system)
+        agent_tool.extend(t.description for t in request.tools if t.name == "agent")
         if request.agent_type == "main" and len(request.messages) == 1:
             return [
                 ToolCall(name="agent", input={"description": "d", "prompt": "p", "agent": "ed"})
@@ -385,6 +387,7 @@ async def test_an_isolated_agent_is_told_where_it_works(repo: Path) -> None:
         "to review and merge."
     )
     assert "git worktree" not in systems["main"]
+    assert agent_tool[0].endswith("\n- ed: (no description) (works in a git worktree of its own)")
 
 
 async def test_cancelling_a_git_call_kills_git(

@@ -637,6 +637,8 @@ def _tool_spec(run: RunContext, tool: Tool) -> ToolSpec:
     if tool.name == "agent":
         kinds = "\n".join(
             f"- {t.name}: {t.description or '(no description)'}"
+            # The caller learns where the work will be (docs/worktrees.md).
+            + (" (works in a git worktree of its own)" if t.isolation == "worktree" else "")
             for t in run.agent_types.values()
             if t.name != "main"
         )
