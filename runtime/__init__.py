@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from runtime.core._events import StopRequested as StopRequested
     from runtime.core._events import TextDelta as TextDelta
     from runtime.core._events import ThinkingDelta as ThinkingDelta
+    from runtime.core._events import TodoUpdated as TodoUpdated
     from runtime.core._events import ToolFinished as ToolFinished
     from runtime.core._events import ToolProgress as ToolProgress
     from runtime.core._events import ToolStarted as ToolStarted
@@ -198,6 +199,7 @@ _LAZY: dict[str, str] = {
     "ToolLimits": "runtime.core._tool",
     "ToolNode": "runtime.trace._tree",
     "ToolProgress": "runtime.core._events",
+    "TodoUpdated": "runtime.core._events",
     "ToolResultBlock": "runtime.core._messages",
     "ToolSpec": "runtime.core._provider",
     "ToolStarted": "runtime.core._events",

@@ -61,6 +61,8 @@ _SAMPLES: dict[str, dict[str, Any]] = {
                       "tool_use_id": "tu-2"},
     "stop_requested": {"target": "agent-2", "reason": "enough", "by": "control"},
     "agent_message": {"from_agent_id": "agent-2", "to_agent_id": "agent-3", "text": "hi"},
+    "todo_updated": {"tool_use_id": "tu-1.1", "todos": [
+        {"content": "Run the tests", "status": "in_progress", "activeForm": "Running the tests"}]},
 }
 
 

@@ -309,7 +309,8 @@ async def test_every_tool_call_in_history_gets_a_result_even_on_cancel(workspace
 
 def test_builtin_tools_are_the_spec_set() -> None:
     assert [t.name for t in builtin_tools()] == [
-        "bash", "read", "write", "edit", "glob", "grep", "agent", "send_message"]
+        "bash", "read", "write", "edit", "glob", "grep", "agent", "send_message",
+        "todo_write"]
 
 
 async def test_the_agent_state_serialises_and_round_trips(workspace: Path) -> None:

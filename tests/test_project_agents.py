@@ -70,21 +70,21 @@ def test_disallowed_tools_only_take_tools_away(workspace: Path, env: dict[str, s
     write(workspace / ".claude" / "agents", "safe.md",
           "---\nname: safe\ndisallowedTools: Bash, Write, Edit\n---\n")
     [d] = load_project(workspace, env=env).agents
-    assert d.agent_type.tools == ("agent", "glob", "grep", "read")
+    assert d.agent_type.tools == ("agent", "glob", "grep", "read", "send_message", "todo_write")
 
 
 def test_an_unknown_tool_name_is_reported_once_and_skipped(
     workspace: Path, env: dict[str, str]
 ) -> None:
     folder = workspace / ".claude" / "agents"
-    a = write(folder, "a.md", "---\nname: a\ntools: Read, WebFetch, TodoWrite\n---\n")
+    a = write(folder, "a.md", "---\nname: a\ntools: Read, WebFetch, WebSearch\n---\n")
     write(folder, "b.md", "---\nname: b\ntools: [WebFetch, Grep, mcp__github__search]\n---\n")
     project = load_project(workspace, env=env)
     assert [d.agent_type.tools for d in project.agents] == [
         ("read",), ("grep", "mcp__github__search")]
     assert project.warnings == (
         f"{a}: tool 'WebFetch' is not available here; skipped",
-        f"{a}: tool 'TodoWrite' is not available here; skipped",
+        f"{a}: tool 'WebSearch' is not available here; skipped",
     )
 
 

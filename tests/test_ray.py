@@ -925,3 +925,21 @@ def test_a_run_that_places_nothing_on_ray_starts_no_cluster(tmp_path: Path) -> N
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["no", "sub-agent", "today", "False"]
+
+
+async def test_worktree_agents_on_ray_edit_their_own_worktrees(workspace: Path) -> None:
+    # The host shares this machine's file system: it sees the worktrees made here
+    # (docs/worktrees.md, "Ray placement").
+    from tests.test_worktree import _branches, _check_two_branches_kept, _git, _two_editors
+
+    _git(workspace, "init", "-q", "-b", "main")
+    (workspace / "shared.txt").write_text("base\n")
+    _git(workspace, "add", "shared.txt")
+    _git(workspace, "commit", "-q", "-m", "base")
+    types = [AgentType(name=n, isolation="worktree", placement="ray") for n in ("ed_a", "ed_b")]
+    _outcome, events = await _two_editors(workspace, "write", agent_types=types)
+    _check_two_branches_kept(workspace, events)
+    assert _branches(workspace)[0] == "main"
+    writes = [e for e in by_type(events, ToolFinished) if e.name == "write"]
+    assert len(writes) == 2
+    assert all(e.tool_use_id.startswith("h") for e in writes), "the edits ran on Ray hosts"

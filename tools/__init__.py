@@ -23,6 +23,7 @@ from ._registry import builtin_tools as builtin_tools
 from ._send_message import SendMessageTool as SendMessageTool
 from ._skill import SkillSource as SkillSource
 from ._skill import SkillTool as SkillTool
+from ._todo import TodoWriteTool as TodoWriteTool
 from ._warden import warden as warden
 from ._write import WriteTool as WriteTool
 
@@ -41,6 +42,7 @@ __all__ = sorted(
         "TargetKind",
         "Tool",
         "ToolContext",
+        "TodoWriteTool",
         "ToolLimits",
         "WriteTool",
         "builtin_tools",

@@ -56,6 +56,7 @@ from runtime.core import (
     ReplayDiverged,
     RunFinished,
     TextDelta,
+    TodoUpdated,
     ToolFinished,
     ToolStarted,
     TurnFinished,
@@ -110,6 +111,14 @@ _COMPACTION_FIELDS = (
     "input_tokens",
     "output_tokens",
 )
+
+
+def _todo_note(event: TodoUpdated) -> str:
+    """A plain line's words for an agent's new todo list (docs/tools.md, "todo_write")."""
+    todos = event.todos
+    done = sum(1 for t in todos if t.get("status") == "completed")
+    doing = next((t.get("activeForm") for t in todos if t.get("status") == "in_progress"), None)
+    return f"todo list: {done}/{len(todos)} done" + (f", now: {doing}" if doing else "")
 
 
 def trace_hint(trace_path: Path | None) -> list[str]:
@@ -578,6 +587,8 @@ class PlainView:
             return _compaction_note(tree, event)
         if isinstance(event, ReplayDiverged):
             return f"replay diverged: {event.node}: {event.detail}"
+        if isinstance(event, TodoUpdated):
+            return f"{who} {_todo_note(event)}"
         if isinstance(event, RunFinished):
             return None
         return None

@@ -202,6 +202,9 @@ def _add_project_commands(sub: Any) -> None:
     from ._hooks_cmd import add_hooks_parser
 
     add_hooks_parser(sub)
+    from ._worktrees_cmd import add_worktrees_parser
+
+    add_worktrees_parser(sub)
 
 
 def _add_control_commands(sub: Any) -> None:
@@ -337,6 +340,10 @@ def _main(argv: list[str] | None) -> int:
             from ._hooks_cmd import cmd_hooks
 
             return cmd_hooks(ns)
+        if ns.command == "worktrees":
+            from ._worktrees_cmd import cmd_worktrees
+
+            return cmd_worktrees(ns)
         if ns.command == "config":
             from ._project import cmd_config
 

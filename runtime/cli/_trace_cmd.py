@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import functools
 import gc
+import itertools
 import math
 import os
 import sys
@@ -379,7 +380,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    from runtime.trace import render_header, render_timeline, tree_lines
+    from runtime.trace import render_header, render_timeline, todo_lines, tree_lines
 
     console = _console(args)
     color = _color(args, console)
@@ -390,13 +391,17 @@ def _cmd_show(args: argparse.Namespace) -> int:
             console.print(render_header(tree, color=color))
             console.print(render_timeline(tree, color=color, max_depth=args.max_depth))
             continue
-        lines = tree_lines(
-            tree,
-            subtree=args.subtree,
-            max_depth=args.max_depth,
-            status=args.status,
-            color=color,
-            spinner=False,
+        lines = itertools.chain(
+            tree_lines(
+                tree,
+                subtree=args.subtree,
+                max_depth=args.max_depth,
+                status=args.status,
+                color=color,
+                spinner=False,
+            ),
+            # Each agent's last todo list (docs/tools.md, "todo_write").
+            (t.to_text() for t in todo_lines(tree, subtree=args.subtree, color=color)),
         )
         if console.is_terminal:
             for line in lines:

@@ -500,6 +500,7 @@ class _ForwardingBroker(PermissionBroker):
         tool_use_id: str,
         summary: str,
         hook: Literal["allow", "ask"] | None = None,
+        workspace: Path | None = None,
     ) -> tuple[bool, str]:
         """Decide here when the policy can; else wait for the parent's answer (*hook*: as
         :meth:`PermissionBroker.check`; a Ray host runs no hooks, so it is never set here).
@@ -507,7 +508,7 @@ class _ForwardingBroker(PermissionBroker):
         Cancellation: a checkpoint while waiting; a cancelled wait tells the parent the
         question is withdrawn (before the call's ``tool_finished``).
         """
-        decision = self.policy.decide(tool, args)
+        decision = self.policy.decide(tool, args, workspace=workspace)
         if decision.action == "ask" and hook == "allow":
             return True, "allowed by a PreToolUse hook"
         if decision.action != "ask" and not (decision.action == "allow" and hook == "ask"):
@@ -1141,7 +1142,7 @@ async def _run_root(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
     try:
         if config.provider.kind != "http":
             try:
-                workspace = config.workspace_path()
+                workspace = _workspace_for(config, state.call.spec)
                 provider = _plain_provider(config.provider, state.call.id_prefix)
             except AgentsError as exc:
                 return await _fail_root(bus, state.call.spec, str(exc))
@@ -1149,7 +1150,7 @@ async def _run_root(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
             return await _run_agent(state, bus, provider, workspace, None)
         async with AsyncExitStack() as stack:  # the provider's client, closed at the end
             try:
-                workspace = config.workspace_path()
+                workspace = _workspace_for(config, state.call.spec)
                 provider = await _open_provider(
                     stack, config.provider, state.call.id_prefix, bus.secrets
                 )
@@ -1214,6 +1215,21 @@ async def _run_agent(
     finally:
         registry.unregister(state.boundary_id)
     return state.outcome
+
+
+def _workspace_for(config: RunConfig, spec: AgentSpec) -> Path:
+    """The run's workspace here; for a subtree in a worktree (docs/worktrees.md), checked that
+    this host sees the worktree the driver has just made: its folder is new, so seeing it
+    means sharing the driver's file system, not only a folder of the same name."""
+    workspace = config.workspace_path()
+    if spec.workspace is not None and not (spec.workspace / ".git").exists():
+        raise ConfigError(
+            f"agent type {spec.agent_type.name!r} has isolation = \"worktree\", but Ray worker "
+            f"{socket.gethostname()} does not see its worktree {spec.workspace}: a worktree "
+            "type runs on Ray only where the nodes share the workspace's file system "
+            "(see docs/worktrees.md)"
+        )
+    return workspace
 
 
 def _check_workspace(path: str) -> Path:

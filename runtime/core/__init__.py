@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from ._errors import ToolInputError as ToolInputError
     from ._errors import TraceError as TraceError
     from ._errors import UnknownEventType as UnknownEventType
+    from ._errors import WorktreeError as WorktreeError
     from ._events import AgentFinished as AgentFinished
     from ._events import AgentMessage as AgentMessage
     from ._events import AgentStarted as AgentStarted
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
     from ._events import StopRequested as StopRequested
     from ._events import TextDelta as TextDelta
     from ._events import ThinkingDelta as ThinkingDelta
+    from ._events import TodoUpdated as TodoUpdated
     from ._events import ToolFinished as ToolFinished
     from ._events import ToolProgress as ToolProgress
     from ._events import ToolStarted as ToolStarted
@@ -176,6 +178,12 @@ if TYPE_CHECKING:
     from ._workspace import normalise_target as normalise_target
     from ._workspace import relative as relative
     from ._workspace import resolve_in_workspace as resolve_in_workspace
+    from ._worktree import Worktree as Worktree
+    from ._worktree import WorktreeEntry as WorktreeEntry
+    from ._worktree import add_worktree as add_worktree
+    from ._worktree import describe_entry as describe_entry
+    from ._worktree import list_worktrees as list_worktrees
+    from ._worktree import remove_entry as remove_entry
 
 _LAZY: dict[str, str] = {
     # money (docs/costs.md)
@@ -337,6 +345,14 @@ _LAZY: dict[str, str] = {
     "validate_input": "._tool",
     "visible": "._termtext",
     "visible_strings": "._termtext",
+    "Worktree": "._worktree",
+    "TodoUpdated": "._events",
+    "WorktreeEntry": "._worktree",
+    "add_worktree": "._worktree",
+    "WorktreeError": "._errors",
+    "describe_entry": "._worktree",
+    "list_worktrees": "._worktree",
+    "remove_entry": "._worktree",
 }
 
 __all__ = sorted(_LAZY)

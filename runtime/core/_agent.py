@@ -7,6 +7,7 @@ reads and the ``*_finished`` events carry (docs/events.md).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -15,6 +16,7 @@ from ._agent_types import AgentType
 from ._events import AgentStarted, AgentStatus, CancelBy
 from ._limits import Budget
 from ._messages import AgentState, Message
+from ._worktree import Worktree
 
 __all__ = ["AgentOutcome", "AgentSpec", "cancel_reason_of", "cancelled_text", "stopped_text"]
 
@@ -60,6 +62,8 @@ class AgentOutcome:
         output: for an agent type with an ``output_type``, the value its final answer held
             (an instance of the type, or the decoded JSON of a schema); ``None`` otherwise
             (docs/python-api.md, "Typed outputs").
+        worktree: for an agent of an ``isolation = "worktree"`` type, its worktree: kept or
+            removed, and why (docs/worktrees.md).
     """
 
     agent_id: str
@@ -79,6 +83,7 @@ class AgentOutcome:
     cost_usd: float | None = 0.0
     """What the agent's own model calls cost in US dollars; None: one had no price
     (docs/costs.md)."""
+    worktree: Worktree | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -101,6 +106,9 @@ class AgentSpec:
     parent agent's nursery and reports to its mailbox (docs/collaboration.md)."""
     description: str = ""
     """The ``description`` of the ``agent`` call that started it."""
+    workspace: Path | None = None
+    """Where its file tools and commands work, when not the run's workspace: the git worktree
+    of an isolated agent, inherited by its sub-agents (docs/worktrees.md)."""
 
 
 def started_event(spec: AgentSpec) -> AgentStarted:

@@ -10,6 +10,7 @@ Filled from the Python API, from scenario files and from an ``--agents`` TOML fi
     max_turns = 10
     budget = { tokens = 20000, seconds = 120, tool_calls = 30 }
     context_window = 32000
+    isolation = "worktree"      # a git worktree of its own per agent (docs/worktrees.md)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ._errors import ConfigError
 from ._limits import Budget
 
 Placement = Literal["local", "ray"]
+Isolation = Literal["none", "worktree"]
 
 DEFAULT_SYSTEM = (
     "You are a capable software agent working in a workspace folder. Use the tools to inspect "
@@ -74,6 +76,9 @@ class AgentType:
             mapping; kept as its JSON text) (docs/python-api.md, "Typed outputs").
         output_retries: how many final answers that do not match *output_type* are sent back
             to the model with the error before the agent fails.
+        isolation: ``worktree``: each agent of this type works in a git worktree of its own,
+            on a new branch from the workspace's HEAD (docs/worktrees.md); ``none``: in the
+            workspace of its parent.
     """
 
     name: str
@@ -89,6 +94,7 @@ class AgentType:
     ray_labels: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
     output_type: Any = attrs.field(default=None, converter=_output_key)
     output_retries: int = 2
+    isolation: Isolation = "none"
 
     def merged(self, other: AgentType) -> AgentType:
         """*other*'s explicit settings over this one's (a later definition refines an earlier)."""
@@ -175,6 +181,7 @@ _TOML_KEYS = {
     "ray_labels",
     "output_type",
     "output_retries",
+    "isolation",
 }
 
 
@@ -268,5 +275,9 @@ def agent_types_from_mapping(data: Mapping[str, Any]) -> list[AgentType]:
             if isinstance(tries, bool) or not isinstance(tries, int) or not 0 <= tries <= 10:
                 raise ConfigError(f"{where}.output_retries: expected a whole number from 0 to 10")
             kwargs["output_retries"] = tries
+        if "isolation" in spec:
+            if spec["isolation"] not in ("none", "worktree"):
+                raise ConfigError(f"{where}.isolation: expected 'worktree' or 'none'")
+            kwargs["isolation"] = spec["isolation"]
         out.append(AgentType(**kwargs))
     return out

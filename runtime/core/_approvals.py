@@ -19,6 +19,7 @@ import itertools
 import json
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -47,6 +48,8 @@ class _Pending:
     done: trio.Event = attrs.Factory(trio.Event)
     granted: bool = False
     reason: str = ""
+    workspace: Path | None = None
+    """Where the asking agent works, when not the run's workspace (docs/worktrees.md)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -161,6 +164,7 @@ class PermissionBroker:
         tool_use_id: str,
         summary: str,
         hook: Literal["allow", "ask"] | None = None,
+        workspace: Path | None = None,
     ) -> tuple[bool, str]:
         """Decide whether this call may run, asking if the policy says so.
 
@@ -168,6 +172,8 @@ class PermissionBroker:
             hook: what a ``PreToolUse`` hook decided (docs/hooks.md#decisions): ``allow``
                 answers a question the policy would ask (a deny rule or mode still denies);
                 ``ask`` asks even where the policy would allow.
+            workspace: where the calling agent works, when not the run's workspace (see
+                :meth:`PermissionPolicy.decide`).
 
         Returns:
             ``(granted, reason)``.
@@ -175,7 +181,7 @@ class PermissionBroker:
         Cancellation: a checkpoint while waiting for an answer; a cancelled wait is recorded
         as ``permission_resolved(granted=false, reason="cancelled")``.
         """
-        decision = self.policy.decide(tool, args)
+        decision = self.policy.decide(tool, args, workspace=workspace)
         if decision.action == "ask" and hook == "allow":
             return True, "allowed by a PreToolUse hook"
         if decision.action == "allow" and hook != "ask":
@@ -202,8 +208,12 @@ class PermissionBroker:
                 self._warn_denied(tool.name, f"mode {self.policy.mode} and {reason}")
             else:
                 shown = self.bus.secrets.value(dict(args))
-                rule = self.bus.secrets.value(self.policy.rule_for(tool, args))
-                pending = _Pending(tool, args, tool_use_id, agent_id, summary, shown, rule)
+                rule = self.bus.secrets.value(
+                    self.policy.rule_for(tool, args, workspace=workspace)
+                )
+                pending = _Pending(
+                    tool, args, tool_use_id, agent_id, summary, shown, rule, workspace=workspace
+                )
                 self._pending[request_id] = pending
                 try:
                     with trio.move_on_after(self.timeout_s):
@@ -268,7 +278,7 @@ class PermissionBroker:
             return False
         pending.granted = granted
         if granted and remember:
-            rule = self.policy.remember(pending.tool, pending.args)
+            rule = self.policy.remember(pending.tool, pending.args, workspace=pending.workspace)
             pending.reason = reason or f"granted; remembered as {rule}"
             self._grant_covered(request_id, rule)
         else:
@@ -282,7 +292,9 @@ class PermissionBroker:
         for rid, other in self._pending.items():
             if rid == request_id or other.done.is_set():
                 continue
-            if self.policy.decide(other.tool, other.args).action == "allow":
+            if self.policy.decide(other.tool, other.args, workspace=other.workspace).action == (
+                "allow"
+            ):
                 other.granted = True
                 other.reason = f"granted: {rule} (always, from {request_id})"
                 other.done.set()

@@ -8,7 +8,8 @@ One root, shallow subclasses::
     ├── ProviderError        a model provider failed (after its retries)
     │   └── ContextOverflowError  the prompt is longer than the model's context window
     ├── ToolError            a tool failed; becomes an ``error`` tool result
-    │   └── ToolInputError   arguments did not match the tool's schema
+    │   ├── ToolInputError   arguments did not match the tool's schema
+    │   └── WorktreeError    an agent's git worktree cannot be made (docs/worktrees.md)
     ├── SubtreeCancelled     a tool's sub-agent was cancelled; the call ends ``cancelled``
     ├── TraceError           a trace file cannot be read
     │   └── EventDecodeError one line or object is not a valid event
@@ -60,6 +61,10 @@ class ToolError(AgentsError):
 
 class ToolInputError(ToolError):
     """The model's arguments do not match the tool's input schema."""
+
+
+class WorktreeError(ToolError):
+    """An isolated agent's git worktree cannot be made or examined (docs/worktrees.md)."""
 
 
 class TraceError(AgentsError):

@@ -281,6 +281,20 @@ class AgentMessage(Event):
     text: str
 
 
+# -- the todo tool (docs/tools.md, "todo_write") -----------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class TodoUpdated(Event):
+    """An agent wrote its todo list (``todo_write``): the whole list, as it is now."""
+
+    type: ClassVar[str] = "todo_updated"
+    tool_use_id: str = attrs.field(metadata=_ID)
+    todos: list[dict[str, str]]
+    """Each item: ``content``, ``status`` (``pending``, ``in_progress``, ``completed``) and
+    ``activeForm`` (Claude Code's ``TodoWrite`` keys)."""
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -305,6 +319,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         HookFinished,
         StopRequested,
         AgentMessage,
+        TodoUpdated,
     )
 }
 

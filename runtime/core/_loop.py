@@ -52,6 +52,7 @@ from ._events import (
     RateLimited,
     TextDelta,
     ThinkingDelta,
+    TodoUpdated,
     ToolFinished,
     ToolProgress,
     ToolStarted,
@@ -85,6 +86,13 @@ from ._provider import (
     TurnEnd,
 )
 from ._tool import Tool, ToolContext, ToolLimits, validate_input
+from ._worktree import (
+    Worktree,
+    add_worktree,
+    finish_worktree,
+    worktree_folder,
+    worktree_prompt,
+)
 
 _OUTPUT_CUT_HOW = (
     " from the middle of this output, to save context; to see them, ask for less at a time "
@@ -172,7 +180,7 @@ async def run_agent_actor(
             agent_id=spec.agent_id,
             name=spec.agent_type.name,
             depth=spec.depth,
-            system=type_setup(run, spec.agent_type).system,
+            system=_system_for(run, spec),
             messages=_with_prompt(spec.history, spec.prompt)
             if spec.compact is None
             else list(spec.history),
@@ -242,6 +250,15 @@ async def run_agent_actor(
                 masked=("result", "error"),  # by _outcome
             )
     return outcome
+
+
+def _system_for(run: RunContext, spec: AgentSpec) -> str:
+    """The system prompt of *spec*'s agent: its type's, told where it works when that is not
+    the run's workspace (a worktree, docs/worktrees.md)."""
+    system = type_setup(run, spec.agent_type).system
+    if spec.workspace is None or spec.compact is not None:
+        return system
+    return f"{system}\n\n{worktree_prompt(spec.workspace, run.settings.workspace)}"
 
 
 def _outcome(
@@ -850,6 +867,8 @@ def _tool_spec(run: RunContext, tool: Tool) -> ToolSpec:
     if tool.name == "agent":
         kinds = "\n".join(
             f"- {t.name}: {t.description or '(no description)'}"
+            # The caller learns where the work will be (docs/worktrees.md).
+            + (" (works in a git worktree of its own)" if t.isolation == "worktree" else "")
             for t in run.agent_types.values()
             if t.name != "main"
         )
@@ -884,6 +903,8 @@ class _Call:
     child_outcome: AgentOutcome | None = None
     """How its sub-agent ended (an ``agent`` call), also when the call was cancelled: a
     cancelled call's result carries the sub-agent's partial work."""
+    worktrees: list[Worktree] = attrs.Factory(list)
+    """The worktrees of the isolated sub-agents it started: its result names them."""
 
 
 async def _run_tool_calls(
@@ -1041,6 +1062,8 @@ async def _run_tool_call(
             status, output = "cancelled", cancelled_text(reason)
         if status == "cancelled" and record.child_outcome is not None:
             output = _with_partial_work(run, output, record.child_outcome)
+        if record.worktrees:  # at the end: a cut from the middle keeps it
+            output = "\n\n".join([output, *(w.note() for w in record.worktrees)])
         cap = record.setup.output_cap + NOTE_ROOM
         output = run.bus.masked(output, cap, how=_OUTPUT_CUT_HOW)
         results[record.index] = ToolResultBlock(
@@ -1097,6 +1120,7 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
         tool_use_id=call.id,
         summary=summary,
         hook=hook_permission,
+        workspace=spec.workspace,
     )
     if not granted:
         return "denied", f"permission denied: {reason}"
@@ -1112,7 +1136,7 @@ async def _run_tool(record: _Call, tool: Tool, args: dict[str, Any]) -> tuple[To
     # One object per call both spawns its sub-agents and reports its progress.
     spawner = _Spawner(record)
     ctx = ToolContext(
-        workspace=run.settings.workspace,
+        workspace=spec.workspace or run.settings.workspace,
         agent_id=spec.agent_id,
         tool_use_id=call.id,
         depth=spec.depth,
@@ -1124,6 +1148,7 @@ async def _run_tool(record: _Call, tool: Tool, args: dict[str, Any]) -> tuple[To
         secrets=run.bus.secrets,
         sandbox=run.sandbox,
         messenger=Messenger(run, spec),
+        report_todos=spawner.report_todos,
     )
     try:
         if run.middleware is not None and run.middleware.tool_layers:
@@ -1261,8 +1286,8 @@ class _Spawner:
     call's progress (a ``tool_progress`` event)."""
 
     def __init__(self, record: _Call) -> None:
-        self._run = record.run
         self._record = record
+        self._run = record.run
         self._parent = record.spec
         self._tool_use_id = record.call.id
         self._agent_id = record.agent_id  # used by the first sub-agent
@@ -1272,6 +1297,18 @@ class _Spawner:
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         await _report_progress(self._run, self._parent, self._tool_use_id, progress, total, message)
+
+    async def report_todos(self, todos: list[dict[str, str]]) -> None:
+        """A ``todo_updated`` event: the calling agent's whole todo list, as it is now."""
+        parent = self._parent
+        await self._run.bus.emit(
+            TodoUpdated(
+                agent_id=parent.agent_id,
+                parent_tool_use_id=parent.parent_tool_use_id,
+                tool_use_id=self._tool_use_id,
+                todos=todos,
+            )
+        )
 
     def _take_agent_id(self) -> str:
         agent_id, self._agent_id = self._agent_id, None
@@ -1412,6 +1449,7 @@ class _Spawner:
             parent_agent_id=self._parent.agent_id,
             budget=None if effective.empty else effective,
             description=description,
+            workspace=self._parent.workspace,
         )
         runner = None
         if atype.placement != "local":
@@ -1439,25 +1477,66 @@ class _Spawner:
                 # runs.
                 await run.scheduler.acquire_slot(spec.agent_id)
             try:
-                if runner is None:
-                    if task_status is not trio.TASK_STATUS_IGNORED:
-                        return await run_agent_actor(
-                            run, spec, own_task=True, on_outcome=on_outcome,
-                            task_status=task_status,
-                        )  # fmt: skip
-                    own_task = self._own_task is trio.lowlevel.current_task()
-                    self._own_task = None
-                    return await run_agent_actor(
-                        run, spec, own_task=own_task, on_outcome=on_outcome
-                    )
-                outcome = await runner.run_subtree(run, spec)
-                if on_outcome is not None:
-                    on_outcome(outcome)
-                return outcome
+                if spec.agent_type.isolation == "worktree":
+                    return await self._run_isolated(spec, runner, task_status, on_outcome)
+                return await self._run_placed(spec, runner, task_status, on_outcome)
             finally:
                 run.scheduler.release_slot(spec.agent_id)
         finally:
             run.scheduler.child_finished(parent_id)
+
+    async def _run_placed(
+        self,
+        spec: AgentSpec,
+        runner: SubtreeRunner | None,
+        task_status: trio.TaskStatus[None],
+        on_outcome: Callable[[AgentOutcome], None] | None,
+    ) -> AgentOutcome:
+        run = self._run
+        if runner is None:
+            if task_status is not trio.TASK_STATUS_IGNORED:
+                return await run_agent_actor(
+                    run, spec, own_task=True, on_outcome=on_outcome, task_status=task_status
+                )
+            own_task = self._own_task is trio.lowlevel.current_task()
+            self._own_task = None
+            return await run_agent_actor(run, spec, own_task=own_task, on_outcome=on_outcome)
+        outcome = await runner.run_subtree(run, spec)
+        if on_outcome is not None:
+            on_outcome(outcome)
+        return outcome
+
+    async def _run_isolated(
+        self,
+        spec: AgentSpec,
+        runner: SubtreeRunner | None,
+        task_status: trio.TaskStatus[None],
+        on_outcome: Callable[[AgentOutcome], None] | None,
+    ) -> AgentOutcome:
+        """*spec*'s agent in a git worktree of its own, made first and, once the agent has
+        ended, removed if nothing changed in it (docs/worktrees.md).
+
+        Raises:
+            WorktreeError: the worktree cannot be made (a ToolError: the call's error result).
+        """
+        run = self._run
+        worktree = await add_worktree(
+            spec.workspace or run.settings.workspace,
+            run_id=run.settings.run_id,
+            agent_id=spec.agent_id,
+            agent_type=spec.agent_type.name,
+            into=worktree_folder(run.settings.workspace),
+        )
+        worktrees = self._record.worktrees
+        index = len(worktrees)
+        # Named as unfinished until it is known: a cancel from here on keeps it so.
+        worktrees.append(attrs.evolve(worktree, changes="its agent did not finish"))
+        outcome = await self._run_placed(
+            attrs.evolve(spec, workspace=worktree.workspace), runner, task_status, on_outcome
+        )
+        finished = await finish_worktree(worktree, cancelled=outcome.status == "cancelled")
+        worktrees[index] = finished
+        return attrs.evolve(outcome, worktree=finished)
 
 
 def _child_result(run: RunContext, outcome: AgentOutcome) -> str:

@@ -200,10 +200,17 @@ class PermissionPolicy:
     the runtime acts on (``.mcp.json``: its commands run at the next start) or writes (a trace
     outside ``.trio-agents/``)."""
 
-    def decide(self, tool: Tool, args: Mapping[str, Any]) -> Decision:
-        """Whether a call of *tool* with *args* (already validated) may run."""
+    def decide(
+        self, tool: Tool, args: Mapping[str, Any], *, workspace: Path | None = None
+    ) -> Decision:
+        """Whether a call of *tool* with *args* (already validated) may run.
+
+        Args:
+            workspace: where the calling agent works, when not the policy's workspace (an
+                isolated agent's worktree, docs/worktrees.md): its paths are read from there.
+        """
         kind = _kind(tool)
-        targets = self._targets(tool, args, kind)
+        targets = self._targets(tool, args, kind, workspace)
         if kind == "path" and any(is_runtime_path(t) for t in targets):
             return Decision(
                 action="deny",
@@ -239,7 +246,9 @@ class PermissionPolicy:
             case _:
                 return Decision(action="ask", reason="mode ask")
 
-    def remember(self, tool: Tool, args: Mapping[str, Any]) -> str:
+    def remember(
+        self, tool: Tool, args: Mapping[str, Any], *, workspace: Path | None = None
+    ) -> str:
         """Allow, for the rest of the run, calls of *tool* with the same target as *args*.
 
         The rule covers exactly that target: the same command for ``bash``, the same path for
@@ -248,19 +257,21 @@ class PermissionPolicy:
         Returns:
             The rule added, as text (``bash(git status)``, ``write(./notes.md)``).
         """
-        rule = self._rule_for(tool, args)
+        rule = self._rule_for(tool, args, workspace)
         if rule not in self.allow:
             self.allow = (*self.allow, rule)
         return str(rule)
 
-    def rule_for(self, tool: Tool, args: Mapping[str, Any]) -> str:
+    def rule_for(
+        self, tool: Tool, args: Mapping[str, Any], *, workspace: Path | None = None
+    ) -> str:
         """The rule :meth:`remember` would add for this call, as text (nothing is added): what
         a question shows next to "always"."""
-        return str(self._rule_for(tool, args))
+        return str(self._rule_for(tool, args, workspace))
 
-    def _rule_for(self, tool: Tool, args: Mapping[str, Any]) -> Rule:
+    def _rule_for(self, tool: Tool, args: Mapping[str, Any], workspace: Path | None) -> Rule:
         kind = _kind(tool)
-        target = self._targets(tool, args, kind)[-1]
+        target = self._targets(tool, args, kind, workspace)[-1]
         if kind == "path":
             pattern = _escape(target, paths=True)
             if "/" not in pattern:
@@ -279,7 +290,9 @@ class PermissionPolicy:
                     return normalise_target(str(where), self.workspace)
         return None
 
-    def _targets(self, tool: Tool, args: Mapping[str, Any], kind: str) -> list[str]:
+    def _targets(
+        self, tool: Tool, args: Mapping[str, Any], kind: str, workspace: Path | None = None
+    ) -> list[str]:
         """The forms of the call's target: as given, then (paths) where it really leads."""
         try:
             target = tool.permission_target(args)
@@ -287,13 +300,14 @@ class PermissionPolicy:
             target = ""  # a faulty tool must not crash the decision; "" matches few rules
         if kind != "path":
             return [target]
-        given = normalise_target(target, self.workspace)
-        if self.workspace is None:
+        root = workspace or self.workspace
+        given = normalise_target(target, root)
+        if root is None:
             return [given]
         # The file the call would really touch, resolved as the tool resolves it (symlinks,
         # /proc/self/root/..., every spelling). Touches the disk (a few system calls per
         # component); small enough to do on the event loop. None: the tool will refuse it.
-        real = real_target(self.workspace, target or ".", runtime_dir_ok=True)
+        real = real_target(root, target or ".", runtime_dir_ok=True)
         if real is None or real == given:
             return [given]
         return [given, real]

@@ -144,6 +144,8 @@ class ToolContext:
         sandbox: where set, ``bash`` runs every command inside it (``--sandbox``).
         messenger: sends messages to the calling agent's parent, children and siblings (the
             ``send_message`` tool); ``None`` where there is nobody to message.
+        report_todos: emits a ``todo_updated`` event for this call's agent with its whole todo
+            list (``todo_write``); ``None`` where nobody listens.
     """
 
     workspace: Path
@@ -158,6 +160,7 @@ class ToolContext:
     secrets: Secrets = NO_SECRETS
     sandbox: Sandbox | None = None
     messenger: AgentMessenger | None = None
+    report_todos: Callable[[list[dict[str, str]]], Awaitable[None]] | None = None
 
 
 class AgentMessenger(Protocol):

@@ -8,12 +8,14 @@ in the user's config folder::
     description: Reviews a diff for bugs; use it after a change.
     tools: Read, Grep, Glob        # or a YAML list; omitted: every tool
     model: inherit                 # or a model name
+    isolation: worktree            # optional: a git worktree of its own (docs/worktrees.md)
     ---
     You review code. ...           (the body is the system prompt)
 
 Claude Code's tool names map to ours (:data:`CLAUDE_TOOLS`); a name with no counterpart is
 reported once and skipped. Our own keys of the TOML format (``max_turns``, ``budget``,
-``placement``, ``output_type``, ``output_retries``) may be given too. Keys Claude Code knows
+``placement``, ``output_type``, ``output_retries``) may be given too, and Claude Code's
+``isolation: worktree``. Keys Claude Code knows
 and we do not (``color``, ``permissionMode``, ``hooks``, ...) are ignored: nothing in a
 definition grants a permission.
 ``disallowedTools`` is honoured (it only takes tools away).
@@ -48,6 +50,7 @@ CLAUDE_TOOLS: dict[str, str] = {
     "Agent": "agent",
     "Skill": "skill",
     "SendMessage": "send_message",
+    "TodoWrite": "todo_write",
 }
 """Claude Code's tool names and ours."""
 
@@ -55,7 +58,7 @@ CLAUDE_TOOLS: dict[str, str] = {
 # they (and ``inherit``) mean the run's model.
 _INHERIT = {"inherit", "sonnet", "opus", "haiku"}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_OURS = ("max_turns", "budget", "placement", "output_type", "output_retries")
+_OURS = ("max_turns", "budget", "placement", "output_type", "output_retries", "isolation")
 
 
 @attrs.frozen

@@ -18,7 +18,9 @@ from ._instructions import InstructionFile, load_instructions
 from ._prompt import SystemPrompt
 from ._skills import Skill, load_skills
 
-BUILTIN_TOOLS = ("bash", "read", "write", "edit", "glob", "grep", "agent")
+BUILTIN_TOOLS = (
+    "bash", "read", "write", "edit", "glob", "grep", "agent", "send_message", "todo_write"
+)
 """The tool names definitions may name when the caller does not say (the built-ins)."""
 
 

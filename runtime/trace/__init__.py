@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ._render import render_timeline as render_timeline
     from ._render import render_tree as render_tree
     from ._render import styled_tree_lines as styled_tree_lines
+    from ._render import todo_lines as todo_lines
     from ._render import tree_lines as tree_lines
     from ._sinks import JsonlSink as JsonlSink
     from ._sinks import PipeSink as PipeSink
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from ._tracefile import read_events as read_events
     from ._tree import AgentNode as AgentNode
     from ._tree import RunningSubtree as RunningSubtree
+    from ._tree import TodoItem as TodoItem
     from ._tree import TraceSet as TraceSet
     from ._tree import TraceTree as TraceTree
     from ._view import PageBuilder as PageBuilder
@@ -58,6 +60,7 @@ _LAZY: dict[str, str] = {
     "PageBuilder": "._view",
     "PipeSink": "._sinks",
     "RunningSubtree": "._tree",
+    "TodoItem": "._tree",
     "StyledLine": "._render",
     "TraceLoader": "._tracefile",
     "TraceSet": "._tree",
@@ -83,6 +86,7 @@ _LAZY: dict[str, str] = {
     "render_page": "._view",
     "render_timeline": "._render",
     "render_tree": "._render",
+    "todo_lines": "._render",
     "run_stats": "._stats",
     "styled_tree_lines": "._render",
     "tree_lines": "._render",

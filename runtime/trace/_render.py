@@ -322,6 +322,9 @@ class _Painter:
             label.append(
                 f"  {COMPACTED_MARK} {n} compaction{'s' if n > 1 else ''}", self.style("cyan")
             )
+        if node.status == RUNNING and (doing := node.current_todo):
+            mark = TODO_MARKS["in_progress"][0]
+            label.append(f"  {mark} {first_line(doing)}", self.style("cyan"))
         retry = node.retry if node.status == RUNNING else None
         rate_wait = node.rate_wait if node.status == RUNNING else None
         if node.error and not (node.status == "cancelled" and node.cancel is not None):
@@ -509,6 +512,48 @@ def node_lines(
     painter = _Painter(color=color, now=at, spinner=False)
     for line in _subtree_lines(node, painter, None, math.inf):
         yield line.to_text()
+
+
+TODO_MARKS: Final = {
+    "completed": ("✓", "green"),
+    "in_progress": ("▸", "cyan"),
+    "pending": ("·", "dim"),
+}
+"""How a todo item's status is drawn (docs/tools.md, "todo_write")."""
+
+
+def todo_lines(
+    tree: TraceTree, *, subtree: str | None = None, color: bool = True
+) -> list[StyledLine]:
+    """Each agent's last todo list, for ``trace show`` after the tree: a line naming the agent,
+    then one line an item (its mark, its ``content``); nothing when no agent wrote one.
+
+    Args:
+        subtree: only the agents under this node (as the tree shown).
+    """
+    if subtree is not None:
+        root = tree.find(subtree)
+        nodes: Iterable[AgentNode | ToolNode] = tree.iter_nodes([root]) if root else ()
+    else:
+        nodes = tree.iter_nodes()
+    lines: list[StyledLine] = []
+    for node in nodes:
+        if not isinstance(node, AgentNode) or not node.todos:
+            continue
+        if not lines:
+            lines.append(StyledLine())
+        head = StyledLine()
+        head.append("todos of ", "dim" if color else "")
+        head.append(node.name, "bold" if color else "")
+        head.append(f" {node.id}", "dim" if color else "")
+        lines.append(head)
+        for item in node.todos:
+            mark, style = TODO_MARKS.get(item.status, ("?", ""))
+            line = StyledLine()
+            line.append(f"  {mark} ", style if color else "")
+            line.append(first_line(item.content, 120))
+            lines.append(line)
+    return lines
 
 
 def _walk(node: AgentNode | ToolNode) -> Iterator[AgentNode | ToolNode]:

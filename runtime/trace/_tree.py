@@ -231,6 +231,36 @@ class _NodeBase:
         return max(0.0, now - self.started_ts)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class TodoItem:
+    """One item of an agent's todo list (``todo_updated``, docs/events.md)."""
+
+    content: str
+    status: str
+    active_form: str
+
+
+_TODO_STATUSES: Final = frozenset({"pending", "in_progress", "completed"})
+_MAX_TODOS: Final = 1000  # a hand-made trace cannot make the tree hold more than this per agent
+
+
+def _todo_items(todos: object) -> tuple[TodoItem, ...] | None:
+    """*todos* (a ``todo_updated`` event's) as items; None if it is not a list of them."""
+    if todos.__class__ is not list:
+        return None
+    out = []
+    for item in todos[:_MAX_TODOS]:
+        if item.__class__ is not dict:
+            return None
+        content, status, active = item.get("content"), item.get("status"), item.get("activeForm")
+        if content.__class__ is not str or active.__class__ is not str:
+            return None
+        if status not in _TODO_STATUSES:
+            return None
+        out.append(TodoItem(content, status, active))
+    return tuple(out)
+
+
 class _AgentRare:
     """An agent's figures that most agents of a big trace never set: made on first use, so that
     an AgentNode keeps fewer than 30 attributes (see the note above the node classes)."""
@@ -245,6 +275,7 @@ class _AgentRare:
         "retry",
         "stop",
         "thinking_len",
+        "todos",
         "user_messages",
     )
 
@@ -259,6 +290,7 @@ class _AgentRare:
         self.stop: str | None = None
         self.context_tokens: int | None = None
         self.context_window: int | None = None
+        self.todos: tuple[TodoItem, ...] | None = None
 
 
 _NO_RARE: Final = _AgentRare()  # read-only stand-in while an agent has none of its own
@@ -392,6 +424,19 @@ class AgentNode(_AgentInternals):
     def user_messages(self) -> int:
         """How many messages were injected into the agent while it ran."""
         return self._rare.user_messages
+
+    @property
+    def todos(self) -> tuple[TodoItem, ...] | None:
+        """The agent's last todo list (its latest ``todo_updated``); None if it wrote none."""
+        return self._rare.todos
+
+    @property
+    def current_todo(self) -> str | None:
+        """The ``activeForm`` of the first ``in_progress`` item of its last todo list."""
+        for item in self._rare.todos or ():
+            if item.status == "in_progress":
+                return item.active_form
+        return None
 
     @property
     def context_tokens(self) -> int | None:
@@ -702,6 +747,7 @@ class TraceTree:
             "replay_diverged": self._replay_diverged,
             "tool_progress": self._tool_progress,
             "hook_finished": self._hook_finished,
+            "todo_updated": self._todo_updated,
         }
 
     # ------------------------------------------------------------------ building
@@ -1353,6 +1399,13 @@ class TraceTree:
             raise _invalid(str(fields["type"]), "text")
         if fields["agent_id"] not in self.agents:
             self._agent_missing(fields, str(fields["type"]))
+
+    def _todo_updated(self, fields: Fields) -> None:
+        items = _todo_items(fields["todos"])
+        if items is None:
+            raise _invalid("todo_updated", "todos")
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "todo_updated")
+        agent._more().todos = items
 
     def _user_message(self, fields: Fields) -> None:
         if fields["text"].__class__ is not str:
