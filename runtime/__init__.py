@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from runtime.core._events import ProviderRetry as ProviderRetry
     from runtime.core._events import ReplayDiverged as ReplayDiverged
     from runtime.core._events import RunFinished as RunFinished
+    from runtime.core._events import RunResumed as RunResumed
     from runtime.core._events import RunStarted as RunStarted
     from runtime.core._events import TextDelta as TextDelta
     from runtime.core._events import ThinkingDelta as ThinkingDelta
@@ -153,6 +154,7 @@ _LAZY: dict[str, str] = {
     "ProviderRetry": "runtime.core._events",
     "RayOptions": "runtime.cluster._placement",
     "ReplayDiverged": "runtime.core._events",
+    "RunResumed": "runtime.core._events",
     "RetryNotice": "runtime.core._provider",
     "RetryPolicy": "runtime.providers",
     "Rule": "runtime.core._permissions",

@@ -52,6 +52,9 @@ _SAMPLES: dict[str, dict[str, Any]] = {
                           "output_tokens": 600},
     "replay_diverged": {"node": "main \u203a reviewer, turn 3",
                         "detail": "read(src/x.py) returned 41 lines, recorded 38"},
+    "run_resumed": {"version": "0.1.0", "gap_s": 12.5, "last_seq": 41, "cut_bytes": 0,
+                    "source": None, "config": {"provider": "scripted"}, "rerun": ["tu-2.1"],
+                    "interrupted": ["tu-3.1"]},
 }
 
 

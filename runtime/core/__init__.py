@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from ._events import ProviderRetry as ProviderRetry
     from ._events import ReplayDiverged as ReplayDiverged
     from ._events import RunFinished as RunFinished
+    from ._events import RunResumed as RunResumed
     from ._events import RunStarted as RunStarted
     from ._events import StopReason as StopReason
     from ._events import TextDelta as TextDelta
@@ -213,6 +214,7 @@ _LAZY: dict[str, str] = {
     "RetryNotice": "._provider",
     "RunContext": "._context",
     "RunFinished": "._events",
+    "RunResumed": "._events",
     "RunStarted": "._events",
     "Runtime": "._runtime",
     "SCHEMA": "._config",

@@ -28,6 +28,7 @@ from runtime.core import (
     Event,
     EventDecodeError,
     RunFinished,
+    RunResumed,
     RunStarted,
     TextDelta,
     ThinkingDelta,
@@ -294,6 +295,10 @@ def _build(rec: Recording, events: list[Event]) -> None:
             agent.tail_thinking = "".join(thinking.pop(aid, ()))
         elif isinstance(ev, RunFinished):
             rec.status = ev.status
+        elif isinstance(ev, RunResumed):
+            # A turn cut by the crash was asked again: its streamed text is no turn's.
+            text.clear()
+            thinking.clear()
         if aid is not None:
             last_ts[aid] = ev.ts
     for aid, parts in text.items():  # agents the killed run left mid-turn

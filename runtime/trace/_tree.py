@@ -576,6 +576,9 @@ class TraceTree:
         """The first :data:`MAX_DIVERGENCES` ``replay_diverged`` of a replayed run, as
         ``(node, detail)``; ``divergence_count`` counts them all."""
         self.divergence_count = 0
+        self.resumes: list[float] = []
+        """The ``gap_s`` of each ``run_resumed``: the run went on after its process died
+        (docs/resume.md)."""
         self._roots: list[AgentNode] = []
         # Placeholder tool calls some sub-agent pointed at, whose tool_started is not in yet.
         self._unattached: dict[str, ToolNode] = {}
@@ -619,6 +622,7 @@ class TraceTree:
             "context_compacted": self._context_compacted,
             "replay_diverged": self._replay_diverged,
             "tool_progress": self._tool_progress,
+            "run_resumed": self._run_resumed,
         }
 
     # ------------------------------------------------------------------ building
@@ -1442,6 +1446,17 @@ class TraceTree:
         self.divergence_count += 1
         if len(self.divergences) < MAX_DIVERGENCES:
             self.divergences.append((node, detail))
+
+    def _run_resumed(self, fields: Fields) -> None:
+        ts = fields["ts"]
+        gap = fields["gap_s"]
+        if not _num(ts):
+            raise _invalid("run_resumed", "ts")
+        if not _num(gap):
+            raise _invalid("run_resumed", "gap_s")
+        if ts > self.last_ts:
+            self.last_ts = ts
+        self.resumes.append(float(gap))
 
     def _tool_progress(self, fields: Fields) -> None:
         kind = "tool_progress"

@@ -45,11 +45,13 @@ from runtime.core import (
     Provider,
     RunContext,
     RunFinished,
+    RunResumed,
     RunStarted,
     Runtime,
     Sandbox,
     Secrets,
     ToolLimits,
+    TraceError,
     new_run_context,
     run_environ,
     scan_env,
@@ -61,7 +63,13 @@ from runtime.providers import (
     agent_types_from_scenario,
     scenario_from_mapping,
 )
-from runtime.trace import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
+from runtime.trace import (
+    JsonlSink,
+    PipeSink,
+    continue_trace_file,
+    open_pipe_writer,
+    open_trace_file,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -71,6 +79,7 @@ if TYPE_CHECKING:
     from runtime.mcp import McpConfig
     from runtime.project import Project
     from runtime.providers import PoolLimits
+    from runtime.replay import Resumer, ResumeState
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
 # It picks its way when it logs (the application's structlog, or logging): one serves every run.
@@ -207,6 +216,7 @@ class RunConfig:
     otlp: str | bool | None = None
     pool: PoolLimits | None = None
     http_client: httpx.AsyncClient | None = None
+    resume: str | os.PathLike[str] | ResumeState | None = None
 
 
 def open_runtime(
@@ -240,6 +250,7 @@ def open_runtime(
     otlp: str | bool | None = None,
     pool: PoolLimits | None = None,
     http_client: httpx.AsyncClient | None = None,
+    resume: str | os.PathLike[str] | ResumeState | None = None,
 ) -> AbstractAsyncContextManager[Runtime]:
     """Open a run: its bus, trace file, provider and root nursery. An async context manager::
 
@@ -298,6 +309,11 @@ def open_runtime(
             for none, or None for what the ``OTEL_EXPORTER_OTLP_*`` variables of *env* say.
             Needs ``trio-agents[otel]`` (:class:`ConfigError` without it for a URL; a warning
             for the variables).
+        resume: a trace whose run was killed (or it, read: :func:`runtime.replay.load_resume`):
+            the run goes on from it (docs/resume.md). Its run id, and by default its trace
+            file, continued (*trace* a path: the whole run written there instead); start its
+            agents with ``await rt.resume()``. A trace that finished, is being written, is
+            another version's or is corrupt: :class:`ConfigError`.
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -311,7 +327,7 @@ def open_runtime(
         permission_timeout_s=permission_timeout_s, env=env, allow_env=allow_env,
         run_id=run_id, on_event=on_event, ray_address=ray_address, mcp_servers=mcp_servers,
         project=project, trace_dir=trace_dir, sandbox=sandbox, ray=ray, middleware=middleware,
-        otlp=otlp, pool=pool, http_client=http_client,
+        otlp=otlp, pool=pool, http_client=http_client, resume=resume,
     )  # fmt: skip
     return open_run(config)  # its context manager itself: no second layer to enter per run
 
@@ -347,6 +363,7 @@ class RunPlan:
     trace_path: Path | None
     policy: PermissionPolicy
     sandbox: Sandbox | None
+    resume: ResumeState | None = None
 
 
 def plan_run(config: RunConfig) -> RunPlan:
@@ -356,7 +373,10 @@ def plan_run(config: RunConfig) -> RunPlan:
     Raises:
         ConfigError: a bad workspace, scenario, tool or agent type (one line naming it).
     """
-    run_id = config.run_id or new_run_id()
+    resume = _resume_state(config)
+    run_id = resume.recording.run_id if resume is not None else config.run_id or new_run_id()
+    if resume is not None and config.trace is True:
+        config = attrs.evolve(config, trace=resume.path)  # the same file, continued
     # Setting up a run touches the disk a few times before anything runs; that is fine.
     ws = _path(_real_folder(config.workspace))
     project = config.project
@@ -403,7 +423,33 @@ def plan_run(config: RunConfig) -> RunPlan:
         trace_path=trace_path,
         policy=_policy(config, ws, trace_path),
         sandbox=_sandbox(config, ws, trace_path),
+        resume=resume,
     )
+
+
+def _resume_state(config: RunConfig) -> ResumeState | None:
+    """The trace *config* resumes, read; None for a new run.
+
+    Raises:
+        ConfigError: the trace cannot be resumed (one line), or its run finished.
+    """
+    if config.resume is None:
+        return None
+    from runtime.replay import ResumeState, load_resume
+
+    given = config.resume
+    if isinstance(given, ResumeState):
+        state = given
+    else:
+        try:
+            state = load_resume(given)
+        except TraceError as exc:
+            raise ConfigError(str(exc)) from exc
+    if state.finished:
+        raise ConfigError(
+            f"{state.path}: the run finished ({state.recording.status}); nothing to resume"
+        )
+    return state
 
 
 def _scenario(
@@ -525,14 +571,25 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
         await trio.to_thread.run_sync(plan.sandbox.check, plan.workspace)
     async with AsyncExitStack() as stack:
         services = await _open_services(plan, stack)
+        resumer = None
+        if plan.resume is not None:
+            services, resumer = _resumed_services(plan.resume, services)
         # Every event's strings are masked at the bus; log lines too, while the run is open.
-        bus = EventBus(plan.run_id, secrets=services.secrets)
+        bus = EventBus(
+            plan.run_id,
+            secrets=services.secrets,
+            first_seq=plan.resume.last_seq if plan.resume is not None else 0,
+        )
+        if resumer is not None:  # the replayed prefix is in the trace already
+            bus.set_filter(resumer.admit)
         if services.secrets:  # masking nothing changes nothing (most runs)
             stack.enter_context(services.secrets.in_logs())
         writers = _open_sinks(plan, bus, stack)
         if config.on_event is not None:
             bus.add_tap(config.on_event)
         run = _run_context(plan, services, bus)
+        if resumer is not None:
+            _resume_run(run, resumer)
         started = _run_config_event(plan, services, run)
         if config.otlp is not False:
             from runtime.core import propagating
@@ -554,7 +611,9 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
                     parent_tool_use_id=None,
                     version=_version(),
                     config=started,
-                ),
+                )
+                if resumer is None
+                else _run_resumed(plan, resumer, started),
             )
             async with trio.open_nursery() as nursery:
                 for writer in writers:
@@ -566,6 +625,8 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
 
                 bus.on_core_failure = core_failed
                 rt = Runtime(run, nursery, plan.trace_path)
+                if plan.resume is not None:
+                    rt.resume_roots = [(a.prompt, a.name) for a in plan.resume.recording.roots]
                 runtime_box.append(rt)
                 try:
                     yield rt
@@ -581,6 +642,48 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
             raise AgentsError(
                 f"the run failed: the runtime's own bookkeeping raised {bus.core_error!r}"
             ) from bus.core_error
+
+
+def _resumed_services(state: ResumeState, services: _Services) -> tuple[_Services, Resumer]:
+    """The services of a resumed run: the replay of the recorded prefix in front of the
+    provider and the tools (docs/resume.md)."""
+    from runtime.replay import Resumer
+
+    if services.placements:
+        raise ConfigError(
+            f"{state.path}: a run with agent types placed on Ray cannot be resumed (a Ray host "
+            "would ask the recorded turns again; docs/resume.md)"
+        )
+    resumer = Resumer(state, live=services.provider, tools=services.tools)
+    tools = {t.name: t for t in resumer.resume_tools(services.tools.values())}
+    return attrs.evolve(services, provider=resumer, tools=tools), resumer
+
+
+def _resume_run(run: RunContext, resumer: Resumer) -> None:
+    """Agents get their recorded ids again and calls their recorded permission decisions."""
+    state = resumer.state
+    run.scheduler.reuse_agent_ids(state.agent_ids, state.next_agent)
+    run.broker.resume_from(state.decided, state.next_request)
+    resumer.bind(run)
+
+
+def _run_resumed(plan: RunPlan, resumer: Resumer, config: dict[str, Any]) -> RunResumed:
+    state = resumer.state
+    elsewhere = plan.trace_path is not None and os.path.realpath(
+        plan.trace_path
+    ) != os.path.realpath(state.path)
+    return RunResumed(
+        agent_id=None,
+        parent_tool_use_id=None,
+        version=_version(),
+        gap_s=max(0.0, time.time() - state.last_ts),
+        last_seq=state.last_seq,
+        cut_bytes=state.cut_bytes,
+        source=os.fspath(state.path) if elsewhere else None,
+        config=config,
+        rerun=list(resumer.rerun),
+        interrupted=list(resumer.interrupted),
+    )
 
 
 def _finish(bus: EventBus, rt: Runtime | None, t0: float) -> None:
@@ -667,8 +770,14 @@ def _open_sinks(
     sinks: list[JsonlSink] = []
     trace_sink: JsonlSink | None = None
     if plan.trace_path is not None:
-        # Locked, 0600, never through a symlink (runtime/trace/_sinks.py).
-        trace_file = open_trace_file(plan.trace_path)
+        # Locked, 0600, never through a symlink (runtime/trace/_sinks.py); a resumed run's
+        # trace goes on after its recorded lines (docs/resume.md).
+        resume = plan.resume
+        trace_file = (
+            open_trace_file(plan.trace_path)
+            if resume is None
+            else continue_trace_file(plan.trace_path, source=resume.path, keep=resume.keep)
+        )
         trace_sink = JsonlSink(trace_file, name="trace", close_file=True, watch=plan.trace_path)
         sinks.append(trace_sink)
         # Nothing reaches --json or a subscriber before it is in the trace.

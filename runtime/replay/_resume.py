@@ -1,0 +1,452 @@
+"""A run whose process died, going on from its trace (docs/resume.md).
+
+:func:`load_resume` reads the trace into a :class:`ResumeState`: the run's :class:`Recording`,
+where its whole lines end (a killed writer's cut last line is left out), its last ``seq``, the
+ids its agents had and the permission decisions it took. Bad input is one
+:class:`~runtime.core.TraceError` line: a trace being written by a live process (its lock is
+held), another version's trace, a corrupt line, a gap in ``seq``, several runs in one file.
+
+:class:`Resumer` is the replay machinery (:class:`~runtime.replay.Replayer`) set to resume:
+every agent plays its recorded turns back, with the tools answering the recorded calls with
+their recorded results, and goes on live (the run's own provider) from its first turn the trace
+does not hold. It is also the bus's filter (:meth:`Resumer.admit`): what the replayed prefix
+emits again is already in the trace, so it reaches the run's bookkeeping (budgets, the
+scheduler) but not the trace, and the trace goes on as one stream, one tree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+import trio
+
+from runtime.core import (
+    VERSION,
+    AgentStarted,
+    Event,
+    EventDecodeError,
+    PermissionRequested,
+    PermissionResolved,
+    Provider,
+    Tool,
+    ToolContext,
+    ToolError,
+    TraceError,
+    UnknownEventType,
+    decode_event,
+)
+from runtime.trace import TraceTree
+
+from ._recording import RecordedCall, Recording, _build
+from ._replayer import Replayer, _Live, _MockTool, call_label
+
+INTERRUPTED_TEXT = (
+    "interrupted: the run's process died while this call ran, so it may or may not have "
+    "taken effect; it was not run again (it is neither read-only nor idempotent). Check "
+    "before doing it again."
+)
+"""The result the model reads for a call a crash interrupted that is not run again."""
+
+_AGENT_NUMBER = re.compile(r"agent-(\d+)$")
+_REQUEST_NUMBER = re.compile(r"perm-(\d+)$")
+_DENIED = "permission denied: "
+
+
+@attrs.define(eq=False, kw_only=True)
+class ResumeState:
+    """What a trace says about a run that is to go on (see :func:`load_resume`).
+
+    Attributes:
+        recording: the run as recorded (every segment of it, when it was resumed before).
+        path: the trace.
+        size: its size in bytes when read.
+        keep: the bytes of its whole lines (``size`` less a cut last line).
+        last_seq: the ``seq`` of its last event.
+        last_ts: the ``ts`` of its last event.
+        agent_ids: per starting call (None: the run's roots), its agents' ids in start order.
+        next_agent: the number past every recorded ``agent-N``.
+        decided: per tool_use_id, the permission decision the run took (granted, reason).
+        next_request: the number past every recorded ``perm-N`` request id.
+        touched: per workspace path, the last recorded ``read``/``write``/``edit`` that
+            finished ``ok`` on it.
+        waiting: calls whose permission request had no answer at the crash: they never ran.
+        resumes: how many times the run was resumed before.
+    """
+
+    recording: Recording
+    path: Path
+    size: int
+    keep: int
+    last_seq: int
+    last_ts: float
+    agent_ids: dict[str | None, list[str]]
+    next_agent: int
+    decided: dict[str, tuple[bool, str]]
+    next_request: int
+    touched: dict[str, RecordedCall]
+    waiting: set[str] = attrs.Factory(set)
+    resumes: int = 0
+
+    @property
+    def cut_bytes(self) -> int:
+        """The bytes of the cut last line left out."""
+        return self.size - self.keep
+
+    @property
+    def finished(self) -> bool:
+        """The run ended (its trace has ``run_finished``): nothing to resume."""
+        return self.recording.status is not None
+
+    def interrupted_calls(self) -> list[RecordedCall]:
+        """The tool calls that started and never finished (``agent`` calls aside: their
+        sub-agents go on)."""
+        return [
+            c for c in self.recording.calls.values() if c.status is None and c.name != "agent"
+        ]
+
+    def running_agents(self) -> int:
+        """How many agents were running when the process died."""
+        return sum(1 for a in self.recording.agents.values() if a.status is None)
+
+
+def load_resume(
+    path: str | os.PathLike[str], *, this_version: str = VERSION, tree: TraceTree | None = None
+) -> ResumeState:
+    """Read the trace at *path* for a resume; with *tree*, its events are applied to it too
+    (a live view that shows the run so far).
+
+    Raises:
+        TraceError: one line: not there, being written by a live process, written by
+            another version, a corrupt line, a gap in ``seq``, several runs, no agent.
+    """
+    where = Path(path)
+    name = os.fspath(path)
+    try:
+        with open(where, "rb") as f:
+            _refuse_live_writer(f.fileno(), name)
+            data = f.read()
+    except OSError as exc:
+        raise TraceError(f"cannot read {name}: {exc.strerror}") from exc
+    keep = data.rfind(b"\n") + 1
+    events = _decode(data, keep, name)
+    if not events:
+        raise TraceError(f"{name}: not a trace (no whole event line)")
+    runs = {e.run_id for e in events}
+    if len(runs) > 1:
+        raise TraceError(f"{name} holds {len(runs)} runs ({', '.join(sorted(runs))}): "
+                         "a resumed trace holds one run")
+    rec = Recording(source=name, run_id=events[0].run_id)
+    _build(rec, events)
+    if rec.version is None:
+        raise TraceError(f"{name}: no run_started: not the beginning of a run")
+    if rec.version != this_version:
+        raise TraceError(
+            f"{name}: written by trio-agents {rec.version}; this is {this_version}: resume it "
+            "with the version that wrote it (its state is rebuilt as that version made it)"
+        )
+    if not rec.roots:
+        raise TraceError(f"{name}: run {rec.run_id} has no agent to resume")
+    state = ResumeState(
+        recording=rec,
+        path=where,
+        size=len(data),
+        keep=keep,
+        last_seq=events[-1].seq,
+        last_ts=max(e.ts for e in events[-64:]),
+        agent_ids={},
+        next_agent=1,
+        decided={},
+        next_request=1,
+        touched={},
+        resumes=sum(1 for e in events if e.type == "run_resumed"),
+    )
+    _scan(state, events)
+    if tree is not None:
+        for event in events:
+            tree.apply(event)
+    return state
+
+
+def _refuse_live_writer(fd: int, name: str) -> None:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise TraceError(
+            f"{name} is being written by a live process (its lock is held): nothing to "
+            "resume until it ends"
+        ) from None
+    fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _decode(data: bytes, keep: int, name: str) -> list[Event]:
+    """Every event of the whole lines, checked: no corrupt line, no gap in ``seq``."""
+    events: list[Event] = []
+    last = 0
+    start = 0
+    lineno = 0
+    while start < keep:
+        end = data.index(b"\n", start)
+        line = data[start:end]
+        start = end + 1
+        lineno += 1
+        if not line.strip():
+            continue
+        try:
+            event = decode_event(line, lineno=lineno)
+        except UnknownEventType as exc:
+            raise TraceError(
+                f"{name}:{lineno}: event type {exc.type_name!r} is not one this version "
+                "knows: its state cannot be rebuilt"
+            ) from None
+        except EventDecodeError as exc:
+            raise TraceError(f"{name}:{lineno}: corrupt line ({exc}); a resume needs every "
+                             "event of the run") from None
+        if event.seq != last + 1:
+            raise TraceError(
+                f"{name}:{lineno}: seq goes from {last} to {event.seq}: events are missing, "
+                "so the run's state cannot be rebuilt"
+            )
+        last = event.seq
+        events.append(event)
+    return events
+
+
+def _scan(state: ResumeState, events: Iterable[Event]) -> None:
+    """The ids, permission decisions and touched files of the recorded run."""
+    rec = state.recording
+    top = request = 0
+    for ev in events:
+        if isinstance(ev, AgentStarted):
+            state.agent_ids.setdefault(ev.parent_tool_use_id, []).append(ev.agent_id or "")
+            match = _AGENT_NUMBER.search(ev.agent_id or "")
+            if match:
+                top = max(top, int(match.group(1)))
+        elif isinstance(ev, PermissionRequested | PermissionResolved):
+            match = _REQUEST_NUMBER.search(ev.request_id)
+            if match:
+                request = max(request, int(match.group(1)))
+            if isinstance(ev, PermissionResolved):
+                state.decided[ev.tool_use_id] = (ev.granted, ev.reason)
+                state.waiting.discard(ev.tool_use_id)
+            else:
+                state.waiting.add(ev.tool_use_id)
+        elif ev.type == "tool_finished":
+            call = rec.calls.get(ev.tool_use_id)  # type: ignore[attr-defined]
+            if call is not None and call.status == "ok" and call.name in _FILE_TOOLS:
+                target = call.input.get("path")
+                if isinstance(target, str):
+                    state.touched.pop(target, None)
+                    state.touched[target] = call
+    state.next_agent = top + 1
+    state.next_request = request + 1
+    for call in rec.calls.values():
+        if call.status == "denied":
+            state.decided[call.id] = (False, (call.output or "").removeprefix(_DENIED))
+        elif call.status is not None:
+            state.decided[call.id] = (True, "decided before the resume")
+
+
+_FILE_TOOLS = ("read", "write", "edit")
+
+
+async def workspace_changes(
+    state: ResumeState, workspace: Path, read_tool: Tool | None, ctx: ToolContext | None
+) -> list[str]:
+    """What changed in *workspace* since the recorded calls read or wrote it: one line per
+    file (docs/resume.md, "The workspace"). A file last written must hold what was written;
+    last edited, the edit's new text; last read, read the same (with *read_tool*).
+
+    Cancellation: a checkpoint; nothing is left behind.
+    """
+    lines: list[str] = []
+    root = Path(await trio.Path(workspace).resolve())
+    for target, call in state.touched.items():
+        where = f"{call.agent.path}, turn {call.turn}"
+        file = (root / target).resolve()
+        try:
+            text = await trio.Path(file).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            lines.append(f"{target}: gone since {call_label(call.name, call.input)} ({where})")
+            continue
+        changed = False
+        if call.name == "write":
+            changed = text != call.input.get("content")
+        elif call.name == "edit":
+            new = call.input.get("new")
+            changed = isinstance(new, str) and bool(new) and new not in text
+        elif read_tool is not None and ctx is not None and "characters cut" not in (
+            call.output or ""
+        ):
+            try:
+                now = await read_tool.call(dict(call.input), ctx)
+            except ToolError as exc:
+                now = f"error: {exc}"
+            changed = now != call.output
+        if changed:
+            lines.append(
+                f"{target}: changed since {call_label(call.name, call.input)} ({where})"
+            )
+    return lines
+
+
+class Resumer(Replayer):
+    """The replay of a trace's recorded prefix that goes on live (see the module docstring).
+
+    Args:
+        state: the trace, read.
+        live: the provider the run goes on with.
+        tools: the run's tools, to tell which interrupted calls run again.
+    """
+
+    def __init__(self, state: ResumeState, *, live: Provider, tools: Mapping[str, Tool]) -> None:
+        super().__init__(state.recording, continue_with=live)
+        self.state = state
+        self.model = getattr(live, "model", None) or state.recording.config.get("model") or "?"
+        self.rerun: list[str] = []
+        self.interrupted: list[str] = []
+        for call in state.interrupted_calls():
+            tool = tools.get(call.name)
+            # A call still waiting for its permission never ran: it is asked again and runs.
+            safe = tool is not None and (
+                tool.read_only or tool.idempotent or call.id in state.waiting
+            )
+            (self.rerun if safe else self.interrupted).append(call.id)
+
+    def describe(self) -> dict[str, Any]:
+        assert self.continue_with is not None
+        return {**self.continue_with.describe(), "provider": self.continue_with.name}
+
+    def bind(self, run: Any) -> None:
+        """The run whose nodes the replay cancels as recorded (no tap: :meth:`admit` sees
+        every event first)."""
+        self._run = run
+
+    def resume_tools(self, tools: Iterable[Tool]) -> list[Tool]:
+        """*tools*, each but ``agent`` answering recorded calls with their recorded results,
+        running live calls for real, and running an interrupted call again only when it is
+        read-only or idempotent."""
+        out = [t if t.name == "agent" else _resumed(t, self) for t in tools]
+        missing = {c.name for c in self.recording.calls.values()} - {t.name for t in out}
+        out.extend(_resumed(None, self, name) for name in sorted(missing))
+        return out
+
+    # -- matching: by id (a resumed run reuses its recorded agent ids) ----------------------
+
+    def _agent_started(self, event: Any) -> None:
+        rec = self.recording.agents.get(event.agent_id)
+        parent = event.parent_tool_use_id
+        if parent is None:
+            self._roots += 1
+            self._root_ids.append(event.agent_id)
+            path = event.name
+        else:
+            owner = self._agents.get(event.parent_agent_id)
+            path = (owner.path if owner is not None else "?") + " \u203a " + event.name
+        self._agents[event.agent_id] = _Live(
+            rec=rec, path=path, parent_tool_use_id=parent, live=rec is None
+        )
+        if rec is not None:
+            self._matched.add(rec.id)
+
+    def _forks_here(self, live: _Live) -> bool:
+        # Each agent the crash left running goes on live from its first unrecorded turn; a
+        # turn cut mid-stream is not a recorded one, so it is asked again.
+        rec = live.rec
+        return rec is not None and rec.status is None and live.turns >= len(rec.turns)
+
+    async def _report(self, agent_id: str) -> None:
+        """Divergences of a resume are kept in :attr:`divergences`, never emitted: the
+        rebuilt prefix emits nothing."""
+
+    # -- the bus's filter ------------------------------------------------------------------
+
+    def admit(self, event: Event) -> bool:
+        """Whether *event* goes into the stream (True) or is the recorded prefix emitted
+        again (False: the trace has it already). Runs first, synchronously, in every emit."""
+        self.tap(event)
+        kind = event.type
+        rec = self.recording
+        fields: Any = event
+        if kind == "agent_started":
+            return fields.agent_id not in rec.agents
+        if kind == "agent_finished":
+            agent = rec.agents.get(fields.agent_id)
+            return agent is None or agent.status is None
+        if kind == "tool_started":
+            return fields.tool_use_id not in rec.calls
+        if kind in ("tool_finished", "permission_requested", "permission_resolved"):
+            call = rec.calls.get(fields.tool_use_id)
+            return call is None or call.status is None
+        if kind == "cancel_requested":
+            return not self._ended_as_recorded(fields.target)
+        if kind == "run_started":
+            return False
+        if fields.agent_id is None:
+            return True
+        live = self._agents.get(fields.agent_id)
+        return live is None or live.live
+
+    def _ended_as_recorded(self, node: str) -> bool:
+        agent = self.recording.agents.get(node)
+        if agent is not None:
+            return agent.status is not None
+        call = self.recording.calls.get(node)
+        if call is None:
+            return False
+        if call.child is not None:
+            return call.child.status is not None
+        return call.status is not None
+
+
+class _ResumedTool(_MockTool):
+    """A tool of a resumed run: recorded calls answer with their recorded results, live calls
+    run, an interrupted call runs again only when the tool is read-only or idempotent."""
+
+    replayer: Resumer
+    name: ClassVar[str] = "resumed"
+
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext) -> str:
+        """As :meth:`_MockTool.call`, but an interrupted call never stops the run.
+
+        Cancellation: a checkpoint; a re-run call as its tool.
+        """
+        rec = self.replayer.recorded_call(ctx.tool_use_id)
+        if rec is not None and rec.status is None:
+            if self.real is not None and rec.id in self.replayer.rerun:
+                return await self.real.call(args, ctx)
+            await trio.lowlevel.checkpoint()
+            raise ToolError(INTERRUPTED_TEXT)
+        return await super().call(args, ctx)
+
+
+def _resumed(real: Tool | None, resumer: Resumer, name: str = "") -> Tool:
+    keys = (
+        "name",
+        "description",
+        "input_schema",
+        "read_only",
+        "idempotent",
+        "concurrency_safe",
+        "needs_permission",
+        "edits_files",
+        "permission_target_kind",
+    )
+    if real is not None:
+        namespace = {key: getattr(real, key) for key in keys}
+        cls_name = f"Resumed{type(real).__name__}"
+    else:
+        namespace = {
+            "name": name,
+            "description": f"{name} as recorded (a stand-in made by the resume)",
+            "input_schema": {"type": "object"},
+        }
+        cls_name = "RecordedTool"
+    cls: type[_ResumedTool] = type(cls_name, (_ResumedTool,), namespace)
+    return cls(real, resumer)
