@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from ._errors import ToolInputError as ToolInputError
     from ._errors import TraceError as TraceError
     from ._errors import UnknownEventType as UnknownEventType
+    from ._events import EVENT_TYPES as EVENT_TYPES
     from ._events import AgentFinished as AgentFinished
     from ._events import AgentStarted as AgentStarted
     from ._events import AgentStatus as AgentStatus
@@ -215,6 +216,7 @@ _LAZY: dict[str, str] = {
     "RunContext": "._context",
     "RunFinished": "._events",
     "RunResumed": "._events",
+    "EVENT_TYPES": "._events",
     "RunStarted": "._events",
     "Runtime": "._runtime",
     "SCHEMA": "._config",

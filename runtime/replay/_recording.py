@@ -30,8 +30,6 @@ from runtime.core import (
     RunFinished,
     RunResumed,
     RunStarted,
-    TextDelta,
-    ThinkingDelta,
     ToolFinished,
     ToolStarted,
     TraceError,
@@ -227,11 +225,14 @@ def _build(rec: Recording, events: list[Event]) -> None:
     ordered_ids = True
     for ev in events:
         aid = ev.agent_id
-        if isinstance(ev, TextDelta):
-            text.setdefault(aid, []).append(ev.text)
+        # By type name, not class: a resume hands in light stand-ins for the deltas
+        # (runtime/replay/_resume.py), the bulk of a trace.
+        kind = ev.type
+        if kind == "text_delta":
+            text.setdefault(aid, []).append(ev.text)  # type: ignore[attr-defined]
             continue
-        if isinstance(ev, ThinkingDelta):
-            thinking.setdefault(aid, []).append(ev.text)
+        if kind == "thinking_delta":
+            thinking.setdefault(aid, []).append(ev.text)  # type: ignore[attr-defined]
             continue
         agent = rec.agents.get(aid) if aid is not None else None
         if isinstance(ev, RunStarted):

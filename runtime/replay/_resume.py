@@ -16,16 +16,19 @@ scheduler) but not the trace, and the trace goes on as one stream, one tree.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
+import orjson
 import trio
 
 from runtime.core import (
+    EVENT_TYPES,
     VERSION,
     AgentStarted,
     Event,
@@ -33,16 +36,21 @@ from runtime.core import (
     PermissionRequested,
     PermissionResolved,
     Provider,
+    StreamItem,
+    TextChunk,
+    ThinkingChunk,
     Tool,
+    ToolCall,
     ToolContext,
     ToolError,
     TraceError,
+    TurnEnd,
     UnknownEventType,
-    decode_event,
+    event_from_dict,
 )
 from runtime.trace import TraceTree
 
-from ._recording import RecordedCall, Recording, _build
+from ._recording import RecordedCall, RecordedTurn, Recording, _build
 from ._replayer import Replayer, _Live, _MockTool, call_label
 
 INTERRUPTED_TEXT = (
@@ -133,7 +141,23 @@ def load_resume(
     except OSError as exc:
         raise TraceError(f"cannot read {name}: {exc.strerror}") from exc
     keep = data.rfind(b"\n") + 1
-    events = _decode(data, keep, name)
+    # The cycle collector is off while the recording is built: its passes over a growing heap
+    # of a million objects that all live on cost more than the build (as for `trace show`,
+    # docs/architecture.md, "Reading a trace file").
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        state = _load(data, keep, name, where, this_version, tree)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return state
+
+
+def _load(
+    data: bytes, keep: int, name: str, where: Path, this_version: str, tree: TraceTree | None
+) -> ResumeState:
+    events = _decode(data, keep, name, tree)
     if not events:
         raise TraceError(f"{name}: not a trace (no whole event line)")
     runs = {e.run_id for e in events}
@@ -141,7 +165,10 @@ def load_resume(
         raise TraceError(f"{name} holds {len(runs)} runs ({', '.join(sorted(runs))}): "
                          "a resumed trace holds one run")
     rec = Recording(source=name, run_id=events[0].run_id)
-    _build(rec, events)
+    try:
+        _build(rec, events)
+    except (TypeError, AttributeError, ValueError) as exc:  # a field of the wrong type
+        raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
     if rec.version is None:
         raise TraceError(f"{name}: no run_started: not the beginning of a run")
     if rec.version != this_version:
@@ -166,9 +193,6 @@ def load_resume(
         resumes=sum(1 for e in events if e.type == "run_resumed"),
     )
     _scan(state, events)
-    if tree is not None:
-        for event in events:
-            tree.apply(event)
     return state
 
 
@@ -185,36 +209,91 @@ def _refuse_live_writer(fd: int, name: str) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-def _decode(data: bytes, keep: int, name: str) -> list[Event]:
-    """Every event of the whole lines, checked: no corrupt line, no gap in ``seq``."""
-    events: list[Event] = []
+class _Delta:
+    """A text or thinking delta as the recording reads it: the bulk of a trace, so it is not
+    built as an event (docs/resume.md; bench/bench_resume.py)."""
+
+    __slots__ = ("agent_id", "run_id", "seq", "text", "ts", "type")
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.type = fields["type"]
+        self.agent_id = fields["agent_id"]
+        self.text = fields["text"]
+        self.seq = fields["seq"]
+        self.ts = fields["ts"]
+        self.run_id = fields["run_id"]
+        if not (
+            self.text.__class__ is str
+            and self.seq.__class__ is int
+            and self.run_id.__class__ is str
+            and (self.ts.__class__ is float or self.ts.__class__ is int)
+        ):
+            raise EventDecodeError(f"{self.type}: a field has the wrong type")
+
+
+_DELTAS = (b'{"type":"text_delta",', b'{"type":"thinking_delta",')
+_COMMON = frozenset(("type", "seq", "ts", "run_id"))
+_stamp = object.__setattr__
+
+
+def _event(fields: dict[str, Any]) -> Event:
+    """The event of a decoded line: built with its class's own ``__init__`` (several times
+    cheaper than the converter on a trace of a million lines); a line that does not fit goes
+    through the converter, which names what is wrong."""
+    cls = EVENT_TYPES.get(fields.get("type", ""))
+    seq, ts, run_id = fields.get("seq"), fields.get("ts"), fields.get("run_id")
+    if cls is None or seq.__class__ is not int or run_id.__class__ is not str or not (
+        ts.__class__ is float or ts.__class__ is int
+    ):
+        return event_from_dict(fields)
+    try:
+        event: Event = cls(**{k: v for k, v in fields.items() if k not in _COMMON})
+    except (TypeError, ValueError):
+        return event_from_dict(fields)
+    _stamp(event, "seq", seq)
+    _stamp(event, "ts", ts)
+    _stamp(event, "run_id", run_id)
+    return event
+
+
+def _decode(data: bytes, keep: int, name: str, tree: TraceTree | None) -> list[Any]:
+    """Every event of the whole lines, checked: no corrupt line, no gap in ``seq``; each but
+    the deltas also applied to *tree* (a view needs no recorded text). Deltas are light
+    stand-ins (:class:`_Delta`), the rest events."""
+    events: list[Any] = []
+    append = events.append
+    loads = orjson.loads
+    apply = tree.apply_dict if tree is not None else None
     last = 0
-    start = 0
     lineno = 0
-    while start < keep:
-        end = data.index(b"\n", start)
-        line = data[start:end]
-        start = end + 1
+    for line in data[:keep].splitlines():
         lineno += 1
         if not line.strip():
             continue
         try:
-            event = decode_event(line, lineno=lineno)
+            fields = loads(line)
+            if line.startswith(_DELTAS):
+                event: Any = _Delta(fields)
+            else:
+                event = _event(fields)
+                if apply is not None:
+                    apply(fields)
         except UnknownEventType as exc:
             raise TraceError(
                 f"{name}:{lineno}: event type {exc.type_name!r} is not one this version "
                 "knows: its state cannot be rebuilt"
             ) from None
-        except EventDecodeError as exc:
-            raise TraceError(f"{name}:{lineno}: corrupt line ({exc}); a resume needs every "
-                             "event of the run") from None
+        except (EventDecodeError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise TraceError(
+                f"{name}:{lineno}: corrupt line ({exc}); a resume needs every event of the run"
+            ) from None
         if event.seq != last + 1:
             raise TraceError(
                 f"{name}:{lineno}: seq goes from {last} to {event.seq}: events are missing, "
                 "so the run's state cannot be rebuilt"
             )
         last = event.seq
-        events.append(event)
+        append(event)
     return events
 
 
@@ -332,10 +411,28 @@ class Resumer(Replayer):
         """*tools*, each but ``agent`` answering recorded calls with their recorded results,
         running live calls for real, and running an interrupted call again only when it is
         read-only or idempotent."""
-        out = [t if t.name == "agent" else _resumed(t, self) for t in tools]
+        out = [_resumed(t, self) for t in tools]
         missing = {c.name for c in self.recording.calls.values()} - {t.name for t in out}
         out.extend(_resumed(None, self, name) for name in sorted(missing))
         return out
+
+    def skip_subtree(self, call: RecordedCall) -> None:
+        """An ``agent`` call that finished answers from the trace: its sub-agents are not
+        rebuilt (nothing of theirs is asked or emitted again), so what they used is counted
+        here, against the caller's budget and ``max_agents``, as they counted then."""
+        assert self._run is not None
+        tokens = tool_calls = agents = 0
+        stack = [call.child] if call.child is not None else []
+        while stack:
+            agent = stack.pop()
+            agents += 1
+            for turn in agent.turns:
+                tokens += turn.input_tokens + turn.output_tokens
+                tool_calls += len(turn.calls)
+                stack.extend(c.child for c in turn.calls if c.child is not None)
+        self._run.budget.add_recorded(call.agent.id, tokens=tokens, tool_calls=tool_calls)
+        for _ in range(agents):
+            self._run.scheduler.reserve_agent()
 
     # -- matching: by id (a resumed run reuses its recorded agent ids) ----------------------
 
@@ -360,6 +457,24 @@ class Resumer(Replayer):
         # turn cut mid-stream is not a recorded one, so it is asked again.
         rec = live.rec
         return rec is not None and rec.status is None and live.turns >= len(rec.turns)
+
+    async def _play(self, turn: RecordedTurn) -> AsyncGenerator[StreamItem, None]:
+        """A recorded turn in one piece of thinking and one of text: its deltas are not
+        written again, so how it is cut does not matter, and a trace of a million deltas is
+        rebuilt without a million events (bench/README.md, "Resume")."""
+        await trio.lowlevel.checkpoint()
+        if turn.thinking:
+            yield ThinkingChunk(turn.thinking)
+        if turn.text:
+            yield TextChunk(turn.text)
+        for call in turn.calls:
+            self._calls[call.id] = call
+            yield ToolCall(call.id, call.name, dict(call.input))
+        yield TurnEnd(
+            stop_reason=turn.stop_reason,  # type: ignore[arg-type]  # read from an event
+            input_tokens=turn.input_tokens,
+            output_tokens=turn.output_tokens,
+        )
 
     async def _report(self, agent_id: str) -> None:
         """Divergences of a resume are kept in :attr:`divergences`, never emitted: the
@@ -419,10 +534,13 @@ class _ResumedTool(_MockTool):
         """
         rec = self.replayer.recorded_call(ctx.tool_use_id)
         if rec is not None and rec.status is None:
-            if self.real is not None and rec.id in self.replayer.rerun:
+            if self.real is not None and (rec.id in self.replayer.rerun or rec.name == "agent"):
+                # An interrupted `agent` call runs again: its sub-agent is rebuilt and goes on.
                 return await self.real.call(args, ctx)
             await trio.lowlevel.checkpoint()
             raise ToolError(INTERRUPTED_TEXT)
+        if rec is not None and rec.name == "agent":
+            self.replayer.skip_subtree(rec)
         return await super().call(args, ctx)
 
 
