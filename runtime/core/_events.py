@@ -230,7 +230,8 @@ class RunResumed(Event):
     config: dict[str, Any]
     """What the continuation runs with (as ``run_started.config``; never secrets)."""
     rerun: list[str] = attrs.field(factory=list, metadata=_ID)
-    """Interrupted tool calls run again (read-only or idempotent tools)."""
+    """Interrupted tool calls run again (read-only or idempotent tools; calls still waiting for
+    permission, which had not run)."""
     interrupted: list[str] = attrs.field(factory=list, metadata=_ID)
     """Interrupted tool calls not run again: the model reads that they were interrupted."""
 

@@ -157,7 +157,7 @@ def load_resume(
 def _load(
     data: bytes, keep: int, name: str, where: Path, this_version: str, tree: TraceTree | None
 ) -> ResumeState:
-    events = _decode(data, keep, name, tree)
+    events, last_seq, last_ts = _decode(data, keep, name, tree)
     if not events:
         raise TraceError(f"{name}: not a trace (no whole event line)")
     runs = {e.run_id for e in events}
@@ -183,8 +183,8 @@ def _load(
         path=where,
         size=len(data),
         keep=keep,
-        last_seq=events[-1].seq,
-        last_ts=max(e.ts for e in events[-64:]),
+        last_seq=last_seq,
+        last_ts=last_ts,
         agent_ids={},
         next_agent=1,
         decided={},
@@ -256,45 +256,124 @@ def _event(fields: dict[str, Any]) -> Event:
     return event
 
 
-def _decode(data: bytes, keep: int, name: str, tree: TraceTree | None) -> list[Any]:
+_SEQ_AT = {prefix: len(prefix) + len(b'"seq":') for prefix in _DELTAS}
+_AGENT_KEY = b'"agent_id":"'
+
+
+def _delta_agent(line: bytes) -> bytes | None:
+    """The agent id of a delta line as the runtime writes it, without decoding the line."""
+    start = line.find(_AGENT_KEY)
+    if start < 0:
+        return None
+    start += len(_AGENT_KEY)
+    end = line.find(b'"', start)
+    return line[start:end] if end > 0 else None
+
+
+def _decode(
+    data: bytes, keep: int, name: str, tree: TraceTree | None
+) -> tuple[list[Any], int, float]:
     """Every event of the whole lines, checked: no corrupt line, no gap in ``seq``; each but
-    the deltas also applied to *tree* (a view needs no recorded text). Deltas are light
-    stand-ins (:class:`_Delta`), the rest events."""
-    events: list[Any] = []
-    append = events.append
+    the deltas also applied to *tree* (a view needs no recorded text).
+
+    Deltas are the bulk of a trace and only the agents that are rebuilt need their text (the
+    ones running at the crash, the roots, the sub-agents of interrupted calls: a finished
+    call answers from the trace, bench/README.md, "Resume"). So a first pass decodes every
+    other line and only checks a delta's ``seq``; a second decodes the deltas of those agents
+    (as light stand-ins, :class:`_Delta`).
+
+    Returns:
+        The events in line order (without the deltas not needed), the last ``seq`` and the
+        last line's ``ts``.
+    """
+    lines = data[:keep].splitlines()
+    events: list[Any] = [None] * len(lines)
     loads = orjson.loads
     apply = tree.apply_dict if tree is not None else None
     last = 0
-    lineno = 0
-    for line in data[:keep].splitlines():
-        lineno += 1
-        if not line.strip():
-            continue
-        try:
-            fields = loads(line)
-            if line.startswith(_DELTAS):
-                event: Any = _Delta(fields)
-            else:
-                event = _event(fields)
-                if apply is not None:
-                    apply(fields)
-        except UnknownEventType as exc:
+    deltas: list[int] = []
+    text_at, thinking_at = _SEQ_AT[_DELTAS[0]], _SEQ_AT[_DELTAS[1]]
+    text_head, thinking_head = _DELTAS
+    for index, line in enumerate(lines):
+        # A delta's seq read in place (``{"type":"text_delta","seq":N,``): the hot loop of a
+        # resume, so inline; a line of another form is decoded below.
+        start = (
+            text_at if line.startswith(text_head)
+            else thinking_at if line.startswith(thinking_head) else 0
+        )
+        digits = line[start : line.find(b",", start)] if start else b""
+        if digits.isdigit():
+            seq = int(digits)
+            deltas.append(index)
+        else:
+            if not line.strip():
+                continue
+            event = _decoded(line, index, name, apply, loads)
+            events[index] = event
+            seq = event.seq
+        if seq != last + 1:
             raise TraceError(
-                f"{name}:{lineno}: event type {exc.type_name!r} is not one this version "
-                "knows: its state cannot be rebuilt"
-            ) from None
-        except (EventDecodeError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            raise TraceError(
-                f"{name}:{lineno}: corrupt line ({exc}); a resume needs every event of the run"
-            ) from None
-        if event.seq != last + 1:
-            raise TraceError(
-                f"{name}:{lineno}: seq goes from {last} to {event.seq}: events are missing, "
+                f"{name}:{index + 1}: seq goes from {last} to {seq}: events are missing, "
                 "so the run's state cannot be rebuilt"
             )
-        last = event.seq
-        append(event)
-    return events
+        last = seq
+    wanted = _rebuilt_agents(events)
+    for index in deltas:
+        line = lines[index]
+        agent = _delta_agent(line)
+        if agent is None or agent in wanted:
+            events[index] = _decoded(line, index, name, None, loads)
+    last_ts = 0.0
+    if lines:
+        ts = loads(lines[-1]).get("ts")
+        last_ts = float(ts) if isinstance(ts, int | float) else 0.0
+    return [e for e in events if e is not None], last, last_ts
+
+
+def _decoded(line: bytes, index: int, name: str, apply: Any, loads: Any) -> Any:
+    """One line decoded (and applied to the tree): its event, or a :class:`_Delta`."""
+    try:
+        fields = loads(line)
+        if line.startswith(_DELTAS):
+            return _Delta(fields)
+        event = _event(fields)
+        if apply is not None:
+            apply(fields)
+        return event
+    except UnknownEventType as exc:
+        raise TraceError(
+            f"{name}:{index + 1}: event type {exc.type_name!r} is not one this version knows: "
+            "its state cannot be rebuilt"
+        ) from None
+    except (EventDecodeError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise TraceError(
+            f"{name}:{index + 1}: corrupt line ({exc}); a resume needs every event of the run"
+        ) from None
+
+
+def _rebuilt_agents(events: list[Any]) -> set[bytes]:
+    """The ids (as bytes) of the agents a resume plays back: the roots, those not finished,
+    and those whose ``agent`` call did not finish."""
+    finished: set[str] = set()
+    open_calls: set[str] = set()
+    parents: dict[str, str | None] = {}
+    for event in events:
+        if event is None:
+            continue
+        kind = event.type
+        if kind == "agent_started":
+            parents[event.agent_id] = event.parent_tool_use_id
+        elif kind == "agent_finished":
+            finished.add(event.agent_id)
+        elif kind == "tool_started" and event.name == "agent":
+            open_calls.add(event.tool_use_id)
+        elif kind == "tool_finished":
+            open_calls.discard(event.tool_use_id)
+    return {
+        agent.encode()
+        for agent, call in parents.items()
+        if call is None or agent not in finished or call in open_calls
+    }
 
 
 def _scan(state: ResumeState, events: Iterable[Event]) -> None:
