@@ -321,13 +321,21 @@ def _decode(
     for index in deltas:
         line = lines[index]
         agent = _delta_agent(line)
-        if agent is None or agent in wanted:
+        if agent is None or b"\\" in agent or agent in wanted:  # an escaped id: decode it
             events[index] = _decoded(line, index, name, None, loads)
-    last_ts = 0.0
-    if lines:
-        ts = loads(lines[-1]).get("ts")
-        last_ts = float(ts) if isinstance(ts, int | float) else 0.0
-    return [e for e in events if e is not None], last, last_ts
+    return [e for e in events if e is not None], last, _last_ts(lines)
+
+
+def _last_ts(lines: list[bytes]) -> float:
+    """The ``ts`` of the last event line (the gap of ``run_resumed`` is measured from it)."""
+    for line in reversed(lines):
+        if line.strip():
+            try:
+                ts = orjson.loads(line).get("ts")
+            except (orjson.JSONDecodeError, AttributeError):
+                return 0.0
+            return float(ts) if isinstance(ts, int | float) else 0.0
+    return 0.0
 
 
 def _decoded(line: bytes, index: int, name: str, apply: Any, loads: Any) -> Any:
