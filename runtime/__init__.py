@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from runtime.core._events import RateLimited as RateLimited
     from runtime.core._events import ReplayDiverged as ReplayDiverged
     from runtime.core._events import RunFinished as RunFinished
+    from runtime.core._events import RunResumed as RunResumed
     from runtime.core._events import RunStarted as RunStarted
     from runtime.core._events import StopRequested as StopRequested
     from runtime.core._events import TextDelta as TextDelta
@@ -166,6 +167,7 @@ _LAZY: dict[str, str] = {
     "RayOptions": "runtime.cluster._placement",
     "ReplayDiverged": "runtime.core._events",
     "HookFinished": "runtime.core._events",
+    "RunResumed": "runtime.core._events",
     "RetryNotice": "runtime.core._provider",
     "RetryPolicy": "runtime.providers",
     "Rule": "runtime.core._permissions",

@@ -142,7 +142,7 @@ def test_every_param_is_an_open_runtime_parameter_and_each_parameter_is_reached(
     assert reached <= params
     # The Python API's own: objects a settings file or a flag cannot hold.
     python_only = {"tools", "extra_tools", "tool_limits", "env", "run_id", "on_event", "project",
-                   "middleware", "pool", "http_client", "hooks"}
+                   "middleware", "pool", "http_client", "hooks", "resume"}
     assert params - reached == python_only
 
 

@@ -63,6 +63,9 @@ _SAMPLES: dict[str, dict[str, Any]] = {
     "agent_message": {"from_agent_id": "agent-2", "to_agent_id": "agent-3", "text": "hi"},
     "todo_updated": {"tool_use_id": "tu-1.1", "todos": [
         {"content": "Run the tests", "status": "in_progress", "activeForm": "Running the tests"}]},
+    "run_resumed": {"version": "0.1.0", "gap_s": 12.5, "last_seq": 41, "cut_bytes": 0,
+                    "source": None, "config": {"provider": "scripted"}, "rerun": ["tu-2.1"],
+                    "interrupted": ["tu-3.1"]},
 }
 
 

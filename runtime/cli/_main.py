@@ -172,6 +172,21 @@ def _add_running_commands(sub: Any) -> None:
 
     add_replay_options(replay)
 
+    resume = sub.add_parser(
+        "resume",
+        help="go on with a run whose process was killed, from its trace",
+        description="Go on with the run recorded in TRACE, whose process died: every agent is "
+        "rebuilt from the trace (finished model turns are not asked again, finished tool calls "
+        "not run again), and those that were running go on. An interrupted tool call runs "
+        "again only if its tool is read-only or idempotent. The trace itself is continued "
+        "(--trace NEW: the whole run is written there instead). A workspace changed since the "
+        "recorded calls read or wrote it is refused unless --force. See docs/resume.md.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    resume.add_argument("trace_file", metavar="TRACE", help="the JSONL trace of the killed run")
+    add_common_options(resume)
+
 
 def _add_project_commands(sub: Any) -> None:
     """``agents`` and ``config``: what a run here would get, without running anything."""
@@ -353,7 +368,7 @@ def _main(argv: list[str] | None) -> int:
 
             opts = apply_project(ns)  # the settings files under the flags
         else:
-            opts = options_from_args(ns)  # demo and replay read no settings file
+            opts = options_from_args(ns)  # demo, replay and resume read no settings file
         if ns.command == "run":
             if ns.show_system_prompt is not None:
                 from ._project import show_system_prompt
@@ -366,6 +381,10 @@ def _main(argv: list[str] | None) -> int:
             from ._replay import cmd_replay
 
             return cmd_replay(ns, opts)
+        if ns.command == "resume":
+            from ._resume import cmd_resume
+
+            return cmd_resume(ns, opts)
         if ns.command == "demo":
             from ._demo import run_demo
 

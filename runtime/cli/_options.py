@@ -817,6 +817,7 @@ async def open_session(
     keyboard: Keyboard | None = None,
     view_held: bool = False,
     config: RunConfig | None = None,
+    tree: TraceTree | None = None,
 ) -> AsyncGenerator[Session, None]:
     """Open a runtime for *opts* with everything a command-line run needs around it.
 
@@ -837,6 +838,7 @@ async def open_session(
             chat shows it only while a turn runs.
         config: the run's configuration, when the command changed what :func:`run_config`
             makes of *opts* (``replay``: its provider, types and tools).
+        tree: the tree the view starts from (``resume``: the run so far, from its trace).
 
     Raises:
         ConfigError, ScenarioError: bad options or input files, before anything runs.
@@ -861,7 +863,7 @@ async def open_session(
         interactive = is_interactive(opts)
     if opts.json:
         config = attrs.evolve(config, json_out=sys.stdout.buffer)
-    tree = TraceTree()
+    tree = tree if tree is not None else TraceTree()
     view, prompts = _views(
         opts, tree, interactive=interactive, console=console, held=view_held, keyboard=keyboard,
         final_summary=final_summary,

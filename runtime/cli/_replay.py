@@ -111,7 +111,9 @@ _ASK_STAYS_DEFAULT = "ask"
 """A recorded ``ask`` is not taken: the usual default (ask on a terminal, else deny) stays."""
 
 
-def _recorded_defaults(ns: argparse.Namespace, opts: RunOptions, rec: Recording) -> RunOptions:
+def _recorded_defaults(
+    ns: argparse.Namespace, opts: RunOptions, rec: Recording, *, verb: str = "replay"
+) -> RunOptions:
     """*opts* with what the user left out taken from the recorded run: each row of the settings
     table with an ``event_key`` is read from the trace's ``run_started.config`` (its permission
     mode but ``ask``, its rules unless a flag gives rules, its limits) as a layer under the
@@ -144,6 +146,8 @@ def _recorded_defaults(ns: argparse.Namespace, opts: RunOptions, rec: Recording)
         if not ns.mock_tools and setting.group == "permissions" and setting.trust.loosens(
             setting.default, checked
         ):
+            if verb == "resume" and flags.get(setting.name) is not None:
+                continue  # given again: the flag stands, nothing to warn about
             # The tools run for real: a trace is a file anyone can write, so what it recorded
             # never widens what runs (docs/replay.md, "Permissions"); the user's own mode does.
             refused.append(f"{setting.name} = {_shown(checked)}")
@@ -152,8 +156,9 @@ def _recorded_defaults(ns: argparse.Namespace, opts: RunOptions, rec: Recording)
     if refused:
         warning_line(
             f"{ns.trace_file} was recorded with {'; '.join(refused)}: not applied, since this "
-            "replay runs the tools for real; it uses your permission mode and rules (deny "
-            "without a terminal): give --permission-mode or --allow, or use --mock-tools"
+            f"{verb} runs the tools for real; it uses your permission mode and rules (deny "
+            "without a terminal): give --permission-mode or --allow"
+            + (", or use --mock-tools" if verb == "replay" else " again")
         )
     replayed = options_from_args(ns, under=(f"recording {ns.trace_file}", recorded))
     replayed = _unsettable_limits(replayed, rec.config.get("limits"))

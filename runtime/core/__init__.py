@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from ._errors import TraceError as TraceError
     from ._errors import UnknownEventType as UnknownEventType
     from ._errors import WorktreeError as WorktreeError
+    from ._events import EVENT_TYPES as EVENT_TYPES
     from ._events import AgentFinished as AgentFinished
     from ._events import AgentMessage as AgentMessage
     from ._events import AgentStarted as AgentStarted
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
     from ._events import RateLimited as RateLimited
     from ._events import ReplayDiverged as ReplayDiverged
     from ._events import RunFinished as RunFinished
+    from ._events import RunResumed as RunResumed
     from ._events import RunStarted as RunStarted
     from ._events import StopReason as StopReason
     from ._events import StopRequested as StopRequested
@@ -255,6 +257,8 @@ _LAZY: dict[str, str] = {
     "RetryNotice": "._provider",
     "RunContext": "._context",
     "RunFinished": "._events",
+    "RunResumed": "._events",
+    "EVENT_TYPES": "._events",
     "RunStarted": "._events",
     "Runtime": "._runtime",
     "SCHEMA": "._config",

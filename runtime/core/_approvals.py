@@ -124,6 +124,15 @@ class PermissionBroker:
         self.notify: Callable[[Asked], Awaitable[None]] | None = None
         """Told of each question as it is asked, while it waits (the ``Notification`` hooks:
         docs/hooks.md#events); the answer does not wait for it, it is cancelled then."""
+        # A resumed run's recorded decisions, by tool_use_id (docs/resume.md).
+        self._decided: dict[str, tuple[bool, str]] = {}
+
+    def resume_from(self, decided: Mapping[str, tuple[bool, str]], next_request: int) -> None:
+        """Answer the calls a resumed run's trace decided already (by tool_use_id: granted,
+        reason) without asking again, and number new requests from *next_request* on, past the
+        recorded ones (docs/resume.md)."""
+        self._decided = dict(decided)
+        self._ids = itertools.count(next_request)
 
     @property
     def can_ask(self) -> bool:
@@ -181,6 +190,10 @@ class PermissionBroker:
         Cancellation: a checkpoint while waiting for an answer; a cancelled wait is recorded
         as ``permission_resolved(granted=false, reason="cancelled")``.
         """
+        if self._decided:
+            recorded = self._decided.pop(tool_use_id, None)
+            if recorded is not None:
+                return recorded
         decision = self.policy.decide(tool, args, workspace=workspace)
         if decision.action == "ask" and hook == "allow":
             return True, "allowed by a PreToolUse hook"

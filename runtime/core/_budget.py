@@ -168,6 +168,12 @@ class BudgetLayer:
             self._agents.pop(event.agent_id, None)
             self._pending.pop(event.agent_id, None)
 
+    def add_recorded(self, agent_id: str, *, tokens: int, tool_calls: int) -> None:
+        """Count a finished subtree a resumed run takes from its trace instead of running it
+        again (docs/resume.md): its usage is *agent_id*'s and its ancestors', as it was."""
+        if self._counting:
+            self._add(agent_id, tokens=tokens, tool_calls=tool_calls)
+
     def forget(self, agent_id: str) -> None:
         """Drop a budget set for an agent that never started (cancelled while waiting)."""
         self._pending.pop(agent_id, None)

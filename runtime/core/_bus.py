@@ -299,6 +299,8 @@ class EventBus:
         backpressure: what makes emitters wait; by default the ``block`` subscriptions
             (:class:`BlockingReaders`). A bus given another (a Ray host's outbox) takes no
             ``block`` subscription.
+        first_seq: the ``seq`` of the last event already in the stream: a resumed run's bus
+            goes on from its trace's last one (docs/resume.md).
     """
 
     def __init__(
@@ -307,6 +309,7 @@ class EventBus:
         *,
         secrets: Secrets | None = None,
         backpressure: Backpressure | None = None,
+        first_seq: int = 0,
     ) -> None:
         self.run_id = run_id
         #: The run's secrets (:data:`~runtime.core._secrets.NO_SECRETS` when there are none):
@@ -316,7 +319,10 @@ class EventBus:
         self._secrets = secrets if secrets else None  # None: nothing to mask (most runs)
         # Streamed text held back per (agent, kind): (text, parent_tool_use_id).
         self._held: dict[tuple[str | None, type[Event]], tuple[str, str | None]] = {}
-        self._seq = 0
+        self._seq = first_seq
+        # A resumed run's filter: events it refuses are the recorded prefix being rebuilt
+        # (docs/resume.md), seen by the core hooks only, with no seq.
+        self._admit: Callable[[Event], bool] | None = None
         self._core: tuple[Tap, ...] = ()
         #: The first exception a core hook raised (see :meth:`add_core_hook`), else ``None``.
         self.core_error: Exception | None = None
@@ -351,6 +357,13 @@ class EventBus:
         :attr:`failed_taps`); the event still goes to every other tap and subscriber.
         """
         self._taps.append(tap)
+
+    def set_filter(self, admit: Callable[[Event], bool] | None) -> None:
+        """Pass every later event to *admit* first; one it refuses (False) reaches the core
+        hooks only: no ``seq``, no tap, no subscriber, no sink. A resumed run rebuilds its
+        agents' state by replaying what its trace holds, and those events are in the trace
+        already (docs/resume.md)."""
+        self._admit = admit
 
     def set_gate(self, gate: Gate | None) -> None:
         """Make subscriptions hand out an event only once *gate* has written it (the trace sink,
@@ -526,6 +539,16 @@ class EventBus:
         stamped with the next ``seq``, *ts* and the run id, then delivered."""
         if self._closed:
             raise trio.ClosedResourceError("the event bus is closed: the run has finished")
+        admit = self._admit
+        if admit is not None and not admit(event):
+            _stamp(event, "ts", ts)
+            _stamp(event, "run_id", self.run_id)
+            for hook in self._core:
+                try:
+                    hook(event)
+                except Exception as exc:
+                    self._core_failed(hook, event, exc)
+            return
         if mask and self._secrets is not None:
             self._mask(event, masked)
         self._seq += 1

@@ -125,6 +125,7 @@ class Scheduler:
         # the whole run (docs/cluster.md).
         self._id_prefix = id_prefix
         self._ids = itertools.count(1)
+        self._reused: dict[str | None, list[str]] | None = None
         self._limiter: trio.CapacityLimiter | None = None
         # Sub-agents holding a slot of the limiter, and how many children each agent waits for.
         self._slot_holders: set[str] = set()
@@ -172,9 +173,27 @@ class Scheduler:
         ids.add(candidate)
         return candidate
 
-    def new_agent_id(self) -> str:
-        """A new agent id, unique in the run (``agent-<n>``, after the prefix if any)."""
+    def new_agent_id(self, parent_tool_use_id: str | None = None) -> str:
+        """A new agent id, unique in the run (``agent-<n>``, after the prefix if any).
+
+        Args:
+            parent_tool_use_id: the call starting it (None for a root): in a resumed run,
+                the k-th agent a recorded call (or the run) starts gets its recorded id
+                again (:meth:`reuse_agent_ids`).
+        """
+        reused = self._reused
+        if reused is not None:
+            queue = reused.get(parent_tool_use_id)
+            if queue:
+                return queue.pop(0)
         return f"{self._id_prefix}agent-{next(self._ids)}"
+
+    def reuse_agent_ids(self, recorded: Mapping[str | None, list[str]], next_number: int) -> None:
+        """Give agents of a resumed run their recorded ids (docs/resume.md): *recorded* lists,
+        per starting call (None: the run's roots), the ids its agents had, in start order;
+        other agents are numbered from *next_number* on, past every recorded one."""
+        self._reused = {key: list(ids) for key, ids in recorded.items()}
+        self._ids = itertools.count(next_number)
 
     # -- max_parallel ---------------------------------------------------------------------
     def _the_limiter(self) -> trio.CapacityLimiter:

@@ -295,6 +295,29 @@ class TodoUpdated(Event):
     ``activeForm`` (Claude Code's ``TodoWrite`` keys)."""
 
 
+@attrs.frozen(kw_only=True)
+class RunResumed(Event):
+    """A run whose process died goes on from its trace (docs/resume.md)."""
+
+    type: ClassVar[str] = "run_resumed"
+    version: str
+    gap_s: float
+    """From the trace's last recorded event to this one: how long the run was down."""
+    last_seq: int
+    """The ``seq`` of the last recorded event; this one is the next."""
+    cut_bytes: int
+    """The bytes of a cut last line (a killed writer) left out of the trace; 0 if none."""
+    source: str | None
+    """The trace this one continues, when it is written to another file (else null)."""
+    config: dict[str, Any]
+    """What the continuation runs with (as ``run_started.config``; never secrets)."""
+    rerun: list[str] = attrs.field(factory=list, metadata=_ID)
+    """Interrupted tool calls run again (read-only or idempotent tools; calls still waiting for
+    permission, which had not run)."""
+    interrupted: list[str] = attrs.field(factory=list, metadata=_ID)
+    """Interrupted tool calls not run again: the model reads that they were interrupted."""
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -320,6 +343,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         StopRequested,
         AgentMessage,
         TodoUpdated,
+        RunResumed,
     )
 }
 

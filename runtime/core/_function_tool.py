@@ -184,6 +184,7 @@ def tool(
     read_only: bool = False,
     concurrency_safe: bool | None = None,
     thread: bool = False,
+    idempotent: bool = False,
 ) -> Callable[[F], FunctionTool]: ...
 
 
@@ -197,6 +198,7 @@ def tool(
     read_only: bool = False,
     concurrency_safe: bool | None = None,
     thread: bool = False,
+    idempotent: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a tool of a sync or async function: ``@tool`` or ``@tool(name=…, …)``.
 
@@ -212,6 +214,9 @@ def tool(
         thread: run a sync function in a worker thread, for one that blocks (network, disk,
             heavy work); by default it runs on the event loop, which is cheapest for a quick
             function, and a call that holds the loop over 0.1 s is warned about once.
+        idempotent: calling it twice with the same input is as calling it once: a call a
+            crash interrupted is run again on resume (docs/resume.md); else the model reads
+            that it was interrupted.
 
     Returns:
         The :class:`FunctionTool` (calling it calls the function).
@@ -230,6 +235,7 @@ def tool(
             read_only=read_only,
             concurrency_safe=read_only if concurrency_safe is None else concurrency_safe,
             thread=thread,
+            idempotent=idempotent,
         )
 
     return make if fn is None else make(fn)
@@ -247,6 +253,7 @@ def _make_tool(
     read_only: bool,
     concurrency_safe: bool,
     thread: bool,
+    idempotent: bool = False,
 ) -> FunctionTool:
     tool_name: str = name or str(getattr(function, "__name__", ""))
     if not _TOOL_NAME.match(tool_name):
@@ -268,6 +275,7 @@ def _make_tool(
                 "description": description or summary or f"The {tool_name} function.",
                 "input_schema": schema,
                 "read_only": read_only,
+                "idempotent": idempotent,
                 "concurrency_safe": concurrency_safe,
                 "needs_permission": needs_permission,
                 "function": staticmethod(function),

@@ -939,7 +939,7 @@ async def _run_tool_calls(
             call=call,
             log=log,
             index=i,
-            agent_id=run.scheduler.new_agent_id() if call.name == "agent" else None,
+            agent_id=run.scheduler.new_agent_id(call.id) if call.name == "agent" else None,
             own_task=parallel,
             background=background,
         )
@@ -1312,7 +1312,7 @@ class _Spawner:
 
     def _take_agent_id(self) -> str:
         agent_id, self._agent_id = self._agent_id, None
-        return agent_id or self._run.scheduler.new_agent_id()
+        return agent_id or self._run.scheduler.new_agent_id(self._tool_use_id)
 
     async def run_subagent(
         self,

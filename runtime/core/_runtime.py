@@ -92,6 +92,26 @@ class Runtime:
         self.trace_path = trace_path
         self._roots: list[AgentHandle] = []
         self._closing = False
+        # The recorded roots of a resumed run, in start order: (prompt, agent type).
+        self.resume_roots: list[tuple[str, str]] | None = None
+
+    async def resume(self) -> AgentOutcome | None:
+        """Go on with a run opened with ``open_runtime(resume=TRACE)``: start its recorded
+        root agents again, in order, one after another (finished ones are rebuilt from the
+        trace without a model call; docs/resume.md); returns the last root's outcome.
+
+        Raises:
+            ConfigError: this run was not opened with ``resume=``.
+
+        Cancellation: cancels the running root with the caller's scope.
+        """
+        if self.resume_roots is None:
+            raise ConfigError("this run was not opened with open_runtime(resume=TRACE)")
+        outcome = None
+        for prompt, agent_type in self.resume_roots:
+            handle = await self.start(prompt, agent_type=agent_type)
+            outcome = await handle.wait()
+        return outcome
 
     @property
     def run_id(self) -> str:

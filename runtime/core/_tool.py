@@ -185,6 +185,8 @@ class Tool(abc.ABC):
         input_schema: the JSON Schema of the input. It is compiled on the tool object's first
             call and kept: replace it (a new dict) rather than change it in place.
         read_only: never changes anything; never asks permission by default.
+        idempotent: running it twice with the same input does what running it once does, so
+            a call a crash interrupted is run again when the run resumes (docs/resume.md).
         concurrency_safe: may run at the same time as other calls of the same turn.
         needs_permission: asks (in ``ask`` mode) before running.
         edits_files: allowed without asking in ``auto-edit`` mode.
@@ -196,6 +198,7 @@ class Tool(abc.ABC):
     description: ClassVar[str]
     input_schema: ClassVar[dict[str, Any]]
     read_only: ClassVar[bool] = False
+    idempotent: ClassVar[bool] = False
     concurrency_safe: ClassVar[bool] = False
     needs_permission: ClassVar[bool] = True
     edits_files: ClassVar[bool] = False

@@ -28,9 +28,8 @@ from runtime.core import (
     Event,
     EventDecodeError,
     RunFinished,
+    RunResumed,
     RunStarted,
-    TextDelta,
-    ThinkingDelta,
     ToolFinished,
     ToolStarted,
     TraceError,
@@ -230,11 +229,14 @@ def _build(rec: Recording, events: list[Event]) -> None:
     ordered_ids = True
     for ev in events:
         aid = ev.agent_id
-        if isinstance(ev, TextDelta):
-            text.setdefault(aid, []).append(ev.text)
+        # By type name, not class: a resume hands in light stand-ins for the deltas
+        # (runtime/replay/_resume.py), the bulk of a trace.
+        kind = ev.type
+        if kind == "text_delta":
+            text.setdefault(aid, []).append(ev.text)  # type: ignore[attr-defined]
             continue
-        if isinstance(ev, ThinkingDelta):
-            thinking.setdefault(aid, []).append(ev.text)
+        if kind == "thinking_delta":
+            thinking.setdefault(aid, []).append(ev.text)  # type: ignore[attr-defined]
             continue
         agent = rec.agents.get(aid) if aid is not None else None
         if isinstance(ev, RunStarted):
@@ -300,6 +302,10 @@ def _build(rec: Recording, events: list[Event]) -> None:
             agent.tail_thinking = "".join(thinking.pop(aid, ()))
         elif isinstance(ev, RunFinished):
             rec.status = ev.status
+        elif isinstance(ev, RunResumed):
+            # A turn cut by the crash was asked again: its streamed text is no turn's.
+            text.clear()
+            thinking.clear()
         if aid is not None:
             last_ts[aid] = ev.ts
     for aid, parts in text.items():  # agents the killed run left mid-turn

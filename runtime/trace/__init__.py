@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ._render import tree_lines as tree_lines
     from ._sinks import JsonlSink as JsonlSink
     from ._sinks import PipeSink as PipeSink
+    from ._sinks import continue_trace_file as continue_trace_file
     from ._sinks import existing_trace as existing_trace
     from ._sinks import open_pipe_writer as open_pipe_writer
     from ._sinks import open_trace_file as open_trace_file
@@ -76,6 +77,7 @@ _LAZY: dict[str, str] = {
     "open_live_spans": "._otel",
     "open_pipe_writer": "._sinks",
     "open_trace": "._tracefile",
+    "continue_trace_file": "._sinks",
     "open_trace_file": "._sinks",
     "otlp_json_lines": "._otlp",
     "outcome_notes": "._render",

@@ -641,6 +641,10 @@ def _header(tree: TraceTree, painter: _Painter) -> StyledLine:
     cost = tree.total_cost_usd
     if cost:  # once the calls have a price (docs/costs.md, "Where costs show")
         head.append(f", {fmt_usd(cost)}", painter.style("dim"))
+    if tree.resumes:  # the run went on after its process died (docs/resume.md)
+        down = fmt_duration(sum(tree.resumes))
+        times = "" if len(tree.resumes) == 1 else f" {len(tree.resumes)} times"
+        head.append(f"  resumed{times} after {down} down", painter.style("yellow"))
     notes = outcome_notes(tree)
     if notes:
         head.append(f"  {notes}", painter.style("yellow"))

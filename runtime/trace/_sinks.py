@@ -239,6 +239,88 @@ def open_trace_file(path: Path) -> BinaryIO:
             os.close(fd)
 
 
+def continue_trace_file(path: Path, *, source: Path, keep: int) -> BinaryIO:
+    """Open *path* to go on writing the trace *source*, whose first *keep* bytes are its whole
+    lines (docs/resume.md): a resumed run's trace.
+
+    The same file with nothing to cut is opened to append, locked as :func:`open_trace_file`
+    locks. Otherwise (a cut last line to leave out, or another *path*) the kept bytes are
+    copied to a new file beside *path*, written to disk, and only then renamed over *path*:
+    the original bytes stay as they were until their copy is safe, so a crash at any moment
+    leaves a whole trace.
+
+    Raises:
+        ConfigError: one line: *source* is being written by a live process (its lock is
+            held), changed since it was read, or cannot be written.
+    """
+    where = f"trace {str(source)!r}"
+    try:
+        fd = os.open(source, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"cannot resume {where}: {exc.strerror}") from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise ConfigError(
+                f"{where} is being written by a live process (its lock is held): "
+                "nothing to resume until it ends"
+            ) from exc
+        size = os.fstat(fd).st_size
+        if size < keep:
+            raise ConfigError(f"{where} changed since it was read (it is shorter now)")
+        same = os.path.realpath(path) == os.path.realpath(source)
+        if same and size == keep:
+            os.lseek(fd, 0, os.SEEK_END)
+            file = os.fdopen(fd, "ab")
+            fd = -1  # handed over, with its lock
+            return file
+        return _copied_trace(path, fd, keep)
+    except OSError as exc:
+        raise ConfigError(f"cannot resume {where}: {exc.strerror}") from exc
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+_COPY_CHUNK = 1 << 20
+
+
+def _copied_trace(path: Path, source_fd: int, keep: int) -> BinaryIO:
+    """The first *keep* bytes of *source_fd* in a new locked file renamed to *path* once on
+    disk; the new file is returned open at its end."""
+    _make_private_dirs(path.parent)
+    tmp = path.with_name(f".{path.name}.resume-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    handed_over = False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        offset = 0
+        while offset < keep:
+            chunk = os.pread(source_fd, min(_COPY_CHUNK, keep - offset), offset)
+            if not chunk:
+                raise OSError(errno.EIO, "the trace ended before its kept bytes")
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
+            offset += len(chunk)
+        os.fsync(fd)
+        os.replace(tmp, path)  # atomic: the old bytes are whole until this instant
+        folder = os.open(path.parent, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+        file = os.fdopen(fd, "ab")
+        handed_over = True
+        return file
+    finally:
+        if not handed_over:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
 def existing_trace(path: Path) -> str | None:
     """What a trace file already at *path* holds, for a command that would replace it: ``being
     written by another run``, ``holds a trace (run …)``, or None (nothing there, or empty).

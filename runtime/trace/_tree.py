@@ -697,6 +697,9 @@ class TraceTree:
         """The first :data:`MAX_DIVERGENCES` ``replay_diverged`` of a replayed run, as
         ``(node, detail)``; ``divergence_count`` counts them all."""
         self.divergence_count = 0
+        self.resumes: list[float] = []
+        """The ``gap_s`` of each ``run_resumed``: the run went on after its process died
+        (docs/resume.md)."""
         self._roots: list[AgentNode] = []
         # Placeholder tool calls some sub-agent pointed at, whose tool_started is not in yet.
         self._unattached: dict[str, ToolNode] = {}
@@ -748,6 +751,7 @@ class TraceTree:
             "tool_progress": self._tool_progress,
             "hook_finished": self._hook_finished,
             "todo_updated": self._todo_updated,
+            "run_resumed": self._run_resumed,
         }
 
     # ------------------------------------------------------------------ building
@@ -1662,6 +1666,17 @@ class TraceTree:
         if tool._hooks is None:
             tool._hooks = []
         tool._hooks.append(HookRun(event, target, exit_code, decision, duration))
+
+    def _run_resumed(self, fields: Fields) -> None:
+        ts = fields["ts"]
+        gap = fields["gap_s"]
+        if not _num(ts):
+            raise _invalid("run_resumed", "ts")
+        if not _num(gap):
+            raise _invalid("run_resumed", "gap_s")
+        if ts > self.last_ts:
+            self.last_ts = ts
+        self.resumes.append(float(gap))
 
     def _tool_progress(self, fields: Fields) -> None:
         kind = "tool_progress"

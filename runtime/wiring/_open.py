@@ -48,11 +48,13 @@ from runtime.core import (
     Provider,
     RunContext,
     RunFinished,
+    RunResumed,
     RunStarted,
     Runtime,
     Sandbox,
     Secrets,
     ToolLimits,
+    TraceError,
     check_prices,
     new_run_context,
     run_environ,
@@ -65,7 +67,13 @@ from runtime.providers import (
     agent_types_from_scenario,
     scenario_from_mapping,
 )
-from runtime.trace import JsonlSink, PipeSink, open_pipe_writer, open_trace_file
+from runtime.trace import (
+    JsonlSink,
+    PipeSink,
+    continue_trace_file,
+    open_pipe_writer,
+    open_trace_file,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -75,6 +83,7 @@ if TYPE_CHECKING:
     from runtime.mcp import McpConfig
     from runtime.project import Project
     from runtime.providers import PoolLimits
+    from runtime.replay import Resumer, ResumeState
 
 _CANCEL_BY = ("user", "control", "budget", "runtime")
 # It picks its way when it logs (the application's structlog, or logging): one serves every run.
@@ -214,6 +223,7 @@ class RunConfig:
     prices: Mapping[str, Any] | None = None
     rate_limits: Mapping[str, Any] | None = None
     hooks: HookTable | Mapping[str, Any] | None = None
+    resume: str | os.PathLike[str] | ResumeState | None = None
 
 
 def open_runtime(
@@ -250,6 +260,7 @@ def open_runtime(
     prices: Mapping[str, Any] | None = None,
     rate_limits: Mapping[str, Any] | None = None,
     hooks: HookTable | Mapping[str, Any] | None = None,
+    resume: str | os.PathLike[str] | ResumeState | None = None,
 ) -> AbstractAsyncContextManager[Runtime]:
     """Open a run: its bus, trace file, provider and root nursery. An async context manager::
 
@@ -320,6 +331,11 @@ def open_runtime(
             :class:`~runtime.core.HookTable`, or the ``hooks`` object of a settings file
             (``{"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", ...}]}]}``).
             The command line reads them from the settings files.
+        resume: a trace whose run was killed (or it, read: :func:`runtime.replay.load_resume`):
+            the run goes on from it (docs/resume.md). Its run id, and by default its trace
+            file, continued (*trace* a path: the whole run written there instead); start its
+            agents with ``await rt.resume()``. A trace that finished, is being written, is
+            another version's or is corrupt: :class:`ConfigError`.
 
     On leaving the block, running root agents are awaited (leave by cancelling to stop them);
     then ``run_finished`` is emitted and the trace closed — also when the block raises or is
@@ -334,7 +350,7 @@ def open_runtime(
         run_id=run_id, on_event=on_event, ray_address=ray_address, mcp_servers=mcp_servers,
         project=project, trace_dir=trace_dir, sandbox=sandbox, ray=ray, middleware=middleware,
         otlp=otlp, pool=pool, http_client=http_client, prices=prices,
-        rate_limits=rate_limits, hooks=hooks,
+        rate_limits=rate_limits, hooks=hooks, resume=resume,
     )  # fmt: skip
     return open_run(config)  # its context manager itself: no second layer to enter per run
 
@@ -373,6 +389,7 @@ class RunPlan:
     prices: PriceTable = attrs.field(factory=PriceTable)
     hooks: HookTable = attrs.Factory(HookTable)
     """The configured hooks, checked (docs/hooks.md)."""
+    resume: ResumeState | None = None
 
 
 def plan_run(config: RunConfig) -> RunPlan:
@@ -383,7 +400,10 @@ def plan_run(config: RunConfig) -> RunPlan:
         ConfigError: a bad workspace, scenario, tool, agent type or price (one line naming
             it).
     """
-    run_id = config.run_id or new_run_id()
+    resume = _resume_state(config)
+    run_id = resume.recording.run_id if resume is not None else config.run_id or new_run_id()
+    if resume is not None and config.trace is True:
+        config = attrs.evolve(config, trace=resume.path)  # the same file, continued
     prices = PriceTable(check_prices(config.prices)) if config.prices else PriceTable()
     # Setting up a run touches the disk a few times before anything runs; that is fine.
     ws = _path(_real_folder(config.workspace))
@@ -437,7 +457,33 @@ def plan_run(config: RunConfig) -> RunPlan:
         sandbox=_sandbox(config, ws, trace_path),
         prices=prices,
         hooks=_hooks(config.hooks),
+        resume=resume,
     )
+
+
+def _resume_state(config: RunConfig) -> ResumeState | None:
+    """The trace *config* resumes, read; None for a new run.
+
+    Raises:
+        ConfigError: the trace cannot be resumed (one line), or its run finished.
+    """
+    if config.resume is None:
+        return None
+    from runtime.replay import ResumeState, load_resume
+
+    given = config.resume
+    if isinstance(given, ResumeState):
+        state = given
+    else:
+        try:
+            state = load_resume(given)
+        except TraceError as exc:
+            raise ConfigError(str(exc)) from exc
+    if state.finished:
+        raise ConfigError(
+            f"{state.path}: the run finished ({state.recording.status}); nothing to resume"
+        )
+    return state
 
 
 def _hooks(given: HookTable | Mapping[str, Any] | None) -> HookTable:
@@ -570,14 +616,25 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
         await trio.to_thread.run_sync(plan.sandbox.check, plan.workspace)
     async with AsyncExitStack() as stack:
         services = await _open_services(plan, stack)
+        resumer = None
+        if plan.resume is not None:
+            services, resumer = _resumed_services(plan.resume, services)
         # Every event's strings are masked at the bus; log lines too, while the run is open.
-        bus = EventBus(plan.run_id, secrets=services.secrets)
+        bus = EventBus(
+            plan.run_id,
+            secrets=services.secrets,
+            first_seq=plan.resume.last_seq if plan.resume is not None else 0,
+        )
+        if resumer is not None:  # the replayed prefix is in the trace already
+            bus.set_filter(resumer.admit)
         if services.secrets:  # masking nothing changes nothing (most runs)
             stack.enter_context(services.secrets.in_logs())
         writers = _open_sinks(plan, bus, stack)
         if config.on_event is not None:
             bus.add_tap(config.on_event)
         run = _run_context(plan, services, bus)
+        if resumer is not None:
+            _resume_run(run, resumer)
         started = _run_config_event(plan, services, run)
         if config.otlp is not False:
             from runtime.core import propagating
@@ -599,7 +656,9 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
                     parent_tool_use_id=None,
                     version=_version(),
                     config=started,
-                ),
+                )
+                if resumer is None
+                else _run_resumed(plan, resumer, started),
             )
             async with trio.open_nursery() as nursery:
                 for writer in writers:
@@ -611,6 +670,8 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
 
                 bus.on_core_failure = core_failed
                 rt = Runtime(run, nursery, plan.trace_path)
+                if plan.resume is not None:
+                    rt.resume_roots = [(a.prompt, a.name) for a in plan.resume.recording.roots]
                 runtime_box.append(rt)
                 if run.hooks is not None and run.hooks.has("SessionStart"):
                     started_hooks = await run.hooks.run(
@@ -641,6 +702,48 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
 
 _SESSION_END_S = 10.0
 """The most a run's end waits for its ``SessionEnd`` hooks (docs/hooks.md#events)."""
+
+
+def _resumed_services(state: ResumeState, services: _Services) -> tuple[_Services, Resumer]:
+    """The services of a resumed run: the replay of the recorded prefix in front of the
+    provider and the tools (docs/resume.md)."""
+    from runtime.replay import Resumer
+
+    if services.placements:
+        raise ConfigError(
+            f"{state.path}: a run with agent types placed on Ray cannot be resumed (a Ray host "
+            "would ask the recorded turns again; docs/resume.md)"
+        )
+    resumer = Resumer(state, live=services.provider, tools=services.tools)
+    tools = {t.name: t for t in resumer.resume_tools(services.tools.values())}
+    return attrs.evolve(services, provider=resumer, tools=tools), resumer
+
+
+def _resume_run(run: RunContext, resumer: Resumer) -> None:
+    """Agents get their recorded ids again and calls their recorded permission decisions."""
+    state = resumer.state
+    run.scheduler.reuse_agent_ids(state.agent_ids, state.next_agent)
+    run.broker.resume_from(state.decided, state.next_request)
+    resumer.bind(run)
+
+
+def _run_resumed(plan: RunPlan, resumer: Resumer, config: dict[str, Any]) -> RunResumed:
+    state = resumer.state
+    elsewhere = plan.trace_path is not None and os.path.realpath(
+        plan.trace_path
+    ) != os.path.realpath(state.path)
+    return RunResumed(
+        agent_id=None,
+        parent_tool_use_id=None,
+        version=_version(),
+        gap_s=max(0.0, time.time() - state.last_ts),
+        last_seq=state.last_seq,
+        cut_bytes=state.cut_bytes,
+        source=os.fspath(state.path) if elsewhere else None,
+        config=config,
+        rerun=list(resumer.rerun),
+        interrupted=list(resumer.interrupted),
+    )
 
 
 def _finish(bus: EventBus, rt: Runtime | None, t0: float) -> None:
@@ -728,8 +831,14 @@ def _open_sinks(
     sinks: list[JsonlSink] = []
     trace_sink: JsonlSink | None = None
     if plan.trace_path is not None:
-        # Locked, 0600, never through a symlink (runtime/trace/_sinks.py).
-        trace_file = open_trace_file(plan.trace_path)
+        # Locked, 0600, never through a symlink (runtime/trace/_sinks.py); a resumed run's
+        # trace goes on after its recorded lines (docs/resume.md).
+        resume = plan.resume
+        trace_file = (
+            open_trace_file(plan.trace_path)
+            if resume is None
+            else continue_trace_file(plan.trace_path, source=resume.path, keep=resume.keep)
+        )
         trace_sink = JsonlSink(trace_file, name="trace", close_file=True, watch=plan.trace_path)
         sinks.append(trace_sink)
         # Nothing reaches --json or a subscriber before it is in the trace.

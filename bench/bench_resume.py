@@ -1,0 +1,156 @@
+"""Benchmark: `trio-agents resume` of a killed run against `trace show --json` of the same trace.
+
+A resume reads the whole trace and rebuilds every agent (docs/resume.md), so its floor is what
+reading the trace costs: `trace show --json` of the same file, the fastest reader of a trace
+the runtime has (bench/bench_trace.py holds it to the bare orjson floor). Each trace is a real
+run of the scripted provider (a root fans out to workers; each worker streams its text in
+word-sized deltas and makes read-only `glob` calls), recorded once and cached under /tmp, then
+cut before the root's last turn as a crash there would leave it: the resume rebuilds
+everything and asks for one live turn. Each figure is the best of --repeat runs, in a fresh
+subprocess each (imports count), the two commands taking turns; every resume starts from a
+fresh copy of the cut trace (not timed). Target: ratio <= 1.5.
+
+Prints one JSON object per line: {"name", "value", "floor", "ratio", "unit", "cpu_ratio",
+"events", "target", "met"}.
+
+    .venv/bin/python bench/bench_resume.py [--repeat 3] [--sizes 10000,1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("TRIO_AGENTS_BENCH_DIR", "/tmp/trio-agents-bench"))
+CACHE_VERSION = 1
+WORDS = ["scan", "the", "repository", "for", "failing", "tests", "and", "summarise", "what", "broke", "in", "each", "module"]
+TURNS = 4  # per worker: each a sentence of deltas and one glob call
+
+
+def scenario(workers: int) -> dict[str, Any]:
+    text = " ".join(WORDS + WORDS[:8])  # 20 deltas
+    turn = {"text": text, "tool_calls": [{"name": "glob", "input": {"pattern": "*.none"}}]}
+    call = {"name": "agent", "input": {"description": "part", "prompt": "do it", "agent": "worker"}}
+    return {"agents": {
+        "main": {"tools": ["agent"], "turns": [
+            {"text": "Splitting the work.", "tool_calls": [call] * workers},
+            {"text": "All parts are done."}]},
+        "worker": {"tools": ["glob"], "turns": [*[turn] * TURNS, {"text": "My part is done."}]},
+    }}
+
+
+def events_per_worker() -> int:
+    # agent_started, per turn 20 deltas + turn_finished + tool_started + tool_finished, the
+    # last turn's 4 deltas + turn_finished, agent_finished; the root's agent call start and end.
+    return 1 + TURNS * 23 + 5 + 1 + 2
+
+
+async def record(workers: int, trace: Path, workspace: Path) -> None:
+    from runtime import open_runtime
+    from runtime.core import Limits
+
+    async with open_runtime(
+        scenario=scenario(workers), workspace=workspace, trace=trace,
+        limits=Limits(max_parallel=64, max_agents=workers + 10),
+    ) as rt:
+        outcome = await rt.run("Split the work.")
+    assert outcome.status == "completed", outcome
+
+
+def cut_before_last_turn(trace: Path) -> int:
+    """Keep the lines before the root's last turn streamed (a crash there); returns how many."""
+    lines = trace.read_bytes().splitlines(keepends=True)
+    root_calls_done = max(i for i, ln in enumerate(lines) if b'"tool_finished"' in ln
+                          and b'"parent_tool_use_id":null' in ln)
+    kept = lines[: root_calls_done + 1]
+    trace.write_bytes(b"".join(kept))
+    return len(kept)
+
+
+def trace_for(size: int) -> tuple[Path, Path, int]:
+    """The cached cut trace of about *size* events, its scenario file and its line count."""
+    workers = max(1, size // events_per_worker())
+    folder = CACHE / f"resume-v{CACHE_VERSION}-{workers}"
+    trace, scen = folder / "cut.jsonl", folder / "scenario.json"
+    if not trace.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "ws").mkdir(exist_ok=True)
+        scen.write_text(json.dumps(scenario(workers)))
+        full = folder / "full.jsonl"
+        t0 = time.perf_counter()
+        trio.run(record, workers, full, folder / "ws")
+        print(f"# recorded {workers} workers in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        shutil.copyfile(full, trace)
+        cut_before_last_turn(trace)
+    return trace, scen, trace.read_bytes().count(b"\n")
+
+
+def timed(args: list[str], cwd: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of one command (its output to /dev/null)."""
+    before = os.times()
+    t0 = time.perf_counter()
+    proc = subprocess.run(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          check=False)
+    wall = time.perf_counter() - t0
+    after = os.times()
+    if proc.returncode != 0:
+        raise SystemExit(f"{args} exited {proc.returncode}: {proc.stderr.decode()[-2000:]}")
+    return wall, (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
+
+
+def measure(size: int, repeat: int) -> dict[str, Any]:
+    trace, scen, lines = trace_for(size)
+    cli = [sys.executable, "-m", "runtime"]
+    show: list[tuple[float, float]] = []
+    resume: list[tuple[float, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "ws").mkdir()
+        for _ in range(repeat):
+            show.append(timed([*cli, "trace", "show", "--json", str(trace)], work))
+            copy = work / "t.jsonl"
+            shutil.copyfile(trace, copy)
+            resume.append(timed([*cli, "resume", "t.jsonl", "--scenario", str(scen),
+                                 "--workspace", "ws"], work))
+    floor, value = min(show), min(resume)
+    return {
+        "name": f"resume_{lines}_events", "value": round(value[0], 3), "floor": round(floor[0], 3),
+        "ratio": round(value[0] / floor[0], 3), "unit": "s (wall; floor: trace show --json)",
+        "cpu_ratio": round(value[1] / floor[1], 3), "events": lines,
+        "target": "ratio <= 1.5", "met": value[0] / floor[0] <= 1.5,
+    }
+
+
+def compile_runtime() -> None:
+    """Bytecode caches, as an install writes them (bench/bench_trace.py says why)."""
+    import compileall
+
+    compileall.compile_dir(ROOT / "runtime", quiet=1)
+    compileall.compile_dir(ROOT / "tools", quiet=1)
+
+
+def main() -> None:
+    compile_runtime()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sizes", default="10000,1000000", help="events per trace")
+    args = parser.parse_args()
+    for size in (int(s) for s in args.sizes.split(",")):
+        print(json.dumps(measure(size, args.repeat)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
