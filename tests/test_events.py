@@ -52,6 +52,14 @@ _SAMPLES: dict[str, dict[str, Any]] = {
                           "output_tokens": 600},
     "replay_diverged": {"node": "main \u203a reviewer, turn 3",
                         "detail": "read(src/x.py) returned 41 lines, recorded 38"},
+    # MCP servers asking the client (docs/mcp.md)
+    "mcp_sampled": {"tool_use_id": "tu-3", "server": "everything", "model": "m", "status": "ok",
+                    "reason": "", "input_tokens": 30, "output_tokens": 12},
+    "elicitation_requested": {"request_id": "elicit-1", "tool_use_id": "tu-3",
+                              "server": "everything", "message": "Who are you?", "mode": "form",
+                              "requested_schema": {"type": "object"}, "url": None},
+    "elicitation_resolved": {"request_id": "elicit-1", "tool_use_id": "tu-3",
+                             "action": "decline", "reason": "declined by user"},
 }
 
 

@@ -6,12 +6,15 @@ A unix stream socket taking JSON lines; each line gets exactly one JSON line bac
     {"op": "permission", "request_id": ID, "granted": true, "remember": false}
     {"op": "message", "agent_id": ID, "text": "…"}
     {"op": "pending"}          → {"ok": true, "pending": [{"request_id": …, …}]}
+    {"op": "elicitations"}     → {"ok": true, "elicitations": [{"request_id": …, …}]}
+    {"op": "elicit", "request_id": ID, "action": "accept", "content": {…}}
     anything wrong             → {"ok": false, "error": "…"}
 
 ``cancel`` cancels exactly the subtree under an agent id or a tool_use_id (``by="control"``);
 ``permission`` answers a ``permission_requested`` event; ``message`` queues a user message for an
 agent's next turn; ``pending`` lists the unanswered permission requests,
-so a client that does not read the event stream can still find them.
+so a client that does not read the event stream can still find them; ``elicitations`` and
+``elicit`` do the same for the questions MCP servers ask (docs/mcp.md, "Elicitation").
 
 Several clients may be connected at once; each is served by its own task, and a client that
 sends garbage, an over-long line or disconnects mid-line only gets an error answer or goes away:
@@ -58,7 +61,7 @@ if TYPE_CHECKING:
 MAX_LINE = 64 * 1024
 """The longest request line accepted, in bytes; a longer one gets an error answer."""
 
-_OPS = "cancel, message, pending, permission"
+_OPS = "cancel, elicit, elicitations, message, pending, permission"
 _log = get_logger("trio_agents.control")
 
 
@@ -117,7 +120,7 @@ class ControlServer:
         listener = trio.SocketListener(self._sock)
         # The socket answers for the whole run, not only while a client happens to be
         # connected: a client that comes a moment late must still find the question.
-        with rt.permission_answerer():
+        with rt.permission_answerer(), rt.elicitation_answerer():
             async with listener, trio.open_nursery() as nursery:
                 task_status.started()
 
@@ -325,11 +328,49 @@ async def handle_request(rt: Runtime, line: bytes) -> dict[str, Any]:
                     for p in rt.pending_permissions()
                 ],
             }
+        if op in ("elicit", "elicitations"):
+            return _elicitation_op(rt, op, req)
     except _BadRequest as exc:
         return _error(str(exc))
     if op is None:
         return _error(f"op: missing (one of {_OPS})")
     return _error(f"op: unknown {op!r} (one of {_OPS})")
+
+
+def _elicitation_op(rt: Runtime, op: str, req: Mapping[str, Any]) -> dict[str, Any]:
+    if op == "elicitations":
+        return {
+            "ok": True,
+            "elicitations": [
+                {
+                    "request_id": q.request_id,
+                    "tool_use_id": q.tool_use_id,
+                    "agent_id": q.agent_id,
+                    "server": q.server,
+                    "message": q.message,
+                    "mode": q.mode,
+                    "requested_schema": q.requested_schema,
+                    "url": q.url,
+                }
+                for q in rt.pending_elicitations()
+            ],
+        }
+    request_id = _field(req, "request_id", str, "the request_id of an elicitation")
+    action = req.get("action")
+    if action not in ("accept", "decline", "cancel"):
+        raise _BadRequest("action: expected accept, decline or cancel")
+    content = req.get("content")
+    if content is not None and not isinstance(content, dict):
+        raise _BadRequest("content: expected a JSON object")
+    try:
+        answered = rt.resolve_elicitation(
+            request_id, action, content, reason=f"{action} through the control socket"
+        )
+    except ValueError as exc:
+        raise _BadRequest(f"content: {exc}") from None
+    if answered:
+        return {"ok": True}
+    return _error(f"no pending elicitation {request_id!r}")
 
 
 # -- the client ----------------------------------------------------------------------------

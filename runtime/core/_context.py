@@ -25,6 +25,7 @@ from ._agent_types import AgentType, AgentTypes
 from ._approvals import PermissionBroker
 from ._budget import BudgetLayer
 from ._bus import EventBus
+from ._elicitation import ElicitationDesk
 from ._events import CancelBy, CancelRequested
 from ._limits import Limits
 from ._provider import Provider
@@ -298,6 +299,8 @@ class RunContext:
     type_setups: dict[AgentType, TypeSetup] = attrs.Factory(dict)
     # The user's tool-call layers (their model-call layers wrap the provider itself).
     middleware: MiddlewareChain | None = None
+    # Questions MCP servers ask the user, waiting like permission requests (docs/mcp.md).
+    elicitations: ElicitationDesk = attrs.Factory(ElicitationDesk)
 
 
 def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> bool:

@@ -649,6 +649,8 @@ class _Call:
     """When its ``tool_started`` went out (the three are set by :func:`_announce_tool_call`)."""
     changed_input: dict[str, Any] | None = None
     """The input the tool ran with, when a middleware layer changed the model's."""
+    state: AgentState | None = None
+    """The calling agent's state: a model call the tool makes for it adds to its usage."""
 
 
 async def _run_tool_calls(
@@ -684,6 +686,7 @@ async def _run_tool_calls(
             index=i,
             agent_id=run.scheduler.new_agent_id() if call.name == "agent" else None,
             own_task=parallel,
+            state=state,
         )
         for i, call in enumerate(calls)
     ]
@@ -862,6 +865,10 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
         report_progress=spawner,
         secrets=run.bus.secrets,
         sandbox=run.sandbox,
+        agent_type=spec.agent_type.name,
+        model=spec.agent_type.model or run.settings.model,
+        parent_tool_use_id=spec.parent_tool_use_id,
+        add_usage=_usage_adder(record.state),
     )
     try:
         if run.middleware is not None and run.middleware.tool_layers:
@@ -874,6 +881,17 @@ async def _execute(record: _Call) -> tuple[ToolStatus, str]:
     except Exception as exc:  # a bug in a tool is a result the model reads, not a crash
         log.exception("tool raised", tool=tool.name, tool_use_id=call.id)
         return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"
+
+
+def _usage_adder(state: AgentState | None) -> Callable[[int, int], None] | None:
+    if state is None:
+        return None
+
+    def add(input_tokens: int, output_tokens: int) -> None:
+        state.input_tokens += input_tokens
+        state.output_tokens += output_tokens
+
+    return add
 
 
 async def _through_middleware(record: _Call, tool: Tool, ctx: ToolContext) -> str:

@@ -122,6 +122,8 @@ class ToolContext:
         secrets: the run's secrets; a tool that cuts text (keeps a head and a tail) masks
             before it cuts, or a cut through a secret leaves both halves readable.
         sandbox: where set, ``bash`` runs every command inside it (``--sandbox``).
+        add_usage: adds ``(input_tokens, output_tokens)`` of a model call the tool made for
+            its agent to the agent's usage.
     """
 
     workspace: Path
@@ -135,6 +137,13 @@ class ToolContext:
     report_progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
     secrets: Secrets = NO_SECRETS
     sandbox: Sandbox | None = None
+    # What a tool that makes model calls for its agent needs (an MCP server's sampling request,
+    # docs/mcp.md "Sampling"): the agent's type and model, its place in the tree, and where the
+    # call's tokens go (the agent's usage, so agent_finished and its budget count them).
+    agent_type: str = ""
+    model: str = ""
+    parent_tool_use_id: str | None = None
+    add_usage: Callable[[int, int], None] | None = None
 
 
 class Tool(abc.ABC):

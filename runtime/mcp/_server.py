@@ -41,10 +41,13 @@ from mcp.shared.dispatcher import ProgressFnT
 from runtime._logs import get_logger
 from runtime.core import NO_SECRETS, Secrets, ToolError
 
+from ._client import Caller, ServerRequests
 from ._config import McpConfig, McpServerConfig
 from ._stdio import StdioTransport
 
 if TYPE_CHECKING:
+    from runtime.core import RunContext
+
     from ._tool import McpTool
 
 __all__ = ["McpServer", "McpServers", "ServerState", "open_mcp_servers"]
@@ -101,6 +104,8 @@ class McpServer:
         self._restarts_left = RESTARTS
         self._stdio: StdioTransport | None = None
         self._bad_line_warned = False
+        self.requests = ServerRequests(config.name, cwd, secrets)
+        """What the server asks of the client (sampling, elicitation, roots, logging)."""
 
     # -- the actor -------------------------------------------------------------------------
 
@@ -138,7 +143,16 @@ class McpServer:
                 async with trio.open_nursery() as nursery:
                     read, write = await nursery.start(self._run_transport, lost)
                     async with ClientSession(
-                        read, write, message_handler=self._on_message, client_info=_CLIENT_INFO
+                        read,
+                        write,
+                        message_handler=self._on_message,
+                        client_info=_CLIENT_INFO,
+                        # Declaring these is what makes a server offer the tools that use
+                        # them (server-everything's sampling and elicitation tools).
+                        sampling_callback=self.requests.sample,
+                        elicitation_callback=self.requests.elicit,
+                        list_roots_callback=self.requests.list_roots,
+                        logging_callback=self.requests.log,
                     ) as session:
                         init = await session.initialize()
                         tools = await _list_tools(session)
@@ -207,11 +221,17 @@ class McpServer:
     # -- calls -----------------------------------------------------------------------------
 
     async def call_tool(
-        self, name: str, arguments: Mapping[str, Any], on_progress: ProgressFnT | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        on_progress: ProgressFnT | None = None,
+        caller: Caller | None = None,
     ) -> mcp_types.CallToolResult:
         """Call tool *name* (its name on the server) and return the server's result.
 
         Waits while the server starts; starts it again if it went away (once per run).
+        *caller* is whom the server's requests during the call are answered for (sampling,
+        elicitation: docs/mcp.md); they are cancelled when the call ends.
 
         Raises:
             ToolError: the server is not running, went away during the call, or answered with
@@ -222,7 +242,14 @@ class McpServer:
         """
         session, generation = await self._session_for_call()
         try:
-            return await session.call_tool(name, dict(arguments), progress_callback=on_progress)
+            if caller is None:
+                return await session.call_tool(
+                    name, dict(arguments), progress_callback=on_progress
+                )
+            with self.requests.calling(caller):
+                return await session.call_tool(
+                    name, dict(arguments), progress_callback=on_progress
+                )
         except MCPError as exc:
             if exc.error.code == mcp_types.CONNECTION_CLOSED:
                 self._connection_lost(generation)
@@ -341,6 +368,12 @@ class McpServers:
         self.servers = servers
         self.tools = tools
         self.secrets = secrets
+
+    def bind(self, run: RunContext) -> None:
+        """Answer the servers' sampling and elicitation requests for *run* (its provider,
+        permission broker and questions) from now on."""
+        for server in self.servers.values():
+            server.requests.bind(run)
 
     def describe(self) -> dict[str, dict[str, Any]]:
         """Each server's transport, state and the number of tools it offers (for

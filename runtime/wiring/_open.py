@@ -533,6 +533,8 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
         if config.on_event is not None:
             bus.add_tap(config.on_event)
         run = _run_context(plan, services, bus)
+        if services.mcp is not None:
+            services.mcp.bind(run)  # the servers' sampling and questions go to this run
         started = _run_config_event(plan, services, run)
         if config.otlp is not False:
             from runtime.core import propagating
