@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -301,6 +301,9 @@ class RunContext:
     middleware: MiddlewareChain | None = None
     # Questions MCP servers ask the user, waiting like permission requests (docs/mcp.md).
     elicitations: ElicitationDesk = attrs.Factory(ElicitationDesk)
+    # What a root agent's prompt becomes before it starts: the MCP resources it mentions as
+    # ``@server:uri`` attached (docs/mcp.md, "Resources"); None: as given.
+    expand_prompt: Callable[[str], Awaitable[str]] | None = None
 
 
 def cancel_node(run: RunContext, node_id: str, reason: str, *, by: CancelBy) -> bool:
@@ -356,6 +359,7 @@ def new_run_context(
     id_prefix: str = "",
     type_setups: dict[AgentType, TypeSetup] | None = None,
     middleware: MiddlewareChain | None = None,
+    expand_prompt: Callable[[str], Awaitable[str]] | None = None,
 ) -> RunContext:
     """The one way a run's :class:`RunContext` is built, locally and on a Ray host alike.
 
@@ -409,6 +413,7 @@ def new_run_context(
         placements=placements or {},
         type_setups=type_setups if type_setups is not None else {},
         middleware=middleware or None,
+        expand_prompt=expand_prompt,
     )
     bus.add_core_hook(budget)
     bus.add_core_hook(scheduler.track_announced)

@@ -174,6 +174,8 @@ class Runtime:
             atype = attrs.evolve(atype, output_type=output_type)
         if atype.output_type is not None:
             output_spec(atype.output_type)  # a type with no schema: ConfigError now, not later
+        if run.expand_prompt is not None:
+            prompt = await run.expand_prompt(prompt)
         return AgentSpec(
             agent_id=run.scheduler.new_agent_id(),
             agent_type=atype,

@@ -27,10 +27,10 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import mcp_types
 import trio
@@ -39,7 +39,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 
 from runtime._logs import get_logger
-from runtime.core import NO_SECRETS, Secrets, ToolError
+from runtime.core import NO_SECRETS, Secrets, Tool, ToolError, one_line
 
 from ._client import Caller, ServerRequests
 from ._config import McpConfig, McpServerConfig
@@ -48,15 +48,17 @@ from ._stdio import StdioTransport
 if TYPE_CHECKING:
     from runtime.core import RunContext
 
-    from ._tool import McpTool
 
 __all__ = ["McpServer", "McpServers", "ServerState", "open_mcp_servers"]
 
 ServerState = Literal["starting", "ready", "lost", "failed", "closed"]
+_T = TypeVar("_T")
 
 RESTARTS = 1
 """How many times per run a server that went away is started again (on the next call)."""
 _MAX_TOOL_PAGES = 100
+MAX_LISTED = 10_000
+"""The most resources, resource templates or prompts kept of one server."""
 _CLIENT_INFO = mcp_types.Implementation(name="trio-agents", version="0.1.0")
 
 
@@ -69,6 +71,8 @@ class McpServer:
         state: see the module docs.
         error: why it is ``failed`` or ``lost`` (one line, secrets masked).
         tools: the tools it listed when it started (SDK objects).
+        resources, resource_templates, prompts: what else it listed then (where it offers
+            them; at most :data:`MAX_LISTED` each).
         instructions: what the server said about itself in ``initialize``, if anything.
     """
 
@@ -88,6 +92,9 @@ class McpServer:
         self.state: ServerState = "starting"
         self.error: str | None = None
         self.tools: list[mcp_types.Tool] = []
+        self.resources: list[mcp_types.Resource] = []
+        self.resource_templates: list[mcp_types.ResourceTemplate] = []
+        self.prompts: list[mcp_types.Prompt] = []
         self.instructions: str | None = None
         self.started = trio.Event()
         """Set once the first start has ended, whichever way."""
@@ -156,6 +163,8 @@ class McpServer:
                     ) as session:
                         init = await session.initialize()
                         tools = await _list_tools(session)
+                        if first:
+                            await self._list_extras(session, init.capabilities)
                         start.deadline = math.inf
                         if first:
                             self.tools = tools
@@ -185,6 +194,27 @@ class McpServer:
             self._set("failed", why)
             if not first:
                 self._warn(f"mcp server {self.name!r} could not be restarted: {self.error}")
+
+    async def _list_extras(
+        self, session: ClientSession, caps: mcp_types.ServerCapabilities
+    ) -> None:
+        """The server's resources, resource templates and prompts, where it offers them
+        (bounded, docs/mcp.md); a server that fails to list them keeps its tools."""
+        try:
+            if caps.resources is not None:
+                self.resources = await _paged(session.list_resources, "resources")
+                self.resource_templates = await _paged(
+                    session.list_resource_templates, "resource_templates"
+                )
+            if caps.prompts is not None:
+                self.prompts = await _paged(session.list_prompts, "prompts")
+        except MCPError as exc:
+            if exc.error.code == mcp_types.CONNECTION_CLOSED:
+                raise
+            self._warn(
+                f"mcp server {self.name!r} could not list its resources or prompts: "
+                f"{self._secrets.text(one_line(exc.error.message, 300))}"
+            )
 
     async def _run_transport(
         self, lost: trio.Event, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
@@ -240,8 +270,8 @@ class McpServer:
         Cancellation: cancels this request only: the SDK sends ``notifications/cancelled`` for
         it, and the connection stays usable by every other call.
         """
-        session, generation = await self._session_for_call()
-        try:
+
+        async def call(session: ClientSession) -> mcp_types.CallToolResult:
             if caller is None:
                 return await session.call_tool(
                     name, dict(arguments), progress_callback=on_progress
@@ -250,20 +280,61 @@ class McpServer:
                 return await session.call_tool(
                     name, dict(arguments), progress_callback=on_progress
                 )
+
+        return await self._request(call, "the call")
+
+    async def read_resource(self, uri: str) -> mcp_types.ReadResourceResult:
+        """Read resource *uri* of this server (docs/mcp.md, "Resources").
+
+        Raises:
+            ToolError: as :meth:`call_tool` does.
+
+        Cancellation: cancels this request only, as :meth:`call_tool`.
+        """
+
+        async def read(session: ClientSession) -> mcp_types.ReadResourceResult:
+            return await session.read_resource(uri)
+
+        return await self._request(read, "the read")
+
+    async def get_prompt(
+        self, name: str, arguments: Mapping[str, str]
+    ) -> mcp_types.GetPromptResult:
+        """Get prompt *name* of this server with *arguments* (docs/mcp.md, "Prompts").
+
+        Raises:
+            ToolError: as :meth:`call_tool` does.
+
+        Cancellation: cancels this request only, as :meth:`call_tool`.
+        """
+
+        async def get(session: ClientSession) -> mcp_types.GetPromptResult:
+            return await session.get_prompt(name, dict(arguments))
+
+        return await self._request(get, "the request")
+
+    async def _request(
+        self, send: Callable[[ClientSession], Awaitable[_T]], what: str
+    ) -> _T:
+        """One request on the connection, its failures as :class:`ToolError` naming the
+        server."""
+        session, generation = await self._session_for_call()
+        try:
+            return await send(session)
         except MCPError as exc:
             if exc.error.code == mcp_types.CONNECTION_CLOSED:
                 self._connection_lost(generation)
                 why = self._stdio.closed_reason if self._stdio is not None else None
                 raise ToolError(
                     self._secrets.text(
-                        f"mcp server {self.name!r} went away during the call"
+                        f"mcp server {self.name!r} went away during {what}"
                         + (f" ({why})" if why else "")
                         + self._tail()
                     )
                 ) from None
             raise ToolError(
                 self._secrets.text(
-                    f"mcp server {self.name!r} refused the call: {exc.error.message}"
+                    f"mcp server {self.name!r} refused {what}: {exc.error.message}"
                 )
             ) from None
         except RuntimeError as exc:  # an answer the SDK cannot take (say, input_required)
@@ -351,23 +422,58 @@ async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
     return tools
 
 
+async def _paged(fetch: Callable[..., Awaitable[Any]], field: str) -> list[Any]:
+    """Every item of a paginated list, at most :data:`MAX_LISTED` (a server that pages on
+    without end, or lists a million items, is cut there)."""
+    items: list[Any] = []
+    cursor: str | None = None
+    for _ in range(_MAX_TOOL_PAGES):
+        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await fetch(params=params)
+        items.extend(getattr(page, field)[: MAX_LISTED - len(items)])
+        cursor = page.next_cursor
+        if not cursor or len(items) >= MAX_LISTED:
+            break
+    return items
+
+
 class McpServers:
     """The MCP servers of one run (made by :func:`open_mcp_servers`).
 
     Attributes:
         servers: every configured server by name, started or not.
-        tools: the tools of the servers that started (``mcp__SERVER__TOOL``), ready to add to
+        tools: the tools of the servers that started (``mcp__SERVER__TOOL``), and
+            ``list_mcp_resources``/``read_mcp_resource`` when one has resources, ready to add to
             the run's tools.
         secrets: the run's secrets with the servers' (expanded ``${VAR}``s, header values):
             what the run masks in its events, logs and errors.
     """
 
     def __init__(
-        self, servers: dict[str, McpServer], tools: list[McpTool], secrets: Secrets
+        self, servers: dict[str, McpServer], tools: list[Tool], secrets: Secrets
     ) -> None:
         self.servers = servers
         self.tools = tools
         self.secrets = secrets
+
+    async def expand_prompt(self, text: str) -> str:
+        """A root prompt as the agent gets it: ``/mcp__SERVER__PROMPT [args]`` replaced by the
+        server's prompt (docs/mcp.md, "Prompts"), then the resources it mentions as
+        ``@server:uri`` attached ("Resources").
+
+        Raises:
+            ConfigError: a prompt command naming no prompt of a started server, with arguments
+                the prompt does not take, or that the server refused (one line).
+
+        Cancellation: cancels the request in flight (the connections stay up).
+        """
+        from ._resources import attach_mentions, expand_prompt_command
+
+        if text.startswith("/mcp__"):
+            text = await expand_prompt_command(self.servers, text)
+        if "@" not in text:
+            return text
+        return await attach_mentions(self.servers, text)
 
     def bind(self, run: RunContext) -> None:
         """Answer the servers' sampling and elicitation requests for *run* (its provider,
@@ -378,9 +484,12 @@ class McpServers:
     def describe(self) -> dict[str, dict[str, Any]]:
         """Each server's transport, state and the number of tools it offers (for
         ``run_started``: no secrets)."""
+        from ._tool import McpTool
+
         offered: dict[str, int] = {}
         for tool in self.tools:
-            offered[tool.server.name] = offered.get(tool.server.name, 0) + 1
+            if isinstance(tool, McpTool):
+                offered[tool.server.name] = offered.get(tool.server.name, 0) + 1
         return {
             name: {"transport": s.transport, "state": s.state, "tools": offered.get(name, 0)}
             for name, s in self.servers.items()
@@ -417,6 +526,7 @@ async def open_mcp_servers(
     Cancellation: at the end of the block, or when cancelled, every server is closed (stdio:
     stdin closed, then its process group terminated, then killed; bounded by a few seconds).
     """
+    from ._resources import resource_tools
     from ._tool import make_tools
 
     lookup = os.environ if environ is None else environ
@@ -451,7 +561,8 @@ async def open_mcp_servers(
                 await server.started.wait()
                 if server.state == "failed":
                     warn(f"mcp server {server.name!r} did not start: {server.error}")
-            tools = make_tools(servers.values(), warn=warn)
+            tools: list[Tool] = [*make_tools(servers.values(), warn=warn)]
+            tools += resource_tools(servers)
             yield McpServers(servers, tools, all_secrets)
         finally:
             nursery.cancel_scope.cancel(reason="the run is over")

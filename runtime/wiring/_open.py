@@ -714,6 +714,7 @@ def _run_context(plan: RunPlan, services: _Services, bus: EventBus) -> RunContex
         placements=services.placements,
         system_prompt=config.project.system_prompt() if config.project is not None else None,
         middleware=chain if chain.tool_layers else None,
+        expand_prompt=services.mcp.expand_prompt if services.mcp is not None else None,
     )
 
 
