@@ -11,10 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
-from runtime import Event, TraceTree, open_runtime
+from runtime import Event, FunctionProvider, ToolCall, TraceTree, open_runtime
 from runtime.cli._control import handle_request
 from runtime.core import (
     AgentFinished,
@@ -27,6 +28,7 @@ from runtime.core import (
 )
 from runtime.mcp import McpConfig, open_mcp_servers
 from tests.harness import run_scenario
+from tests.test_lazylog import capture_logs
 from tests.mcp_fixtures import everything_server
 
 BAD = Path(__file__).parent / "mcp_bad_server.py"
@@ -313,3 +315,40 @@ async def test_a_question_never_answered_is_cancelled_with_its_subtree(workspace
     assert resolved.action == "cancel"
     (finished,) = of(AgentFinished, events)
     assert finished.status == "completed"  # the agent read "cancelled" and went on
+
+
+async def test_a_changed_tool_list_is_offered_at_the_next_turn_and_logs_go_to_the_debug_log(
+    workspace: Path,
+) -> None:
+    seen: list[list[str]] = []
+
+    def model(request: Any) -> Any:
+        seen.append(sorted(t.name for t in request.tools if t.name.startswith("mcp__b__")))
+        if len(seen) == 1:
+            return ToolCall(name="mcp__b__notify", input={})
+        if len(seen) == 2:
+            return ToolCall(name="mcp__b__late", input={})
+        return "done"
+
+    events: list[Event] = []
+    warnings: list[str] = []
+    config = attrs.evolve(McpConfig.from_mapping({"b": bad_server()}), on_warning=warnings.append)
+    with capture_logs() as lines:
+        async with open_runtime(
+            FunctionProvider(model),
+            workspace=workspace,
+            trace=False,
+            on_event=events.append,
+            mcp_servers=config,
+            permission_mode="allow-all",
+        ) as rt:
+            await rt.run("go")
+    assert "mcp__b__late" not in seen[0]
+    assert "mcp__b__late" in seen[1]  # the turn after the notification offers it
+    late = next(e for e in of(ToolFinished, events) if e.name == "mcp__b__late")
+    assert (late.status, late.output) == ("ok", "late")
+    assert "mcp server 'b' changed its tools; new: mcp__b__late" in warnings
+    (logged,) = [e for e in lines if e["event"] == "mcp.server_log"]
+    assert logged["log_level"] == "debug"
+    assert (logged["server"], logged["level"], logged["logger"]) == ("b", "warning", "bad")
+    assert logged["message"] == "the server says hello"

@@ -341,6 +341,12 @@ async def _loop(
             await run.scheduler.acquire_slot(spec.agent_id)
         if ctx.mailbox.pending():
             await _deliver_messages(run, spec, ctx, state)
+        fresh = type_setup(run, atype)
+        if fresh is not setup:
+            # The run's tools changed since the last turn (an MCP server's tools/list_changed,
+            # docs/mcp.md): this turn offers the new list. The history and the system prompt
+            # stay; the context estimate follows from the next reported usage.
+            setup, specs = fresh, fresh.specs
         await compactor.before_request(state)
         request = ModelRequest(
             model=atype.model or run.settings.model,

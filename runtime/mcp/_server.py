@@ -57,6 +57,15 @@ _T = TypeVar("_T")
 RESTARTS = 1
 """How many times per run a server that went away is started again (on the next call)."""
 _MAX_TOOL_PAGES = 100
+MAX_RELISTS = 100
+"""How many times per run a server's lists are listed again after a ``list_changed``."""
+RELIST_WAIT_S = 5.0
+"""How long a call waits for the lists its server said changed during it."""
+_LIST_CHANGED: Mapping[str, type] = {
+    "notifications/tools/list_changed": mcp_types.ToolListChangedNotification,
+    "notifications/resources/list_changed": mcp_types.ResourceListChangedNotification,
+    "notifications/prompts/list_changed": mcp_types.PromptListChangedNotification,
+}
 MAX_LISTED = 10_000
 """The most resources, resource templates or prompts kept of one server."""
 _CLIENT_INFO = mcp_types.Implementation(name="trio-agents", version="0.1.0")
@@ -113,6 +122,13 @@ class McpServer:
         self._bad_line_warned = False
         self.requests = ServerRequests(config.name, cwd, secrets)
         """What the server asks of the client (sampling, elicitation, roots, logging)."""
+        self.on_tools_changed: Callable[[McpServer], None] | None = None
+        """Called after the server's tools were listed again (``tools/list_changed``)."""
+        self._stale: set[type] = set()
+        self._settled = trio.Event()
+        self._settled.set()
+        self._relisting = False
+        self._relists = 0
 
     # -- the actor -------------------------------------------------------------------------
 
@@ -149,7 +165,8 @@ class McpServer:
             with trio.CancelScope(deadline=trio.current_time() + self._start_timeout_s) as start:
                 async with trio.open_nursery() as nursery:
                     read, write = await nursery.start(self._run_transport, lost)
-                    async with ClientSession(
+                    async with _Session(
+                        self._mark_stale,
                         read,
                         write,
                         message_handler=self._on_message,
@@ -240,13 +257,66 @@ class McpServer:
         finally:
             lost.set()
 
+    def _mark_stale(self, method: str) -> None:
+        # In receive order, before the answer of the call during which the server said it:
+        # that call waits for the new list (tools_settled), so the agent's next turn has it.
+        kind = _LIST_CHANGED.get(method)
+        if kind is not None:
+            self._stale.add(kind)
+            if self._settled.is_set():
+                self._settled = trio.Event()
+
+    async def tools_settled(self) -> None:
+        """Wait (at most :data:`RELIST_WAIT_S`) until the lists a ``list_changed`` made stale
+        are listed again. Cancellation: a checkpoint."""
+        with trio.move_on_after(RELIST_WAIT_S):
+            await self._settled.wait()
+
     async def _on_message(self, message: Any) -> None:
+        if isinstance(message, tuple(_LIST_CHANGED.values())):
+            await self._relist(type(message))
+            return
         if isinstance(message, Exception) and not self._bad_line_warned:
             self._bad_line_warned = True
             self._warn(
                 f"mcp server {self.name!r} wrote something that is not a JSON-RPC message "
                 "(ignored; a stdio server must keep stdout for the protocol)"
             )
+
+    async def _relist(self, kind: type) -> None:
+        """List again what a ``notifications/*/list_changed`` says changed, then tell the run
+        (:attr:`on_tools_changed`). A flood is coalesced: one listing at a time, one more after
+        it when more notifications came meanwhile, at most :data:`MAX_RELISTS` per run."""
+        self._stale.add(kind)
+        if self._relisting:
+            return
+        self._relisting = True
+        try:
+            while self._stale and self._relists < MAX_RELISTS:
+                self._relists += 1
+                stale, self._stale = self._stale, set()
+                session = self._session
+                if session is None:
+                    return
+                try:
+                    if mcp_types.ToolListChangedNotification in stale:
+                        tools = await _list_tools(session)
+                        self.tools = tools
+                        if self.on_tools_changed is not None:
+                            self.on_tools_changed(self)
+                    if stale - {mcp_types.ToolListChangedNotification}:
+                        caps = session.server_capabilities
+                        if caps is not None:
+                            await self._list_extras(session, caps)
+                except MCPError as exc:
+                    self._warn(
+                        f"mcp server {self.name!r} said its lists changed but could not list "
+                        f"them again: {self._secrets.text(one_line(exc.error.message, 300))}"
+                    )
+        finally:
+            self._relisting = False
+            self._stale.clear()  # past MAX_RELISTS, or the connection is gone: nothing waits
+            self._settled.set()
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -403,6 +473,20 @@ class McpServer:
         return f"{type(leaf).__name__}: {text}{self._tail()}"
 
 
+class _Session(ClientSession):
+    """The SDK's session, telling *on_list_changed* of a ``notifications/*/list_changed`` as
+    it is received (in order with the answers), not later in a task of its own."""
+
+    def __init__(self, on_list_changed: Callable[[str], None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_list_changed = on_list_changed
+
+    def _intercept_notification(self, method: str, params: Mapping[str, Any] | None) -> bool:
+        if method in _LIST_CHANGED:
+            self._on_list_changed(method)
+        return super()._intercept_notification(method, params)
+
+
 def _first_leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
@@ -450,11 +534,16 @@ class McpServers:
     """
 
     def __init__(
-        self, servers: dict[str, McpServer], tools: list[Tool], secrets: Secrets
+        self,
+        servers: dict[str, McpServer],
+        tools: list[Tool],
+        secrets: Secrets,
+        warn: Callable[[str], None] = lambda _: None,
     ) -> None:
         self.servers = servers
         self.tools = tools
         self.secrets = secrets
+        self._warn = warn
 
     async def expand_prompt(self, text: str) -> str:
         """A root prompt as the agent gets it: ``/mcp__SERVER__PROMPT [args]`` replaced by the
@@ -477,9 +566,33 @@ class McpServers:
 
     def bind(self, run: RunContext) -> None:
         """Answer the servers' sampling and elicitation requests for *run* (its provider,
-        permission broker and questions) from now on."""
+        permission broker and questions) from now on, and keep its tools up to date with the
+        servers' (``tools/list_changed``: the agents get the new list at their next turn)."""
         for server in self.servers.values():
             server.requests.bind(run)
+            server.on_tools_changed = lambda s, run=run: self._tools_changed(run, s)
+
+    def _tools_changed(self, run: RunContext, server: McpServer) -> None:
+        from ._tool import McpTool, make_tools
+
+        tools = run.tools
+        if not isinstance(tools, dict):  # a run whose tools cannot change (not open_runtime's)
+            return
+        old = {n for n, t in tools.items() if isinstance(t, McpTool) and t.server is server}
+        made = make_tools([server], warn=self._warn)
+        new = {t.name: t for t in made if t.name not in tools or t.name in old}
+        for name in old - set(new):
+            del tools[name]
+        tools.update(new)
+        self.tools = [t for t in self.tools if not (isinstance(t, McpTool) and t.server is server)]
+        self.tools += new.values()
+        run.type_setups.clear()  # every agent type's tool list is made again, at its next turn
+        added, gone = sorted(set(new) - old), sorted(old - set(new))
+        self._warn(
+            f"mcp server {server.name!r} changed its tools"
+            + (f"; new: {', '.join(added)}" if added else "")
+            + (f"; gone: {', '.join(gone)}" if gone else "")
+        )
 
     def describe(self) -> dict[str, dict[str, Any]]:
         """Each server's transport, state and the number of tools it offers (for
@@ -563,7 +676,7 @@ async def open_mcp_servers(
                     warn(f"mcp server {server.name!r} did not start: {server.error}")
             tools: list[Tool] = [*make_tools(servers.values(), warn=warn)]
             tools += resource_tools(servers)
-            yield McpServers(servers, tools, all_secrets)
+            yield McpServers(servers, tools, all_secrets, warn)
         finally:
             nursery.cancel_scope.cancel(reason="the run is over")
 

@@ -106,6 +106,8 @@ class McpTool(Tool):
         if isinstance(outcome, BaseException):
             raise outcome
         result = outcome
+        # A tools/list_changed said during the call: the agent's next turn gets the new list.
+        await self.server.tools_settled()
         if latest and report is not None:  # the last word of a flood that came meanwhile
             await report(*latest.pop())
         text = render_result(result)
