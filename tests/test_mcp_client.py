@@ -26,10 +26,11 @@ from runtime.core import (
     ToolFinished,
     TurnFinished,
 )
-from runtime.mcp import McpConfig, open_mcp_servers
-from tests.harness import run_scenario
-from tests.test_lazylog import capture_logs
+from runtime.mcp import McpConfig, McpTool, open_mcp_servers
+from tests.harness import agent_call, run_scenario
+from tests.invariants import check_invariants
 from tests.mcp_fixtures import everything_server
+from tests.test_lazylog import capture_logs
 
 BAD = Path(__file__).parent / "mcp_bad_server.py"
 
@@ -55,7 +56,7 @@ async def test_server_everything_offers_its_sampling_elicitation_and_roots_tools
 ) -> None:
     config = McpConfig.from_mapping({"e": everything_server()})
     async with open_mcp_servers(config, env={}, workspace=workspace) as servers:
-        names = {t.remote_name for t in servers.tools}
+        names = {t.remote_name for t in servers.tools if isinstance(t, McpTool)}
     # It offers these only to a client that declares sampling, elicitation and roots.
     assert {"trigger-sampling-request", "trigger-elicitation-request", "get-roots-list"} <= names
 
@@ -352,3 +353,37 @@ async def test_a_changed_tool_list_is_offered_at_the_next_turn_and_logs_go_to_th
     assert logged["log_level"] == "debug"
     assert (logged["server"], logged["level"], logged["logger"]) == ("b", "warning", "bad")
     assert logged["message"] == "the server says hello"
+
+
+async def test_sampling_tokens_count_in_the_budget_of_the_calling_subtree(workspace: Path) -> None:
+    scenario = {
+        "agents": {
+            "main": {
+                "turns": [
+                    {"tool_calls": [agent_call("greedy", "spender", budget={"tokens": 200})]},
+                    {"text": "coped"},
+                ]
+            },
+            "spender": {
+                "turns": [
+                    {
+                        "usage": {"input_tokens": 10, "output_tokens": 10},
+                        "tool_calls": [{"name": "mcp__b__flood", "input": {"n": 20}}],
+                    },
+                    {"text": "never"},
+                ]
+            },
+            "sample": {"turns": [{"text": "ok", "usage": {"input_tokens": 30, "output_tokens": 10}}]},
+        }
+    }
+    with trio.fail_after(30):
+        outcome, events = await run_scenario(scenario, workspace, mcp_servers={"b": bad_server()})
+    check_invariants(events)
+    assert outcome.status == "completed"
+    spender = next(e for e in of(AgentFinished, events) if e.agent_id != "agent-1")
+    assert spender.status == "budget_exceeded"
+    sampled = [s for s in of(McpSampled, events) if s.status == "ok"]
+    assert 1 <= len(sampled) <= 6  # cut off once 20 + 40 per sampling went over 200
+    assert spender.input_tokens == 10 + 30 * len(sampled)
+    (flood,) = [e for e in of(ToolFinished, events) if e.name == "mcp__b__flood"]
+    assert flood.status == "cancelled"
