@@ -6,6 +6,7 @@ server built with the SDK's MCPServer (tests/mcp_bad_server.py)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ import attrs
 import pytest
 import trio
 
-from runtime import Event, FunctionProvider, ToolCall, TraceTree, open_runtime
+from runtime import Event, FunctionProvider, ToolCall, TraceTree, decode_event, open_runtime
 from runtime.cli._control import handle_request
 from runtime.core import (
     AgentFinished,
@@ -30,7 +31,10 @@ from runtime.mcp import McpConfig, McpTool, open_mcp_servers
 from tests.harness import agent_call, run_scenario
 from tests.invariants import check_invariants
 from tests.mcp_fixtures import everything_server
+from tests.test_control import sock_path
 from tests.test_lazylog import capture_logs
+
+__all__ = ["sock_path"]  # a fixture
 
 BAD = Path(__file__).parent / "mcp_bad_server.py"
 
@@ -387,3 +391,58 @@ async def test_sampling_tokens_count_in_the_budget_of_the_calling_subtree(worksp
     assert spender.input_tokens == 10 + 30 * len(sampled)
     (flood,) = [e for e in of(ToolFinished, events) if e.name == "mcp__b__flood"]
     assert flood.status == "cancelled"
+
+
+async def test_trio_agents_elicit_lists_and_answers_a_question_from_another_process(
+    sock_path: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"b": bad_server()}}))
+    scenario = tmp_path / "s.json"
+    scenario.write_text(json.dumps(script(calls(("mcp__b__ask", {})))))
+    run = [sys.executable, "-m", "runtime"]
+    proc = await trio.lowlevel.open_process(
+        [*run, "run", "go", "--json", "--permission-mode", "allow-all", "--no-trace",
+         "--control", str(sock_path), "--scenario", str(scenario), "--mcp-config", str(config)],
+        cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None
+
+    async def elicit(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return await trio.run_process(
+            [*run, "elicit", "--control", str(sock_path), *args],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+
+    buf = b""
+    try:
+        with trio.fail_after(40):
+            while b'"elicitation_requested"' not in buf:
+                data = await proc.stdout.receive_some(65536)
+                assert data, "the run ended before the server asked"
+                buf += data
+            listed = await elicit()
+            assert listed.returncode == 0, listed.stderr
+            head, *fields = listed.stdout.decode().splitlines()
+            assert head == "elicit-1  b: Who are you?  (agent agent-1, call tu-1.1)"
+            assert fields == ["    name=string  Name", "    age=integer  Age"]
+            bad = await elicit("elicit-1", "accept", "name=Ann", "age=seven")
+            assert (bad.returncode, bad.stderr) == (
+                2,
+                b"trio-agents: error: elicit: age: expected a integer, not 'seven'\n",
+            )
+            done = await elicit("elicit-1", "accept", "name=Ann", "age=7")
+            assert done.returncode == 0, done.stderr
+            while data := await proc.stdout.receive_some(65536):
+                buf += data
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert code == 0
+    events = [decode_event(line) for line in buf.splitlines()]
+    (end,) = [e for e in events if isinstance(e, ToolFinished)]
+    assert end.output == "accept: Ann is 7"

@@ -482,3 +482,109 @@ def cmd_pending(path: str, *, as_json: bool = False) -> int:
                 line = f"    (--always: allows {rule} for the rest of the run)"
                 print(visible(line, layout=False))
     return code
+
+
+def cmd_elicit(ns: Any) -> int:
+    """``trio-agents elicit --control SOCK [REQUEST_ID accept|decline|cancel [NAME=VALUE…]]``:
+    list the questions waiting, or answer one (docs/mcp.md, "Elicitation").
+
+    Returns:
+        0 listed or answered, 1 the run refused (no such question, content that does not
+        match its schema), 2 nothing listens at SOCK or bad usage.
+    """
+    from ._exit import EXIT_USAGE, error_line
+
+    path: str = ns.control
+    code, answer = _ask(path, {"op": "elicitations"})
+    if answer is None:
+        return code
+    waiting = [q for q in answer.get("elicitations") or [] if isinstance(q, dict)]
+    if ns.request_id is None:
+        _print_questions(waiting, as_json=ns.json)
+        return code
+    if ns.action is None:
+        error_line("elicit: give the answer after REQUEST_ID: accept, decline or cancel")
+        return EXIT_USAGE
+    content: dict[str, Any] | None = None
+    if ns.action == "accept":
+        question = next((q for q in waiting if q.get("request_id") == ns.request_id), None)
+        schema = question.get("requested_schema") if question is not None else None
+        try:
+            content = _content(ns.content, ns.fields, schema if isinstance(schema, dict) else {})
+        except ValueError as exc:
+            error_line(f"elicit: {exc}")
+            return EXIT_USAGE
+    request: dict[str, Any] = {"op": "elicit", "request_id": ns.request_id, "action": ns.action}
+    if content is not None:
+        request["content"] = content
+    code, _ = _ask(path, request)
+    return code
+
+
+def _content(given: str | None, fields: list[str], schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer's content: ``--content`` JSON, then ``NAME=VALUE`` words typed by the
+    question's schema (a number, an integer, a boolean, else the text)."""
+    content: dict[str, Any] = {}
+    if given is not None:
+        try:
+            parsed = orjson.loads(given)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"--content: not JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise ValueError("--content: expected a JSON object")
+        content.update(parsed)
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    for word in fields:
+        name, eq, value = word.partition("=")
+        if not eq or not name:
+            raise ValueError(f"{word!r}: expected NAME=VALUE")
+        kind = (properties.get(name) or {}).get("type") if isinstance(properties, dict) else None
+        content[name] = _typed(name, value, kind)
+    return content
+
+
+def _typed(name: str, value: str, kind: Any) -> Any:
+    try:
+        if kind == "integer":
+            return int(value)
+        if kind == "number":
+            return float(value)
+    except ValueError:
+        raise ValueError(f"{name}: expected a {kind}, not {value!r}") from None
+    if kind == "boolean":
+        if value.lower() in ("true", "yes", "1"):
+            return True
+        if value.lower() in ("false", "no", "0"):
+            return False
+        raise ValueError(f"{name}: expected true or false, not {value!r}")
+    return value
+
+
+def _print_questions(waiting: list[dict[str, Any]], *, as_json: bool) -> None:
+    if as_json:
+        print(orjson.dumps(waiting).decode())
+        return
+    if not waiting:
+        print("No question is waiting.")
+        return
+    from runtime.core import visible
+
+    # The servers' words: shown (control characters visible), never obeyed.
+    for q in waiting:
+        head = (
+            f"{q.get('request_id')}  {q.get('server')}: {q.get('message')}  "
+            f"(agent {q.get('agent_id')}, call {q.get('tool_use_id')})"
+        )
+        print(visible(head, layout=False))
+        if q.get("mode") == "url":
+            print(visible(f"    open: {q.get('url')}", layout=False))
+            continue
+        schema = q.get("requested_schema")
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        required = set(schema.get("required") or []) if isinstance(schema, dict) else set()
+        for name, spec in (properties or {}).items():
+            spec = spec if isinstance(spec, dict) else {}
+            kind = spec.get("type", "string")
+            note = spec.get("description") or spec.get("title") or ""
+            star = "" if name in required else " (optional)"
+            print(visible(f"    {name}={kind}{star}  {note}".rstrip(), layout=False))
