@@ -6,6 +6,7 @@ server built with the SDK's MCPServer (tests/mcp_bad_server.py)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -31,10 +32,11 @@ from runtime.mcp import McpConfig, McpTool, open_mcp_servers
 from tests.harness import agent_call, run_scenario
 from tests.invariants import check_invariants
 from tests.mcp_fixtures import everything_server
+from tests.test_cli_pty import finish, read_trace, spawn
 from tests.test_control import sock_path
 from tests.test_lazylog import capture_logs
 
-__all__ = ["sock_path"]  # a fixture
+__all__ = ["sock_path", "spawn"]  # fixtures
 
 BAD = Path(__file__).parent / "mcp_bad_server.py"
 
@@ -445,4 +447,30 @@ async def test_trio_agents_elicit_lists_and_answers_a_question_from_another_proc
     assert code == 0
     events = [decode_event(line) for line in buf.splitlines()]
     (end,) = [e for e in events if isinstance(e, ToolFinished)]
+    assert end.output == "accept: Ann is 7"
+
+
+def test_the_terminal_asks_a_servers_question_as_a_form(spawn: Any, tmp_path: Path) -> None:
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"b": bad_server()}}))
+    scenario = tmp_path / "s.json"
+    scenario.write_text(json.dumps(script(calls(("mcp__b__ask", {})))))
+    trace = tmp_path / "t.jsonl"
+    child = spawn(
+        "run", "go", "--trace", str(trace), "--permission-mode", "allow-all",
+        "--scenario", str(scenario), "--mcp-config", str(config),
+    )  # fmt: skip
+    child.expect(r"Question.* from MCP server .*b.* \(for main\): Who are you\?")
+    child.expect(re.escape("name (string) Name: "))
+    child.sendline("Ann")
+    child.expect(re.escape("age (integer) Age: "))
+    child.sendline("seven")  # not an integer: asked again
+    child.expect(re.escape("age: expected a integer, not 'seven'"))
+    child.expect(re.escape("age (integer) Age: "))
+    child.sendline("7")
+    child.expect(re.escape("Send? [y]es / [n]o (decline) / [c]ancel: "))
+    child.sendline("y")
+    child.expect("Sent.")
+    assert finish(child) == 0
+    (end,) = [e for e in read_trace(trace) if isinstance(e, ToolFinished)]
     assert end.output == "accept: Ann is 7"
