@@ -130,9 +130,6 @@ class SamplingRequest(Tool):
     needs_permission: ClassVar[bool] = True
     permission_target_kind = "text"
 
-    def summary(self, args: Mapping[str, Any]) -> str:
-        return one_line(f"mcp_sampling: {args.get('server')}: {args.get('last', '')}")
-
     def permission_target(self, args: Mapping[str, Any]) -> str:
         return str(args.get("server", ""))
 
@@ -231,13 +228,15 @@ class ServerRequests:
         try:
             with caller.scope() as scope:
                 async with self._limiter:
+                    shown = _shown(self.server, params, messages)
+                    last = messages[-1].text if messages else ""
                     granted, reason = await run.broker.check(
                         _GATE,
-                        _shown(self.server, params, messages),
+                        shown,
                         agent_id=caller.agent_id,
                         parent_tool_use_id=caller.parent_tool_use_id,
                         tool_use_id=caller.tool_use_id,
-                        summary=_GATE.summary(_shown(self.server, params, messages)),
+                        summary=one_line(f"mcp_sampling: {self.server}: {last}"),
                     )
                     if not granted:
                         status, why = "declined", f"permission denied: {reason}"
@@ -414,5 +413,4 @@ def _shown(
         "system": params.system_prompt or "",
         "messages": [{"role": m.role, "text": m.text} for m in messages],
         "max_tokens": min(params.max_tokens, MAX_SAMPLE_TOKENS),
-        "last": messages[-1].text[:200] if messages else "",
     }
