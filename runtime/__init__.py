@@ -42,8 +42,11 @@ if TYPE_CHECKING:
     from runtime.core._events import AgentStarted as AgentStarted
     from runtime.core._events import CancelRequested as CancelRequested
     from runtime.core._events import ContextCompacted as ContextCompacted
+    from runtime.core._events import ElicitationRequested as ElicitationRequested
+    from runtime.core._events import ElicitationResolved as ElicitationResolved
     from runtime.core._events import Event as Event
     from runtime.core._events import HookFinished as HookFinished
+    from runtime.core._events import McpSampled as McpSampled
     from runtime.core._events import PermissionRequested as PermissionRequested
     from runtime.core._events import PermissionResolved as PermissionResolved
     from runtime.core._events import ProviderRetry as ProviderRetry
@@ -168,6 +171,9 @@ _LAZY: dict[str, str] = {
     "ReplayDiverged": "runtime.core._events",
     "HookFinished": "runtime.core._events",
     "RunResumed": "runtime.core._events",
+    "McpSampled": "runtime.core._events",
+    "ElicitationRequested": "runtime.core._events",
+    "ElicitationResolved": "runtime.core._events",
     "RetryNotice": "runtime.core._provider",
     "RetryPolicy": "runtime.providers",
     "Rule": "runtime.core._permissions",

@@ -57,3 +57,21 @@ def http_url() -> Iterator[str]:
         proc.wait(10)
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+def everything_server() -> dict[str, Any]:
+    """The reference server-everything (npm) over stdio; the test skips, saying how to get it,
+    where it is not installed (.ci/run installs it where npm is)."""
+    import os
+    import shutil
+
+    cached = Path.home() / ".cache/trio-agents/npm/node_modules/.bin/mcp-server-everything"
+    found = os.environ.get("TRIO_AGENTS_EVERYTHING") or (
+        str(cached) if cached.exists() else shutil.which("mcp-server-everything")
+    )
+    if not found or shutil.which("node") is None:
+        pytest.skip(
+            "server-everything is not installed (npm install --prefix "
+            "~/.cache/trio-agents/npm @modelcontextprotocol/server-everything)"
+        )
+    return {"command": found, "args": ["stdio"]}

@@ -66,6 +66,14 @@ _SAMPLES: dict[str, dict[str, Any]] = {
     "run_resumed": {"version": "0.1.0", "gap_s": 12.5, "last_seq": 41, "cut_bytes": 0,
                     "source": None, "config": {"provider": "scripted"}, "rerun": ["tu-2.1"],
                     "interrupted": ["tu-3.1"]},
+    # MCP servers asking the client (docs/mcp.md)
+    "mcp_sampled": {"tool_use_id": "tu-3", "server": "everything", "model": "m", "status": "ok",
+                    "reason": "", "input_tokens": 30, "output_tokens": 12},
+    "elicitation_requested": {"request_id": "elicit-1", "tool_use_id": "tu-3",
+                              "server": "everything", "message": "Who are you?", "mode": "form",
+                              "requested_schema": {"type": "object"}, "url": None},
+    "elicitation_resolved": {"request_id": "elicit-1", "tool_use_id": "tu-3",
+                             "action": "decline", "reason": "declined by user"},
 }
 
 

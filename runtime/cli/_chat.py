@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, TextIO
 import trio
 
 from runtime.core import (
+    ConfigError,
     ContextCompacted,
     Event,
     Message,
@@ -97,6 +98,7 @@ COMMANDS: dict[str, str] = {
     "/context": "how much of the model's context window the conversation fills",
     "/compact [focus]": "compact the conversation now: trim old tool output, summarise the rest",
     "/clear": "start a fresh conversation (a new session; this one stays resumable)",
+    "/mcp__SERVER__PROMPT [args]": "send an MCP server's prompt (args by position or name=value)",
     "/exit": "leave the chat (Ctrl+D at the prompt too)",
 }
 _ALIASES = {"/quit": "/exit", "/q": "/exit", "/?": "/help"}
@@ -569,6 +571,8 @@ class Chat:
             await self._compact(arg)
         elif name == "/clear":
             self._clear()
+        elif name.startswith("/mcp__"):
+            await self._mcp_prompt(line)
         elif name == "/exit":
             self.exit_requested = True
             current = self.current
@@ -580,6 +584,18 @@ class Chat:
                 f"Unknown command {name}: type /help for the list "
                 "(start with // to send a message that begins with /)."
             )
+
+    async def _mcp_prompt(self, line: str) -> None:
+        # An MCP server's prompt (docs/mcp.md, "Prompts"): sent as the next message, which the
+        # runtime replaces with the prompt's text before the turn starts.
+        current = self.current
+        if current is not None and not current.done:
+            self._say("A turn is running: wait for it (or Ctrl+C to cancel it), then send it.")
+            return
+        try:
+            await self._turn(line)
+        except ConfigError as exc:
+            self._say(f"{exc}")
 
     def _help(self) -> None:
         width = max(len(c) for c in COMMANDS)

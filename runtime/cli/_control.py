@@ -7,6 +7,8 @@ A unix stream socket taking JSON lines; each line gets exactly one JSON line bac
     {"op": "permission", "request_id": ID, "granted": true, "remember": false}
     {"op": "message", "agent_id": ID, "text": "…"}
     {"op": "pending"}          → {"ok": true, "pending": [{"request_id": …, …}]}
+    {"op": "elicitations"}     → {"ok": true, "elicitations": [{"request_id": …, …}]}
+    {"op": "elicit", "request_id": ID, "action": "accept", "content": {…}}
     anything wrong             → {"ok": false, "error": "…"}
 
 ``cancel`` cancels exactly the subtree under an agent id or a tool_use_id (``by="control"``);
@@ -14,7 +16,8 @@ A unix stream socket taking JSON lines; each line gets exactly one JSON line bac
 agents end ``stopped`` (docs/collaboration.md#stop);
 ``permission`` answers a ``permission_requested`` event; ``message`` queues a user message for an
 agent's next turn; ``pending`` lists the unanswered permission requests,
-so a client that does not read the event stream can still find them.
+so a client that does not read the event stream can still find them; ``elicitations`` and
+``elicit`` do the same for the questions MCP servers ask (docs/mcp.md, "Elicitation").
 
 Several clients may be connected at once; each is served by its own task, and a client that
 sends garbage, an over-long line or disconnects mid-line only gets an error answer or goes away:
@@ -61,7 +64,7 @@ if TYPE_CHECKING:
 MAX_LINE = 64 * 1024
 """The longest request line accepted, in bytes; a longer one gets an error answer."""
 
-_OPS = "cancel, message, pending, permission, stop"
+_OPS = "cancel, elicit, elicitations, message, pending, permission, stop"
 _log = get_logger("trio_agents.control")
 
 
@@ -120,7 +123,7 @@ class ControlServer:
         listener = trio.SocketListener(self._sock)
         # The socket answers for the whole run, not only while a client happens to be
         # connected: a client that comes a moment late must still find the question.
-        with rt.permission_answerer():
+        with rt.permission_answerer(), rt.elicitation_answerer():
             async with listener, trio.open_nursery() as nursery:
                 task_status.started()
 
@@ -339,11 +342,49 @@ async def handle_request(rt: Runtime, line: bytes) -> dict[str, Any]:
                     for p in rt.pending_permissions()
                 ],
             }
+        if op in ("elicit", "elicitations"):
+            return _elicitation_op(rt, op, req)
     except _BadRequest as exc:
         return _error(str(exc))
     if op is None:
         return _error(f"op: missing (one of {_OPS})")
     return _error(f"op: unknown {op!r} (one of {_OPS})")
+
+
+def _elicitation_op(rt: Runtime, op: str, req: Mapping[str, Any]) -> dict[str, Any]:
+    if op == "elicitations":
+        return {
+            "ok": True,
+            "elicitations": [
+                {
+                    "request_id": q.request_id,
+                    "tool_use_id": q.tool_use_id,
+                    "agent_id": q.agent_id,
+                    "server": q.server,
+                    "message": q.message,
+                    "mode": q.mode,
+                    "requested_schema": q.requested_schema,
+                    "url": q.url,
+                }
+                for q in rt.pending_elicitations()
+            ],
+        }
+    request_id = _field(req, "request_id", str, "the request_id of an elicitation")
+    action = req.get("action")
+    if action not in ("accept", "decline", "cancel"):
+        raise _BadRequest("action: expected accept, decline or cancel")
+    content = req.get("content")
+    if content is not None and not isinstance(content, dict):
+        raise _BadRequest("content: expected a JSON object")
+    try:
+        answered = rt.resolve_elicitation(
+            request_id, action, content, reason=f"{action} through the control socket"
+        )
+    except ValueError as exc:
+        raise _BadRequest(f"content: {exc}") from None
+    if answered:
+        return {"ok": True}
+    return _error(f"no pending elicitation {request_id!r}")
 
 
 # -- the client ----------------------------------------------------------------------------
@@ -455,3 +496,109 @@ def cmd_pending(path: str, *, as_json: bool = False) -> int:
                 line = f"    (--always: allows {rule} for the rest of the run)"
                 print(visible(line, layout=False))
     return code
+
+
+def cmd_elicit(ns: Any) -> int:
+    """``trio-agents elicit --control SOCK [REQUEST_ID accept|decline|cancel [NAME=VALUE…]]``:
+    list the questions waiting, or answer one (docs/mcp.md, "Elicitation").
+
+    Returns:
+        0 listed or answered, 1 the run refused (no such question, content that does not
+        match its schema), 2 nothing listens at SOCK or bad usage.
+    """
+    from ._exit import EXIT_USAGE, error_line
+
+    path: str = ns.control
+    code, answer = _ask(path, {"op": "elicitations"})
+    if answer is None:
+        return code
+    waiting = [q for q in answer.get("elicitations") or [] if isinstance(q, dict)]
+    if ns.request_id is None:
+        _print_questions(waiting, as_json=ns.json)
+        return code
+    if ns.action is None:
+        error_line("elicit: give the answer after REQUEST_ID: accept, decline or cancel")
+        return EXIT_USAGE
+    content: dict[str, Any] | None = None
+    if ns.action == "accept":
+        question = next((q for q in waiting if q.get("request_id") == ns.request_id), None)
+        schema = question.get("requested_schema") if question is not None else None
+        try:
+            content = _content(ns.content, ns.fields, schema if isinstance(schema, dict) else {})
+        except ValueError as exc:
+            error_line(f"elicit: {exc}")
+            return EXIT_USAGE
+    request: dict[str, Any] = {"op": "elicit", "request_id": ns.request_id, "action": ns.action}
+    if content is not None:
+        request["content"] = content
+    code, _ = _ask(path, request)
+    return code
+
+
+def _content(given: str | None, fields: list[str], schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The answer's content: ``--content`` JSON, then ``NAME=VALUE`` words typed by the
+    question's schema (a number, an integer, a boolean, else the text)."""
+    content: dict[str, Any] = {}
+    if given is not None:
+        try:
+            parsed = orjson.loads(given)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"--content: not JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise ValueError("--content: expected a JSON object")
+        content.update(parsed)
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    for word in fields:
+        name, eq, value = word.partition("=")
+        if not eq or not name:
+            raise ValueError(f"{word!r}: expected NAME=VALUE")
+        kind = (properties.get(name) or {}).get("type") if isinstance(properties, dict) else None
+        content[name] = _typed(name, value, kind)
+    return content
+
+
+def _typed(name: str, value: str, kind: Any) -> Any:
+    try:
+        if kind == "integer":
+            return int(value)
+        if kind == "number":
+            return float(value)
+    except ValueError:
+        raise ValueError(f"{name}: expected a {kind}, not {value!r}") from None
+    if kind == "boolean":
+        if value.lower() in ("true", "yes", "1"):
+            return True
+        if value.lower() in ("false", "no", "0"):
+            return False
+        raise ValueError(f"{name}: expected true or false, not {value!r}")
+    return value
+
+
+def _print_questions(waiting: list[dict[str, Any]], *, as_json: bool) -> None:
+    if as_json:
+        print(orjson.dumps(waiting).decode())
+        return
+    if not waiting:
+        print("No question is waiting.")
+        return
+    from runtime.core import visible
+
+    # The servers' words: shown (control characters visible), never obeyed.
+    for q in waiting:
+        head = (
+            f"{q.get('request_id')}  {q.get('server')}: {q.get('message')}  "
+            f"(agent {q.get('agent_id')}, call {q.get('tool_use_id')})"
+        )
+        print(visible(head, layout=False))
+        if q.get("mode") == "url":
+            print(visible(f"    open: {q.get('url')}", layout=False))
+            continue
+        schema = q.get("requested_schema")
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        required = set(schema.get("required") or []) if isinstance(schema, dict) else set()
+        for name, spec in (properties or {}).items():
+            spec = spec if isinstance(spec, dict) else {}
+            kind = spec.get("type", "string")
+            note = spec.get("description") or spec.get("title") or ""
+            star = "" if name in required else " (optional)"
+            print(visible(f"    {name}={kind}{star}  {note}".rstrip(), layout=False))

@@ -223,7 +223,7 @@ def _add_project_commands(sub: Any) -> None:
 
 
 def _add_control_commands(sub: Any) -> None:
-    """``cancel``, ``permit`` and ``pending``: talk to a run's control socket."""
+    """``cancel``, ``permit``, ``pending`` and ``elicit``: talk to a run's control socket."""
     cancel = sub.add_parser(
         "cancel",
         help="cancel a subtree of a run started with --control SOCK",
@@ -277,6 +277,24 @@ def _add_control_commands(sub: Any) -> None:
     )
     pending.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
     pending.add_argument("--json", action="store_true", help="as one JSON array")
+
+    elicit = sub.add_parser(
+        "elicit",
+        help="list or answer the questions MCP servers ask in a run started with --control SOCK",
+        description="Without REQUEST_ID: list the questions MCP servers asked that wait for an "
+        "answer. With it: answer one (docs/mcp.md, \"Elicitation\"): accept (with the content "
+        "as NAME=VALUE words, typed by the question's schema, or --content JSON), decline or "
+        "cancel. Exit 0 when answered, 1 when the run refused (no such question, content not "
+        "matching the schema), 2 when nothing listens at SOCK.",
+    )
+    elicit.add_argument("--control", metavar="SOCK", required=True, help="the run's socket")
+    elicit.add_argument("request_id", metavar="REQUEST_ID", nargs="?", help="e.g. elicit-1")
+    elicit.add_argument(
+        "action", nargs="?", choices=["accept", "decline", "cancel"], help="the answer"
+    )
+    elicit.add_argument("fields", metavar="NAME=VALUE", nargs="*", help="the content (accept)")
+    elicit.add_argument("--content", metavar="JSON", help="the content as one JSON object")
+    elicit.add_argument("--json", action="store_true", help="list as one JSON array")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -347,6 +365,10 @@ def _main(argv: list[str] | None) -> int:
             if ns.command == "permit":
                 return cmd_permit(ns.control, ns.request_id, ns.answer, always=ns.always)
             return cmd_pending(ns.control, as_json=ns.json)
+        if ns.command == "elicit":
+            from ._control import cmd_elicit
+
+            return cmd_elicit(ns)
         if ns.command == "trust":
             from ._trust_cmd import cmd_trust
 

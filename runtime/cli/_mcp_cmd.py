@@ -46,18 +46,28 @@ def add_parser(sub: Any) -> None:
         "its status, transport and tools. Exit 0 when all started, 1 when one did not, 2 on "
         "a bad config file.",
     )
-    ls.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    ls.add_argument(
-        "--workspace", metavar="DIR", help="where .mcp.json is read and stdio servers start"
+    res = commands.add_parser(
+        "resources",
+        help="start every configured server and list its resources and resource templates",
+        description="Start every configured MCP server (all at once), then print each "
+        "resource as @SERVER:URI (what a prompt mentions to attach it, docs/mcp.md) with its "
+        "name, and each resource template. Exit codes as mcp list.",
     )
-    ls.add_argument("--debug", action="store_true", help="debug logs and tracebacks on stderr")
-    add_mcp_options(ls)
+    for parser in (ls, res):
+        parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+        parser.add_argument(
+            "--workspace", metavar="DIR", help="where .mcp.json is read and stdio servers start"
+        )
+        parser.add_argument(
+            "--debug", action="store_true", help="debug logs and tracebacks on stderr"
+        )
+        add_mcp_options(parser)
 
 
 def main(ns: argparse.Namespace, parser: CliParser) -> int:
     """Run ``trio-agents mcp …`` as parsed into *ns*; returns the exit code."""
     if ns.mcp_command is None:
-        error_line(f"{PROG} mcp needs a command: list (see {PROG} mcp --help)")
+        error_line(f"{PROG} mcp needs a command: list or resources (see {PROG} mcp --help)")
         return EXIT_USAGE
     import dataclasses
     from pathlib import Path
@@ -76,6 +86,8 @@ def main(ns: argparse.Namespace, parser: CliParser) -> int:
             print(NO_SERVERS)
         return EXIT_OK
     setup_logging(opts.debug)
+    if ns.mcp_command == "resources":
+        return run_command(lambda: list_resources(opts, as_json=ns.json), debug=opts.debug)
     return run_command(lambda: list_servers(opts, as_json=ns.json), debug=opts.debug)
 
 
@@ -157,8 +169,8 @@ async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
     async with started_servers(opts, warnings.append) as servers:
         by_server: dict[str, list[Any]] = {name: [] for name in servers.servers}
         for tool in servers.tools:
-            assert isinstance(tool, McpTool)
-            by_server[tool.server.name].append(tool)
+            if isinstance(tool, McpTool):  # not the resource tools: they belong to no server
+                by_server[tool.server.name].append(tool)
         rows: list[dict[str, Any]] = [
             {
                 "name": name,
@@ -173,6 +185,19 @@ async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
                         "read_only": t.read_only,
                     }
                     for t in by_server[name]
+                ],
+                **_resource_rows(server),
+                "prompts": [
+                    {
+                        "name": p.name,
+                        "command": f"/mcp__{name}__{p.name}",
+                        "description": _first_line(p.description or ""),
+                        "arguments": [
+                            {"name": a.name, "required": bool(a.required)}
+                            for a in (p.arguments or [])
+                        ],
+                    }
+                    for p in server.prompts
                 ],
             }
             for name, server in servers.servers.items()
@@ -189,11 +214,16 @@ async def list_servers(opts: RunOptions, *, as_json: bool) -> int:
         for row in rows:
             head = f"{row['name']}  {row['status']}  {row['transport']}"
             if row["status"] == "ok":
-                print(visible(f"{head}  {len(row['tools'])} tools", layout=False))
+                counts = f"{len(row['tools'])} tools"
+                for key in ("resources", "resource_templates", "prompts"):
+                    if row[key]:
+                        counts += f", {len(row[key])} {key.replace('_', ' ')}"
+                print(visible(f"{head}  {counts}", layout=False))
             else:
                 print(visible(f"{head}  {row['error']}", layout=False))
             for tool in row["tools"]:
                 print(visible(f"  {tool['name']}  {tool['description']}", layout=False))
+            _print_extras(row)
     return EXIT_FAILED if any(r["status"] != "ok" for r in rows) else EXIT_OK
 
 
@@ -202,3 +232,68 @@ def _first_line(text: str) -> str:
         if line.strip():
             return line.strip()
     return ""
+
+
+def _resource_rows(server: Any) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "resources": [
+            {"uri": r.uri, "name": r.name, "mime_type": r.mime_type, "size": r.size}
+            for r in server.resources
+        ],
+        "resource_templates": [
+            {"uri_template": t.uri_template, "name": t.name, "mime_type": t.mime_type}
+            for t in server.resource_templates
+        ],
+    }
+
+
+def _print_extras(row: dict[str, Any]) -> None:
+    """A server's resources, templates and prompts under its tools (names only: the servers'
+    words, shown, never obeyed)."""
+    name = row["name"]
+    for res in row["resources"]:
+        print(visible(f"  @{name}:{res['uri']}  {res['name']}", layout=False))
+    for tpl in row["resource_templates"]:
+        print(visible(f"  @{name}:{tpl['uri_template']}  {tpl['name']} (template)", layout=False))
+    for prompt in row["prompts"]:
+        args = " ".join(
+            a["name"] if a["required"] else f"[{a['name']}]" for a in prompt["arguments"][:20]
+        )
+        if len(prompt["arguments"]) > 20:
+            args += f" … ({len(prompt['arguments'])} arguments)"
+        print(visible(f"  {prompt['command']} {args}".rstrip(), layout=False))
+
+
+async def list_resources(opts: RunOptions, *, as_json: bool) -> int:
+    """``trio-agents mcp resources``: start the servers of *opts*, print their resources and
+    resource templates, close them; returns the exit code (as :func:`list_servers`).
+
+    Cancellation: closes every server.
+    """
+    warnings: list[str] = []
+    async with started_servers(opts, warnings.append) as servers:
+        rows = [
+            {
+                "name": name,
+                "status": "ok" if server.state == "ready" else "failed",
+                "error": server.error,
+                **_resource_rows(server),
+            }
+            for name, server in servers.servers.items()
+        ]
+    if as_json:
+        print(json.dumps({"servers": rows}, ensure_ascii=False))
+    else:
+        for row in rows:
+            if row["status"] != "ok":
+                print(visible(f"{row['name']}  failed  {row['error']}", layout=False))
+                continue
+            for res in row["resources"]:
+                mime = f"  {res['mime_type']}" if res["mime_type"] else ""
+                print(visible(f"@{row['name']}:{res['uri']}  {res['name']}{mime}", layout=False))
+            for tpl in row["resource_templates"]:
+                line = f"@{row['name']}:{tpl['uri_template']}  {tpl['name']} (template)"
+                print(visible(line, layout=False))
+        if not any(r["resources"] or r["resource_templates"] for r in rows):
+            print("no MCP server offers resources")
+    return EXIT_FAILED if any(r["status"] != "ok" for r in rows) else EXIT_OK

@@ -903,7 +903,9 @@ async def open_session(
                         if control is not None:
                             await nursery.start(control.serve, rt)
                         answerer = rt.permission_answerer() if prompts else nullcontext()
-                        with answerer:
+                        # The terminal asks MCP servers' questions too (docs/mcp.md).
+                        asker = rt.elicitation_answerer() if prompts else nullcontext()
+                        with answerer, asker:
                             yield session
                 finally:
                     nursery.cancel_scope.cancel(reason="the run is over")

@@ -45,11 +45,18 @@ import sys
 import termios
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import trio
 
-from runtime.core import Event, PermissionRequested, PermissionResolved, visible
+from runtime.core import (
+    ElicitationRequested,
+    ElicitationResolved,
+    Event,
+    PermissionRequested,
+    PermissionResolved,
+    visible,
+)
 
 if TYPE_CHECKING:
     from runtime.trace import RunningSubtree, TraceTree
@@ -113,6 +120,15 @@ def _permission_key(typed: str) -> bool:
     return typed.lower() in _PERMISSION_KEYS
 
 
+MAX_FORM_FIELDS = 50
+"""The most fields of a server's question the terminal asks (the rest are left out)."""
+_ACTIONS: dict[str, Any] = {
+    "y": "accept", "yes": "accept", "": "accept",
+    "n": "decline", "no": "decline",
+    "c": "cancel", "cancel": "cancel",
+}
+
+
 class _Prompt:
     """One question on the terminal: its read can be cut short from outside."""
 
@@ -123,6 +139,7 @@ class _Prompt:
         self.interrupted = False
         self.nothing_left = False
         self.resolved_elsewhere: PermissionResolved | None = None
+        self.answered_elsewhere: ElicitationResolved | None = None
 
 
 class TerminalPrompts:
@@ -148,6 +165,7 @@ class TerminalPrompts:
         self._stream: trio.lowlevel.FdStream | None = None
         self._pending = b""
         self._requests: deque[PermissionRequested] = deque()
+        self._questions: deque[ElicitationRequested] = deque()
         self._interrupts = 0
         self._wake: trio.Event | None = None
         self._active: _Prompt | None = None
@@ -172,7 +190,9 @@ class TerminalPrompts:
 
     # -- inputs ----------------------------------------------------------------------------
 
-    WATCHED: ClassVar[frozenset[type[Event]]] = frozenset({PermissionRequested, PermissionResolved})
+    WATCHED: ClassVar[frozenset[type[Event]]] = frozenset(
+        {PermissionRequested, PermissionResolved, ElicitationRequested, ElicitationResolved}
+    )
     """The only events :meth:`tap` acts on (the session passes it no others)."""
 
     def tap(self, event: Event) -> None:
@@ -180,6 +200,8 @@ class TerminalPrompts:
         if isinstance(event, PermissionRequested):
             self._requests.append(event)
             self._poke()
+        elif isinstance(event, ElicitationRequested | ElicitationResolved):
+            self._tap_question(event)
         elif isinstance(event, PermissionResolved):
             active = self._active
             if active is not None and active.request_id == event.request_id:
@@ -190,6 +212,21 @@ class TerminalPrompts:
                     if queued.request_id == event.request_id:
                         self._requests.remove(queued)
                         break
+
+    def _tap_question(self, event: ElicitationRequested | ElicitationResolved) -> None:
+        if isinstance(event, ElicitationRequested):
+            self._questions.append(event)
+            self._poke()
+            return
+        active = self._active
+        if active is not None and active.request_id == event.request_id:
+            active.answered_elsewhere = event
+            active.scope.cancel(reason="answered elsewhere")
+        else:
+            for queued in self._questions:
+                if queued.request_id == event.request_id:
+                    self._questions.remove(queued)
+                    break
 
     def on_sigint(self) -> None:
         """A Ctrl+C: at the picker it aborts; at a question it denies it; else opens the picker."""
@@ -230,7 +267,7 @@ class TerminalPrompts:
 
     async def _serve(self, session: Session) -> None:
         while True:
-            if not (self._interrupts or self._requests):
+            if not (self._interrupts or self._requests or self._questions):
                 wake = self._wake = trio.Event()
                 await wake.wait()
                 continue
@@ -239,6 +276,8 @@ class TerminalPrompts:
                 await self._picker(session)
             elif self._requests:
                 await self._ask_permission(session, self._requests.popleft())
+            elif self._questions:
+                await self._ask_question(session, self._questions.popleft())
 
     async def _read_line(self, prompt: _Prompt, question: str) -> str | None:
         """Print *question* and read one line; None when cut short (Ctrl+C, answered elsewhere)
@@ -635,6 +674,110 @@ class TerminalPrompts:
                     )
                     return
                 self.console.print("Please answer y, n or a.", highlight=False)
+
+    async def _ask_question(self, session: Session, req: ElicitationRequested) -> None:
+        """An MCP server's question (docs/mcp.md, "Elicitation"): a link to open, or a form
+        of one line per field of the requested schema, then whether to send it."""
+        if not any(q.request_id == req.request_id for q in session.rt.pending_elicitations()):
+            return  # answered, timed out or cancelled while it queued
+        who = agent_path(self.tree, req.agent_id)
+        with self.view.paused():
+            self.console.print(
+                f"[bold yellow]Question[/] from MCP server [bold]{_escape(visible(req.server))}"
+                f"[/] (for {_escape(visible(who))}): {_escape(visible(req.message))}",
+                highlight=False,
+            )
+            if req.mode == "url":
+                self.console.print(f"Open: {visible(req.url or '')}", markup=False)
+                await self._answer_url(session, req)
+                return
+            while True:
+                content = await self._fill_form(session, req)
+                if content is None:
+                    return
+                line = await self._line(session, req, "Send? [y]es / [n]o (decline) / [c]ancel: ")
+                if line is None:
+                    return
+                action = _ACTIONS.get(line.lower(), "ask again")
+                if action == "ask again":
+                    continue
+                try:
+                    session.rt.resolve_elicitation(
+                        req.request_id, action, content if action == "accept" else None,
+                        reason=f"{action} at the terminal",
+                    )  # fmt: skip
+                except ValueError as exc:
+                    self.console.print(f"Not sent: {exc}; once more.", markup=False)
+                    continue
+                said = {"accept": "Sent.", "decline": "Declined."}.get(action, "Cancelled.")
+                self.console.print(said, highlight=False)
+                return
+
+    async def _answer_url(self, session: Session, req: ElicitationRequested) -> None:
+        line = await self._line(session, req, "Opened it? [y]es / [n]o (decline) / [c]ancel: ")
+        if line is not None:
+            action = _ACTIONS.get(line.lower(), "decline")
+            why = f"{action} at the terminal"
+            session.rt.resolve_elicitation(req.request_id, action, reason=why)
+
+    async def _fill_form(
+        self, session: Session, req: ElicitationRequested
+    ) -> dict[str, Any] | None:
+        """One line per field (an empty line keeps the default, or leaves an optional field
+        out); None when the question was cut short (Ctrl+C cancels it, an answer elsewhere)."""
+        from ._control import _typed
+
+        schema = req.requested_schema or {}
+        properties = schema.get("properties")
+        properties = properties if isinstance(properties, dict) else {}
+        required = set(schema.get("required") or [])
+        content: dict[str, Any] = {}
+        for name, spec in list(properties.items())[:MAX_FORM_FIELDS]:
+            spec = spec if isinstance(spec, dict) else {}
+            kind = spec.get("type", "string")
+            note = spec.get("description") or spec.get("title") or ""
+            choices = spec.get("enum")
+            hint = "/".join(map(str, choices[:10])) if isinstance(choices, list) else kind
+            default = spec.get("default")
+            extra = f", default {default}" if default is not None else ""
+            extra += "" if name in required else ", optional"
+            question = visible(f"  {name} ({hint}{extra}) {note}".rstrip(), layout=False) + ": "
+            while True:
+                line = await self._line(session, req, question)
+                if line is None:
+                    return None
+                if not line:
+                    if default is not None:
+                        content[name] = default
+                    if default is not None or name not in required:
+                        break
+                    self.console.print(f"  {name} is required.", markup=False)
+                    continue
+                try:
+                    content[name] = _typed(name, line, kind)
+                except ValueError as exc:
+                    self.console.print(f"  {exc}", markup=False)
+                    continue
+                break
+        return content
+
+    async def _line(
+        self, session: Session, req: ElicitationRequested, question: str
+    ) -> str | None:
+        """One line for *req*; None when cut short: Ctrl+C cancels the question, an answer
+        given elsewhere (a control client) or its end is said."""
+        prompt = _Prompt("question", req.request_id)
+        line = await self._read_line(prompt, question)
+        done = prompt.answered_elsewhere
+        if done is not None:
+            self.console.print(f"({done.action} meanwhile: {done.reason})", markup=False)
+            return None
+        if prompt.interrupted or line is None:
+            why = "cancelled by user (Ctrl+C)"
+            session.rt.resolve_elicitation(req.request_id, "cancel", reason=why)
+            self.console.print("Cancelled.", highlight=False)
+            return None
+        return line.strip()
 
     def _which(self, agent_id: str | None) -> str:
         # Sibling agents of one type share a path: their task and id tell them apart.

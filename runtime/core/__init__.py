@@ -54,6 +54,9 @@ if TYPE_CHECKING:
     from ._context_window import fixed_chars as fixed_chars
     from ._context_window import history_chars as history_chars
     from ._context_window import parse_overflow as parse_overflow
+    from ._elicitation import ElicitAction as ElicitAction
+    from ._elicitation import ElicitationDesk as ElicitationDesk
+    from ._elicitation import PendingElicitation as PendingElicitation
     from ._errors import AgentsError as AgentsError
     from ._errors import ConfigError as ConfigError
     from ._errors import ContextOverflowError as ContextOverflowError
@@ -75,8 +78,11 @@ if TYPE_CHECKING:
     from ._events import CancelBy as CancelBy
     from ._events import CancelRequested as CancelRequested
     from ._events import ContextCompacted as ContextCompacted
+    from ._events import ElicitationRequested as ElicitationRequested
+    from ._events import ElicitationResolved as ElicitationResolved
     from ._events import Event as Event
     from ._events import HookFinished as HookFinished
+    from ._events import McpSampled as McpSampled
     from ._events import PermissionRequested as PermissionRequested
     from ._events import PermissionResolved as PermissionResolved
     from ._events import ProviderRetry as ProviderRetry
@@ -254,6 +260,12 @@ _LAZY: dict[str, str] = {
     "Hook": "._hook_table",
     "HookRunner": "._hooks",
     "HookTable": "._hook_table",
+    "McpSampled": "._events",
+    "ElicitationDesk": "._elicitation",
+    "PendingElicitation": "._elicitation",
+    "ElicitAction": "._elicitation",
+    "ElicitationRequested": "._events",
+    "ElicitationResolved": "._events",
     "RetryNotice": "._provider",
     "RunContext": "._context",
     "RunFinished": "._events",

@@ -2,7 +2,8 @@
 
 :class:`BudgetLayer` is a core hook of the bus (never dropped): it keeps the agent tree (from
 ``agent_started``), adds each ``turn_finished``'s tokens (and a summary's, from
-``context_compacted``) and each ``tool_started`` to the agent and every ancestor, and when a
+``context_compacted``, and an MCP sampling request's, from ``mcp_sampled``) and each
+``tool_started`` to the agent and every ancestor, and when a
 subtree with a budget goes over it, asks the runtime to cancel that subtree ``by="budget"``. The
 cancel itself runs in the layer's own task, because a hook must not emit. Wall-clock budgets are
 a deadline on the agent's cancel scope, set by the runtime when the agent starts.
@@ -30,6 +31,7 @@ from ._events import (
     AgentStarted,
     ContextCompacted,
     Event,
+    McpSampled,
     TextDelta,
     ToolStarted,
     TurnFinished,
@@ -160,6 +162,9 @@ class BudgetLayer:
             self._add(event.agent_id, tool_calls=1)
         elif isinstance(event, ContextCompacted) and (event.input_tokens or event.output_tokens):
             # A summary is a model call made for the agent: its tokens are the agent's.
+            self._add(event.agent_id, tokens=event.input_tokens + event.output_tokens)
+        elif isinstance(event, McpSampled) and (event.input_tokens or event.output_tokens):
+            # An MCP server's sampling request is answered with the agent's model, for it.
             self._add(event.agent_id, tokens=event.input_tokens + event.output_tokens)
         elif isinstance(event, AgentFinished) and event.agent_id is not None:
             # Every agent under it has finished already (docs/events.md#invariants) and its

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,6 +25,7 @@ from ._agent_types import AgentType, AgentTypes
 from ._approvals import PermissionBroker
 from ._budget import BudgetLayer
 from ._bus import EventBus
+from ._elicitation import ElicitationDesk
 from ._events import CancelBy, CancelRequested, StopRequested
 from ._limits import Limits
 from ._prices import PriceTable
@@ -345,6 +346,11 @@ class RunContext:
     hooks: HookRunner | None = None
     # The running agents as a family, for messages between them (docs/collaboration.md).
     directory: AgentDirectory = attrs.Factory(lambda: _new_directory())
+    # Questions MCP servers ask the user, waiting like permission requests (docs/mcp.md).
+    elicitations: ElicitationDesk = attrs.Factory(ElicitationDesk)
+    # What a root agent's prompt becomes before it starts: the MCP resources it mentions as
+    # ``@server:uri`` attached (docs/mcp.md, "Resources"); None: as given.
+    expand_prompt: Callable[[str], Awaitable[str]] | None = None
 
 
 def _new_directory() -> AgentDirectory:
@@ -443,6 +449,7 @@ def new_run_context(
     middleware: MiddlewareChain | None = None,
     prices: PriceTable | None = None,
     hooks: HookRunner | None = None,
+    expand_prompt: Callable[[str], Awaitable[str]] | None = None,
 ) -> RunContext:
     """The one way a run's :class:`RunContext` is built, locally and on a Ray host alike.
 
@@ -500,6 +507,7 @@ def new_run_context(
         type_setups=type_setups if type_setups is not None else {},
         middleware=middleware or None,
         hooks=hooks,
+        expand_prompt=expand_prompt,
     )
     bus.add_core_hook(budget)
     bus.add_core_hook(scheduler.track_announced)

@@ -318,6 +318,50 @@ class RunResumed(Event):
     """Interrupted tool calls not run again: the model reads that they were interrupted."""
 
 
+# -- MCP servers asking the client (docs/mcp.md, "Sampling" and "Elicitation") -----------------
+
+
+@attrs.frozen(kw_only=True)
+class McpSampled(Event):
+    """An MCP server's ``sampling/createMessage`` was answered (or not) with the calling
+    agent's model, during that agent's call ``tool_use_id`` to the server."""
+
+    type: ClassVar[str] = "mcp_sampled"
+    tool_use_id: str = attrs.field(metadata=_ID)
+    server: str
+    model: str
+    status: Literal["ok", "declined", "error", "cancelled"]
+    reason: str = ""
+    input_tokens: int = 0
+    """What the model call cost (counted in the agent's usage and budget)."""
+    output_tokens: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class ElicitationRequested(Event):
+    """An MCP server asked the user a question during the call ``tool_use_id``."""
+
+    type: ClassVar[str] = "elicitation_requested"
+    request_id: str = attrs.field(metadata=_ID)
+    tool_use_id: str = attrs.field(metadata=_ID)
+    server: str
+    message: str
+    mode: Literal["form", "url"]
+    requested_schema: dict[str, Any] | None = None
+    url: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ElicitationResolved(Event):
+    """The answer to an ``elicitation_requested`` (every request ends with one)."""
+
+    type: ClassVar[str] = "elicitation_resolved"
+    request_id: str = attrs.field(metadata=_ID)
+    tool_use_id: str = attrs.field(metadata=_ID)
+    action: Literal["accept", "decline", "cancel"]
+    reason: str = ""
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -344,6 +388,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         AgentMessage,
         TodoUpdated,
         RunResumed,
+        McpSampled,
+        ElicitationRequested,
+        ElicitationResolved,
     )
 }
 

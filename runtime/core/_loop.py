@@ -414,6 +414,12 @@ async def _turns(
             await run.scheduler.acquire_slot(spec.agent_id)
         if ctx.mailbox.pending():
             await _deliver_messages(run, spec, ctx, state)
+        fresh = type_setup(run, atype)
+        if fresh is not setup:
+            # The run's tools changed since the last turn (an MCP server's tools/list_changed,
+            # docs/mcp.md): this turn offers the new list. The history and the system prompt
+            # stay; the context estimate follows from the next reported usage.
+            setup, specs = fresh, fresh.specs
         await compactor.before_request(state)
         request = ModelRequest(
             model=atype.model or run.settings.model,
@@ -905,6 +911,8 @@ class _Call:
     cancelled call's result carries the sub-agent's partial work."""
     worktrees: list[Worktree] = attrs.Factory(list)
     """The worktrees of the isolated sub-agents it started: its result names them."""
+    state: AgentState | None = None
+    """The calling agent's state: a model call the tool makes for it adds to its usage."""
 
 
 async def _run_tool_calls(
@@ -942,6 +950,7 @@ async def _run_tool_calls(
             agent_id=run.scheduler.new_agent_id(call.id) if call.name == "agent" else None,
             own_task=parallel,
             background=background,
+            state=state,
         )
         for i, call in enumerate(calls)
     ]
@@ -1149,6 +1158,10 @@ async def _run_tool(record: _Call, tool: Tool, args: dict[str, Any]) -> tuple[To
         sandbox=run.sandbox,
         messenger=Messenger(run, spec),
         report_todos=spawner.report_todos,
+        agent_type=spec.agent_type.name,
+        model=spec.agent_type.model or run.settings.model,
+        parent_tool_use_id=spec.parent_tool_use_id,
+        add_usage=_usage_adder(record.state),
     )
     try:
         if run.middleware is not None and run.middleware.tool_layers:
@@ -1161,6 +1174,17 @@ async def _run_tool(record: _Call, tool: Tool, args: dict[str, Any]) -> tuple[To
     except Exception as exc:  # a bug in a tool is a result the model reads, not a crash
         log.exception("tool raised", tool=tool.name, tool_use_id=call.id)
         return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"
+
+
+def _usage_adder(state: AgentState | None) -> Callable[[int, int], None] | None:
+    if state is None:
+        return None
+
+    def add(input_tokens: int, output_tokens: int) -> None:
+        state.input_tokens += input_tokens
+        state.output_tokens += output_tokens
+
+    return add
 
 
 def _takes_background(tool: Tool) -> bool:

@@ -35,7 +35,9 @@ class ModelRequest:
         agent_id: the calling agent, for logs.
         purpose: ``turn`` for the agent's own turns; ``compact`` for a request that asks for a
             summary of the conversation so far (docs/context.md), which the scripted provider
-            answers from the scenario's ``compact`` agent type.
+            answers from the scenario's ``compact`` agent type; ``sample`` for an MCP server's
+            sampling request made during the agent's tool call (docs/mcp.md, "Sampling"),
+            answered from the scenario's ``sample`` agent type.
         output_schema: see the attribute.
     """
 
@@ -46,7 +48,7 @@ class ModelRequest:
     agent_type: str
     agent_id: str
     max_tokens: int = 4096
-    purpose: Literal["turn", "compact"] = "turn"
+    purpose: Literal["turn", "compact", "sample"] = "turn"
     output_schema: dict[str, Any] | None = None
     """The JSON Schema the agent's final answer must match (its type's ``output_type``); a
     provider may pass it on natively (docs/python-api.md, "Typed outputs")."""

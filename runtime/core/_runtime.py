@@ -18,6 +18,7 @@ from ._approvals import PendingRequest
 from ._bus import EventBus, Policy, Subscription, Tap
 from ._compaction import agent_window
 from ._context import RunContext, cancel_node, stop_node
+from ._elicitation import ElicitAction, PendingElicitation
 from ._errors import ConfigError
 from ._events import AgentStatus, CancelBy
 from ._limits import Budget, Limits
@@ -193,6 +194,8 @@ class Runtime:
             atype = attrs.evolve(atype, output_type=output_type)
         if atype.output_type is not None:
             output_spec(atype.output_type)  # a type with no schema: ConfigError now, not later
+        if run.expand_prompt is not None:
+            prompt = await run.expand_prompt(prompt)
         return AgentSpec(
             agent_id=run.scheduler.new_agent_id(),
             agent_type=atype,
@@ -443,6 +446,37 @@ class Runtime:
     def pending_permissions(self) -> list[PendingRequest]:
         """Permission requests waiting for an answer now."""
         return self._run.broker.pending()
+
+    def pending_elicitations(self) -> list[PendingElicitation]:
+        """Questions MCP servers asked the user that wait for an answer now (docs/mcp.md,
+        "Elicitation")."""
+        return self._run.elicitations.pending()
+
+    @contextmanager
+    def elicitation_answerer(self) -> Generator[None, None, None]:
+        """Declare that someone answers MCP servers' questions while the block runs; without
+        one, a question is declined at once."""
+        with self._run.elicitations.answerer():
+            yield
+
+    def resolve_elicitation(
+        self,
+        request_id: str,
+        action: ElicitAction,
+        content: Mapping[str, Any] | None = None,
+        *,
+        reason: str | None = None,
+    ) -> bool:
+        """Answer an ``elicitation_requested`` event: ``accept`` (with *content* matching the
+        requested schema, in form mode), ``decline`` or ``cancel``.
+
+        Returns:
+            ``False`` when no such question is waiting.
+
+        Raises:
+            ValueError: *content* does not match the requested schema (one line).
+        """
+        return self._run.elicitations.resolve(request_id, action, content, reason=reason)
 
     @contextmanager
     def permission_answerer(self) -> Generator[None, None, None]:

@@ -146,6 +146,8 @@ class ToolContext:
             ``send_message`` tool); ``None`` where there is nobody to message.
         report_todos: emits a ``todo_updated`` event for this call's agent with its whole todo
             list (``todo_write``); ``None`` where nobody listens.
+        add_usage: adds ``(input_tokens, output_tokens)`` of a model call the tool made for
+            its agent to the agent's usage.
     """
 
     workspace: Path
@@ -161,6 +163,13 @@ class ToolContext:
     sandbox: Sandbox | None = None
     messenger: AgentMessenger | None = None
     report_todos: Callable[[list[dict[str, str]]], Awaitable[None]] | None = None
+    # What a tool that makes model calls for its agent needs (an MCP server's sampling request,
+    # docs/mcp.md "Sampling"): the agent's type and model, its place in the tree, and where the
+    # call's tokens go (the agent's usage, so agent_finished and its budget count them).
+    agent_type: str = ""
+    model: str = ""
+    parent_tool_use_id: str | None = None
+    add_usage: Callable[[int, int], None] | None = None
 
 
 class AgentMessenger(Protocol):

@@ -27,10 +27,10 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import mcp_types
 import trio
@@ -39,21 +39,35 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 
 from runtime._logs import get_logger
-from runtime.core import NO_SECRETS, Secrets, ToolError
+from runtime.core import NO_SECRETS, Secrets, Tool, ToolError, one_line
 
+from ._client import Caller, ServerRequests
 from ._config import McpConfig, McpServerConfig
 from ._stdio import StdioTransport
 
 if TYPE_CHECKING:
-    from ._tool import McpTool
+    from runtime.core import RunContext
+
 
 __all__ = ["McpServer", "McpServers", "ServerState", "open_mcp_servers"]
 
 ServerState = Literal["starting", "ready", "lost", "failed", "closed"]
+_T = TypeVar("_T")
 
 RESTARTS = 1
 """How many times per run a server that went away is started again (on the next call)."""
 _MAX_TOOL_PAGES = 100
+MAX_RELISTS = 100
+"""How many times per run a server's lists are listed again after a ``list_changed``."""
+RELIST_WAIT_S = 5.0
+"""How long a call waits for the lists its server said changed during it."""
+_LIST_CHANGED: Mapping[str, type] = {
+    "notifications/tools/list_changed": mcp_types.ToolListChangedNotification,
+    "notifications/resources/list_changed": mcp_types.ResourceListChangedNotification,
+    "notifications/prompts/list_changed": mcp_types.PromptListChangedNotification,
+}
+MAX_LISTED = 10_000
+"""The most resources, resource templates or prompts kept of one server."""
 _CLIENT_INFO = mcp_types.Implementation(name="trio-agents", version="0.1.0")
 
 
@@ -66,6 +80,8 @@ class McpServer:
         state: see the module docs.
         error: why it is ``failed`` or ``lost`` (one line, secrets masked).
         tools: the tools it listed when it started (SDK objects).
+        resources, resource_templates, prompts: what else it listed then (where it offers
+            them; at most :data:`MAX_LISTED` each).
         instructions: what the server said about itself in ``initialize``, if anything.
     """
 
@@ -85,6 +101,9 @@ class McpServer:
         self.state: ServerState = "starting"
         self.error: str | None = None
         self.tools: list[mcp_types.Tool] = []
+        self.resources: list[mcp_types.Resource] = []
+        self.resource_templates: list[mcp_types.ResourceTemplate] = []
+        self.prompts: list[mcp_types.Prompt] = []
         self.instructions: str | None = None
         self.started = trio.Event()
         """Set once the first start has ended, whichever way."""
@@ -101,6 +120,15 @@ class McpServer:
         self._restarts_left = RESTARTS
         self._stdio: StdioTransport | None = None
         self._bad_line_warned = False
+        self.requests = ServerRequests(config.name, cwd, secrets)
+        """What the server asks of the client (sampling, elicitation, roots, logging)."""
+        self.on_tools_changed: Callable[[McpServer], None] | None = None
+        """Called after the server's tools were listed again (``tools/list_changed``)."""
+        self._stale: set[type] = set()
+        self._settled = trio.Event()
+        self._settled.set()
+        self._relisting = False
+        self._relists = 0
 
     # -- the actor -------------------------------------------------------------------------
 
@@ -137,11 +165,23 @@ class McpServer:
             with trio.CancelScope(deadline=trio.current_time() + self._start_timeout_s) as start:
                 async with trio.open_nursery() as nursery:
                     read, write = await nursery.start(self._run_transport, lost)
-                    async with ClientSession(
-                        read, write, message_handler=self._on_message, client_info=_CLIENT_INFO
+                    async with _Session(
+                        self._mark_stale,
+                        read,
+                        write,
+                        message_handler=self._on_message,
+                        client_info=_CLIENT_INFO,
+                        # Declaring these is what makes a server offer the tools that use
+                        # them (server-everything's sampling and elicitation tools).
+                        sampling_callback=self.requests.sample,
+                        elicitation_callback=self.requests.elicit,
+                        list_roots_callback=self.requests.list_roots,
+                        logging_callback=self.requests.log,
                     ) as session:
                         init = await session.initialize()
                         tools = await _list_tools(session)
+                        if first:
+                            await self._list_extras(session, init.capabilities)
                         start.deadline = math.inf
                         if first:
                             self.tools = tools
@@ -172,6 +212,27 @@ class McpServer:
             if not first:
                 self._warn(f"mcp server {self.name!r} could not be restarted: {self.error}")
 
+    async def _list_extras(
+        self, session: ClientSession, caps: mcp_types.ServerCapabilities
+    ) -> None:
+        """The server's resources, resource templates and prompts, where it offers them
+        (bounded, docs/mcp.md); a server that fails to list them keeps its tools."""
+        try:
+            if caps.resources is not None:
+                self.resources = await _paged(session.list_resources, "resources")
+                self.resource_templates = await _paged(
+                    session.list_resource_templates, "resource_templates"
+                )
+            if caps.prompts is not None:
+                self.prompts = await _paged(session.list_prompts, "prompts")
+        except MCPError as exc:
+            if exc.error.code == mcp_types.CONNECTION_CLOSED:
+                raise
+            self._warn(
+                f"mcp server {self.name!r} could not list its resources or prompts: "
+                f"{self._secrets.text(one_line(exc.error.message, 300))}"
+            )
+
     async def _run_transport(
         self, lost: trio.Event, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
     ) -> None:
@@ -196,7 +257,25 @@ class McpServer:
         finally:
             lost.set()
 
+    def _mark_stale(self, method: str) -> None:
+        # In receive order, before the answer of the call during which the server said it:
+        # that call waits for the new list (tools_settled), so the agent's next turn has it.
+        kind = _LIST_CHANGED.get(method)
+        if kind is not None:
+            self._stale.add(kind)
+            if self._settled.is_set():
+                self._settled = trio.Event()
+
+    async def tools_settled(self) -> None:
+        """Wait (at most :data:`RELIST_WAIT_S`) until the lists a ``list_changed`` made stale
+        are listed again. Cancellation: a checkpoint."""
+        with trio.move_on_after(RELIST_WAIT_S):
+            await self._settled.wait()
+
     async def _on_message(self, message: Any) -> None:
+        if isinstance(message, tuple(_LIST_CHANGED.values())):
+            await self._relist(type(message))
+            return
         if isinstance(message, Exception) and not self._bad_line_warned:
             self._bad_line_warned = True
             self._warn(
@@ -204,14 +283,55 @@ class McpServer:
                 "(ignored; a stdio server must keep stdout for the protocol)"
             )
 
+    async def _relist(self, kind: type) -> None:
+        """List again what a ``notifications/*/list_changed`` says changed, then tell the run
+        (:attr:`on_tools_changed`). A flood is coalesced: one listing at a time, one more after
+        it when more notifications came meanwhile, at most :data:`MAX_RELISTS` per run."""
+        self._stale.add(kind)
+        if self._relisting:
+            return
+        self._relisting = True
+        try:
+            while self._stale and self._relists < MAX_RELISTS:
+                self._relists += 1
+                stale, self._stale = self._stale, set()
+                session = self._session
+                if session is None:
+                    return
+                try:
+                    if mcp_types.ToolListChangedNotification in stale:
+                        tools = await _list_tools(session)
+                        self.tools = tools
+                        if self.on_tools_changed is not None:
+                            self.on_tools_changed(self)
+                    if stale - {mcp_types.ToolListChangedNotification}:
+                        caps = session.server_capabilities
+                        if caps is not None:
+                            await self._list_extras(session, caps)
+                except MCPError as exc:
+                    self._warn(
+                        f"mcp server {self.name!r} said its lists changed but could not list "
+                        f"them again: {self._secrets.text(one_line(exc.error.message, 300))}"
+                    )
+        finally:
+            self._relisting = False
+            self._stale.clear()  # past MAX_RELISTS, or the connection is gone: nothing waits
+            self._settled.set()
+
     # -- calls -----------------------------------------------------------------------------
 
     async def call_tool(
-        self, name: str, arguments: Mapping[str, Any], on_progress: ProgressFnT | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        on_progress: ProgressFnT | None = None,
+        caller: Caller | None = None,
     ) -> mcp_types.CallToolResult:
         """Call tool *name* (its name on the server) and return the server's result.
 
         Waits while the server starts; starts it again if it went away (once per run).
+        *caller* is whom the server's requests during the call are answered for (sampling,
+        elicitation: docs/mcp.md); they are cancelled when the call ends.
 
         Raises:
             ToolError: the server is not running, went away during the call, or answered with
@@ -220,23 +340,71 @@ class McpServer:
         Cancellation: cancels this request only: the SDK sends ``notifications/cancelled`` for
         it, and the connection stays usable by every other call.
         """
+
+        async def call(session: ClientSession) -> mcp_types.CallToolResult:
+            if caller is None:
+                return await session.call_tool(
+                    name, dict(arguments), progress_callback=on_progress
+                )
+            with self.requests.calling(caller):
+                return await session.call_tool(
+                    name, dict(arguments), progress_callback=on_progress
+                )
+
+        return await self._request(call, "the call")
+
+    async def read_resource(self, uri: str) -> mcp_types.ReadResourceResult:
+        """Read resource *uri* of this server (docs/mcp.md, "Resources").
+
+        Raises:
+            ToolError: as :meth:`call_tool` does.
+
+        Cancellation: cancels this request only, as :meth:`call_tool`.
+        """
+
+        async def read(session: ClientSession) -> mcp_types.ReadResourceResult:
+            return await session.read_resource(uri)
+
+        return await self._request(read, "the read")
+
+    async def get_prompt(
+        self, name: str, arguments: Mapping[str, str]
+    ) -> mcp_types.GetPromptResult:
+        """Get prompt *name* of this server with *arguments* (docs/mcp.md, "Prompts").
+
+        Raises:
+            ToolError: as :meth:`call_tool` does.
+
+        Cancellation: cancels this request only, as :meth:`call_tool`.
+        """
+
+        async def get(session: ClientSession) -> mcp_types.GetPromptResult:
+            return await session.get_prompt(name, dict(arguments))
+
+        return await self._request(get, "the request")
+
+    async def _request(
+        self, send: Callable[[ClientSession], Awaitable[_T]], what: str
+    ) -> _T:
+        """One request on the connection, its failures as :class:`ToolError` naming the
+        server."""
         session, generation = await self._session_for_call()
         try:
-            return await session.call_tool(name, dict(arguments), progress_callback=on_progress)
+            return await send(session)
         except MCPError as exc:
             if exc.error.code == mcp_types.CONNECTION_CLOSED:
                 self._connection_lost(generation)
                 why = self._stdio.closed_reason if self._stdio is not None else None
                 raise ToolError(
                     self._secrets.text(
-                        f"mcp server {self.name!r} went away during the call"
+                        f"mcp server {self.name!r} went away during {what}"
                         + (f" ({why})" if why else "")
                         + self._tail()
                     )
                 ) from None
             raise ToolError(
                 self._secrets.text(
-                    f"mcp server {self.name!r} refused the call: {exc.error.message}"
+                    f"mcp server {self.name!r} refused {what}: {exc.error.message}"
                 )
             ) from None
         except RuntimeError as exc:  # an answer the SDK cannot take (say, input_required)
@@ -305,6 +473,20 @@ class McpServer:
         return f"{type(leaf).__name__}: {text}{self._tail()}"
 
 
+class _Session(ClientSession):
+    """The SDK's session, telling *on_list_changed* of a ``notifications/*/list_changed`` as
+    it is received (in order with the answers), not later in a task of its own."""
+
+    def __init__(self, on_list_changed: Callable[[str], None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_list_changed = on_list_changed
+
+    def _intercept_notification(self, method: str, params: Mapping[str, Any] | None) -> bool:
+        if method in _LIST_CHANGED:
+            self._on_list_changed(method)
+        return super()._intercept_notification(method, params)
+
+
 def _first_leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
@@ -324,30 +506,103 @@ async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
     return tools
 
 
+async def _paged(fetch: Callable[..., Awaitable[Any]], field: str) -> list[Any]:
+    """Every item of a paginated list, at most :data:`MAX_LISTED` (a server that pages on
+    without end, or lists a million items, is cut there)."""
+    items: list[Any] = []
+    cursor: str | None = None
+    for _ in range(_MAX_TOOL_PAGES):
+        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await fetch(params=params)
+        items.extend(getattr(page, field)[: MAX_LISTED - len(items)])
+        cursor = page.next_cursor
+        if not cursor or len(items) >= MAX_LISTED:
+            break
+    return items
+
+
 class McpServers:
     """The MCP servers of one run (made by :func:`open_mcp_servers`).
 
     Attributes:
         servers: every configured server by name, started or not.
-        tools: the tools of the servers that started (``mcp__SERVER__TOOL``), ready to add to
+        tools: the tools of the servers that started (``mcp__SERVER__TOOL``), and
+            ``list_mcp_resources``/``read_mcp_resource`` when one has resources, ready to add to
             the run's tools.
         secrets: the run's secrets with the servers' (expanded ``${VAR}``s, header values):
             what the run masks in its events, logs and errors.
     """
 
     def __init__(
-        self, servers: dict[str, McpServer], tools: list[McpTool], secrets: Secrets
+        self,
+        servers: dict[str, McpServer],
+        tools: list[Tool],
+        secrets: Secrets,
+        warn: Callable[[str], None] = lambda _: None,
     ) -> None:
         self.servers = servers
         self.tools = tools
         self.secrets = secrets
+        self._warn = warn
+
+    async def expand_prompt(self, text: str) -> str:
+        """A root prompt as the agent gets it: ``/mcp__SERVER__PROMPT [args]`` replaced by the
+        server's prompt (docs/mcp.md, "Prompts"), then the resources it mentions as
+        ``@server:uri`` attached ("Resources").
+
+        Raises:
+            ConfigError: a prompt command naming no prompt of a started server, with arguments
+                the prompt does not take, or that the server refused (one line).
+
+        Cancellation: cancels the request in flight (the connections stay up).
+        """
+        from ._resources import attach_mentions, expand_prompt_command
+
+        if text.startswith("/mcp__"):
+            text = await expand_prompt_command(self.servers, text)
+        if "@" not in text:
+            return text
+        return await attach_mentions(self.servers, text)
+
+    def bind(self, run: RunContext) -> None:
+        """Answer the servers' sampling and elicitation requests for *run* (its provider,
+        permission broker and questions) from now on, and keep its tools up to date with the
+        servers' (``tools/list_changed``: the agents get the new list at their next turn)."""
+        for server in self.servers.values():
+            server.requests.bind(run)
+            server.on_tools_changed = lambda s, run=run: self._tools_changed(run, s)
+
+    def _tools_changed(self, run: RunContext, server: McpServer) -> None:
+        from ._tool import McpTool, make_tools
+
+        tools = run.tools
+        if not isinstance(tools, dict):  # a run whose tools cannot change (not open_runtime's)
+            return
+        old = {n for n, t in tools.items() if isinstance(t, McpTool) and t.server is server}
+        made = make_tools([server], warn=self._warn)
+        new = {t.name: t for t in made if t.name not in tools or t.name in old}
+        for name in old - set(new):
+            del tools[name]
+        tools.update(new)
+        self.tools = [t for t in self.tools if not (isinstance(t, McpTool) and t.server is server)]
+        self.tools += new.values()
+        run.type_setups.clear()  # every agent type's tool list is made again, at its next turn
+        added, gone = sorted(set(new) - old), sorted(old - set(new))
+        self._warn(
+            f"mcp server {server.name!r} changed its tools"
+            + (f"; new: {', '.join(added)}" if added else "")
+            + (f"; gone: {', '.join(gone)}" if gone else "")
+        )
 
     def describe(self) -> dict[str, dict[str, Any]]:
         """Each server's transport, state and the number of tools it offers (for
         ``run_started``: no secrets)."""
+        from ._tool import McpTool
+
         offered: dict[str, int] = {}
         for tool in self.tools:
-            offered[tool.server.name] = offered.get(tool.server.name, 0) + 1
+            if isinstance(tool, McpTool):
+                offered[tool.server.name] = offered.get(tool.server.name, 0) + 1
         return {
             name: {"transport": s.transport, "state": s.state, "tools": offered.get(name, 0)}
             for name, s in self.servers.items()
@@ -384,6 +639,7 @@ async def open_mcp_servers(
     Cancellation: at the end of the block, or when cancelled, every server is closed (stdio:
     stdin closed, then its process group terminated, then killed; bounded by a few seconds).
     """
+    from ._resources import resource_tools
     from ._tool import make_tools
 
     lookup = os.environ if environ is None else environ
@@ -418,8 +674,9 @@ async def open_mcp_servers(
                 await server.started.wait()
                 if server.state == "failed":
                     warn(f"mcp server {server.name!r} did not start: {server.error}")
-            tools = make_tools(servers.values(), warn=warn)
-            yield McpServers(servers, tools, all_secrets)
+            tools: list[Tool] = [*make_tools(servers.values(), warn=warn)]
+            tools += resource_tools(servers)
+            yield McpServers(servers, tools, all_secrets, warn)
         finally:
             nursery.cancel_scope.cancel(reason="the run is over")
 

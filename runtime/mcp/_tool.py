@@ -12,6 +12,8 @@ import trio
 
 from runtime.core import Tool, ToolContext, ToolError, one_line
 
+from ._client import Caller
+
 if TYPE_CHECKING:
     from ._server import McpServer
 
@@ -91,7 +93,10 @@ class McpTool(Tool):
 
             try:
                 outcome = await self.server.call_tool(
-                    self.remote_name, args, on_progress if report is not None else None
+                    self.remote_name,
+                    args,
+                    on_progress if report is not None else None,
+                    caller=Caller.of(ctx),
                 )
             except Exception as exc:  # raised outside the nursery: not wrapped in a group
                 outcome = exc
@@ -101,6 +106,8 @@ class McpTool(Tool):
         if isinstance(outcome, BaseException):
             raise outcome
         result = outcome
+        # A tools/list_changed said during the call: the agent's next turn gets the new list.
+        await self.server.tools_settled()
         if latest and report is not None:  # the last word of a flood that came meanwhile
             await report(*latest.pop())
         text = render_result(result)

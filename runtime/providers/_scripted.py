@@ -11,6 +11,8 @@ agents therefore never race for a shared counter: an id depends on who made the 
 never on when. K counts the calls of the script's turns before this one, so the provider keeps
 no state for it, and a compaction that drops old calls from the history makes no id again.
 
+An MCP server's sampling request (``purpose="sample"``) is answered by the scenario's agent
+type ``sample``, or with an echo of its last text (``sampled: …``).
 A compaction's summary request (``purpose="compact"``) is answered by the scenario's agent type
 ``compact`` when it has one (its first turn for a first summary, the next for a summary of a
 history that holds one already, its last turn from then on), otherwise by a deterministic
@@ -96,6 +98,8 @@ class ScriptedProvider:
         """
         if request.purpose == "compact":
             return self._summary(request)
+        if request.purpose == "sample":
+            return self._sample(request)
         script = self.scenario.agents.get(request.agent_type)
         if script is None:
             known = ", ".join(sorted(self.scenario.agents))
@@ -129,6 +133,29 @@ class ScriptedProvider:
             stop_reason="end_turn",
             input_tokens=estimate_input_tokens(request),
             output_tokens=max(1, len(summary) // 4),
+        )
+
+    async def _sample(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+        # An MCP server's sampling request (docs/mcp.md, "Sampling"): the scenario's ``sample``
+        # agent type answers (its turn by the assistant messages the request holds, its last
+        # from then on), otherwise an echo of the request's last text, so a test can see what
+        # the model was asked.
+        script = self.scenario.agents.get("sample")
+        if script is not None and script.turns:
+            index = sum(1 for m in request.messages if m.role == "assistant")
+            async for item in self._play(script.turns[min(index, len(script.turns) - 1)], request):
+                yield item
+            return
+        await trio.lowlevel.checkpoint()
+        asked = ""
+        for message in request.messages:
+            asked = "".join(getattr(b, "text", "") for b in message.content) or asked
+        answer = f"sampled: {asked}"
+        yield TextChunk(answer)
+        yield TurnEnd(
+            stop_reason="end_turn",
+            input_tokens=estimate_input_tokens(request),
+            output_tokens=max(1, len(answer) // 4),
         )
 
     async def _play(

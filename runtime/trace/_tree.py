@@ -752,6 +752,7 @@ class TraceTree:
             "hook_finished": self._hook_finished,
             "todo_updated": self._todo_updated,
             "run_resumed": self._run_resumed,
+            "mcp_sampled": self._mcp_sampled,
         }
 
     # ------------------------------------------------------------------ building
@@ -1618,6 +1619,21 @@ class TraceTree:
         self.compactions.append(Compaction(agent_id=agent.id, ts=ts, method=method, **numbers))
         if agent._finished_ts is None and (numbers["input_tokens"] or numbers["output_tokens"]):
             # A summary is a model call of the agent's: its usage, as agent_finished will say.
+            agent.input_tokens += numbers["input_tokens"]
+            agent.output_tokens += numbers["output_tokens"]
+            self._dirty = True
+
+    def _mcp_sampled(self, fields: Fields) -> None:
+        numbers = {}
+        for name in ("input_tokens", "output_tokens"):
+            value = fields.get(name, 0)
+            if value.__class__ is not int:
+                raise _invalid("mcp_sampled", name)
+            numbers[name] = value
+        agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, "mcp_sampled")
+        if agent._finished_ts is None and (numbers["input_tokens"] or numbers["output_tokens"]):
+            # A model call of the agent's, made for a server it called: its usage, as
+            # agent_finished will say (docs/mcp.md, "Sampling").
             agent.input_tokens += numbers["input_tokens"]
             agent.output_tokens += numbers["output_tokens"]
             self._dirty = True

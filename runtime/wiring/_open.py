@@ -635,6 +635,8 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
         run = _run_context(plan, services, bus)
         if resumer is not None:
             _resume_run(run, resumer)
+        if services.mcp is not None:
+            services.mcp.bind(run)  # the servers' sampling and questions go to this run
         started = _run_config_event(plan, services, run)
         if config.otlp is not False:
             from runtime.core import propagating
@@ -888,6 +890,7 @@ def _run_context(plan: RunPlan, services: _Services, bus: EventBus) -> RunContex
         middleware=chain if chain.tool_layers else None,
         prices=plan.prices,
         hooks=hooks,
+        expand_prompt=services.mcp.expand_prompt if services.mcp is not None else None,
     )
 
 

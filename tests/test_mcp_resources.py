@@ -1,0 +1,178 @@
+"""MCP resources and prompts (docs/mcp.md): listed by the command line, read by the agents'
+tools, attached by ``@server:uri`` in a prompt, bounded; a server's prompt sent by
+``/mcp__server__prompt``. Against server-everything (npm) and tests/mcp_bad_server.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime import AgentStarted, ConfigError, Event, open_runtime
+from runtime.core import ToolFinished
+from runtime.mcp._resources import MAX_RESOURCE_CHARS
+from tests.harness import run_scenario
+from tests.mcp_fixtures import everything_server
+from tests.test_cli_run import cli, run_cli
+from tests.test_mcp_client import bad_server, calls, of, script
+
+
+async def test_mcp_resources_and_mcp_list_show_resources_templates_and_prompts(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"e": everything_server(), "b": bad_server()}}))
+    proc = await run_cli(cli("mcp", "resources", "--mcp-config", str(config)), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.decode().splitlines()
+    assert "@e:demo://resource/static/document/features.md  features.md  text/markdown" in lines
+    assert "@e:demo://resource/dynamic/text/{resourceId}  Dynamic Text Resource (template)" in lines
+    assert "@b:blob://dot  dot  image/png" in lines
+    proc = await run_cli(cli("mcp", "list", "--json", "--mcp-config", str(config)), tmp_path)
+    rows = {r["name"]: r for r in json.loads(proc.stdout)["servers"]}
+    args_prompt = next(p for p in rows["e"]["prompts"] if p["name"] == "args-prompt")
+    assert args_prompt["command"] == "/mcp__e__args-prompt"
+    assert args_prompt["arguments"] == [
+        {"name": "city", "required": True},
+        {"name": "state", "required": False},
+    ]
+    assert rows["b"]["resource_templates"] == [
+        {"uri_template": "huge://{megabytes}", "name": "huge", "mime_type": "text/plain"}
+    ]
+    proc = await run_cli(cli("mcp", "list", "--mcp-config", str(config)), tmp_path)
+    text = proc.stdout.decode().splitlines()
+    assert "b  ok  stdio  5 tools, 2 resources, 1 resource templates, 2 prompts" in text
+    assert "  /mcp__e__args-prompt city [state]" in text
+    wide = next(line for line in text if line.startswith("  /mcp__b__wide"))
+    assert wide.endswith("[a19] … (1000 arguments)")  # a thousand arguments, one bounded line
+
+
+async def test_the_agents_list_and_read_resources_text_binary_and_templates(
+    workspace: Path,
+) -> None:
+    scenario = script(
+        calls(
+            ("list_mcp_resources", {}),
+            ("read_mcp_resource", {"server": "b", "uri": "text://hello"}),
+            ("read_mcp_resource", {"server": "b", "uri": "blob://dot"}),
+            ("read_mcp_resource", {"server": "b", "uri": "huge://2"}),
+            ("read_mcp_resource", {"server": "b", "uri": "nope://x"}),
+            ("read_mcp_resource", {"server": "x", "uri": "text://hello"}),
+        )
+    )
+    _, events = await run_scenario(
+        scenario, workspace, mcp_servers={"b": bad_server()}, permission_mode="deny"
+    )
+    ends = sorted(of(ToolFinished, events), key=lambda e: int(e.tool_use_id.split(".")[1]))
+    listed, text, blob, huge, missing, unknown = ends  # they ran at once: in call order
+    assert listed.status == "ok"  # read-only: no permission needed, even in mode deny
+    assert listed.output.splitlines()[:2] == [
+        "@b:text://hello  hello  text/plain  A greeting.",
+        "@b:blob://dot  dot  image/png  A red dot.",
+    ]
+    assert "@b:huge://{megabytes}  huge (template)  text/plain  A text of that many MB." in (
+        listed.output
+    )
+    assert text.output == "hello from the resource"
+    assert blob.output == "[image/png, 70 B: blob://dot]"
+    assert huge.status == "ok"
+    assert len(huge.output) < 31_000  # the tool output cap (30,000) with its note
+    assert missing.status == "error"
+    assert "mcp server 'b' refused the read" in missing.output
+    assert unknown.status == "error"
+    assert unknown.output == "no MCP server 'x' with resources (servers with some: b)"
+
+
+async def run_prompt(workspace: Path, prompt: str, **servers: Any) -> list[Event]:
+    events: list[Event] = []
+    async with open_runtime(
+        scenario=script(),
+        workspace=workspace,
+        trace=False,
+        on_event=events.append,
+        mcp_servers=servers,
+    ) as rt:
+        await rt.run(prompt)
+    return events
+
+
+async def test_a_mention_attaches_the_resource_to_the_prompt(workspace: Path) -> None:
+    prompt = (
+        "Compare @e:demo://resource/static/document/features.md with @b:text://hello, "
+        "look at @b:blob://dot and @b:nope://x; mail me@example.com, ignore @other:thing"
+    )
+    events = await run_prompt(workspace, prompt, e=everything_server(), b=bad_server())
+    (started,) = of(AgentStarted, events)
+    text = started.prompt
+    assert text.startswith(prompt + "\n\n")
+    assert '<resource server="e" uri="demo://resource/static/document/features.md">\n' in text
+    assert "# Everything Server" in text or "Features" in text
+    assert (
+        '<resource server="b" uri="text://hello">\nhello from the resource\n</resource>' in text
+    )
+    assert '<resource server="b" uri="blob://dot">\n[image/png, 70 B: blob://dot]\n' in text
+    assert "[@b:nope://x could not be read: mcp server 'b' refused the read:" in text
+    assert "example.com" not in text[len(prompt) :]  # an address is not a mention
+    assert "other" not in text[len(prompt) :]  # nor is a server nobody configured
+
+
+async def test_a_huge_resource_is_cut_when_attached(workspace: Path) -> None:
+    events = await run_prompt(workspace, "read @b:huge://5", b=bad_server())
+    (started,) = of(AgentStarted, events)
+    assert len(started.prompt) < MAX_RESOURCE_CHARS + 200
+    assert f"[{5_000_000 - MAX_RESOURCE_CHARS} more characters of this resource not shown]" in (
+        started.prompt
+    )
+
+
+@pytest.mark.slow
+async def test_a_resource_over_the_message_cap_is_refused_and_the_server_comes_back(
+    workspace: Path,
+) -> None:
+    # 150 MB: over the 128 MB a message may have (docs/mcp.md); a 1 GB resource goes the same
+    # way, at eight times the server's cost. The client never holds more than the cap.
+    events = await run_prompt(
+        workspace, "read @b:huge://150 then @b:text://hello", b=bad_server()
+    )
+    (started,) = of(AgentStarted, events)
+    assert "[@b:huge://150 could not be read: mcp server 'b' went away during the read" in (
+        started.prompt
+    )
+    assert "message over 128 MB" in started.prompt
+    assert "hello from the resource" in started.prompt  # started again for the next read
+
+
+async def test_a_prompt_command_sends_the_servers_prompt(workspace: Path) -> None:
+    events = await run_prompt(
+        workspace, "/mcp__e__args-prompt Paris state=Texas", e=everything_server()
+    )
+    (started,) = of(AgentStarted, events)
+    assert started.prompt == "What's weather in Paris, Texas?"
+    events = await run_prompt(workspace, "/mcp__b__greet 'Ann Lee' style=warmly", b=bad_server())
+    (started,) = of(AgentStarted, events)
+    assert started.prompt == "Say hello to Ann Lee, warmly."
+
+
+@pytest.mark.parametrize(
+    ("prompt", "error"),
+    [
+        ("/mcp__b__greet", "/mcp__b__greet: prompt 'greet' needs name"),
+        ("/mcp__b__greet a b c", "prompt 'greet' takes 2 argument(s): name, style; 'c' is one"),
+        ("/mcp__b__nope", "no MCP prompt /mcp__b__nope (prompts: /mcp__b__greet, /mcp__b__wide)"),
+        ("/mcp__b__greet 'open", "/mcp__b__greet: No closing quotation"),
+        ("/mcp__b__wide " + " ".join(f"a{i}=v" for i in range(1000)), "at most 100 arguments"),
+    ],
+)
+async def test_a_bad_prompt_command_is_one_line(workspace: Path, prompt: str, error: str) -> None:
+    one_line = pytest.RaisesExc(ConfigError, match=re.escape(error))
+    with pytest.RaisesGroup(one_line, flatten_subgroups=True):
+        await run_prompt(workspace, prompt, b=bad_server())
+
+
+async def test_a_prompt_with_a_thousand_arguments_takes_them_by_name(workspace: Path) -> None:
+    events = await run_prompt(workspace, "/mcp__b__wide a0=x a999=y", b=bad_server())
+    (started,) = of(AgentStarted, events)
+    assert started.prompt == "2 arguments"
