@@ -1,0 +1,379 @@
+"""OAuth for remote MCP servers (docs/mcp-oauth.md), against a real authorization server and an
+OAuth-protected MCP server on loopback (tests/mcp_oauth_server.py, the SDK's server-side auth):
+``mcp login`` with an HTTP client playing the browser, a run calling the protected tool, the
+tokens kept 0600 and masked everywhere, refreshed before they expire, ``mcp logout``, and no
+login for an untrusted workspace's server."""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx2
+import pytest
+import trio
+
+from runtime import decode_event
+from runtime.mcp import McpConfig, McpLoginError, TokenStore, login, open_mcp_servers, store_dir
+from tests.invariants import check_invariants
+from tests.test_cli_run import Lines, child_env, cli, run_cli
+from tests.test_mcp_cli import mcp_json, scenario
+
+SERVER = Path(__file__).parent / "mcp_oauth_server.py"
+HINT = "it needs a login: run trio-agents mcp login p"
+
+
+@attrs.frozen
+class OAuthServer:
+    """The authorization server and the protected MCP server of one test."""
+
+    issuer: str
+    url: str
+
+    async def stats(self) -> dict[str, int]:
+        async with httpx2.AsyncClient() as client:
+            return dict((await client.get(f"{self.issuer}/test/stats")).json())
+
+
+@pytest.fixture
+def oauth_server() -> Iterator[OAuthServer]:
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert proc.stdout is not None
+        as_port, rs_port = map(int, proc.stdout.readline().split())
+        yield OAuthServer(f"http://127.0.0.1:{as_port}", f"http://127.0.0.1:{rs_port}/mcp")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+async def play_browser(auth_url: str, *, approve: bool = True) -> str:
+    """What a browser does with the authorization URL: follow it to the consent page, allow
+    (or deny), follow the redirect to the loopback listener; returns the page it shows."""
+    async with httpx2.AsyncClient() as client:
+        page = await client.get(auth_url)
+        assert page.status_code == 302, page.text
+        consent = await client.get(page.headers["location"])
+        ticket = re.search(r'name="ticket" value="([^"]+)"', consent.text)
+        assert ticket is not None, consent.text
+        form = {"ticket": ticket[1], **({"approve": "yes"} if approve else {})}
+        issuer = auth_url.split("/authorize")[0]
+        back = await client.post(f"{issuer}/consent", data=form)
+        assert back.status_code == 302
+        assert back.headers["location"].startswith("http://127.0.0.1:")
+        landed = await client.get(back.headers["location"])
+        return landed.text
+
+
+def config_of(server: OAuthServer) -> McpConfig:
+    return McpConfig.from_mapping({"p": {"type": "http", "url": server.url}})
+
+
+async def log_in(server: OAuthServer, **kwargs: Any) -> bool:
+    """``login`` in-process, the browser played as the URL is shown (its error unwrapped from
+    the nursery's group)."""
+    try:
+        async with trio.open_nursery() as nursery:
+            return await login(
+                config_of(server).servers[0],
+                folder=store_dir(),
+                show_url=lambda url: nursery.start_soon(lambda: play_browser(url, **kwargs)),
+                open_browser=False,
+            )
+    except ExceptionGroup as group:
+        (only,) = group.exceptions
+        raise only from None
+
+
+def stored(server: OAuthServer) -> dict[str, Any]:
+    return dict(json.loads(TokenStore(server.url, store_dir()).path.read_text()))
+
+
+def edit_stored(server: OAuthServer, **changes: Any) -> None:
+    path = TokenStore(server.url, store_dir()).path
+    data = json.loads(path.read_text())
+    for key, value in changes.items():
+        if key in ("access_token", "refresh_token"):
+            data["tokens"][key] = value
+        else:
+            data[key] = value
+    path.write_text(json.dumps(data))
+
+
+async def cli_login(workspace: Path, *extra: str) -> tuple[int, list[str], str]:
+    """``trio-agents mcp login p --no-browser`` in a subprocess, the browser played from the URL
+    it prints; returns the exit code, its stderr lines and its stdout."""
+    with trio.fail_after(60):
+        proc = await trio.lowlevel.open_process(
+            cli("mcp", "login", "p", "--no-browser", *extra),
+            cwd=workspace,
+            env=child_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stderr is not None
+        assert proc.stdout is not None
+        err, out = Lines(proc.stderr), Lines(proc.stdout)
+        try:
+            line = await err.until(lambda b: b.startswith((b"http", b"trio-agents: error")))
+            if line.startswith(b"http"):
+                page = await play_browser(line.decode())
+                assert "Logged in" in page
+            await err.drain()
+            await out.drain()
+            code = await proc.wait()
+        finally:
+            proc.kill()
+        return code, [b.decode() for b in err.seen], "".join(f"{b.decode()}\n" for b in out.seen)
+
+
+# -- login, then a run ------------------------------------------------------------------------
+
+
+async def test_mcp_login_then_a_run_calls_the_protected_tool_and_no_token_is_in_its_output(
+    tmp_path: Path, oauth_server: OAuthServer
+) -> None:
+    mcp_json(tmp_path / ".mcp.json", {"p": {"type": "http", "url": oauth_server.url}})
+    code, err, out = await cli_login(tmp_path)
+    assert code == 0, err
+    assert err[0] == "open this URL in a browser to log in to mcp server 'p':"
+    assert err[1].startswith(f"{oauth_server.issuer}/authorize?response_type=code&")
+    assert "code_challenge_method=S256" in err[1]
+    assert out == "logged in to mcp server 'p'\n"
+    assert await oauth_server.stats() == {
+        "registrations": 1,
+        "authorizations": 1,
+        "codes": 1,
+        "refreshes": 0,
+    }
+    tokens = stored(oauth_server)["tokens"]
+
+    scen = scenario(tmp_path / "s.json", ("mcp__p__add", {"a": 2, "b": 3}), ("mcp__p__whoami", {}))
+    trace = tmp_path / "run.jsonl"
+    proc = await run_cli(
+        cli(
+            "run",
+            "go",
+            "--scenario",
+            str(scen),
+            "--trace",
+            str(trace),
+            "--json",
+            "--allow",
+            "mcp__p__*",
+        ),
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = [decode_event(line) for line in proc.stdout.splitlines()]
+    check_invariants(events)
+    add, whoami = [e for e in events if e.type == "tool_finished"]
+    assert (add.status, add.output) == ("ok", "5")  # type: ignore[attr-defined]
+    # The server echoes the bearer token it was sent: the run shows it masked.
+    assert whoami.output == "Bearer ***"  # type: ignore[attr-defined]
+    for text in (proc.stdout, proc.stderr, trace.read_bytes()):
+        assert tokens["access_token"].encode() not in text
+        assert tokens["refresh_token"].encode() not in text
+
+
+async def test_a_run_without_a_login_fails_that_server_with_one_line_and_registers_nothing(
+    tmp_path: Path, oauth_server: OAuthServer
+) -> None:
+    mcp_json(tmp_path / ".mcp.json", {"p": {"type": "http", "url": oauth_server.url}})
+    scen = scenario(tmp_path / "s.json")
+    proc = await run_cli(cli("run", "go", "--scenario", str(scen), "--no-trace"), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.decode().splitlines()[0] == (
+        f"trio-agents: warning: mcp server 'p' did not start: {HINT}"
+    )
+    # A run asks nothing of the authorization server: no discovery, no registration.
+    assert await oauth_server.stats() == {
+        "registrations": 0,
+        "authorizations": 0,
+        "codes": 0,
+        "refreshes": 0,
+    }
+
+
+async def test_mcp_list_says_which_server_needs_a_login(
+    tmp_path: Path, oauth_server: OAuthServer
+) -> None:
+    mcp_json(tmp_path / ".mcp.json", {"p": {"type": "http", "url": oauth_server.url}})
+    proc = await run_cli(cli("mcp", "list"), tmp_path)
+    assert proc.returncode == 1
+    assert proc.stdout.decode().splitlines() == [f"p  failed  http  {HINT}"]
+
+
+# -- where the tokens are kept ------------------------------------------------------------
+
+
+async def test_the_login_is_kept_0600_in_a_0700_folder_of_the_users_config(
+    tmp_path: Path, oauth_server: OAuthServer, user_config_home: Path
+) -> None:
+    assert await log_in(oauth_server) is True
+    path = TokenStore(oauth_server.url, store_dir()).path
+    assert path.parent == user_config_home / "trio-agents" / "mcp-oauth"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    data = stored(oauth_server)
+    assert data["server_url"] == oauth_server.url
+    assert data["tokens"]["access_token"].startswith("at_")
+    assert data["client"]["redirect_uris"][0].startswith("http://127.0.0.1:")
+    assert data["discovery"]["authorization_server"] == f"{oauth_server.issuer}/"
+    assert not list(tmp_path.rglob("*.json"))  # noqa: ASYNC240 - nothing in the workspace
+
+
+async def test_a_second_login_reuses_the_registered_client_on_the_same_loopback_port(
+    oauth_server: OAuthServer,
+) -> None:
+    await log_in(oauth_server)
+    first = stored(oauth_server)
+    await log_in(oauth_server)
+    second = stored(oauth_server)
+    assert second["client"]["client_id"] == first["client"]["client_id"]
+    assert second["tokens"]["access_token"] != first["tokens"]["access_token"]
+    assert (await oauth_server.stats())["registrations"] == 1
+
+
+async def test_a_refused_consent_is_one_error_and_keeps_nothing(oauth_server: OAuthServer) -> None:
+    with pytest.raises(McpLoginError) as caught:
+        await log_in(oauth_server, approve=False)
+    assert str(caught.value) == (
+        "mcp server 'p': the authorization server refused the login: access_denied"
+    )
+    assert not TokenStore(oauth_server.url, store_dir()).path.exists()
+
+
+async def test_mcp_logout_forgets_the_login_and_the_next_run_needs_one_again(
+    tmp_path: Path, oauth_server: OAuthServer
+) -> None:
+    mcp_json(tmp_path / ".mcp.json", {"p": {"type": "http", "url": oauth_server.url}})
+    await log_in(oauth_server)
+    path = TokenStore(oauth_server.url, store_dir()).path
+    assert path.exists()
+    proc = await run_cli(cli("mcp", "logout", "p"), tmp_path)
+    assert (proc.returncode, proc.stdout) == (0, b"logged out of mcp server 'p'\n"), proc.stderr
+    assert not path.exists()
+    again = await run_cli(cli("mcp", "logout", "p"), tmp_path)
+    assert (again.returncode, again.stdout) == (0, b"mcp server 'p' had no login\n")
+    listed = await run_cli(cli("mcp", "list"), tmp_path)
+    assert listed.stdout.decode().splitlines() == [f"p  failed  http  {HINT}"]
+
+
+# -- refresh --------------------------------------------------------------------------------
+
+
+async def test_an_expired_token_is_refreshed_before_the_first_request_and_masked(
+    oauth_server: OAuthServer,
+) -> None:
+    await log_in(oauth_server)
+    old = stored(oauth_server)["tokens"]
+    edit_stored(oauth_server, expires_at=0)
+    async with open_mcp_servers(config_of(oauth_server), env={}) as servers:
+        server = servers.servers["p"]
+        assert server.state == "ready", server.error
+        new = stored(oauth_server)["tokens"]
+        assert new["access_token"] != old["access_token"]
+        assert new["refresh_token"] != old["refresh_token"]  # rotated by the server
+        # The run's secrets (what its bus masks) hold the refreshed tokens too.
+        assert new["access_token"] in servers.secrets
+        assert old["access_token"] in servers.secrets
+        result = await server.call_tool("whoami", {})
+    assert (await oauth_server.stats())["refreshes"] == 1
+    assert result.content[0].text == f"Bearer {new['access_token']}"  # type: ignore[union-attr]
+
+
+async def test_a_token_refreshed_mid_run_is_masked_in_the_servers_results(
+    oauth_server: OAuthServer,
+) -> None:
+    await log_in(oauth_server)
+    async with open_mcp_servers(config_of(oauth_server), env={}) as servers:
+        server = servers.servers["p"]
+        first = stored(oauth_server)["tokens"]["access_token"]
+        assert (await server.call_tool("add", {"a": 1, "b": 1})).is_error is False
+        # The token's time is up (as an hour later, without waiting an hour).
+        server.auth.context.token_expiry_time = 1.0  # type: ignore[union-attr]
+        result = await server.call_tool("whoami", {})
+        fresh = stored(oauth_server)["tokens"]["access_token"]
+        assert fresh != first
+        assert fresh not in servers.secrets  # the run's were made at the start...
+        echoed = result.content[0].text  # type: ignore[union-attr]
+        assert echoed == f"Bearer {fresh}"
+        assert server.masked(echoed) == "Bearer ***"  # ...the server's own mask has it
+    assert (await oauth_server.stats())["refreshes"] == 1
+
+
+async def test_a_refresh_the_server_refuses_is_the_login_line_not_a_browser(
+    oauth_server: OAuthServer,
+) -> None:
+    await log_in(oauth_server)
+    edit_stored(oauth_server, expires_at=0, refresh_token="rt_revoked")
+    warnings: list[str] = []
+    config = attrs.evolve(config_of(oauth_server), on_warning=warnings.append)
+    async with open_mcp_servers(config, env={}) as servers:
+        assert servers.servers["p"].state == "failed"
+    assert warnings == [f"mcp server 'p' did not start: {HINT}"]
+    assert (await oauth_server.stats())["authorizations"] == 1  # the login's own, no other
+
+
+# -- trust ----------------------------------------------------------------------------------
+
+
+async def test_an_untrusted_workspaces_server_never_starts_a_login(
+    tmp_path: Path, oauth_server: OAuthServer
+) -> None:
+    (tmp_path / ".mcp.json").write_text(
+        json.dumps({"mcpServers": {"p": {"type": "http", "url": oauth_server.url}}})
+    )
+    proc = await run_cli(cli("mcp", "login", "p", "--no-browser"), tmp_path)
+    assert proc.returncode == 2
+    err = proc.stderr.decode().splitlines()
+    assert err[0].startswith(
+        "trio-agents: warning: not starting the MCP servers of .mcp.json (p): "
+        "the workspace is not trusted"
+    )
+    assert err[1] == "trio-agents: error: no MCP server named 'p' (configured: none)"
+    assert await oauth_server.stats() == {
+        "registrations": 0,
+        "authorizations": 0,
+        "codes": 0,
+        "refreshes": 0,
+    }
+
+
+async def test_login_refuses_a_stdio_server_and_one_with_its_own_authorization_header(
+    tmp_path: Path,
+) -> None:
+    mcp_json(
+        tmp_path / ".mcp.json",
+        {
+            "local": {"command": "true"},
+            "keyed": {
+                "type": "http",
+                "url": "http://127.0.0.1:1/mcp",
+                "headers": {"Authorization": "Bearer x"},
+            },
+        },
+    )
+    local = await run_cli(cli("mcp", "login", "local"), tmp_path)
+    keyed = await run_cli(cli("mcp", "login", "keyed"), tmp_path)
+    assert (local.returncode, keyed.returncode) == (2, 2)
+    assert local.stderr == (
+        b"trio-agents: error: mcp server 'local' is a stdio server: it has no OAuth login\n"
+    )
+    assert keyed.stderr == (
+        b"trio-agents: error: mcp server 'keyed' sets its own Authorization header: it has no "
+        b"OAuth login\n"
+    )
