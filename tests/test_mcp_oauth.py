@@ -7,13 +7,17 @@ login for an untrusted workspace's server."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import attrs
 import httpx2
@@ -59,21 +63,29 @@ def oauth_server() -> Iterator[OAuthServer]:
 
 
 async def play_browser(auth_url: str, *, approve: bool = True) -> str:
-    """What a browser does with the authorization URL: follow it to the consent page, allow
-    (or deny), follow the redirect to the loopback listener; returns the page it shows."""
+    """What a browser does with the authorization URL: follow the redirects, submit each form
+    with the values it holds (a consent page, a login page with its demo credentials; without
+    the ``approve`` button when *not approve*), until a page without a form (the loopback
+    listener's); returns that page."""
     async with httpx2.AsyncClient() as client:
-        page = await client.get(auth_url)
-        assert page.status_code == 302, page.text
-        consent = await client.get(page.headers["location"])
-        ticket = re.search(r'name="ticket" value="([^"]+)"', consent.text)
-        assert ticket is not None, consent.text
-        form = {"ticket": ticket[1], **({"approve": "yes"} if approve else {})}
-        issuer = auth_url.split("/authorize")[0]
-        back = await client.post(f"{issuer}/consent", data=form)
-        assert back.status_code == 302
-        assert back.headers["location"].startswith("http://127.0.0.1:")
-        landed = await client.get(back.headers["location"])
-        return landed.text
+        response = await client.get(auth_url)
+        for _ in range(10):
+            if response.status_code in (301, 302, 303, 307):
+                response = await client.get(
+                    urljoin(str(response.url), response.headers["location"])
+                )
+                continue
+            assert response.status_code == 200, response.text
+            form = re.search(r'<form[^>]*action="([^"]*)"[^>]*>(.*?)</form>', response.text, re.S)
+            if form is None:
+                return response.text
+            fields = dict(
+                re.findall(r'<(?:input|button)[^>]*name="([^"]+)"[^>]*value="([^"]*)"', form[2])
+            )
+            if not approve:
+                fields.pop("approve", None)
+            response = await client.post(urljoin(str(response.url), form[1]), data=fields)
+    raise AssertionError("the browser went round in circles")
 
 
 def config_of(server: OAuthServer) -> McpConfig:
@@ -377,3 +389,85 @@ async def test_login_refuses_a_stdio_server_and_one_with_its_own_authorization_h
         b"trio-agents: error: mcp server 'keyed' sets its own Authorization header: it has no "
         b"OAuth login\n"
     )
+
+
+# -- the official SDK's OAuth example --------------------------------------------------------
+
+SIMPLE_AUTH = os.environ.get("TRIO_AGENTS_SDK_SIMPLE_AUTH", "")
+"""The python-sdk's examples/servers/simple-auth folder (not shipped with the SDK's package):
+the test below runs it when this names it and its dependencies are installed."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def sdk_example() -> Iterator[str]:
+    """The SDK example's authorization server and resource server (``--port``s of their own);
+    yields the resource server's MCP URL."""
+    if not SIMPLE_AUTH or not Path(SIMPLE_AUTH, "mcp_simple_auth").is_dir():
+        pytest.skip("TRIO_AGENTS_SDK_SIMPLE_AUTH does not name the SDK's simple-auth example")
+    pytest.importorskip("pydantic_settings")  # the example's own dependency
+    as_port, rs_port = _free_port(), _free_port()
+    env = {**os.environ, "PYTHONPATH": SIMPLE_AUTH}
+    run = "import sys; from mcp_simple_auth.{} import main; sys.exit(main())"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", run.format("auth_server"), "--port", str(as_port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                run.format("server"),
+                "--port",
+                str(rs_port),
+                "--auth-server",
+                f"http://localhost:{as_port}",
+                "--transport",
+                "streamable-http",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        ),
+    ]
+    try:
+        for port in (as_port, rs_port):
+            for _ in range(200):  # the servers import the SDK first: up to ~20 s here
+                with socket.socket() as sock:
+                    if sock.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                time.sleep(0.1)
+        yield f"http://localhost:{rs_port}/mcp"
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
+
+
+async def test_the_sdks_own_oauth_example_logs_in_and_a_run_calls_its_tool(
+    sdk_example: str,
+) -> None:
+    config = McpConfig.from_mapping({"p": {"type": "http", "url": sdk_example}})
+    async with trio.open_nursery() as nursery:
+        asked = await login(
+            config.servers[0],
+            folder=store_dir(),
+            show_url=lambda url: nursery.start_soon(play_browser, url),
+            open_browser=False,
+        )
+    assert asked is True
+    async with open_mcp_servers(config, env={}) as servers:
+        server = servers.servers["p"]
+        assert server.state == "ready", server.error
+        assert [t.name for t in server.tools] == ["get_time"]
+        result = await server.call_tool("get_time", {})
+    assert result.is_error is False
+    assert "current_time" in result.content[0].text  # type: ignore[union-attr]
