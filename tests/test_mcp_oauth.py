@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import stat
 import subprocess
@@ -17,7 +16,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin
 
 import attrs
 import httpx2
@@ -27,10 +25,12 @@ import trio
 from runtime import decode_event
 from runtime.mcp import McpConfig, McpLoginError, TokenStore, login, open_mcp_servers, store_dir
 from tests.invariants import check_invariants
+from tests.oauth_browser import play
 from tests.test_cli_run import Lines, child_env, cli, run_cli
 from tests.test_mcp_cli import mcp_json, scenario
 
 SERVER = Path(__file__).parent / "mcp_oauth_server.py"
+BROWSER = Path(__file__).parent / "oauth_browser.py"
 HINT = "it needs a login: run trio-agents mcp login p"
 
 
@@ -63,29 +63,8 @@ def oauth_server() -> Iterator[OAuthServer]:
 
 
 async def play_browser(auth_url: str, *, approve: bool = True) -> str:
-    """What a browser does with the authorization URL: follow the redirects, submit each form
-    with the values it holds (a consent page, a login page with its demo credentials; without
-    the ``approve`` button when *not approve*), until a page without a form (the loopback
-    listener's); returns that page."""
-    async with httpx2.AsyncClient() as client:
-        response = await client.get(auth_url)
-        for _ in range(10):
-            if response.status_code in (301, 302, 303, 307):
-                response = await client.get(
-                    urljoin(str(response.url), response.headers["location"])
-                )
-                continue
-            assert response.status_code == 200, response.text
-            form = re.search(r'<form[^>]*action="([^"]*)"[^>]*>(.*?)</form>', response.text, re.S)
-            if form is None:
-                return response.text
-            fields = dict(
-                re.findall(r'<(?:input|button)[^>]*name="([^"]+)"[^>]*value="([^"]*)"', form[2])
-            )
-            if not approve:
-                fields.pop("approve", None)
-            response = await client.post(urljoin(str(response.url), form[1]), data=fields)
-    raise AssertionError("the browser went round in circles")
+    """:func:`tests.oauth_browser.play`, in a thread."""
+    return await trio.to_thread.run_sync(lambda: play(auth_url, approve=approve))
 
 
 def config_of(server: OAuthServer) -> McpConfig:
@@ -183,6 +162,7 @@ async def test_mcp_login_then_a_run_calls_the_protected_tool_and_no_token_is_in_
             "--trace",
             str(trace),
             "--json",
+            "--debug",
             "--allow",
             "mcp__p__*",
         ),
@@ -198,6 +178,31 @@ async def test_mcp_login_then_a_run_calls_the_protected_tool_and_no_token_is_in_
     for text in (proc.stdout, proc.stderr, trace.read_bytes()):
         assert tokens["access_token"].encode() not in text
         assert tokens["refresh_token"].encode() not in text
+
+
+async def test_mcp_login_opens_the_system_browser_when_there_is_one(
+    tmp_path: Path, oauth_server: OAuthServer
+) -> None:
+    mcp_json(tmp_path / ".mcp.json", {"p": {"type": "http", "url": oauth_server.url}})
+    # The "system browser" is tests/oauth_browser.py, as webbrowser starts any: from $BROWSER.
+    env = {k: v for k, v in child_env().items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env["BROWSER"] = f"{sys.executable} {BROWSER} %s"
+    with trio.fail_after(60):
+        proc = await trio.run_process(
+            cli("mcp", "login", "p"),
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr.decode().splitlines()
+    assert err[0] == "opening this URL in a browser to log in to mcp server 'p':"
+    assert err[1].startswith(f"{oauth_server.issuer}/authorize?")
+    assert proc.stdout == b"logged in to mcp server 'p'\n"
+    assert stored(oauth_server)["tokens"]["access_token"].startswith("at_")
 
 
 async def test_a_run_without_a_login_fails_that_server_with_one_line_and_registers_nothing(
@@ -471,3 +476,43 @@ async def test_the_sdks_own_oauth_example_logs_in_and_a_run_calls_its_tool(
         result = await server.call_tool("get_time", {})
     assert result.is_error is False
     assert "current_time" in result.content[0].text  # type: ignore[union-attr]
+
+
+# -- the login file ---------------------------------------------------------------------------
+
+
+def test_a_login_file_that_is_not_one_is_no_login(tmp_path: Path) -> None:
+    store = TokenStore("https://a.example/mcp", tmp_path)
+    assert store.load() is None
+    store.save_tokens({"access_token": "at_1", "expires_in": 3600})
+    assert store.load() is not None
+    for bad in (b"{not json", b"[]", json.dumps({"server_url": "https://b.example/mcp"}).encode()):
+        store.path.write_bytes(bad)
+        assert store.load() is None
+
+
+def test_each_write_is_0600_and_tightens_an_old_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "mcp-oauth"
+    folder.mkdir(mode=0o755)
+    store = TokenStore("https://a.example/mcp", folder)
+    # A leftover of a writer killed mid-write (same pid) does not stop the next write.
+    leftover = folder / f".{store.path.name}.{os.getpid()}.tmp"
+    leftover.write_text("half")
+    login = store.save_tokens({"access_token": "at_1", "refresh_token": "rt_1", "expires_in": 600})
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+    assert not leftover.exists()
+    assert sorted(login.secrets()) == ["at_1", "rt_1"]
+    # Refreshed a tenth of its lifetime early (a minute at most).
+    assert login.expires_at is not None
+    assert login.refresh_at == login.expires_at - 60
+    assert TokenStore("https://a.example/mcp", folder).delete() is True
+    assert TokenStore("https://a.example/mcp", folder).delete() is False
+
+
+def test_a_short_token_is_refreshed_a_tenth_of_its_lifetime_early(tmp_path: Path) -> None:
+    login = TokenStore("https://a.example/mcp", tmp_path).save_tokens(
+        {"access_token": "at_1", "expires_in": 30}
+    )
+    assert login.expires_at is not None
+    assert login.refresh_at == pytest.approx(login.expires_at - 3)
