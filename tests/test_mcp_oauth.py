@@ -23,7 +23,15 @@ import pytest
 import trio
 
 from runtime import decode_event
-from runtime.mcp import McpConfig, McpLoginError, TokenStore, login, open_mcp_servers, store_dir
+from runtime.mcp import (
+    McpConfig,
+    McpLoginError,
+    TokenStore,
+    load_mcp_config,
+    login,
+    open_mcp_servers,
+    store_dir,
+)
 from tests.invariants import check_invariants
 from tests.oauth_browser import play
 from tests.test_cli_run import Lines, child_env, cli, run_cli
@@ -222,6 +230,17 @@ async def test_a_run_without_a_login_fails_that_server_with_one_line_and_registe
         "codes": 0,
         "refreshes": 0,
     }
+
+
+async def test_the_login_line_names_the_mcp_config_file_the_server_came_from(
+    tmp_path: Path, oauth_server: OAuthServer
+) -> None:
+    extra = mcp_json(tmp_path / "remote.json", {"p": {"type": "http", "url": oauth_server.url}})
+    warnings: list[str] = []
+    config = load_mcp_config([extra], on_warning=warnings.append)
+    async with open_mcp_servers(config, env={}) as servers:
+        assert servers.servers["p"].state == "failed"
+    assert warnings == [f"mcp server 'p' did not start: {HINT} --mcp-config {extra}"]
 
 
 async def test_mcp_list_says_which_server_needs_a_login(

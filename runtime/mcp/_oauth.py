@@ -73,9 +73,15 @@ class McpLoginError(AgentsError):
     """An MCP server's OAuth login is missing, was refused, or could not be done."""
 
 
-def login_hint(name: str) -> str:
-    """The one line a run says of a server that needs a login."""
-    return f"it needs a login: run trio-agents mcp login {name}"
+def login_hint(name: str, source: str = ".mcp.json") -> str:
+    """What a run says of a server that needs a login: the command that does it (with the
+    ``--mcp-config`` file the server came from, when that is not a ``.mcp.json``)."""
+    extra = (
+        ""
+        if source == "mcp_servers" or Path(source).name == ".mcp.json"
+        else (f" --mcp-config {source}")
+    )
+    return f"it needs a login: run trio-agents mcp login {name}{extra}"
 
 
 def wants_oauth(server: McpServerConfig) -> bool:
@@ -224,20 +230,22 @@ def _client_metadata(redirect_uri: str) -> OAuthClientMetadata:
 
 
 class _LoginRequired(httpx2.Auth):
-    """A server with no stored login: its first ``401`` is the one line to log in (no
-    discovery, no registration: a run asks nothing of an authorization server unasked)."""
+    """A server with no stored login: its first ``401`` asking for a bearer token (or for
+    nothing named: servers of the 2025-03-26 protocol) is the one line to log in. No
+    discovery, no registration: a run asks nothing of an authorization server unasked."""
 
     requires_response_body = False
 
-    def __init__(self, name: str) -> None:
-        self._name = name
+    def __init__(self, hint: str) -> None:
+        self._hint = hint
 
     async def async_auth_flow(
         self, request: httpx2.Request
     ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         response = yield request
-        if response.status_code == 401:
-            raise McpLoginError(login_hint(self._name))
+        challenge = response.headers.get("www-authenticate", "").strip().lower()
+        if response.status_code == 401 and (not challenge or challenge.startswith("bearer")):
+            raise McpLoginError(self._hint)
 
 
 class RunOAuth:
@@ -275,8 +283,9 @@ class RunOAuth:
             return None
         store = TokenStore(server.url, self.folder)
         login = store.load()
+        hint = login_hint(server.name, server.source)
         if login is None or not login.tokens:
-            return _LoginRequired(server.name)
+            return _LoginRequired(hint)
 
         def new_secrets(values: list[str]) -> None:
             fresh = [v for v in values if v not in self._known]
@@ -286,7 +295,7 @@ class RunOAuth:
                 on_secrets(fresh)
 
         async def cannot_log_in(*_: object) -> Any:  # noqa: RUF029 - the SDK awaits it
-            raise McpLoginError(login_hint(server.name))
+            raise McpLoginError(hint)
 
         redirect = _redirect_uris(login)
         return _Provider(
@@ -442,9 +451,6 @@ async def login(
 
     Cancellation: closes the listener and the connection; nothing is written.
     """
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
     if not wants_oauth(server):
         raise McpLoginError(
             f"mcp server {server.name!r} is not a remote HTTP server using OAuth"
@@ -477,19 +483,26 @@ async def login(
                 redirect_handler=redirect_handler,
                 callback_handler=callback.wait,
             )
-            async with (
-                httpx2.AsyncClient(
-                    headers=dict(server.headers),
-                    timeout=httpx2.Timeout(30.0, read=300.0),
-                    auth=provider,
-                ) as client,
-                streamable_http_client(server.url, http_client=client) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
+            await _initialize_through(server, provider)
     if storage.login.tokens:
         store.save(attrs.evolve(storage.login, discovery=provider.discovery()))
     return bool(asked)
+
+
+async def _initialize_through(server: McpServerConfig, auth: httpx2.Auth) -> None:
+    """Connect to *server* as a run does, with *auth*, and say ``initialize`` (where a ``401``
+    starts the SDK's flow)."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        httpx2.AsyncClient(
+            headers=dict(server.headers), timeout=httpx2.Timeout(30.0, read=300.0), auth=auth
+        ) as client,
+        streamable_http_client(server.url, http_client=client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
 
 
 @contextlib.contextmanager
