@@ -351,6 +351,21 @@ async def test_a_token_refreshed_mid_run_is_masked_in_the_servers_results(
     assert (await oauth_server.stats())["refreshes"] == 1
 
 
+async def test_a_token_the_server_stopped_taking_before_its_expiry_is_refreshed_once(
+    oauth_server: OAuthServer,
+) -> None:
+    await log_in(oauth_server)
+    async with open_mcp_servers(config_of(oauth_server), env={}) as servers:
+        server = servers.servers["p"]
+        first = stored(oauth_server)["tokens"]["access_token"]
+        async with httpx2.AsyncClient() as client:  # revoked at the server, not expired here
+            await client.post(f"{oauth_server.issuer}/test/expire")
+        result = await server.call_tool("add", {"a": 2, "b": 2})
+        assert (result.is_error, result.content[0].text) == (False, "4")  # type: ignore[union-attr]
+        assert stored(oauth_server)["tokens"]["access_token"] != first
+    assert (await oauth_server.stats())["refreshes"] == 1
+
+
 async def test_a_refresh_the_server_refuses_is_the_login_line_not_a_browser(
     oauth_server: OAuthServer,
 ) -> None:

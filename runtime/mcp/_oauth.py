@@ -199,6 +199,37 @@ class _Provider(OAuthClientProvider):
         ):
             self.context.auth_server_url = found["authorization_server"]
 
+    async def _auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        """The SDK's flow, but a ``401`` to a token that had not expired yet is answered with
+        a refresh first, once (the SDK would go straight to a new authorization, which needs
+        a person: a token revoked or rotated at the server is refreshed without one)."""
+        flow = super()._auth_flow(request)
+        retried = False
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                response = yield outgoing
+                if (
+                    outgoing is request
+                    and response.status_code == 401
+                    and not retried
+                    and self.context.is_token_valid()
+                    and self.context.can_refresh_token()
+                ):
+                    retried = True
+                    await flow.aclose()  # leaves the SDK's lock
+                    self.context.token_expiry_time = 1.0  # due now: the flow refreshes first
+                    flow = super()._auth_flow(request)
+                    outgoing = await flow.__anext__()
+                    continue
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
+
     def discovery(self) -> dict[str, Any]:
         """What this flow discovered, to store with the login."""
         ctx = self.context
