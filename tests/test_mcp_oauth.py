@@ -6,6 +6,7 @@ login for an untrusted workspace's server."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -241,6 +242,34 @@ async def test_the_login_line_names_the_mcp_config_file_the_server_came_from(
     async with open_mcp_servers(config, env={}) as servers:
         assert servers.servers["p"].state == "failed"
     assert warnings == [f"mcp server 'p' did not start: {HINT} --mcp-config {extra}"]
+
+
+async def test_a_401_asking_for_basic_auth_is_not_taken_for_an_oauth_login() -> None:
+    async def basic_only(stream: trio.SocketStream) -> None:
+        async with stream:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    return
+                data += chunk
+            await stream.send_all(
+                b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=x\r\n"
+                b"Content-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(
+            functools.partial(trio.serve_tcp, basic_only, 0, host="127.0.0.1")
+        )
+        port = listener.socket.getsockname()[1]
+        config = McpConfig.from_mapping({"b": {"type": "http", "url": f"http://127.0.0.1:{port}/"}})
+        async with open_mcp_servers(config, env={}) as servers:
+            server = servers.servers["b"]
+            assert server.state == "failed"
+            assert server.error is not None
+            assert "login" not in server.error, server.error
+        nursery.cancel_scope.cancel(reason="the test is over")
 
 
 async def test_mcp_list_says_which_server_needs_a_login(
