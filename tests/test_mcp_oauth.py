@@ -34,6 +34,7 @@ from runtime.mcp import (
     store_dir,
 )
 from tests.invariants import check_invariants
+from tests.mcp_fixtures import http_url
 from tests.oauth_browser import play
 from tests.test_cli_run import Lines, child_env, cli, run_cli
 from tests.test_mcp_cli import mcp_json, scenario
@@ -41,6 +42,8 @@ from tests.test_mcp_cli import mcp_json, scenario
 SERVER = Path(__file__).parent / "mcp_oauth_server.py"
 BROWSER = Path(__file__).parent / "oauth_browser.py"
 HINT = "it needs a login: run trio-agents mcp login p"
+
+__all__ = ["http_url"]  # a fixture
 
 
 @attrs.frozen
@@ -111,7 +114,9 @@ def edit_stored(server: OAuthServer, **changes: Any) -> None:
     path.write_text(json.dumps(data))
 
 
-async def cli_login(workspace: Path, *extra: str) -> tuple[int, list[str], str]:
+async def cli_login(
+    workspace: Path, *extra: str, approve: bool = True
+) -> tuple[int, list[str], str]:
     """``trio-agents mcp login p --no-browser`` in a subprocess, the browser played from the URL
     it prints; returns the exit code, its stderr lines and its stdout."""
     with trio.fail_after(60):
@@ -129,8 +134,8 @@ async def cli_login(workspace: Path, *extra: str) -> tuple[int, list[str], str]:
         try:
             line = await err.until(lambda b: b.startswith((b"http", b"trio-agents: error")))
             if line.startswith(b"http"):
-                page = await play_browser(line.decode())
-                assert "Logged in" in page
+                page = await play_browser(line.decode(), approve=approve)
+                assert ("Logged in" if approve else "refused") in page
             await err.drain()
             await out.drain()
             code = await proc.wait()
@@ -319,6 +324,29 @@ async def test_a_refused_consent_is_one_error_and_keeps_nothing(oauth_server: OA
         "mcp server 'p': the authorization server refused the login: access_denied"
     )
     assert not TokenStore(oauth_server.url, store_dir()).path.exists()
+
+
+async def test_mcp_login_refused_in_the_browser_is_one_error_line_and_exit_1(
+    tmp_path: Path, oauth_server: OAuthServer
+) -> None:
+    mcp_json(tmp_path / ".mcp.json", {"p": {"type": "http", "url": oauth_server.url}})
+    code, err, out = await cli_login(tmp_path, approve=False)
+    assert code == 1
+    assert err[2:] == [
+        "trio-agents: error: mcp server 'p': the authorization server refused the login: "
+        "access_denied"
+    ]
+    assert out == ""
+
+
+async def test_mcp_login_to_a_server_that_needs_none_says_so_and_keeps_nothing(
+    tmp_path: Path, http_url: str
+) -> None:
+    mcp_json(tmp_path / ".mcp.json", {"h": {"type": "http", "url": http_url}})
+    proc = await run_cli(cli("mcp", "login", "h", "--no-browser"), tmp_path)
+    assert (proc.returncode, proc.stderr) == (0, b"")
+    assert proc.stdout == b"mcp server 'h' answered without a login: nothing to keep\n"
+    assert not TokenStore(http_url, store_dir()).path.exists()
 
 
 async def test_mcp_logout_forgets_the_login_and_the_next_run_needs_one_again(
