@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import attrs
 import httpx2
@@ -315,6 +316,32 @@ async def test_a_second_login_reuses_the_registered_client_on_the_same_loopback_
     assert second["client"]["client_id"] == first["client"]["client_id"]
     assert second["tokens"]["access_token"] != first["tokens"]["access_token"]
     assert (await oauth_server.stats())["registrations"] == 1
+
+
+async def test_the_loopback_listener_takes_only_this_logins_answer(
+    oauth_server: OAuthServer,
+) -> None:
+    async def forge_then_browse(auth_url: str) -> None:
+        query = parse_qs(urlsplit(auth_url).query)
+        redirect = query["redirect_uri"][0]
+        async with httpx2.AsyncClient() as client:
+            # Any local process can reach the port: a forged code, a forged error, a stray
+            # request; none of them ends the login.
+            forged = await client.get(redirect, params={"code": "evil", "state": "guess"})
+            denied = await client.get(redirect, params={"error": "access_denied"})
+            stray = await client.get(redirect.replace("/callback", "/favicon.ico"))
+        assert (forged.status_code, denied.status_code, stray.status_code) == (400, 400, 404)
+        assert "Logged in" in await play_browser(auth_url)
+
+    async with trio.open_nursery() as nursery:
+        asked = await login(
+            config_of(oauth_server).servers[0],
+            folder=store_dir(),
+            show_url=lambda url: nursery.start_soon(forge_then_browse, url),
+            open_browser=False,
+        )
+    assert asked is True
+    assert stored(oauth_server)["tokens"]["access_token"].startswith("at_")
 
 
 async def test_a_refused_consent_is_one_error_and_keeps_nothing(oauth_server: OAuthServer) -> None:

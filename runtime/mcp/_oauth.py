@@ -359,11 +359,20 @@ def _loopback(port: int) -> str:
 
 
 class _Callback:
-    """The loopback redirect: the first authorization response that arrives."""
+    """The loopback redirect: the first authorization response of this login that arrives
+    (one whose ``state`` is the authorization request's: any local process can reach the
+    port, and a forged answer must not end the login)."""
 
     def __init__(self, port: int) -> None:
         self.redirect_uri = _loopback(port)
+        self._state: str | None = None
         self._send, self._recv = trio.open_memory_channel[AuthorizationCodeResult | str](1)
+
+    def expect(self, authorization_url: str) -> None:
+        """Take only answers to *authorization_url* (its ``state``)."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(authorization_url).query)
+        states = query.get("state")
+        self._state = states[0] if states else None
 
     async def wait(self) -> AuthorizationCodeResult:
         """The authorization code (the SDK's ``callback_handler``); a checkpoint.
@@ -403,6 +412,8 @@ class _Callback:
             values = query.get(key)
             return values[0] if values else None
 
+        if self._state is None or one("state") != self._state:
+            return "400 Bad Request", _page("Not an answer to this login.")
         error, code = one("error"), one("code")
         got: AuthorizationCodeResult | str
         if error is not None:
@@ -498,6 +509,7 @@ async def login(
 
     async def redirect_handler(url: str) -> None:
         asked.append(url)
+        callback.expect(url)
         show_url(url)
         if open_browser:
             await trio.to_thread.run_sync(webbrowser.open, url, abandon_on_cancel=True)
