@@ -388,6 +388,9 @@ async def open_mcp_servers(
         workspace: the folder stdio servers start in.
         secrets: the run's secrets so far (masked in warnings and errors, with the servers').
 
+    An HTTP server uses its stored OAuth login, refreshed when due, and never starts one
+    (docs/mcp-oauth.md); the login's tokens are among the secrets of what is yielded.
+
     Yields once every server has started or failed (each within the start timeout; so the
     wait is the slowest server's, not the sum). A server that cannot start costs one warning
     (``config.on_warning``) and its tools; nothing is raised for it.
