@@ -1,6 +1,8 @@
-"""``trio-agents mcp list``: start the configured MCP servers and show each with its tools.
+"""``trio-agents mcp list``: start the configured MCP servers and show each with its tools;
+``mcp login NAME`` / ``mcp logout NAME``: a remote server's OAuth login (docs/mcp-oauth.md).
 
-Exit codes: 0 every server started, 1 one or more did not, 2 bad usage or a bad config file.
+Exit codes: 0 every server started (logged in, logged out), 1 one or more did not (the login
+failed), 2 bad usage or a bad config file (no such server).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ def add_parser(sub: Any) -> None:
     """Add ``mcp`` (with ``mcp list``) to the subcommands *sub* of the main parser."""
     mcp = sub.add_parser(
         "mcp",
-        help="MCP servers: mcp list shows the configured servers and their tools",
+        help="MCP servers: mcp list shows the configured servers and their tools; mcp login "
+        "and mcp logout keep a remote server's OAuth login",
         description="MCP servers: the ones configured in the workspace's .mcp.json and in "
         "--mcp-config files (docs/mcp.md).",
     )
@@ -62,12 +65,16 @@ def add_parser(sub: Any) -> None:
             "--debug", action="store_true", help="debug logs and tracebacks on stderr"
         )
         add_mcp_options(parser)
+    _add_login_parsers(commands)
 
 
 def main(ns: argparse.Namespace, parser: CliParser) -> int:
     """Run ``trio-agents mcp …`` as parsed into *ns*; returns the exit code."""
     if ns.mcp_command is None:
-        error_line(f"{PROG} mcp needs a command: list or resources (see {PROG} mcp --help)")
+        error_line(
+            f"{PROG} mcp needs a command: list, resources, login or logout "
+            f"(see {PROG} mcp --help)"
+        )
         return EXIT_USAGE
     import dataclasses
     from pathlib import Path
@@ -77,6 +84,8 @@ def main(ns: argparse.Namespace, parser: CliParser) -> int:
     opts = options_from_args(ns)
     # An untrusted workspace's servers are neither started nor have their ${VAR}s expanded.
     opts = dataclasses.replace(opts, trusted=verdict_for(Path(opts.workspace or ".")).trusted)
+    if ns.mcp_command in ("login", "logout"):
+        return _login_main(ns, opts)
     if _no_servers(opts):
         # Nothing to start: answered at once, without the MCP SDK or an event loop (loading
         # them is most of a second on a busy machine).
@@ -297,3 +306,113 @@ async def list_resources(opts: RunOptions, *, as_json: bool) -> int:
         if not any(r["resources"] or r["resource_templates"] for r in rows):
             print("no MCP server offers resources")
     return EXIT_FAILED if any(r["status"] != "ok" for r in rows) else EXIT_OK
+# -- mcp login / mcp logout (docs/mcp-oauth.md) ----------------------------------------------
+
+
+def _add_login_parsers(commands: Any) -> None:
+    login = commands.add_parser(
+        "login",
+        help="log in to a remote MCP server (OAuth in the browser); the tokens are kept 0600",
+        description="Log in to the remote (HTTP) MCP server NAME with OAuth: the authorization "
+        "URL is opened in the system browser (and printed), the browser comes back to a "
+        "loopback address, and the tokens are kept, 0600, in the user's config folder, for "
+        "every run to use and refresh. Exit 0 logged in, 1 the login failed, 2 no such server.",
+    )
+    logout = commands.add_parser(
+        "logout",
+        help="forget the OAuth login of a remote MCP server",
+        description="Forget the stored OAuth tokens of the MCP server NAME (this computer's "
+        "copy; the authorization server may still list the grant). Exit 0, 2 no such server.",
+    )
+    for parser in (login, logout):
+        parser.add_argument("name", metavar="NAME", help="the server's name in .mcp.json")
+        parser.add_argument(
+            "--workspace", metavar="DIR", help="where .mcp.json is read (default: here)"
+        )
+        parser.add_argument("--debug", action="store_true", help="debug logs and tracebacks")
+        add_mcp_options(parser)
+    login.add_argument(
+        "--no-browser",
+        action="store_true",
+        help="only print the authorization URL (to open on any computer that reaches this one)",
+    )
+
+
+def _login_main(ns: argparse.Namespace, opts: RunOptions) -> int:
+    from runtime.core import ConfigError, run_environ
+    from runtime.mcp import McpLoginError, TokenStore, store_dir, wants_oauth
+
+    from ._options import load_mcp_options
+
+    setup_logging(opts.debug)
+    try:
+        # Trust as a run has it: an untrusted workspace's own servers are not in the list
+        # (one warning line says so), so no login to a URL the repository chose starts.
+        config = load_mcp_options(opts)
+        server = next((s for s in config.servers if s.name == ns.name), None)
+        if server is None:
+            names = ", ".join(s.name for s in config.servers) or "none"
+            error_line(f"no MCP server named {ns.name!r} (configured: {names})")
+            return EXIT_USAGE
+        env = run_environ()
+        server, _ = server.expanded(env)
+    except ConfigError as exc:
+        error_line(str(exc))
+        return EXIT_USAGE
+    if not wants_oauth(server):
+        what = (
+            "sets its own Authorization header"
+            if server.transport == "http"
+            else (f"is a {server.transport} server")
+        )
+        error_line(f"mcp server {server.name!r} {what}: it has no OAuth login")
+        return EXIT_USAGE
+    folder = store_dir(env)
+    if ns.mcp_command == "logout":
+        if TokenStore(server.url, folder).delete():
+            print(f"logged out of mcp server {server.name!r}")
+        else:
+            print(f"mcp server {server.name!r} had no login")
+        return EXIT_OK
+
+    async def login_main() -> int:
+        from runtime.mcp import LOGIN_TIMEOUT_S, browser_available, login
+
+        browser = not ns.no_browser and browser_available(env)
+
+        def show(url: str) -> None:
+            how = "opening" if browser else "open"
+            print(
+                visible(
+                    f"{how} this URL in a browser to log in to mcp server {server.name!r}:",
+                    layout=False,
+                ),
+                file=sys.stderr,
+            )
+            print(visible(url, layout=False), file=sys.stderr, flush=True)
+
+        try:
+            with _login_deadline(LOGIN_TIMEOUT_S):
+                asked = await login(server, folder=folder, show_url=show, open_browser=browser)
+        except McpLoginError as exc:
+            error_line(str(exc))
+            return EXIT_FAILED
+        if asked:
+            print(f"logged in to mcp server {server.name!r}")
+        else:
+            print(f"mcp server {server.name!r} answered without a login: nothing to keep")
+        return EXIT_OK
+
+    return run_command(login_main, debug=opts.debug)
+
+
+@contextlib.contextmanager
+def _login_deadline(seconds: float) -> Any:
+    import trio
+
+    from runtime.mcp import McpLoginError
+
+    with trio.move_on_after(seconds) as scope:
+        yield
+    if scope.cancelled_caught:
+        raise McpLoginError(f"the login did not finish within {seconds:g} s")

@@ -20,6 +20,13 @@ if TYPE_CHECKING:
     from ._config import McpConfig as McpConfig
     from ._config import McpServerConfig as McpServerConfig
     from ._config import load_mcp_config as load_mcp_config
+    from ._oauth import LOGIN_TIMEOUT_S as LOGIN_TIMEOUT_S
+    from ._oauth import McpLoginError as McpLoginError
+    from ._oauth import browser_available as browser_available
+    from ._oauth import login as login
+    from ._oauth import wants_oauth as wants_oauth
+    from ._oauth_store import TokenStore as TokenStore
+    from ._oauth_store import store_dir as store_dir
     from ._server import McpServer as McpServer
     from ._server import McpServers as McpServers
     from ._server import open_mcp_servers as open_mcp_servers
@@ -38,6 +45,14 @@ _LAZY: dict[str, str] = {
     "open_mcp_servers": "._server",
     "render_result": "._tool",
     "tool_name": "._tool",
+    # OAuth for remote servers (docs/mcp-oauth.md)
+    "LOGIN_TIMEOUT_S": "._oauth",
+    "McpLoginError": "._oauth",
+    "TokenStore": "._oauth_store",
+    "browser_available": "._oauth",
+    "login": "._oauth",
+    "store_dir": "._oauth_store",
+    "wants_oauth": "._oauth",
 }
 
 __all__ = sorted(_LAZY)

@@ -32,6 +32,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+import httpx2
 import mcp_types
 import trio
 from mcp import ClientSession, MCPError
@@ -43,6 +44,8 @@ from runtime.core import NO_SECRETS, Secrets, Tool, ToolError, one_line
 
 from ._client import Caller, ServerRequests
 from ._config import McpConfig, McpServerConfig
+from ._oauth import McpLoginError, RunOAuth
+from ._oauth_store import store_dir
 from ._stdio import StdioTransport
 
 if TYPE_CHECKING:
@@ -129,6 +132,8 @@ class McpServer:
         self._settled.set()
         self._relisting = False
         self._relists = 0
+        # OAuth for a remote server (docs/mcp-oauth.md): set by open_mcp_servers.
+        self.auth: httpx2.Auth | None = None
 
     # -- the actor -------------------------------------------------------------------------
 
@@ -243,12 +248,10 @@ class McpServer:
                 )
                 await self._stdio.run(task_status=task_status, eof=lost)
             else:
-                import httpx2
-
                 timeout = httpx2.Timeout(30.0, read=300.0)
                 async with (
                     httpx2.AsyncClient(
-                        headers=dict(self.config.headers), timeout=timeout
+                        headers=dict(self.config.headers), timeout=timeout, auth=self.auth
                     ) as client,
                     streamable_http_client(self.config.url, http_client=client) as streams,
                 ):
@@ -431,6 +434,16 @@ class McpServer:
         if generation == self._generation and self.state == "ready":
             self._lost.set()
 
+    # -- secrets (an OAuth token refreshed mid-run, docs/mcp-oauth.md) ------------------------
+
+    def add_secrets(self, values: list[str]) -> None:
+        """Mask *values* too in what this server's calls return and raise from now on."""
+        self._secrets = self._secrets | values
+
+    def masked(self, text: str) -> str:
+        """*text* (a result of this server's) with the server's secrets masked."""
+        return self._secrets.text(text)
+
     # -- state and messages ------------------------------------------------------------------
 
     def _set(self, state: ServerState, error: str | None) -> None:
@@ -465,6 +478,8 @@ class McpServer:
             return f"command {self.config.command!r} not found"
         if isinstance(leaf, PermissionError) and self.transport == "stdio":
             return f"command {self.config.command!r} cannot be run (permission denied)"
+        if isinstance(leaf, McpLoginError):
+            return str(leaf)
         if isinstance(leaf, MCPError):
             if leaf.error.code == mcp_types.CONNECTION_CLOSED:
                 return self._lost_why(starting=True)
@@ -628,6 +643,9 @@ async def open_mcp_servers(
         workspace: the folder stdio servers start in.
         secrets: the run's secrets so far (masked in warnings and errors, with the servers').
 
+    An HTTP server uses its stored OAuth login, refreshed when due, and never starts one
+    (docs/mcp-oauth.md); the login's tokens are among the secrets of what is yielded.
+
     Yields once every server has started or failed (each within the start timeout; so the
     wait is the slowest server's, not the sum). A server that cannot start costs one warning
     (``config.on_warning``) and its tools; nothing is raised for it.
@@ -646,10 +664,11 @@ async def open_mcp_servers(
     warn = config.on_warning or _log_warning
     expanded: list[McpServerConfig] = []
     found_here: list[str] = []
+    oauth = RunOAuth(store_dir(lookup))
     for configured in config.servers:
         out, found = configured.expanded(lookup)
         expanded.append(out)
-        found_here += found
+        found_here += found + oauth.stored_secrets(out)
     all_secrets = secrets | found_here
     _quiet_sdk_logs()
     for line in config.warnings:
@@ -666,6 +685,8 @@ async def open_mcp_servers(
         )
         for s in expanded
     }
+    for server in servers.values():
+        server.auth = oauth.auth_for(server.config, server.add_secrets)
     async with trio.open_nursery() as nursery:
         for server in servers.values():
             nursery.start_soon(server.run, name=f"mcp server {server.name}")
@@ -676,9 +697,11 @@ async def open_mcp_servers(
                     warn(f"mcp server {server.name!r} did not start: {server.error}")
             tools: list[Tool] = [*make_tools(servers.values(), warn=warn)]
             tools += resource_tools(servers)
-            yield McpServers(servers, tools, all_secrets, warn)
+            # With the tokens a start refreshed: the run's secrets are made from these.
+            yield McpServers(servers, tools, all_secrets | oauth.secrets(), warn)
         finally:
             nursery.cancel_scope.cancel(reason="the run is over")
+            oauth.close()
 
 
 def _log_warning(message: str) -> None:

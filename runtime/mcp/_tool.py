@@ -110,7 +110,8 @@ class McpTool(Tool):
         await self.server.tools_settled()
         if latest and report is not None:  # the last word of a flood that came meanwhile
             await report(*latest.pop())
-        text = render_result(result)
+        # The server's own mask: a token refreshed mid-run is not in the run's (docs/mcp-oauth.md).
+        text = self.server.masked(render_result(result))
         if result.is_error:
             raise ToolError(text or f"{self.name} failed (the server gave no message)")
         return text
