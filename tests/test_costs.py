@@ -406,3 +406,16 @@ async def test_a_context_summary_costs_the_agent_like_its_turns(workspace: Path)
     assert compacted.cost_usd == pytest.approx(summary.cost_usd)  # type: ignore[attr-defined]
     tree = TraceTree.from_events(events)
     assert tree.agents[compacted.agent_id].cost_usd == pytest.approx(summary.cost_usd)  # type: ignore[attr-defined]
+
+
+def test_the_plain_lines_and_the_outcome_line_say_what_a_priced_run_cost(tmp_path: Path) -> None:
+    scenario = _scenario_file(tmp_path, {"agents": {"main": {"turns": [
+        {"text": "hi", "usage": {"input_tokens": 1000, "output_tokens": 100}}]}}})
+    proc = _cli("run", "go", "--scenario", str(scenario), "--no-trace", "--model",
+                "claude-haiku-4-5", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # claude-haiku-4-5: 1,000 in at $1, 100 out at $5 per million.
+    assert "[main] agent completed (" in proc.stdout
+    assert "1,100 tokens, $0.0015)" in proc.stdout
+    assert "run completed in" in proc.stderr
+    assert proc.stderr.strip().splitlines()[0].endswith("· 1.1k tokens · $0.0015")
