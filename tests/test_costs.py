@@ -384,3 +384,38 @@ def test_an_untrusted_workspaces_prices_are_ignored_and_named(tmp_path: Path) ->
         ("prices", "1")]
     trusted = load_settings(ws, env=env, trusted=True)
     assert trusted["prices"] == (("gpt-4o", (("input_per_mtok", 0.0), ("output_per_mtok", 0.0))),)
+
+
+async def test_a_context_summary_costs_the_agent_like_its_turns(workspace: Path) -> None:
+    from runtime import ContextCompacted
+
+    scenario = {"agents": {
+        "main": {"turns": [
+            {"text": "Hello! " + "Here is a long answer about the parser. " * 30, **_TURN},
+            {"text": "Second answer: " + "more detail on the grammar. " * 30, **_TURN}]},
+        "compact": {"turns": [{"text": "The parser was discussed.",
+                               "usage": {"input_tokens": 400, "output_tokens": 12}}]}}}
+    events: list[Any] = []
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False, model=_MODEL,
+                            prices=_PRICES, on_event=events.append) as rt:
+        first = await rt.run("tell me about the parser")
+        second = await rt.run("more", history=first.state.messages)
+        compacted = await rt.compact(second.state.messages)
+    summary = next(e for e in by_type(events, ContextCompacted) if e.method == "summary")  # type: ignore[attr-defined]
+    assert summary.cost_usd == pytest.approx(400 * 1e-5 + 12 * 0.01)  # type: ignore[attr-defined]
+    assert compacted.cost_usd == pytest.approx(summary.cost_usd)  # type: ignore[attr-defined]
+    tree = TraceTree.from_events(events)
+    assert tree.agents[compacted.agent_id].cost_usd == pytest.approx(summary.cost_usd)  # type: ignore[attr-defined]
+
+
+def test_the_plain_lines_and_the_outcome_line_say_what_a_priced_run_cost(tmp_path: Path) -> None:
+    scenario = _scenario_file(tmp_path, {"agents": {"main": {"turns": [
+        {"text": "hi", "usage": {"input_tokens": 1000, "output_tokens": 100}}]}}})
+    proc = _cli("run", "go", "--scenario", str(scenario), "--no-trace", "--model",
+                "claude-haiku-4-5", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # claude-haiku-4-5: 1,000 in at $1, 100 out at $5 per million.
+    assert "[main] agent completed (" in proc.stdout
+    assert "1,100 tokens, $0.0015)" in proc.stdout
+    assert "run completed in" in proc.stderr
+    assert proc.stderr.strip().splitlines()[0].endswith("· 1.1k tokens · $0.0015")

@@ -52,7 +52,7 @@ _SAMPLES: dict[str, dict[str, Any]] = {
     "provider_retry": {"attempt": 1, "delay_s": 1.5, "reason": "429 Too Many Requests"},
     "context_compacted": {"method": "summary", "tokens_before": 9000, "tokens_after": 4000,
                           "messages_before": 40, "messages_after": 5, "input_tokens": 8000,
-                          "output_tokens": 600},
+                          "output_tokens": 600, "cost_usd": 0.033},
     "replay_diverged": {"node": "main \u203a reviewer, turn 3",
                         "detail": "read(src/x.py) returned 41 lines, recorded 38"},
     "rate_limited": {"wait_s": 0.3, "reason": "refused", "status": 429},

@@ -556,6 +556,10 @@ class PlainView:
         if isinstance(event, AgentFinished):
             tokens = event.input_tokens + event.output_tokens
             detail = f"{event.duration_s:.2f}s, {tokens:,} tokens"
+            if event.cost_usd:  # priced (docs/costs.md)
+                from runtime.trace import fmt_usd
+
+                detail += f", {fmt_usd(event.cost_usd)}"
             extra = f": {event.error}" if event.error and event.status != "completed" else ""
             return f"{who} agent {event.status} ({detail}){extra}"
         if isinstance(event, ToolStarted):

@@ -162,7 +162,8 @@ class BudgetLayer:
             self._add(event.agent_id, tool_calls=1)
         elif isinstance(event, ContextCompacted) and (event.input_tokens or event.output_tokens):
             # A summary is a model call made for the agent: its tokens are the agent's.
-            self._add(event.agent_id, tokens=event.input_tokens + event.output_tokens)
+            self._add(event.agent_id, tokens=event.input_tokens + event.output_tokens,
+                      usd=event.cost_usd or 0.0)
         elif isinstance(event, McpSampled) and (event.input_tokens or event.output_tokens):
             # An MCP server's sampling request is answered with the agent's model, for it.
             self._add(event.agent_id, tokens=event.input_tokens + event.output_tokens)

@@ -54,6 +54,7 @@ from ._messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from ._prices import PriceTable, add_costs
 from ._provider import ModelRequest, Provider, TextChunk, ToolSpec, TurnEnd
 
 if TYPE_CHECKING:
@@ -482,8 +483,10 @@ class Compactor:
         prompt_index: int = 0,
         parent_tool_use_id: str | None = None,
         hooks: HookRunner | None = None,
+        prices: PriceTable | None = None,
     ) -> None:
         self.meter = ContextMeter(window, fixed=fixed)
+        self._prices = prices if prices is not None else PriceTable()
         self.threshold = threshold
         self._provider = provider
         self._model = model
@@ -531,6 +534,7 @@ class Compactor:
             prompt_index=prompt_index,
             parent_tool_use_id=parent_tool_use_id,
             hooks=run.hooks,
+            prices=run.settings.prices,
         )
 
     @property
@@ -692,9 +696,12 @@ class Compactor:
             pinned = prompt
         count_before = len(state.messages)
         new = build_compacted(split, text, pinned=pinned)
-        # The call was made: its tokens are the agent's, whether the summary is kept or not.
+        # The call was made: its tokens and cost are the agent's, whether the summary is kept
+        # or not (docs/costs.md).
         state.input_tokens += input_tokens
         state.output_tokens += output_tokens
+        cost = self._prices.cost(self._model, input_tokens, output_tokens)
+        state.cost_usd = add_costs(state.cost_usd, cost)
         if message_chars(new[0]) >= replaced:
             return "the summary was no shorter than what it would replace"
         state.messages[:] = new
@@ -714,6 +721,7 @@ class Compactor:
                 messages_after=len(new),
                 input_tokens=input_tokens,
                 output_tokens=output_tokens,
+                cost_usd=cost,
             )
         )
         return None

@@ -215,6 +215,9 @@ class ContextCompacted(Event):
     input_tokens: int = 0
     """What the summary request cost (``summary`` only; counted in the agent's usage)."""
     output_tokens: int = 0
+    cost_usd: float | None = None
+    """The summary request's cost in US dollars (``summary`` only; None for a trim, or when
+    the model has no price: docs/costs.md)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -1611,6 +1611,9 @@ class TraceTree:
             if value.__class__ is not int:
                 raise _invalid(kind, name)
             numbers[name] = value
+        cost = fields.get("cost_usd")
+        if cost is not None and not _num(cost):
+            raise _invalid(kind, "cost_usd")
         agent = self.agents.get(fields["agent_id"]) or self._agent_missing(fields, kind)
         if ts > self.last_ts:
             self.last_ts = ts
@@ -1621,6 +1624,8 @@ class TraceTree:
             # A summary is a model call of the agent's: its usage, as agent_finished will say.
             agent.input_tokens += numbers["input_tokens"]
             agent.output_tokens += numbers["output_tokens"]
+            # Absent (an older trace): unknown, as agent_finished would then say.
+            agent.cost_usd = _add_cost(agent.cost_usd, cost)
             self._dirty = True
 
     def _mcp_sampled(self, fields: Fields) -> None:
