@@ -698,3 +698,18 @@ async def test_a_background_child_over_a_loopback_openai_server(
     assert len(server.requests) == 4
     assert "[background sub-agent agent-2" in server.requests[-1].body.decode()
     check_invariants(events)
+
+
+async def test_a_background_sub_agent_past_the_depth_limit_is_one_error(tmp_path: Path) -> None:
+    scenario = _background([{"tool_calls": [agent_call("deeper", agent="worker",
+                                                        run_in_background=True)]},
+                            {"text": "no deeper"}])  # fmt: skip
+    scenario["agents"]["worker"]["tools"] = ["agent"]
+    outcome, events = await run_scenario(scenario, tmp_path, limits=Limits(max_depth=1))
+    assert outcome.status == "completed"
+    [deep] = [e for e in by_type(events, ToolFinished) if e.agent_id == "agent-2"]
+    assert isinstance(deep, ToolFinished)
+    assert (deep.status, deep.output) == (
+        "error", "max depth 1 reached: a sub-agent here would be at depth 2; do this work yourself",
+    )  # fmt: skip
+    check_invariants(events)

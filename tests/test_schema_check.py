@@ -139,7 +139,9 @@ def test_every_builtin_tool_has_a_fast_check_that_accepts_typical_input() -> Non
             "prompt": "p",
             "agent": "general",
             "budget": {"tokens": 100, "seconds": 1.5, "tool_calls": 3},
+            "run_in_background": True,
         },
+        "send_message": {"to": "parent", "text": "halfway there"},
     }
     for tool in builtin_tools():
         check = compile_check(tool.input_schema)

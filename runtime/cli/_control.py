@@ -38,8 +38,8 @@ disconnected (:func:`peer_refusal`; docs/reliability.md, "The trust boundary"). 
 and keep working. A stale file left by a killed run is replaced; a live one (another
 run answers on it) is refused.
 
-:func:`control_request` is the blocking client behind ``trio-agents cancel``, ``permit`` and
-``pending`` (:func:`cmd_permit`, :func:`cmd_pending`).
+:func:`control_request` is the blocking client behind ``trio-agents cancel``, ``stop``,
+``permit`` and ``pending`` (:func:`cmd_permit`, :func:`cmd_pending`).
 """
 
 from __future__ import annotations

@@ -1363,7 +1363,8 @@ class _Spawner:
         budget: Mapping[str, Any] | None,
     ) -> str:
         background = self._record.background
-        if background is None:
+        if background is None:  # an agent that may start no sub-agent has no nursery
+            self._check_depth()
             raise ToolError("background sub-agents are not available here")
         run = self._run
         try:
@@ -1438,6 +1439,17 @@ class _Spawner:
                     nursery.start_soon(one, index, spec, runner)
         return [o for o in outcomes if o is not None]
 
+    def _check_depth(self) -> int:
+        """The depth a sub-agent started here would have; ToolError past ``max_depth``."""
+        depth = self._parent.depth + 1
+        limit = self._run.settings.limits.max_depth
+        if depth > limit:
+            raise ToolError(
+                f"max depth {limit} reached: a sub-agent here would be at depth {depth}; do "
+                "this work yourself"
+            )
+        return depth
+
     def _prepare(
         self,
         agent_type: str,
@@ -1455,12 +1467,7 @@ class _Spawner:
             call_budget = Budget.from_mapping(budget, where="input.budget") if budget else None
         except ConfigError as exc:
             raise ToolError(str(exc)) from None
-        depth = self._parent.depth + 1
-        if depth > run.settings.limits.max_depth:
-            raise ToolError(
-                f"max depth {run.settings.limits.max_depth} reached: a sub-agent here would be at "
-                f"depth {depth}; do this work yourself"
-            )
+        depth = self._check_depth()
         if not run.scheduler.reserve_agent():
             raise ToolError(f"max agents {run.settings.limits.max_agents} reached for this run")
         effective = (atype.budget or Budget()).tighter(call_budget)
