@@ -38,7 +38,11 @@ def _leaf() -> st.SearchStrategy[dict[str, Any]]:
     untyped = st.fixed_dictionaries(
         {}, optional={"minLength": st.integers(0, 2), "minimum": _numbers, "description": st.text()}
     )
-    return st.one_of(string, number, other, untyped)
+    choice = st.fixed_dictionaries(
+        {"enum": st.lists(st.text(max_size=2), min_size=1, max_size=3)},
+        optional={"type": st.sampled_from(["string", "integer"]), "minLength": st.integers(0, 2)},
+    )
+    return st.one_of(string, number, other, untyped, choice)
 
 
 def _schemas() -> st.SearchStrategy[Any]:
@@ -114,7 +118,8 @@ def test_on_flat_schemas_it_agrees_with_jsonschema_except_integral_floats(value:
     [
         {"type": "string", "pattern": "^a"},
         {"anyOf": [{"type": "string"}]},
-        {"type": "string", "enum": ["a"]},
+        {"type": "string", "enum": ["a", 1]},
+        {"enum": [None]},
         {"type": "object", "additionalProperties": {"type": "string"}},
         {"$ref": "#/definitions/x"},
         {"type": "date"},
@@ -142,6 +147,9 @@ def test_every_builtin_tool_has_a_fast_check_that_accepts_typical_input() -> Non
             "run_in_background": True,
         },
         "send_message": {"to": "parent", "text": "halfway there"},
+        "todo_write": {
+            "todos": [{"content": "Run the tests", "status": "pending", "activeForm": "Running"}]
+        },
     }
     for tool in builtin_tools():
         check = compile_check(tool.input_schema)
@@ -185,3 +193,12 @@ def test_values_a_json_decoder_never_makes_are_left_to_jsonschema() -> None:
 @pytest.mark.parametrize("schema", [{"type": None}, {"maxLength": None}, {"minItems": -1}])
 def test_a_malformed_schema_gets_no_fast_check(schema: Any) -> None:
     assert compile_check(schema) is None
+
+
+def test_an_enum_of_strings_gets_a_fast_check_that_takes_only_those_strings() -> None:
+    check = compile_check({"enum": ["pending", "completed"]})
+    assert check is not None
+    assert check("pending")
+    assert not check("doing")
+    assert not check(1)
+    assert not check(None)

@@ -4,15 +4,16 @@ Validating every tool call with jsonschema cost 12-13 % of a wide fan-out (its v
 schema keyword by keyword, in Python, for every call). Most tool schemas are flat objects of typed
 fields, so :func:`compile_check` turns such a schema into a closure that answers "valid" with a
 few type checks. It only ever says yes when jsonschema would: anything it does not fully
-understand (a keyword it does not know, a float where an integer is expected, an ``enum``) makes
-it answer no, and :func:`~runtime.core.validate_input` then asks jsonschema, which also words the
-error. A schema it cannot compile gets no fast check at all.
+understand (a keyword it does not know, a float where an integer is expected, an ``enum`` of
+anything but strings) makes it answer no, and :func:`~runtime.core.validate_input` then asks
+jsonschema, which also words the error. A schema it cannot compile gets no fast check at all.
 
 Understood: ``type`` (one name or a list of them), ``properties``, ``required``,
 ``additionalProperties`` (``false``, ``true`` or absent), ``items`` (one schema), ``minLength``,
 ``maxLength``, ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum``,
-``minItems``, ``maxItems``, and the annotations ``description``, ``title``, ``default``,
-``examples``, ``format`` (jsonschema does not assert formats unless asked to, and it is not).
+``minItems``, ``maxItems``, ``enum`` (of strings: ``todo_write``'s ``status``), and the
+annotations ``description``, ``title``, ``default``, ``examples``, ``format`` (jsonschema does
+not assert formats unless asked to, and it is not).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ _KNOWN: Final = (
         "maxLength",
         "minItems",
         "maxItems",
+        "enum",
     }
 )
 
@@ -107,6 +109,8 @@ def _compile(schema: Any) -> Check:
     for keyword, compare in _NUMERIC.items():
         if keyword in schema:
             checks.append(_numeric_check(compare, _bound(schema[keyword])))
+    if "enum" in schema:
+        checks.append(_enum_check(schema["enum"]))
     if "properties" in schema or "required" in schema or "additionalProperties" in schema:
         checks.append(_object_check(schema))
     if "items" in schema or "minItems" in schema or "maxItems" in schema:
@@ -129,6 +133,14 @@ def _compile(schema: Any) -> Check:
         return True
 
     return check_all
+
+
+def _enum_check(choices: Any) -> Check:
+    # Strings only: a string equals a JSON value only if it is that string (no 1 == True).
+    if choices.__class__ is not list or not all(c.__class__ is str for c in choices):
+        raise _Unsupported("an enum of anything but strings")
+    allowed = frozenset(choices)
+    return lambda v: v.__class__ is str and v in allowed
 
 
 def _numeric_check(compare: Callable[[Any, Any], bool], bound: int | float) -> Check:
