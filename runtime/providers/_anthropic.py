@@ -182,22 +182,7 @@ class AnthropicProvider:
                         if stopped or not data:
                             # Read on to the end, so the connection goes back to the pool.
                             continue
-                        try:
-                            event = orjson.loads(data)
-                        except orjson.JSONDecodeError as exc:
-                            raise ProviderError(
-                                secrets.text(
-                                    f"anthropic: invalid JSON in the {sse.event!r} event"
-                                    f" ({exc}): {data[:80]!r}"
-                                )
-                            ) from exc
-                        if not isinstance(event, dict):
-                            raise ProviderError(
-                                secrets.text(f"anthropic: unexpected event: {data[:80]!r}")
-                            )
-                        # The SSE event name says what the event is (llama.cpp's error
-                        # event carries no "type": "error" in its data).
-                        kind = "error" if sse.event == "error" else event.get("type") or sse.event
+                        event, kind = _decoded(sse.event, data, secrets)
                         if kind == "content_block_delta":
                             delta = event.get("delta") or {}
                             delta_kind = delta.get("type")
@@ -331,6 +316,24 @@ def _block(blocks: dict[int, _Block], event: dict[str, Any]) -> _Block:
     if block is None:
         raise ProviderError(f"anthropic: a delta for block {index!r}, which was never started")
     return block
+
+
+def _decoded(name: str, data: str, secrets: Secrets) -> tuple[dict[str, Any], str]:
+    """One SSE event's JSON object and its kind: the SSE event name says what the event is
+    (llama.cpp's error event carries no ``"type": "error"`` in its data).
+
+    Raises:
+        ProviderError: the data is not a JSON object (secrets masked).
+    """
+    try:
+        event = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ProviderError(
+            secrets.text(f"anthropic: invalid JSON in the {name!r} event ({exc}): {data[:80]!r}")
+        ) from exc
+    if not isinstance(event, dict):
+        raise ProviderError(secrets.text(f"anthropic: unexpected event: {data[:80]!r}"))
+    return event, "error" if name == "error" else event.get("type") or name
 
 
 def _turn_end(
