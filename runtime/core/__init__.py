@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ._approvals import show_input as show_input
     from ._budget import BudgetLayer as BudgetLayer
     from ._bus import EventBus as EventBus
+    from ._collector import collector_for_runs as collector_for_runs
     from ._compaction import SUMMARY_HEADER as SUMMARY_HEADER
     from ._compaction import compacted_turns as compacted_turns
     from ._config import FILE_SETTINGS as FILE_SETTINGS
@@ -321,6 +322,7 @@ _LAZY: dict[str, str] = {
     "cancel_node": "._context",
     "cancel_reason_of": "._agent",
     "cancelled_text": "._agent",
+    "collector_for_runs": "._collector",
     "started_event": "._agent",
     "compacted_turns": "._compaction",
     "compile_glob": "._globs",

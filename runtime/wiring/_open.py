@@ -56,6 +56,7 @@ from runtime.core import (
     ToolLimits,
     TraceError,
     check_prices,
+    collector_for_runs,
     new_run_context,
     run_environ,
     scan_env,
@@ -615,6 +616,7 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
     if plan.sandbox is not None:
         await trio.to_thread.run_sync(plan.sandbox.check, plan.workspace)
     async with AsyncExitStack() as stack:
+        stack.enter_context(collector_for_runs())  # many live agents: runtime/core/_collector.py
         services = await _open_services(plan, stack)
         resumer = None
         if plan.resume is not None:
