@@ -192,9 +192,7 @@ async def run_agent_actor(
     handle: ActorHandle[str] | None = None
     body = functools.partial(agent_main, run, spec, life)
     owner = Owner(spec.agent_id, spec.parent_tool_use_id)
-    # In the registry, a background child hangs under its parent agent: its call has ended
-    # (a cancel or stop of the parent still reaches it; docs/collaboration.md).
-    parent_node = spec.parent_agent_id if spec.background else spec.parent_tool_use_id
+    parent_node = spec.parent_node
     try:
         if own_task:
             handle = ActorHandle.new(
@@ -1367,21 +1365,16 @@ class _Spawner:
             self._check_depth()
             raise ToolError("background sub-agents are not available here")
         run = self._run
-        try:
-            placement = run.agent_types.lookup(agent_type).placement
-        except ConfigError as exc:
-            raise ToolError(str(exc)) from None
-        if placement != "local":
-            raise ToolError(
-                f"agent type {agent_type!r} is placed on {placement!r}: only local sub-agents "
-                "run in the background; call it without run_in_background"
-            )
-        spec, _ = self._prepare(agent_type, prompt, budget, None, description)
+        spec, runner = self._prepare(agent_type, prompt, budget, None, description)
         spec = attrs.evolve(spec, background=True)
 
         async def run_child() -> AgentOutcome:
             await run.scheduler.acquire_slot(spec.agent_id)  # the parent keeps its own
             try:
+                if runner is not None:
+                    # Its whole subtree on a host, as a waited-for child's (docs/cluster.md);
+                    # this task, in the parent's nursery, waits for its end.
+                    return await runner.run_subtree(run, spec)
                 return await run_agent_actor(run, spec, own_task=True)
             finally:
                 run.scheduler.release_slot(spec.agent_id)
