@@ -1026,3 +1026,15 @@ async def test_a_background_child_on_ray_ends_with_its_parent_agent(
             f"cancelled: its parent agent {outcome.agent_id} ended (max_turns)"
         )
     assert _pid_gone(pid), "the cancelled remote bash left its process behind"
+
+
+async def test_a_background_child_on_ray_over_a_loopback_openai_server(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    from tests.test_collaboration import background_child_over_http
+
+    # The same run and checks as in-process; the child's requests come from the Ray worker.
+    rt = await background_child_over_http(
+        nursery, tmp_path, agent_types=[AgentType(name="general", placement="ray")]
+    )
+    assert len(rt._run.placements["ray"].start_latencies) == 1, "a host ran the child"
