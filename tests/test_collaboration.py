@@ -648,6 +648,13 @@ def test_tree_invariants_hold_with_background_children_and_stops(
 async def test_a_background_child_over_a_loopback_openai_server(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
+    await background_child_over_http(nursery, tmp_path)
+
+
+async def background_child_over_http(nursery: trio.Nursery, tmp_path: Path, **kwargs: Any) -> Any:
+    """A parent and its background child on a loopback OpenAI server: the parent's second
+    request goes out before the child answers, its third carries the report. *kwargs* go to
+    ``open_runtime`` (tests/test_ray.py places the child on Ray); returns the runtime, ended."""
     from tests.llm_server import (
         OPENAI_DONE,
         LLMServer,
@@ -685,7 +692,7 @@ async def test_a_background_child_over_a_loopback_openai_server(
     events: list[Event] = []
     with trio.fail_after(20):
         async with open_runtime("openai", model="m", env=env, workspace=tmp_path, trace=False,
-                                on_event=events.append) as rt:  # fmt: skip
+                                on_event=events.append, **kwargs) as rt:  # fmt: skip
             outcome = await rt.run("go")
     assert (outcome.status, outcome.result, outcome.turns) == (
         "completed", "The lookup came back.", 3,
@@ -698,6 +705,7 @@ async def test_a_background_child_over_a_loopback_openai_server(
     assert len(server.requests) == 4
     assert "[background sub-agent agent-2" in server.requests[-1].body.decode()
     check_invariants(events)
+    return rt
 
 
 async def test_a_background_sub_agent_past_the_depth_limit_is_one_error(tmp_path: Path) -> None:

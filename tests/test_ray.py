@@ -33,6 +33,8 @@ from runtime import (
     Scenario,
     ToolFinished,
     ToolStarted,
+    TurnFinished,
+    UserMessage,
     open_runtime,
 )
 from runtime.trace._tree import TraceTree
@@ -943,3 +945,96 @@ async def test_worktree_agents_on_ray_edit_their_own_worktrees(workspace: Path) 
     writes = [e for e in by_type(events, ToolFinished) if e.name == "write"]
     assert len(writes) == 2
     assert all(e.tool_use_id.startswith("h") for e in writes), "the edits ran on Ray hosts"
+
+
+def _background_on_ray(worker_turns: list[dict[str, Any]], tools: list[str] | None = None
+                       ) -> dict[str, Any]:  # fmt: skip
+    call = agent_call("side task", "worker", run_in_background=True)
+    return {"agents": {
+        "main": {"turns": [
+            {"text": "Starting it.", "tool_calls": [call]},
+            {"text": "Meanwhile, my own part."},
+            {"text": "Both parts are in."}]},
+        "worker": _remote({"tools": tools or [], "turns": worker_turns}),
+    }}  # fmt: skip
+
+
+async def test_a_background_child_of_a_ray_type_runs_on_a_host_and_reports_to_its_parent(
+    workspace: Path,
+) -> None:
+    # Long enough that the parent's second turn surely comes first: it did not wait.
+    scenario = _background_on_ray([{"text": "side result", "delay_s": 1.0}])
+    outcome, events = await run_scenario(scenario, workspace)
+    assert (outcome.status, outcome.turns, outcome.result) == ("completed", 3, "Both parts are in.")
+    [child] = [e for e in by_type(events, AgentStarted) if e.name == "worker"]
+    assert isinstance(child, AgentStarted)
+    assert child.background
+    assert child.parent_agent_id == outcome.agent_id
+    [call] = [e for e in by_type(events, ToolFinished) if e.name == "agent"]
+    assert isinstance(call, ToolFinished)
+    assert call.status == "ok"
+    assert call.output.startswith(f"Started sub-agent {child.agent_id} (side task) in the background")
+    [end] = [e for e in by_type(events, AgentFinished) if e.agent_id == child.agent_id]
+    assert (end.status, end.result) == ("completed", "side result")  # type: ignore[attr-defined]
+    [report] = [e for e in by_type(events, UserMessage) if e.agent_id == outcome.agent_id]
+    assert report.text == (  # type: ignore[attr-defined]
+        f"[background sub-agent {child.agent_id} (side task) ended completed]\nside result"
+    )
+    second_turn = [e for e in by_type(events, TurnFinished) if e.agent_id == outcome.agent_id][1]
+    parent_end = next(e for e in by_type(events, AgentFinished) if e.agent_id == outcome.agent_id)
+    order = [events.index(e) for e in (call, second_turn, end, report, parent_end)]
+    assert order == sorted(order)
+    check_invariants(events)
+
+
+@pytest.mark.parametrize("how", ["cancel of the parent", "parent out of turns"])
+async def test_a_background_child_on_ray_ends_with_its_parent_agent(
+    workspace: Path, how: str
+) -> None:
+    pidfile = workspace / "pid"
+    scenario = _background_on_ray([
+        {"tool_calls": [{"name": "bash", "input": {"command": f"echo $$ > {pidfile}; exec sleep 30"}}]},
+        {"text": "never"}], tools=["bash"])  # fmt: skip
+    limits = Limits(max_turns=2) if how == "parent out of turns" else None
+    if limits is not None:
+        # Its second turn waits in a call until the remote bash runs, then its limit ends it.
+        wait = f"while [ ! -s {pidfile} ]; do sleep 0.05; done"
+        scenario["agents"]["main"]["turns"][1]["tool_calls"] = [
+            {"name": "bash", "input": {"command": wait}}]
+        scenario["agents"]["main"]["tools"] = ["agent", "bash"]
+    events = EventLog()
+    async with open_runtime(scenario=scenario, workspace=workspace, trace=False, limits=limits,
+                            permission_mode="allow-all", on_event=events) as rt:  # fmt: skip
+        handle = await rt.start("go")
+        pid = int(await _wait_for_file(pidfile))
+        if how == "cancel of the parent":
+            assert await rt.cancel(handle.agent_id, "the user gave up")
+        outcome = await handle.wait()
+    check_invariants(events)
+    [child] = [e for e in by_type(events, AgentStarted) if e.name == "worker"]
+    [end] = [e for e in by_type(events, AgentFinished) if e.agent_id == child.agent_id]
+    [bash] = [e for e in by_type(events, ToolFinished)
+              if e.name == "bash" and e.agent_id == child.agent_id]  # fmt: skip
+    assert bash.status == "cancelled"  # type: ignore[attr-defined]
+    assert end.status == "cancelled"  # type: ignore[attr-defined]
+    if how == "cancel of the parent":
+        assert outcome.status == "cancelled"
+        assert end.error == "cancelled: the user gave up"  # type: ignore[attr-defined]
+    else:
+        assert outcome.status == "max_turns"
+        assert end.error == (  # type: ignore[attr-defined]
+            f"cancelled: its parent agent {outcome.agent_id} ended (max_turns)"
+        )
+    assert _pid_gone(pid), "the cancelled remote bash left its process behind"
+
+
+async def test_a_background_child_on_ray_over_a_loopback_openai_server(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    from tests.test_collaboration import background_child_over_http
+
+    # The same run and checks as in-process; the child's requests come from the Ray worker.
+    rt = await background_child_over_http(
+        nursery, tmp_path, agent_types=[AgentType(name="general", placement="ray")]
+    )
+    assert len(rt._run.placements["ray"].start_latencies) == 1, "a host ran the child"

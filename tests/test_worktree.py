@@ -23,6 +23,7 @@ from runtime import (
     ModelRequest,
     ToolCall,
     ToolFinished,
+    UserMessage,
     open_runtime,
 )
 from runtime.core import (
@@ -469,3 +470,22 @@ async def test_a_repository_without_a_commit_or_a_machine_without_git_is_a_clear
         WorktreeError, match=r"^worktree isolation needs git, which is not installed$"
     ):
         await add_worktree(workspace, run_id="r1", agent_id="agent-2", agent_type="ed")
+
+
+async def test_a_background_isolated_agent_edits_its_worktree_and_its_report_names_it(
+    repo: Path,
+) -> None:
+    call = agent_call("a", "ed_a", run_in_background=True)
+    scenario = {"agents": {
+        "main": {"turns": [{"tool_calls": [call]}, {"text": "waiting"}, {"text": "done"}]},
+        "ed_a": _editor("a", "from a\n")}}  # fmt: skip
+    outcome, events = await run_scenario(scenario, repo, run_id="r1", agent_types=_types("ed_a"))
+    assert outcome.result == "done"
+    check_invariants(events)
+    assert (repo / "shared.txt").read_text() == "base\n", "the main workspace is untouched"
+    assert _git(repo, "status", "--porcelain") == ""
+    tree = repo / ".trio-agents" / "worktrees" / "r1-agent-2"
+    assert (tree / "shared.txt").read_text() == "from a\n"
+    [report] = [e for e in events if isinstance(e, UserMessage) and e.agent_id == "agent-1"]
+    assert report.text.startswith("[background sub-agent agent-2 (a) ended completed]\na done")
+    assert "[worktree kept: branch trio-agents/r1/agent-2 at " in report.text

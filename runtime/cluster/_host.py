@@ -576,10 +576,11 @@ class _CallState:
     run: RunContext | None = None
     # The root's outcome, once its supervisor has reported it.
     outcome: AgentOutcome | None = None
-    # The parent's agent-call tool_use_id: cancelling it is "cancelled from above".
+    # The parent's agent-call tool_use_id (a background root's parent agent id: the node it
+    # registers under): cancelling it is "cancelled from above".
     boundary_id: str = attrs.field(
         default=attrs.Factory(
-            lambda self: self.call.spec.parent_tool_use_id or f"{self.call.call_id}.boundary",
+            lambda self: self.call.spec.parent_node or f"{self.call.call_id}.boundary",
             takes_self=True,
         )
     )

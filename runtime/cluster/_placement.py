@@ -1024,7 +1024,7 @@ class _Stream:
         root_node = run.registry.register(
             spec.agent_id,
             _RemoteScope(self, spec.agent_id),
-            parent_id=spec.parent_tool_use_id,
+            parent_id=spec.parent_node,
             data=Owner(spec.agent_id, spec.parent_tool_use_id),
         )
         try:
@@ -1117,7 +1117,7 @@ class _Stream:
         if len(queued) < len(host.queue):  # never sent: nothing ran
             host.queue[:] = queued
         else:
-            boundary = call.spec.parent_tool_use_id or f"{call.call_id}.boundary"
+            boundary = call.spec.parent_node or f"{call.call_id}.boundary"
             self.send_cancel(boundary, reason, by or "runtime")
             with trio.move_on_after(grace, shield=True):
                 await self.done.wait()

@@ -110,6 +110,14 @@ class AgentSpec:
     """Where its file tools and commands work, when not the run's workspace: the git worktree
     of an isolated agent, inherited by its sub-agents (docs/worktrees.md)."""
 
+    @property
+    def parent_node(self) -> str | None:
+        """The registry node it hangs under: its ``agent`` call's, or for a background agent
+        (whose call has ended) its parent agent's, so a cancel or stop of the parent still
+        reaches it (docs/collaboration.md#background-sub-agents). A Ray host registers the
+        same id as the subtree's boundary (docs/cluster.md)."""
+        return self.parent_agent_id if self.background else self.parent_tool_use_id
+
 
 def started_event(spec: AgentSpec) -> AgentStarted:
     """The ``agent_started`` of the agent *spec* describes: the one way it is built, by the

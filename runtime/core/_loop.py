@@ -192,9 +192,7 @@ async def run_agent_actor(
     handle: ActorHandle[str] | None = None
     body = functools.partial(agent_main, run, spec, life)
     owner = Owner(spec.agent_id, spec.parent_tool_use_id)
-    # In the registry, a background child hangs under its parent agent: its call has ended
-    # (a cancel or stop of the parent still reaches it; docs/collaboration.md).
-    parent_node = spec.parent_agent_id if spec.background else spec.parent_tool_use_id
+    parent_node = spec.parent_node
     try:
         if own_task:
             handle = ActorHandle.new(
@@ -1367,22 +1365,22 @@ class _Spawner:
             self._check_depth()
             raise ToolError("background sub-agents are not available here")
         run = self._run
-        try:
-            placement = run.agent_types.lookup(agent_type).placement
-        except ConfigError as exc:
-            raise ToolError(str(exc)) from None
-        if placement != "local":
-            raise ToolError(
-                f"agent type {agent_type!r} is placed on {placement!r}: only local sub-agents "
-                "run in the background; call it without run_in_background"
-            )
-        spec, _ = self._prepare(agent_type, prompt, budget, None, description)
+        spec, runner = self._prepare(agent_type, prompt, budget, None, description)
         spec = attrs.evolve(spec, background=True)
 
         async def run_child() -> AgentOutcome:
             await run.scheduler.acquire_slot(spec.agent_id)  # the parent keeps its own
             try:
-                return await run_agent_actor(run, spec, own_task=True)
+                # As a waited-for child runs: in a worktree of its own if its type says so
+                # (docs/worktrees.md), its subtree on a host if placed on Ray (docs/cluster.md);
+                # this task, in the parent's nursery, is its own.
+                if spec.agent_type.isolation == "worktree":
+                    return await self._run_isolated(
+                        spec, runner, trio.TASK_STATUS_IGNORED, None, own_task=True
+                    )
+                return await self._run_placed(
+                    spec, runner, trio.TASK_STATUS_IGNORED, None, own_task=True
+                )
             finally:
                 run.scheduler.release_slot(spec.agent_id)
 
@@ -1522,15 +1520,21 @@ class _Spawner:
         runner: SubtreeRunner | None,
         task_status: trio.TaskStatus[None],
         on_outcome: Callable[[AgentOutcome], None] | None,
+        *,
+        own_task: bool = False,
     ) -> AgentOutcome:
+        """*spec*'s agent here or, with a *runner*, its subtree on a host. *own_task*: this
+        task runs nothing else (a background child's); else the call's first sub-agent may
+        have the call's task."""
         run = self._run
         if runner is None:
             if task_status is not trio.TASK_STATUS_IGNORED:
                 return await run_agent_actor(
                     run, spec, own_task=True, on_outcome=on_outcome, task_status=task_status
                 )
-            own_task = self._own_task is trio.lowlevel.current_task()
-            self._own_task = None
+            if not own_task:
+                own_task = self._own_task is trio.lowlevel.current_task()
+                self._own_task = None
             return await run_agent_actor(run, spec, own_task=own_task, on_outcome=on_outcome)
         outcome = await runner.run_subtree(run, spec)
         if on_outcome is not None:
@@ -1543,9 +1547,12 @@ class _Spawner:
         runner: SubtreeRunner | None,
         task_status: trio.TaskStatus[None],
         on_outcome: Callable[[AgentOutcome], None] | None,
+        *,
+        own_task: bool = False,
     ) -> AgentOutcome:
         """*spec*'s agent in a git worktree of its own, made first and, once the agent has
-        ended, removed if nothing changed in it (docs/worktrees.md).
+        ended, removed if nothing changed in it (docs/worktrees.md). A waited-for agent's
+        worktree is named by its call's result, a background one's by its report.
 
         Raises:
             WorktreeError: the worktree cannot be made (a ToolError: the call's error result).
@@ -1558,12 +1565,17 @@ class _Spawner:
             agent_type=spec.agent_type.name,
             into=worktree_folder(run.settings.workspace),
         )
-        worktrees = self._record.worktrees
+        # A background agent's call has ended (or is ending): its result is not told.
+        worktrees = [] if spec.background else self._record.worktrees
         index = len(worktrees)
         # Named as unfinished until it is known: a cancel from here on keeps it so.
         worktrees.append(attrs.evolve(worktree, changes="its agent did not finish"))
         outcome = await self._run_placed(
-            attrs.evolve(spec, workspace=worktree.workspace), runner, task_status, on_outcome
+            attrs.evolve(spec, workspace=worktree.workspace),
+            runner,
+            task_status,
+            on_outcome,
+            own_task=own_task,
         )
         finished = await finish_worktree(worktree, cancelled=outcome.status == "cancelled")
         worktrees[index] = finished
@@ -1604,6 +1616,8 @@ def _background_report(
     except ToolError as exc:
         body = str(exc)
     head = f"[background sub-agent {outcome.agent_id} ({description}) ended {outcome.status}]"
+    if outcome.worktree is not None:  # at the end, as in a call's result: a cut keeps it
+        body = f"{body}\n\n{outcome.worktree.note()}"
     cap = record.setup.output_cap + NOTE_ROOM
     return run.bus.masked(f"{head}\n{body}", cap, how=_OUTPUT_CUT_HOW)
 
