@@ -176,3 +176,25 @@ async def test_a_prompt_with_a_thousand_arguments_takes_them_by_name(workspace: 
     events = await run_prompt(workspace, "/mcp__b__wide a0=x a999=y", b=bad_server())
     (started,) = of(AgentStarted, events)
     assert started.prompt == "2 arguments"
+
+
+async def test_tab_completes_a_prompts_arguments_through_the_server(workspace: Path) -> None:
+    from runtime.mcp import McpConfig, open_mcp_servers
+
+    config = McpConfig.from_mapping({"e": everything_server(), "b": bad_server()})
+    async with open_mcp_servers(config, env={}, workspace=workspace) as servers:
+        assert "/mcp__e__completable-prompt" in servers.prompt_command_names()
+        line = "/mcp__e__completable-prompt "
+        assert await servers.complete_line(line) == ["Engineering", "Sales", "Marketing", "Support"]
+        assert await servers.complete_line(line + "S") == ["Sales", "Support"]
+        # The next argument's values depend on the first (the context the server gets).
+        assert await servers.complete_line(line + "Sales ") == ["David", "Eve", "Frank"]
+        assert await servers.complete_line(line + "Engineering name=B") == ["name=Bob"]
+        assert await servers.complete_line(line + "department=Support ") == ["John", "Kim", "Lee"]
+        # Past the prompt's arguments, an unknown prompt, no command, a server without
+        # completions: nothing, and no error.
+        assert await servers.complete_line(line + "Sales Eve ") == []
+        assert await servers.complete_line("/mcp__e__nope x") == []
+        assert await servers.complete_line("/mcp__e__completable-prompt") == []
+        assert not servers.servers["b"].completes
+        assert await servers.complete_line("/mcp__b__greet A") == []

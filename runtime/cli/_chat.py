@@ -272,6 +272,7 @@ class Chat:
                 sys.stdout,
                 history=list(self.record.state.input_history),
                 completions=[*(c.split()[0] for c in COMMANDS), *_ALIASES],
+                complete_args=self._complete_args,
             )
         self.kb = kb
         try:
@@ -286,6 +287,9 @@ class Chat:
                 session.abort_noun = "the turn"
                 session.rt.add_tap(self._tap)
                 self._begin(session)
+                mcp = session.rt.mcp_servers
+                if kb is not None and mcp is not None:
+                    kb.editor.completions += tuple(mcp.prompt_command_names())
                 async with trio.open_nursery() as nursery:
                     if kb is not None:
                         await nursery.start(kb.run)
@@ -584,6 +588,14 @@ class Chat:
                 f"Unknown command {name}: type /help for the list "
                 "(start with // to send a message that begins with /)."
             )
+
+    async def _complete_args(self, line: str) -> list[str]:
+        # Tab on an MCP prompt's arguments: the server's completions (docs/mcp.md, "Prompts").
+        mcp = self.session.rt.mcp_servers if self.session is not None else None
+        if mcp is None or not line.startswith("/mcp__"):
+            return []
+        values: list[str] = await mcp.complete_line(line)
+        return values
 
     async def _mcp_prompt(self, line: str) -> None:
         # An MCP server's prompt (docs/mcp.md, "Prompts"): sent as the next message, which the

@@ -27,6 +27,7 @@ __all__ = [
     "MAX_MENTIONS",
     "MAX_RESOURCE_CHARS",
     "attach_mentions",
+    "complete_prompt_line",
     "expand_prompt_command",
     "parse_prompt_args",
     "render_contents",
@@ -38,6 +39,8 @@ MAX_RESOURCE_CHARS = 100_000
 """The most characters of one resource a prompt or a read gets; the rest is cut with a note."""
 MAX_MENTIONS = 10
 """The most ``@server:uri`` mentions one prompt has read; later ones stay as text."""
+MAX_COMPLETIONS = 20
+"""The most values one completion of a prompt argument offers (the server may give 100)."""
 MAX_PROMPT_ARGS = 100
 """The most arguments a prompt command passes (a prompt may declare more; they stay unset)."""
 
@@ -89,6 +92,15 @@ def parse_prompt_args(prompt: mcp_types.Prompt, words: Sequence[str]) -> dict[st
         ToolError: an unknown name, too many values, more than :data:`MAX_PROMPT_ARGS`, or a
             required argument missing (one line naming it).
     """
+    out = _assign(prompt, words)
+    missing = [a.name for a in (prompt.arguments or []) if a.required and a.name not in out]
+    if missing:
+        raise ToolError(f"prompt {prompt.name!r} needs {', '.join(missing)}")
+    return out
+
+
+def _assign(prompt: mcp_types.Prompt, words: Sequence[str]) -> dict[str, str]:
+    # Each word to its argument: ``name=value`` by name, the others by position.
     declared = [a.name for a in (prompt.arguments or [])]
     if len(words) > MAX_PROMPT_ARGS:
         raise ToolError(f"at most {MAX_PROMPT_ARGS} arguments, not {len(words)}")
@@ -108,10 +120,44 @@ def parse_prompt_args(prompt: mcp_types.Prompt, words: Sequence[str]) -> dict[st
             )
         out[declared[position]] = word
         position += 1
-    missing = [a.name for a in (prompt.arguments or []) if a.required and a.name not in out]
-    if missing:
-        raise ToolError(f"prompt {prompt.name!r} needs {', '.join(missing)}")
     return out
+
+
+async def complete_prompt_line(servers: Mapping[str, McpServer], line: str) -> list[str]:
+    """What the last word of ``/mcp__SERVER__PROMPT args… partial`` may become: the server's
+    completions (``completion/complete``) of the argument that word is, each as the whole
+    word (``name=`` kept, quoted if it has spaces), at most :data:`MAX_COMPLETIONS`.
+
+    The words before it are the context the server gets (a later argument's values may
+    depend on an earlier one's). Nothing (``[]``) when the line names no prompt of a started
+    server that offers completions, the word is past the prompt's arguments, or the server
+    failed (completion is a help, not a request: no error).
+
+    Cancellation: cancels the request in flight (the connection stays up).
+    """
+    head, sep, rest = line.partition(" ")
+    found = prompt_commands(servers.values()).get(head[1:]) if sep else None
+    if found is None or not found[0].completes:
+        return []
+    server, prompt = found
+    before, _, partial = rest.rpartition(" ")
+    try:
+        given = _assign(prompt, shlex.split(before))
+    except (ValueError, ToolError):
+        return []
+    declared = [a.name for a in (prompt.arguments or [])]
+    name, eq, value = partial.partition("=")
+    prefix = f"{name}=" if eq and name in declared else ""
+    if not prefix:
+        name, value = next((n for n in declared if n not in given), ""), partial
+    if not name:
+        return []
+    ref = mcp_types.PromptReference(type="ref/prompt", name=prompt.name)
+    try:
+        values = await server.complete(ref, name, value, given)
+    except ToolError:
+        return []
+    return [prefix + shlex.quote(v) for v in values[:MAX_COMPLETIONS]]
 
 
 async def attach_mentions(servers: Mapping[str, McpServer], text: str) -> str:

@@ -64,6 +64,8 @@ MAX_RELISTS = 100
 """How many times per run a server's lists are listed again after a ``list_changed``."""
 RELIST_WAIT_S = 5.0
 """How long a call waits for the lists its server said changed during it."""
+COMPLETE_TIMEOUT_S = 3.0
+"""How long the chat's Tab waits for a server's completions of a prompt argument."""
 _LIST_CHANGED: Mapping[str, type] = {
     "notifications/tools/list_changed": mcp_types.ToolListChangedNotification,
     "notifications/resources/list_changed": mcp_types.ResourceListChangedNotification,
@@ -386,6 +388,37 @@ class McpServer:
 
         return await self._request(get, "the request")
 
+    @property
+    def completes(self) -> bool:
+        """Whether the server offers argument completions (``completion/complete``)."""
+        session = self._session
+        caps = session.server_capabilities if session is not None else None
+        return caps is not None and caps.completions is not None
+
+    async def complete(
+        self,
+        ref: mcp_types.PromptReference | mcp_types.ResourceTemplateReference,
+        name: str,
+        value: str,
+        context: Mapping[str, str],
+    ) -> list[str]:
+        """The server's values for argument *name* of *ref* that start as *value* does, the
+        arguments given so far in *context* (docs/mcp.md, "Prompts"); at most 100, as the
+        protocol bounds them.
+
+        Raises:
+            ToolError: as :meth:`call_tool` does.
+
+        Cancellation: cancels this request only, as :meth:`call_tool`.
+        """
+
+        async def ask(session: ClientSession) -> mcp_types.CompleteResult:
+            argument = {"name": name, "value": value}
+            return await session.complete(ref, argument, dict(context) or None)
+
+        result = await self._request(ask, "the completion")
+        return [v for v in result.completion.values[:100] if isinstance(v, str)]
+
     async def _request(
         self, send: Callable[[ClientSession], Awaitable[_T]], what: str
     ) -> _T:
@@ -578,6 +611,25 @@ class McpServers:
         if "@" not in text:
             return text
         return await attach_mentions(self.servers, text)
+
+    def prompt_command_names(self) -> list[str]:
+        """The chat commands of the started servers' prompts (``/mcp__SERVER__PROMPT``)."""
+        from ._resources import prompt_commands
+
+        return [f"/{name}" for name in sorted(prompt_commands(self.servers.values()))]
+
+    async def complete_line(self, line: str) -> list[str]:
+        """The chat's Tab on ``/mcp__SERVER__PROMPT args…``: the values the last word may
+        become, from the server (docs/mcp.md, "Prompts"); ``[]`` after
+        :data:`COMPLETE_TIMEOUT_S` without an answer.
+
+        Cancellation: cancels the request in flight (the connection stays up).
+        """
+        from ._resources import complete_prompt_line
+
+        with trio.move_on_after(COMPLETE_TIMEOUT_S):
+            return await complete_prompt_line(self.servers, line)
+        return []
 
     def bind(self, run: RunContext) -> None:
         """Answer the servers' sampling and elicitation requests for *run* (its provider,
