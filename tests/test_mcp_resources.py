@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from runtime import AgentStarted, ConfigError, Event, open_runtime
 from runtime.core import ToolFinished
@@ -203,8 +204,6 @@ async def test_tab_completes_a_prompts_arguments_through_the_server(workspace: P
 async def test_a_followed_resource_that_changes_is_told_once_and_read_again(
     workspace: Path,
 ) -> None:
-    import trio
-
     from runtime.mcp import McpConfig, open_mcp_servers
     from runtime.mcp._resources import MAX_SUBSCRIPTIONS, attach_mentions
 
@@ -281,3 +280,27 @@ async def test_in_chat_a_changed_resource_is_told_and_the_next_message_gets_it(
     assert first.startswith(f"watch @e:{uri}\n\n<resource ")
     assert second.startswith(f"what changed?\n\n(changed since they were attached: @e:{uri} )")
     assert f'<resource server="e" uri="{uri}">' in second
+
+
+class _SilentServer:
+    """A server that takes subscriptions and never answers one (the timeout's only subject)."""
+
+    name = "s"
+    subscribes = True
+    on_resource_updated: Any = None
+
+    async def subscribe(self, uri: str, *, on: bool = True) -> None:
+        await trio.sleep_forever()
+
+
+async def test_a_subscription_never_answered_costs_a_note_not_the_chat(
+    autojump_clock: Any,
+) -> None:
+    from runtime.mcp._resources import SUBSCRIBE_TIMEOUT_S, Subscriptions
+
+    subs = Subscriptions({"s": _SilentServer()})  # type: ignore[dict-item]
+    assert await subs.follow("@s:a://1") == [
+        f"@s:a://1 is not followed: mcp server 's' did not answer the subscription within "
+        f"{SUBSCRIBE_TIMEOUT_S:g} s"
+    ]
+    assert subs.followed == []

@@ -47,8 +47,9 @@ MAX_COMPLETIONS = 20
 """The most values one completion of a prompt argument offers (the server may give 100)."""
 MAX_SUBSCRIPTIONS = 20
 """The most resources one chat follows (``resources/subscribe``); later mentions are not."""
-UNSUBSCRIBE_TIMEOUT_S = 3.0
-"""How long the end of a chat waits for its servers to take the unsubscriptions."""
+SUBSCRIBE_TIMEOUT_S = 3.0
+"""How long a chat waits for a server to take one subscription, and at its end for all the
+unsubscriptions."""
 MAX_PROMPT_ARGS = 100
 """The most arguments a prompt command passes (a prompt may declare more; they stay unset)."""
 
@@ -383,7 +384,8 @@ class Subscriptions:
 
     async def follow(self, text: str) -> list[str]:
         """Subscribe to each resource *text* mentions that is not followed yet, on servers
-        that take subscriptions; return a one-line note for each that could not be.
+        that take subscriptions; return a one-line note for each that could not be (refused,
+        or no answer within :data:`SUBSCRIBE_TIMEOUT_S`).
 
         Cancellation: cancels the request in flight (the connection stays up).
         """
@@ -398,9 +400,16 @@ class Subscriptions:
                 notes.append(f"{MAX_SUBSCRIPTIONS} resources are followed: @{name}:{uri} is not")
                 break
             try:
-                await server.subscribe(uri)
+                with trio.fail_after(SUBSCRIBE_TIMEOUT_S):
+                    await server.subscribe(uri)
             except ToolError as exc:
                 notes.append(f"@{name}:{uri} is not followed: {exc}")
+                continue
+            except trio.TooSlowError:
+                notes.append(
+                    f"@{name}:{uri} is not followed: mcp server {name!r} did not answer the "
+                    f"subscription within {SUBSCRIBE_TIMEOUT_S:g} s"
+                )
                 continue
             self.followed.append(key)
         return notes
@@ -417,13 +426,13 @@ class Subscriptions:
 
     async def close(self) -> None:
         """Unsubscribe from every followed resource, each server's refusal ignored; bounded
-        by :data:`UNSUBSCRIBE_TIMEOUT_S` in all.
+        by :data:`SUBSCRIBE_TIMEOUT_S` in all.
 
         Cancellation: stops unsubscribing (the servers forget them with the connection).
         """
         followed, self.followed = self.followed, []
         self.changed.clear()
-        with trio.move_on_after(UNSUBSCRIBE_TIMEOUT_S):
+        with trio.move_on_after(SUBSCRIBE_TIMEOUT_S):
             for name, uri in followed:
                 # A server that went away, or never knew it: nothing to undo.
                 with contextlib.suppress(ToolError):
