@@ -687,8 +687,8 @@ class Keyboard:
             finally:
                 if self._completing is scope:
                     self._completing = None
-        if scope.cancelled_caught or self.editor.text != text:
-            return
+        if scope.cancelled_caught or self.editor.text != text or self._mode != "prompt":
+            return  # a key, or a turn, came first: the line is no longer the one asked about
         if not values:
             self._write("\a")
             return
