@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
+import struct
 import termios
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import trio
@@ -195,3 +197,83 @@ async def test_the_keyboard_task_reads_a_real_terminal_and_restores_its_mode(
     assert after[3] == before[3]
     assert await kb.ask("closed? ") is None
     assert kb.history == ["helXlo"]
+
+
+def test_a_completion_replaces_the_last_word_with_what_its_values_share() -> None:
+    ed = LineEditor()
+    ed.set_text("/mcp__e__p S")
+    ed.complete_word(["Sales", "Support"])
+    assert ed.text == "/mcp__e__p S"  # they share only "S"
+    ed.complete_word(["Sales"])
+    assert ed.text == "/mcp__e__p Sales "
+    ed.set_text("/mcp__e__p Sales name=")
+    ed.complete_word(["name=Dave", "name=David"])
+    assert ed.text == "/mcp__e__p Sales name=Dav"
+    ed.complete_word([])
+    assert ed.text == "/mcp__e__p Sales name=Dav"
+
+
+async def test_tab_on_arguments_asks_in_a_task_and_a_key_meanwhile_cancels_it(
+    pty_pair: tuple[int, int],
+) -> None:
+    master, slave = pty_pair
+    asked: list[str] = []
+    cancelled: list[str] = []
+    release = trio.Event()
+
+    async def complete_args(line: str) -> list[str]:
+        asked.append(line)
+        try:
+            if line.endswith("slow"):
+                await trio.sleep_forever()
+            await release.wait()
+        except trio.Cancelled:
+            cancelled.append(line)
+            raise
+        return {"/p ": ["Sales", "Support", "Marketing"], "/p S": ["Sales", "Support"]}.get(
+            line, ["Sales"]
+        )
+
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    out = io.StringIO()
+    kb = Keyboard(os.dup(slave), out, completions=["/p"], complete_args=complete_args)
+
+    async def until(cond: Callable[[], bool]) -> None:
+        # The keys go through a real pty to the keyboard's task: nothing to wait on but it.
+        with trio.fail_after(5):
+            while not cond():  # noqa: ASYNC110
+                await trio.sleep(0.01)
+
+    async def settle(text: str) -> None:
+        await until(lambda: kb.editor.text == text)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(kb.run)
+        kb.show_prompt("> ")
+        os.write(master, b"/p\t")  # the command's name: completed at once, as before
+        await settle("/p ")
+        assert asked == []
+        os.write(master, b"\t")
+        await until(lambda: asked)
+        release.set()
+        await trio.sleep(0.05)
+        assert kb.editor.text == "/p "  # nothing shared by all three: the line stays
+        assert "Sales  Support  Marketing\x1b[K\r\n" in out.getvalue()  # shown above it
+        os.write(master, b"S\t")
+        await until(lambda: not ("Sales  Support\x1b[K\r\n" not in out.getvalue()))
+        os.write(master, b"a\t")
+        await settle("/p Sales ")
+        # A key typed while the server is asked cancels the request; the line is the user's.
+        os.write(master, b"slow\t")
+        await until(lambda: asked[-1].endswith("slow"))
+        os.write(master, b"x")
+        await until(lambda: cancelled)
+        assert cancelled == ["/p Sales slow"]
+        await settle("/p Sales slowx")
+        # A question's Tab and the live view's are not the server's.
+        asked.clear()
+        kb.show_in_view()
+        os.write(master, b"\t")
+        await trio.sleep(0.05)
+        assert asked == []
+        nursery.cancel_scope.cancel()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from runtime import AgentStarted, ConfigError, Event, open_runtime
 from runtime.core import ToolFinished
@@ -176,3 +177,130 @@ async def test_a_prompt_with_a_thousand_arguments_takes_them_by_name(workspace: 
     events = await run_prompt(workspace, "/mcp__b__wide a0=x a999=y", b=bad_server())
     (started,) = of(AgentStarted, events)
     assert started.prompt == "2 arguments"
+
+
+async def test_tab_completes_a_prompts_arguments_through_the_server(workspace: Path) -> None:
+    from runtime.mcp import McpConfig, open_mcp_servers
+
+    config = McpConfig.from_mapping({"e": everything_server(), "b": bad_server()})
+    async with open_mcp_servers(config, env={}, workspace=workspace) as servers:
+        assert "/mcp__e__completable-prompt" in servers.prompt_command_names()
+        line = "/mcp__e__completable-prompt "
+        assert await servers.complete_line(line) == ["Engineering", "Sales", "Marketing", "Support"]
+        assert await servers.complete_line(line + "S") == ["Sales", "Support"]
+        # The next argument's values depend on the first (the context the server gets).
+        assert await servers.complete_line(line + "Sales ") == ["David", "Eve", "Frank"]
+        assert await servers.complete_line(line + "Engineering name=B") == ["name=Bob"]
+        assert await servers.complete_line(line + "department=Support ") == ["John", "Kim", "Lee"]
+        # Past the prompt's arguments, an unknown prompt, no command, a server without
+        # completions: nothing, and no error.
+        assert await servers.complete_line(line + "Sales Eve ") == []
+        assert await servers.complete_line("/mcp__e__nope x") == []
+        assert await servers.complete_line("/mcp__e__completable-prompt") == []
+        assert not servers.servers["b"].completes
+        assert await servers.complete_line("/mcp__b__greet A") == []
+
+
+async def test_a_followed_resource_that_changes_is_told_once_and_read_again(
+    workspace: Path,
+) -> None:
+    from runtime.mcp import McpConfig, open_mcp_servers
+    from runtime.mcp._resources import MAX_SUBSCRIPTIONS, attach_mentions
+
+    config = McpConfig.from_mapping({"e": everything_server(), "b": bad_server()})
+    uri = "demo://resource/static/document/features.md"
+    async with open_mcp_servers(config, env={}, workspace=workspace) as servers:
+        subs = servers.subscriptions
+        told: list[str] = []
+        changed = trio.Event()
+
+        def on_change(line: str) -> None:
+            told.append(line)
+            changed.set()
+
+        subs.on_change = on_change
+        e = servers.servers["e"]
+        assert e.subscribes
+        assert not servers.servers["b"].subscribes
+        # b takes no subscriptions: its mention is attached but not followed.
+        assert await subs.follow(f"see @e:{uri}, and @b:text://hello") == []
+        assert subs.followed == [("e", uri)]
+        assert subs.take("next") == "next"  # nothing changed yet
+        # server-everything tells its subscribers of a change (then every 5 s) once asked to.
+        await e.call_tool("toggle-subscriber-updates", {})
+        with trio.fail_after(10):
+            await changed.wait()
+        e.on_resource_updated(e, uri)  # told again before the next message: not repeated
+        e.on_resource_updated(e, "demo://not/followed")
+        assert told == [f"@e:{uri} changed: your next message gets its new content"]
+        text = subs.take("what now?")
+        assert text == f"what now?\n\n(changed since they were attached: @e:{uri} )"
+        attached = await attach_mentions(servers.servers, text)
+        assert f'<resource server="e" uri="{uri}">' in attached
+        assert subs.take("and now?") == "and now?"  # taken: the next message only
+        # Bounded: past MAX_SUBSCRIPTIONS mentions, one note and no more subscriptions.
+        many = " ".join(f"@e:demo://resource/dynamic/text/{i}" for i in range(MAX_SUBSCRIPTIONS))
+        notes = await subs.follow(many)
+        assert len(subs.followed) == MAX_SUBSCRIPTIONS
+        assert notes == [
+            f"{MAX_SUBSCRIPTIONS} resources are followed: "
+            f"@e:demo://resource/dynamic/text/{MAX_SUBSCRIPTIONS - 1} is not"
+        ]
+        await e.call_tool("toggle-subscriber-updates", {})  # its updates off again
+        await subs.close()
+        assert subs.followed == []
+        e.on_resource_updated(e, uri)
+        assert len(told) == 1  # no longer followed: not told
+
+
+async def test_in_chat_a_changed_resource_is_told_and_the_next_message_gets_it(
+    tmp_path: Path,
+) -> None:
+    from tests.test_chat import chat, read_trace
+
+    uri = "demo://resource/static/document/features.md"
+    servers = tmp_path / "servers.json"
+    servers.write_text(json.dumps({"mcpServers": {"e": everything_server()}}))
+    scenario = tmp_path / "s.json"
+    toggle = calls(("mcp__e__toggle-subscriber-updates", {}))
+    scenario.write_text(
+        json.dumps({"agents": {"main": {"turns": [toggle, {"text": "on"}, {"text": "seen"}]}}})
+    )
+    trace = tmp_path / "t.jsonl"
+    proc = await chat(
+        tmp_path,
+        *("--scenario", str(scenario), "--mcp-config", str(servers), "--trace", str(trace)),
+        *("--permission-mode", "allow-all"),
+        stdin=f"watch @e:{uri}\nwhat changed?\n".encode(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.decode()
+    assert out.count(f"@e:{uri} changed: your next message gets its new content") == 1
+    first, second = (e.prompt for e in of(AgentStarted, read_trace(trace)))
+    assert first.startswith(f"watch @e:{uri}\n\n<resource ")
+    assert second.startswith(f"what changed?\n\n(changed since they were attached: @e:{uri} )")
+    assert f'<resource server="e" uri="{uri}">' in second
+
+
+class _SilentServer:
+    """A server that takes subscriptions and never answers one (the timeout's only subject)."""
+
+    name = "s"
+    subscribes = True
+    on_resource_updated: Any = None
+
+    async def subscribe(self, uri: str, *, on: bool = True) -> None:
+        await trio.sleep_forever()
+
+
+async def test_a_subscription_never_answered_costs_a_note_not_the_chat(
+    autojump_clock: Any,
+) -> None:
+    from runtime.mcp._resources import SUBSCRIBE_TIMEOUT_S, Subscriptions
+
+    subs = Subscriptions({"s": _SilentServer()})  # type: ignore[dict-item]
+    assert await subs.follow("@s:a://1") == [
+        f"@s:a://1 is not followed: mcp server 's' did not answer the subscription within "
+        f"{SUBSCRIBE_TIMEOUT_S:g} s"
+    ]
+    assert subs.followed == []

@@ -272,6 +272,7 @@ class Chat:
                 sys.stdout,
                 history=list(self.record.state.input_history),
                 completions=[*(c.split()[0] for c in COMMANDS), *_ALIASES],
+                complete_args=self._complete_args,
             )
         self.kb = kb
         try:
@@ -286,6 +287,11 @@ class Chat:
                 session.abort_noun = "the turn"
                 session.rt.add_tap(self._tap)
                 self._begin(session)
+                mcp = session.rt.mcp_servers
+                if kb is not None and mcp is not None:
+                    kb.editor.completions += tuple(mcp.prompt_command_names())
+                if mcp is not None:
+                    mcp.subscriptions.on_change = self._notify
                 async with trio.open_nursery() as nursery:
                     if kb is not None:
                         await nursery.start(kb.run)
@@ -294,6 +300,8 @@ class Chat:
                             kb.on_change = session.view.poke
                     self._greet()
                     await self._loop()
+                    if mcp is not None:
+                        await mcp.subscriptions.close()
                     nursery.cancel_scope.cancel(reason="the chat is over")
                 if self.saved or self.record.turns:
                     # The input history typed since the last turn goes with the session.
@@ -413,6 +421,13 @@ class Chat:
         self.sent = []
         self.delivered = 0
         self._turn_tokens = [0, 0]
+        mcp = rt.mcp_servers
+        if mcp is not None and not text.startswith("/mcp__"):
+            # Followed before they are read (docs/mcp.md, "Following a resource"), so no change
+            # falls between; those that changed come again with this message.
+            for note in await mcp.subscriptions.follow(text):
+                self._say(note)
+            text = mcp.subscriptions.take(text)
         handle = await rt.start(text, history=rec.messages)
         self.current = handle
         self.last_root = handle.agent_id
@@ -584,6 +599,23 @@ class Chat:
                 f"Unknown command {name}: type /help for the list "
                 "(start with // to send a message that begins with /)."
             )
+
+    def _notify(self, line: str) -> None:
+        # A followed MCP resource changed (docs/mcp.md, "Following a resource"): one line,
+        # above the chat line when it is waiting for input.
+        kb = self.kb
+        if kb is not None and self.current is None:
+            kb.print_above(line)
+        else:
+            self._say(line)
+
+    async def _complete_args(self, line: str) -> list[str]:
+        # Tab on an MCP prompt's arguments: the server's completions (docs/mcp.md, "Prompts").
+        mcp = self.session.rt.mcp_servers if self.session is not None else None
+        if mcp is None or not line.startswith("/mcp__"):
+            return []
+        values: list[str] = await mcp.complete_line(line)
+        return values
 
     async def _mcp_prompt(self, line: str) -> None:
         # An MCP server's prompt (docs/mcp.md, "Prompts"): sent as the next message, which the

@@ -33,7 +33,7 @@ import contextlib
 import os
 import sys
 import termios
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Literal, NamedTuple, TextIO
 
 import trio
@@ -359,6 +359,20 @@ class LineEditor:
                 common = common[:-1]
         self.set_text(common + (" " if len(matches) == 1 else ""))
 
+    def complete_word(self, values: Sequence[str]) -> None:
+        """Replace the line's last word with what all of *values* (its completions) start
+        with; a single value is taken whole, with a space after it."""
+        if not values:
+            return
+        common = min(values)
+        for other in values:
+            while not other.startswith(common):
+                common = common[:-1]
+        head, sep, last = self.text.rpartition(" ")
+        if len(common) < len(last) and len(values) > 1:
+            return  # the values do not extend what is typed (a server matching otherwise)
+        self.set_text(head + sep + common + (" " if len(values) == 1 else ""))
+
     # -- drawing ----------------------------------------------------------------------------
 
     def view(self, width: int) -> tuple[str, str, str]:
@@ -427,6 +441,9 @@ class Keyboard:
         out: where the prompt is drawn (the terminal's stdout).
         history: the input history (oldest first), shared: it grows as lines are entered.
         completions: what Tab completes (slash commands).
+        complete_args: what Tab after a slash command's first word completes with: the
+            values the line's last word may become (an MCP prompt's arguments, from the
+            server: docs/mcp.md); asked in a task of the keyboard's, given up at the next key.
     """
 
     def __init__(
@@ -436,6 +453,7 @@ class Keyboard:
         *,
         history: list[str] | None = None,
         completions: Sequence[str] = (),
+        complete_args: Callable[[str], Awaitable[list[str]]] | None = None,
     ) -> None:
         self._fd = fd
         self._out = out
@@ -451,6 +469,9 @@ class Keyboard:
         """Called when the chat line changes while the live view draws it (a redraw poke)."""
         self._key_answered = False
         """The last key answered a question by itself: an Enter right after it is dropped."""
+        self.complete_args = complete_args
+        self._tasks: trio.Nursery | None = None
+        self._completing: trio.CancelScope | None = None
 
     @property
     def history(self) -> list[str]:
@@ -557,7 +578,8 @@ class Keyboard:
         except termios.error:
             saved = None
         try:
-            async with trio.lowlevel.FdStream(self._fd) as stream:
+            async with trio.open_nursery() as tasks, trio.lowlevel.FdStream(self._fd) as stream:
+                self._tasks = tasks
                 try:
                     if saved is not None:
                         mode = termios.tcgetattr(self._fd)
@@ -579,6 +601,8 @@ class Keyboard:
                         # answer's, not an empty line for what comes next.
                         self._key_answered = False
                 finally:
+                    self._tasks = None
+                    tasks.cancel_scope.cancel(reason="the keyboard is closing")
                     if saved is not None:
                         self._write(_PASTE_OFF)
                         with contextlib.suppress(termios.error):
@@ -598,6 +622,9 @@ class Keyboard:
             self._key_answered = False
             return
         self._key_answered = False
+        if self._completing is not None:
+            self._completing.cancel(reason="a key came before the completions")
+            self._completing = None
         question = self._question
         if question is not None and question.answered:
             question = None  # answered by this same read: the rest is the chat line's
@@ -615,6 +642,10 @@ class Keyboard:
                 return
             self._draw()
             return
+        if key.name == "tab" and self._wants_args(self.editor):
+            assert self._tasks is not None
+            self._tasks.start_soon(self._complete_args, self.editor.text)
+            return
         result = self.editor.handle(key)
         if result == "submit":
             text = self.editor.text
@@ -631,6 +662,41 @@ class Keyboard:
             self._commit(self._prompt, self.editor)
             self._mode = "hidden"
             self._send_line(None)
+        self._draw()
+
+    def _wants_args(self, editor: LineEditor) -> bool:
+        text = editor.text
+        return (
+            self.complete_args is not None
+            and self._tasks is not None
+            and self._mode == "prompt"  # a prompt command waits for the turn to end
+            and text.startswith("/")
+            and " " in text
+            and editor.pos == len(text)
+        )
+
+    async def _complete_args(self, text: str) -> None:
+        """Tab on a command's arguments: ask for the last word's completions, and use them
+        if the line is still as it was (any key meanwhile cancels this)."""
+        complete = self.complete_args
+        assert complete is not None
+        with trio.CancelScope() as scope:
+            self._completing = scope
+            try:
+                values = await complete(text)
+            finally:
+                if self._completing is scope:
+                    self._completing = None
+        if scope.cancelled_caught or self.editor.text != text or self._mode != "prompt":
+            return  # a key, or a turn, came first: the line is no longer the one asked about
+        if not values:
+            self._write("\a")
+            return
+        if len(values) > 1:
+            shown = "  ".join(v.rpartition("=")[2] if "=" in v else v for v in values)
+            width = self._width() - 1
+            self.print_above(shown if len(shown) <= width else shown[: width - 1] + "…")
+        self.editor.complete_word(values)
         self._draw()
 
     def _send_line(self, line: str | None) -> bool:

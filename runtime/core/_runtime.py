@@ -95,6 +95,9 @@ class Runtime:
         self._closing = False
         # The recorded roots of a resumed run, in start order: (prompt, agent type).
         self.resume_roots: list[tuple[str, str]] | None = None
+        # The run's MCP servers (runtime.mcp.McpServers) when some are configured: the chat
+        # completes prompt arguments and follows resources through them (docs/mcp.md).
+        self.mcp_servers: Any = None
 
     async def resume(self) -> AgentOutcome | None:
         """Go on with a run opened with ``open_runtime(resume=TRACE)``: start its recorded

@@ -9,12 +9,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import mcp_types
+import trio
 
 from runtime.core import ConfigError, Tool, ToolContext, ToolError, one_line
 
@@ -26,7 +28,10 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_MENTIONS",
     "MAX_RESOURCE_CHARS",
+    "MAX_SUBSCRIPTIONS",
+    "Subscriptions",
     "attach_mentions",
+    "complete_prompt_line",
     "expand_prompt_command",
     "parse_prompt_args",
     "render_contents",
@@ -38,6 +43,13 @@ MAX_RESOURCE_CHARS = 100_000
 """The most characters of one resource a prompt or a read gets; the rest is cut with a note."""
 MAX_MENTIONS = 10
 """The most ``@server:uri`` mentions one prompt has read; later ones stay as text."""
+MAX_COMPLETIONS = 20
+"""The most values one completion of a prompt argument offers (the server may give 100)."""
+MAX_SUBSCRIPTIONS = 20
+"""The most resources one chat follows (``resources/subscribe``); later mentions are not."""
+SUBSCRIBE_TIMEOUT_S = 3.0
+"""How long a chat waits for a server to take one subscription, and at its end for all the
+unsubscriptions."""
 MAX_PROMPT_ARGS = 100
 """The most arguments a prompt command passes (a prompt may declare more; they stay unset)."""
 
@@ -89,6 +101,15 @@ def parse_prompt_args(prompt: mcp_types.Prompt, words: Sequence[str]) -> dict[st
         ToolError: an unknown name, too many values, more than :data:`MAX_PROMPT_ARGS`, or a
             required argument missing (one line naming it).
     """
+    out = _assign(prompt, words)
+    missing = [a.name for a in (prompt.arguments or []) if a.required and a.name not in out]
+    if missing:
+        raise ToolError(f"prompt {prompt.name!r} needs {', '.join(missing)}")
+    return out
+
+
+def _assign(prompt: mcp_types.Prompt, words: Sequence[str]) -> dict[str, str]:
+    # Each word to its argument: ``name=value`` by name, the others by position.
     declared = [a.name for a in (prompt.arguments or [])]
     if len(words) > MAX_PROMPT_ARGS:
         raise ToolError(f"at most {MAX_PROMPT_ARGS} arguments, not {len(words)}")
@@ -108,10 +129,44 @@ def parse_prompt_args(prompt: mcp_types.Prompt, words: Sequence[str]) -> dict[st
             )
         out[declared[position]] = word
         position += 1
-    missing = [a.name for a in (prompt.arguments or []) if a.required and a.name not in out]
-    if missing:
-        raise ToolError(f"prompt {prompt.name!r} needs {', '.join(missing)}")
     return out
+
+
+async def complete_prompt_line(servers: Mapping[str, McpServer], line: str) -> list[str]:
+    """What the last word of ``/mcp__SERVER__PROMPT args… partial`` may become: the server's
+    completions (``completion/complete``) of the argument that word is, each as the whole
+    word (``name=`` kept, quoted if it has spaces), at most :data:`MAX_COMPLETIONS`.
+
+    The words before it are the context the server gets (a later argument's values may
+    depend on an earlier one's). Nothing (``[]``) when the line names no prompt of a started
+    server that offers completions, the word is past the prompt's arguments, or the server
+    failed (completion is a help, not a request: no error).
+
+    Cancellation: cancels the request in flight (the connection stays up).
+    """
+    head, sep, rest = line.partition(" ")
+    found = prompt_commands(servers.values()).get(head[1:]) if sep else None
+    if found is None or not found[0].completes:
+        return []
+    server, prompt = found
+    before, _, partial = rest.rpartition(" ")
+    try:
+        given = _assign(prompt, shlex.split(before))
+    except (ValueError, ToolError):
+        return []
+    declared = [a.name for a in (prompt.arguments or [])]
+    name, eq, value = partial.partition("=")
+    prefix = f"{name}=" if eq and name in declared else ""
+    if not prefix:
+        name, value = next((n for n in declared if n not in given), ""), partial
+    if not name:
+        return []
+    ref = mcp_types.PromptReference(type="ref/prompt", name=prompt.name)
+    try:
+        values = await server.complete(ref, name, value, given)
+    except ToolError:
+        return []
+    return [prefix + shlex.quote(v) for v in values[:MAX_COMPLETIONS]]
 
 
 async def attach_mentions(servers: Mapping[str, McpServer], text: str) -> str:
@@ -293,3 +348,92 @@ def prompt_commands(servers: Iterable[McpServer]) -> dict[str, tuple[McpServer, 
         for prompt in server.prompts:
             out[f"mcp__{server.name}__{prompt.name}"] = (server, prompt)
     return out
+
+
+class Subscriptions:
+    """The resources a chat attached with ``@server:uri`` and follows (docs/mcp.md,
+    "Following a resource"): each subscribed, where its server takes subscriptions; a change
+    the server tells of is told to the user once (:attr:`on_change`) and the next message gets
+    the resource's new content (:meth:`take`); all unsubscribed at the end (:meth:`close`).
+
+    Args:
+        servers: the run's servers by name (their ``resources/updated`` come here from now on).
+    """
+
+    def __init__(self, servers: Mapping[str, McpServer]) -> None:
+        self._servers = servers
+        self.followed: list[tuple[str, str]] = []
+        """(server, URI) of each resource subscribed to, in order; at most MAX_SUBSCRIPTIONS."""
+        self.changed: dict[tuple[str, str], None] = {}
+        """The followed resources that changed since the last :meth:`take`, in order."""
+        self.on_change: Callable[[str], None] | None = None
+        """Told one line when a followed resource changes (once until the next message)."""
+        for server in servers.values():
+            server.on_resource_updated = self._updated
+
+    def _updated(self, server: McpServer, uri: str) -> None:
+        key = (server.name, uri)
+        if key not in self.followed or key in self.changed:
+            return  # not ours, or told already: a server repeating itself costs nothing
+        self.changed[key] = None
+        if self.on_change is not None:
+            self.on_change(
+                f"@{server.name}:{one_line(uri, 200)} changed: "
+                "your next message gets its new content"
+            )
+
+    async def follow(self, text: str) -> list[str]:
+        """Subscribe to each resource *text* mentions that is not followed yet, on servers
+        that take subscriptions; return a one-line note for each that could not be (refused,
+        or no answer within :data:`SUBSCRIBE_TIMEOUT_S`).
+
+        Cancellation: cancels the request in flight (the connection stays up).
+        """
+        notes: list[str] = []
+        for match in _MENTION.finditer(text):
+            name, uri = match.group(1), match.group(2).rstrip(".,;:!?)")
+            server = self._servers.get(name)
+            key = (name, uri)
+            if server is None or not server.subscribes or key in self.followed:
+                continue
+            if len(self.followed) >= MAX_SUBSCRIPTIONS:
+                notes.append(f"{MAX_SUBSCRIPTIONS} resources are followed: @{name}:{uri} is not")
+                break
+            try:
+                with trio.fail_after(SUBSCRIBE_TIMEOUT_S):
+                    await server.subscribe(uri)
+            except ToolError as exc:
+                notes.append(f"@{name}:{uri} is not followed: {exc}")
+                continue
+            except trio.TooSlowError:
+                notes.append(
+                    f"@{name}:{uri} is not followed: mcp server {name!r} did not answer the "
+                    f"subscription within {SUBSCRIBE_TIMEOUT_S:g} s"
+                )
+                continue
+            self.followed.append(key)
+        return notes
+
+    def take(self, text: str) -> str:
+        """*text* with a note naming each followed resource that changed since the last
+        message; the note mentions it, so its new content is attached (:func:`attach_mentions`).
+        """
+        if not self.changed:
+            return text
+        changed, self.changed = list(self.changed), {}
+        mentions = " ".join(f"@{name}:{uri}" for name, uri in changed)
+        return f"{text}\n\n(changed since they were attached: {mentions} )"
+
+    async def close(self) -> None:
+        """Unsubscribe from every followed resource, each server's refusal ignored; bounded
+        by :data:`SUBSCRIBE_TIMEOUT_S` in all.
+
+        Cancellation: stops unsubscribing (the servers forget them with the connection).
+        """
+        followed, self.followed = self.followed, []
+        self.changed.clear()
+        with trio.move_on_after(SUBSCRIBE_TIMEOUT_S):
+            for name, uri in followed:
+                # A server that went away, or never knew it: nothing to undo.
+                with contextlib.suppress(ToolError):
+                    await self._servers[name].subscribe(uri, on=False)

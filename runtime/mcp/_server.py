@@ -64,6 +64,8 @@ MAX_RELISTS = 100
 """How many times per run a server's lists are listed again after a ``list_changed``."""
 RELIST_WAIT_S = 5.0
 """How long a call waits for the lists its server said changed during it."""
+COMPLETE_TIMEOUT_S = 3.0
+"""How long the chat's Tab waits for a server's completions of a prompt argument."""
 _LIST_CHANGED: Mapping[str, type] = {
     "notifications/tools/list_changed": mcp_types.ToolListChangedNotification,
     "notifications/resources/list_changed": mcp_types.ResourceListChangedNotification,
@@ -127,6 +129,8 @@ class McpServer:
         """What the server asks of the client (sampling, elicitation, roots, logging)."""
         self.on_tools_changed: Callable[[McpServer], None] | None = None
         """Called after the server's tools were listed again (``tools/list_changed``)."""
+        self.on_resource_updated: Callable[[McpServer, str], None] | None = None
+        """Called with the URI of a ``notifications/resources/updated`` the server sent."""
         self._stale: set[type] = set()
         self._settled = trio.Event()
         self._settled.set()
@@ -279,6 +283,10 @@ class McpServer:
         if isinstance(message, tuple(_LIST_CHANGED.values())):
             await self._relist(type(message))
             return
+        if isinstance(message, mcp_types.ResourceUpdatedNotification):
+            if self.on_resource_updated is not None:
+                self.on_resource_updated(self, message.params.uri)
+            return
         if isinstance(message, Exception) and not self._bad_line_warned:
             self._bad_line_warned = True
             self._warn(
@@ -385,6 +393,69 @@ class McpServer:
             return await session.get_prompt(name, dict(arguments))
 
         return await self._request(get, "the request")
+
+    @property
+    def completes(self) -> bool:
+        """Whether the server offers argument completions (``completion/complete``)."""
+        session = self._session
+        caps = session.server_capabilities if session is not None else None
+        return caps is not None and caps.completions is not None
+
+    async def complete(
+        self,
+        ref: mcp_types.PromptReference | mcp_types.ResourceTemplateReference,
+        name: str,
+        value: str,
+        context: Mapping[str, str],
+    ) -> list[str]:
+        """The server's values for argument *name* of *ref* that start as *value* does, the
+        arguments given so far in *context* (docs/mcp.md, "Prompts"); at most 100, as the
+        protocol bounds them.
+
+        Raises:
+            ToolError: as :meth:`call_tool` does.
+
+        Cancellation: cancels this request only, as :meth:`call_tool`.
+        """
+
+        async def ask(session: ClientSession) -> mcp_types.CompleteResult:
+            argument = {"name": name, "value": value}
+            return await session.complete(ref, argument, dict(context) or None)
+
+        result = await self._request(ask, "the completion")
+        return [v for v in result.completion.values[:100] if isinstance(v, str)]
+
+    @property
+    def subscribes(self) -> bool:
+        """Whether the server takes ``resources/subscribe`` (its ``resources`` capability)."""
+        session = self._session
+        caps = session.server_capabilities if session is not None else None
+        return caps is not None and caps.resources is not None and bool(caps.resources.subscribe)
+
+    async def subscribe(self, uri: str, *, on: bool = True) -> None:
+        """Subscribe to resource *uri* (or, ``on=False``, unsubscribe): the server then sends
+        ``notifications/resources/updated`` when it changes (docs/mcp.md, "Resources").
+
+        Raises:
+            ToolError: as :meth:`call_tool` does.
+
+        Cancellation: cancels this request only, as :meth:`call_tool`.
+        """
+
+        # The request itself, not the SDK's wrappers: they are deprecated for the 2026-07-28
+        # protocol (which follows resources with a stream instead), and the servers that say
+        # ``subscribe`` in their capabilities speak the 2025 one.
+        async def send(session: ClientSession) -> object:
+            params = mcp_types.SubscribeRequestParams(uri=uri)
+            if on:
+                request: Any = mcp_types.SubscribeRequest(params=params)
+            else:
+                request = mcp_types.UnsubscribeRequest(
+                    params=mcp_types.UnsubscribeRequestParams(uri=uri)
+                )
+            return await session.send_request(request, mcp_types.EmptyResult)
+
+        await self._request(send, "the subscription")
 
     async def _request(
         self, send: Callable[[ClientSession], Awaitable[_T]], what: str
@@ -546,6 +617,7 @@ class McpServers:
             the run's tools.
         secrets: the run's secrets with the servers' (expanded ``${VAR}``s, header values):
             what the run masks in its events, logs and errors.
+        subscriptions: the resources the chat follows (docs/mcp.md, "Following a resource").
     """
 
     def __init__(
@@ -559,6 +631,9 @@ class McpServers:
         self.tools = tools
         self.secrets = secrets
         self._warn = warn
+        from ._resources import Subscriptions
+
+        self.subscriptions = Subscriptions(servers)
 
     async def expand_prompt(self, text: str) -> str:
         """A root prompt as the agent gets it: ``/mcp__SERVER__PROMPT [args]`` replaced by the
@@ -578,6 +653,25 @@ class McpServers:
         if "@" not in text:
             return text
         return await attach_mentions(self.servers, text)
+
+    def prompt_command_names(self) -> list[str]:
+        """The chat commands of the started servers' prompts (``/mcp__SERVER__PROMPT``)."""
+        from ._resources import prompt_commands
+
+        return [f"/{name}" for name in sorted(prompt_commands(self.servers.values()))]
+
+    async def complete_line(self, line: str) -> list[str]:
+        """The chat's Tab on ``/mcp__SERVER__PROMPT args…``: the values the last word may
+        become, from the server (docs/mcp.md, "Prompts"); ``[]`` after
+        :data:`COMPLETE_TIMEOUT_S` without an answer.
+
+        Cancellation: cancels the request in flight (the connection stays up).
+        """
+        from ._resources import complete_prompt_line
+
+        with trio.move_on_after(COMPLETE_TIMEOUT_S):
+            return await complete_prompt_line(self.servers, line)
+        return []
 
     def bind(self, run: RunContext) -> None:
         """Answer the servers' sampling and elicitation requests for *run* (its provider,

@@ -674,6 +674,7 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
 
                 bus.on_core_failure = core_failed
                 rt = Runtime(run, nursery, plan.trace_path)
+                rt.mcp_servers = services.mcp
                 if plan.resume is not None:
                     rt.resume_roots = [(a.prompt, a.name) for a in plan.resume.recording.roots]
                 runtime_box.append(rt)
