@@ -474,3 +474,89 @@ def test_the_terminal_asks_a_servers_question_as_a_form(spawn: Any, tmp_path: Pa
     assert finish(child) == 0
     (end,) = [e for e in read_trace(trace) if isinstance(e, ToolFinished)]
     assert end.output == "accept: Ann is 7"
+
+
+class ServerLog:
+    """The log messages servers send (``notifications/message``), to wait for one."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._new = trio.Event()
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+        self._new.set()
+        self._new = trio.Event()
+
+    async def wait_for(self, text: str, count: int) -> None:
+        """Until *text* has been logged *count* times."""
+        while self.lines.count(text) < count:
+            await self._new.wait()
+
+
+@pytest.fixture
+def server_log(monkeypatch: pytest.MonkeyPatch) -> ServerLog:
+    from runtime.mcp._client import ServerRequests
+
+    seen = ServerLog()
+    original = ServerRequests.log
+
+    async def log(self: ServerRequests, params: Any) -> None:
+        seen.add(str(params.data))
+        await original(self, params)
+
+    monkeypatch.setattr(ServerRequests, "log", log)
+    return seen
+
+
+async def test_the_roots_are_the_workspace_and_each_worktree_while_it_exists(
+    workspace: Path, server_log: ServerLog
+) -> None:
+    from runtime import AgentType
+    from tests.test_worktree import _git
+
+    _git(workspace, "init", "-q", "-b", "main")
+    (workspace / "a.txt").write_text("a\n")
+    _git(workspace, "add", "a.txt")
+    _git(workspace, "commit", "-q", "-m", "a")
+    tree = (workspace / ".trio-agents/worktrees/r1-agent-2").resolve()
+    one, two = (f"Roots updated: {n} root(s) received from client" for n in (1, 2))
+    turns: dict[str, int] = {}
+
+    async def model(request: Any) -> Any:
+        turn = turns[request.agent_id] = turns.get(request.agent_id, 0) + 1
+        if request.agent_id == "agent-2":  # the isolated sub-agent, in the worktree
+            if turn == 1:
+                # server-everything asks for the roots again once told they changed.
+                await server_log.wait_for(two, 1)
+                return ToolCall(name="mcp__e__get-roots-list", input={})
+            return "looked"
+        if turn == 1:
+            await server_log.wait_for(one, 1)  # its first look, 350 ms after start-up
+            return ToolCall(name="agent", input=agent_call("look", "ed")["input"])
+        if turn == 2:  # the worktree (unchanged) has been removed: told again
+            await server_log.wait_for(one, 2)
+            return ToolCall(name="mcp__e__get-roots-list", input={})
+        return "done"
+
+    events: list[Event] = []
+    with trio.fail_after(60):
+        async with open_runtime(
+            FunctionProvider(model),
+            workspace=workspace,
+            trace=False,
+            run_id="r1",
+            on_event=events.append,
+            agent_types=[AgentType(name="ed", isolation="worktree")],
+            mcp_servers={"e": everything_server()},
+            permission_mode="allow-all",
+        ) as rt:
+            await rt.run("go")
+    during, after = [e for e in of(ToolFinished, events) if e.name == "mcp__e__get-roots-list"]
+    assert during.agent_id == "agent-2"
+    assert "Current MCP Roots (2 total)" in during.output
+    assert f"1. workspace\n   URI: {root_uri(workspace)}" in during.output
+    assert f"2. worktree of agent-2\n   URI: {tree.as_uri()}" in during.output
+    assert "Current MCP Roots (1 total)" in after.output
+    assert tree.as_uri() not in after.output
+    assert not tree.exists()

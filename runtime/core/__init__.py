@@ -187,6 +187,7 @@ if TYPE_CHECKING:
     from ._workspace import normalise_target as normalise_target
     from ._workspace import relative as relative
     from ._workspace import resolve_in_workspace as resolve_in_workspace
+    from ._worktree import LiveWorktrees as LiveWorktrees
     from ._worktree import Worktree as Worktree
     from ._worktree import WorktreeEntry as WorktreeEntry
     from ._worktree import add_worktree as add_worktree
@@ -364,6 +365,7 @@ _LAZY: dict[str, str] = {
     "visible": "._termtext",
     "visible_strings": "._termtext",
     "Worktree": "._worktree",
+    "LiveWorktrees": "._worktree",
     "TodoUpdated": "._events",
     "WorktreeEntry": "._worktree",
     "add_worktree": "._worktree",

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ._sandbox import Sandbox
     from ._secrets import Secrets
     from ._tool import Tool, ToolLimits
+    from ._worktree import LiveWorktrees
 
 __all__ = [
     "Inbox",
@@ -351,6 +352,15 @@ class RunContext:
     # What a root agent's prompt becomes before it starts: the MCP resources it mentions as
     # ``@server:uri`` attached (docs/mcp.md, "Resources"); None: as given.
     expand_prompt: Callable[[str], Awaitable[str]] | None = None
+    # The run's worktrees that exist now: MCP servers' roots beside the workspace (docs/mcp.md,
+    # "Roots").
+    worktrees: LiveWorktrees = attrs.Factory(lambda: _new_worktrees())
+
+
+def _new_worktrees() -> LiveWorktrees:
+    from ._worktree import LiveWorktrees
+
+    return LiveWorktrees()
 
 
 def _new_directory() -> AgentDirectory:

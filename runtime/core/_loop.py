@@ -1570,6 +1570,7 @@ class _Spawner:
         index = len(worktrees)
         # Named as unfinished until it is known: a cancel from here on keeps it so.
         worktrees.append(attrs.evolve(worktree, changes="its agent did not finish"))
+        run.worktrees.add(worktree.workspace, spec.agent_id)  # an MCP root from now on
         outcome = await self._run_placed(
             attrs.evolve(spec, workspace=worktree.workspace),
             runner,
@@ -1579,6 +1580,8 @@ class _Spawner:
         )
         finished = await finish_worktree(worktree, cancelled=outcome.status == "cancelled")
         worktrees[index] = finished
+        if not finished.kept:
+            run.worktrees.remove(worktree.workspace)
         return attrs.evolve(outcome, worktree=finished)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -29,6 +29,7 @@ from ._workspace import RUNTIME_DIR
 
 __all__ = [
     "BRANCH_PREFIX",
+    "LiveWorktrees",
     "Worktree",
     "WorktreeEntry",
     "add_worktree",
@@ -83,6 +84,41 @@ class Worktree:
             f"[worktree kept: branch {self.branch} at {self.path} ({self.changes}); "
             f"merge it with: git merge {self.branch}]"
         )
+
+
+class LiveWorktrees:
+    """The worktrees of one run that exist now, in the order they were made: what MCP servers
+    are told as roots beside the workspace (docs/mcp.md, "Roots").
+
+    A worktree is added once made and dropped once removed; a kept one stays for the rest of the
+    run (its work is there to read). Listeners are called, synchronously, after each change.
+    """
+
+    def __init__(self) -> None:
+        self._live: dict[Path, str] = {}
+        self._listeners: list[Callable[[], None]] = []
+
+    def add(self, path: Path, agent_id: str) -> None:
+        """*path* (an agent's workspace in its worktree) exists now."""
+        self._live[path] = agent_id
+        self._changed()
+
+    def remove(self, path: Path) -> None:
+        """*path* is gone (its worktree was removed); nothing if it was not there."""
+        if self._live.pop(path, None) is not None:
+            self._changed()
+
+    def live(self) -> list[tuple[Path, str]]:
+        """Each live worktree and the agent it was made for."""
+        return list(self._live.items())
+
+    def listen(self, listener: Callable[[], None]) -> None:
+        """Call *listener* after every change from now on."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in self._listeners:
+            listener()
 
 
 def worktree_prompt(workspace: Path, main: Path) -> str:

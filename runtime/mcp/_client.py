@@ -17,7 +17,9 @@ outside any call is declined: nobody is there to bill or to ask.
 * **Elicitation** (``elicitation/create``) becomes a question on the run's
   :class:`~runtime.core.ElicitationDesk` (the terminal or a control-socket client answers),
   declined at once when nobody can answer.
-* **Roots** (``roots/list``): the workspace.
+* **Roots** (``roots/list``): the workspace and the run's worktrees that exist now; when one is
+  made or removed the server is sent ``notifications/roots/list_changed``
+  (:meth:`ServerRequests.roots_changed`).
 * **Logging** (``notifications/message``): to the debug log, one line each, bounded.
 """
 
@@ -159,10 +161,23 @@ class ServerRequests:
         self.callers: dict[str, Caller] = {}
         self._limiter = trio.CapacityLimiter(MAX_CONCURRENT_SAMPLES)
         self._logged = 0
+        self._roots_moved = trio.Event()
 
     def bind(self, run: RunContext) -> None:
-        """Answer for *run* from now on."""
+        """Answer for *run* from now on (its worktrees among the roots)."""
         self.run = run
+        run.worktrees.listen(self._on_roots_moved)
+        if run.worktrees.live():
+            self._roots_moved.set()
+
+    def _on_roots_moved(self) -> None:
+        self._roots_moved.set()
+
+    async def roots_changed(self) -> None:
+        """Wait until the roots have changed since the last wait ended (changes meanwhile are
+        told once). Cancellation: a checkpoint; nothing is lost."""
+        await self._roots_moved.wait()
+        self._roots_moved = trio.Event()
 
     @contextmanager
     def calling(self, caller: Caller) -> Generator[None, None, None]:
@@ -183,10 +198,16 @@ class ServerRequests:
     # -- roots and logging -------------------------------------------------------------------
 
     async def list_roots(self, context: ClientRequestContext) -> mcp_types.ListRootsResult:
-        """The workspace, as the one root."""
+        """The workspace, then each worktree of the run that exists now (docs/mcp.md,
+        "Roots")."""
         await trio.lowlevel.checkpoint()
-        root = mcp_types.Root.model_validate({"uri": self._root_uri, "name": "workspace"})
-        return mcp_types.ListRootsResult(roots=[root])
+        roots = [mcp_types.Root.model_validate({"uri": self._root_uri, "name": "workspace"})]
+        live = self.run.worktrees.live() if self.run is not None else []
+        roots += [
+            mcp_types.Root.model_validate({"uri": path.as_uri(), "name": f"worktree of {agent}"})
+            for path, agent in live
+        ]
+        return mcp_types.ListRootsResult(roots=roots)
 
     async def log(self, params: mcp_types.LoggingMessageNotificationParams) -> None:
         """A server's log message, to the debug log (at most 1000 a server per connection)."""

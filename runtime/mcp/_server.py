@@ -200,6 +200,7 @@ class McpServer:
                         self._generation += 1
                         self._set("ready", None)
                         self.started.set()
+                        nursery.start_soon(self._tell_roots, session)
                         await lost.wait()
                         self._session = None
                         nursery.cancel_scope.cancel(reason="the connection was lost")
@@ -263,6 +264,18 @@ class McpServer:
                     await trio.sleep_forever()
         finally:
             lost.set()
+
+    async def _tell_roots(self, session: ClientSession) -> None:
+        """Send ``notifications/roots/list_changed`` each time the run's worktrees change
+        (docs/mcp.md, "Roots"), for as long as the connection lasts; the server asks for the
+        list again if it cares."""
+        while True:
+            await self.requests.roots_changed()
+            try:
+                await session.send_notification(mcp_types.RootsListChangedNotification())
+            except Exception as exc:  # the connection is going: its loss is reported elsewhere
+                _log.debug("mcp.roots_not_told", server=self.name, error=type(exc).__name__)
+                return
 
     def _mark_stale(self, method: str) -> None:
         # In receive order, before the answer of the call during which the server said it:
@@ -798,8 +811,11 @@ async def open_mcp_servers(
             oauth.close()
 
 
+_log = get_logger("trio_agents.mcp")
+
+
 def _log_warning(message: str) -> None:
-    get_logger("trio_agents.mcp").warning(message)
+    _log.warning(message)
 
 
 def _quiet_sdk_logs() -> None:
