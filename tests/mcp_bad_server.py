@@ -9,6 +9,11 @@ Tools:
 * ``ask_url``: a URL-mode elicitation; returns the action.
 * ``notify``: sends a log message and ``notifications/tools/list_changed`` after adding a tool
   ``late``.
+* ``outcomes_so_far``: how the ``sample`` and ``ask`` calls so far ended here, as the server saw them
+  (``sample cancelled``: the client cancelled the call; ``sample refused: …``).
+
+``python tests/mcp_bad_server.py http`` serves it over streamable HTTP on a loopback port
+(printed first).
 
 Resources: ``text://hello`` (text), ``blob://dot`` (a PNG), ``huge://{megabytes}`` (a template: a
 text of that many MB). Prompts: ``greet`` (``name``, optional ``style``), ``wide`` (a thousand
@@ -18,7 +23,12 @@ arguments).
 from __future__ import annotations
 
 import base64
+import json
+import socket
+import sys
+from collections.abc import Awaitable
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import Prompt, PromptArgument
 from mcp.types import SamplingMessage, TextContent
@@ -40,10 +50,32 @@ async def _sample(ctx: Context, text: str) -> str:
     return content.text if isinstance(content, TextContent) else str(content)
 
 
+outcomes: list[str] = []
+
+
+async def _watched(what: str, answer: Awaitable[str]) -> str:
+    try:
+        result = await answer
+    except anyio.get_cancelled_exc_class():
+        outcomes.append(f"{what} cancelled")
+        raise
+    except Exception as exc:
+        outcomes.append(f"{what} refused: {exc}")
+        raise
+    outcomes.append(f"{what}: {result}")
+    return result
+
+
 @app.tool()
 async def sample(ctx: Context, text: str) -> str:
     """Ask the client's model."""
-    return await _sample(ctx, text)
+    return await _watched("sample", _sample(ctx, text))
+
+
+@app.tool()
+async def outcomes_so_far() -> str:
+    """How the sample and ask calls ended, as this server saw them."""
+    return json.dumps(outcomes)
 
 
 @app.tool()
@@ -64,13 +96,17 @@ class Person(BaseModel):
     age: int
 
 
-@app.tool()
-async def ask(ctx: Context) -> str:
-    """Ask the user for a name and an age."""
+async def _ask(ctx: Context) -> str:
     result = await ctx.elicit("Who are you?", schema=Person)
     if result.action == "accept":
         return f"accept: {result.data.name} is {result.data.age}"
     return result.action
+
+
+@app.tool()
+async def ask(ctx: Context) -> str:
+    """Ask the user for a name and an age."""
+    return await _watched("ask", _ask(ctx))
 
 
 @app.tool()
@@ -131,5 +167,20 @@ app.add_prompt(
     )
 )
 
+
+def _serve_http() -> None:
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    print(sock.getsockname()[1], flush=True)
+    config = uvicorn.Config(app.streamable_http_app(), log_level="critical")
+    anyio.run(uvicorn.Server(config).serve, [sock])
+
+
 if __name__ == "__main__":
-    app.run("stdio")
+    if sys.argv[1:] == ["http"]:
+        _serve_http()
+    else:
+        app.run("stdio")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 SERVER = Path(__file__).parent / "mcp_server.py"
+BAD_SERVER = Path(__file__).parent / "mcp_bad_server.py"
 BIN = Path(sys.executable).parent
 
 
@@ -43,8 +44,20 @@ def git_repo(path: Path) -> Path:
 @pytest.fixture(scope="session")
 def http_url() -> Iterator[str]:
     """The test server over streamable HTTP on a loopback port, for the whole session."""
+    yield from _serve_http(SERVER)
+
+
+@pytest.fixture(scope="module")
+def bad_http() -> Iterator[dict[str, Any]]:
+    """tests/mcp_bad_server.py over streamable HTTP on a loopback port, for the module: a
+    config for it."""
+    for url in _serve_http(BAD_SERVER):
+        yield {"type": "http", "url": url}
+
+
+def _serve_http(server: Path) -> Iterator[str]:
     proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "http"],
+        [sys.executable, str(server), "http"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
@@ -59,9 +72,7 @@ def http_url() -> Iterator[str]:
         proc.stdout.close()
 
 
-def everything_server() -> dict[str, Any]:
-    """The reference server-everything (npm) over stdio; the test skips, saying how to get it,
-    where it is not installed (.ci/run installs it where npm is)."""
+def _everything() -> str:
     import os
     import shutil
 
@@ -74,4 +85,45 @@ def everything_server() -> dict[str, Any]:
             "server-everything is not installed (npm install --prefix "
             "~/.cache/trio-agents/npm @modelcontextprotocol/server-everything)"
         )
-    return {"command": found, "args": ["stdio"]}
+    return found
+
+
+def everything_server() -> dict[str, Any]:
+    """The reference server-everything (npm) over stdio; the test skips, saying how to get it,
+    where it is not installed (.ci/run installs it where npm is)."""
+    return {"command": _everything(), "args": ["stdio"]}
+
+
+@pytest.fixture(scope="module")
+def everything_http() -> Iterator[dict[str, Any]]:
+    """server-everything over streamable HTTP on a loopback port (its ``streamableHttp``
+    transport, the port from ``PORT``), for the module: a config for it."""
+    import os
+    import socket
+    import threading
+
+    script = Path(os.path.realpath(_everything()))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    loopback = Path(__file__).parent / "everything_loopback.mjs"
+    proc = subprocess.Popen(
+        ["node", "--import", loopback.as_uri(), str(script), "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # its first line to stderr says it listens, or why not
+        assert f"listening on port {port}" in line, line
+        # The rest of stderr, read away so that the server never blocks on a full pipe.
+        threading.Thread(target=proc.stderr.read, daemon=True).start()
+        yield {"type": "http", "url": f"http://127.0.0.1:{port}/mcp"}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        assert proc.stderr is not None
+        proc.stderr.close()

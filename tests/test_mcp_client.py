@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+import trio.testing
 
 from runtime import Event, FunctionProvider, ToolCall, TraceTree, decode_event, open_runtime
 from runtime.cli._control import handle_request
@@ -31,12 +32,12 @@ from runtime.core import (
 from runtime.mcp import McpConfig, McpTool, open_mcp_servers
 from tests.harness import agent_call, run_scenario
 from tests.invariants import check_invariants
-from tests.mcp_fixtures import everything_server
+from tests.mcp_fixtures import bad_http, everything_http, everything_server
 from tests.test_cli_pty import finish, read_trace, spawn
 from tests.test_control import sock_path
 from tests.test_lazylog import capture_logs
 
-__all__ = ["sock_path", "spawn"]  # fixtures
+__all__ = ["bad_http", "everything_http", "sock_path", "spawn"]  # fixtures
 
 BAD = Path(__file__).parent / "mcp_bad_server.py"
 
@@ -560,3 +561,126 @@ async def test_the_roots_are_the_workspace_and_each_worktree_while_it_exists(
     assert "Current MCP Roots (1 total)" in after.output
     assert tree.as_uri() not in after.output
     assert not tree.exists()
+
+
+# -- over streamable HTTP (server-everything's streamableHttp transport on loopback) ----------
+
+
+async def test_over_http_sampling_is_asked_then_answered_by_the_runs_model(
+    workspace: Path, everything_http: dict[str, Any]
+) -> None:
+    async def answer(rt: Any, event: Event) -> None:
+        await trio.lowlevel.checkpoint()
+        if isinstance(event, PermissionRequested):
+            (pending,) = rt.pending_permissions()
+            assert (pending.name, pending.rule) == ("mcp_sampling", "mcp_sampling(e)")
+            assert pending.input["system"] == "You are a helpful test server."
+            rt.resolve_permission(event.request_id, True)
+
+    with trio.fail_after(30):
+        events = await run_answering(
+            workspace,
+            script(calls(("mcp__e__trigger-sampling-request", {"prompt": "over http"}))),
+            answer,
+            mcp_servers={"e": everything_http},
+            permission_mode="ask",
+            allow=["mcp__e__*"],
+        )
+    (asked,) = of(PermissionRequested, events)
+    (end,) = of(ToolFinished, events)
+    assert asked.tool_use_id == end.tool_use_id
+    assert end.status == "ok"
+    assert "sampled: Resource trigger-sampling-request context: over http" in end.output
+    (sampled,) = of(McpSampled, events)
+    assert (sampled.status, sampled.tool_use_id) == ("ok", end.tool_use_id)
+    assert sampled.output_tokens > 0
+
+
+async def test_over_http_questions_are_answered_and_declined_through_the_control_socket(
+    workspace: Path, everything_http: dict[str, Any]
+) -> None:
+    answers = iter(
+        [
+            {"action": "accept", "content": {"name": "Ann", "check": True}},
+            {"action": "decline"},
+        ]
+    )
+
+    async def answer(rt: Any, event: Event) -> None:
+        if isinstance(event, ElicitationRequested):
+            assert event.requested_schema is not None
+            assert "name" in event.requested_schema["properties"]
+            request = {"op": "elicit", "request_id": event.request_id, **next(answers)}
+            assert await handle_request(rt, json.dumps(request).encode()) == {"ok": True}
+
+    tool = "mcp__e__trigger-elicitation-request"
+    with trio.fail_after(30):
+        events = await run_answering(
+            workspace,
+            script(calls((tool, {})), calls((tool, {}))),
+            answer,
+            mcp_servers={"e": everything_http},
+            permission_mode="allow-all",
+        )
+    accepted, declined = of(ToolFinished, events)
+    assert "- Name: Ann\n- Agreed to terms: true" in accepted.output
+    assert "User declined to provide the requested information." in declined.output
+    assert [r.action for r in of(ElicitationResolved, events)] == ["accept", "decline"]
+
+
+# Each server's tool that asks, and a call after it: server-everything's echo shows the
+# connection still serves; the SDK server's outcomes_so_far says how it saw the cancelled call.
+_ASKING = {
+    "everything": {
+        "sample": ("trigger-sampling-request", {"prompt": "slow"}),
+        "ask": ("trigger-elicitation-request", {}),
+        "after": ("echo", {"message": "still here"}),
+    },
+    "sdk": {
+        "sample": ("sample", {"text": "slow"}),
+        "ask": ("ask", {}),
+        "after": ("outcomes_so_far", {}),
+    },
+}
+
+
+@pytest.mark.parametrize("server", ["everything", "sdk"])
+@pytest.mark.parametrize("what", ["sample", "ask"])
+async def test_over_http_a_request_in_flight_is_cancelled_with_its_subtree_and_the_server_told(
+    workspace: Path, request: pytest.FixtureRequest, server: str, what: str
+) -> None:
+    config = request.getfixturevalue("everything_http" if server == "everything" else "bad_http")
+    tools = _ASKING[server]
+    (asking, args), (after, after_args) = tools[what], tools["after"]
+    scenario = script(
+        calls((f"mcp__s__{asking}", args)),
+        calls((f"mcp__s__{after}", after_args)),
+        sample={"turns": [{"text": "too late", "delay_s": 60}]},
+    )
+
+    async def answer(rt: Any, event: Event) -> None:
+        if isinstance(event, PermissionRequested) and event.name == "mcp_sampling":
+            rt.resolve_permission(event.request_id, True)
+        if isinstance(event, PermissionRequested | ElicitationRequested):
+            await trio.testing.wait_all_tasks_blocked(0.05)  # the model call or the question waits
+            assert await rt.cancel(event.tool_use_id, "enough")
+
+    with trio.fail_after(30):
+        events = await run_answering(
+            workspace, scenario, answer, mcp_servers={"s": config}, permission_mode="ask",
+            allow=["mcp__s__*"],
+        )  # fmt: skip
+    cancelled, later = of(ToolFinished, events)
+    assert (cancelled.status, later.status) == ("cancelled", "ok")
+    if what == "sample":
+        (sampled,) = of(McpSampled, events)
+        assert sampled.status == "cancelled"
+    else:
+        (resolved,) = of(ElicitationResolved, events)
+        assert resolved.action == "cancel"
+    if server == "everything":
+        assert later.output == "Echo: still here"
+    else:  # the call's notifications/cancelled came first: the server's handler was cancelled
+        assert json.loads(later.output)[-1] == f"{what} cancelled"
+    (finished,) = of(AgentFinished, events)
+    assert finished.status == "completed"

@@ -45,7 +45,7 @@ async def test_mcp_resources_and_mcp_list_show_resources_templates_and_prompts(
     ]
     proc = await run_cli(cli("mcp", "list", "--mcp-config", str(config)), tmp_path)
     text = proc.stdout.decode().splitlines()
-    assert "b  ok  stdio  5 tools, 2 resources, 1 resource templates, 2 prompts" in text
+    assert "b  ok  stdio  6 tools, 2 resources, 1 resource templates, 2 prompts" in text
     assert "  /mcp__e__args-prompt city [state]" in text
     wide = next(line for line in text if line.startswith("  /mcp__b__wide"))
     assert wide.endswith("[a19] … (1000 arguments)")  # a thousand arguments, one bounded line
