@@ -516,9 +516,12 @@ async def test_login_refuses_a_stdio_server_and_one_with_its_own_authorization_h
 
 # -- the official SDK's OAuth example --------------------------------------------------------
 
-SIMPLE_AUTH = os.environ.get("TRIO_AGENTS_SDK_SIMPLE_AUTH", "")
-"""The python-sdk's examples/servers/simple-auth folder (not shipped with the SDK's package):
-the test below runs it when this names it and its dependencies are installed."""
+SIMPLE_AUTH = os.environ.get("TRIO_AGENTS_SDK_SIMPLE_AUTH") or str(
+    Path(__file__).parent / "third_party"
+)
+"""Where the python-sdk's examples/servers/simple-auth package ``mcp_simple_auth`` is: vendored
+in tests/third_party (its README says from which commit); the variable names another checkout's
+simple-auth folder instead."""
 
 
 def _free_port() -> int:
@@ -529,41 +532,29 @@ def _free_port() -> int:
 
 @pytest.fixture
 def sdk_example() -> Iterator[str]:
-    """The SDK example's authorization server and resource server (``--port``s of their own);
-    yields the resource server's MCP URL."""
-    if not SIMPLE_AUTH or not Path(SIMPLE_AUTH, "mcp_simple_auth").is_dir():
-        pytest.skip("TRIO_AGENTS_SDK_SIMPLE_AUTH does not name the SDK's simple-auth example")
-    pytest.importorskip("pydantic_settings")  # the example's own dependency
+    """The SDK example's authorization server and resource server (``--port``s of their own, on
+    localhost); yields the resource server's MCP URL."""
+    assert Path(SIMPLE_AUTH, "mcp_simple_auth").is_dir(), SIMPLE_AUTH
     as_port, rs_port = _free_port(), _free_port()
     env = {**os.environ, "PYTHONPATH": SIMPLE_AUTH}
     run = "import sys; from mcp_simple_auth.{} import main; sys.exit(main())"
+    servers = [
+        ("auth_server", "--port", str(as_port)),
+        ("server", "--port", str(rs_port), "--auth-server", f"http://localhost:{as_port}",
+         "--transport", "streamable-http"),
+    ]  # fmt: skip
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", run.format("auth_server"), "--port", str(as_port)],
+            [sys.executable, "-c", run.format(module), *args],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        ),
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                run.format("server"),
-                "--port",
-                str(rs_port),
-                "--auth-server",
-                f"http://localhost:{as_port}",
-                "--transport",
-                "streamable-http",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        ),
+        )
+        for module, *args in servers
     ]
     try:
         for port in (as_port, rs_port):
-            for _ in range(200):  # the servers import the SDK first: up to ~20 s here
+            for _ in range(300):  # the servers import the SDK first: up to ~30 s here
                 with socket.socket() as sock:
                     if sock.connect_ex(("127.0.0.1", port)) == 0:
                         break
@@ -575,9 +566,41 @@ def sdk_example() -> Iterator[str]:
             proc.wait(10)
 
 
-async def test_the_sdks_own_oauth_example_logs_in_and_a_run_calls_its_tool(
+async def test_the_sdks_own_oauth_example_logs_in_and_a_run_calls_its_tool_token_unseen(
+    tmp_path: Path, sdk_example: str
+) -> None:
+    mcp_json(tmp_path / ".mcp.json", {"p": {"type": "http", "url": sdk_example}})
+    code, err, out = await cli_login(tmp_path)
+    assert code == 0, err
+    assert err[0] == "open this URL in a browser to log in to mcp server 'p':"
+    assert "code_challenge_method=S256" in err[1]
+    assert out == "logged in to mcp server 'p'\n"
+    store = TokenStore(sdk_example, store_dir())
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(store.path.parent.stat().st_mode) == 0o700
+    token = json.loads(store.path.read_text())["tokens"]["access_token"]
+    assert token.startswith("mcp_")  # the example's own tokens
+    assert token not in "\n".join([*err, out])
+
+    scen = scenario(tmp_path / "s.json", ("mcp__p__get_time", {}))
+    trace = tmp_path / "run.jsonl"
+    args = ["--scenario", str(scen), "--trace", str(trace), "--json", "--debug"]
+    proc = await run_cli(cli("run", "go", *args, "--allow", "mcp__p__*"), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    events = [decode_event(line) for line in proc.stdout.splitlines()]
+    check_invariants(events)
+    (call,) = [e for e in events if e.type == "tool_finished"]
+    assert call.status == "ok"  # type: ignore[attr-defined]
+    assert '"current_time"' in call.output  # type: ignore[attr-defined]
+    for text in (proc.stdout, proc.stderr, trace.read_bytes()):
+        assert token.encode() not in text
+
+
+async def test_the_sdks_example_gives_no_refresh_token_so_an_expired_login_is_the_login_line(
     sdk_example: str,
 ) -> None:
+    # Its provider issues no refresh token ("not supported in this example"): the refresh
+    # itself is tested against tests/mcp_oauth_server.py above.
     config = McpConfig.from_mapping({"p": {"type": "http", "url": sdk_example}})
     async with trio.open_nursery() as nursery:
         asked = await login(
@@ -587,13 +610,17 @@ async def test_the_sdks_own_oauth_example_logs_in_and_a_run_calls_its_tool(
             open_browser=False,
         )
     assert asked is True
-    async with open_mcp_servers(config, env={}) as servers:
-        server = servers.servers["p"]
-        assert server.state == "ready", server.error
-        assert [t.name for t in server.tools] == ["get_time"]
-        result = await server.call_tool("get_time", {})
-    assert result.is_error is False
-    assert "current_time" in result.content[0].text  # type: ignore[union-attr]
+    store = TokenStore(sdk_example, store_dir())
+    data = json.loads(store.path.read_text())
+    assert "refresh_token" not in data["tokens"]
+    async with open_mcp_servers(config, env={}) as servers:  # the login works as it is
+        result = await servers.servers["p"].call_tool("get_time", {})
+        assert result.is_error is False
+    store.path.write_text(json.dumps({**data, "expires_at": 0}))
+    warnings: list[str] = []
+    async with open_mcp_servers(attrs.evolve(config, on_warning=warnings.append), env={}) as late:
+        assert late.servers["p"].state == "failed"
+    assert warnings == [f"mcp server 'p' did not start: {HINT}"]
 
 
 # -- the login file ---------------------------------------------------------------------------
