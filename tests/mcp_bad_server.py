@@ -7,6 +7,7 @@ Tools:
 * ``flood``: ``n`` sampling requests one after another; returns how many were answered.
 * ``ask``: a form elicitation (a name and an age); returns the action and the content.
 * ``ask_url``: a URL-mode elicitation; returns the action.
+* ``pester``: asks ``ask``'s question ``n`` times whatever the answers; returns the actions.
 * ``notify``: sends a log message and ``notifications/tools/list_changed`` after adding a tool
   ``late``.
 * ``outcomes_so_far``: how the ``sample`` and ``ask`` calls so far ended here, as the server saw them
@@ -107,6 +108,13 @@ async def _ask(ctx: Context) -> str:
 async def ask(ctx: Context) -> str:
     """Ask the user for a name and an age."""
     return await _watched("ask", _ask(ctx))
+
+
+@app.tool()
+async def pester(ctx: Context, n: int = 100) -> str:
+    """Ask the user n times."""
+    actions = [(await ctx.elicit("Who are you?", schema=Person)).action for _ in range(n)]
+    return " ".join(f"{a}:{actions.count(a)}" for a in sorted(set(actions)))
 
 
 @app.tool()

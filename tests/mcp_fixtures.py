@@ -13,6 +13,7 @@ import pytest
 
 SERVER = Path(__file__).parent / "mcp_server.py"
 BAD_SERVER = Path(__file__).parent / "mcp_bad_server.py"
+GIGABYTE_SERVER = Path(__file__).parent / "mcp_gigabyte_server.py"
 BIN = Path(sys.executable).parent
 
 
@@ -55,9 +56,17 @@ def bad_http() -> Iterator[dict[str, Any]]:
         yield {"type": "http", "url": url}
 
 
-def _serve_http(server: Path) -> Iterator[str]:
+@pytest.fixture(scope="module", params=["json", "sse"])
+def gigabyte_http(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """tests/mcp_gigabyte_server.py over streamable HTTP on a loopback port, answering with
+    JSON bodies or with server-sent events: a config for it."""
+    for url in _serve_http(GIGABYTE_SERVER, request.param):
+        yield {"type": "http", "url": url}
+
+
+def _serve_http(server: Path, mode: str = "http") -> Iterator[str]:
     proc = subprocess.Popen(
-        [sys.executable, str(server), "http"],
+        [sys.executable, str(server), mode],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )

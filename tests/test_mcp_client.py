@@ -684,3 +684,47 @@ async def test_over_http_a_request_in_flight_is_cancelled_with_its_subtree_and_t
         assert json.loads(later.output)[-1] == f"{what} cancelled"
     (finished,) = of(AgentFinished, events)
     assert finished.status == "completed"
+
+
+async def test_a_server_that_asks_on_and_on_reaches_the_user_twenty_times_a_call(
+    workspace: Path,
+) -> None:
+    async def answer(rt: Any, event: Event) -> None:
+        await trio.lowlevel.checkpoint()
+        if isinstance(event, ElicitationRequested):
+            assert rt.resolve_elicitation(event.request_id, "decline")
+
+    with trio.fail_after(30):
+        events = await run_answering(
+            workspace,
+            script(calls(("mcp__b__pester", {"n": 60}))),
+            answer,
+            mcp_servers={"b": bad_server()},
+            permission_mode="allow-all",
+        )
+    (end,) = of(ToolFinished, events)
+    assert end.output == "decline:60"  # 20 by the user, 40 unasked
+    assert len(of(ElicitationRequested, events)) == 20
+    assert len(of(ElicitationResolved, events)) == 20
+
+
+async def test_a_question_nobody_answers_is_cancelled_after_the_timeout(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("runtime.mcp._client.ELICITATION_TIMEOUT_S", 0.5)  # of 600 s
+
+    async def answer(rt: Any, event: Event) -> None:
+        await trio.lowlevel.checkpoint()  # someone could answer, and never does
+
+    with trio.fail_after(30):
+        events = await run_answering(
+            workspace,
+            script(calls(("mcp__b__ask", {}))),
+            answer,
+            mcp_servers={"b": bad_server()},
+            permission_mode="allow-all",
+        )
+    (end,) = of(ToolFinished, events)
+    assert (end.status, end.output) == ("ok", "cancel")
+    (resolved,) = of(ElicitationResolved, events)
+    assert (resolved.action, resolved.reason) == ("cancel", "no answer within 0.5 s")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,11 @@ from runtime import AgentStarted, ConfigError, Event, open_runtime
 from runtime.core import ToolFinished
 from runtime.mcp._resources import MAX_RESOURCE_CHARS
 from tests.harness import run_scenario
-from tests.mcp_fixtures import everything_server
+from tests.mcp_fixtures import GIGABYTE_SERVER, bad_http, everything_server, gigabyte_http
 from tests.test_cli_run import cli, run_cli
 from tests.test_mcp_client import bad_server, calls, of, script
+
+__all__ = ["bad_http", "gigabyte_http"]  # fixtures
 
 
 async def test_mcp_resources_and_mcp_list_show_resources_templates_and_prompts(
@@ -45,7 +48,7 @@ async def test_mcp_resources_and_mcp_list_show_resources_templates_and_prompts(
     ]
     proc = await run_cli(cli("mcp", "list", "--mcp-config", str(config)), tmp_path)
     text = proc.stdout.decode().splitlines()
-    assert "b  ok  stdio  6 tools, 2 resources, 1 resource templates, 2 prompts" in text
+    assert "b  ok  stdio  7 tools, 2 resources, 1 resource templates, 2 prompts" in text
     assert "  /mcp__e__args-prompt city [state]" in text
     wide = next(line for line in text if line.startswith("  /mcp__b__wide"))
     assert wide.endswith("[a19] … (1000 arguments)")  # a thousand arguments, one bounded line
@@ -133,8 +136,8 @@ async def test_a_huge_resource_is_cut_when_attached(workspace: Path) -> None:
 async def test_a_resource_over_the_message_cap_is_refused_and_the_server_comes_back(
     workspace: Path,
 ) -> None:
-    # 150 MB: over the 128 MB a message may have (docs/mcp.md); a 1 GB resource goes the same
-    # way, at eight times the server's cost. The client never holds more than the cap.
+    # 150 MB: over the 128 MB a message may have (docs/mcp.md), from an SDK server that holds
+    # it; the gigabyte tests below stream theirs, over stdio and HTTP.
     events = await run_prompt(
         workspace, "read @b:huge://150 then @b:text://hello", b=bad_server()
     )
@@ -304,3 +307,73 @@ async def test_a_subscription_never_answered_costs_a_note_not_the_chat(
         f"{SUBSCRIBE_TIMEOUT_S:g} s"
     ]
     assert subs.followed == []
+
+
+async def _read_watching_memory(workspace: Path, server: dict[str, Any]) -> tuple[Any, int]:
+    """``read_mcp_resource`` of the gigabyte, then of nothing huge; the two calls' ends and the
+    most this process's resident memory grew meanwhile (sampled every 20 ms)."""
+    import psutil
+
+    me = psutil.Process()
+    base = peak = me.memory_info().rss
+    scenario = script(
+        calls(("read_mcp_resource", {"server": "g", "uri": "huge://gigabyte"})),
+        calls(("list_mcp_resources", {})),
+    )
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, me.memory_info().rss)
+                await trio.sleep(0.02)
+
+        nursery.start_soon(watch)
+        with trio.fail_after(60):
+            _, events = await run_scenario(scenario, workspace, mcp_servers={"g": server})
+        nursery.cancel_scope.cancel()
+    return of(ToolFinished, events), peak - base
+
+
+async def test_a_gigabyte_resource_over_stdio_is_refused_at_the_message_cap_not_held(
+    workspace: Path,
+) -> None:
+    server = {"command": sys.executable, "args": [str(GIGABYTE_SERVER), "stdio"]}
+    (read, listed), grew = await _read_watching_memory(workspace, server)
+    assert read.status == "error"
+    assert "went away during the read (it sent a message over 128 MB)" in read.output
+    assert listed.status == "ok"  # started again for the next call
+    assert "huge://gigabyte" in listed.output
+    assert grew < 700 * 2**20, f"grew {grew // 2**20} MB"  # the cap and a copy, not 1 GB
+
+
+async def test_a_gigabyte_resource_over_http_is_refused_at_the_message_cap_not_held(
+    workspace: Path, gigabyte_http: dict[str, Any], request: pytest.FixtureRequest
+) -> None:
+    (read, listed), grew = await _read_watching_memory(workspace, gigabyte_http)
+    assert read.status == "error"
+    if request.node.callspec.params["gigabyte_http"] == "json":  # one JSON body
+        assert read.output == (
+            "mcp server 'g' refused the read: Failed to parse JSON response: it sent a message "
+            "over 128 MB"
+        )
+    else:  # one server-sent event
+        assert read.output == (
+            "mcp server 'g' went away during the read (SSE stream failed: Server-sent event "
+            "exceeded the 134217728 byte limit.)"
+        )
+    assert listed.status == "ok"
+    assert "huge://gigabyte" in listed.output
+    assert grew < 700 * 2**20, f"grew {grew // 2**20} MB"
+
+
+async def test_over_http_a_resource_of_megabytes_is_read_as_over_stdio(
+    workspace: Path, bad_http: dict[str, Any]
+) -> None:
+    # The SDK server answers in one server-sent event, which the SDK's client caps at 1 MB
+    # unless told otherwise: the cap is the stdio one (docs/mcp.md, "Limits").
+    scenario = script(calls(("read_mcp_resource", {"server": "b", "uri": "huge://3"})))
+    _, events = await run_scenario(scenario, workspace, mcp_servers={"b": bad_http})
+    (read,) = of(ToolFinished, events)
+    assert read.status == "ok", read.output
+    assert read.output.startswith("x" * 1000)

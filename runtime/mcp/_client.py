@@ -16,7 +16,8 @@ outside any call is declined: nobody is there to bill or to ask.
   :data:`MAX_SAMPLE_TOKENS` of answer each.
 * **Elicitation** (``elicitation/create``) becomes a question on the run's
   :class:`~runtime.core.ElicitationDesk` (the terminal or a control-socket client answers),
-  declined at once when nobody can answer.
+  declined at once when nobody can answer; cancelled after :data:`ELICITATION_TIMEOUT_S`
+  unanswered; at most :data:`MAX_QUESTIONS_PER_CALL` per call (the rest declined unasked).
 * **Roots** (``roots/list``): the workspace and the run's worktrees that exist now; when one is
   made or removed the server is sent ``notifications/roots/list_changed``
   (:meth:`ServerRequests.roots_changed`).
@@ -67,6 +68,8 @@ MAX_SAMPLE_CHARS = 200_000
 """The most characters of messages (and system prompt) one sampling request may send."""
 MAX_SAMPLE_TOKENS = 4096
 """The most tokens a sampling answer may have, whatever the server asks for."""
+MAX_QUESTIONS_PER_CALL = 20
+"""The most questions (elicitations) one tool call may ask; the rest are declined unasked."""
 MAX_LOG_CHARS = 2000
 """A server's log message is cut to this many characters in the debug log."""
 ELICITATION_TIMEOUT_S = 600.0
@@ -96,6 +99,7 @@ class Caller:
     model: str = ""
     add_usage: Callable[[int, int], None] | None = None
     samples: int = 0
+    questions: int = 0
     scopes: set[trio.CancelScope] = attrs.Factory(set)
 
     @classmethod
@@ -350,6 +354,19 @@ class ServerRequests:
         run, caller = self.run, self._caller()
         if run is None or caller is None:
             await trio.lowlevel.checkpoint()
+            return mcp_types.ElicitResult(action="decline")
+        caller.questions += 1
+        if caller.questions > MAX_QUESTIONS_PER_CALL:
+            # A server that asks on and on (each answer, or decline, followed by another
+            # question) stops reaching the user: nothing more is shown for this call.
+            await trio.lowlevel.checkpoint()
+            if caller.questions == MAX_QUESTIONS_PER_CALL + 1:
+                _log.warning(
+                    "mcp.questions_declined",
+                    server=self.server,
+                    tool_use_id=caller.tool_use_id,
+                    reason=f"more than {MAX_QUESTIONS_PER_CALL} questions in one tool call",
+                )
             return mcp_types.ElicitResult(action="decline")
         if isinstance(params, mcp_types.ElicitRequestURLParams):
             question = self._question(caller, params.message, "url", url=params.url)

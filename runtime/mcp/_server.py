@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -46,7 +46,7 @@ from ._client import Caller, ServerRequests
 from ._config import McpConfig, McpServerConfig
 from ._oauth import McpLoginError, RunOAuth
 from ._oauth_store import store_dir
-from ._stdio import StdioTransport
+from ._stdio import MAX_LINE_BYTES, StdioTransport
 
 if TYPE_CHECKING:
     from runtime.core import RunContext
@@ -256,9 +256,16 @@ class McpServer:
                 timeout = httpx2.Timeout(30.0, read=300.0)
                 async with (
                     httpx2.AsyncClient(
-                        headers=dict(self.config.headers), timeout=timeout, auth=self.auth
+                        headers=dict(self.config.headers),
+                        timeout=timeout,
+                        auth=self.auth,
+                        event_hooks={"response": [_cap_body]},
                     ) as client,
-                    streamable_http_client(self.config.url, http_client=client) as streams,
+                    # A message may be as large over HTTP as over stdio (docs/mcp.md,
+                    # "Limits"), as a JSON body (the transport's cap) or as one event.
+                    streamable_http_client(
+                        self.config.url, http_client=client, max_sse_event_size=MAX_LINE_BYTES
+                    ) as streams,
                 ):
                     task_status.started(streams)
                     await trio.sleep_forever()
@@ -481,7 +488,8 @@ class McpServer:
         except MCPError as exc:
             if exc.error.code == mcp_types.CONNECTION_CLOSED:
                 self._connection_lost(generation)
-                why = self._stdio.closed_reason if self._stdio is not None else None
+                # Over HTTP the SDK says why in the error (an SSE stream that failed or ended).
+                why = self._stdio.closed_reason if self._stdio is not None else exc.error.message
                 raise ToolError(
                     self._secrets.text(
                         f"mcp server {self.name!r} went away during {what}"
@@ -570,6 +578,42 @@ class McpServer:
             return f"it refused to start: {leaf.error.message}"
         text = str(leaf) or type(leaf).__name__
         return f"{type(leaf).__name__}: {text}{self._tail()}"
+
+
+class ResponseTooLarge(httpx2.StreamError):
+    """An HTTP server's answer was over the cap of one message (docs/mcp.md, "Limits")."""
+
+
+class _CappedBody(httpx2.AsyncByteStream):
+    """A response body that raises :class:`ResponseTooLarge` once past *limit* bytes, before
+    more of it is held (the SDK reads a JSON answer whole)."""
+
+    def __init__(self, body: httpx2.AsyncByteStream, limit: int) -> None:
+        self._body = body
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        seen = 0
+        async for chunk in self._body:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise ResponseTooLarge(
+                    f"it sent a message over {self._limit // (1024 * 1024)} MB"
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._body.aclose()
+
+
+async def _cap_body(response: httpx2.Response) -> None:
+    """Cap *response*'s body at :data:`MAX_LINE_BYTES` (:class:`_CappedBody`), but an event
+    stream's: the SDK caps each event of it, however long it lasts. A response hook, so the
+    client keeps its own transport (proxies from the environment)."""
+    await trio.lowlevel.checkpoint()
+    if not response.headers.get("content-type", "").lower().startswith("text/event-stream"):
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
+        response.stream = _CappedBody(response.stream, MAX_LINE_BYTES)
 
 
 class _Session(ClientSession):
