@@ -14,7 +14,7 @@ import trio
 from runtime import AgentType, ConfigError, Event, Limits, TraceTree, open_runtime
 from runtime.core._events import ToolFinished, ToolProgress, ToolStarted
 from tests.harness import EventLog, agent_call, run_scenario
-from tests.mcp_fixtures import http_url, stdio_server
+from tests.mcp_fixtures import everything_server, http_url, stdio_server
 
 __all__ = ["http_url"]  # a fixture
 
@@ -358,3 +358,23 @@ async def test_the_anthropic_provider_offers_the_mcp_tools_and_the_model_uses_th
     assert result.status == "ok"
     assert '"timezone": "UTC"' in result.output
     assert '"timezone": "UTC"' in server.requests[1].body.decode().replace('\\"', '"')
+
+
+async def test_server_everythings_tools_answer_and_report_progress(workspace: Path) -> None:
+    scenario = {"agents": {"main": {"turns": [
+        {"tool_calls": [{"name": "mcp__e__get-sum", "input": {"a": 2, "b": 3}}]},
+        {"tool_calls": [{"name": "mcp__e__trigger-long-running-operation",
+                         "input": {"duration": 1, "steps": 5}}]},
+        {"text": "done"}]}}}  # fmt: skip
+    with trio.fail_after(30):
+        _, events = await run_scenario(
+            scenario, workspace, mcp_servers={"e": everything_server()}, permission_mode="allow-all"
+        )
+    added, slow = [e for e in events if isinstance(e, ToolFinished)]
+    assert (added.status, added.output) == ("ok", "The sum of 2 and 3 is 5.")
+    assert slow.output == "Long running operation completed. Duration: 1 seconds, Steps: 5."
+    progress = [e for e in events if isinstance(e, ToolProgress)]
+    assert progress, "no tool_progress"
+    assert {p.tool_use_id for p in progress} == {slow.tool_use_id}
+    assert {p.total for p in progress} == {5}
+    assert [p.progress for p in progress] == sorted(p.progress for p in progress)
