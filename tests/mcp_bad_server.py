@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import sys
 from collections.abc import Awaitable
 
@@ -176,19 +175,10 @@ app.add_prompt(
 )
 
 
-def _serve_http() -> None:
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(app.streamable_http_app(), log_level="critical")
-    anyio.run(uvicorn.Server(config).serve, [sock])
-
-
 if __name__ == "__main__":
     if sys.argv[1:] == ["http"]:
-        _serve_http()
+        from mcp_serve import serve_http  # beside this script
+
+        serve_http(app)
     else:
         app.run("stdio")

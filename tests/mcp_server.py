@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -133,14 +132,9 @@ def main() -> None:
     if mode == "stdio":
         app.run("stdio")
         return
-    import uvicorn
+    from mcp_serve import serve_http  # beside this script
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(app.streamable_http_app(), log_level="critical")
-    anyio.run(uvicorn.Server(config).serve, [sock])
+    serve_http(app)
 
 
 if __name__ == "__main__":

@@ -170,6 +170,21 @@ async def run_answering(
     return events
 
 
+async def ask_bad_server(
+    workspace: Path, call: tuple[str, dict[str, Any]], answer: Callable[[Any, Event], Any]
+) -> list[Event]:
+    """One call to tests/mcp_bad_server.py (``b``) in allow-all mode, *answer* answering
+    (:func:`run_answering`); bounded at 30 s."""
+    with trio.fail_after(30):
+        return await run_answering(
+            workspace,
+            script(calls(call)),
+            answer,
+            mcp_servers={"b": bad_server()},
+            permission_mode="allow-all",
+        )
+
+
 async def test_asked_sampling_names_the_server_and_the_request_under_the_call(
     workspace: Path,
 ) -> None:
@@ -270,13 +285,7 @@ async def test_a_form_elicitation_is_answered_and_its_content_checked(workspace:
             )
             assert good == {"ok": True}
 
-    events = await run_answering(
-        workspace,
-        script(calls(("mcp__b__ask", {}))),
-        answer,
-        mcp_servers={"b": bad_server()},
-        permission_mode="allow-all",
-    )
+    events = await ask_bad_server(workspace, ("mcp__b__ask", {}), answer)
     (end,) = of(ToolFinished, events)
     assert end.output == "accept: Ann is 7"
     (asked,) = of(ElicitationRequested, events)
@@ -292,13 +301,7 @@ async def test_a_url_elicitation_is_shown_as_a_link(workspace: Path) -> None:
             assert (event.mode, event.url) == ("url", "https://example.com/login")
             rt.resolve_elicitation(event.request_id, "accept")
 
-    events = await run_answering(
-        workspace,
-        script(calls(("mcp__b__ask_url", {}))),
-        answer,
-        mcp_servers={"b": bad_server()},
-        permission_mode="allow-all",
-    )
+    events = await ask_bad_server(workspace, ("mcp__b__ask_url", {}), answer)
     (end,) = of(ToolFinished, events)
     assert end.output == "accept"
 
@@ -309,14 +312,7 @@ async def test_a_question_never_answered_is_cancelled_with_its_subtree(workspace
             await trio.sleep(0.1)
             assert await rt.cancel(event.tool_use_id, "enough")
 
-    with trio.fail_after(20):
-        events = await run_answering(
-            workspace,
-            script(calls(("mcp__b__ask", {}))),
-            answer,
-            mcp_servers={"b": bad_server()},
-            permission_mode="allow-all",
-        )
+    events = await ask_bad_server(workspace, ("mcp__b__ask", {}), answer)
     (end,) = of(ToolFinished, events)
     assert end.status == "cancelled"
     (resolved,) = of(ElicitationResolved, events)
@@ -694,14 +690,7 @@ async def test_a_server_that_asks_on_and_on_reaches_the_user_twenty_times_a_call
         if isinstance(event, ElicitationRequested):
             assert rt.resolve_elicitation(event.request_id, "decline")
 
-    with trio.fail_after(30):
-        events = await run_answering(
-            workspace,
-            script(calls(("mcp__b__pester", {"n": 60}))),
-            answer,
-            mcp_servers={"b": bad_server()},
-            permission_mode="allow-all",
-        )
+    events = await ask_bad_server(workspace, ("mcp__b__pester", {"n": 60}), answer)
     (end,) = of(ToolFinished, events)
     assert end.output == "decline:60"  # 20 by the user, 40 unasked
     assert len(of(ElicitationRequested, events)) == 20
@@ -716,14 +705,7 @@ async def test_a_question_nobody_answers_is_cancelled_after_the_timeout(
     async def answer(rt: Any, event: Event) -> None:
         await trio.lowlevel.checkpoint()  # someone could answer, and never does
 
-    with trio.fail_after(30):
-        events = await run_answering(
-            workspace,
-            script(calls(("mcp__b__ask", {}))),
-            answer,
-            mcp_servers={"b": bad_server()},
-            permission_mode="allow-all",
-        )
+    events = await ask_bad_server(workspace, ("mcp__b__ask", {}), answer)
     (end,) = of(ToolFinished, events)
     assert (end.status, end.output) == ("ok", "cancel")
     (resolved,) = of(ElicitationResolved, events)

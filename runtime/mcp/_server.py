@@ -15,7 +15,8 @@ nursery, so the servers outlive every agent and close after them)::
     └── McpServer.run                 one per server; restarts its connection once, on demand
         └── connection nursery        one per connection (start-up bounded by the start timeout)
             ├── transport             StdioTransport.run (process, pipes) or the HTTP client
-            └── ClientSession         the SDK's JSON-RPC session (its own reader task)
+            ├── ClientSession         the SDK's JSON-RPC session (its own reader task)
+            └── _tell_roots           once ready: roots/list_changed when the worktrees change
 
 States: ``starting`` → ``ready`` → ``lost`` (the server went away; the next call restarts it,
 once per run) → ``starting`` …; ``failed`` (it could not start: its tools are not offered, or a
