@@ -262,8 +262,8 @@ class McpServer:
                         auth=self.auth,
                         event_hooks={"response": [_cap_body]},
                     ) as client,
-                    # A message may be as large over HTTP as over stdio (docs/mcp.md,
-                    # "Limits"), as a JSON body (the transport's cap) or as one event.
+                    # A message may be as large over HTTP as over stdio (docs/mcp.md, "Each
+                    # server is an actor of the run"): as a JSON body (_cap_body) or one event.
                     streamable_http_client(
                         self.config.url, http_client=client, max_sse_event_size=MAX_LINE_BYTES
                     ) as streams,
@@ -587,21 +587,26 @@ class ResponseTooLarge(httpx2.StreamError):
 
 class _CappedBody(httpx2.AsyncByteStream):
     """A response body that raises :class:`ResponseTooLarge` once past *limit* bytes, before
-    more of it is held (the SDK reads a JSON answer whole)."""
+    more of it is held (the SDK reads a JSON answer whole). An iterator, not a generator: one
+    left unfinished holds nothing for the garbage collector to finalise."""
 
     def __init__(self, body: httpx2.AsyncByteStream, limit: int) -> None:
         self._body = body
         self._limit = limit
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._seen = 0
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
-        async for chunk in self._body:
-            seen += len(chunk)
-            if seen > self._limit:
-                raise ResponseTooLarge(
-                    f"it sent a message over {self._limit // (1024 * 1024)} MB"
-                )
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        self._chunks = aiter(self._body)
+        return self
+
+    async def __anext__(self) -> bytes:
+        assert self._chunks is not None
+        chunk = await anext(self._chunks)
+        self._seen += len(chunk)
+        if self._seen > self._limit:
+            raise ResponseTooLarge(f"it sent a message over {self._limit // (1024 * 1024)} MB")
+        return chunk
 
     async def aclose(self) -> None:
         await self._body.aclose()
