@@ -489,3 +489,30 @@ async def test_a_background_isolated_agent_edits_its_worktree_and_its_report_nam
     [report] = [e for e in events if isinstance(e, UserMessage) and e.agent_id == "agent-1"]
     assert report.text.startswith("[background sub-agent agent-2 (a) ended completed]\na done")
     assert "[worktree kept: branch trio-agents/r1/agent-2 at " in report.text
+
+
+async def test_the_runs_live_worktrees_keep_a_changed_one_and_drop_a_removed_one(
+    repo: Path,
+) -> None:
+    # What MCP servers are told as roots (docs/mcp.md, "Roots and logging").
+    scenario = {"agents": {
+        "main": {"turns": [
+            {"tool_calls": [agent_call("edit", "ed_a"), agent_call("look", "reader")]},
+            {"text": "ok"}]},
+        "ed_a": _editor("a", "from a\n"),
+        "reader": {"turns": [{"text": "nothing to do"}]}}}  # fmt: skip
+    changes: list[list[str]] = []
+    async with open_runtime(
+        scenario=scenario, workspace=repo, trace=False, run_id="r1",
+        agent_types=_types("ed_a", "reader"), permission_mode="allow-all",
+    ) as rt:  # fmt: skip
+        live = rt._run.worktrees
+        live.listen(lambda: changes.append(sorted(agent for _, agent in live.live())))
+        await rt.run("go")
+        after = live.live()
+    kept = _real(repo) / ".trio-agents" / "worktrees" / "r1-agent-2"
+    assert after == [(kept, "agent-2")]
+    # Two made, one removed (in an order the scheduler decides), each change told.
+    assert len(changes) == 3
+    assert {agent for seen in changes for agent in seen} == {"agent-2", "agent-3"}
+    assert changes[-1] == ["agent-2"]  # the reader's add comes before its removal
