@@ -1,0 +1,185 @@
+"""Sub-agents on two Ray hosts share the run's one rate limit (docs/rate-limits.md, "Ray hosts").
+
+Real parts: a local Ray cluster whose node runs two host actors (two worker processes), the
+OpenAI provider over httpx on each host, and :class:`tests.ratelimit_server.RateLimitedServer`
+in this process, refusing what its token bucket cannot take as the real APIs do. The driver's
+limiter orders every host's calls (the hosts ask it over the placement's channel).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from runtime import (
+    AgentFinished,
+    AgentStarted,
+    AgentType,
+    ConfigError,
+    Event,
+    RateLimited,
+    RayOptions,
+    open_runtime,
+)
+from tests.invariants import check_invariants
+from tests.ratelimit_server import RateLimitedServer
+from tests.test_ratelimit_e2e import KEY, FanOut
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[dev]')")
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
+
+_REMOTE = [AgentType(name="general", placement="ray")]
+_TWO_HOSTS = RayOptions(hosts_per_node=2)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """One local Ray cluster for the module (one node: its two hosts are two processes)."""
+    from runtime.cluster._placement import _init_ray
+
+    if ray.is_initialized():
+        yield
+        return
+    try:
+        _init_ray(ray, None, 2)
+    except ConfigError as exc:
+        pytest.skip(f"a local Ray cluster cannot start on this machine: {exc}")
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@attrs.frozen
+class RemoteFanOut(FanOut):
+    """A fan-out on Ray, with the most subtrees each host ran at once."""
+
+    busiest: dict[str, int] = attrs.field(factory=dict)
+
+
+async def _fan_out(
+    server: RateLimitedServer, n: int, workspace: Path, **kwargs: Any
+) -> RemoteFanOut:
+    """A root that starts *n* remote sub-agents at once, after a warm-up fan-out of two in the
+    same run: the hosts start with the run's first remote sub-agent (seconds on 2 CPUs shared
+    with other work), which must stay out of the server's measured span."""
+    env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": KEY}
+    events: list[Event] = []
+    busiest: Counter[str] = Counter()
+    placement: list[Any] = []
+
+    def record(event: Event) -> None:
+        events.append(event)
+        if placement and isinstance(event, AgentStarted):
+            for host in placement[0].pool():
+                busiest[host["name"]] = max(busiest[host["name"]], host["active"])
+
+    with trio.fail_after(120):
+        async with open_runtime("openai", model="m", env=env, workspace=workspace, trace=False,
+                                on_event=record, agent_types=_REMOTE, ray=_TWO_HOSTS,
+                                **kwargs) as rt:
+            placement.append(rt._run.placements["ray"])  # type: ignore[attr-defined]
+            assert (await rt.run("FANOUT 4")).status == "completed"
+            start = len(events)
+            busiest.clear()
+            server.reset()
+            t0 = trio.current_time()
+            outcome = await rt.run(f"FANOUT {n}")
+            wall = trio.current_time() - t0
+            limits = placement[0].limits
+            assert (limits.held, limits.limiter.waiting, limits.limiter.in_flight) == (0, 0, 0)
+    check_invariants(events)
+    measured = events[start:]
+    print(f"ray fan-out {n}: wall {wall:.2f} s, server {server.stats.as_json()}")
+    statuses = [e.status for e in measured if isinstance(e, AgentFinished)]
+    assert outcome.status == "completed"
+    return RemoteFanOut(statuses, wall, server.stats.as_json(), measured, dict(busiest))
+
+
+async def test_two_hosts_share_a_configured_limit(workspace: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        server: RateLimitedServer = await nursery.start(RateLimitedServer(rps=10).serve)
+        run = await _fan_out(server, 30, workspace, rate_limits={"openai": {"rpm": 600}})
+        nursery.cancel_scope.cancel()
+    assert run.completed == 31, (run.statuses, run.stats)
+    assert set(run.busiest) == {"h1", "h2"}
+    assert min(run.busiest.values()) >= 5, run.busiest  # both ran many subtrees at once
+    assert run.stats["refused"] <= 1, run.stats
+    # The minimum, requests ÷ rate: 32 requests at 10 a second (the server serves its first
+    # second's worth at once, so 2.2 s between its first and last request).
+    assert run.stats["span_s"] < 1.15 * 3.2, run.stats
+    waits = [e for e in run.events if isinstance(e, RateLimited)]
+    assert waits, "the remote agents that waited said so (the driver reports their waits)"
+    remote_ids = {e.agent_id for e in run.events if isinstance(e, AgentStarted)
+                  and e.parent_tool_use_id is not None}
+    remote_waits = [e for e in waits if e.agent_id in remote_ids]
+    assert len({e.agent_id for e in remote_waits}) >= 10, waits
+    assert all(e.parent_tool_use_id is not None and e.reason == "requests"
+               for e in remote_waits)
+
+
+async def test_two_hosts_learn_the_limit_from_the_headers(workspace: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        server: RateLimitedServer = await nursery.start(RateLimitedServer(rps=10).serve)
+        run = await _fan_out(server, 30, workspace)
+        nursery.cancel_scope.cancel()
+    assert run.completed == 31, (run.statuses, run.stats)
+    assert min(run.busiest.values()) >= 5, run.busiest
+    # The root's reply states the limit before its children ask: the hosts' calls go at it.
+    assert run.stats["refused"] <= 1, run.stats
+    assert run.stats["span_s"] < 1.5 * 3.2, run.stats
+
+
+async def test_cancelling_a_waiting_remote_subtree_frees_its_place(workspace: Path) -> None:
+    """Ten remote sub-agents against 2 requests a second: one that waits seconds for its turn
+    is cancelled while it waits; it ends at once, its call never goes out, the others
+    complete, and the driver's limiter holds nothing of it."""
+    env = {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": KEY}
+    events: list[Event] = []
+    async with trio.open_nursery() as nursery:
+        server: RateLimitedServer = await nursery.start(RateLimitedServer(rps=2).serve)
+        env["OPENAI_BASE_URL"] = server.url
+        long_wait = trio.Event()
+        target: list[RateLimited] = []
+
+        def tap(event: Event) -> None:
+            events.append(event)
+            if isinstance(event, RateLimited) and event.wait_s > 2 and not target:
+                target.append(event)
+                long_wait.set()
+
+        with trio.fail_after(60):
+            async with open_runtime("openai", model="m", env=env, workspace=workspace,
+                                    trace=False, on_event=tap, agent_types=_REMOTE,
+                                    ray=_TWO_HOSTS) as rt:
+                handle = await rt.start("FANOUT 10")
+                await long_wait.wait()
+                [waiting] = target
+                assert waiting.parent_tool_use_id is not None
+                limits = rt._run.placements["ray"].limits  # type: ignore[attr-defined]
+                queued = limits.limiter.waiting
+                t0 = trio.current_time()
+                assert await rt.cancel(waiting.parent_tool_use_id, "not needed")
+                while limits.limiter.waiting >= queued:  # noqa: ASYNC110 - the host's news
+                    await trio.sleep(0.01)
+                left_after = trio.current_time() - t0
+                outcome = await handle.wait()
+                held = limits.held
+                in_flight = limits.limiter.in_flight
+        nursery.cancel_scope.cancel()
+    check_invariants(events)
+    ends = {e.agent_id: e for e in events if isinstance(e, AgentFinished)}
+    assert ends[waiting.agent_id].status == "cancelled"
+    assert outcome.status == "completed"
+    assert [e.status for e in ends.values()].count("completed") == 10
+    assert server.stats.served == 11, "the cancelled agent's call never went out"
+    # Its place left the driver's queue within a round trip to its host, not at its turn.
+    assert left_after < 1.0, left_after
+    assert (held, in_flight) == (0, 0)
