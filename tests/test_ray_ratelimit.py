@@ -112,6 +112,10 @@ async def test_two_hosts_share_a_configured_limit(workspace: Path) -> None:
     assert set(run.busiest) == {"h1", "h2"}
     assert min(run.busiest.values()) >= 5, run.busiest  # both ran many subtrees at once
     assert run.stats["refused"] <= 1, run.stats
+    # One HTTP client per host, not one per subtree: the fan-out's calls (paced at the rate,
+    # a second's worth at once) reuse the hosts' kept-alive connections, where a client per
+    # subtree would open one for each of the 30.
+    assert run.stats["connections"] <= 12, run.stats
     # The minimum, requests ÷ rate: 32 requests at 10 a second (the server serves its first
     # second's worth at once, so 2.2 s between its first and last request).
     assert run.stats["span_s"] < 1.15 * 3.2, run.stats
