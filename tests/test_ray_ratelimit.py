@@ -187,3 +187,48 @@ async def test_cancelling_a_waiting_remote_subtree_frees_its_place(workspace: Pa
     # Its place left the driver's queue within a round trip to its host, not at its turn.
     assert left_after < 1.0, left_after
     assert (held, in_flight) == (0, 0)
+
+
+async def test_a_host_lost_while_its_calls_wait_leaves_nothing_held(workspace: Path) -> None:
+    """Ten remote sub-agents on two hosts against 2 requests a second; one host is killed while
+    its calls wait their turns: its subtrees end failed, the other host's complete, and the
+    driver's limiter holds nothing of the lost host's calls (no slot, no place in line)."""
+    env = {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": KEY}
+    events: list[Event] = []
+    async with trio.open_nursery() as nursery:
+        server: RateLimitedServer = await nursery.start(RateLimitedServer(rps=2).serve)
+        env["OPENAI_BASE_URL"] = server.url
+        long_wait = trio.Event()
+
+        def tap(event: Event) -> None:
+            events.append(event)
+            if isinstance(event, RateLimited) and event.wait_s > 2:
+                long_wait.set()
+
+        with trio.fail_after(90):
+            async with open_runtime("openai", model="m", env=env, workspace=workspace,
+                                    trace=False, on_event=tap, agent_types=_REMOTE,
+                                    ray=_TWO_HOSTS) as rt:
+                placement = rt._run.placements["ray"]  # type: ignore[attr-defined]
+                handle = await rt.start("FANOUT 10")
+                await long_wait.wait()
+                waiting_before = placement.limits.limiter.waiting
+                victim = next(h for h in placement._hosts if h.state == "ready" and h.streams)
+                lost = set(victim.streams)
+                ray.kill(victim.actor)
+                outcome = await handle.wait()
+                limits = placement.limits
+                held, queued, in_flight = (limits.held, limits.limiter.waiting,
+                                           limits.limiter.in_flight)
+        nursery.cancel_scope.cancel()
+    check_invariants(events)
+    assert waiting_before >= 3
+    assert outcome.status == "completed"
+    children = [e for e in events if isinstance(e, AgentFinished)
+                and e.agent_id != outcome.agent_id]
+    failed = [e for e in children if e.status == "failed"]
+    assert len(failed) == len(lost) >= 1, (lost, [e.status for e in children])
+    assert all("worker died" in (e.error or "") or "node lost" in (e.error or "")
+               for e in failed), [e.error for e in failed]
+    assert [e.status for e in children].count("completed") == 10 - len(lost)
+    assert (held, queued, in_flight) == (0, 0, 0)
