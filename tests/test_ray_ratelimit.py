@@ -9,7 +9,8 @@ limiter orders every host's calls (the hosts ask it over the placement's channel
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ from runtime import (
     AgentFinished,
     AgentStarted,
     AgentType,
-    ConfigError,
     Event,
     RateLimited,
     RayOptions,
@@ -29,7 +29,7 @@ from runtime import (
 )
 from tests.invariants import check_invariants
 from tests.ratelimit_server import RateLimitedServer
-from tests.test_ratelimit_e2e import KEY, FanOut
+from tests.test_ratelimit_e2e import KEY, FanOut, LongWait
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[dev]')")
 
@@ -37,24 +37,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.usefixtures("ra
 
 _REMOTE = [AgentType(name="general", placement="ray")]
 _TWO_HOSTS = RayOptions(hosts_per_node=2)
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
-    """One local Ray cluster for the module (one node: its two hosts are two processes)."""
-    from runtime.cluster._placement import _init_ray
-
-    if ray.is_initialized():
-        yield
-        return
-    try:
-        _init_ray(ray, None, 2)
-    except ConfigError as exc:
-        pytest.skip(f"a local Ray cluster cannot start on this machine: {exc}")
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 @attrs.frozen
@@ -141,43 +123,42 @@ async def test_two_hosts_learn_the_limit_from_the_headers(workspace: Path) -> No
     assert run.stats["span_s"] < 1.5 * 3.2, run.stats
 
 
+@asynccontextmanager
+async def _two_hosts_at_two_a_second(
+    workspace: Path, tap: LongWait
+) -> AsyncGenerator[tuple[RateLimitedServer, Any], None]:
+    """A run whose sub-agents go to two Ray hosts, against a server of 2 requests a second."""
+    async with trio.open_nursery() as nursery:
+        server: RateLimitedServer = await nursery.start(RateLimitedServer(rps=2).serve)
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": KEY}
+        async with open_runtime("openai", model="m", env=env, workspace=workspace,
+                                trace=False, on_event=tap, agent_types=_REMOTE,
+                                ray=_TWO_HOSTS) as rt:
+            yield server, rt
+        nursery.cancel_scope.cancel()
+
+
 async def test_cancelling_a_waiting_remote_subtree_frees_its_place(workspace: Path) -> None:
     """Ten remote sub-agents against 2 requests a second: one that waits seconds for its turn
     is cancelled while it waits; it ends at once, its call never goes out, the others
     complete, and the driver's limiter holds nothing of it."""
-    env = {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": KEY}
-    events: list[Event] = []
-    async with trio.open_nursery() as nursery:
-        server: RateLimitedServer = await nursery.start(RateLimitedServer(rps=2).serve)
-        env["OPENAI_BASE_URL"] = server.url
-        long_wait = trio.Event()
-        target: list[RateLimited] = []
-
-        def tap(event: Event) -> None:
-            events.append(event)
-            if isinstance(event, RateLimited) and event.wait_s > 2 and not target:
-                target.append(event)
-                long_wait.set()
-
-        with trio.fail_after(60):
-            async with open_runtime("openai", model="m", env=env, workspace=workspace,
-                                    trace=False, on_event=tap, agent_types=_REMOTE,
-                                    ray=_TWO_HOSTS) as rt:
-                handle = await rt.start("FANOUT 10")
-                await long_wait.wait()
-                [waiting] = target
-                assert waiting.parent_tool_use_id is not None
-                limits = rt._run.placements["ray"].limits  # type: ignore[attr-defined]
-                queued = limits.limiter.waiting
-                t0 = trio.current_time()
-                assert await rt.cancel(waiting.parent_tool_use_id, "not needed")
-                while limits.limiter.waiting >= queued:  # noqa: ASYNC110 - the host's news
-                    await trio.sleep(0.01)
-                left_after = trio.current_time() - t0
-                outcome = await handle.wait()
-                held = limits.held
-                in_flight = limits.limiter.in_flight
-        nursery.cancel_scope.cancel()
+    tap = LongWait()
+    events = tap.events
+    with trio.fail_after(60):
+        async with _two_hosts_at_two_a_second(workspace, tap) as (server, rt):
+            handle = await rt.start("FANOUT 10")
+            waiting = await tap.wait()
+            assert waiting.parent_tool_use_id is not None
+            limits = rt._run.placements["ray"].limits  # type: ignore[attr-defined]
+            queued = limits.limiter.waiting
+            t0 = trio.current_time()
+            assert await rt.cancel(waiting.parent_tool_use_id, "not needed")
+            while limits.limiter.waiting >= queued:  # noqa: ASYNC110 - the host's news
+                await trio.sleep(0.01)
+            left_after = trio.current_time() - t0
+            outcome = await handle.wait()
+            held = limits.held
+            in_flight = limits.limiter.in_flight
     check_invariants(events)
     ends = {e.agent_id: e for e in events if isinstance(e, AgentFinished)}
     assert ends[waiting.agent_id].status == "cancelled"
@@ -193,34 +174,21 @@ async def test_a_host_lost_while_its_calls_wait_leaves_nothing_held(workspace: P
     """Ten remote sub-agents on two hosts against 2 requests a second; one host is killed while
     its calls wait their turns: its subtrees end failed, the other host's complete, and the
     driver's limiter holds nothing of the lost host's calls (no slot, no place in line)."""
-    env = {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": KEY}
-    events: list[Event] = []
-    async with trio.open_nursery() as nursery:
-        server: RateLimitedServer = await nursery.start(RateLimitedServer(rps=2).serve)
-        env["OPENAI_BASE_URL"] = server.url
-        long_wait = trio.Event()
-
-        def tap(event: Event) -> None:
-            events.append(event)
-            if isinstance(event, RateLimited) and event.wait_s > 2:
-                long_wait.set()
-
-        with trio.fail_after(90):
-            async with open_runtime("openai", model="m", env=env, workspace=workspace,
-                                    trace=False, on_event=tap, agent_types=_REMOTE,
-                                    ray=_TWO_HOSTS) as rt:
-                placement = rt._run.placements["ray"]  # type: ignore[attr-defined]
-                handle = await rt.start("FANOUT 10")
-                await long_wait.wait()
-                waiting_before = placement.limits.limiter.waiting
-                victim = next(h for h in placement._hosts if h.state == "ready" and h.streams)
-                lost = set(victim.streams)
-                ray.kill(victim.actor)
-                outcome = await handle.wait()
-                limits = placement.limits
-                held, queued, in_flight = (limits.held, limits.limiter.waiting,
-                                           limits.limiter.in_flight)
-        nursery.cancel_scope.cancel()
+    tap = LongWait()
+    events = tap.events
+    with trio.fail_after(90):
+        async with _two_hosts_at_two_a_second(workspace, tap) as (_, rt):
+            placement = rt._run.placements["ray"]  # type: ignore[attr-defined]
+            handle = await rt.start("FANOUT 10")
+            await tap.wait()
+            waiting_before = placement.limits.limiter.waiting
+            victim = next(h for h in placement._hosts if h.state == "ready" and h.streams)
+            lost = set(victim.streams)
+            ray.kill(victim.actor)
+            outcome = await handle.wait()
+            limits = placement.limits
+            held, queued, in_flight = (limits.held, limits.limiter.waiting,
+                                       limits.limiter.in_flight)
     check_invariants(events)
     assert waiting_before >= 3
     assert outcome.status == "completed"
