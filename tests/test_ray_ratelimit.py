@@ -63,8 +63,9 @@ async def _fan_out(
             for host in placement[0].pool():
                 busiest[host["name"]] = max(busiest[host["name"]], host["active"])
 
+    provider = kwargs.pop("provider", "openai")
     with trio.fail_after(120):
-        async with open_runtime("openai", model="m", env=env, workspace=workspace, trace=False,
+        async with open_runtime(provider, model="m", env=env, workspace=workspace, trace=False,
                                 on_event=record, agent_types=_REMOTE, ray=_TWO_HOSTS,
                                 **kwargs) as rt:
             placement.append(rt._run.placements["ray"])  # type: ignore[attr-defined]
@@ -79,7 +80,6 @@ async def _fan_out(
             assert (limits.held, limits.limiter.waiting, limits.limiter.in_flight) == (0, 0, 0)
     check_invariants(events)
     measured = events[start:]
-    print(f"ray fan-out {n}: wall {wall:.2f} s, server {server.stats.as_json()}")
     statuses = [e.status for e in measured if isinstance(e, AgentFinished)]
     assert outcome.status == "completed"
     return RemoteFanOut(statuses, wall, server.stats.as_json(), measured, dict(busiest))
@@ -200,3 +200,25 @@ async def test_a_host_lost_while_its_calls_wait_leaves_nothing_held(workspace: P
                for e in failed), [e.error for e in failed]
     assert [e.status for e in children].count("completed") == 10 - len(lost)
     assert (held, queued, in_flight) == (0, 0, 0)
+
+
+async def test_refusals_on_either_host_pause_both_and_spend_no_try(workspace: Path) -> None:
+    """A server that states no limits (10 a second, 2 at once): the two hosts' calls meet 429s;
+    each refusal pauses every host (the driver's pause), is reported once (the refused agent's
+    rate_limited, from its host), and spends no try, although the retry policy allows one."""
+    from runtime.providers import open_provider
+
+    async with trio.open_nursery() as nursery:
+        server: RateLimitedServer = await nursery.start(
+            RateLimitedServer(rps=10, burst=2, rate_headers=False).serve)
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": KEY}
+        async with open_provider("openai", model="m", env=env, max_retries=1) as provider:
+            run = await _fan_out(server, 20, workspace, provider=provider)
+        nursery.cancel_scope.cancel()
+    assert run.completed == 21, run.stats
+    assert min(run.busiest.values()) >= 3, run.busiest
+    assert run.stats["refused"] >= 1, run.stats
+    refused = [e for e in run.events if isinstance(e, RateLimited) and e.reason == "refused"]
+    assert len(refused) == run.stats["refused"], (refused, run.stats)
+    assert {e.status for e in refused} == {429}
+    assert not [e for e in run.events if e.type == "provider_retry"]
