@@ -15,7 +15,10 @@ What runs on the worker::
     │   ├── RayHost.cancel/.answer/.message/.abort   small control calls
     │   └── trio loop in guest mode        started on the first call, lives as long as the actor
     │       └── host nursery
-    │           ├── BudgetLayer.run        one per run while any of its subtrees runs here
+    │           ├── _run_here              one per run while any of its subtrees runs here: the
+    │           │                          run's budget layer, and an http run's provider (one
+    │           │                          HTTP client for the host; its limiter asks the
+    │           │                          driver's: runtime/cluster/_limits.py)
     │           └── _serve_call            one task per subtree, its own cancel scope (registered
     │               │                      as the parent's agent-call tool_use_id); catches
     │               │                      Exception
@@ -27,9 +30,9 @@ What runs on the worker::
 
 A subtree runs the unchanged agent code on a :class:`RunContext` of its own (its own bus,
 registry, broker and ``max_parallel`` limiter: cheap objects; the budget layer, the log
-secrets, the agent types' set-ups and the environment are the run's, made once on this host
-and shared by its subtrees; the budget layer routes a cancel to the subtree whose registry holds
-the agent). No task, nursery, subscription or timer is added per subtree: its bus
+secrets, the provider, the agent types' set-ups and the environment are the run's, made once
+on this host and shared by its subtrees; the budget layer routes a cancel to the subtree whose
+registry holds the agent). No task, nursery, subscription or timer is added per subtree: its bus
 (:func:`_subtree_bus`: a plain :class:`~runtime.core._bus.EventBus` given the outbox as its
 backpressure) hands each event to the host's :class:`_Outbox` as it is emitted. Its bus masks
 the run's secrets (the driver's one :class:`~runtime.core._secrets.Secrets`, its values shipped
