@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVER = ROOT / "tests" / "ratelimit_server.py"
+SERVER = "tests.ratelimit_server"  # run from ROOT (it shares tests/llm_server.py's HTTP)
 CLIENTS = ("trio-agents", "trio-agents-configured", "openai-agents", "pydantic-ai")
 CLIENT_TIMEOUT_S = 600
 KEY = "bench-key-not-secret"
@@ -235,7 +235,7 @@ def _targets(rows: dict[str, dict[str, Any]]) -> None:
 
 def main(args: argparse.Namespace) -> None:
     server = subprocess.Popen(  # our own test server
-        [sys.executable, str(SERVER), "--rps", str(args.rps)],
+        [sys.executable, "-m", SERVER, "--rps", str(args.rps)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
     )
     try:

@@ -55,3 +55,24 @@ def trust() -> Any:
         TrustStore.load().trust(folder)
 
     return trust_folder
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """One local Ray cluster on loopback for every test of a module that asks for it (runs
+    find it initialised); a cluster this process is already connected to is used as it is."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[dev]')")
+    from runtime.cluster._placement import _init_ray
+    from runtime.core import ConfigError
+
+    if ray.is_initialized():  # someone else's cluster: use it, leave it
+        yield
+        return
+    try:
+        _init_ray(ray, None, 2)
+    except ConfigError as exc:
+        pytest.skip(f"a local Ray cluster cannot start on this machine: {exc}")
+    try:
+        yield
+    finally:
+        ray.shutdown()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import http
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -175,53 +175,25 @@ class LLMServer:
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         self.connections += 1
-        conn = h11.Connection(h11.SERVER)
-        async with stream:
-            while True:
-                request = await self._read_request(stream, conn)
-                if request is None:
-                    return
-                reply = self.route(request) if self.route else None
-                if reply is None:
-                    reply = self.replies.popleft() if self.replies else _NO_REPLY
-                if not await self._send_reply(stream, conn, reply, request.index):
-                    return
-                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                    return
-                conn.start_next_cycle()
+        await serve_requests(stream, self._serve_request)
 
-    async def _read_request(
-        self, stream: trio.SocketStream, conn: h11.Connection
-    ) -> RecordedRequest | None:
-        head: h11.Request | None = None
-        body = bytearray()
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                try:
-                    data = await stream.receive_some(65536)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return None
-                conn.receive_data(data)
-            elif isinstance(event, h11.Request):
-                head = event
-            elif isinstance(event, h11.Data):
-                body += event.data
-            elif isinstance(event, h11.EndOfMessage):
-                assert head is not None
-                recorded = RecordedRequest(
-                    index=len(self.requests),
-                    at=trio.current_time(),
-                    method=head.method.decode(),
-                    path=head.target.decode(),
-                    headers={k.decode().lower(): v.decode() for k, v in head.headers},
-                    body=bytes(body),
-                )
-                self.requests.append(recorded)
-                self._notify()
-                return recorded
-            else:  # ConnectionClosed, PAUSED: the client is done with this connection.
-                return None
+    async def _serve_request(
+        self, stream: trio.SocketStream, conn: h11.Connection, head: h11.Request, body: bytes
+    ) -> bool:
+        request = RecordedRequest(
+            index=len(self.requests),
+            at=trio.current_time(),
+            method=head.method.decode(),
+            path=head.target.decode(),
+            headers={k.decode().lower(): v.decode() for k, v in head.headers},
+            body=body,
+        )
+        self.requests.append(request)
+        self._notify()
+        reply = self.route(request) if self.route else None
+        if reply is None:
+            reply = self.replies.popleft() if self.replies else _NO_REPLY
+        return await self._send_reply(stream, conn, reply, request.index)
 
     async def _send_reply(
         self, stream: trio.SocketStream, conn: h11.Connection, reply: Reply, index: int
@@ -282,6 +254,53 @@ class LLMServer:
                 Disconnect(index=index, at=trio.current_time(), body_bytes_sent=sent)
             )
             self._notify()
+
+
+# -- HTTP/1.1 on a socket, for this server and tests/ratelimit_server.py -----------------------
+
+Answer = Callable[[trio.SocketStream, h11.Connection, h11.Request, bytes], Awaitable[bool]]
+"""Answers one request (its head and body) on the connection; whether it is still good."""
+
+
+async def serve_requests(stream: trio.SocketStream, answer: Answer) -> None:
+    """Serve one connection's requests, one after another (keep-alive), until the client or
+    *answer* is done with it; the socket is closed at the end."""
+    conn = h11.Connection(h11.SERVER)
+    async with stream:
+        while True:
+            request = await read_request(stream, conn)
+            if request is None:
+                return
+            if not await answer(stream, conn, *request):
+                return
+            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                return
+            conn.start_next_cycle()
+
+
+async def read_request(
+    stream: trio.SocketStream, conn: h11.Connection
+) -> tuple[h11.Request, bytes] | None:
+    """The next request on *conn*: its head and body; ``None`` when the client is done."""
+    head: h11.Request | None = None
+    body = bytearray()
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            try:
+                data = await stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return None
+            conn.receive_data(data)
+        elif isinstance(event, h11.Request):
+            head = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+        elif isinstance(event, h11.EndOfMessage):
+            assert head is not None
+            return head, bytes(body)
+        else:  # ConnectionClosed, PAUSED: the client is done with this connection.
+            return None
 
 
 def _reason(status: int) -> bytes:

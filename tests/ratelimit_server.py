@@ -26,7 +26,7 @@ sends headers no real server should: a negative remaining count, a reset in the 
 refusal a ``retry-after`` of two days.
 
 In a test: ``server = await nursery.start(RateLimitedServer(rps=10).serve)``. As a process (the
-bench): ``python tests/ratelimit_server.py --rps 10`` prints its port and serves until its stdin
+bench): ``python -m tests.ratelimit_server --rps 10`` (from the repository) prints its port and serves until its stdin
 closes; ``GET /__stats`` reports the counts, ``POST /__reset`` clears them and refills the
 buckets.
 """
@@ -43,6 +43,8 @@ import attrs
 import h11
 import orjson
 import trio
+
+from tests.llm_server import serve_requests
 
 _CHILD_TEXTS = ("Child ", "work ", "done.")
 
@@ -106,6 +108,7 @@ class Stats:
     last_at: float | None = None
     refused_at: list[float] = attrs.Factory(list)
     keys: set[str] = attrs.Factory(set)
+    connections: int = 0
 
     def as_json(self) -> dict[str, Any]:
         start = self.first_at or 0.0
@@ -117,6 +120,7 @@ class Stats:
             "span_s": (self.last_at - start) if self.last_at is not None else 0.0,
             "refused_after_s": [round(t - start, 3) for t in self.refused_at],
             "keys": len(self.keys),
+            "connections": self.connections,
         }
 
 
@@ -186,26 +190,21 @@ class RateLimitedServer:
     # -- HTTP ------------------------------------------------------------------------------------
 
     async def _connection(self, stream: trio.SocketStream) -> None:
-        conn = h11.Connection(h11.SERVER)
-        async with stream:
-            while True:
-                got = await _read(stream, conn)
-                if got is None:
-                    return
-                head, body = got
-                status, headers, chunks = await self._answer(head, body)
-                try:
-                    await stream.send_all(
-                        conn.send(h11.Response(status_code=status, headers=headers))
-                    )
-                    for chunk in chunks:
-                        await stream.send_all(conn.send(h11.Data(data=chunk)))
-                    await stream.send_all(conn.send(h11.EndOfMessage()))
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return
-                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                    return
-                conn.start_next_cycle()
+        self.stats.connections += 1
+        await serve_requests(stream, self._serve_request)
+
+    async def _serve_request(
+        self, stream: trio.SocketStream, conn: h11.Connection, head: h11.Request, body: bytes
+    ) -> bool:
+        status, headers, chunks = await self._answer(head, body)
+        try:
+            await stream.send_all(conn.send(h11.Response(status_code=status, headers=headers)))
+            for chunk in chunks:
+                await stream.send_all(conn.send(h11.Data(data=chunk)))
+            await stream.send_all(conn.send(h11.EndOfMessage()))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        return True
 
     async def _answer(
         self, head: h11.Request, body: bytes
@@ -317,28 +316,6 @@ def _duration(seconds: float) -> str:
         return f"{seconds * 1000:.0f}ms"
     minutes, rest = divmod(seconds, 60)
     return f"{int(minutes)}m{rest:.3f}s" if minutes else f"{rest:.3f}s"
-
-
-async def _read(stream: trio.SocketStream, conn: h11.Connection) -> tuple[h11.Request, bytes] | None:
-    head: h11.Request | None = None
-    body = bytearray()
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            try:
-                data = await stream.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return None
-            conn.receive_data(data)
-        elif isinstance(event, h11.Request):
-            head = event
-        elif isinstance(event, h11.Data):
-            body += event.data
-        elif isinstance(event, h11.EndOfMessage):
-            assert head is not None
-            return head, bytes(body)
-        else:
-            return None
 
 
 def _json(status: int, obj: Any) -> tuple[int, list[tuple[str, str]], list[bytes]]:

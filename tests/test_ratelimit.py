@@ -268,10 +268,53 @@ def test_rate_limits_from_a_settings_file_reach_the_run(workspace: Path) -> None
         '[rate_limits.openai]\nrpm = 500\n\n[rate_limits."http://127.0.0.1:9/v1"]\ntpm = 90\n'
     )
     settings = load_settings(workspace)
-    assert settings["rate_limits"] == {"openai": {"rpm": 500},
-                                       "http://127.0.0.1:9/v1": {"tpm": 90}}
+    assert settings["rate_limits"] == (("openai", (("rpm", 500),)),
+                                       ("http://127.0.0.1:9/v1", (("tpm", 90),)))
     config = run_config(options_from_settings(settings))
-    assert config.rate_limits == settings["rate_limits"]
+    assert config.rate_limits == {"openai": {"rpm": 500}, "http://127.0.0.1:9/v1": {"tpm": 90}}
+
+
+def test_rate_limit_flags_add_to_the_files_a_later_key_winning(workspace: Path) -> None:
+    from runtime.cli._main import build_parser
+    from runtime.cli._options import flags_from_args, options_from_settings, run_config
+    from runtime.project import load_settings
+
+    (workspace / ".trio-agents").mkdir()
+    (workspace / ".trio-agents" / "settings.toml").write_text(
+        '[rate_limits.openai]\nrpm = 500\ntpm = 90000\n\n[rate_limits.anthropic]\nrpm = 50\n'
+    )
+    ns = build_parser().parse_args([
+        "run", "hi", "--rate-limit", "openai:rpm=60,max_concurrent=8",
+        "--rate-limit", "http://127.0.0.1:9/v1:tpm=1.5e3"])
+    settings = load_settings(workspace, flags=flags_from_args(ns))
+    config = run_config(options_from_settings(settings))
+    assert config.rate_limits == {
+        "openai": {"rpm": 60, "tpm": 90000, "max_concurrent": 8},
+        "anthropic": {"rpm": 50},
+        "http://127.0.0.1:9/v1": {"tpm": 1500.0},
+    }
+    assert settings.source("rate_limits").endswith("; flag --rate-limit")
+
+
+@pytest.mark.parametrize(("flag", "message"), [
+    ("openai:rpm=-5", "openai.rpm: expected a number above 0; got -5"),
+    ("openai:rps=5", "openai.rps: unknown key; the keys are rpm, tpm, max_concurrent"),
+    ("openai:max_concurrent=2.5", "openai.max_concurrent: expected a whole number above 0; got 2.5"),
+    ("openai:rpm=lots", "openai.rpm: expected a number; got 'lots'"),
+    ("gemini:rpm=5", "'gemini': an endpoint is openai, anthropic or a base URL (http(s)://…)"),
+    ("openai", "expected NAME:KEY=N,… (openai:rpm=500,tpm=200000); got 'openai'"),
+])
+def test_a_bad_rate_limit_flag_is_one_line_naming_it_and_exit_2(
+    workspace: Path, capsys: pytest.CaptureFixture[str], flag: str, message: str
+) -> None:
+    from runtime.cli._main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "hi", "--workspace", str(workspace), "--no-trace", "--rate-limit", flag])
+    assert exit_.value.code == 2
+    _, err = capsys.readouterr()
+    assert err.splitlines() == [
+        f"trio-agents: error: argument --rate-limit: {message} (see trio-agents run --help)"]
 
 
 def test_the_trace_page_says_what_a_wait_was() -> None:

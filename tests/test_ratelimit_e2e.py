@@ -205,30 +205,44 @@ async def test_nonsense_headers_are_clamped_and_logged_once(
     assert any("a pause of" in (err or "") for err in errors), errors
 
 
+class LongWait:
+    """A tap: every event, and the first ``rate_limited`` that foresees more than *wait_s*
+    (``seen`` is set then)."""
+
+    def __init__(self, wait_s: float = 2.0) -> None:
+        self.wait_s = wait_s
+        self.events: list[Event] = []
+        self.first: RateLimited | None = None
+        self.seen = trio.Event()
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+        if isinstance(event, RateLimited) and event.wait_s > self.wait_s and self.first is None:
+            self.first = event
+            self.seen.set()
+
+    async def wait(self) -> RateLimited:
+        """The first long wait, once it is seen."""
+        await self.seen.wait()
+        assert self.first is not None
+        return self.first
+
+
 async def test_a_cancelled_waiting_subtree_leaves_the_queue_at_once(workspace: Path) -> None:
     """Ten sub-agents against 2 requests a second: the last waits seconds for its turn; cancelled
     while it waits, it ends at once, and the others keep their places."""
     env = {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": KEY}
-    events: list[Event] = []
+    tap = LongWait()
+    events = tap.events
     cancelled_at: list[float] = []
 
     async with trio.open_nursery() as nursery:
         server = await serve(RateLimitedServer(rps=2), nursery)
         env["OPENAI_BASE_URL"] = server.url
-        long_wait = trio.Event()
-        target: list[RateLimited] = []
-
-        def tap(event: Event) -> None:
-            events.append(event)
-            if isinstance(event, RateLimited) and event.wait_s > 2 and not target:
-                target.append(event)
-                long_wait.set()
-
         async with open_runtime("openai", model="m", env=env, workspace=workspace, trace=False,
                                 on_event=tap) as rt:
             handle = await rt.start("FANOUT 10")
-            await long_wait.wait()
-            [waiting] = target
+            waiting = await tap.wait()
             assert waiting.parent_tool_use_id is not None
             cancelled_at.append(trio.current_time())
             assert await rt.cancel(waiting.parent_tool_use_id, "not needed")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,24 +47,6 @@ ray = pytest.importorskip(
 )
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
-    """One local Ray cluster on loopback for every test here; runs find it initialised."""
-    from runtime.cluster._placement import _init_ray
-
-    if ray.is_initialized():  # someone else's cluster: use it, leave it
-        yield
-        return
-    try:
-        _init_ray(ray, None, 2)
-    except ConfigError as exc:
-        pytest.skip(f"a local Ray cluster cannot start on this machine: {exc}")
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def _remote(script: dict[str, Any]) -> dict[str, Any]:

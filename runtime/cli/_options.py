@@ -301,8 +301,9 @@ class RunOptions:
     """Layers around the run's tool and model calls (``demo``'s summary; docs/python-api.md)."""
     prices: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
     """``[prices."MODEL"]`` rows of the settings files, in order (docs/costs.md)."""
-    rate_limits: Mapping[str, Any] | None = None
-    """``[rate_limits.NAME]`` of the settings files (docs/rate-limits.md)."""
+    rate_limits: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+    """``[rate_limits.NAME]`` of the settings files and ``--rate-limit`` entries, in order
+    (docs/rate-limits.md)."""
     hooks: HookTable | None = None
     """The settings files' hooks (docs/hooks.md), read by ``run`` and ``chat``."""
 
@@ -499,17 +500,18 @@ def run_config(opts: RunOptions) -> RunConfig:
         run_id=opts.run_id,
         middleware=opts.middleware,
         otlp=opts.otlp,
-        prices=_price_rows(opts.prices),
-        rate_limits=opts.rate_limits,
+        prices=_merged_rows(opts.prices),
+        rate_limits=_merged_rows(opts.rate_limits),
         hooks=opts.hooks,
     )
 
 
-def _price_rows(
+def _merged_rows(
     rows: tuple[tuple[str, tuple[tuple[str, float], ...]], ...],
 ) -> dict[str, dict[str, float]] | None:
-    """The settings files' price rows as ``open_runtime(prices=…)`` takes them: a later
-    file's key wins over an earlier one's, for the same model (docs/costs.md)."""
+    """The settings' rows of prices or rate limits as ``open_runtime(prices=…,
+    rate_limits=…)`` takes them: a later file's (or flag's) key wins over an earlier one's,
+    for the same model (docs/costs.md) or endpoint (docs/rate-limits.md)."""
     out: dict[str, dict[str, float]] = {}
     for model, row in rows:
         out.setdefault(model, {}).update(row)

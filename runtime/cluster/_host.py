@@ -15,7 +15,10 @@ What runs on the worker::
     │   ├── RayHost.cancel/.answer/.message/.abort   small control calls
     │   └── trio loop in guest mode        started on the first call, lives as long as the actor
     │       └── host nursery
-    │           ├── BudgetLayer.run        one per run while any of its subtrees runs here
+    │           ├── _run_here              one per run while any of its subtrees runs here: the
+    │           │                          run's budget layer, and an http run's provider (one
+    │           │                          HTTP client for the host; its limiter asks the
+    │           │                          driver's: runtime/cluster/_limits.py)
     │           └── _serve_call            one task per subtree, its own cancel scope (registered
     │               │                      as the parent's agent-call tool_use_id); catches
     │               │                      Exception
@@ -27,9 +30,9 @@ What runs on the worker::
 
 A subtree runs the unchanged agent code on a :class:`RunContext` of its own (its own bus,
 registry, broker and ``max_parallel`` limiter: cheap objects; the budget layer, the log
-secrets, the agent types' set-ups and the environment are the run's, made once on this host
-and shared by its subtrees; the budget layer routes a cancel to the subtree whose registry holds
-the agent). No task, nursery, subscription or timer is added per subtree: its bus
+secrets, the provider, the agent types' set-ups and the environment are the run's, made once
+on this host and shared by its subtrees; the budget layer routes a cancel to the subtree whose
+registry holds the agent). No task, nursery, subscription or timer is added per subtree: its bus
 (:func:`_subtree_bus`: a plain :class:`~runtime.core._bus.EventBus` given the outbox as its
 backpressure) hands each event to the host's :class:`_Outbox` as it is emitted. Its bus masks
 the run's secrets (the driver's one :class:`~runtime.core._secrets.Secrets`, its values shipped
@@ -123,6 +126,8 @@ from runtime.core import (
 )
 from runtime.providers import Scenario, ScriptedProvider
 
+from ._limits import CURRENT_CALL, RemoteLimiter
+
 if TYPE_CHECKING:
     from runtime.core import PermissionPolicy, Tool, ToolLimits
 
@@ -168,6 +173,10 @@ class ProviderConfig:
     max_retries: int = 4
     call_deadline_s: float | None = 600.0
     provider: Any = None
+    shared_limiter: str | None = None
+    """``http``: the driver's limiter of the endpoint (its label) decides every call's turn
+    (docs/rate-limits.md, "Ray hosts"); ``None``: the host's provider has a limiter of its
+    own."""
 
 
 @attrs.frozen(kw_only=True)
@@ -554,13 +563,19 @@ class _ForwardingBroker(PermissionBroker):
 @attrs.define(eq=False)
 class _RunHere:
     """What every subtree of one run running on this host shares, made when the first starts
-    and dropped when the last ends: the budget layer and its task, and the run's secrets
-    masked in log lines (one of each per run, instead of one per subtree)."""
+    and dropped when the last ends: the budget layer and its task, the run's secrets
+    masked in log lines, and an ``http`` run's provider (one HTTP client and connection pool
+    for the host, and its link to the driver's rate limiter): one of each per run, instead of
+    one per subtree."""
 
     layer: BudgetLayer
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     users: int = 0
     secrets: contextlib.ExitStack = attrs.Factory(contextlib.ExitStack)
+    limiter: RemoteLimiter | None = None
+    provider: Provider | None = None
+    error: str | None = None  # why the provider could not be opened
+    ready: trio.Event = attrs.Factory(trio.Event)  # the provider is open (or error is set)
 
 
 @attrs.define(eq=False)
@@ -570,6 +585,7 @@ class _CallState:
     call: SubtreeCall
     config: RunConfig
     budget: BudgetLayer
+    here: _RunHere
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     registry: Registry = attrs.Factory(Registry)
     broker: _ForwardingBroker | None = None
@@ -963,6 +979,11 @@ class RayHost:
         token = await self._ensure_trio()
         token.run_sync_soon(self._answer_in_trio, call_id, question_id, granted, reason)
 
+    async def limiter_grant(self, grants: tuple[tuple[str, int], ...]) -> None:
+        """The driver's limiter grants these ``(call_id, ticket)`` their turns."""
+        token = await self._ensure_trio()
+        token.run_sync_soon(self._grant_in_trio, grants)
+
     async def message(self, call_id: str, agent_id: str, text: str) -> None:
         """Queue *text* for agent *agent_id* of subtree *call_id* (``Runtime.send_message``)."""
         token = await self._ensure_trio()
@@ -984,9 +1005,11 @@ class RayHost:
         if here is None:
             here = self._runs[config.run_id] = _RunHere(BudgetLayer(self._budget_cancel))
             here.secrets.enter_context(config.run_secrets().in_logs())
-            self._nursery.start_soon(_run_budget, here.layer, here.scope)
+            if config.provider.shared_limiter:
+                here.limiter = _remote_limiter(config.provider, self._outbox)
+            self._nursery.start_soon(_run_here, here, config)
         here.users += 1
-        state = _CallState(call, config, here.layer)
+        state = _CallState(call, config, here.layer, here)
         state.early.extend(self._early.pop(call.call_id, ()))
         # Known to the control calls at once (a cancel, an abort or a message finds it), run
         # when the admitter gets to it.
@@ -1041,6 +1064,12 @@ class RayHost:
         if state is not None and state.broker is not None:
             state.broker.answer(question_id, granted, reason)
 
+    def _grant_in_trio(self, grants: tuple[tuple[str, int], ...]) -> None:
+        for call_id, number in grants:
+            state = self._calls.get(call_id)
+            if state is not None and state.here.limiter is not None:
+                state.here.limiter.granted(number)
+
     def _message_in_trio(self, call_id: str, agent_id: str, text: str) -> None:
         state = self._calls.get(call_id)
         mailbox = state.run.scheduler.inbox(agent_id) if state and state.run else None
@@ -1060,6 +1089,8 @@ class RayHost:
 
     async def _serve_call(self, state: _CallState) -> None:
         call = state.call
+        # This task's and its agents' model calls ask the driver's limiter as this subtree's.
+        CURRENT_CALL.set(call.call_id)
         outcome: AgentOutcome | None = None
         error: str | None = None
         try:
@@ -1129,9 +1160,33 @@ def _watch_parent(on_lost: Callable[[str], None]) -> None:
 # -- running one subtree ----------------------------------------------------------------------
 
 
-async def _run_budget(layer: BudgetLayer, scope: trio.CancelScope) -> None:
-    with scope:
-        await layer.run()
+async def _run_here(here: _RunHere, config: RunConfig) -> None:
+    """The task of one run on this host: opens an ``http`` run's provider (its client closed
+    when the run's last subtree here has ended) and runs the budget layer."""
+    with here.scope:
+        try:
+            async with AsyncExitStack() as stack:
+                if config.provider.kind == "http":
+                    try:
+                        here.provider = await _open_provider(
+                            stack, config.provider, "", config.run_secrets(), here.limiter
+                        )
+                    except AgentsError as exc:
+                        here.error = str(exc)
+                here.ready.set()
+                await here.layer.run()
+        finally:
+            here.ready.set()
+
+
+def _remote_limiter(config: ProviderConfig, outbox: _Outbox) -> RemoteLimiter:
+    """A run's link to the driver's limiter: its messages go in the asking subtree's stream."""
+    def send(call_id: str, event: Event, urgent: bool) -> None:
+        outbox.add(call_id, event)
+        if urgent:
+            outbox.wake()
+
+    return RemoteLimiter(config.shared_limiter or config.name, send)
 
 
 async def _run_root(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
@@ -1149,17 +1204,18 @@ async def _run_root(state: _CallState, outbox: _Outbox) -> AgentOutcome | None:
                 return await _fail_root(bus, state.call.spec, str(exc))
             # Cancelling the boundary cancels the subtree's own scope: one scope fewer.
             return await _run_agent(state, bus, provider, workspace, None)
-        async with AsyncExitStack() as stack:  # the provider's client, closed at the end
-            try:
-                workspace = _workspace_for(config, state.call.spec)
-                provider = await _open_provider(
-                    stack, config.provider, state.call.id_prefix, bus.secrets
-                )
-            except AgentsError as exc:
-                return await _fail_root(bus, state.call.spec, str(exc))
-            # A scope of its own, so that a cancel from above leaves the client's close
-            # uncancelled.
-            return await _run_agent(state, bus, provider, workspace, trio.CancelScope())
+        # The host's provider of the run (one client and pool for its subtrees), opened by the
+        # run's task here: entering opens nothing on the network, so this wait is short.
+        await state.here.ready.wait()
+        shared = state.here.provider
+        if shared is None:
+            error = state.here.error or "the run's provider was closed"
+            return await _fail_root(bus, state.call.spec, error)
+        try:
+            workspace = _workspace_for(config, state.call.spec)
+        except AgentsError as exc:
+            return await _fail_root(bus, state.call.spec, str(exc))
+        return await _run_agent(state, bus, shared, workspace, None)
     finally:
         bus.close()
 
@@ -1255,7 +1311,11 @@ def _plain_provider(config: ProviderConfig, prefix: str) -> Provider:
 
 
 async def _open_provider(
-    stack: AsyncExitStack, config: ProviderConfig, prefix: str, secrets: Secrets
+    stack: AsyncExitStack,
+    config: ProviderConfig,
+    prefix: str,
+    secrets: Secrets,
+    limiter: RemoteLimiter | None = None,
 ) -> Provider:
     if config.kind != "http":
         return _plain_provider(config, prefix)
@@ -1276,6 +1336,7 @@ async def _open_provider(
             max_retries=config.max_retries,
             call_deadline_s=config.call_deadline_s,
             secrets=secrets,
+            limiter=limiter,
         )
     )
 

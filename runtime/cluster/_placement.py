@@ -85,6 +85,7 @@ from runtime.core import (
     ConfigError,
     Event,
     Owner,
+    RateLimited,
     RunContext,
     TextDelta,
     ThinkingDelta,
@@ -113,6 +114,7 @@ from ._host import (
     failed_outcome,
     pack_calls,
 )
+from ._limits import LimiterAsked, LimiterReport, LimiterService
 
 __all__ = ["RayOptions", "RayPlacement", "open_ray_placement"]
 
@@ -519,6 +521,8 @@ class RayPlacement:
         self._host_names = itertools.count(1)
         self._call_ids = itertools.count(1)
         self._provider: ProviderConfig | None = None
+        # The driver's side of the run's one rate limiter, for an http provider's endpoint.
+        self.limits: LimiterService | None = None
         self._cache_run: RunContext | None = None
         self._config: tuple[RunContext, Any] | None = None
         self._nodes: dict[str, _Node] = {}
@@ -881,6 +885,7 @@ class RayPlacement:
         elif provider.name in _HTTP_WIRING and hasattr(provider, "base_url"):
             key_var, url_var = _HTTP_WIRING[provider.name]
             retry = getattr(provider, "retry", None)
+            self.limits = self._limiter_service(provider)
             config = ProviderConfig(
                 kind="http",
                 name=provider.name,
@@ -891,11 +896,24 @@ class RayPlacement:
                 key=getattr(provider, "api_key", None) or None,
                 max_retries=getattr(retry, "max_retries", 4),
                 call_deadline_s=getattr(provider, "call_deadline_s", 600.0),
+                shared_limiter=self.limits.limiter.label if self.limits is not None else None,
             )
         else:
             config = ProviderConfig(kind="object", name=provider.name, provider=provider)
         self._provider, self._cache_run = config, run
         return config
+
+    def _limiter_service(self, provider: Any) -> LimiterService | None:
+        """The driver's service of *provider*'s limiter, which every host's calls then ask
+        (docs/rate-limits.md, "Ray hosts"); ``None`` for a provider without one."""
+        from runtime.providers import EndpointLimiter
+
+        limiter = getattr(provider, "limiter", None)
+        if not isinstance(limiter, EndpointLimiter):
+            return None
+        if self.limits is not None and self.limits.limiter is limiter:
+            return self.limits
+        return LimiterService(limiter, self._nursery, _send_grants)
 
     def _config_ref(self, run: RunContext) -> Any:
         """The run's :class:`RunConfig` in Ray's object store (put once, resolved once per
@@ -948,6 +966,14 @@ class RayPlacement:
                     ray.kill(host.actor)
             host.state = "dead"
         self._notify()
+
+
+def _send_grants(host: _Host, grants: list[tuple[str, int]]) -> None:
+    """The limiter's grants of one round for *host*'s subtrees, in one control call."""
+    if host.state == "dead" or host.actor is None:
+        return  # its subtrees are released as its loss ends them
+    with contextlib.suppress(Exception):  # a dead host: its reader reports the loss
+        host.actor.limiter_grant.remote(tuple(grants))
 
 
 def _current_node() -> str | None:
@@ -1052,6 +1078,10 @@ class _Stream:
             run.registry.unregister(spec.agent_id)
             for agent_id in list(self._mailboxes):
                 self._drop_mailbox(agent_id)
+            if self.placement.limits is not None:
+                # Whatever the host still held (its end, a loss, a cancel it never confirmed)
+                # goes back to the run's limiter.
+                self.placement.limits.release(self)
         return self.outcome
 
     def _cancel_asks(self, reason: str) -> None:
@@ -1154,6 +1184,9 @@ class _Stream:
         if isinstance(event, PermissionAsked):
             self._ask(event)
             return
+        if isinstance(event, LimiterAsked | LimiterReport):
+            self._limiter_message(event)
+            return
         now = trio.current_time()
         if isinstance(event, AgentStarted):
             assert event.agent_id is not None
@@ -1205,6 +1238,26 @@ class _Stream:
         except ValueError:
             # Ids are prefixed per call, so only a model repeating a tool-call id gets here.
             _log.warning("remote node id already live; it cannot be cancelled by id", node=node_id)
+
+    # -- the run's rate limiter -------------------------------------------------------------
+    def _limiter_message(self, msg: LimiterAsked | LimiterReport) -> None:
+        """A message of the host's link to the run's limiter (see ``_limits``): an ask joins
+        the driver's queue, its foreseen wait reported as the agent's ``rate_limited``."""
+        limits = self.placement.limits
+        if limits is None or self.host is None or self.call is None:
+            return  # no limiter here: the host's provider has none of the driver's
+        if isinstance(msg, LimiterReport):
+            limits.report(self, msg)
+            return
+        ticket = limits.asked(self, self.host, self.call.call_id, msg)
+        if ticket is not None and msg.agent_id is not None:
+            opened = self._open.get(msg.agent_id)
+            parent = opened.event.parent_tool_use_id if opened is not None else None
+            self.run.bus.forward(
+                RateLimited(agent_id=msg.agent_id, parent_tool_use_id=parent, ts=msg.ts,
+                            wait_s=ticket.wait_s, reason=ticket.reason),
+                masked=True, fresh=True,
+            )
 
     # -- permissions ------------------------------------------------------------------------
     def _ask(self, event: PermissionAsked) -> None:

@@ -261,8 +261,36 @@ def check_rate_limit_table(value: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-RATE_LIMITS: Final = Kind("tables of rpm, tpm, max_concurrent by endpoint",
-                          check_rate_limit_table)
+RateLimitRows = tuple[tuple[str, tuple[tuple[str, float], ...]], ...]
+
+
+def _check_rate_limits(value: Any) -> RateLimitRows:
+    """``[rate_limits.NAME]`` tables as ``((name, ((key, value), …)), …)``: a tuple, so a later
+    file's or flag's entries add to an earlier one's (``merge="append"``; for one endpoint, a
+    later key wins: ``runtime/cli/_options.py``)."""
+    checked = check_rate_limit_table(value)
+    return tuple((name, tuple(table.items())) for name, table in checked.items())
+
+
+def _parse_rate_limit(text: str) -> tuple[str, tuple[tuple[str, float], ...]]:
+    """``--rate-limit NAME:KEY=N,…`` (``openai:rpm=500,tpm=200000``; NAME may be a base URL,
+    whose own colons stay in it): one endpoint's entry, checked as a file's is."""
+    name, sep, pairs = text.strip().rpartition(":")
+    if not sep or not name or "=" not in pairs:
+        raise ValueError(f"expected NAME:KEY=N,… (openai:rpm=500,tpm=200000); got {text!r}")
+    table: dict[str, float] = {}
+    for pair in pairs.split(","):
+        key, _, raw = (part.strip() for part in pair.partition("="))
+        try:
+            table[key] = int(raw) if raw.lstrip("+-").isdigit() else float(raw)
+        except ValueError:
+            raise ValueError(f"{name}.{key}: expected a number; got {raw!r}") from None
+    [row] = _check_rate_limits({name: table})
+    return row
+
+
+RATE_LIMITS: Final = Kind("tables of rpm, tpm, max_concurrent by endpoint", _check_rate_limits,
+                          _parse_rate_limit, "NAME:KEY=N,…")
 STRING: Final = Kind("a non-empty string", _check_string)
 PATH: Final = Kind("a path (relative: to the file's folder)", _check_string, metavar="DIR")
 BOOLEAN: Final = Kind("true or false", _check_boolean)
@@ -564,11 +592,15 @@ TABLE: Final[tuple[Setting, ...]] = (
        "30)",
        NEUTRAL, flags=("--mcp-start-timeout",), param="mcp_servers", in_file=False,
        group="mcp", default_doc="30"),
-    # files only
-    _S("rate_limits", RATE_LIMITS, "each endpoint's rate limits, shared by every agent of the "
-       "run", NEUTRAL, param="rate_limits",
+    # files only (but rate_limits: also --rate-limit)
+    _S("rate_limits", RATE_LIMITS, "an endpoint's rate limits, shared by every agent of the "
+       "run: openai, anthropic or a base URL, then rpm, tpm, max_concurrent "
+       "(--rate-limit openai:rpm=500,tpm=200000; repeatable)", NEUTRAL, param="rate_limits",
+       default=(), flags=("--rate-limit",), merge="append",
        doc="`[rate_limits.NAME]` (`openai`, `anthropic` or a base URL): `rpm`, `tpm`, "
-       "`max_concurrent` (`docs/rate-limits.md`); the servers' headers are read as well",
+       "`max_concurrent` (`docs/rate-limits.md`); on the command line `--rate-limit "
+       "NAME:KEY=N,…`, repeatable; entries add up, a later key of an endpoint wins; the "
+       "servers' headers are read as well",
        default_doc="none: learned from the servers"),
     _S("trace.dir", PATH, "the folder of new trace files", ANY_LOOSENS,
        default=".trio-agents/traces", param="trace_dir", is_path=True,

@@ -21,8 +21,10 @@ if TYPE_CHECKING:
     from ._http import RetryPolicy as RetryPolicy
     from ._openai import OpenAIProvider as OpenAIProvider
     from ._pool import PoolLimits as PoolLimits
+    from ._ratelimit import MAX_PAUSE_S as MAX_PAUSE_S
     from ._ratelimit import EndpointLimiter as EndpointLimiter
     from ._ratelimit import RateLimit as RateLimit
+    from ._ratelimit import Ticket as Ticket
     from ._ratelimit import check_rate_limits as check_rate_limits
     from ._scenario import Scenario as Scenario
     from ._scenario import agent_types_from_scenario as agent_types_from_scenario
@@ -36,6 +38,7 @@ _LAZY: dict[str, str] = {
     "AnthropicProvider": "._anthropic",
     "DEFAULT_MODELS": "._factory",
     "EndpointLimiter": "._ratelimit",
+    "MAX_PAUSE_S": "._ratelimit",
     "OpenAIProvider": "._openai",
     "PROVIDER_NAMES": "._factory",
     "PoolLimits": "._pool",
@@ -43,6 +46,7 @@ _LAZY: dict[str, str] = {
     "RetryPolicy": "._http",
     "Scenario": "._scenario",
     "ScriptedProvider": "._scripted",
+    "Ticket": "._ratelimit",
     "agent_types_from_scenario": "._scenario",
     "check_rate_limits": "._ratelimit",
     "chunk_text": "._scripted",

@@ -72,6 +72,7 @@ async def open_provider(
     http_client: httpx.AsyncClient | None = None,
     structured_output: bool = False,
     rate_limits: Mapping[str, RateLimit | Mapping[str, float]] | None = None,
+    limiter: EndpointLimiter | None = None,
 ) -> AsyncGenerator[Provider, None]:
     """Open the HTTP client for provider ``name`` and yield the provider; close it on exit.
 
@@ -103,6 +104,8 @@ async def open_provider(
         http_client: a client of your own to send every call through (its pool, proxies and
             TLS settings as you made them; left open on exit); the timeouts above then do not
             apply, and ``pool`` bounds only the calls in flight.
+        limiter: the endpoint's limiter, made elsewhere (a Ray host's link to the driver's
+            limiter: docs/rate-limits.md, "Ray hosts"); *rate_limits* then do not apply here.
 
     Raises:
         ConfigError: an unknown name, a missing key (naming the variable), a bad base URL or
@@ -137,7 +140,7 @@ async def open_provider(
     timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=30.0, pool=None)
     pool = pool or PoolLimits()
     # One limiter for the endpoint, so for every agent of the run (docs/rate-limits.md).
-    limiter = EndpointLimiter(
+    limiter = limiter or EndpointLimiter(
         endpoint_label(public_url(base_url), api_key),
         limit=limit,
         max_concurrent=pool.concurrency,

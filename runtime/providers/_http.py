@@ -654,6 +654,7 @@ class Admission:
         limiter: the endpoint's limiter, if the provider has one.
         tokens: the input tokens each try is expected to send (the context meter's count).
         asked_at: when the call first asked: its place in line across its tries.
+        agent_id: the asking agent (a Ray host's limiter names it to the driver).
         refusal: the status that refused the last try, if one did.
         ticket: the current try's ticket.
     """
@@ -661,13 +662,16 @@ class Admission:
     limiter: EndpointLimiter | None
     tokens: int = 0
     asked_at: float = attrs.Factory(trio.current_time)
+    agent_id: str | None = None
     refusal: int | None = None
     ticket: Ticket | None = None
 
     @classmethod
     def of(cls, limiter: EndpointLimiter | None, request: ModelRequest) -> Admission:
         """The admission of one call of *request* (its tokens counted only with a limiter)."""
-        return cls(limiter, estimate_input_tokens(request) if limiter is not None else 0)
+        if limiter is None:
+            return cls(None)
+        return cls(limiter, estimate_input_tokens(request), agent_id=request.agent_id)
 
     def ask(self) -> RateLimitNotice | None:
         """Join the queue for the next try; the notice to yield when a wait is foreseen (or the
@@ -675,7 +679,8 @@ class Admission:
         if self.limiter is None:
             return None
         ticket = self.ticket = self.limiter.ask(
-            self.tokens, asked_at=self.asked_at, refused=self.refusal is not None
+            self.tokens, asked_at=self.asked_at, refused=self.refusal is not None,
+            agent_id=self.agent_id,
         )
         if ticket.wait_s > 0 or self.refusal is not None:
             return RateLimitNotice(ticket.wait_s, ticket.reason, self.refusal)

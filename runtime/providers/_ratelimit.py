@@ -269,12 +269,16 @@ class EndpointLimiter:
 
     # -- a try's life ------------------------------------------------------------------------------
 
-    def ask(self, tokens: int, *, asked_at: float, refused: bool = False) -> Ticket:
+    def ask(
+        self, tokens: int, *, asked_at: float, refused: bool = False, agent_id: str | None = None
+    ) -> Ticket:
         """Join the queue for one try expected to send *tokens* input tokens.
 
         Args:
             asked_at: when the call first asked (its place in line, kept across retries).
             refused: the call's previous try was refused (the wait's reason says so).
+            agent_id: the asking agent (unused here; a Ray host's limiter tells the driver,
+                which reports the agent's wait: ``runtime/cluster/_limits.py``).
         """
         ticket = Ticket(asked_at, next(self._order), tokens)
         bisect.insort(self._queue, ticket)
