@@ -372,6 +372,47 @@ async def test_finished_turns_and_calls_are_not_asked_or_run_again(tmp_path: Pat
     _check_whole(trace)
 
 
+async def test_a_running_agent_goes_on_with_the_history_it_had(tmp_path: Path) -> None:
+    """The recorded turns are given to the agent straight from the trace (not played back
+    through the loop): the live model reads the history the uninterrupted run had, and the
+    turn count and tokens go on from the recorded ones."""
+    calls = [ToolCall(name="note", input={"text": "x"}, id="c1"),
+             ToolCall(name="put", input={"key": "k"}, id="c2"),
+             ToolCall(name="look", input={"key": "k"}, id="c3")]
+    seen: list[Any] = []
+
+    def model(request: Any) -> Any:
+        seen.append(request.messages)
+        turns = sum(1 for m in request.messages if m.role == "assistant")
+        return ((f"step {turns}", [calls[turns]]) if turns < len(calls)
+                else "finished")
+
+    tools = Calls()
+    trace = tmp_path / "t.jsonl"
+    async with open_runtime(
+        FunctionProvider(model), extra_tools=tools.tools, workspace=tmp_path, trace=trace,
+        permission_mode="allow-all", run_id="run-1",
+    ) as rt:
+        whole = await rt.run("go")
+    expected = seen[-1]
+    _cut_after(trace, lambda e: e["type"] == "tool_finished" and e["tool_use_id"] == "c3")
+    seen.clear()
+    tools.done.clear()
+    async with open_runtime(
+        FunctionProvider(model), extra_tools=tools.tools, workspace=tmp_path,
+        permission_mode="allow-all", resume=trace,
+    ) as rt:
+        outcome = await rt.resume()
+        restored = dict(rt._run.provider._restored)  # type: ignore[attr-defined]
+    assert restored == {outcome.agent_id: 3}  # none of the three turns went through the loop
+    assert seen == [expected]  # one model call, with the whole recorded history
+    assert tools.done == []
+    assert (outcome.status, outcome.result, outcome.turns) == ("completed", "finished", 4)
+    assert (outcome.input_tokens, outcome.output_tokens) == (
+        whole.input_tokens, whole.output_tokens)
+    _check_whole(trace)
+
+
 async def test_a_turn_cut_mid_stream_is_asked_again(tmp_path: Path) -> None:
     trace, tools = await _record(tmp_path, [])
     # The answer's text streamed, its turn_finished never written.

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._agent import AgentOutcome, AgentSpec
     from ._hooks import HookRunner
     from ._loop import TypeSetup
+    from ._messages import AgentState
     from ._messaging import AgentDirectory
     from ._middleware import MiddlewareChain
     from ._sandbox import Sandbox
@@ -351,6 +352,9 @@ class RunContext:
     # What a root agent's prompt becomes before it starts: the MCP resources it mentions as
     # ``@server:uri`` attached (docs/mcp.md, "Resources"); None: as given.
     expand_prompt: Callable[[str], Awaitable[str]] | None = None
+    # A resumed run's agents go on from their recorded turns (docs/resume.md): called with
+    # each agent's spec and fresh state before it starts; None in a new run.
+    restore: Callable[[AgentSpec, AgentState], None] | None = None
 
 
 def _new_directory() -> AgentDirectory:

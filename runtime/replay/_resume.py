@@ -17,9 +17,12 @@ scheduler) but not the trace, and the trace goes on as one stream, one tree.
 from __future__ import annotations
 
 import gc
+import heapq
+import itertools
+import operator
 import os
 import re
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,27 +33,33 @@ import trio
 from runtime.core import (
     EVENT_TYPES,
     VERSION,
-    AgentStarted,
+    AgentSpec,
+    AgentState,
+    Block,
     Event,
     EventDecodeError,
-    PermissionRequested,
-    PermissionResolved,
+    Message,
     Provider,
     StreamItem,
+    TextBlock,
     TextChunk,
+    ThinkingBlock,
     ThinkingChunk,
     Tool,
     ToolCall,
     ToolContext,
     ToolError,
+    ToolResultBlock,
+    ToolUseBlock,
     TraceError,
     TurnEnd,
     UnknownEventType,
+    add_costs,
     event_from_dict,
 )
 from runtime.trace import TraceTree
 
-from ._recording import RecordedCall, RecordedTurn, Recording, _build
+from ._recording import RecordedAgent, RecordedCall, RecordedTurn, Recording, _build
 from ._replayer import Replayer, _Live, _MockTool, call_label
 
 INTERRUPTED_TEXT = (
@@ -83,6 +92,7 @@ class ResumeState:
         touched: per workspace path, the last recorded ``read``/``write``/``edit`` that
             finished ``ok`` on it.
         waiting: calls whose permission request had no answer at the crash: they never ran.
+        replayed_whole: agents played back turn by turn (see the attribute).
         resumes: how many times the run was resumed before.
     """
 
@@ -99,6 +109,9 @@ class ResumeState:
     touched: dict[str, RecordedCall]
     waiting: set[str] = attrs.Factory(set)
     resumes: int = 0
+    replayed_whole: set[str] = attrs.Factory(set)
+    """Agents whose history the loop shaped beyond their turns (a compaction, a message
+    read): played back turn by turn, never restored at once (:meth:`Resumer.restore`)."""
 
     @property
     def cut_bytes(self) -> int:
@@ -160,14 +173,14 @@ def _load(
     events, last_seq, last_ts = _decode(data, keep, name, tree)
     if not events:
         raise TraceError(f"{name}: not a trace (no whole event line)")
-    runs = {e.run_id for e in events}
+    runs = {e["run_id"] for e in events}
     if len(runs) > 1:
         raise TraceError(f"{name} holds {len(runs)} runs ({', '.join(sorted(runs))}): "
                          "a resumed trace holds one run")
-    rec = Recording(source=name, run_id=events[0].run_id)
+    rec = Recording(source=name, run_id=events[0]["run_id"])
     try:
         _build(rec, events)
-    except (TypeError, AttributeError, ValueError) as exc:  # a field of the wrong type
+    except (TypeError, AttributeError, ValueError, KeyError) as exc:  # a field of the wrong type
         raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
     if rec.version is None:
         raise TraceError(f"{name}: no run_started: not the beginning of a run")
@@ -190,9 +203,11 @@ def _load(
         decided={},
         next_request=1,
         touched={},
-        resumes=sum(1 for e in events if e.type == "run_resumed"),
     )
-    _scan(state, events)
+    try:
+        _scan(state, events)
+    except (TypeError, AttributeError, ValueError, KeyError) as exc:
+        raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
     return state
 
 
@@ -209,54 +224,115 @@ def _refuse_live_writer(fd: int, name: str) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-class _Delta:
-    """A text or thinking delta as the recording reads it: the bulk of a trace, so it is not
-    built as an event (docs/resume.md; bench/bench_resume.py)."""
-
-    __slots__ = ("agent_id", "run_id", "seq", "text", "ts", "type")
-
-    def __init__(self, fields: dict[str, Any]) -> None:
-        self.type = fields["type"]
-        self.agent_id = fields["agent_id"]
-        self.text = fields["text"]
-        self.seq = fields["seq"]
-        self.ts = fields["ts"]
-        self.run_id = fields["run_id"]
-        if not (
-            self.text.__class__ is str
-            and self.seq.__class__ is int
-            and self.run_id.__class__ is str
-            and (self.ts.__class__ is float or self.ts.__class__ is int)
-        ):
-            raise EventDecodeError(f"{self.type}: a field has the wrong type")
-
-
 _DELTAS = (b'{"type":"text_delta",', b'{"type":"thinking_delta",')
-_COMMON = frozenset(("type", "seq", "ts", "run_id"))
-_stamp = object.__setattr__
+_FEW = 8
+"""Up to this many rebuilt agents, their deltas are found by a search for each id (in C);
+past it, each delta's id is read."""
 
 
-def _event(fields: dict[str, Any]) -> Event:
-    """The event of a decoded line: built with its class's own ``__init__`` (several times
-    cheaper than the converter on a trace of a million lines); a line that does not fit goes
-    through the converter, which names what is wrong."""
-    cls = EVENT_TYPES.get(fields.get("type", ""))
-    seq, ts, run_id = fields.get("seq"), fields.get("ts"), fields.get("run_id")
-    if cls is None or seq.__class__ is not int or run_id.__class__ is not str or not (
-        ts.__class__ is float or ts.__class__ is int
-    ):
-        return event_from_dict(fields)
+def _decode(
+    data: bytes, keep: int, name: str, tree: TraceTree | None
+) -> tuple[list[dict[str, Any]], int, float]:
+    """Every event the resume needs, each as its JSON object, the whole lines checked: no
+    corrupt line, no gap in ``seq``; each but the deltas also applied to *tree* (a view needs
+    no recorded text).
+
+    Deltas are the bulk of a trace and only the agents that are rebuilt need their text (the
+    ones running at the crash, the roots, the sub-agents of interrupted calls: a finished
+    call answers from the trace, bench/README.md, "Resume"). So every other line is decoded,
+    and its ``seq`` checked against its place: a missing line (a delta's too) shifts every
+    later place, and the last line's ``seq`` is read, so a gap anywhere is found; then the
+    deltas of the rebuilt agents are decoded.
+
+    Returns:
+        The events in line order (without the deltas not needed), the last ``seq`` and the
+        last line's ``ts``.
+    """
+    lines = data[:keep].splitlines()
+    is_delta = [line.startswith(_DELTAS) for line in lines]
+    decoded: list[Any] = [None] * len(lines)
+    loads = orjson.loads
+    apply = tree.apply_dict if tree is not None else None
+    blanks = 0
+    others: list[dict[str, Any]] = []
+    for index in itertools.compress(range(len(lines)), map(operator.not_, is_delta)):
+        line = lines[index]
+        if not line.strip():
+            blanks += 1
+            continue
+        fields = _decoded(line, index, name, apply, loads)
+        if fields["seq"] != index + 1 - blanks:
+            raise _gap(lines, name)
+        decoded[index] = fields
+        others.append(fields)
+    last_seq, last_ts = _last_seq_ts(lines)
+    if last_seq != len(lines) - blanks:
+        raise _gap(lines, name)
+    deltas = _wanted_deltas(data, lines, is_delta, _rebuilt_agents(others))
+    if not deltas:
+        return others, last_seq, last_ts
+    texts = [
+        _decoded(lines[at], at, name, None, loads) if isinstance(at, int)
+        else _delta_at(data, at, name)
+        for at in deltas
+    ]
+    # Both in the order of the file; a delta's seq is its place (checked above by the lines
+    # around it), so the two merge by seq.
+    return list(heapq.merge(others, texts, key=_seq)), last_seq, last_ts
+
+
+def _delta_at(data: bytes, at: tuple[int, int], name: str) -> dict[str, Any]:
+    """The delta line at *at* (start, end) decoded; its line number is counted only for an
+    error."""
+    line = data[at[0] : at[1]]
     try:
-        event: Event = cls(**{k: v for k, v in fields.items() if k not in _COMMON})
-    except (TypeError, ValueError):
-        return event_from_dict(fields)
-    _stamp(event, "seq", seq)
-    _stamp(event, "ts", ts)
-    _stamp(event, "run_id", run_id)
-    return event
+        return _decoded(line, 0, name, None, orjson.loads)
+    except TraceError:
+        return _decoded(line, data.count(b"\n", 0, at[0]), name, None, orjson.loads)
 
 
-_SEQ_AT = {prefix: len(prefix) + len(b'"seq":') for prefix in _DELTAS}
+def _seq(fields: dict[str, Any]) -> int:
+    seq: int = fields["seq"]
+    return seq
+
+
+def _wanted_deltas(
+    data: bytes, lines: list[bytes], is_delta: list[bool], wanted: set[str]
+) -> list[tuple[int, int]] | list[int]:
+    """The delta lines of the *wanted* agents, in order: as (start, end) offsets in *data*,
+    or as indices in *lines*."""
+    if len(wanted) <= _FEW:
+        # `"agent_id":"ID",` occurs in a line as that key only: a string value's quotes are
+        # escaped. So each id is searched for in the whole text (in C, where a loop over a
+        # million lines in Python costs a tenth of a second per id). An id that needs
+        # escaping itself is looked for the slow way.
+        needles = [orjson.dumps(agent) for agent in wanted]
+        if all(b"\\" not in n for n in needles):
+            found: set[int] = set()
+            for needle in needles:
+                found.update(_lines_with(data, b'"agent_id":' + needle + b","))
+            starts = sorted(found)
+            return [(s, data.find(b"\n", s)) for s in starts if data.startswith(_DELTAS, s)]
+    keys = {orjson.dumps(agent)[1:-1] for agent in wanted}
+    out: list[int] = []
+    for index in itertools.compress(range(len(lines)), is_delta):
+        agent = _delta_agent(lines[index])
+        if agent is None or b"\\" in agent or agent in keys:  # an escaped id: decode it
+            out.append(index)
+    return out
+
+
+def _lines_with(data: bytes, key: bytes) -> Iterator[int]:
+    """Where each line of *data* holding *key* starts."""
+    at = data.find(key)
+    while at >= 0:
+        yield data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at)
+        if end < 0:
+            return
+        at = data.find(key, end)
+
+
 _AGENT_KEY = b'"agent_id":"'
 
 
@@ -270,84 +346,52 @@ def _delta_agent(line: bytes) -> bytes | None:
     return line[start:end] if end > 0 else None
 
 
-def _decode(
-    data: bytes, keep: int, name: str, tree: TraceTree | None
-) -> tuple[list[Any], int, float]:
-    """Every event of the whole lines, checked: no corrupt line, no gap in ``seq``; each but
-    the deltas also applied to *tree* (a view needs no recorded text).
-
-    Deltas are the bulk of a trace and only the agents that are rebuilt need their text (the
-    ones running at the crash, the roots, the sub-agents of interrupted calls: a finished
-    call answers from the trace, bench/README.md, "Resume"). So a first pass decodes every
-    other line and only checks a delta's ``seq``; a second decodes the deltas of those agents
-    (as light stand-ins, :class:`_Delta`).
-
-    Returns:
-        The events in line order (without the deltas not needed), the last ``seq`` and the
-        last line's ``ts``.
-    """
-    lines = data[:keep].splitlines()
-    events: list[Any] = [None] * len(lines)
-    loads = orjson.loads
-    apply = tree.apply_dict if tree is not None else None
+def _gap(lines: list[bytes], name: str) -> TraceError:
+    """The error naming the first gap in ``seq`` (read line by line: only on a bad trace)."""
     last = 0
-    deltas: list[int] = []
-    text_at, thinking_at = _SEQ_AT[_DELTAS[0]], _SEQ_AT[_DELTAS[1]]
-    text_head, thinking_head = _DELTAS
     for index, line in enumerate(lines):
-        # A delta's seq read in place (``{"type":"text_delta","seq":N,``): the hot loop of a
-        # resume, so inline; a line of another form is decoded below.
-        start = (
-            text_at if line.startswith(text_head)
-            else thinking_at if line.startswith(thinking_head) else 0
-        )
-        digits = line[start : line.find(b",", start)] if start else b""
-        if digits.isdigit():
-            seq = int(digits)
-            deltas.append(index)
-        else:
-            if not line.strip():
-                continue
-            event = _decoded(line, index, name, apply, loads)
-            events[index] = event
-            seq = event.seq
+        if not line.strip():
+            continue
+        try:
+            seq = orjson.loads(line)["seq"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue
         if seq != last + 1:
-            raise TraceError(
+            return TraceError(
                 f"{name}:{index + 1}: seq goes from {last} to {seq}: events are missing, "
                 "so the run's state cannot be rebuilt"
             )
         last = seq
-    wanted = _rebuilt_agents(events)
-    for index in deltas:
-        line = lines[index]
-        agent = _delta_agent(line)
-        if agent is None or b"\\" in agent or agent in wanted:  # an escaped id: decode it
-            events[index] = _decoded(line, index, name, None, loads)
-    return [e for e in events if e is not None], last, _last_ts(lines)
+    return TraceError(f"{name}: seq does not go 1, 2, …: the run's state cannot be rebuilt")
 
 
-def _last_ts(lines: list[bytes]) -> float:
-    """The ``ts`` of the last event line (the gap of ``run_resumed`` is measured from it)."""
+def _last_seq_ts(lines: list[bytes]) -> tuple[int, float]:
+    """The ``seq`` and ``ts`` of the last event line (the gap of ``run_resumed`` is measured
+    from it)."""
     for line in reversed(lines):
         if line.strip():
             try:
-                ts = orjson.loads(line).get("ts")
+                fields = orjson.loads(line)
+                seq, ts = fields.get("seq"), fields.get("ts")
             except (orjson.JSONDecodeError, AttributeError):
-                return 0.0
-            return float(ts) if isinstance(ts, int | float) else 0.0
-    return 0.0
+                return -1, 0.0
+            return (
+                seq if isinstance(seq, int) else -1,
+                float(ts) if isinstance(ts, int | float) else 0.0,
+            )
+    return 0, 0.0
 
 
-def _decoded(line: bytes, index: int, name: str, apply: Any, loads: Any) -> Any:
-    """One line decoded (and applied to the tree): its event, or a :class:`_Delta`."""
+def _decoded(line: bytes, index: int, name: str, apply: Any, loads: Any) -> dict[str, Any]:
+    """One line decoded, checked as an event of this version (and applied to the tree)."""
     try:
         fields = loads(line)
-        if line.startswith(_DELTAS):
-            return _Delta(fields)
-        event = _event(fields)
+        if fields.__class__ is not dict or not _plain_event(fields):
+            event_from_dict(fields)  # names what is wrong
+            raise EventDecodeError("not an event")
         if apply is not None:
             apply(fields)
-        return event
+        return fields
     except UnknownEventType as exc:
         raise TraceError(
             f"{name}:{index + 1}: event type {exc.type_name!r} is not one this version knows: "
@@ -359,57 +403,74 @@ def _decoded(line: bytes, index: int, name: str, apply: Any, loads: Any) -> Any:
         ) from None
 
 
-def _rebuilt_agents(events: list[Any]) -> set[bytes]:
-    """The ids (as bytes) of the agents a resume plays back: the roots, those not finished,
-    and those whose ``agent`` call did not finish."""
+def _plain_event(fields: dict[str, Any]) -> bool:
+    """Whether *fields* has a known type and the common fields of the right types (the
+    fields of each kind are read by the recording and the tree, which refuse a wrong one)."""
+    seq, ts, run_id = fields.get("seq"), fields.get("ts"), fields.get("run_id")
+    return (
+        fields.get("type") in EVENT_TYPES
+        and seq.__class__ is int
+        and run_id.__class__ is str
+        and (ts.__class__ is float or ts.__class__ is int)
+        and "agent_id" in fields
+    )
+
+
+def _rebuilt_agents(events: Iterable[dict[str, Any]]) -> set[str]:
+    """The ids of the agents a resume plays back: the roots, those not finished, and those
+    whose ``agent`` call did not finish."""
     finished: set[str] = set()
     open_calls: set[str] = set()
     parents: dict[str, str | None] = {}
     for event in events:
-        if event is None:
-            continue
-        kind = event.type
+        kind = event["type"]
         if kind == "agent_started":
-            parents[event.agent_id] = event.parent_tool_use_id
+            parents[event["agent_id"]] = event["parent_tool_use_id"]
         elif kind == "agent_finished":
-            finished.add(event.agent_id)
-        elif kind == "tool_started" and event.name == "agent":
-            open_calls.add(event.tool_use_id)
+            finished.add(event["agent_id"])
+        elif kind == "tool_started" and event["name"] == "agent":
+            open_calls.add(event["tool_use_id"])
         elif kind == "tool_finished":
-            open_calls.discard(event.tool_use_id)
+            open_calls.discard(event["tool_use_id"])
     return {
-        agent.encode()
+        agent
         for agent, call in parents.items()
         if call is None or agent not in finished or call in open_calls
     }
 
 
-def _scan(state: ResumeState, events: Iterable[Event]) -> None:
+def _scan(state: ResumeState, events: Iterable[dict[str, Any]]) -> None:
     """The ids, permission decisions and touched files of the recorded run."""
     rec = state.recording
     top = request = 0
     for ev in events:
-        if isinstance(ev, AgentStarted):
-            state.agent_ids.setdefault(ev.parent_tool_use_id, []).append(ev.agent_id or "")
-            match = _AGENT_NUMBER.search(ev.agent_id or "")
+        kind = ev["type"]
+        if kind == "agent_started":
+            agent_id = ev["agent_id"] or ""
+            state.agent_ids.setdefault(ev["parent_tool_use_id"], []).append(agent_id)
+            match = _AGENT_NUMBER.search(agent_id)
             if match:
                 top = max(top, int(match.group(1)))
-        elif isinstance(ev, PermissionRequested | PermissionResolved):
-            match = _REQUEST_NUMBER.search(ev.request_id)
+        elif kind in ("permission_requested", "permission_resolved"):
+            match = _REQUEST_NUMBER.search(ev["request_id"])
             if match:
                 request = max(request, int(match.group(1)))
-            if isinstance(ev, PermissionResolved):
-                state.decided[ev.tool_use_id] = (ev.granted, ev.reason)
-                state.waiting.discard(ev.tool_use_id)
+            if kind == "permission_resolved":
+                state.decided[ev["tool_use_id"]] = (ev["granted"], ev["reason"])
+                state.waiting.discard(ev["tool_use_id"])
             else:
-                state.waiting.add(ev.tool_use_id)
-        elif ev.type == "tool_finished":
-            call = rec.calls.get(ev.tool_use_id)  # type: ignore[attr-defined]
+                state.waiting.add(ev["tool_use_id"])
+        elif kind == "tool_finished":
+            call = rec.calls.get(ev["tool_use_id"])
             if call is not None and call.status == "ok" and call.name in _FILE_TOOLS:
                 target = call.input.get("path")
                 if isinstance(target, str):
                     state.touched.pop(target, None)
                     state.touched[target] = call
+        elif kind == "run_resumed":
+            state.resumes += 1
+        elif kind in _SHAPED:
+            state.replayed_whole.add(ev["agent_id"])
     state.next_agent = top + 1
     state.next_request = request + 1
     for call in rec.calls.values():
@@ -420,6 +481,8 @@ def _scan(state: ResumeState, events: Iterable[Event]) -> None:
 
 
 _FILE_TOOLS = ("read", "write", "edit")
+_SHAPED = ("context_compacted", "user_message")
+"""Events after which an agent's history holds more than its turns."""
 
 
 async def workspace_changes(
@@ -475,6 +538,8 @@ class Resumer(Replayer):
         super().__init__(state.recording, continue_with=live)
         self.state = state
         self.model = getattr(live, "model", None) or state.recording.config.get("model") or "?"
+        self._restored: dict[str, int] = {}
+        """Per agent, how many of its first turns :meth:`restore` gave it."""
         self.rerun: list[str] = []
         self.interrupted: list[str] = []
         for call in state.interrupted_calls():
@@ -521,6 +586,49 @@ class Resumer(Replayer):
         for _ in range(agents):
             self._run.scheduler.reserve_agent()
 
+    def restore(self, spec: AgentSpec, state: AgentState) -> None:
+        """Give an agent about to start its recorded turns, straight from the trace: its
+        history, turn count, tokens and cost as they were, without playing the turns back
+        through the loop (bench/README.md, "Resume"). What is restored is the longest run of
+        first turns whose calls all finished; the rest (a turn with an interrupted call, or a
+        last turn without calls, whose end the loop decides) is played back. An agent whose
+        history the loop shaped beyond its turns (a compaction, a message it read) is played
+        back whole.
+
+        Called by the agent's supervisor before the agent starts (RunContext.restore)."""
+        rec = self.recording.agents.get(spec.agent_id)
+        if rec is None or rec.id in self.state.replayed_whole:
+            return
+        turns = _restorable(rec)
+        if not turns:
+            return
+        assert self._run is not None
+        run = self._run
+        model = spec.agent_type.model or run.settings.model
+        tokens = tool_calls = 0
+        usd: float | None = 0.0
+        for turn in turns:
+            state.messages.extend(_turn_messages(turn))
+            tokens += turn.input_tokens + turn.output_tokens
+            tool_calls += len(turn.calls)
+            usd = add_costs(usd, run.settings.prices.cost(
+                model, turn.input_tokens, turn.output_tokens,
+                cache_read_tokens=turn.cache_read_tokens,
+                cache_write_tokens=turn.cache_write_tokens,
+            ))  # fmt: skip
+            for call in turn.calls:
+                run.scheduler.claim_tool_use_id(call.id)
+                if call.name == "agent" and call.child is not None:
+                    self.skip_subtree(call)
+        state.turns = len(turns)
+        state.input_tokens = sum(t.input_tokens for t in turns)
+        state.output_tokens = sum(t.output_tokens for t in turns)
+        state.cost_usd = usd
+        state.continue_reason = "tool_use"
+        run.budget.add_recorded(spec.agent_id, tokens=tokens, tool_calls=tool_calls,
+                                usd=usd or 0.0)  # fmt: skip
+        self._restored[spec.agent_id] = len(turns)
+
     # -- matching: by id (a resumed run reuses its recorded agent ids) ----------------------
 
     def _agent_started(self, event: Any) -> None:
@@ -534,8 +642,9 @@ class Resumer(Replayer):
             owner = self._agents.get(event.parent_agent_id)
             path = (owner.path if owner is not None else "?") + " \u203a " + event.name
         self._agents[event.agent_id] = _Live(
-            rec=rec, path=path, parent_tool_use_id=parent, live=rec is None
-        )
+            rec=rec, path=path, parent_tool_use_id=parent, live=rec is None,
+            turns=self._restored.get(event.agent_id, 0),
+        )  # fmt: skip
         if rec is not None:
             self._matched.add(rec.id)
 
@@ -605,6 +714,36 @@ class Resumer(Replayer):
         if call.child is not None:
             return call.child.status is not None
         return call.status is not None
+
+
+def _restorable(agent: RecordedAgent) -> list[RecordedTurn]:
+    """The first turns of *agent* that :meth:`Resumer.restore` can give it: each asked for
+    calls, and every one of them is in the trace and finished. Its last such turn is followed
+    by another model turn, whatever the loop would check."""
+    out: list[RecordedTurn] = []
+    for turn in agent.turns:
+        if not turn.calls or any(c.status is None for c in turn.calls):
+            break
+        if turn.call_ids is not None and len(turn.call_ids) != len(turn.calls):
+            break  # calls the crash came before never started: the turn is played back
+        out.append(turn)
+    return out
+
+
+def _turn_messages(turn: RecordedTurn) -> tuple[Message, Message]:
+    """A recorded turn as the loop puts it in the history: the reply (thinking, text, the
+    calls in the model's order), then the calls' results."""
+    content: list[Block] = []
+    if turn.thinking:
+        content.append(ThinkingBlock(text=turn.thinking))
+    if turn.text:
+        content.append(TextBlock(text=turn.text))
+    content.extend(ToolUseBlock(id=c.id, name=c.name, input=dict(c.input)) for c in turn.calls)
+    results = tuple(
+        ToolResultBlock(tool_use_id=c.id, content=c.output or "", is_error=c.status != "ok")
+        for c in turn.calls
+    )
+    return Message(role="assistant", content=tuple(content)), Message(role="user", content=results)
 
 
 class _ResumedTool(_MockTool):

@@ -636,7 +636,7 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
             bus.add_tap(config.on_event)
         run = _run_context(plan, services, bus)
         if resumer is not None:
-            _resume_run(run, resumer)
+            run = _resume_run(run, resumer)
         if services.mcp is not None:
             services.mcp.bind(run)  # the servers' sampling and questions go to this run
         started = _run_config_event(plan, services, run)
@@ -724,12 +724,15 @@ def _resumed_services(state: ResumeState, services: _Services) -> tuple[_Service
     return attrs.evolve(services, provider=resumer, tools=tools), resumer
 
 
-def _resume_run(run: RunContext, resumer: Resumer) -> None:
-    """Agents get their recorded ids again and calls their recorded permission decisions."""
+def _resume_run(run: RunContext, resumer: Resumer) -> RunContext:
+    """*run* resumed: agents get their recorded ids again, calls their recorded permission
+    decisions, and agents start from their recorded turns."""
     state = resumer.state
     run.scheduler.reuse_agent_ids(state.agent_ids, state.next_agent)
     run.broker.resume_from(state.decided, state.next_request)
+    run = attrs.evolve(run, restore=resumer.restore)
     resumer.bind(run)
+    return run
 
 
 def _run_resumed(plan: RunPlan, resumer: Resumer, config: dict[str, Any]) -> RunResumed:
