@@ -19,7 +19,6 @@ from __future__ import annotations
 import gc
 import heapq
 import itertools
-import operator
 import os
 import re
 from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
@@ -242,53 +241,57 @@ def _decode(
     call answers from the trace, bench/README.md, "Resume"). So every other line is decoded,
     and its ``seq`` checked against its place: a missing line (a delta's too) shifts every
     later place, and the last line's ``seq`` is read, so a gap anywhere is found; then the
-    deltas of the rebuilt agents are decoded.
+    deltas of the rebuilt agents are decoded. The text is split a few megabytes at a time:
+    a million lines at once cost more in memory than in work.
 
     Returns:
         The events in line order (without the deltas not needed), the last ``seq`` and the
         last line's ``ts``.
     """
-    lines = data[:keep].splitlines()
-    is_delta = [line.startswith(_DELTAS) for line in lines]
-    decoded: list[Any] = [None] * len(lines)
     loads = orjson.loads
     apply = tree.apply_dict if tree is not None else None
     blanks = 0
+    count = 0
     others: list[dict[str, Any]] = []
-    for index in itertools.compress(range(len(lines)), map(operator.not_, is_delta)):
-        line = lines[index]
-        if not line.strip():
-            blanks += 1
-            continue
-        fields = _decoded(line, index, name, apply, loads)
-        if fields["seq"] != index + 1 - blanks:
-            raise _gap(lines, name)
-        decoded[index] = fields
-        others.append(fields)
-    last_seq, last_ts = _last_seq_ts(lines)
-    if last_seq != len(lines) - blanks:
-        raise _gap(lines, name)
-    deltas = _wanted_deltas(data, lines, is_delta, _rebuilt_agents(others))
-    if not deltas:
+    for base, lines in _pieces(data, keep):
+        count += len(lines)
+        wanted = [not line.startswith(_DELTAS) for line in lines]
+        for index in itertools.compress(range(len(lines)), wanted):
+            line = lines[index]
+            if not line.strip():
+                blanks += 1
+                continue
+            fields = _decoded(line, base + index, name, apply, loads)
+            if fields["seq"] != base + index + 1 - blanks:
+                raise _gap(data, keep, name)
+            others.append(fields)
+    last_seq, last_ts = _last_seq_ts(data, keep)
+    if last_seq != count - blanks:
+        raise _gap(data, keep, name)
+    texts = _wanted_deltas(data, keep, name, _rebuilt_agents(others))
+    if not texts:
         return others, last_seq, last_ts
-    texts = [
-        _decoded(lines[at], at, name, None, loads) if isinstance(at, int)
-        else _delta_at(data, at, name)
-        for at in deltas
-    ]
     # Both in the order of the file; a delta's seq is its place (checked above by the lines
     # around it), so the two merge by seq.
     return list(heapq.merge(others, texts, key=_seq)), last_seq, last_ts
 
 
-def _delta_at(data: bytes, at: tuple[int, int], name: str) -> dict[str, Any]:
-    """The delta line at *at* (start, end) decoded; its line number is counted only for an
-    error."""
-    line = data[at[0] : at[1]]
-    try:
-        return _decoded(line, 0, name, None, orjson.loads)
-    except TraceError:
-        return _decoded(line, data.count(b"\n", 0, at[0]), name, None, orjson.loads)
+_PIECE = 1 << 23
+"""The bytes of trace split into lines at a time (about 30,000 lines)."""
+
+
+def _pieces(data: bytes, keep: int) -> Iterator[tuple[int, list[bytes]]]:
+    """The whole lines of ``data[:keep]`` (which ends with a newline) a piece at a time, each
+    with the index of its first line."""
+    start = base = 0
+    while start < keep:
+        end = data.rfind(b"\n", start, min(start + _PIECE, keep)) + 1
+        if end <= start:  # a line longer than a piece
+            end = data.find(b"\n", start + _PIECE - 1) + 1
+        lines = data[start:end].splitlines()
+        yield base, lines
+        base += len(lines)
+        start = end
 
 
 def _seq(fields: dict[str, Any]) -> int:
@@ -297,40 +300,53 @@ def _seq(fields: dict[str, Any]) -> int:
 
 
 def _wanted_deltas(
-    data: bytes, lines: list[bytes], is_delta: list[bool], wanted: set[str]
-) -> list[tuple[int, int]] | list[int]:
-    """The delta lines of the *wanted* agents, in order: as (start, end) offsets in *data*,
-    or as indices in *lines*."""
-    if len(wanted) <= _FEW:
+    data: bytes, keep: int, name: str, wanted: set[str]
+) -> list[dict[str, Any]]:
+    """The delta events of the *wanted* agents, in order."""
+    needles = [orjson.dumps(agent) for agent in wanted]
+    if len(wanted) <= _FEW and all(b"\\" not in n for n in needles):
         # `"agent_id":"ID",` occurs in a line as that key only: a string value's quotes are
         # escaped. So each id is searched for in the whole text (in C, where a loop over a
         # million lines in Python costs a tenth of a second per id). An id that needs
-        # escaping itself is looked for the slow way.
-        needles = [orjson.dumps(agent) for agent in wanted]
-        if all(b"\\" not in n for n in needles):
-            found: set[int] = set()
-            for needle in needles:
-                found.update(_lines_with(data, b'"agent_id":' + needle + b","))
-            starts = sorted(found)
-            return [(s, data.find(b"\n", s)) for s in starts if data.startswith(_DELTAS, s)]
-    keys = {orjson.dumps(agent)[1:-1] for agent in wanted}
-    out: list[int] = []
-    for index in itertools.compress(range(len(lines)), is_delta):
-        agent = _delta_agent(lines[index])
-        if agent is None or b"\\" in agent or agent in keys:  # an escaped id: decode it
-            out.append(index)
+        # escaping itself is looked for the slow way, below.
+        found: set[int] = set()
+        for needle in needles:
+            found.update(_lines_with(data, keep, b'"agent_id":' + needle + b","))
+        return [
+            _delta_at(data, at, name) for at in sorted(found) if data.startswith(_DELTAS, at)
+        ]
+    keys = {n[1:-1] for n in needles}
+    out: list[dict[str, Any]] = []
+    for base, lines in _pieces(data, keep):
+        for index in itertools.compress(
+            range(len(lines)), [line.startswith(_DELTAS) for line in lines]
+        ):
+            line = lines[index]
+            agent = _delta_agent(line)
+            if agent is None or b"\\" in agent or agent in keys:  # an escaped id: decode it
+                out.append(_decoded(line, base + index, name, None, orjson.loads))
     return out
 
 
-def _lines_with(data: bytes, key: bytes) -> Iterator[int]:
-    """Where each line of *data* holding *key* starts."""
-    at = data.find(key)
+def _lines_with(data: bytes, keep: int, key: bytes) -> Iterator[int]:
+    """Where each line of ``data[:keep]`` holding *key* starts."""
+    at = data.find(key, 0, keep)
     while at >= 0:
         yield data.rfind(b"\n", 0, at) + 1
-        end = data.find(b"\n", at)
+        end = data.find(b"\n", at, keep)
         if end < 0:
             return
-        at = data.find(key, end)
+        at = data.find(key, end, keep)
+
+
+def _delta_at(data: bytes, start: int, name: str) -> dict[str, Any]:
+    """The delta line starting at *start* decoded; its line number is counted only for an
+    error."""
+    line = data[start : data.find(b"\n", start)]
+    try:
+        return _decoded(line, 0, name, None, orjson.loads)
+    except TraceError:
+        return _decoded(line, data.count(b"\n", 0, start), name, None, orjson.loads)
 
 
 _AGENT_KEY = b'"agent_id":"'
@@ -346,10 +362,10 @@ def _delta_agent(line: bytes) -> bytes | None:
     return line[start:end] if end > 0 else None
 
 
-def _gap(lines: list[bytes], name: str) -> TraceError:
+def _gap(data: bytes, keep: int, name: str) -> TraceError:
     """The error naming the first gap in ``seq`` (read line by line: only on a bad trace)."""
     last = 0
-    for index, line in enumerate(lines):
+    for index, line in enumerate(data[:keep].splitlines()):
         if not line.strip():
             continue
         try:
@@ -365,20 +381,25 @@ def _gap(lines: list[bytes], name: str) -> TraceError:
     return TraceError(f"{name}: seq does not go 1, 2, …: the run's state cannot be rebuilt")
 
 
-def _last_seq_ts(lines: list[bytes]) -> tuple[int, float]:
+def _last_seq_ts(data: bytes, keep: int) -> tuple[int, float]:
     """The ``seq`` and ``ts`` of the last event line (the gap of ``run_resumed`` is measured
     from it)."""
-    for line in reversed(lines):
-        if line.strip():
-            try:
-                fields = orjson.loads(line)
-                seq, ts = fields.get("seq"), fields.get("ts")
-            except (orjson.JSONDecodeError, AttributeError):
-                return -1, 0.0
-            return (
-                seq if isinstance(seq, int) else -1,
-                float(ts) if isinstance(ts, int | float) else 0.0,
-            )
+    end = keep
+    while end > 0:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        line = data[start:end]
+        end = start
+        if not line.strip():
+            continue
+        try:
+            fields = orjson.loads(line)
+            seq, ts = fields.get("seq"), fields.get("ts")
+        except (orjson.JSONDecodeError, AttributeError):
+            return -1, 0.0
+        return (
+            seq if isinstance(seq, int) else -1,
+            float(ts) if isinstance(ts, int | float) else 0.0,
+        )
     return 0, 0.0
 
 
