@@ -629,3 +629,69 @@ async def test_workspace_changes_lists_each_file(tmp_path: Path) -> None:
         "a.txt: changed since write(a.txt) (main, turn 1)",
         "b.txt: gone since write(b.txt) (main, turn 1)",
     ]
+
+
+PLACED: dict[str, Any] = {"agents": {
+    "main": {"turns": [
+        {"text": "Handing it over.", "usage": USAGE, "tool_calls": [
+            {"name": "agent", "input": {"description": "w", "prompt": "do it", "agent": "worker"}}]},
+        {"text": "Done.", "usage": USAGE}]},
+    "worker": {"tools": ["agent"], "turns": [
+        {"text": "Asking a helper.", "usage": USAGE, "tool_calls": [
+            {"name": "agent", "input": {"description": "h", "prompt": "look", "agent": "helper"}}]},
+        {"text": "worker done", "usage": USAGE}]},
+    "helper": {"tools": ["glob"], "turns": [
+        *[{"tool_calls": [{"name": "glob", "input": {"pattern": f"*.{n}"}}], "usage": USAGE}
+          for n in ("a", "b", "c")],
+        {"text": "helper done", "usage": USAGE}]},
+}}
+
+
+def _as_placed(trace: Path) -> None:
+    """Rewrite a local run's trace as a run whose ``worker`` subtree ran on a Ray host: the
+    agents and calls made inside it carry the host's ids (``h1.1.``: host h1, its first
+    subtree; docs/cluster.md), as a placed run's trace does."""
+    events = [orjson.loads(line) for line in trace.read_bytes().splitlines()]
+    worker = next(e["agent_id"] for e in events
+                  if e["type"] == "agent_started" and e["name"] == "worker")
+    inside = {worker}
+    ids: dict[str, str] = {}
+    for e in events:
+        if e["type"] == "agent_started" and e["parent_agent_id"] in inside:
+            inside.add(e["agent_id"])
+            ids[e["agent_id"]] = f"h1.1.{e['agent_id']}"
+        if e["type"] == "tool_started" and e["agent_id"] in inside:
+            ids[e["tool_use_id"]] = f"h1.1.{e['tool_use_id']}"
+    text = b"\n".join(trace.read_bytes().splitlines())
+    for old, new in sorted(ids.items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(f'"{old}"'.encode(), f'"{new}"'.encode())
+    trace.write_bytes(text + b"\n")
+
+
+async def test_a_subtree_placed_on_ray_resumes_in_this_process(tmp_path: Path) -> None:
+    """A trace whose ``worker`` subtree ran on a Ray host, killed while its helper worked:
+    the resume runs the subtree here (no Ray is started), the helper goes on from its
+    recorded turns under the id the host gave it, and the run ends as the whole one did."""
+    from runtime import AgentType
+
+    whole = tmp_path / "whole.jsonl"
+    async with open_runtime(scenario=PLACED, workspace=tmp_path, trace=whole) as rt:
+        assert (await rt.run("go")).status == "completed"
+    _as_placed(whole)
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(whole.read_bytes())
+    # Killed after the helper's first glob: the worker and the helper were running.
+    _cut_after(trace, lambda e: e["type"] == "tool_finished"
+               and (e["agent_id"] or "").startswith("h1.1."))
+    placed = [AgentType(name="worker", tools=("agent",), placement="ray")]
+    async with open_runtime(
+        scenario=PLACED, workspace=tmp_path, agent_types=placed, resume=trace
+    ) as rt:
+        assert rt._run.placements == {}  # nothing of Ray was opened
+        outcome = await rt.resume()
+    assert (outcome.status, outcome.result) == ("completed", "Done.")
+    assert _shape(trace) == _shape(whole)
+    helper = [e for e in read_events(trace) if e.type == "agent_finished"
+              and (e.agent_id or "").startswith("h1.1.")]
+    assert [(e.agent_id, e.result) for e in helper] == [("h1.1.agent-3", "helper done")]
+    _check_whole(trace)
