@@ -695,3 +695,104 @@ async def test_a_subtree_placed_on_ray_resumes_in_this_process(tmp_path: Path) -
               and (e.agent_id or "").startswith("h1.1.")]
     assert [(e.agent_id, e.result) for e in helper] == [("h1.1.agent-3", "helper done")]
     _check_whole(trace)
+
+
+def _bg(name: str, turns: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"name": "agent", "input": {"description": name, "prompt": f"do {name}", "agent": name,
+                                       "run_in_background": True}}
+
+
+BACKGROUND: dict[str, Any] = {"agents": {
+    "main": {"turns": [
+        {"text": "Starting it.", "usage": USAGE, "tool_calls": [_bg("bg", [])]},
+        {"text": "Waiting.", "usage": USAGE},
+        {"text": "All done.", "usage": USAGE}]},
+    "bg": {"tools": ["glob"], "turns": [
+        *[{"delay_s": 0.05, "tool_calls": [{"name": "glob", "input": {"pattern": f"*.{n}"}}],
+           "usage": USAGE} for n in ("a", "b", "c")],
+        {"text": "bg done", "usage": USAGE}]},
+}}
+
+
+async def _whole_and_cut(tmp_path: Path, scenario: dict[str, Any], pred: Any) -> tuple[Path, Path]:
+    whole = tmp_path / "whole.jsonl"
+    async with open_runtime(scenario=scenario, workspace=tmp_path, trace=whole) as rt:
+        assert (await rt.run("go")).status == "completed"
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(whole.read_bytes())
+    _cut_after(trace, pred)
+    return whole, trace
+
+
+def _messages_to(trace: Path, agent_id: str) -> list[str]:
+    return [e.text for e in read_events(trace)  # type: ignore[attr-defined]
+            if e.type == "user_message" and e.agent_id == agent_id]
+
+
+@pytest.mark.parametrize("cut", ["running", "ended, report unread"])
+async def test_a_background_sub_agent_goes_on_and_reports(tmp_path: Path, cut: str) -> None:
+    """A background sub-agent running at the crash is started again under its id and goes on;
+    one that had ended but whose report its parent had not read plays back to its recorded end
+    (no model call) and its report comes. Either way the parent reads the report once and the
+    run ends as the whole one did."""
+    def pred(e: dict[str, Any]) -> bool:
+        if cut == "running":
+            return e["type"] == "tool_finished" and e["agent_id"] == "agent-2"
+        return e["type"] == "agent_finished" and e["agent_id"] == "agent-2"
+
+    whole, trace = await _whole_and_cut(tmp_path, BACKGROUND, pred)
+    assert _messages_to(trace, "agent-1") == []
+    async with open_runtime(scenario=BACKGROUND, workspace=tmp_path, resume=trace) as rt:
+        outcome = await rt.resume()
+    assert (outcome.status, outcome.result) == ("completed", "All done.")
+    assert _shape(trace) == _shape(whole)
+    (report,) = _messages_to(trace, "agent-1")
+    assert report == _messages_to(whole, "agent-1")[0]
+    assert report.startswith("[background sub-agent agent-2 (bg) ended completed]")
+    bg_turns = [e for e in read_events(trace) if e.type == "turn_finished" and e.agent_id == "agent-2"]
+    assert len(bg_turns) == 4  # none asked twice
+    _check_whole(trace)
+
+
+MESSAGES: dict[str, Any] = {"agents": {
+    "main": {"turns": [
+        {"usage": USAGE, "tool_calls": [_bg("alpha", []), _bg("beta", [])]},
+        {"text": "Waiting.", "usage": USAGE}, {"text": "Still waiting.", "usage": USAGE},
+        {"text": "All done.", "usage": USAGE}]},
+    "alpha": {"tools": ["send_message"], "turns": [
+        {"usage": USAGE, "tool_calls": [
+            {"name": "send_message", "input": {"to": "agent-3", "text": "hello beta"}}]},
+        {"text": "alpha done", "usage": USAGE}]},
+    "beta": {"tools": ["glob"], "turns": [
+        {"delay_s": 0.3, "usage": USAGE, "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+        {"text": "beta done", "usage": USAGE}]},
+}}
+
+
+@pytest.mark.parametrize("cut", ["sent", "sending"])
+async def test_a_message_not_read_at_the_crash_is_delivered_after_the_resume(
+    tmp_path: Path, cut: str
+) -> None:
+    """alpha's message to beta was in beta's mailbox, unread, when the process died: the
+    resumed beta reads it, once, as it would have, and the run ends as the whole one did.
+    Killed after alpha's ``send_message`` call ended, the resume delivers the message again;
+    killed while the call ran (``agent_message`` is the last line), the call runs again (it
+    is read-only) and sends it."""
+    def pred(e: dict[str, Any]) -> bool:
+        if cut == "sending":
+            return e["type"] == "agent_message"
+        return e["type"] == "tool_finished" and e["agent_id"] == "agent-2"
+
+    whole, trace = await _whole_and_cut(tmp_path, MESSAGES, pred)
+    assert _messages_to(trace, "agent-3") == []
+    text = "[message from agent-2 (alpha)]\nhello beta"
+    state = load_resume(trace)
+    assert state.unread == ({"agent-3": [text]} if cut == "sent" else {})
+    async with open_runtime(scenario=MESSAGES, workspace=tmp_path, resume=trace) as rt:
+        outcome = await rt.resume()
+        delivered = rt._run.provider.delivered  # type: ignore[attr-defined]
+    assert delivered == (1 if cut == "sent" else 0)
+    assert outcome.status == "completed"
+    assert _messages_to(trace, "agent-3") == _messages_to(whole, "agent-3") == [text]
+    assert _shape(trace) == _shape(whole)
+    _check_whole(trace)

@@ -38,6 +38,7 @@ from runtime.core import (
     Event,
     EventDecodeError,
     Message,
+    ModelRequest,
     Provider,
     StreamItem,
     TextBlock,
@@ -108,6 +109,12 @@ class ResumeState:
     touched: dict[str, RecordedCall]
     waiting: set[str] = attrs.Factory(set)
     resumes: int = 0
+    unread_reports: set[str] = attrs.Factory(set)
+    """Background sub-agents whose report their parent had not read: run again, so that it
+    comes (:func:`_unread_reports`)."""
+    unread: dict[str, list[str]] = attrs.Factory(dict)
+    """Per agent, the messages other agents sent it that it had not read at the crash, as
+    its mailbox held them: delivered again once it goes on."""
     replayed_whole: set[str] = attrs.Factory(set)
     """Agents whose history the loop shaped beyond their turns (a compaction, a message
     read): played back turn by turn, never restored at once (:meth:`Resumer.restore`)."""
@@ -437,12 +444,14 @@ def _plain_event(fields: dict[str, Any]) -> bool:
     )
 
 
-def _rebuilt_agents(events: Iterable[dict[str, Any]]) -> set[str]:
-    """The ids of the agents a resume plays back: the roots, those not finished, and those
-    whose ``agent`` call did not finish."""
+def _rebuilt_agents(events: list[dict[str, Any]]) -> set[str]:
+    """The ids of the agents a resume plays back: the roots, those not finished, those whose
+    ``agent`` call did not finish, and the background sub-agents whose report their parent
+    had not read (:func:`_unread_reports`)."""
     finished: set[str] = set()
     open_calls: set[str] = set()
     parents: dict[str, str | None] = {}
+    unread = _unread_reports(events)
     for event in events:
         kind = event["type"]
         if kind == "agent_started":
@@ -456,16 +465,41 @@ def _rebuilt_agents(events: Iterable[dict[str, Any]]) -> set[str]:
     return {
         agent
         for agent, call in parents.items()
-        if call is None or agent not in finished or call in open_calls
+        if call is None or agent not in finished or call in open_calls or agent in unread
     }
+
+
+_REPORT_HEAD = "[background sub-agent "
+
+
+def _unread_reports(events: Iterable[dict[str, Any]]) -> set[str]:
+    """The background sub-agents whose report (docs/collaboration.md#background-sub-agents)
+    their parent had not read at the crash: those still running, and those that ended but
+    whose report was still in the mailbox."""
+    parent_of: dict[str, str] = {}
+    read: set[str] = set()
+    for event in events:
+        kind = event["type"]
+        if kind == "agent_started" and event.get("background"):
+            parent_of[event["agent_id"]] = event["parent_agent_id"]
+        elif kind == "user_message" and event["text"].startswith(_REPORT_HEAD):
+            child = event["text"][len(_REPORT_HEAD) :].split(" ", 1)[0]
+            if parent_of.get(child) == event["agent_id"]:
+                read.add(child)
+    return set(parent_of) - read
 
 
 def _scan(state: ResumeState, events: Iterable[dict[str, Any]]) -> None:
     """The ids, permission decisions and touched files of the recorded run."""
     rec = state.recording
     top = request = 0
+    sent_by: dict[str, RecordedCall] = {}
+    turns: dict[str, int] = {}
     for ev in events:
         kind = ev["type"]
+        if kind == "turn_finished":
+            turns[ev["agent_id"]] = turns.get(ev["agent_id"], 0) + 1
+            continue
         if kind == "agent_started":
             agent_id = ev["agent_id"] or ""
             state.agent_ids.setdefault(ev["parent_tool_use_id"], []).append(agent_id)
@@ -492,13 +526,53 @@ def _scan(state: ResumeState, events: Iterable[dict[str, Any]]) -> None:
             state.resumes += 1
         elif kind in _SHAPED:
             state.replayed_whole.add(ev["agent_id"])
+            if kind == "user_message":
+                waiting = state.unread.get(ev["agent_id"])
+                if waiting and ev["text"] in waiting:
+                    waiting.remove(ev["text"])
+        elif kind == "agent_message":
+            sender = ev["from_agent_id"]
+            text = f"[message from {_described(rec, sender)}]\n{ev['text']}"
+            state.unread.setdefault(ev["to_agent_id"], []).append(text)
+            call = _sending_call(rec, sender, turns.get(sender, 0))
+            if call is not None:
+                sent_by[text] = call
     state.next_agent = top + 1
     state.next_request = request + 1
+    # A message whose send_message call did not finish is not delivered again: the call
+    # runs again (it is read-only, so it sends it again) or the model reads it was cut.
+    state.unread = {
+        agent: kept for agent, texts in state.unread.items()
+        if agent in rec.agents and rec.agents[agent].status is None
+        and (kept := [t for t in texts if t not in sent_by or sent_by[t].status is not None])
+    }  # fmt: skip
+    state.unread_reports = _unread_reports(events)
     for call in rec.calls.values():
         if call.status == "denied":
             state.decided[call.id] = (False, (call.output or "").removeprefix(_DENIED))
         elif call.status is not None:
             state.decided[call.id] = (True, "decided before the resume")
+
+
+def _sending_call(rec: Recording, agent_id: str, turn: int) -> RecordedCall | None:
+    """The ``send_message`` call of *agent_id*'s turn *turn* that sent a message (its last
+    such call: a message goes out while its call runs, after the turn that asked for it)."""
+    agent = rec.agents.get(agent_id)
+    if agent is None or not 0 < turn <= len(agent.turns):
+        return None
+    sends = [c for c in agent.turns[turn - 1].calls if c.name == "send_message"]
+    return sends[-1] if sends else None
+
+
+def _described(rec: Recording, agent_id: str) -> str:
+    """*agent_id* as a message's header names its sender: with the description its
+    ``agent`` call gave it (runtime/core/_messaging.py)."""
+    agent = rec.agents.get(agent_id)
+    call = agent.parent_call if agent is not None else None
+    description = call.input.get("description") if call is not None else None
+    if isinstance(description, str) and description:
+        return f"{agent_id} ({description})"
+    return agent_id
 
 
 _FILE_TOOLS = ("read", "write", "edit")
@@ -560,6 +634,10 @@ class Resumer(Replayer):
         self.state = state
         self.model = getattr(live, "model", None) or state.recording.config.get("model") or "?"
         self._restored: dict[str, int] = {}
+        self.delivered = 0
+        """Messages the agents had not read at the crash, delivered again."""
+        self.delivery_failed: list[str] = []
+        """Agents whose mailbox was full when their unread messages came again."""
         """Per agent, how many of its first turns :meth:`restore` gave it."""
         self.rerun: list[str] = []
         self.interrupted: list[str] = []
@@ -620,7 +698,7 @@ class Resumer(Replayer):
         rec = self.recording.agents.get(spec.agent_id)
         if rec is None or rec.id in self.state.replayed_whole:
             return
-        turns = _restorable(rec)
+        turns = _restorable(rec, self.state.unread_reports)
         if not turns:
             return
         assert self._run is not None
@@ -693,6 +771,38 @@ class Resumer(Replayer):
             output_tokens=turn.output_tokens,
         )
 
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+        """As :meth:`Replayer.stream`; the messages the agent had not read at the crash go
+        into its mailbox again when it reaches its last recorded turn (or its first live one),
+        so it reads them at its next step, after the turns that came before them.
+
+        Cancellation: as :meth:`Replayer.stream`.
+        """
+        if self.state.unread:
+            self._deliver_unread(request.agent_id)
+        async for item in super().stream(request):
+            yield item
+
+    def _deliver_unread(self, agent_id: str) -> None:
+        live = self._agents.get(agent_id)
+        if agent_id not in self.state.unread or live is None or live.rec is None:
+            return
+        if live.turns < len(live.rec.turns) - 1:
+            return
+        assert self._run is not None
+        inbox = self._run.scheduler.inbox(agent_id)
+        if inbox is None:
+            return
+        for text in self.state.unread.pop(agent_id):
+            try:
+                inbox.send_nowait(text)
+            except (trio.WouldBlock, trio.ClosedResourceError):
+                # It held them at the crash (a mailbox is bounded), so they fit; a full
+                # mailbox now has newer messages first.
+                self.delivery_failed.append(agent_id)
+                return
+            self.delivered += 1
+
     async def _report(self, agent_id: str) -> None:
         """Divergences of a resume are kept in :attr:`divergences`, never emitted: the
         rebuilt prefix emits nothing."""
@@ -720,6 +830,8 @@ class Resumer(Replayer):
             return not self._ended_as_recorded(fields.target)
         if kind == "run_started":
             return False
+        if kind == "user_message":
+            return True  # nothing recorded is delivered again: every one is new
         if fields.agent_id is None:
             return True
         live = self._agents.get(fields.agent_id)
@@ -737,13 +849,16 @@ class Resumer(Replayer):
         return call.status is not None
 
 
-def _restorable(agent: RecordedAgent) -> list[RecordedTurn]:
+def _restorable(agent: RecordedAgent, rerun_children: set[str]) -> list[RecordedTurn]:
     """The first turns of *agent* that :meth:`Resumer.restore` can give it: each asked for
     calls, and every one of them is in the trace and finished. Its last such turn is followed
-    by another model turn, whatever the loop would check."""
+    by another model turn, whatever the loop would check. A turn that started a background
+    sub-agent of *rerun_children* is played back: its call runs again, and starts it."""
     out: list[RecordedTurn] = []
     for turn in agent.turns:
         if not turn.calls or any(c.status is None for c in turn.calls):
+            break
+        if any(c.child is not None and c.child.id in rerun_children for c in turn.calls):
             break
         if turn.call_ids is not None and len(turn.call_ids) != len(turn.calls):
             break  # calls the crash came before never started: the turn is played back
@@ -780,6 +895,13 @@ class _ResumedTool(_MockTool):
         Cancellation: a checkpoint; a re-run call as its tool.
         """
         rec = self.replayer.recorded_call(ctx.tool_use_id)
+        if (
+            rec is not None and rec.child is not None and self.real is not None
+            and rec.child.id in self.replayer.state.unread_reports
+        ):
+            # A background sub-agent whose report was not read: started again, it goes on
+            # (or plays back to its recorded end) and its report comes as it would have.
+            return await self.real.call(args, ctx)
         if rec is not None and rec.status is None:
             if self.real is not None and (rec.id in self.replayer.rerun or rec.name == "agent"):
                 # An interrupted `agent` call runs again: its sub-agent is rebuilt and goes on.
