@@ -357,6 +357,11 @@ CUT_CHAT: dict[str, Any] = {"agents": {"main": {"turns": [
 ]}}}
 
 
+def _ends_with_a_tool_call(trace: Path) -> bool:
+    lines = trace.read_bytes().splitlines() if trace.exists() else []
+    return bool(lines) and b'"tool_finished"' in lines[-1]
+
+
 async def test_a_chat_killed_mid_turn_goes_on_with_that_turn(tmp_path: Path) -> None:
     """SIGKILL while the second message's turn runs (its first command done, its second not
     begun): ``chat --resume`` goes on with that turn, keeps what it had done (the first
@@ -373,9 +378,8 @@ async def test_a_chat_killed_mid_turn_goes_on_with_that_turn(tmp_path: Path) -> 
     try:
         with trio.fail_after(20):
             await proc.stdin.send_all(b"one\ntwo\n")  # stdin stays open: the chat waits
-            while not trace.exists() or b'"tool_finished"' not in (
-                trace.read_bytes().splitlines() or [b""]
-            )[-1]:
+            # Another process writes the file: polled.
+            while not _ends_with_a_tool_call(trace):  # noqa: ASYNC110
                 await trio.sleep(0.01)
             proc.kill()
             await proc.wait()
