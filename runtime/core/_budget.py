@@ -199,6 +199,7 @@ class BudgetLayer:
     def forget(self, agent_id: str) -> None:
         """Drop a budget set for an agent that never started (cancelled while waiting)."""
         self._pending.pop(agent_id, None)
+        self._recorded.pop(agent_id, None)
 
     def __len__(self) -> int:
         """Agents tracked now (the live ones)."""
