@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime import FunctionProvider, ToolCall, TraceTree, open_runtime, read_events, tool
-from runtime.core import ConfigError, TraceError
+from runtime.core import ConfigError, ToolError, TraceError
 from runtime.replay import INTERRUPTED_TEXT, load_resume
 
 CLI = [sys.executable, "-m", "runtime"]
@@ -372,12 +372,14 @@ async def test_finished_turns_and_calls_are_not_asked_or_run_again(tmp_path: Pat
     _check_whole(trace)
 
 
-async def test_a_running_agent_goes_on_with_the_history_it_had(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["allow-all", "deny"])
+async def test_a_running_agent_goes_on_with_the_history_it_had(tmp_path: Path, mode: str) -> None:
     """The recorded turns are given to the agent straight from the trace (not played back
-    through the loop): the live model reads the history the uninterrupted run had, and the
-    turn count and tokens go on from the recorded ones."""
+    through the loop): the live model reads the history the uninterrupted run had, results
+    that were errors and denials (``deny``: the note) included, and the turn count and
+    tokens go on from the recorded ones."""
     calls = [ToolCall(name="note", input={"text": "x"}, id="c1"),
-             ToolCall(name="put", input={"key": "k"}, id="c2"),
+             ToolCall(name="fail", input={}, id="c2"),  # an error result
              ToolCall(name="look", input={"key": "k"}, id="c3")]
     seen: list[Any] = []
 
@@ -387,20 +389,28 @@ async def test_a_running_agent_goes_on_with_the_history_it_had(tmp_path: Path) -
         return ((f"step {turns}", [calls[turns]]) if turns < len(calls)
                 else "finished")
 
+    @tool(read_only=True)
+    def fail() -> str:
+        """Always fails."""
+        raise ToolError("broken")
+
     tools = Calls()
+    tools.tools.append(fail)
     trace = tmp_path / "t.jsonl"
     async with open_runtime(
         FunctionProvider(model), extra_tools=tools.tools, workspace=tmp_path, trace=trace,
-        permission_mode="allow-all", run_id="run-1",
+        permission_mode=mode, run_id="run-1",
     ) as rt:
         whole = await rt.run("go")
     expected = seen[-1]
+    statuses = [e.status for e in read_events(trace) if e.type == "tool_finished"]  # type: ignore[attr-defined]
+    assert statuses == ["denied" if mode == "deny" else "ok", "error", "ok"]
     _cut_after(trace, lambda e: e["type"] == "tool_finished" and e["tool_use_id"] == "c3")
     seen.clear()
     tools.done.clear()
     async with open_runtime(
         FunctionProvider(model), extra_tools=tools.tools, workspace=tmp_path,
-        permission_mode="allow-all", resume=trace,
+        permission_mode=mode, resume=trace,
     ) as rt:
         outcome = await rt.resume()
         restored = dict(rt._run.provider._restored)  # type: ignore[attr-defined]
