@@ -10,10 +10,11 @@ everything and asks for one live turn. Each figure is the best of --repeat runs,
 subprocess each (imports count), the two commands taking turns; every resume starts from a
 fresh copy of the cut trace (not timed). Target: ratio <= 1.5.
 
-Prints one JSON object per line: {"name", "value", "floor", "ratio", "unit", "cpu_ratio",
-"events", "target", "met"}.
+Prints one JSON object per line: {"name", "value", "floor", "ratio", "unit", "cpu",
+"floor_cpu", "cpu_ratio", "events", "target", "met"}, and with --base DIR (another revision's
+source tree, timed in the same sitting) "base_cpu" and "base_cpu_ratio".
 
-    .venv/bin/python bench/bench_resume.py [--repeat 3] [--sizes 10000,1000000]
+    .venv/bin/python bench/bench_resume.py [--repeat 3] [--sizes 10000,1000000] [--base DIR]
 """
 
 from __future__ import annotations
@@ -96,12 +97,16 @@ def trace_for(size: int) -> tuple[Path, Path, int]:
     return trace, scen, trace.read_bytes().count(b"\n")
 
 
-def timed(args: list[str], cwd: Path) -> tuple[float, float]:
-    """Wall and CPU seconds of one command (its output to /dev/null)."""
+def timed(args: list[str], cwd: Path, tree: Path | None = None) -> tuple[float, float]:
+    """Wall and CPU seconds of one command (its output to /dev/null); with *tree*, the
+    runtime is imported from that source tree."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     before = os.times()
     t0 = time.perf_counter()
     proc = subprocess.run(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          check=False)
+                          check=False, env=env)
     wall = time.perf_counter() - t0
     after = os.times()
     if proc.returncode != 0:
@@ -111,27 +116,36 @@ def timed(args: list[str], cwd: Path) -> tuple[float, float]:
     )
 
 
-def measure(size: int, repeat: int) -> dict[str, Any]:
+def measure(size: int, repeat: int, base: Path | None = None) -> dict[str, Any]:
     trace, scen, lines = trace_for(size)
     cli = [sys.executable, "-m", "runtime"]
+    resume_args = [*cli, "resume", "t.jsonl", "--scenario", str(scen), "--workspace", "ws"]
     show: list[tuple[float, float]] = []
     resume: list[tuple[float, float]] = []
+    before: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "ws").mkdir()
         for _ in range(repeat):
             show.append(timed([*cli, "trace", "show", "--json", str(trace)], work))
-            copy = work / "t.jsonl"
-            shutil.copyfile(trace, copy)
-            resume.append(timed([*cli, "resume", "t.jsonl", "--scenario", str(scen),
-                                 "--workspace", "ws"], work))
-    floor, value = min(show), min(resume)
-    return {
+            shutil.copyfile(trace, work / "t.jsonl")
+            resume.append(timed(resume_args, work))
+            if base is not None:
+                shutil.copyfile(trace, work / "t.jsonl")
+                before.append(timed(resume_args, work, base))
+    floor = (min(w for w, _ in show), min(c for _, c in show))
+    value = (min(w for w, _ in resume), min(c for _, c in resume))
+    out: dict[str, Any] = {
         "name": f"resume_{lines}_events", "value": round(value[0], 3), "floor": round(floor[0], 3),
         "ratio": round(value[0] / floor[0], 3), "unit": "s (wall; floor: trace show --json)",
+        "cpu": round(value[1], 3), "floor_cpu": round(floor[1], 3),
         "cpu_ratio": round(value[1] / floor[1], 3), "events": lines,
         "target": "ratio <= 1.5", "met": value[0] / floor[0] <= 1.5,
     }
+    if before:
+        out["base_cpu"] = round(min(c for _, c in before), 3)
+        out["base_cpu_ratio"] = round(out["base_cpu"] / floor[1], 3)
+    return out
 
 
 def compile_runtime() -> None:
@@ -147,9 +161,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sizes", default="10000,1000000", help="events per trace")
+    parser.add_argument(
+        "--base", type=Path, default=None,
+        help="the source tree of another revision (git archive REV | tar -x -C DIR): its "
+        "resume is timed in the same sitting, taking turns with this one's",
+    )
     args = parser.parse_args()
+    if args.base is not None:
+        import compileall
+
+        for package in ("runtime", "tools"):
+            compileall.compile_dir(args.base / package, quiet=1)
     for size in (int(s) for s in args.sizes.split(",")):
-        print(json.dumps(measure(size, args.repeat)), flush=True)
+        print(json.dumps(measure(size, args.repeat, args.base)), flush=True)
 
 
 if __name__ == "__main__":

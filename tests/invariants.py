@@ -13,6 +13,7 @@ from runtime import (
     Event,
     HookFinished,
     RunFinished,
+    RunResumed,
     RunStarted,
     ToolFinished,
     ToolStarted,
@@ -37,7 +38,7 @@ def check_invariants(events: Sequence[Event]) -> None:
     # after it, but before their parent agent.
     background: dict[str, str] = {}
     for i, e in enumerate(events):
-        if isinstance(e, RunStarted | RunFinished):
+        if isinstance(e, RunStarted | RunFinished | RunResumed):  # RunResumed: docs/resume.md
             assert e.agent_id is None
             continue
         if isinstance(e, HookFinished) and e.hook_event in ("SessionStart", "SessionEnd"):

@@ -148,3 +148,28 @@ async def test_the_budget_task_runs_only_once_a_budget_that_can_trip_is_set(
     ) as rt:
         assert (await rt.run("go")).status == "completed"
         assert len(_budget_tasks(rt)) == 1
+
+
+def test_recorded_usage_given_before_an_agent_is_announced_counts_when_it_is() -> None:
+    """A resumed agent's recorded turns are given to it before its ``agent_started``
+    (docs/resume.md): their usage is kept and counted, against its budget and its
+    ancestors', as soon as it is announced."""
+    from runtime.core import AgentStarted
+    from runtime.core._budget import BudgetLayer
+    from runtime.core._limits import Budget
+
+    async def cancel(agent_id: str, reason: str) -> bool:
+        return True
+
+    layer = BudgetLayer(cancel)
+    common = {"seq": 1, "ts": 0.0, "run_id": "r"}
+    layer.set_budget("a", Budget(tokens=1000, tool_calls=10))
+    layer(AgentStarted(agent_id="a", name="main", parent_agent_id=None, depth=0, prompt="p",
+                       parent_tool_use_id=None, **common))
+    layer.add_recorded("b", tokens=300, tool_calls=4)
+    layer.add_recorded("b", tokens=100, tool_calls=1)
+    assert layer.usage("a") == (0, 0)  # b is not announced yet
+    layer(AgentStarted(agent_id="b", name="w", parent_agent_id="a", depth=1, prompt="p",
+                       parent_tool_use_id="c1", **common))
+    assert layer.usage("b") == (400, 5)
+    assert layer.usage("a") == (400, 5)

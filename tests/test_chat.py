@@ -344,3 +344,67 @@ async def test_resume_keeps_the_sessions_provider_and_scenario(tmp_path: Path) -
     [line] = gone.stderr.decode().splitlines()
     assert "ran on the scripted provider" in line
     assert "pass --scenario FILE" in line
+
+
+_BASH = "sleep 0.2; echo {tag} >> side.txt"
+CUT_CHAT: dict[str, Any] = {"agents": {"main": {"turns": [
+    {"text": "First answer."},
+    {"tool_calls": [{"name": "bash", "input": {"command": _BASH.format(tag="x1")}}]},
+    # The model takes a while: the crash comes while it thinks, the first command done.
+    {"delay_s": 1.0, "tool_calls": [{"name": "bash", "input": {"command": _BASH.format(tag="x2")}}]},
+    {"text": "Second answer."},
+    {"text": "Third answer."},
+]}}}
+
+
+def _ends_with_a_tool_call(trace: Path) -> bool:
+    lines = trace.read_bytes().splitlines() if trace.exists() else []
+    return bool(lines) and b'"tool_finished"' in lines[-1]
+
+
+async def test_a_chat_killed_mid_turn_goes_on_with_that_turn(tmp_path: Path) -> None:
+    """SIGKILL while the second message's turn runs (its first command done, its second not
+    begun): ``chat --resume`` goes on with that turn, keeps what it had done (the first
+    command is not run again, its turn not asked again), ends it, then takes the next
+    message; the session and the trace hold the whole conversation as one run."""
+    (tmp_path / "s.json").write_text(orjson.dumps(CUT_CHAT).decode())
+    trace = tmp_path / "t.jsonl"
+    args = ("--scenario", "s.json", "--permission-mode", "allow-all")
+    proc = await trio.lowlevel.open_process(
+        cli("chat", *args, "--trace", str(trace)), cwd=tmp_path, env=child_env(),
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    assert proc.stdin is not None
+    try:
+        with trio.fail_after(20):
+            await proc.stdin.send_all(b"one\ntwo\n")  # stdin stays open: the chat waits
+            # Another process writes the file: polled.
+            while not _ends_with_a_tool_call(trace):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            proc.kill()
+            await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert session_file(tmp_path)["turns"] == 1  # saved after "one" only
+    again = await chat(tmp_path, *args, "--resume", stdin=b"three\n")
+    assert again.returncode == 0, again.stderr
+    out = again.stdout.decode()
+    assert "Going on with the turn the crash cut: two" in out
+    assert out.index("Second answer.") < out.index("Third answer.")
+    assert (tmp_path / "side.txt").read_text().split() == ["x1", "x2"]  # each command once
+    saved = session_file(tmp_path)
+    assert saved["turns"] == 3
+    texts = [b.get("text") for m in saved["messages"] for b in m["content"] if b.get("text")]
+    assert texts == ["one", "First answer.", "two", "Second answer.", "three", "Third answer."]
+    assert len(saved["state"]["run_ids"]) == 1  # the killed run went on
+    events = read_trace(trace)
+    check_invariants(events)
+    kinds = [e.type for e in events]
+    assert (kinds.count("run_started"), kinds.count("run_resumed"), kinds[-1]) == (
+        1, 1, "run_finished")
+    roots = [e for e in events if e.type == "agent_finished" and e.parent_tool_use_id is None]
+    assert [r.result for r in roots] == [  # type: ignore[attr-defined]
+        "First answer.", "Second answer.", "Third answer."]
+    asked = [e for e in events if e.type == "turn_finished" and e.agent_id == roots[1].agent_id]
+    assert len(asked) == 3  # two calls and the answer, none asked twice

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runtime import FunctionProvider, ToolCall, TraceTree, open_runtime, read_events, tool
-from runtime.core import ConfigError, TraceError
+from runtime.core import ConfigError, ToolError, TraceError
 from runtime.replay import INTERRUPTED_TEXT, load_resume
 
 CLI = [sys.executable, "-m", "runtime"]
@@ -372,6 +372,57 @@ async def test_finished_turns_and_calls_are_not_asked_or_run_again(tmp_path: Pat
     _check_whole(trace)
 
 
+@pytest.mark.parametrize("mode", ["allow-all", "deny"])
+async def test_a_running_agent_goes_on_with_the_history_it_had(tmp_path: Path, mode: str) -> None:
+    """The recorded turns are given to the agent straight from the trace (not played back
+    through the loop): the live model reads the history the uninterrupted run had, results
+    that were errors and denials (``deny``: the note) included, and the turn count and
+    tokens go on from the recorded ones."""
+    calls = [ToolCall(name="note", input={"text": "x"}, id="c1"),
+             ToolCall(name="fail", input={}, id="c2"),  # an error result
+             ToolCall(name="look", input={"key": "k"}, id="c3")]
+    seen: list[Any] = []
+
+    def model(request: Any) -> Any:
+        seen.append(request.messages)
+        turns = sum(1 for m in request.messages if m.role == "assistant")
+        return ((f"step {turns}", [calls[turns]]) if turns < len(calls)
+                else "finished")
+
+    @tool(read_only=True)
+    def fail() -> str:
+        """Always fails."""
+        raise ToolError("broken")
+
+    tools = Calls()
+    tools.tools.append(fail)
+    trace = tmp_path / "t.jsonl"
+    async with open_runtime(
+        FunctionProvider(model), extra_tools=tools.tools, workspace=tmp_path, trace=trace,
+        permission_mode=mode, run_id="run-1",
+    ) as rt:
+        whole = await rt.run("go")
+    expected = seen[-1]
+    statuses = [e.status for e in read_events(trace) if e.type == "tool_finished"]  # type: ignore[attr-defined]
+    assert statuses == ["denied" if mode == "deny" else "ok", "error", "ok"]
+    _cut_after(trace, lambda e: e["type"] == "tool_finished" and e["tool_use_id"] == "c3")
+    seen.clear()
+    tools.done.clear()
+    async with open_runtime(
+        FunctionProvider(model), extra_tools=tools.tools, workspace=tmp_path,
+        permission_mode=mode, resume=trace,
+    ) as rt:
+        outcome = await rt.resume()
+        restored = dict(rt._run.provider._restored)  # type: ignore[attr-defined]
+    assert restored == {outcome.agent_id: 3}  # none of the three turns went through the loop
+    assert seen == [expected]  # one model call, with the whole recorded history
+    assert tools.done == []
+    assert (outcome.status, outcome.result, outcome.turns) == ("completed", "finished", 4)
+    assert (outcome.input_tokens, outcome.output_tokens) == (
+        whole.input_tokens, whole.output_tokens)
+    _check_whole(trace)
+
+
 async def test_a_turn_cut_mid_stream_is_asked_again(tmp_path: Path) -> None:
     trace, tools = await _record(tmp_path, [])
     # The answer's text streamed, its turn_finished never written.
@@ -588,3 +639,170 @@ async def test_workspace_changes_lists_each_file(tmp_path: Path) -> None:
         "a.txt: changed since write(a.txt) (main, turn 1)",
         "b.txt: gone since write(b.txt) (main, turn 1)",
     ]
+
+
+PLACED: dict[str, Any] = {"agents": {
+    "main": {"turns": [
+        {"text": "Handing it over.", "usage": USAGE, "tool_calls": [
+            {"name": "agent", "input": {"description": "w", "prompt": "do it", "agent": "worker"}}]},
+        {"text": "Done.", "usage": USAGE}]},
+    "worker": {"tools": ["agent"], "turns": [
+        {"text": "Asking a helper.", "usage": USAGE, "tool_calls": [
+            {"name": "agent", "input": {"description": "h", "prompt": "look", "agent": "helper"}}]},
+        {"text": "worker done", "usage": USAGE}]},
+    "helper": {"tools": ["glob"], "turns": [
+        *[{"tool_calls": [{"name": "glob", "input": {"pattern": f"*.{n}"}}], "usage": USAGE}
+          for n in ("a", "b", "c")],
+        {"text": "helper done", "usage": USAGE}]},
+}}
+
+
+def _as_placed(trace: Path) -> None:
+    """Rewrite a local run's trace as a run whose ``worker`` subtree ran on a Ray host: the
+    agents and calls made inside it carry the host's ids (``h1.1.``: host h1, its first
+    subtree; docs/cluster.md), as a placed run's trace does."""
+    events = [orjson.loads(line) for line in trace.read_bytes().splitlines()]
+    worker = next(e["agent_id"] for e in events
+                  if e["type"] == "agent_started" and e["name"] == "worker")
+    inside = {worker}
+    ids: dict[str, str] = {}
+    for e in events:
+        if e["type"] == "agent_started" and e["parent_agent_id"] in inside:
+            inside.add(e["agent_id"])
+            ids[e["agent_id"]] = f"h1.1.{e['agent_id']}"
+        if e["type"] == "tool_started" and e["agent_id"] in inside:
+            ids[e["tool_use_id"]] = f"h1.1.{e['tool_use_id']}"
+    text = b"\n".join(trace.read_bytes().splitlines())
+    for old, new in sorted(ids.items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(f'"{old}"'.encode(), f'"{new}"'.encode())
+    trace.write_bytes(text + b"\n")
+
+
+async def test_a_subtree_placed_on_ray_resumes_in_this_process(tmp_path: Path) -> None:
+    """A trace whose ``worker`` subtree ran on a Ray host, killed while its helper worked:
+    the resume runs the subtree here (no Ray is started), the helper goes on from its
+    recorded turns under the id the host gave it, and the run ends as the whole one did."""
+    from runtime import AgentType
+
+    whole = tmp_path / "whole.jsonl"
+    async with open_runtime(scenario=PLACED, workspace=tmp_path, trace=whole) as rt:
+        assert (await rt.run("go")).status == "completed"
+    _as_placed(whole)
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(whole.read_bytes())
+    # Killed after the helper's first glob: the worker and the helper were running.
+    _cut_after(trace, lambda e: e["type"] == "tool_finished"
+               and (e["agent_id"] or "").startswith("h1.1."))
+    placed = [AgentType(name="worker", tools=("agent",), placement="ray")]
+    async with open_runtime(
+        scenario=PLACED, workspace=tmp_path, agent_types=placed, resume=trace
+    ) as rt:
+        assert rt._run.placements == {}  # nothing of Ray was opened
+        outcome = await rt.resume()
+    assert (outcome.status, outcome.result) == ("completed", "Done.")
+    assert _shape(trace) == _shape(whole)
+    helper = [e for e in read_events(trace) if e.type == "agent_finished"
+              and (e.agent_id or "").startswith("h1.1.")]
+    assert [(e.agent_id, e.result) for e in helper] == [("h1.1.agent-3", "helper done")]
+    _check_whole(trace)
+
+
+def _bg(name: str, turns: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"name": "agent", "input": {"description": name, "prompt": f"do {name}", "agent": name,
+                                       "run_in_background": True}}
+
+
+BACKGROUND: dict[str, Any] = {"agents": {
+    "main": {"turns": [
+        {"text": "Starting it.", "usage": USAGE, "tool_calls": [_bg("bg", [])]},
+        {"text": "Waiting.", "usage": USAGE},
+        {"text": "All done.", "usage": USAGE}]},
+    "bg": {"tools": ["glob"], "turns": [
+        *[{"delay_s": 0.05, "tool_calls": [{"name": "glob", "input": {"pattern": f"*.{n}"}}],
+           "usage": USAGE} for n in ("a", "b", "c")],
+        {"text": "bg done", "usage": USAGE}]},
+}}
+
+
+async def _whole_and_cut(tmp_path: Path, scenario: dict[str, Any], pred: Any) -> tuple[Path, Path]:
+    whole = tmp_path / "whole.jsonl"
+    async with open_runtime(scenario=scenario, workspace=tmp_path, trace=whole) as rt:
+        assert (await rt.run("go")).status == "completed"
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(whole.read_bytes())
+    _cut_after(trace, pred)
+    return whole, trace
+
+
+def _messages_to(trace: Path, agent_id: str) -> list[str]:
+    return [e.text for e in read_events(trace)  # type: ignore[attr-defined]
+            if e.type == "user_message" and e.agent_id == agent_id]
+
+
+@pytest.mark.parametrize("cut", ["running", "ended, report unread"])
+async def test_a_background_sub_agent_goes_on_and_reports(tmp_path: Path, cut: str) -> None:
+    """A background sub-agent running at the crash is started again under its id and goes on;
+    one that had ended but whose report its parent had not read plays back to its recorded end
+    (no model call) and its report comes. Either way the parent reads the report once and the
+    run ends as the whole one did."""
+    def pred(e: dict[str, Any]) -> bool:
+        if cut == "running":
+            return e["type"] == "tool_finished" and e["agent_id"] == "agent-2"
+        return e["type"] == "agent_finished" and e["agent_id"] == "agent-2"
+
+    whole, trace = await _whole_and_cut(tmp_path, BACKGROUND, pred)
+    assert _messages_to(trace, "agent-1") == []
+    async with open_runtime(scenario=BACKGROUND, workspace=tmp_path, resume=trace) as rt:
+        outcome = await rt.resume()
+    assert (outcome.status, outcome.result) == ("completed", "All done.")
+    assert _shape(trace) == _shape(whole)
+    (report,) = _messages_to(trace, "agent-1")
+    assert report == _messages_to(whole, "agent-1")[0]
+    assert report.startswith("[background sub-agent agent-2 (bg) ended completed]")
+    bg_turns = [e for e in read_events(trace) if e.type == "turn_finished" and e.agent_id == "agent-2"]
+    assert len(bg_turns) == 4  # none asked twice
+    _check_whole(trace)
+
+
+MESSAGES: dict[str, Any] = {"agents": {
+    "main": {"turns": [
+        {"usage": USAGE, "tool_calls": [_bg("alpha", []), _bg("beta", [])]},
+        {"text": "Waiting.", "usage": USAGE}, {"text": "Still waiting.", "usage": USAGE},
+        {"text": "All done.", "usage": USAGE}]},
+    "alpha": {"tools": ["send_message"], "turns": [
+        {"usage": USAGE, "tool_calls": [
+            {"name": "send_message", "input": {"to": "agent-3", "text": "hello beta"}}]},
+        {"text": "alpha done", "usage": USAGE}]},
+    "beta": {"tools": ["glob"], "turns": [
+        {"delay_s": 0.3, "usage": USAGE, "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+        {"text": "beta done", "usage": USAGE}]},
+}}
+
+
+@pytest.mark.parametrize("cut", ["sent", "sending"])
+async def test_a_message_not_read_at_the_crash_is_delivered_after_the_resume(
+    tmp_path: Path, cut: str
+) -> None:
+    """alpha's message to beta was in beta's mailbox, unread, when the process died: the
+    resumed beta reads it, once, as it would have, and the run ends as the whole one did.
+    Killed after alpha's ``send_message`` call ended, the resume delivers the message again;
+    killed while the call ran (``agent_message`` is the last line), the call runs again (it
+    is read-only) and sends it."""
+    def pred(e: dict[str, Any]) -> bool:
+        if cut == "sending":
+            return e["type"] == "agent_message"
+        return e["type"] == "tool_finished" and e["agent_id"] == "agent-2"
+
+    whole, trace = await _whole_and_cut(tmp_path, MESSAGES, pred)
+    assert _messages_to(trace, "agent-3") == []
+    text = "[message from agent-2 (alpha)]\nhello beta"
+    state = load_resume(trace)
+    assert state.unread == ({"agent-3": [text]} if cut == "sent" else {})
+    async with open_runtime(scenario=MESSAGES, workspace=tmp_path, resume=trace) as rt:
+        outcome = await rt.resume()
+        delivered = rt._run.provider.delivered  # type: ignore[attr-defined]
+    assert delivered == (1 if cut == "sent" else 0)
+    assert outcome.status == "completed"
+    assert _messages_to(trace, "agent-3") == _messages_to(whole, "agent-3") == [text]
+    assert _shape(trace) == _shape(whole)
+    _check_whole(trace)

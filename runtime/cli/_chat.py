@@ -83,6 +83,8 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from runtime.core import AgentHandle, AgentOutcome
+    from runtime.replay import ResumeState
+    from runtime.wiring import RunConfig
 
     from ._options import Session
 
@@ -152,6 +154,12 @@ def cmd_chat(
         return EXIT_USAGE
     setup_logging(opts.debug, opts.verbose)
     chat = Chat(opts, store, record)
+    if record is not None:
+        from ._chat_resume import cut_turn
+
+        chat.cut, note = cut_turn(record)
+        if note is not None:
+            error_line(f"warning: {note}")
     return run_command(chat.main, debug=opts.debug)
 
 
@@ -255,6 +263,9 @@ class Chat:
         self._stdin_eof = False
         self.trace_path: Path | None = None
         self._moved_from: str | None = None
+        self.cut: ResumeState | None = None
+        """The trace of the session's last run, when it was killed mid-turn: that turn goes
+        on first (runtime/cli/_chat_resume.py)."""
 
     # -- the whole chat ---------------------------------------------------------------------
 
@@ -276,12 +287,14 @@ class Chat:
             )
         self.kb = kb
         try:
+            opts = self._with_run_id(self.opts)
             async with open_session(
-                self._with_run_id(self.opts),
+                opts,
                 on_abort=self._on_abort,
                 final_summary=False,
                 keyboard=kb,
                 view_held=True,
+                config=self._resumed_config(opts),
             ) as session:
                 self.session = session
                 session.abort_noun = "the turn"
@@ -299,6 +312,8 @@ class Chat:
                             session.view.footer = self._footer
                             kb.on_change = session.view.poke
                     self._greet()
+                    if self.cut is not None:
+                        await self._resume_cut(self.cut)
                     await self._loop()
                     if mcp is not None:
                         await mcp.subscriptions.close()
@@ -325,6 +340,27 @@ class Chat:
         run_id = self.record.id if count == 0 else f"{self.record.id}.{count + 1}"
         return dataclasses.replace(opts, run_id=run_id)
 
+    def _resumed_config(self, opts: RunOptions) -> RunConfig | None:
+        """The run's configuration when a turn was cut: the killed run goes on, in its own
+        trace unless ``--trace`` names another (docs/resume.md, "Chat sessions")."""
+        if self.cut is None:
+            return None
+        import attrs
+
+        from ._options import run_config
+
+        config = attrs.evolve(run_config(opts), resume=self.cut)
+        return config if opts.trace.path is not None else attrs.evolve(config, trace=True)
+
+    async def _resume_cut(self, state: ResumeState) -> None:
+        """Go on with the turn the crash cut: its root starts again with the conversation as
+        its history, and its recorded turns and finished work come from the trace."""
+        from ._chat_resume import cut_root, recorded_tokens
+
+        root = cut_root(state)
+        self._say(f"Going on with the turn the crash cut: {one_line(root.prompt, 100)}")
+        await self._turn(root.prompt, used=recorded_tokens(root))
+
     def _begin(self, session: Session) -> None:
         rt = session.rt
         rec = self.record
@@ -339,7 +375,8 @@ class Chat:
         rec.trace_path = str(Path(rt.trace_path).resolve()) if rt.trace_path else None
         if rec.trace_path and rec.trace_path not in rec.traces:
             rec.traces.append(rec.trace_path)
-        rec.state.run_ids.append(rt.run_id)
+        if not rec.state.run_ids or rec.state.run_ids[-1] != rt.run_id:  # a cut run goes on
+            rec.state.run_ids.append(rt.run_id)
 
     async def _loop(self) -> None:
         while not (self.exit_requested or self.aborted):
@@ -412,7 +449,8 @@ class Chat:
 
     # -- one turn ---------------------------------------------------------------------------
 
-    async def _turn(self, text: str) -> None:
+    async def _turn(self, text: str, *, used: tuple[int, int] | None = None) -> None:
+        """One message's turn (*used*: a cut turn going on, with the tokens it had used)."""
         session = self._session()
         rt, view, kb = session.rt, session.view, self.kb
         rec = self.record
@@ -420,9 +458,9 @@ class Chat:
             rec.first_prompt = text
         self.sent = []
         self.delivered = 0
-        self._turn_tokens = [0, 0]
+        self._turn_tokens = [0, 0] if used is None else list(used)
         mcp = rt.mcp_servers
-        if mcp is not None and not text.startswith("/mcp__"):
+        if mcp is not None and used is None and not text.startswith("/mcp__"):
             # Followed before they are read (docs/mcp.md, "Following a resource"), so no change
             # falls between; those that changed come again with this message.
             for note in await mcp.subscriptions.follow(text):

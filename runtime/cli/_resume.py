@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,6 +60,11 @@ def cmd_resume(ns: argparse.Namespace, opts: RunOptions) -> int:
     except AgentsError as exc:
         error_line(str(exc))
         return EXIT_USAGE
+    # What the trace was read into lives as long as the run: the cycle collector need not
+    # walk it again and again (a trace of a million events leaves millions of objects;
+    # bench/README.md, "Resume"). Only cyclic garbage is never freed once frozen, and the
+    # process ends with the run.
+    gc.freeze()
     rec = state.recording
     if state.finished:
         note(f"{ns.trace_file}: run {rec.run_id} finished ({rec.status}); nothing to resume")

@@ -106,6 +106,7 @@ if TYPE_CHECKING:
     from ._events import decode_event as decode_event
     from ._events import encode_event as encode_event
     from ._events import event_from_dict as event_from_dict
+    from ._events import event_to_dict as event_to_dict
     from ._globs import Glob as Glob
     from ._globs import compile_glob as compile_glob
     from ._globs import escape_glob as escape_glob
@@ -122,6 +123,7 @@ if TYPE_CHECKING:
     from ._messages import Block as Block
     from ._messages import Message as Message
     from ._messages import TextBlock as TextBlock
+    from ._messages import ThinkingBlock as ThinkingBlock
     from ._messages import ToolResultBlock as ToolResultBlock
     from ._messages import ToolUseBlock as ToolUseBlock
     from ._messages import state_converter as state_converter
@@ -293,6 +295,7 @@ _LAZY: dict[str, str] = {
     "TOOL_STATUSES": "._statuses",
     "TargetKind": "._tool",
     "TextBlock": "._messages",
+    "ThinkingBlock": "._messages",
     "TextChunk": "._provider",
     "TextDelta": "._events",
     "ThinkingChunk": "._provider",
@@ -332,6 +335,7 @@ _LAZY: dict[str, str] = {
     "encode_event": "._events",
     "escape_glob": "._globs",
     "event_from_dict": "._events",
+    "event_to_dict": "._events",
     "filter_env": "._secrets",
     "fixed_chars": "._context_window",
     "get_logger": "runtime._logs",

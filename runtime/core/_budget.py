@@ -93,6 +93,8 @@ class BudgetLayer:
         self._cancel = cancel
         self._agents: dict[str, _Usage] = {}
         self._pending: dict[str, Budget] = {}
+        # A resumed agent's recorded usage, counted when it is announced (add_recorded).
+        self._recorded: dict[str, tuple[int, int, float]] = {}
         self._queue_size = queue_size
         # Made when first needed: most runs set no token or tool-call budget, and then neither
         # the queue nor the task that carries out its cancels is needed
@@ -152,6 +154,11 @@ class BudgetLayer:
             self._agents[event.agent_id] = _Usage(
                 parent=event.parent_agent_id, budget=self._pending.pop(event.agent_id, None)
             )
+            if self._recorded:
+                recorded = self._recorded.pop(event.agent_id, None)
+                if recorded is not None:
+                    self._add(event.agent_id, tokens=recorded[0], tool_calls=recorded[1],
+                              usd=recorded[2])  # fmt: skip
         elif isinstance(event, TurnFinished):
             self._add(
                 event.agent_id,
@@ -174,15 +181,25 @@ class BudgetLayer:
             self._agents.pop(event.agent_id, None)
             self._pending.pop(event.agent_id, None)
 
-    def add_recorded(self, agent_id: str, *, tokens: int, tool_calls: int) -> None:
-        """Count a finished subtree a resumed run takes from its trace instead of running it
-        again (docs/resume.md): its usage is *agent_id*'s and its ancestors', as it was."""
-        if self._counting:
-            self._add(agent_id, tokens=tokens, tool_calls=tool_calls)
+    def add_recorded(
+        self, agent_id: str, *, tokens: int, tool_calls: int, usd: float = 0.0
+    ) -> None:
+        """Count what a resumed run takes from its trace instead of doing it again
+        (docs/resume.md): a finished subtree, an agent's recorded turns. The usage is
+        *agent_id*'s and its ancestors', as it was; for an agent not announced yet, it is
+        counted when it is."""
+        if not self._counting:
+            return
+        if agent_id in self._agents:
+            self._add(agent_id, tokens=tokens, tool_calls=tool_calls, usd=usd)
+            return
+        before = self._recorded.get(agent_id, (0, 0, 0.0))
+        self._recorded[agent_id] = (before[0] + tokens, before[1] + tool_calls, before[2] + usd)
 
     def forget(self, agent_id: str) -> None:
         """Drop a budget set for an agent that never started (cancelled while waiting)."""
         self._pending.pop(agent_id, None)
+        self._recorded.pop(agent_id, None)
 
     def __len__(self) -> int:
         """Agents tracked now (the live ones)."""

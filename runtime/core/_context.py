@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._agent import AgentOutcome, AgentSpec
     from ._hooks import HookRunner
     from ._loop import TypeSetup
+    from ._messages import AgentState
     from ._messaging import AgentDirectory
     from ._middleware import MiddlewareChain
     from ._sandbox import Sandbox
@@ -355,6 +356,9 @@ class RunContext:
     # The run's worktrees that exist now: MCP servers' roots beside the workspace (docs/mcp.md,
     # "Roots").
     worktrees: LiveWorktrees = attrs.Factory(lambda: _new_worktrees())
+    # A resumed run's agents go on from their recorded turns (docs/resume.md): called with
+    # each agent's spec and fresh state before it starts; None in a new run.
+    restore: Callable[[AgentSpec, AgentState], None] | None = None
 
 
 def _new_worktrees() -> LiveWorktrees:

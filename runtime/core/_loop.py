@@ -188,6 +188,8 @@ async def run_agent_actor(
         trio.current_time(),
     )
     run.budget.set_budget(spec.agent_id, spec.budget)
+    if run.restore is not None:  # a resumed run: its recorded turns (docs/resume.md)
+        run.restore(spec, life.state)
     run.scheduler.agent_running()
     handle: ActorHandle[str] | None = None
     body = functools.partial(agent_main, run, spec, life)
@@ -393,7 +395,9 @@ async def _turns(
     specs = setup.specs
     compactor = Compactor.for_agent(
         run, spec.agent_type, spec.agent_id, system=state.system, tools=specs,
-        emit=run.bus.emit, log=log, prompt=spec.prompt, prompt_index=len(state.messages) - 1,
+        # A resumed agent's recorded turns (a reply and its results each) follow its prompt.
+        emit=run.bus.emit, log=log, prompt=spec.prompt,
+        prompt_index=len(state.messages) - 1 - 2 * state.turns,
         fixed=setup.fixed_chars if state.system is setup.system else None,
         parent_tool_use_id=spec.parent_tool_use_id,
     )  # fmt: skip

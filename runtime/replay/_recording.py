@@ -16,25 +16,18 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from runtime.core import (
     VERSION,
-    AgentFinished,
-    AgentStarted,
-    CancelRequested,
     Event,
     EventDecodeError,
-    RunFinished,
-    RunResumed,
-    RunStarted,
-    ToolFinished,
-    ToolStarted,
     TraceError,
-    TurnFinished,
     UnknownEventType,
+    event_to_dict,
 )
 from runtime.trace import read_events
 
@@ -195,7 +188,7 @@ def load_recording(
     elif run_id not in runs:
         raise TraceError(f"{name}: no run {run_id!r} (it holds: {', '.join(runs)})")
     rec = Recording(source=name, run_id=run_id)
-    _build(rec, runs[run_id])
+    _build(rec, map(event_to_dict, runs[run_id]))
     if rec.version is not None and _version_tuple(rec.version) > _version_tuple(this_version):
         raise TraceError(
             f"{name}: written by trio-agents {rec.version}, newer than this one "
@@ -222,92 +215,111 @@ def load_recording(
     return rec
 
 
-def _build(rec: Recording, events: list[Event]) -> None:
+def _build(rec: Recording, events: Iterable[Mapping[str, Any]]) -> None:
+    """Fill *rec* from its run's events, each given as its JSON object (a trace line decoded:
+    a resume reads its trace without building an event per line, bench/README.md, "Resume")."""
     text: dict[str | None, list[str]] = {}
     thinking: dict[str | None, list[str]] = {}
     last_ts: dict[str | None, float] = {}
     ordered_ids = True
+    agents, calls = rec.agents, rec.calls
     for ev in events:
-        aid = ev.agent_id
-        # By type name, not class: a resume hands in light stand-ins for the deltas
-        # (runtime/replay/_resume.py), the bulk of a trace.
-        kind = ev.type
+        aid = ev["agent_id"]
+        kind = ev["type"]
         if kind == "text_delta":
-            text.setdefault(aid, []).append(ev.text)  # type: ignore[attr-defined]
+            text.setdefault(aid, []).append(ev["text"])
             continue
         if kind == "thinking_delta":
-            thinking.setdefault(aid, []).append(ev.text)  # type: ignore[attr-defined]
+            thinking.setdefault(aid, []).append(ev["text"])
             continue
-        agent = rec.agents.get(aid) if aid is not None else None
-        if isinstance(ev, RunStarted):
-            rec.version, rec.config = ev.version, dict(ev.config)
-        elif isinstance(ev, AgentStarted):
-            call = rec.calls.get(ev.parent_tool_use_id) if ev.parent_tool_use_id else None
-            parent_path = call.agent.path + PATH_SEP if call is not None else ""
-            agent = RecordedAgent(
-                id=ev.agent_id or "",
-                name=ev.name,
-                prompt=ev.prompt,
-                path=parent_path + ev.name,
-                parent_call=call,
+        agent = agents.get(aid) if aid is not None else None
+        if kind == "run_started":
+            rec.version, rec.config = ev["version"], dict(ev["config"])
+        elif kind == "agent_started":
+            _agent_started(rec, ev)
+        elif kind == "turn_finished" and agent is not None:
+            ids = ev.get("tool_use_ids")
+            agent.turns.append(
+                RecordedTurn(
+                    number=len(agent.turns) + 1,
+                    text="".join(text.pop(aid, ())),
+                    thinking="".join(thinking.pop(aid, ())),
+                    stop_reason=ev["stop_reason"],
+                    input_tokens=ev["input_tokens"],
+                    output_tokens=ev["output_tokens"],
+                    delay_s=max(0.0, ev["ts"] - last_ts.get(aid, ev["ts"])),
+                    call_ids=None if ids is None else list(ids),
+                    cache_read_tokens=ev.get("cache_read_tokens") or 0,
+                    cache_write_tokens=ev.get("cache_write_tokens") or 0,
+                )
             )
-            rec.agents[agent.id] = agent
-            if call is not None:
-                call.child = agent
-            elif ev.parent_tool_use_id is None:
-                rec.roots.append(agent)
-        elif isinstance(ev, TurnFinished) and agent is not None:
-            turn = RecordedTurn(
-                number=len(agent.turns) + 1,
-                text="".join(text.pop(aid, ())),
-                thinking="".join(thinking.pop(aid, ())),
-                stop_reason=ev.stop_reason,
-                input_tokens=ev.input_tokens,
-                output_tokens=ev.output_tokens,
-                delay_s=max(0.0, ev.ts - last_ts.get(aid, ev.ts)),
-                call_ids=None if ev.tool_use_ids is None else list(ev.tool_use_ids),
-                cache_read_tokens=ev.cache_read_tokens or 0,
-                cache_write_tokens=ev.cache_write_tokens or 0,
-            )
-            if ev.tool_use_ids is None:
+            if ids is None:
                 ordered_ids = False
-            agent.turns.append(turn)
-        elif isinstance(ev, ToolStarted) and agent is not None and agent.turns:
+        elif kind == "tool_started" and agent is not None and agent.turns:
             call = RecordedCall(
-                id=ev.tool_use_id,
-                name=ev.name,
-                input=dict(ev.input),
+                id=ev["tool_use_id"],
+                name=ev["name"],
+                input=dict(ev["input"]),
                 agent=agent,
                 turn=len(agent.turns),
             )
-            rec.calls[call.id] = call
+            calls[call.id] = call
             agent.turns[-1].calls.append(call)
-        elif isinstance(ev, ToolFinished):
-            done = rec.calls.get(ev.tool_use_id)
+        elif kind == "tool_finished":
+            done = calls.get(ev["tool_use_id"])
             if done is not None:
-                done.status, done.output = ev.status, ev.output
-        elif isinstance(ev, CancelRequested):
-            target = rec.agents.get(ev.target)
-            if target is None and ev.target in rec.calls:  # an `agent` call: its sub-agent
-                target = rec.calls[ev.target].child
-            if target is not None:
-                target.cancel_reason, target.cancel_by = ev.reason, ev.by
-                target.cancel_target = ev.target
-            elif ev.target in rec.calls:  # a plain tool call, cancelled on its own
-                call = rec.calls[ev.target]
-                call.cancel_reason, call.cancel_by = ev.reason, ev.by
-        elif isinstance(ev, AgentFinished) and agent is not None:
-            agent.status, agent.result, agent.error = ev.status, ev.result, ev.error
+                done.status, done.output = ev["status"], ev["output"]
+        elif kind == "cancel_requested":
+            _cancel_requested(rec, ev)
+        elif kind == "agent_finished" and agent is not None:
+            agent.status, agent.result, agent.error = ev["status"], ev["result"], ev["error"]
             agent.tail_text = "".join(text.pop(aid, ()))
             agent.tail_thinking = "".join(thinking.pop(aid, ()))
-        elif isinstance(ev, RunFinished):
-            rec.status = ev.status
-        elif isinstance(ev, RunResumed):
+        elif kind == "run_finished":
+            rec.status = ev["status"]
+        elif kind == "run_resumed":
             # A turn cut by the crash was asked again: its streamed text is no turn's.
             text.clear()
             thinking.clear()
         if aid is not None:
-            last_ts[aid] = ev.ts
+            last_ts[aid] = ev["ts"]
+    _finish_build(rec, text, ordered_ids)
+
+
+def _agent_started(rec: Recording, ev: Mapping[str, Any]) -> None:
+    parent = ev["parent_tool_use_id"]
+    call = rec.calls.get(parent) if parent else None
+    parent_path = call.agent.path + PATH_SEP if call is not None else ""
+    agent = RecordedAgent(
+        id=ev["agent_id"] or "",
+        name=ev["name"],
+        prompt=ev["prompt"],
+        path=parent_path + ev["name"],
+        parent_call=call,
+    )
+    rec.agents[agent.id] = agent
+    if call is not None:
+        call.child = agent
+    elif parent is None:
+        rec.roots.append(agent)
+
+
+def _cancel_requested(rec: Recording, ev: Mapping[str, Any]) -> None:
+    node = ev["target"]
+    target = rec.agents.get(node)
+    if target is None and node in rec.calls:  # an `agent` call: its sub-agent
+        target = rec.calls[node].child
+    if target is not None:
+        target.cancel_reason, target.cancel_by = ev["reason"], ev["by"]
+        target.cancel_target = node
+    elif node in rec.calls:  # a plain tool call, cancelled on its own
+        call = rec.calls[node]
+        call.cancel_reason, call.cancel_by = ev["reason"], ev["by"]
+
+
+def _finish_build(
+    rec: Recording, text: dict[str | None, list[str]], ordered_ids: bool
+) -> None:
     for aid, parts in text.items():  # agents the killed run left mid-turn
         if aid in rec.agents and rec.agents[aid].status is None:
             rec.agents[aid].tail_text = "".join(parts)

@@ -17,9 +17,11 @@ scheduler) but not the trace, and the trace goes on as one stream, one tree.
 from __future__ import annotations
 
 import gc
+import heapq
+import itertools
 import os
 import re
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,27 +32,34 @@ import trio
 from runtime.core import (
     EVENT_TYPES,
     VERSION,
-    AgentStarted,
+    AgentSpec,
+    AgentState,
+    Block,
     Event,
     EventDecodeError,
-    PermissionRequested,
-    PermissionResolved,
+    Message,
+    ModelRequest,
     Provider,
     StreamItem,
+    TextBlock,
     TextChunk,
+    ThinkingBlock,
     ThinkingChunk,
     Tool,
     ToolCall,
     ToolContext,
     ToolError,
+    ToolResultBlock,
+    ToolUseBlock,
     TraceError,
     TurnEnd,
     UnknownEventType,
+    add_costs,
     event_from_dict,
 )
 from runtime.trace import TraceTree
 
-from ._recording import RecordedCall, RecordedTurn, Recording, _build
+from ._recording import RecordedAgent, RecordedCall, RecordedTurn, Recording, _build
 from ._replayer import Replayer, _Live, _MockTool, call_label
 
 INTERRUPTED_TEXT = (
@@ -83,6 +92,7 @@ class ResumeState:
         touched: per workspace path, the last recorded ``read``/``write``/``edit`` that
             finished ``ok`` on it.
         waiting: calls whose permission request had no answer at the crash: they never ran.
+        replayed_whole: agents played back turn by turn (see the attribute).
         resumes: how many times the run was resumed before.
     """
 
@@ -99,6 +109,15 @@ class ResumeState:
     touched: dict[str, RecordedCall]
     waiting: set[str] = attrs.Factory(set)
     resumes: int = 0
+    unread_reports: set[str] = attrs.Factory(set)
+    """Background sub-agents whose report their parent had not read: run again, so that it
+    comes (:func:`_unread_reports`)."""
+    unread: dict[str, list[str]] = attrs.Factory(dict)
+    """Per agent, the messages other agents sent it that it had not read at the crash, as
+    its mailbox held them: delivered again once it goes on."""
+    replayed_whole: set[str] = attrs.Factory(set)
+    """Agents whose history the loop shaped beyond their turns (a compaction, a message
+    read): played back turn by turn, never restored at once (:meth:`Resumer.restore`)."""
 
     @property
     def cut_bytes(self) -> int:
@@ -160,14 +179,14 @@ def _load(
     events, last_seq, last_ts = _decode(data, keep, name, tree)
     if not events:
         raise TraceError(f"{name}: not a trace (no whole event line)")
-    runs = {e.run_id for e in events}
+    runs = {e["run_id"] for e in events}
     if len(runs) > 1:
         raise TraceError(f"{name} holds {len(runs)} runs ({', '.join(sorted(runs))}): "
                          "a resumed trace holds one run")
-    rec = Recording(source=name, run_id=events[0].run_id)
+    rec = Recording(source=name, run_id=events[0]["run_id"])
     try:
         _build(rec, events)
-    except (TypeError, AttributeError, ValueError) as exc:  # a field of the wrong type
+    except (TypeError, AttributeError, ValueError, KeyError) as exc:  # a field of the wrong type
         raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
     if rec.version is None:
         raise TraceError(f"{name}: no run_started: not the beginning of a run")
@@ -190,9 +209,11 @@ def _load(
         decided={},
         next_request=1,
         touched={},
-        resumes=sum(1 for e in events if e.type == "run_resumed"),
     )
-    _scan(state, events)
+    try:
+        _scan(state, events)
+    except (TypeError, AttributeError, ValueError, KeyError) as exc:
+        raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
     return state
 
 
@@ -209,54 +230,132 @@ def _refuse_live_writer(fd: int, name: str) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-class _Delta:
-    """A text or thinking delta as the recording reads it: the bulk of a trace, so it is not
-    built as an event (docs/resume.md; bench/bench_resume.py)."""
-
-    __slots__ = ("agent_id", "run_id", "seq", "text", "ts", "type")
-
-    def __init__(self, fields: dict[str, Any]) -> None:
-        self.type = fields["type"]
-        self.agent_id = fields["agent_id"]
-        self.text = fields["text"]
-        self.seq = fields["seq"]
-        self.ts = fields["ts"]
-        self.run_id = fields["run_id"]
-        if not (
-            self.text.__class__ is str
-            and self.seq.__class__ is int
-            and self.run_id.__class__ is str
-            and (self.ts.__class__ is float or self.ts.__class__ is int)
-        ):
-            raise EventDecodeError(f"{self.type}: a field has the wrong type")
-
-
 _DELTAS = (b'{"type":"text_delta",', b'{"type":"thinking_delta",')
-_COMMON = frozenset(("type", "seq", "ts", "run_id"))
-_stamp = object.__setattr__
+_FEW = 8
+"""Up to this many rebuilt agents, their deltas are found by a search for each id (in C);
+past it, each delta's id is read."""
 
 
-def _event(fields: dict[str, Any]) -> Event:
-    """The event of a decoded line: built with its class's own ``__init__`` (several times
-    cheaper than the converter on a trace of a million lines); a line that does not fit goes
-    through the converter, which names what is wrong."""
-    cls = EVENT_TYPES.get(fields.get("type", ""))
-    seq, ts, run_id = fields.get("seq"), fields.get("ts"), fields.get("run_id")
-    if cls is None or seq.__class__ is not int or run_id.__class__ is not str or not (
-        ts.__class__ is float or ts.__class__ is int
-    ):
-        return event_from_dict(fields)
+def _decode(
+    data: bytes, keep: int, name: str, tree: TraceTree | None
+) -> tuple[list[dict[str, Any]], int, float]:
+    """Every event the resume needs, each as its JSON object, the whole lines checked: no
+    corrupt line, no gap in ``seq``; each but the deltas also applied to *tree* (a view needs
+    no recorded text).
+
+    Deltas are the bulk of a trace and only the agents that are rebuilt need their text (the
+    ones running at the crash, the roots, the sub-agents of interrupted calls: a finished
+    call answers from the trace, bench/README.md, "Resume"). So every other line is decoded,
+    and its ``seq`` checked against its place: a missing line (a delta's too) shifts every
+    later place, and the last line's ``seq`` is read, so a gap anywhere is found; then the
+    deltas of the rebuilt agents are decoded. The text is split a few megabytes at a time:
+    a million lines at once cost more in memory than in work.
+
+    Returns:
+        The events in line order (without the deltas not needed), the last ``seq`` and the
+        last line's ``ts``.
+    """
+    loads = orjson.loads
+    apply = tree.apply_dict if tree is not None else None
+    blanks = 0
+    count = 0
+    others: list[dict[str, Any]] = []
+    for base, lines in _pieces(data, keep):
+        count += len(lines)
+        wanted = [not line.startswith(_DELTAS) for line in lines]
+        for index in itertools.compress(range(len(lines)), wanted):
+            line = lines[index]
+            if not line.strip():
+                blanks += 1
+                continue
+            fields = _decoded(line, base + index, name, apply, loads)
+            if fields["seq"] != base + index + 1 - blanks:
+                raise _gap(data, keep, name)
+            others.append(fields)
+    last_seq, last_ts = _last_seq_ts(data, keep)
+    if last_seq != count - blanks:
+        raise _gap(data, keep, name)
+    texts = _wanted_deltas(data, keep, name, _rebuilt_agents(others))
+    if not texts:
+        return others, last_seq, last_ts
+    # Both in the order of the file; a delta's seq is its place (checked above by the lines
+    # around it), so the two merge by seq.
+    return list(heapq.merge(others, texts, key=_seq)), last_seq, last_ts
+
+
+_PIECE = 1 << 23
+"""The bytes of trace split into lines at a time (about 30,000 lines)."""
+
+
+def _pieces(data: bytes, keep: int) -> Iterator[tuple[int, list[bytes]]]:
+    """The whole lines of ``data[:keep]`` (which ends with a newline) a piece at a time, each
+    with the index of its first line."""
+    start = base = 0
+    while start < keep:
+        end = data.rfind(b"\n", start, min(start + _PIECE, keep)) + 1
+        if end <= start:  # a line longer than a piece
+            end = data.find(b"\n", start + _PIECE - 1) + 1
+        lines = data[start:end].splitlines()
+        yield base, lines
+        base += len(lines)
+        start = end
+
+
+def _seq(fields: dict[str, Any]) -> int:
+    seq: int = fields["seq"]
+    return seq
+
+
+def _wanted_deltas(
+    data: bytes, keep: int, name: str, wanted: set[str]
+) -> list[dict[str, Any]]:
+    """The delta events of the *wanted* agents, in order."""
+    needles = [orjson.dumps(agent) for agent in wanted]
+    if len(wanted) <= _FEW and all(b"\\" not in n for n in needles):
+        # `"agent_id":"ID",` occurs in a line as that key only: a string value's quotes are
+        # escaped. So each id is searched for in the whole text (in C, where a loop over a
+        # million lines in Python costs a tenth of a second per id). An id that needs
+        # escaping itself is looked for the slow way, below.
+        found: set[int] = set()
+        for needle in needles:
+            found.update(_lines_with(data, keep, b'"agent_id":' + needle + b","))
+        return [
+            _delta_at(data, at, name) for at in sorted(found) if data.startswith(_DELTAS, at)
+        ]
+    keys = {n[1:-1] for n in needles}
+    out: list[dict[str, Any]] = []
+    for base, lines in _pieces(data, keep):
+        for index in itertools.compress(
+            range(len(lines)), [line.startswith(_DELTAS) for line in lines]
+        ):
+            line = lines[index]
+            agent = _delta_agent(line)
+            if agent is None or b"\\" in agent or agent in keys:  # an escaped id: decode it
+                out.append(_decoded(line, base + index, name, None, orjson.loads))
+    return out
+
+
+def _lines_with(data: bytes, keep: int, key: bytes) -> Iterator[int]:
+    """Where each line of ``data[:keep]`` holding *key* starts."""
+    at = data.find(key, 0, keep)
+    while at >= 0:
+        yield data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at, keep)
+        if end < 0:
+            return
+        at = data.find(key, end, keep)
+
+
+def _delta_at(data: bytes, start: int, name: str) -> dict[str, Any]:
+    """The delta line starting at *start* decoded; its line number is counted only for an
+    error."""
+    line = data[start : data.find(b"\n", start)]
     try:
-        event: Event = cls(**{k: v for k, v in fields.items() if k not in _COMMON})
-    except (TypeError, ValueError):
-        return event_from_dict(fields)
-    _stamp(event, "seq", seq)
-    _stamp(event, "ts", ts)
-    _stamp(event, "run_id", run_id)
-    return event
+        return _decoded(line, 0, name, None, orjson.loads)
+    except TraceError:
+        return _decoded(line, data.count(b"\n", 0, start), name, None, orjson.loads)
 
 
-_SEQ_AT = {prefix: len(prefix) + len(b'"seq":') for prefix in _DELTAS}
 _AGENT_KEY = b'"agent_id":"'
 
 
@@ -270,84 +369,57 @@ def _delta_agent(line: bytes) -> bytes | None:
     return line[start:end] if end > 0 else None
 
 
-def _decode(
-    data: bytes, keep: int, name: str, tree: TraceTree | None
-) -> tuple[list[Any], int, float]:
-    """Every event of the whole lines, checked: no corrupt line, no gap in ``seq``; each but
-    the deltas also applied to *tree* (a view needs no recorded text).
-
-    Deltas are the bulk of a trace and only the agents that are rebuilt need their text (the
-    ones running at the crash, the roots, the sub-agents of interrupted calls: a finished
-    call answers from the trace, bench/README.md, "Resume"). So a first pass decodes every
-    other line and only checks a delta's ``seq``; a second decodes the deltas of those agents
-    (as light stand-ins, :class:`_Delta`).
-
-    Returns:
-        The events in line order (without the deltas not needed), the last ``seq`` and the
-        last line's ``ts``.
-    """
-    lines = data[:keep].splitlines()
-    events: list[Any] = [None] * len(lines)
-    loads = orjson.loads
-    apply = tree.apply_dict if tree is not None else None
+def _gap(data: bytes, keep: int, name: str) -> TraceError:
+    """The error naming the first gap in ``seq`` (read line by line: only on a bad trace)."""
     last = 0
-    deltas: list[int] = []
-    text_at, thinking_at = _SEQ_AT[_DELTAS[0]], _SEQ_AT[_DELTAS[1]]
-    text_head, thinking_head = _DELTAS
-    for index, line in enumerate(lines):
-        # A delta's seq read in place (``{"type":"text_delta","seq":N,``): the hot loop of a
-        # resume, so inline; a line of another form is decoded below.
-        start = (
-            text_at if line.startswith(text_head)
-            else thinking_at if line.startswith(thinking_head) else 0
-        )
-        digits = line[start : line.find(b",", start)] if start else b""
-        if digits.isdigit():
-            seq = int(digits)
-            deltas.append(index)
-        else:
-            if not line.strip():
-                continue
-            event = _decoded(line, index, name, apply, loads)
-            events[index] = event
-            seq = event.seq
+    for index, line in enumerate(data[:keep].splitlines()):
+        if not line.strip():
+            continue
+        try:
+            seq = orjson.loads(line)["seq"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue
         if seq != last + 1:
-            raise TraceError(
+            return TraceError(
                 f"{name}:{index + 1}: seq goes from {last} to {seq}: events are missing, "
                 "so the run's state cannot be rebuilt"
             )
         last = seq
-    wanted = _rebuilt_agents(events)
-    for index in deltas:
-        line = lines[index]
-        agent = _delta_agent(line)
-        if agent is None or b"\\" in agent or agent in wanted:  # an escaped id: decode it
-            events[index] = _decoded(line, index, name, None, loads)
-    return [e for e in events if e is not None], last, _last_ts(lines)
+    return TraceError(f"{name}: seq does not go 1, 2, …: the run's state cannot be rebuilt")
 
 
-def _last_ts(lines: list[bytes]) -> float:
-    """The ``ts`` of the last event line (the gap of ``run_resumed`` is measured from it)."""
-    for line in reversed(lines):
-        if line.strip():
-            try:
-                ts = orjson.loads(line).get("ts")
-            except (orjson.JSONDecodeError, AttributeError):
-                return 0.0
-            return float(ts) if isinstance(ts, int | float) else 0.0
-    return 0.0
+def _last_seq_ts(data: bytes, keep: int) -> tuple[int, float]:
+    """The ``seq`` and ``ts`` of the last event line (the gap of ``run_resumed`` is measured
+    from it)."""
+    end = keep
+    while end > 0:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        line = data[start:end]
+        end = start
+        if not line.strip():
+            continue
+        try:
+            fields = orjson.loads(line)
+            seq, ts = fields.get("seq"), fields.get("ts")
+        except (orjson.JSONDecodeError, AttributeError):
+            return -1, 0.0
+        return (
+            seq if isinstance(seq, int) else -1,
+            float(ts) if isinstance(ts, int | float) else 0.0,
+        )
+    return 0, 0.0
 
 
-def _decoded(line: bytes, index: int, name: str, apply: Any, loads: Any) -> Any:
-    """One line decoded (and applied to the tree): its event, or a :class:`_Delta`."""
+def _decoded(line: bytes, index: int, name: str, apply: Any, loads: Any) -> dict[str, Any]:
+    """One line decoded, checked as an event of this version (and applied to the tree)."""
     try:
         fields = loads(line)
-        if line.startswith(_DELTAS):
-            return _Delta(fields)
-        event = _event(fields)
+        if fields.__class__ is not dict or not _plain_event(fields):
+            event_from_dict(fields)  # names what is wrong
+            raise EventDecodeError("not an event")
         if apply is not None:
             apply(fields)
-        return event
+        return fields
     except UnknownEventType as exc:
         raise TraceError(
             f"{name}:{index + 1}: event type {exc.type_name!r} is not one this version knows: "
@@ -359,59 +431,122 @@ def _decoded(line: bytes, index: int, name: str, apply: Any, loads: Any) -> Any:
         ) from None
 
 
-def _rebuilt_agents(events: list[Any]) -> set[bytes]:
-    """The ids (as bytes) of the agents a resume plays back: the roots, those not finished,
-    and those whose ``agent`` call did not finish."""
+def _plain_event(fields: dict[str, Any]) -> bool:
+    """Whether *fields* has a known type and the common fields of the right types (the
+    fields of each kind are read by the recording and the tree, which refuse a wrong one)."""
+    seq, ts, run_id = fields.get("seq"), fields.get("ts"), fields.get("run_id")
+    return (
+        fields.get("type") in EVENT_TYPES
+        and seq.__class__ is int
+        and run_id.__class__ is str
+        and (ts.__class__ is float or ts.__class__ is int)
+        and "agent_id" in fields
+    )
+
+
+def _rebuilt_agents(events: list[dict[str, Any]]) -> set[str]:
+    """The ids of the agents a resume plays back: the roots, those not finished, those whose
+    ``agent`` call did not finish, and the background sub-agents whose report their parent
+    had not read (:func:`_unread_reports`)."""
     finished: set[str] = set()
     open_calls: set[str] = set()
     parents: dict[str, str | None] = {}
+    unread = _unread_reports(events)
     for event in events:
-        if event is None:
-            continue
-        kind = event.type
+        kind = event["type"]
         if kind == "agent_started":
-            parents[event.agent_id] = event.parent_tool_use_id
+            parents[event["agent_id"]] = event["parent_tool_use_id"]
         elif kind == "agent_finished":
-            finished.add(event.agent_id)
-        elif kind == "tool_started" and event.name == "agent":
-            open_calls.add(event.tool_use_id)
+            finished.add(event["agent_id"])
+        elif kind == "tool_started" and event["name"] == "agent":
+            open_calls.add(event["tool_use_id"])
         elif kind == "tool_finished":
-            open_calls.discard(event.tool_use_id)
+            open_calls.discard(event["tool_use_id"])
     return {
-        agent.encode()
+        agent
         for agent, call in parents.items()
-        if call is None or agent not in finished or call in open_calls
+        if call is None or agent not in finished or call in open_calls or agent in unread
     }
 
 
-def _scan(state: ResumeState, events: Iterable[Event]) -> None:
+_REPORT_HEAD = "[background sub-agent "
+
+
+def _unread_reports(events: Iterable[dict[str, Any]]) -> set[str]:
+    """The background sub-agents whose report (docs/collaboration.md#background-sub-agents)
+    their parent had not read at the crash: those still running, and those that ended but
+    whose report was still in the mailbox."""
+    parent_of: dict[str, str] = {}
+    read: set[str] = set()
+    for event in events:
+        kind = event["type"]
+        if kind == "agent_started" and event.get("background"):
+            parent_of[event["agent_id"]] = event["parent_agent_id"]
+        elif kind == "user_message" and event["text"].startswith(_REPORT_HEAD):
+            child = event["text"][len(_REPORT_HEAD) :].split(" ", 1)[0]
+            if parent_of.get(child) == event["agent_id"]:
+                read.add(child)
+    return set(parent_of) - read
+
+
+def _scan(state: ResumeState, events: Iterable[dict[str, Any]]) -> None:
     """The ids, permission decisions and touched files of the recorded run."""
     rec = state.recording
     top = request = 0
+    sent_by: dict[str, RecordedCall] = {}
+    turns: dict[str, int] = {}
     for ev in events:
-        if isinstance(ev, AgentStarted):
-            state.agent_ids.setdefault(ev.parent_tool_use_id, []).append(ev.agent_id or "")
-            match = _AGENT_NUMBER.search(ev.agent_id or "")
+        kind = ev["type"]
+        if kind == "turn_finished":
+            turns[ev["agent_id"]] = turns.get(ev["agent_id"], 0) + 1
+            continue
+        if kind == "agent_started":
+            agent_id = ev["agent_id"] or ""
+            state.agent_ids.setdefault(ev["parent_tool_use_id"], []).append(agent_id)
+            match = _AGENT_NUMBER.search(agent_id)
             if match:
                 top = max(top, int(match.group(1)))
-        elif isinstance(ev, PermissionRequested | PermissionResolved):
-            match = _REQUEST_NUMBER.search(ev.request_id)
+        elif kind in ("permission_requested", "permission_resolved"):
+            match = _REQUEST_NUMBER.search(ev["request_id"])
             if match:
                 request = max(request, int(match.group(1)))
-            if isinstance(ev, PermissionResolved):
-                state.decided[ev.tool_use_id] = (ev.granted, ev.reason)
-                state.waiting.discard(ev.tool_use_id)
+            if kind == "permission_resolved":
+                state.decided[ev["tool_use_id"]] = (ev["granted"], ev["reason"])
+                state.waiting.discard(ev["tool_use_id"])
             else:
-                state.waiting.add(ev.tool_use_id)
-        elif ev.type == "tool_finished":
-            call = rec.calls.get(ev.tool_use_id)  # type: ignore[attr-defined]
+                state.waiting.add(ev["tool_use_id"])
+        elif kind == "tool_finished":
+            call = rec.calls.get(ev["tool_use_id"])
             if call is not None and call.status == "ok" and call.name in _FILE_TOOLS:
                 target = call.input.get("path")
                 if isinstance(target, str):
                     state.touched.pop(target, None)
                     state.touched[target] = call
+        elif kind == "run_resumed":
+            state.resumes += 1
+        elif kind in _SHAPED:
+            state.replayed_whole.add(ev["agent_id"])
+            if kind == "user_message":
+                waiting = state.unread.get(ev["agent_id"])
+                if waiting and ev["text"] in waiting:
+                    waiting.remove(ev["text"])
+        elif kind == "agent_message":
+            sender = ev["from_agent_id"]
+            text = f"[message from {_described(rec, sender)}]\n{ev['text']}"
+            state.unread.setdefault(ev["to_agent_id"], []).append(text)
+            call = _sending_call(rec, sender, turns.get(sender, 0))
+            if call is not None:
+                sent_by[text] = call
     state.next_agent = top + 1
     state.next_request = request + 1
+    # A message whose send_message call did not finish is not delivered again: the call
+    # runs again (it is read-only, so it sends it again) or the model reads it was cut.
+    state.unread = {
+        agent: kept for agent, texts in state.unread.items()
+        if agent in rec.agents and rec.agents[agent].status is None
+        and (kept := [t for t in texts if t not in sent_by or sent_by[t].status is not None])
+    }  # fmt: skip
+    state.unread_reports = _unread_reports(events)
     for call in rec.calls.values():
         if call.status == "denied":
             state.decided[call.id] = (False, (call.output or "").removeprefix(_DENIED))
@@ -419,7 +554,30 @@ def _scan(state: ResumeState, events: Iterable[Event]) -> None:
             state.decided[call.id] = (True, "decided before the resume")
 
 
+def _sending_call(rec: Recording, agent_id: str, turn: int) -> RecordedCall | None:
+    """The ``send_message`` call of *agent_id*'s turn *turn* that sent a message (its last
+    such call: a message goes out while its call runs, after the turn that asked for it)."""
+    agent = rec.agents.get(agent_id)
+    if agent is None or not 0 < turn <= len(agent.turns):
+        return None
+    sends = [c for c in agent.turns[turn - 1].calls if c.name == "send_message"]
+    return sends[-1] if sends else None
+
+
+def _described(rec: Recording, agent_id: str) -> str:
+    """*agent_id* as a message's header names its sender: with the description its
+    ``agent`` call gave it (runtime/core/_messaging.py)."""
+    agent = rec.agents.get(agent_id)
+    call = agent.parent_call if agent is not None else None
+    description = call.input.get("description") if call is not None else None
+    if isinstance(description, str) and description:
+        return f"{agent_id} ({description})"
+    return agent_id
+
+
 _FILE_TOOLS = ("read", "write", "edit")
+_SHAPED = ("context_compacted", "user_message")
+"""Events after which an agent's history holds more than its turns."""
 
 
 async def workspace_changes(
@@ -475,6 +633,12 @@ class Resumer(Replayer):
         super().__init__(state.recording, continue_with=live)
         self.state = state
         self.model = getattr(live, "model", None) or state.recording.config.get("model") or "?"
+        self._restored: dict[str, int] = {}
+        self.delivered = 0
+        """Messages the agents had not read at the crash, delivered again."""
+        self.delivery_failed: list[str] = []
+        """Agents whose mailbox was full when their unread messages came again."""
+        """Per agent, how many of its first turns :meth:`restore` gave it."""
         self.rerun: list[str] = []
         self.interrupted: list[str] = []
         for call in state.interrupted_calls():
@@ -521,6 +685,49 @@ class Resumer(Replayer):
         for _ in range(agents):
             self._run.scheduler.reserve_agent()
 
+    def restore(self, spec: AgentSpec, state: AgentState) -> None:
+        """Give an agent about to start its recorded turns, straight from the trace: its
+        history, turn count, tokens and cost as they were, without playing the turns back
+        through the loop (bench/README.md, "Resume"). What is restored is the longest run of
+        first turns whose calls all finished; the rest (a turn with an interrupted call, or a
+        last turn without calls, whose end the loop decides) is played back. An agent whose
+        history the loop shaped beyond its turns (a compaction, a message it read) is played
+        back whole.
+
+        Called by the agent's supervisor before the agent starts (RunContext.restore)."""
+        rec = self.recording.agents.get(spec.agent_id)
+        if rec is None or rec.id in self.state.replayed_whole:
+            return
+        turns = _restorable(rec, self.state.unread_reports)
+        if not turns:
+            return
+        assert self._run is not None
+        run = self._run
+        model = spec.agent_type.model or run.settings.model
+        tokens = tool_calls = 0
+        usd: float | None = 0.0
+        for turn in turns:
+            state.messages.extend(_turn_messages(turn))
+            tokens += turn.input_tokens + turn.output_tokens
+            tool_calls += len(turn.calls)
+            usd = add_costs(usd, run.settings.prices.cost(
+                model, turn.input_tokens, turn.output_tokens,
+                cache_read_tokens=turn.cache_read_tokens,
+                cache_write_tokens=turn.cache_write_tokens,
+            ))  # fmt: skip
+            for call in turn.calls:
+                run.scheduler.claim_tool_use_id(call.id)
+                if call.name == "agent" and call.child is not None:
+                    self.skip_subtree(call)
+        state.turns = len(turns)
+        state.input_tokens = sum(t.input_tokens for t in turns)
+        state.output_tokens = sum(t.output_tokens for t in turns)
+        state.cost_usd = usd
+        state.continue_reason = "tool_use"
+        run.budget.add_recorded(spec.agent_id, tokens=tokens, tool_calls=tool_calls,
+                                usd=usd or 0.0)  # fmt: skip
+        self._restored[spec.agent_id] = len(turns)
+
     # -- matching: by id (a resumed run reuses its recorded agent ids) ----------------------
 
     def _agent_started(self, event: Any) -> None:
@@ -534,8 +741,9 @@ class Resumer(Replayer):
             owner = self._agents.get(event.parent_agent_id)
             path = (owner.path if owner is not None else "?") + " \u203a " + event.name
         self._agents[event.agent_id] = _Live(
-            rec=rec, path=path, parent_tool_use_id=parent, live=rec is None
-        )
+            rec=rec, path=path, parent_tool_use_id=parent, live=rec is None,
+            turns=self._restored.get(event.agent_id, 0),
+        )  # fmt: skip
         if rec is not None:
             self._matched.add(rec.id)
 
@@ -562,6 +770,38 @@ class Resumer(Replayer):
             input_tokens=turn.input_tokens,
             output_tokens=turn.output_tokens,
         )
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
+        """As :meth:`Replayer.stream`; the messages the agent had not read at the crash go
+        into its mailbox again when it reaches its last recorded turn (or its first live one),
+        so it reads them at its next step, after the turns that came before them.
+
+        Cancellation: as :meth:`Replayer.stream`.
+        """
+        if self.state.unread:
+            self._deliver_unread(request.agent_id)
+        async for item in super().stream(request):
+            yield item
+
+    def _deliver_unread(self, agent_id: str) -> None:
+        live = self._agents.get(agent_id)
+        if agent_id not in self.state.unread or live is None or live.rec is None:
+            return
+        if live.turns < len(live.rec.turns) - 1:
+            return
+        assert self._run is not None
+        inbox = self._run.scheduler.inbox(agent_id)
+        if inbox is None:
+            return
+        for text in self.state.unread.pop(agent_id):
+            try:
+                inbox.send_nowait(text)
+            except (trio.WouldBlock, trio.ClosedResourceError):
+                # It held them at the crash (a mailbox is bounded), so they fit; a full
+                # mailbox now has newer messages first.
+                self.delivery_failed.append(agent_id)
+                return
+            self.delivered += 1
 
     async def _report(self, agent_id: str) -> None:
         """Divergences of a resume are kept in :attr:`divergences`, never emitted: the
@@ -590,6 +830,8 @@ class Resumer(Replayer):
             return not self._ended_as_recorded(fields.target)
         if kind == "run_started":
             return False
+        if kind == "user_message":
+            return True  # nothing recorded is delivered again: every one is new
         if fields.agent_id is None:
             return True
         live = self._agents.get(fields.agent_id)
@@ -607,6 +849,39 @@ class Resumer(Replayer):
         return call.status is not None
 
 
+def _restorable(agent: RecordedAgent, rerun_children: set[str]) -> list[RecordedTurn]:
+    """The first turns of *agent* that :meth:`Resumer.restore` can give it: each asked for
+    calls, and every one of them is in the trace and finished. Its last such turn is followed
+    by another model turn, whatever the loop would check. A turn that started a background
+    sub-agent of *rerun_children* is played back: its call runs again, and starts it."""
+    out: list[RecordedTurn] = []
+    for turn in agent.turns:
+        if not turn.calls or any(c.status is None for c in turn.calls):
+            break
+        if any(c.child is not None and c.child.id in rerun_children for c in turn.calls):
+            break
+        if turn.call_ids is not None and len(turn.call_ids) != len(turn.calls):
+            break  # calls the crash came before never started: the turn is played back
+        out.append(turn)
+    return out
+
+
+def _turn_messages(turn: RecordedTurn) -> tuple[Message, Message]:
+    """A recorded turn as the loop puts it in the history: the reply (thinking, text, the
+    calls in the model's order), then the calls' results."""
+    content: list[Block] = []
+    if turn.thinking:
+        content.append(ThinkingBlock(text=turn.thinking))
+    if turn.text:
+        content.append(TextBlock(text=turn.text))
+    content.extend(ToolUseBlock(id=c.id, name=c.name, input=dict(c.input)) for c in turn.calls)
+    results = tuple(
+        ToolResultBlock(tool_use_id=c.id, content=c.output or "", is_error=c.status != "ok")
+        for c in turn.calls
+    )
+    return Message(role="assistant", content=tuple(content)), Message(role="user", content=results)
+
+
 class _ResumedTool(_MockTool):
     """A tool of a resumed run: recorded calls answer with their recorded results, live calls
     run, an interrupted call runs again only when the tool is read-only or idempotent."""
@@ -620,6 +895,13 @@ class _ResumedTool(_MockTool):
         Cancellation: a checkpoint; a re-run call as its tool.
         """
         rec = self.replayer.recorded_call(ctx.tool_use_id)
+        if (
+            rec is not None and rec.child is not None and self.real is not None
+            and rec.child.id in self.replayer.state.unread_reports
+        ):
+            # A background sub-agent whose report was not read: started again, it goes on
+            # (or plays back to its recorded end) and its report comes as it would have.
+            return await self.real.call(args, ctx)
         if rec is not None and rec.status is None:
             if self.real is not None and (rec.id in self.replayer.rerun or rec.name == "agent"):
                 # An interrupted `agent` call runs again: its sub-agent is rebuilt and goes on.

@@ -422,6 +422,8 @@ def plan_run(config: RunConfig) -> RunPlan:
 
         tool_map["skill"] = SkillTool(project.skills)
     types = _agent_types(config, scen_types, tool_map, has_mcp=servers is not None)
+    if resume is not None:
+        types = _resumed_locally(types)
     # The process's environment (the default) is copied only for the parts that read it.
     given_env = None if config.env is None else dict(config.env)
 
@@ -459,6 +461,17 @@ def plan_run(config: RunConfig) -> RunPlan:
         prices=prices,
         hooks=_hooks(config.hooks),
         resume=resume,
+    )
+
+
+def _resumed_locally(types: AgentTypes) -> AgentTypes:
+    """*types* with every one placed on Ray run in this process (docs/resume.md, "Ray"): its
+    recorded turns come from the trace, which a host would ask its provider for again, and
+    what goes on live runs as any local sub-agent (agent ids a host gave keep their form)."""
+    if all(t.placement == "local" for t in types.values()):
+        return types
+    return AgentTypes(
+        t if t.placement == "local" else attrs.evolve(t, placement="local") for t in types.values()
     )
 
 
@@ -636,7 +649,7 @@ async def open_run(config: RunConfig) -> AsyncGenerator[Runtime, None]:
             bus.add_tap(config.on_event)
         run = _run_context(plan, services, bus)
         if resumer is not None:
-            _resume_run(run, resumer)
+            run = _resume_run(run, resumer)
         if services.mcp is not None:
             services.mcp.bind(run)  # the servers' sampling and questions go to this run
         started = _run_config_event(plan, services, run)
@@ -714,22 +727,20 @@ def _resumed_services(state: ResumeState, services: _Services) -> tuple[_Service
     provider and the tools (docs/resume.md)."""
     from runtime.replay import Resumer
 
-    if services.placements:
-        raise ConfigError(
-            f"{state.path}: a run with agent types placed on Ray cannot be resumed (a Ray host "
-            "would ask the recorded turns again; docs/resume.md)"
-        )
     resumer = Resumer(state, live=services.provider, tools=services.tools)
     tools = {t.name: t for t in resumer.resume_tools(services.tools.values())}
     return attrs.evolve(services, provider=resumer, tools=tools), resumer
 
 
-def _resume_run(run: RunContext, resumer: Resumer) -> None:
-    """Agents get their recorded ids again and calls their recorded permission decisions."""
+def _resume_run(run: RunContext, resumer: Resumer) -> RunContext:
+    """*run* resumed: agents get their recorded ids again, calls their recorded permission
+    decisions, and agents start from their recorded turns."""
     state = resumer.state
     run.scheduler.reuse_agent_ids(state.agent_ids, state.next_agent)
     run.broker.resume_from(state.decided, state.next_request)
+    run = attrs.evolve(run, restore=resumer.restore)
     resumer.bind(run)
+    return run
 
 
 def _run_resumed(plan: RunPlan, resumer: Resumer, config: dict[str, Any]) -> RunResumed:
