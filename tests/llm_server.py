@@ -19,6 +19,7 @@ the client-side helpers at the end consume a provider the way the agent loop doe
 from __future__ import annotations
 
 import http
+import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import aclosing
@@ -146,20 +147,28 @@ class LLMServer:
         # requests arrive in any order. Returning None falls back to the queue.
         self.route: Callable[[RecordedRequest], Reply | None] | None = None
         self._changed = trio.Event()
+        self.tls = False
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def push(self, *replies: Reply) -> None:
         self.replies.extend(replies)
 
     async def serve(
-        self, *, task_status: trio.TaskStatus[LLMServer] = trio.TASK_STATUS_IGNORED
+        self,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        task_status: trio.TaskStatus[LLMServer] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Listen on 127.0.0.1, a free port, until cancelled."""
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
+        """Listen on 127.0.0.1, a free port, until cancelled (over TLS with ``ssl_context``)."""
+        tcp = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = tcp[0].socket.getsockname()[1]
+        listeners: list[Any] = list(tcp)
+        if ssl_context is not None:
+            self.tls = True
+            listeners = [trio.SSLListener(listener, ssl_context) for listener in tcp]
         async with trio.open_nursery() as nursery:
             task_status.started(self)
             await trio.serve_listeners(self._serve_connection, listeners, handler_nursery=nursery)

@@ -46,7 +46,7 @@ from runtime.core._provider import (
 )
 from runtime.providers import OpenAIProvider, RetryPolicy
 from runtime.providers._http import CUT_TOOL_CALL
-from runtime.providers._pool import PoolLimits, make_client
+from runtime.providers._pool import PoolLimits, make_client, reads_by_deadline
 
 KEY = "sk-test-0penai-DO-NOT-LEAK-1234567890abcdef"
 
@@ -609,14 +609,24 @@ async def test_reply_that_is_not_an_event_stream_fails_at_once(
     assert len(server.requests) == 1
 
 
+def _client(kind: str, timeout: httpx.Timeout, base_url: str) -> httpx.AsyncClient:
+    """httpx's own client, or the runtime's (whose pool bounds each read by the deadline)."""
+    if kind == "httpx":
+        return httpx.AsyncClient(timeout=timeout)
+    return make_client(PoolLimits(), timeout, base_url)
+
+
+@pytest.mark.parametrize("kind", ["httpx", "runtime"])
 async def test_call_deadline_bounds_a_stalled_stream(
-    autojump_clock: trio.testing.MockClock, server: LLMServer
+    autojump_clock: trio.testing.MockClock, server: LLMServer, kind: str
 ) -> None:
     server.push(
         Reply.stream([openai_chunk({"content": "thinking about it"}), Piece(b"", delay_s=100)])
     )
-    async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=120)) as client:
-        provider = OpenAIProvider(client=client, base_url=server.url + "/v1", call_deadline_s=30)
+    url = server.url + "/v1"
+    async with _client(kind, httpx.Timeout(10, read=120), url) as client:
+        assert reads_by_deadline(client) == (kind == "runtime")
+        provider = OpenAIProvider(client=client, base_url=url, call_deadline_s=30)
         start = trio.current_time()
         items, error = await collect_until_error(provider, make_request())
 
@@ -625,12 +635,14 @@ async def test_call_deadline_bounds_a_stalled_stream(
     assert str(error) == "openai: no complete reply within the call deadline of 30 s"
 
 
+@pytest.mark.parametrize("kind", ["httpx", "runtime"])
 async def test_read_timeout_mid_stream_fails_clearly(
-    autojump_clock: trio.testing.MockClock, server: LLMServer
+    autojump_clock: trio.testing.MockClock, server: LLMServer, kind: str
 ) -> None:
     server.push(Reply.stream([openai_chunk({"content": "so"}), Piece(b"", delay_s=100)]))
-    async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=20)) as client:
-        provider = OpenAIProvider(client=client, base_url=server.url + "/v1")
+    url = server.url + "/v1"
+    async with _client(kind, httpx.Timeout(10, read=20), url) as client:
+        provider = OpenAIProvider(client=client, base_url=url)
         start = trio.current_time()
         items, error = await collect_until_error(provider, make_request())
 

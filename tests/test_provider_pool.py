@@ -3,6 +3,10 @@ on calls in flight and the concurrency defaults, against the loopback LLM server
 
 from __future__ import annotations
 
+import functools
+import shutil
+import ssl
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -24,7 +28,7 @@ from llm_server import (
 from runtime import Limits, open_runtime
 from runtime.core._errors import ConfigError
 from runtime.core._provider import TextChunk
-from runtime.providers import open_provider
+from runtime.providers import _pool, open_provider
 from runtime.providers._pool import PoolLimits
 
 
@@ -129,6 +133,39 @@ async def test_max_concurrent_bounds_the_calls_in_flight(server: LLMServer) -> N
     assert arrivals[2] - arrivals[0] < 0.4
     assert arrivals[3] - arrivals[0] >= 0.45
     assert server.connections <= 3
+
+
+def _self_signed(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A certificate for 127.0.0.1: the server's context, and a client's that trusts it."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(  # a fixed command of ours
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    return served, ssl.create_default_context(cafile=str(cert))
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl for a certificate")
+async def test_calls_over_tls_stream_and_reuse_their_connection(
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's own sockets speak TLS (start_tls) and answer httpcore's liveness checks."""
+    served, trusting = _self_signed(tmp_path)
+    server = LLMServer()
+    await nursery.start(functools.partial(server.serve, ssl_context=served))
+    monkeypatch.setattr(_pool, "shared_ssl_context", lambda: trusting)
+    server.push(Reply.stream(openai_text_stream(["se", "cure"])), Reply.stream(openai_text_stream(["again"])))
+    with trio.fail_after(20):
+        async with open_provider("openai", env=_env(server)) as provider:
+            first = await collect(provider, make_request())
+            second = await collect(provider, make_request())
+    assert [i.text for i in first if isinstance(i, TextChunk)] == ["se", "cure"]
+    assert [i.text for i in second if isinstance(i, TextChunk)] == ["again"]
+    assert server.connections == 1
 
 
 async def test_a_client_of_your_own_carries_the_calls_and_stays_open(server: LLMServer) -> None:

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from runtime import ConfigError, open_runtime
-from runtime.providers import EndpointLimiter, RateLimit, check_rate_limits
+from runtime.providers import EndpointLimiter, RateLimit, check_rate_limits, open_provider
 from runtime.providers._ratelimit import MAX_PAUSE_S, _reset_s, endpoint_label
 
 
@@ -103,6 +103,44 @@ async def test_until_the_limits_are_known_one_call_goes_alone(
     t0 = order[0][1]
     assert [(n, round(t - t0, 3)) for n, t in order] == [("a", 0), ("b", 0.1), ("c", 0.2)]
     assert limiter.rates() == {"requests": 10.0}
+
+
+async def _first_calls_admitted_at_once(limiter: EndpointLimiter) -> int:
+    """How many of three first calls, asked together, go before any reply is read."""
+    tickets = [limiter.ask(0, asked_at=trio.current_time()) for _ in range(3)]
+    async with trio.open_nursery() as nursery:
+        for ticket in tickets:
+            nursery.start_soon(limiter.wait, ticket)
+        await trio.testing.wait_all_tasks_blocked()
+        admitted = limiter.in_flight
+        nursery.cancel_scope.cancel(reason="counted")
+    return admitted
+
+
+async def test_an_endpoint_not_probed_first_admits_its_first_calls_at_once() -> None:
+    assert await _first_calls_admitted_at_once(EndpointLimiter("http://x/v1")) == 1
+    optimistic = EndpointLimiter("http://x/v1", probe_first=False)
+    assert await _first_calls_admitted_at_once(optimistic) == 3
+    # A refusal still pauses every call and sets a pace (docs/rate-limits.md).
+    probe = optimistic.ask(0, asked_at=trio.current_time())
+    assert optimistic.refused(probe, 429, 1.0) >= 1.0
+    optimistic.done(probe)
+    assert 0 < optimistic.rates()["requests"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("base_url", "alone"),
+    [("http://127.0.0.1:9/v1", False), ("http://localhost:9/v1", False),
+     ("https://api.example.com/v1", True)],
+)
+async def test_only_a_server_on_this_machine_skips_the_first_lone_call(
+    base_url: str, alone: bool
+) -> None:
+    env = {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "k"}
+    async with open_provider("openai", env=env) as provider:  # no call: nothing connects
+        limiter = provider.limiter
+        assert limiter is not None
+        assert await _first_calls_admitted_at_once(limiter) == (1 if alone else 3)
 
 
 async def test_a_server_without_rate_limit_headers_is_not_limited(

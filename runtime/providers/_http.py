@@ -44,6 +44,7 @@ from runtime.core import (
     parse_overflow,
 )
 
+from ._pool import DEADLINE, DeadlinePassed, reads_by_deadline
 from ._ratelimit import EndpointLimiter, Ticket
 from ._scripted import estimate_input_tokens
 
@@ -227,8 +228,10 @@ async def open_event_stream(
     :class:`~runtime.ProviderError` (any other status, a reply that is not an event stream),
     with the server's own message and never a secret.
 
-    The deadline is applied to each network read (a cancel scope per read, not per event, so
-    it costs nothing per event and is never open across a ``yield``).
+    The deadline is applied to each network read (a cancel scope per read, never open across a
+    ``yield``): by the pool itself for a client of :func:`~runtime.providers._pool.make_client`
+    (the request's ``DEADLINE`` extension, one scope with the read timeout), else by a scope
+    of its own around each read.
 
     With the call's ``admission`` (its endpoint's limiter and the try's admitted ticket,
     docs/rate-limits.md), every reply's headers are read into the limiter, and a refusal (429,
@@ -243,6 +246,7 @@ async def open_event_stream(
         url,
         headers={**headers, "accept": "text/event-stream", "cache-control": "no-store"},
         content=body,
+        extensions={DEADLINE: deadline},
     )
     limiter = admission.limiter if admission is not None else None
     ticket = admission.ticket if admission is not None else None
@@ -265,7 +269,9 @@ async def open_event_stream(
                 raise
             finally:
                 await response.aclose()
-        chunks = _DeadlineStream(cast(httpx.AsyncByteStream, response.stream), deadline)
+        chunks = cast(httpx.AsyncByteStream, response.stream)
+        if not reads_by_deadline(client):  # the pool does not bound each read by the deadline
+            chunks = _DeadlineStream(chunks, deadline)
         if response.headers.get("content-encoding", "identity") in ("identity", ""):
             events = parse_events(response.headers, chunks)
         else:
@@ -289,6 +295,8 @@ async def open_event_stream(
         raise ProviderError(
             secrets.text(f"{provider}: the reply is not an event stream: {exc}")
         ) from exc
+    except DeadlinePassed as exc:
+        raise DeadlineExceeded("the call deadline passed") from exc
     except httpx.TimeoutException as exc:
         kind = type(exc).__name__
         raise TransientError(f"{provider}: {_TIMEOUTS.get(kind, 'timed out')} ({kind})") from exc

@@ -11,6 +11,10 @@ A run talks to each model endpoint (a base URL and a key) through one provider, 
   are in bench/README.md, "HTTP fan-out");
 * **no cookie jar** (a model API sets none, and httpx parses every response for them) and **one
   SSL context per process**, not one per client;
+* **one cancel scope per network read**, bounding it by the read timeout and the call's
+  deadline at once (:data:`DEADLINE`), where httpcore's own streams open one for the timeout and
+  the provider another for the deadline, around every event of a reply (bench/README.md,
+  "HTTP fan-out");
 * **a bound on model calls in flight**, by default the pool's size, so a call never queues
   inside the pool; ``max_concurrent`` lowers it. The endpoint's limiter
   (``runtime/providers/_ratelimit.py``) holds it, with the endpoint's rate limits.
@@ -23,9 +27,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import ssl
 import urllib.request
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Final
 
 import attrs
@@ -39,6 +45,24 @@ from runtime.core import ConfigError
 # DEFAULT_CONNECTION_LIMITS), well under the usual 1,024 open files less what a run needs besides.
 DEFAULT_MAX_CONNECTIONS: Final = 1000
 _CLOSE_S: Final = 5.0
+
+DEADLINE: Final = "trio_agents.deadline"
+"""The request extension that carries a call's deadline (a :func:`trio.current_time` value) to
+the pool: every read of the reply ends by then (:class:`DeadlinePassed`)."""
+
+# The clients whose pool reads by DEADLINE (see reads_by_deadline).
+_BOUNDED: weakref.WeakSet[httpx.AsyncClient] = weakref.WeakSet()
+
+
+class DeadlinePassed(Exception):
+    """A read of a reply reached its call's deadline (:data:`DEADLINE`)."""
+
+
+def reads_by_deadline(client: httpx.AsyncClient) -> bool:
+    """Whether every read of *client*'s replies ends by the request's :data:`DEADLINE`, so the
+    caller need not bound the reads itself (a client of :func:`make_client` over its own
+    pool; not a caller's client, nor httpx's pool for a proxy or HTTP/2)."""
+    return client in _BOUNDED
 
 
 def _positive(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -112,6 +136,7 @@ def make_client(limits: PoolLimits, timeouts: httpx.Timeout, base_url: str) -> h
         # httpx maps httpcore's errors and streams in this transport; only its pool is ours.
         transport._pool = _StackPool(limits, verify)  # type: ignore[assignment]
         client = httpx.AsyncClient(timeout=timeouts, transport=transport, trust_env=False)
+        _BOUNDED.add(client)
     # Set in place: httpx copies a jar it is given into a plain one.
     client._cookies = _NoCookies()
     return client
@@ -144,7 +169,7 @@ class _StackPool:
         self._ssl = ssl_context
         self._keep = limits.max_keepalive or limits.max_connections
         self._permits = trio.Semaphore(limits.max_connections)
-        self._idle: dict[tuple[bytes, bytes, int], list[httpcore.AsyncHTTPConnection]] = {}
+        self._idle: dict[tuple[bytes, bytes, int], list[_Conn]] = {}
         self.opened = 0
         """Connections made since the pool was (for tests and the bench)."""
 
@@ -159,7 +184,8 @@ class _StackPool:
         sent = False
         try:
             conn = await self._take(request.url.origin)
-            response = await conn.handle_async_request(request)
+            conn.backend.deadline = request.extensions.get(DEADLINE, math.inf)
+            response = await conn.http.handle_async_request(request)
             sent = True
         finally:
             if not sent:  # a failure or a cancel (any exception): the permit goes back
@@ -171,22 +197,28 @@ class _StackPool:
             extensions=response.extensions,
         )
 
-    async def _take(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection:
+    async def _take(self, origin: httpcore.Origin) -> _Conn:
         idle = self._idle.get(_key(origin))
         while idle:
             conn = idle.pop()
-            if conn.is_idle() and not conn.has_expired():
+            if conn.http.is_idle() and not conn.http.has_expired():
                 return conn
             await _close(conn)
         self.opened += 1
-        return httpcore.AsyncHTTPConnection(
-            origin, ssl_context=self._ssl, keepalive_expiry=self._limits.keepalive_expiry_s
+        backend = _Backend()
+        http = httpcore.AsyncHTTPConnection(
+            origin,
+            ssl_context=self._ssl,
+            keepalive_expiry=self._limits.keepalive_expiry_s,
+            network_backend=backend,
         )
+        return _Conn(http, backend)
 
-    async def give_back(self, conn: httpcore.AsyncHTTPConnection, origin: httpcore.Origin) -> None:
+    async def give_back(self, conn: _Conn, origin: httpcore.Origin) -> None:
         """Put ``conn`` back once its reply is closed; called once per request."""
         try:
-            if not conn.is_idle():  # closed, or left before the reply's end: not reusable
+            conn.backend.deadline = math.inf
+            if not conn.http.is_idle():  # closed, or left before the reply's end: not reusable
                 await _close(conn)
                 return
             idle = self._idle.setdefault(_key(origin), [])
@@ -194,7 +226,7 @@ class _StackPool:
                 await _close(conn)
                 return
             idle.append(conn)
-            if len(idle) > 1 and idle[0].has_expired():  # one check per release: the oldest
+            if len(idle) > 1 and idle[0].http.has_expired():  # one check per release: the oldest
                 await _close(idle.pop(0))
         finally:
             self._permits.release()
@@ -217,10 +249,122 @@ def _key(origin: httpcore.Origin) -> tuple[bytes, bytes, int]:
     return (origin.scheme, origin.host, origin.port)  # httpcore's Origin is not hashable
 
 
-async def _close(conn: httpcore.AsyncHTTPConnection) -> None:
+async def _close(conn: _Conn) -> None:
     # Closing a socket does not block; bounded all the same, and done even when cancelled.
     with trio.move_on_after(_CLOSE_S, shield=True):
-        await conn.aclose()
+        await conn.http.aclose()
+
+
+@attrs.define(eq=False)
+class _Conn:
+    """A pooled connection and the backend its socket came from (which holds its deadline)."""
+
+    http: httpcore.AsyncHTTPConnection
+    backend: _Backend
+
+
+class _Backend(httpcore.AsyncNetworkBackend):
+    """Opens one connection's socket as httpcore's trio backend does; each read on it also ends
+    at the deadline of the call it carries (:data:`DEADLINE`, set by the pool per request)."""
+
+    def __init__(self) -> None:
+        self.deadline = math.inf
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            with trio.fail_after(math.inf if timeout is None else timeout):
+                stream = await trio.open_tcp_stream(host, port, local_address=local_address)
+        except trio.TooSlowError as exc:
+            raise httpcore.ConnectTimeout(exc) from exc
+        except (trio.BrokenResourceError, OSError) as exc:
+            raise httpcore.ConnectError(exc) from exc
+        for option in socket_options or ():
+            stream.setsockopt(*option)
+        return _Stream(stream, self)
+
+    async def sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+
+
+class _Stream(httpcore.AsyncNetworkStream):
+    """A connection's socket (or TLS over it) for httpcore, as its trio stream but that a read
+    has one cancel scope for its timeout and the call's deadline, and errors are mapped by
+    ``except``, not a context manager per read. (The ``timeout`` parameters are httpcore's
+    interface, ASYNC109's exception.)"""
+
+    def __init__(self, stream: trio.SocketStream | trio.SSLStream[Any], owner: _Backend) -> None:
+        self._stream = stream
+        self._owner = owner
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        deadline = self._owner.deadline
+        at = deadline if timeout is None else min(deadline, trio.current_time() + timeout)
+        try:
+            with trio.move_on_at(at):
+                return bytes(await self._stream.receive_some(max_bytes))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise httpcore.ReadError(exc) from exc
+        if at >= deadline:
+            raise DeadlinePassed("the call deadline passed")
+        raise httpcore.ReadTimeout("timed out")
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        if not buffer:
+            return
+        try:
+            with trio.fail_after(math.inf if timeout is None else timeout):
+                await self._stream.send_all(buffer)
+        except trio.TooSlowError as exc:
+            raise httpcore.WriteTimeout(exc) from exc
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise httpcore.WriteError(exc) from exc
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+    ) -> httpcore.AsyncNetworkStream:
+        tls = trio.SSLStream(
+            self._stream, ssl_context, server_hostname=server_hostname, https_compatible=True
+        )
+        try:
+            with trio.fail_after(math.inf if timeout is None else timeout):
+                await tls.do_handshake()
+        except trio.TooSlowError as exc:
+            await self.aclose()
+            raise httpcore.ConnectTimeout(exc) from exc
+        except trio.BrokenResourceError as exc:
+            await self.aclose()
+            raise httpcore.ConnectError(exc) from exc
+        return _Stream(tls, self._owner)
+
+    def get_extra_info(self, info: str) -> Any:
+        stream: Any = self._stream
+        if info == "ssl_object":
+            return stream._ssl_object if isinstance(stream, trio.SSLStream) else None
+        while isinstance(stream, trio.SSLStream):
+            stream = stream.transport_stream
+        sock = stream.socket
+        if info == "socket":
+            return sock
+        if info == "is_readable":
+            return sock.is_readable()
+        if info == "client_addr":
+            return sock.getsockname()
+        if info == "server_addr":
+            return sock.getpeername()
+        return None
 
 
 class _Returning:
@@ -230,12 +374,12 @@ class _Returning:
         self,
         stream: Any,
         pool: _StackPool,
-        conn: httpcore.AsyncHTTPConnection,
+        conn: _Conn,
         origin: httpcore.Origin,
     ) -> None:
         self._stream = stream
         self._pool = pool
-        self._conn: httpcore.AsyncHTTPConnection | None = conn
+        self._conn: _Conn | None = conn
         self._origin = origin
 
     def __aiter__(self) -> AsyncIterator[bytes]:

@@ -24,7 +24,9 @@ endpoint (a base URL and a key). It holds:
 Until an endpoint's limits are known (configured, or read from a reply), one call goes out
 alone, and the others wait for its reply's headers: a fan-out's first wave then goes at the
 rate the server states instead of meeting a wall of 429s. A server that sends no rate-limit
-headers is not limited until it refuses a call.
+headers is not limited until it refuses a call. An endpoint made with ``probe_first=False``
+(the factory's choice for a server on this machine) skips that first lone call: its calls go
+at once and the first refusal sets the pace.
 
 Nonsense from a server (a negative remaining count, a reset in the past, a ``Retry-After`` of
 days) is clamped and logged once per endpoint and header; no wait is longer than
@@ -219,6 +221,9 @@ class EndpointLimiter:
         label: the endpoint in logs (:func:`endpoint_label`).
         limit: the configured limits, if any.
         max_concurrent: calls in flight at once (the pool's size unless *limit* says less).
+        probe_first: with no limit configured, the first call goes alone and the others
+            wait for its reply's headers; ``False`` admits them at once, on the way the
+            limits are learned otherwise (the headers of every reply, the first refusal).
     """
 
     def __init__(
@@ -227,6 +232,7 @@ class EndpointLimiter:
         *,
         limit: RateLimit | None = None,
         max_concurrent: int = 1000,
+        probe_first: bool = True,
         log: Any = _log,
         rng: random.Random | None = None,
     ) -> None:
@@ -241,7 +247,7 @@ class EndpointLimiter:
             self._buckets["requests"] = _Bucket.full(self.limit.rpm / 60, now)
         if self.limit.tpm:
             self._buckets["tokens"] = _Bucket.full(self.limit.tpm / 60, now)
-        self._known = bool(self._buckets)
+        self._known = bool(self._buckets) or not probe_first
         self._queue: list[Ticket] = []
         self._order = itertools.count()
         self._in_flight = 0
