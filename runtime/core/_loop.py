@@ -358,11 +358,17 @@ async def _loop(
 ) -> tuple[AgentStatus, str | None, str | None]:
     """The agent's turns; the background sub-agents it may start run in its actor's nursery
     (docs/collaboration.md#background-sub-agents), which waits for them."""
+    cut = _Cut()
     if ctx.nursery is None:
-        return await _turns(run, spec, state, ctx, log, None)
+        with cut.scope:
+            return await _turns(run, spec, state, ctx, log, None, cut)
+        return cut.stopped(ctx)  # reached only when a stop cut a reply short
     background = BackgroundChildren(run, ctx.nursery, ctx.mailbox)
     try:
-        ended = await _turns(run, spec, state, ctx, log, background)
+        with cut.scope:
+            ended = await _turns(run, spec, state, ctx, log, background, cut)
+        if cut.scope.cancelled_caught:
+            ended = cut.stopped(ctx)
     except Exception:
         background.end(f"its parent agent {spec.agent_id} failed")
         raise
@@ -371,6 +377,28 @@ async def _loop(
     else:
         background.end(f"its parent agent {spec.agent_id} ended ({ended[0]})")
     return ended
+
+
+class _Cut:
+    """An agent's one cancel scope for a graceful stop's cut of its streaming reply
+    (docs/collaboration.md#stop), and the text of its last whole turn.
+
+    :func:`_loop` enters the scope once around all the agent's turns; the scheduler cancels it
+    only while a reply streams (:meth:`Scheduler.streaming`), and the cancel ends the agent,
+    so one scope serves every turn (a scope per turn was a measurable share of a fan-out:
+    bench/README.md, "The tenth session: fan-out won back").
+    """
+
+    __slots__ = ("scope", "text")
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.text = ""
+
+    def stopped(self, ctx: ActorContext[str]) -> tuple[AgentStatus, str | None, str | None]:
+        """The end of an agent whose reply a stop cut short: the reply joined nothing (its
+        streamed text stays in the stream); the result is the last whole turn's text."""
+        return "stopped", self.text or None, stopped_text(_stop_reason(ctx))
 
 
 def may_start_sub_agents(run: RunContext, atype: AgentType, depth: int) -> bool:
@@ -386,6 +414,7 @@ async def _turns(
     ctx: ActorContext[str],
     log: Any,
     background: BackgroundChildren | None,
+    cut: _Cut,
 ) -> tuple[AgentStatus, str | None, str | None]:
     atype = spec.agent_type
     max_turns = atype.max_turns or run.settings.limits.max_turns
@@ -401,8 +430,9 @@ async def _turns(
     output_tries = 0
     stops = 0  # how often Stop hooks sent the agent on (docs/hooks.md#stop)
     while True:
-        stop = _stop_reason(ctx)
-        if stop is not None:  # a graceful stop: no new turn (docs/collaboration.md#stop)
+        # A graceful stop: no new turn (docs/collaboration.md#stop). Until a stop is asked in
+        # the run, nothing to look up.
+        if run.registry.stopping and (stop := _stop_reason(ctx)) is not None:
             return "stopped", last_text or None, stopped_text(stop)
         if state.turns >= max_turns:
             # Before delivering: a message no turn will answer goes back in the outcome.
@@ -412,12 +442,12 @@ async def _turns(
             await run.scheduler.acquire_slot(spec.agent_id)
         if ctx.mailbox.pending():
             await _deliver_messages(run, spec, ctx, state)
-        fresh = type_setup(run, atype)
-        if fresh is not setup:
+        if setup.types_version != run.agent_types.version:
             # The run's tools changed since the last turn (an MCP server's tools/list_changed,
             # docs/mcp.md): this turn offers the new list. The history and the system prompt
             # stay; the context estimate follows from the next reported usage.
-            setup, specs = fresh, fresh.specs
+            setup = type_setup(run, atype)
+            specs = setup.specs
         await compactor.before_request(state)
         request = ModelRequest(
             model=atype.model or run.settings.model,
@@ -428,23 +458,25 @@ async def _turns(
             agent_id=spec.agent_id,
             output_schema=setup.output.schema if setup.output is not None else None,
         )
+        held = 0.0
+        if run.budget.counts_usd:
+            try:
+                # A money budget reserves the call's input before it starts (docs/costs.md).
+                held = run.budget.reserve(spec.agent_id, _input_cost(run, request, compactor))
+            except BudgetRefused:
+                # Its subtree is cancelled once the calls under way in it are settled, at once
+                # if none is (docs/costs.md, "Budgets in money"): that cancel ends this wait.
+                await trio.sleep_forever()
         try:
-            # A money budget reserves the call's input before it starts (docs/costs.md).
-            held = run.budget.reserve(spec.agent_id, _input_cost(run, request, compactor))
-        except BudgetRefused:
-            # Its subtree is cancelled once the calls under way in it are settled, at once if
-            # none is (docs/costs.md, "Budgets in money"): that cancel ends this wait.
-            await trio.sleep_forever()
-        try:
-            turn = await _model_turn(run, spec, state, compactor, request, ctx)
+            calls, last_text = await _model_turn(run, spec, state, compactor, request, ctx, cut)
         finally:
-            run.budget.release(spec.agent_id, held)
-        if turn is None:  # a stop cut the reply short: the loop's top ends the agent
-            continue
-        calls, last_text = turn
+            if held:
+                run.budget.release(spec.agent_id, held)
+        cut.text = last_text
         if calls:
-            if _stop_reason(ctx) is None:  # a stop that came as the reply ended: none runs
-                await _run_tool_calls(run, spec, state, calls, log, background)
+            # A stop that came as the reply ended: none of its calls runs.
+            if not run.registry.stopping or _stop_reason(ctx) is None:
+                await _run_tool_calls(run, spec, state, calls, log, background, setup=setup)
             if run.hooks is not None and spec.agent_id in run.hooks.stops:
                 why = run.hooks.stops.pop(spec.agent_id)
                 return "completed", last_text or None, f"stopped by a hook: {why}"
@@ -479,24 +511,32 @@ async def _turns(
 
 def _input_cost(run: RunContext, request: ModelRequest, compactor: Compactor) -> float:
     """The estimated cost of *request*'s input (its context as the meter counts it), for a
-    money budget's reservation; 0 when no budget counts money or the model has no price."""
-    if not run.budget.counts_usd:
-        return 0.0
+    money budget's reservation; 0 when the model has no price."""
     cost = run.settings.prices.cost(request.model, compactor.meter.tokens, 0)
     return cost or 0.0
 
 
 async def _model_turn(
     run: RunContext, spec: AgentSpec, state: AgentState, compactor: Compactor,
-    request: ModelRequest, ctx: ActorContext[str],
-) -> tuple[list[ToolCall], str] | None:
+    request: ModelRequest, ctx: ActorContext[str], cut: _Cut,
+) -> tuple[list[ToolCall], str]:
     """One model call: streamed, joined to the history and reported (``turn_finished``, with
-    its cost). Returns the tool calls it asked for and its text, or ``None`` when a graceful
-    stop cut its reply short."""
-    turn = await _stream_unless_stopped(run, spec, request, state, compactor, ctx)
-    if turn is None:
-        return None
-    content, calls, end = turn
+    its cost). Returns the tool calls it asked for and its text.
+
+    Cancellation: a graceful stop while the reply streams cancels *cut*'s scope (the reply
+    joins nothing; its streamed text stays in the stream) and :func:`_loop` ends the agent.
+    """
+    node = ctx.node
+    if node is not None:
+        run.scheduler.streaming(spec.agent_id, node, cut.scope)
+    try:
+        try:
+            content, calls, end = await _stream_turn(run, spec, request)
+        except ContextOverflowError as exc:  # compacted, then tried once more
+            content, calls, end = await _stream_refitted(run, spec, request, state, compactor, exc)
+    finally:
+        if node is not None:
+            run.scheduler.done_streaming(spec.agent_id)
     state.turns += 1
     state.input_tokens += end.input_tokens
     state.output_tokens += end.output_tokens
@@ -506,22 +546,26 @@ async def _model_turn(
     )  # fmt: skip
     state.cost_usd = add_costs(state.cost_usd, cost)
     state.messages.append(Message(role="assistant", content=content))
-    await run.bus.emit(
-        TurnFinished(
-            agent_id=spec.agent_id,
-            parent_tool_use_id=spec.parent_tool_use_id,
-            turn=state.turns,
-            stop_reason=end.stop_reason,
-            input_tokens=end.input_tokens,
-            output_tokens=end.output_tokens,
-            context_tokens=compactor.after_turn(state, end.input_tokens),
-            context_window=compactor.window,
-            tool_use_ids=[c.id for c in calls],
-            cost_usd=cost,
-            cache_read_tokens=end.cache_read_tokens or None,
-            cache_write_tokens=end.cache_write_tokens or None,
-        )
+    finished = TurnFinished(
+        agent_id=spec.agent_id,
+        parent_tool_use_id=spec.parent_tool_use_id,
+        turn=state.turns,
+        stop_reason=end.stop_reason,
+        input_tokens=end.input_tokens,
+        output_tokens=end.output_tokens,
+        context_tokens=compactor.after_turn(state, end.input_tokens),
+        context_window=compactor.window,
+        tool_use_ids=[c.id for c in calls],
+        cost_usd=cost,
+        cache_read_tokens=end.cache_read_tokens or None,
+        cache_write_tokens=end.cache_write_tokens or None,
     )
+    if cut.scope.cancel_called:
+        # A stop came as the reply ended, with no checkpoint left to cut it: the turn is whole
+        # and reported, in the cancelled scope (its calls do not run; the agent ends stopped).
+        await run.bus.emit_final(finished, grace_s=run.settings.limits.finish_grace_s)
+    else:
+        await run.bus.emit(finished)
     return calls, "".join(b.text for b in content if isinstance(b, TextBlock))
 
 
@@ -589,30 +633,6 @@ def _stop_reason(ctx: ActorContext[str]) -> str | None:
     """Why this agent's subtree is stopping (its own stop or an ancestor's), else ``None``."""
     node = ctx.node
     return None if node is None else Registry.stop_reason(node)[0]
-
-
-async def _stream_unless_stopped(
-    run: RunContext,
-    spec: AgentSpec,
-    request: ModelRequest,
-    state: AgentState,
-    compactor: Compactor,
-    ctx: ActorContext[str],
-) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd] | None:
-    """One model turn, or ``None`` when a graceful stop cut its reply short (the reply joins
-    nothing; its streamed text stays in the stream)."""
-    scope = trio.CancelScope()
-    if ctx.node is not None:
-        run.scheduler.streaming(spec.agent_id, ctx.node, scope)
-    try:
-        with scope:
-            try:
-                return await _stream_turn(run, spec, request)
-            except ContextOverflowError as exc:  # compacted, then tried once more
-                return await _stream_refitted(run, spec, request, state, compactor, exc)
-    finally:
-        run.scheduler.done_streaming(spec.agent_id)
-    return None
 
 
 async def _check_output(
@@ -920,6 +940,8 @@ async def _run_tool_calls(
     calls: list[ToolCall],
     log: Any,
     background: BackgroundChildren | None = None,
+    *,
+    setup: TypeSetup | None = None,
 ) -> None:
     """Run one turn's tool calls and add their results to the history, in call order whatever
     order they end in — also when the agent is cancelled half-way (the calls that did not
@@ -931,7 +953,8 @@ async def _run_tool_calls(
     turn's ``agent`` calls get their ids in call order before any of them starts: the same
     script gives the same ids and the same order, run after run.
     """
-    setup = type_setup(run, spec.agent_type)
+    if setup is None:
+        setup = type_setup(run, spec.agent_type)
     tools = setup.tools
     results: list[ToolResultBlock | None] = [None] * len(calls)
     parallel = len(calls) > 1 and all(
@@ -1154,12 +1177,12 @@ async def _run_tool(record: _Call, tool: Tool, args: dict[str, Any]) -> tuple[To
         report_progress=spawner,
         secrets=run.bus.secrets,
         sandbox=run.sandbox,
-        messenger=Messenger(run, spec),
+        messenger=spawner,
         report_todos=spawner.report_todos,
         agent_type=spec.agent_type.name,
         model=spec.agent_type.model or run.settings.model,
         parent_tool_use_id=spec.parent_tool_use_id,
-        add_usage=_usage_adder(record.state),
+        add_usage=None if record.state is None else spawner.add_usage,
     )
     try:
         if run.middleware is not None and run.middleware.tool_layers:
@@ -1172,17 +1195,6 @@ async def _run_tool(record: _Call, tool: Tool, args: dict[str, Any]) -> tuple[To
     except Exception as exc:  # a bug in a tool is a result the model reads, not a crash
         log.exception("tool raised", tool=tool.name, tool_use_id=call.id)
         return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"
-
-
-def _usage_adder(state: AgentState | None) -> Callable[[int, int], None] | None:
-    if state is None:
-        return None
-
-    def add(input_tokens: int, output_tokens: int) -> None:
-        state.input_tokens += input_tokens
-        state.output_tokens += output_tokens
-
-    return add
 
 
 def _takes_background(tool: Tool) -> bool:
@@ -1305,7 +1317,9 @@ async def _report_progress(
 
 class _Spawner:
     """Starts sub-agents for one tool call, inside that call's scope; called, it reports the
-    call's progress (a ``tool_progress`` event)."""
+    call's progress (a ``tool_progress`` event). It is also the call's messenger and adds
+    the usage of model calls the tool makes: one object per call, not one per service
+    (bench/README.md, "The tenth session: fan-out won back")."""
 
     def __init__(self, record: _Call) -> None:
         self._record = record
@@ -1319,6 +1333,17 @@ class _Spawner:
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         await _report_progress(self._run, self._parent, self._tool_use_id, progress, total, message)
+
+    async def send(self, to: str, text: str) -> str:
+        """A ``send_message`` call's delivery (:meth:`Messenger.send`)."""
+        return await Messenger(self._run, self._parent).send(to, text)
+
+    def add_usage(self, input_tokens: int, output_tokens: int) -> None:
+        """A model call the tool made for the calling agent counts in its usage."""
+        state = self._record.state
+        assert state is not None  # given as ToolContext.add_usage only with a state
+        state.input_tokens += input_tokens
+        state.output_tokens += output_tokens
 
     async def report_todos(self, todos: list[dict[str, str]]) -> None:
         """A ``todo_updated`` event: the calling agent's whole todo list, as it is now."""
@@ -1468,7 +1493,10 @@ class _Spawner:
         depth = self._check_depth()
         if not run.scheduler.reserve_agent():
             raise ToolError(f"max agents {run.settings.limits.max_agents} reached for this run")
-        effective = (atype.budget or Budget()).tighter(call_budget)
+        if atype.budget is None and call_budget is None:
+            effective = None  # the common case: no Budget to make and find empty
+        else:
+            effective = (atype.budget or Budget()).tighter(call_budget)
         spec = AgentSpec(
             agent_id=self._take_agent_id(),
             agent_type=atype,
@@ -1476,7 +1504,7 @@ class _Spawner:
             depth=depth,
             parent_tool_use_id=self._tool_use_id,
             parent_agent_id=self._parent.agent_id,
-            budget=None if effective.empty else effective,
+            budget=None if effective is None or effective.empty else effective,
             description=description,
             workspace=self._parent.workspace,
         )
