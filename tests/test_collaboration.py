@@ -213,6 +213,33 @@ async def test_a_stop_cutting_a_later_turn_leaves_the_last_whole_turn_as_the_res
     check_invariants(log)
 
 
+async def test_a_stop_cuts_the_reply_of_an_agent_that_may_start_sub_agents(
+    tmp_path: Path,
+) -> None:
+    # An agent with the agent tool has a nursery for background children, which a cut must
+    # not reach: its cut is a scope of its own, and it ends stopped with its last whole turn.
+    scenario = {
+        "agents": {
+            "main": {"tools": ["agent", "glob"], "turns": [
+                {"text": "first", "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+                {"text": "a long reply " * 50, "chunk_delay_s": 0.05},
+            ]},
+        }
+    }  # fmt: skip
+
+    async def stop_in_second_reply(rt: Any, log: EventLog) -> None:
+        await log.wait_for(
+            lambda ev: any(isinstance(e, TurnFinished) for e in ev)
+            and isinstance(ev[-1], TextDelta)
+        )
+        assert await rt.stop("agent-1")
+
+    with trio.fail_after(10):
+        outcome, log = await _run_and(tmp_path, scenario, stop_in_second_reply)
+    assert (outcome.status, outcome.turns, outcome.result) == ("stopped", 1, "first")
+    check_invariants(log)
+
+
 async def test_a_stop_as_the_reply_ends_keeps_the_turn_and_runs_none_of_its_calls(
     tmp_path: Path,
 ) -> None:

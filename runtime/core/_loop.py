@@ -23,6 +23,7 @@ import trio
 from runtime.actors import (
     ActorContext,
     ActorHandle,
+    Node,
     Registry,
     run_actor,
     start_actor,
@@ -108,6 +109,8 @@ class _Life:
     t0: float
     announced: bool = False
     undelivered: tuple[str, ...] = ()
+    cut: _Cut | None = None
+    """How a graceful stop cuts its streaming reply short (set once it runs its turns)."""
 
 
 async def agent_main(
@@ -139,7 +142,11 @@ async def agent_main(
             refused = await _start_hooks(run, spec, life.state, run.hooks)
             if refused is not None:
                 return "failed", None, refused
-        return await _loop(run, spec, life.state, ctx, log)
+        # An actor with no nursery runs nothing but this agent's turns in its scope: the cut
+        # can be that scope (no scope of its own to enter), and the supervisor reads the
+        # cancel as the stop (_outcome). Else the background children must not be cut.
+        life.cut = _Cut(ctx.scope if ctx.nursery is None else trio.CancelScope())
+        return await _loop(run, spec, life.state, ctx, log, life.cut)
     finally:
         run.scheduler.close_inbox(spec.agent_id)
         # Take what is still queued and refuse more, with no yield in between: a message is
@@ -284,6 +291,9 @@ def _outcome(
         else:  # a bug ends this agent only, never its siblings
             error = f"internal error: {type(exc).__name__}: {exc}"
             run.log.error("agent crashed", agent_id=spec.agent_id, exc_info=exc)
+    elif reason is None and life.cut is not None and life.cut.cut:
+        # The actor's own scope was the cut (an agent with no nursery): a graceful stop.
+        status, result, error = life.cut.stopped(node)
     else:
         seconds = spec.budget.seconds if spec.budget is not None else None
         # Only the subtree whose budget ran out ends budget_exceeded; agents under it were
@@ -354,21 +364,23 @@ def _close_open_tool_calls(state: AgentState) -> None:
 
 
 async def _loop(
-    run: RunContext, spec: AgentSpec, state: AgentState, ctx: ActorContext[str], log: Any
+    run: RunContext,
+    spec: AgentSpec,
+    state: AgentState,
+    ctx: ActorContext[str],
+    log: Any,
+    cut: _Cut,
 ) -> tuple[AgentStatus, str | None, str | None]:
     """The agent's turns; the background sub-agents it may start run in its actor's nursery
     (docs/collaboration.md#background-sub-agents), which waits for them."""
-    cut = _Cut()
-    if ctx.nursery is None:
-        with cut.scope:
-            return await _turns(run, spec, state, ctx, log, None, cut)
-        return cut.stopped(ctx)  # reached only when a stop cut a reply short
+    if ctx.nursery is None:  # the cut is the actor's scope
+        return await _turns(run, spec, state, ctx, log, None, cut)
     background = BackgroundChildren(run, ctx.nursery, ctx.mailbox)
     try:
         with cut.scope:
             ended = await _turns(run, spec, state, ctx, log, background, cut)
         if cut.scope.cancelled_caught:
-            ended = cut.stopped(ctx)
+            ended = cut.stopped(ctx.node)
     except Exception:
         background.end(f"its parent agent {spec.agent_id} failed")
         raise
@@ -380,25 +392,33 @@ async def _loop(
 
 
 class _Cut:
-    """An agent's one cancel scope for a graceful stop's cut of its streaming reply
-    (docs/collaboration.md#stop), and the text of its last whole turn.
+    """How a graceful stop cuts an agent's streaming reply short (docs/collaboration.md#stop):
+    the cancel scope the agent's turns run in, whether the stop cancelled it, and the text of
+    the agent's last whole turn (the result of a cut agent).
 
-    :func:`_loop` enters the scope once around all the agent's turns; the scheduler cancels it
-    only while a reply streams (:meth:`Scheduler.streaming`), and the cancel ends the agent,
-    so one scope serves every turn (a scope per turn was a measurable share of a fan-out:
-    bench/README.md, "The tenth session: fan-out won back").
+    The scheduler cancels it only while a reply streams (:meth:`Scheduler.streaming`) and the
+    cancel ends the agent, so one scope serves all its turns: the actor's own scope for an
+    agent with no nursery, else one :func:`_loop` enters once (a scope per turn was a
+    measurable share of a fan-out: bench/README.md, "The tenth session: fan-out won back").
     """
 
-    __slots__ = ("scope", "text")
+    __slots__ = ("cut", "scope", "text")
 
-    def __init__(self) -> None:
-        self.scope = trio.CancelScope()
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self.scope = scope
+        self.cut = False
         self.text = ""
 
-    def stopped(self, ctx: ActorContext[str]) -> tuple[AgentStatus, str | None, str | None]:
+    def cancel(self, reason: str | None = None) -> None:
+        """Cut the reply streaming now: the agent ends stopped."""
+        self.cut = True
+        self.scope.cancel(reason=reason)
+
+    def stopped(self, node: Node | None) -> tuple[AgentStatus, str | None, str | None]:
         """The end of an agent whose reply a stop cut short: the reply joined nothing (its
         streamed text stays in the stream); the result is the last whole turn's text."""
-        return "stopped", self.text or None, stopped_text(_stop_reason(ctx))
+        reason = Registry.stop_reason(node)[0] if node is not None else None
+        return "stopped", self.text or None, stopped_text(reason)
 
 
 def may_start_sub_agents(run: RunContext, atype: AgentType, depth: int) -> bool:
@@ -528,7 +548,7 @@ async def _model_turn(
     """
     node = ctx.node
     if node is not None:
-        run.scheduler.streaming(spec.agent_id, node, cut.scope)
+        run.scheduler.streaming(spec.agent_id, node, cut)
     try:
         try:
             content, calls, end = await _stream_turn(run, spec, request)
@@ -560,7 +580,7 @@ async def _model_turn(
         cache_read_tokens=end.cache_read_tokens or None,
         cache_write_tokens=end.cache_write_tokens or None,
     )
-    if cut.scope.cancel_called:
+    if cut.cut:
         # A stop came as the reply ended, with no checkpoint left to cut it: the turn is whole
         # and reported, in the cancelled scope (its calls do not run; the agent ends stopped).
         await run.bus.emit_final(finished, grace_s=run.settings.limits.finish_grace_s)
