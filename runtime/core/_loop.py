@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar, cast
@@ -145,7 +145,10 @@ async def agent_main(
         # An actor with no nursery runs nothing but this agent's turns in its scope: the cut
         # can be that scope (no scope of its own to enter), and the supervisor reads the
         # cancel as the stop (_outcome). Else the background children must not be cut.
-        life.cut = _Cut(ctx.scope if ctx.nursery is None else trio.CancelScope())
+        if ctx.nursery is None:
+            life.cut = _Cut(ctx.scope)
+            return await _turns(run, spec, life.state, ctx, log, None, life.cut)
+        life.cut = _Cut(trio.CancelScope())
         return await _loop(run, spec, life.state, ctx, log, life.cut)
     finally:
         run.scheduler.close_inbox(spec.agent_id)
@@ -371,10 +374,9 @@ async def _loop(
     log: Any,
     cut: _Cut,
 ) -> tuple[AgentStatus, str | None, str | None]:
-    """The agent's turns; the background sub-agents it may start run in its actor's nursery
-    (docs/collaboration.md#background-sub-agents), which waits for them."""
-    if ctx.nursery is None:  # the cut is the actor's scope
-        return await _turns(run, spec, state, ctx, log, None, cut)
+    """The turns of an agent with a nursery: the background sub-agents it may start run there
+    (docs/collaboration.md#background-sub-agents), and it waits for them."""
+    assert ctx.nursery is not None  # an agent with none runs _turns itself (agent_main)
     background = BackgroundChildren(run, ctx.nursery, ctx.mailbox)
     try:
         with cut.scope:
@@ -1562,7 +1564,7 @@ class _Spawner:
         finally:
             run.scheduler.child_finished(parent_id)
 
-    async def _run_placed(
+    def _run_placed(
         self,
         spec: AgentSpec,
         runner: SubtreeRunner | None,
@@ -1570,24 +1572,22 @@ class _Spawner:
         on_outcome: Callable[[AgentOutcome], None] | None,
         *,
         own_task: bool = False,
-    ) -> AgentOutcome:
-        """*spec*'s agent here or, with a *runner*, its subtree on a host. *own_task*: this
-        task runs nothing else (a background child's); else the call's first sub-agent may
-        have the call's task."""
+    ) -> Awaitable[AgentOutcome]:
+        """*spec*'s agent here or, with a *runner*, its subtree on a host (to be awaited by
+        the caller: no coroutine of its own per sub-agent). *own_task*: this task runs nothing
+        else (a background child's); else the call's first sub-agent may have the call's
+        task."""
         run = self._run
-        if runner is None:
-            if task_status is not trio.TASK_STATUS_IGNORED:
-                return await run_agent_actor(
-                    run, spec, own_task=True, on_outcome=on_outcome, task_status=task_status
-                )
-            if not own_task:
-                own_task = self._own_task is trio.lowlevel.current_task()
-                self._own_task = None
-            return await run_agent_actor(run, spec, own_task=own_task, on_outcome=on_outcome)
-        outcome = await runner.run_subtree(run, spec)
-        if on_outcome is not None:
-            on_outcome(outcome)
-        return outcome
+        if runner is not None:
+            return _run_remote(run, spec, runner, on_outcome)
+        if task_status is not trio.TASK_STATUS_IGNORED:
+            return run_agent_actor(
+                run, spec, own_task=True, on_outcome=on_outcome, task_status=task_status
+            )
+        if not own_task:
+            own_task = self._own_task is trio.lowlevel.current_task()
+            self._own_task = None
+        return run_agent_actor(run, spec, own_task=own_task, on_outcome=on_outcome)
 
     async def _run_isolated(
         self,
@@ -1628,6 +1628,19 @@ class _Spawner:
         finished = await finish_worktree(worktree, cancelled=outcome.status == "cancelled")
         worktrees[index] = finished
         return attrs.evolve(outcome, worktree=finished)
+
+
+async def _run_remote(
+    run: RunContext,
+    spec: AgentSpec,
+    runner: SubtreeRunner,
+    on_outcome: Callable[[AgentOutcome], None] | None,
+) -> AgentOutcome:
+    """*spec*'s subtree on a host (docs/cluster.md), its outcome told as a local one's is."""
+    outcome = await runner.run_subtree(run, spec)
+    if on_outcome is not None:
+        on_outcome(outcome)
+    return outcome
 
 
 def _child_result(run: RunContext, outcome: AgentOutcome) -> str:
