@@ -178,22 +178,27 @@ async def test_a_stop_cuts_a_reply_being_streamed_short(tmp_path: Path) -> None:
     check_invariants(log)
 
 
+def _main_and_talker(turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """A root that starts one ``talker`` sub-agent (with ``glob``) playing *turns*."""
+    return {
+        "agents": {
+            "main": {"turns": [{"tool_calls": [agent_call("talker", agent="talker")]},
+                               {"text": "ok"}]},
+            "talker": {"tools": ["glob"], "turns": turns},
+        }
+    }  # fmt: skip
+
+
 async def test_a_stop_cutting_a_later_turn_leaves_the_last_whole_turn_as_the_result(
     tmp_path: Path,
 ) -> None:
     # One cancel scope serves all of an agent's turns: a cut of its second reply ends it
     # with its first turn's text, and its first turn's tool call ran as ever.
-    scenario = {
-        "agents": {
-            "main": {"turns": [{"tool_calls": [agent_call("talker", agent="talker")]},
-                               {"text": "ok"}]},
-            "talker": {"tools": ["glob"], "turns": [
-                {"text": "looked around",
-                 "tool_calls": [{"name": "glob", "input": {"pattern": "*.none"}}]},
-                {"text": "a long reply " * 50, "chunk_delay_s": 0.05},
-            ]},
-        }
-    }  # fmt: skip
+    scenario = _main_and_talker([
+        {"text": "looked around",
+         "tool_calls": [{"name": "glob", "input": {"pattern": "*.none"}}]},
+        {"text": "a long reply " * 50, "chunk_delay_s": 0.05},
+    ])  # fmt: skip
 
     async def stop_in_second_reply(rt: Any, log: EventLog) -> None:
         def second_reply_streams(events: list[Event]) -> bool:
@@ -246,16 +251,10 @@ async def test_a_stop_as_the_reply_ends_keeps_the_turn_and_runs_none_of_its_call
     # The stop is asked from inside the agent's own task (an on_event callback of its first
     # delta) and the short reply ends with no checkpoint left to cut it: the turn is whole
     # and reported, its tool call does not run, and the agent ends stopped with its text.
-    scenario = {
-        "agents": {
-            "main": {"turns": [{"tool_calls": [agent_call("talker", agent="talker")]},
-                               {"text": "ok"}]},
-            "talker": {"tools": ["glob"], "turns": [
-                {"text": "short", "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
-                {"text": "never said"},
-            ]},
-        }
-    }  # fmt: skip
+    scenario = _main_and_talker([
+        {"text": "short", "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+        {"text": "never said"},
+    ])  # fmt: skip
     log = EventLog()
     holder: list[Any] = []
 

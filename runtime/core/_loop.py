@@ -949,8 +949,9 @@ class _Call:
     child_outcome: AgentOutcome | None = None
     """How its sub-agent ended (an ``agent`` call), also when the call was cancelled: a
     cancelled call's result carries the sub-agent's partial work."""
-    worktrees: list[Worktree] = attrs.Factory(list)
-    """The worktrees of the isolated sub-agents it started: its result names them."""
+    worktrees: list[Worktree] | None = None
+    """The worktrees of the isolated sub-agents it started: its result names them (made
+    with the first: most calls start none)."""
     state: AgentState | None = None
     """The calling agent's state: a model call the tool makes for it adds to its usage."""
 
@@ -1614,7 +1615,13 @@ class _Spawner:
             into=worktree_folder(run.settings.workspace),
         )
         # A background agent's call has ended (or is ending): its result is not told.
-        worktrees = [] if spec.background else self._record.worktrees
+        record = self._record
+        if spec.background:
+            worktrees: list[Worktree] = []
+        else:
+            if record.worktrees is None:
+                record.worktrees = []
+            worktrees = record.worktrees
         index = len(worktrees)
         # Named as unfinished until it is known: a cancel from here on keeps it so.
         worktrees.append(attrs.evolve(worktree, changes="its agent did not finish"))
