@@ -155,8 +155,8 @@ class Scheduler:
         # nodes of the tree one (docs/events.md#tool-call-ids).
         self._tool_ids: set[str] = set()
         self._tool_id_reuse: dict[str, int] = {}
-        # The agents streaming a model reply now, with the scope of that one reply: a graceful
-        # stop cuts a reply short, never a tool call (docs/collaboration.md#stop).
+        # The agents streaming a model reply now, with what cuts that reply: a graceful stop
+        # cuts a reply short, never a tool call (docs/collaboration.md#stop).
         self._streaming: dict[str, tuple[Any, Cuttable]] = {}
 
     def claim_tool_use_id(self, wanted: str) -> str:

@@ -546,7 +546,8 @@ async def _model_turn(
     its cost). Returns the tool calls it asked for and its text.
 
     Cancellation: a graceful stop while the reply streams cancels *cut*'s scope (the reply
-    joins nothing; its streamed text stays in the stream) and :func:`_loop` ends the agent.
+    joins nothing; its streamed text stays in the stream) and the agent ends stopped, as
+    :func:`_loop` or, for an agent with no nursery, its supervisor (:func:`_outcome`) says.
     """
     node = ctx.node
     if node is not None:
