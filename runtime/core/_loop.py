@@ -464,10 +464,14 @@ async def _turns(
             await run.scheduler.acquire_slot(spec.agent_id)
         if ctx.mailbox.pending():
             await _deliver_messages(run, spec, ctx, state)
-        if setup.types_version != run.agent_types.version:
-            # The run's tools changed since the last turn (an MCP server's tools/list_changed,
-            # docs/mcp.md): this turn offers the new list. The history and the system prompt
-            # stay; the context estimate follows from the next reported usage.
+        if (
+            run.type_setups.get(atype) is not setup
+            or setup.types_version != run.agent_types.version
+        ):
+            # The run's tools changed since the last turn (an MCP server's tools/list_changed
+            # empties the setups, docs/mcp.md; a new agent type bumps the version): this turn
+            # offers the new list. The history and the system prompt stay; the context
+            # estimate follows from the next reported usage.
             setup = type_setup(run, atype)
             specs = setup.specs
         await compactor.before_request(state)
