@@ -127,6 +127,18 @@ def test_a_node_cancelled_from_above_learns_the_ancestor_reason() -> None:
     assert Registry.cancel_reason(leaf) == ("abort", "user")
 
 
+def test_the_registry_says_whether_any_stop_was_asked_and_a_stop_reaches_the_subtree() -> None:
+    registry = Registry()
+    registry.register("root", trio.CancelScope())
+    leaf = registry.register("leaf", trio.CancelScope(), parent_id="root")
+    assert not registry.stopping
+    assert not registry.stop("unknown", "why")
+    assert not registry.stopping  # a refused stop asks nothing
+    assert registry.stop("root", "enough", by="user")
+    assert registry.stopping
+    assert Registry.stop_reason(leaf) == ("enough", "user")
+
+
 def test_node_ids_are_unique_while_live() -> None:
     registry = Registry()
     registry.register("x", trio.CancelScope())

@@ -30,6 +30,7 @@ from runtime import (
     open_runtime,
     tool,
 )
+from runtime.core._context import stop_node
 from tests.harness import EventLog, agent_call, run_scenario
 from tests.invariants import by_type, check_invariants
 
@@ -173,6 +174,107 @@ async def test_a_stop_cuts_a_reply_being_streamed_short(tmp_path: Path) -> None:
         outcome, log = await _run_and(tmp_path, scenario, stop_mid_reply)
     child = _finished(log, "agent-2")
     assert (child.status, child.turns) == ("stopped", 0)
+    assert outcome.status == "completed"
+    check_invariants(log)
+
+
+def _main_and_talker(turns: list[dict[str, Any]]) -> dict[str, Any]:
+    """A root that starts one ``talker`` sub-agent (with ``glob``) playing *turns*."""
+    return {
+        "agents": {
+            "main": {"turns": [{"tool_calls": [agent_call("talker", agent="talker")]},
+                               {"text": "ok"}]},
+            "talker": {"tools": ["glob"], "turns": turns},
+        }
+    }  # fmt: skip
+
+
+async def test_a_stop_cutting_a_later_turn_leaves_the_last_whole_turn_as_the_result(
+    tmp_path: Path,
+) -> None:
+    # One cancel scope serves all of an agent's turns: a cut of its second reply ends it
+    # with its first turn's text, and its first turn's tool call ran as ever.
+    scenario = _main_and_talker([
+        {"text": "looked around",
+         "tool_calls": [{"name": "glob", "input": {"pattern": "*.none"}}]},
+        {"text": "a long reply " * 50, "chunk_delay_s": 0.05},
+    ])  # fmt: skip
+
+    async def stop_in_second_reply(rt: Any, log: EventLog) -> None:
+        def second_reply_streams(events: list[Event]) -> bool:
+            mine = [e for e in events if e.agent_id == "agent-2"]
+            first = next((i for i, e in enumerate(mine) if isinstance(e, TurnFinished)), None)
+            return first is not None and any(isinstance(e, TextDelta) for e in mine[first:])
+
+        await log.wait_for(second_reply_streams)
+        assert await rt.stop("agent-2")
+
+    with trio.fail_after(10):
+        outcome, log = await _run_and(tmp_path, scenario, stop_in_second_reply)
+    child = _finished(log, "agent-2")
+    assert (child.status, child.turns, child.result) == ("stopped", 1, "looked around")
+    assert _tool_end(log, "glob").status == "ok"
+    assert outcome.status == "completed"
+    check_invariants(log)
+
+
+async def test_a_stop_cuts_the_reply_of_an_agent_that_may_start_sub_agents(
+    tmp_path: Path,
+) -> None:
+    # An agent with the agent tool has a nursery for background children, which a cut must
+    # not reach: its cut is a scope of its own, and it ends stopped with its last whole turn.
+    scenario = {
+        "agents": {
+            "main": {"tools": ["agent", "glob"], "turns": [
+                {"text": "first", "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+                {"text": "a long reply " * 50, "chunk_delay_s": 0.05},
+            ]},
+        }
+    }  # fmt: skip
+
+    async def stop_in_second_reply(rt: Any, log: EventLog) -> None:
+        await log.wait_for(
+            lambda ev: any(isinstance(e, TurnFinished) for e in ev)
+            and isinstance(ev[-1], TextDelta)
+        )
+        assert await rt.stop("agent-1")
+
+    with trio.fail_after(10):
+        outcome, log = await _run_and(tmp_path, scenario, stop_in_second_reply)
+    assert (outcome.status, outcome.turns, outcome.result) == ("stopped", 1, "first")
+    check_invariants(log)
+
+
+async def test_a_stop_as_the_reply_ends_keeps_the_turn_and_runs_none_of_its_calls(
+    tmp_path: Path,
+) -> None:
+    # The stop is asked from inside the agent's own task (an on_event callback of its first
+    # delta) and the short reply ends with no checkpoint left to cut it: the turn is whole
+    # and reported, its tool call does not run, and the agent ends stopped with its text.
+    scenario = _main_and_talker([
+        {"text": "short", "tool_calls": [{"name": "glob", "input": {"pattern": "*"}}]},
+        {"text": "never said"},
+    ])  # fmt: skip
+    log = EventLog()
+    holder: list[Any] = []
+
+    def stop_on_first_delta(event: Event) -> None:
+        log(event)
+        if isinstance(event, TextDelta) and event.agent_id == "agent-2" and len(holder) == 1:
+            holder.append(stop_node(holder[0]._run, "agent-2", "stopped by test", by="user"))
+
+    async with open_runtime(
+        scenario=scenario, workspace=tmp_path, on_event=stop_on_first_delta, trace=False
+    ) as rt:
+        holder.append(rt)
+        with trio.fail_after(10):
+            outcome = await rt.run("go")
+    assert holder[1:] == [True]
+    child = _finished(log, "agent-2")
+    assert (child.status, child.turns, child.result) == ("stopped", 1, "short")
+    [turn] = [e for e in by_type(log, TurnFinished) if e.agent_id == "agent-2"]
+    assert turn.tool_use_ids  # reported whole, with the call it asked for
+    assert not [e for e in by_type(log, ToolStarted) if e.name == "glob"]
     assert outcome.status == "completed"
     check_invariants(log)
 

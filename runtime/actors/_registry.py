@@ -57,6 +57,10 @@ class Registry:
 
     def __init__(self) -> None:
         self._nodes: dict[str, Node] = {}
+        self.stopping = False
+        """Whether any node was ever asked to stop: until one is, :meth:`stop_reason` is
+        ``(None, None)`` for every node and its callers may skip it (an agent asks before
+        each turn)."""
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -140,6 +144,7 @@ class Registry:
         if node.stop_reason is None:
             node.stop_reason = reason
             node.stop_by = by
+        self.stopping = True
         return True
 
     @staticmethod

@@ -112,6 +112,14 @@ _OWN_ID_HEAD = "tu-"
 _OWN_ID = re.compile(r"tu-\d+\.(?:s?\d+)")
 
 
+class Cuttable(Protocol):
+    """What cuts a streaming model reply short for a graceful stop (the agent loop's cut)."""
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Cancel the reply streaming now."""
+        ...
+
+
 class Scheduler:
     """Which agents of a run exist and run, as the run's agents and placements change it.
 
@@ -149,9 +157,9 @@ class Scheduler:
         # nodes of the tree one (docs/events.md#tool-call-ids).
         self._tool_ids: set[str] = set()
         self._tool_id_reuse: dict[str, int] = {}
-        # The agents streaming a model reply now, with the scope of that one reply: a graceful
-        # stop cuts a reply short, never a tool call (docs/collaboration.md#stop).
-        self._streaming: dict[str, tuple[Any, trio.CancelScope]] = {}
+        # The agents streaming a model reply now, with what cuts that reply: a graceful stop
+        # cuts a reply short, never a tool call (docs/collaboration.md#stop).
+        self._streaming: dict[str, tuple[Any, Cuttable]] = {}
 
     def claim_tool_use_id(self, wanted: str) -> str:
         """*wanted* when no call of the run had it yet; else a run-unique id made from it
@@ -281,9 +289,9 @@ class Scheduler:
         return self._inboxes.get(agent_id)
 
     # -- graceful stops ---------------------------------------------------------------------
-    def streaming(self, agent_id: str, node: Any, scope: trio.CancelScope) -> None:
-        """*agent_id* (registered as *node*) streams a model reply under *scope* now."""
-        self._streaming[agent_id] = (node, scope)
+    def streaming(self, agent_id: str, node: Any, cut: Cuttable) -> None:
+        """*agent_id* (registered as *node*) streams a model reply now; a stop cancels *cut*."""
+        self._streaming[agent_id] = (node, cut)
 
     def done_streaming(self, agent_id: str) -> None:
         """*agent_id*'s model reply has ended."""
@@ -291,9 +299,9 @@ class Scheduler:
 
     def interrupt_replies(self, under: Any) -> None:
         """Cut short every model reply streaming in the subtree of the registry node *under*."""
-        for node, scope in list(self._streaming.values()):
+        for node, cut in list(self._streaming.values()):
             if Registry.is_under(node, under):
-                scope.cancel(reason="stopped")
+                cut.cancel(reason="stopped")
 
     # -- counts -----------------------------------------------------------------------------
     def reserve_agent(self) -> bool:

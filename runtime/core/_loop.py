@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar, cast
@@ -23,6 +23,7 @@ import trio
 from runtime.actors import (
     ActorContext,
     ActorHandle,
+    Node,
     Registry,
     run_actor,
     start_actor,
@@ -108,6 +109,8 @@ class _Life:
     t0: float
     announced: bool = False
     undelivered: tuple[str, ...] = ()
+    cut: _Cut | None = None
+    """How a graceful stop cuts its streaming reply short (set once it runs its turns)."""
 
 
 async def agent_main(
@@ -139,7 +142,14 @@ async def agent_main(
             refused = await _start_hooks(run, spec, life.state, run.hooks)
             if refused is not None:
                 return "failed", None, refused
-        return await _loop(run, spec, life.state, ctx, log)
+        # An actor with no nursery runs nothing but this agent's turns in its scope: the cut
+        # can be that scope (no scope of its own to enter), and the supervisor reads the
+        # cancel as the stop (_outcome). Else the background children must not be cut.
+        if ctx.nursery is None:
+            life.cut = _Cut(ctx.scope)
+            return await _turns(run, spec, life.state, ctx, log, None, life.cut)
+        life.cut = _Cut(trio.CancelScope())
+        return await _loop(run, spec, life.state, ctx, log, life.cut)
     finally:
         run.scheduler.close_inbox(spec.agent_id)
         # Take what is still queued and refuse more, with no yield in between: a message is
@@ -286,6 +296,9 @@ def _outcome(
         else:  # a bug ends this agent only, never its siblings
             error = f"internal error: {type(exc).__name__}: {exc}"
             run.log.error("agent crashed", agent_id=spec.agent_id, exc_info=exc)
+    elif reason is None and life.cut is not None and life.cut.cut:
+        # The actor's own scope was the cut (an agent with no nursery): a graceful stop.
+        status, result, error = life.cut.stopped(node)
     else:
         seconds = spec.budget.seconds if spec.budget is not None else None
         # Only the subtree whose budget ran out ends budget_exceeded; agents under it were
@@ -356,15 +369,22 @@ def _close_open_tool_calls(state: AgentState) -> None:
 
 
 async def _loop(
-    run: RunContext, spec: AgentSpec, state: AgentState, ctx: ActorContext[str], log: Any
+    run: RunContext,
+    spec: AgentSpec,
+    state: AgentState,
+    ctx: ActorContext[str],
+    log: Any,
+    cut: _Cut,
 ) -> tuple[AgentStatus, str | None, str | None]:
-    """The agent's turns; the background sub-agents it may start run in its actor's nursery
-    (docs/collaboration.md#background-sub-agents), which waits for them."""
-    if ctx.nursery is None:
-        return await _turns(run, spec, state, ctx, log, None)
+    """The turns of an agent with a nursery: the background sub-agents it may start run there
+    (docs/collaboration.md#background-sub-agents), and it waits for them."""
+    assert ctx.nursery is not None  # an agent with none runs _turns itself (agent_main)
     background = BackgroundChildren(run, ctx.nursery, ctx.mailbox)
     try:
-        ended = await _turns(run, spec, state, ctx, log, background)
+        with cut.scope:
+            ended = await _turns(run, spec, state, ctx, log, background, cut)
+        if cut.scope.cancelled_caught:
+            ended = cut.stopped(ctx.node)
     except Exception:
         background.end(f"its parent agent {spec.agent_id} failed")
         raise
@@ -373,6 +393,36 @@ async def _loop(
     else:
         background.end(f"its parent agent {spec.agent_id} ended ({ended[0]})")
     return ended
+
+
+class _Cut:
+    """How a graceful stop cuts an agent's streaming reply short (docs/collaboration.md#stop):
+    the cancel scope the agent's turns run in, whether the stop cancelled it, and the text of
+    the agent's last whole turn (the result of a cut agent).
+
+    The scheduler cancels it only while a reply streams (:meth:`Scheduler.streaming`) and the
+    cancel ends the agent, so one scope serves all its turns: the actor's own scope for an
+    agent with no nursery, else one :func:`_loop` enters once (a scope per turn was a
+    measurable share of a fan-out: bench/README.md, "The tenth session: fan-out won back").
+    """
+
+    __slots__ = ("cut", "scope", "text")
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self.scope = scope
+        self.cut = False
+        self.text = ""
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Cut the reply streaming now: the agent ends stopped."""
+        self.cut = True
+        self.scope.cancel(reason=reason)
+
+    def stopped(self, node: Node | None) -> tuple[AgentStatus, str | None, str | None]:
+        """The end of an agent whose reply a stop cut short: the reply joined nothing (its
+        streamed text stays in the stream); the result is the last whole turn's text."""
+        reason = Registry.stop_reason(node)[0] if node is not None else None
+        return "stopped", self.text or None, stopped_text(reason)
 
 
 def may_start_sub_agents(run: RunContext, atype: AgentType, depth: int) -> bool:
@@ -388,6 +438,7 @@ async def _turns(
     ctx: ActorContext[str],
     log: Any,
     background: BackgroundChildren | None,
+    cut: _Cut,
 ) -> tuple[AgentStatus, str | None, str | None]:
     atype = spec.agent_type
     max_turns = atype.max_turns or run.settings.limits.max_turns
@@ -405,8 +456,9 @@ async def _turns(
     output_tries = 0
     stops = 0  # how often Stop hooks sent the agent on (docs/hooks.md#stop)
     while True:
-        stop = _stop_reason(ctx)
-        if stop is not None:  # a graceful stop: no new turn (docs/collaboration.md#stop)
+        # A graceful stop: no new turn (docs/collaboration.md#stop). Until a stop is asked in
+        # the run, nothing to look up.
+        if run.registry.stopping and (stop := _stop_reason(ctx)) is not None:
             return "stopped", last_text or None, stopped_text(stop)
         if state.turns >= max_turns:
             # Before delivering: a message no turn will answer goes back in the outcome.
@@ -416,12 +468,16 @@ async def _turns(
             await run.scheduler.acquire_slot(spec.agent_id)
         if ctx.mailbox.pending():
             await _deliver_messages(run, spec, ctx, state)
-        fresh = type_setup(run, atype)
-        if fresh is not setup:
-            # The run's tools changed since the last turn (an MCP server's tools/list_changed,
-            # docs/mcp.md): this turn offers the new list. The history and the system prompt
-            # stay; the context estimate follows from the next reported usage.
-            setup, specs = fresh, fresh.specs
+        if (
+            run.type_setups.get(atype) is not setup
+            or setup.types_version != run.agent_types.version
+        ):
+            # The run's tools changed since the last turn (an MCP server's tools/list_changed
+            # empties the setups, docs/mcp.md; a new agent type bumps the version): this turn
+            # offers the new list. The history and the system prompt stay; the context
+            # estimate follows from the next reported usage.
+            setup = type_setup(run, atype)
+            specs = setup.specs
         await compactor.before_request(state)
         request = ModelRequest(
             model=atype.model or run.settings.model,
@@ -432,23 +488,25 @@ async def _turns(
             agent_id=spec.agent_id,
             output_schema=setup.output.schema if setup.output is not None else None,
         )
+        held = 0.0
+        if run.budget.counts_usd:
+            try:
+                # A money budget reserves the call's input before it starts (docs/costs.md).
+                held = run.budget.reserve(spec.agent_id, _input_cost(run, request, compactor))
+            except BudgetRefused:
+                # Its subtree is cancelled once the calls under way in it are settled, at once
+                # if none is (docs/costs.md, "Budgets in money"): that cancel ends this wait.
+                await trio.sleep_forever()
         try:
-            # A money budget reserves the call's input before it starts (docs/costs.md).
-            held = run.budget.reserve(spec.agent_id, _input_cost(run, request, compactor))
-        except BudgetRefused:
-            # Its subtree is cancelled once the calls under way in it are settled, at once if
-            # none is (docs/costs.md, "Budgets in money"): that cancel ends this wait.
-            await trio.sleep_forever()
-        try:
-            turn = await _model_turn(run, spec, state, compactor, request, ctx)
+            calls, last_text = await _model_turn(run, spec, state, compactor, request, ctx, cut)
         finally:
-            run.budget.release(spec.agent_id, held)
-        if turn is None:  # a stop cut the reply short: the loop's top ends the agent
-            continue
-        calls, last_text = turn
+            if held:
+                run.budget.release(spec.agent_id, held)
+        cut.text = last_text
         if calls:
-            if _stop_reason(ctx) is None:  # a stop that came as the reply ended: none runs
-                await _run_tool_calls(run, spec, state, calls, log, background)
+            # A stop that came as the reply ended: none of its calls runs.
+            if not run.registry.stopping or _stop_reason(ctx) is None:
+                await _run_tool_calls(run, spec, state, calls, log, background, setup=setup)
             if run.hooks is not None and spec.agent_id in run.hooks.stops:
                 why = run.hooks.stops.pop(spec.agent_id)
                 return "completed", last_text or None, f"stopped by a hook: {why}"
@@ -483,24 +541,33 @@ async def _turns(
 
 def _input_cost(run: RunContext, request: ModelRequest, compactor: Compactor) -> float:
     """The estimated cost of *request*'s input (its context as the meter counts it), for a
-    money budget's reservation; 0 when no budget counts money or the model has no price."""
-    if not run.budget.counts_usd:
-        return 0.0
+    money budget's reservation; 0 when the model has no price."""
     cost = run.settings.prices.cost(request.model, compactor.meter.tokens, 0)
     return cost or 0.0
 
 
 async def _model_turn(
     run: RunContext, spec: AgentSpec, state: AgentState, compactor: Compactor,
-    request: ModelRequest, ctx: ActorContext[str],
-) -> tuple[list[ToolCall], str] | None:
+    request: ModelRequest, ctx: ActorContext[str], cut: _Cut,
+) -> tuple[list[ToolCall], str]:
     """One model call: streamed, joined to the history and reported (``turn_finished``, with
-    its cost). Returns the tool calls it asked for and its text, or ``None`` when a graceful
-    stop cut its reply short."""
-    turn = await _stream_unless_stopped(run, spec, request, state, compactor, ctx)
-    if turn is None:
-        return None
-    content, calls, end = turn
+    its cost). Returns the tool calls it asked for and its text.
+
+    Cancellation: a graceful stop while the reply streams cancels *cut*'s scope (the reply
+    joins nothing; its streamed text stays in the stream) and the agent ends stopped, as
+    :func:`_loop` or, for an agent with no nursery, its supervisor (:func:`_outcome`) says.
+    """
+    node = ctx.node
+    if node is not None:
+        run.scheduler.streaming(spec.agent_id, node, cut)
+    try:
+        try:
+            content, calls, end = await _stream_turn(run, spec, request)
+        except ContextOverflowError as exc:  # compacted, then tried once more
+            content, calls, end = await _stream_refitted(run, spec, request, state, compactor, exc)
+    finally:
+        if node is not None:
+            run.scheduler.done_streaming(spec.agent_id)
     state.turns += 1
     state.input_tokens += end.input_tokens
     state.output_tokens += end.output_tokens
@@ -510,22 +577,26 @@ async def _model_turn(
     )  # fmt: skip
     state.cost_usd = add_costs(state.cost_usd, cost)
     state.messages.append(Message(role="assistant", content=content))
-    await run.bus.emit(
-        TurnFinished(
-            agent_id=spec.agent_id,
-            parent_tool_use_id=spec.parent_tool_use_id,
-            turn=state.turns,
-            stop_reason=end.stop_reason,
-            input_tokens=end.input_tokens,
-            output_tokens=end.output_tokens,
-            context_tokens=compactor.after_turn(state, end.input_tokens),
-            context_window=compactor.window,
-            tool_use_ids=[c.id for c in calls],
-            cost_usd=cost,
-            cache_read_tokens=end.cache_read_tokens or None,
-            cache_write_tokens=end.cache_write_tokens or None,
-        )
+    finished = TurnFinished(
+        agent_id=spec.agent_id,
+        parent_tool_use_id=spec.parent_tool_use_id,
+        turn=state.turns,
+        stop_reason=end.stop_reason,
+        input_tokens=end.input_tokens,
+        output_tokens=end.output_tokens,
+        context_tokens=compactor.after_turn(state, end.input_tokens),
+        context_window=compactor.window,
+        tool_use_ids=[c.id for c in calls],
+        cost_usd=cost,
+        cache_read_tokens=end.cache_read_tokens or None,
+        cache_write_tokens=end.cache_write_tokens or None,
     )
+    if cut.cut:
+        # A stop came as the reply ended, with no checkpoint left to cut it: the turn is whole
+        # and reported, in the cancelled scope (its calls do not run; the agent ends stopped).
+        await run.bus.emit_final(finished, grace_s=run.settings.limits.finish_grace_s)
+    else:
+        await run.bus.emit(finished)
     return calls, "".join(b.text for b in content if isinstance(b, TextBlock))
 
 
@@ -593,30 +664,6 @@ def _stop_reason(ctx: ActorContext[str]) -> str | None:
     """Why this agent's subtree is stopping (its own stop or an ancestor's), else ``None``."""
     node = ctx.node
     return None if node is None else Registry.stop_reason(node)[0]
-
-
-async def _stream_unless_stopped(
-    run: RunContext,
-    spec: AgentSpec,
-    request: ModelRequest,
-    state: AgentState,
-    compactor: Compactor,
-    ctx: ActorContext[str],
-) -> tuple[tuple[Block, ...], list[ToolCall], TurnEnd] | None:
-    """One model turn, or ``None`` when a graceful stop cut its reply short (the reply joins
-    nothing; its streamed text stays in the stream)."""
-    scope = trio.CancelScope()
-    if ctx.node is not None:
-        run.scheduler.streaming(spec.agent_id, ctx.node, scope)
-    try:
-        with scope:
-            try:
-                return await _stream_turn(run, spec, request)
-            except ContextOverflowError as exc:  # compacted, then tried once more
-                return await _stream_refitted(run, spec, request, state, compactor, exc)
-    finally:
-        run.scheduler.done_streaming(spec.agent_id)
-    return None
 
 
 async def _check_output(
@@ -911,8 +958,9 @@ class _Call:
     child_outcome: AgentOutcome | None = None
     """How its sub-agent ended (an ``agent`` call), also when the call was cancelled: a
     cancelled call's result carries the sub-agent's partial work."""
-    worktrees: list[Worktree] = attrs.Factory(list)
-    """The worktrees of the isolated sub-agents it started: its result names them."""
+    worktrees: list[Worktree] | None = None
+    """The worktrees of the isolated sub-agents it started: its result names them (made
+    with the first: most calls start none)."""
     state: AgentState | None = None
     """The calling agent's state: a model call the tool makes for it adds to its usage."""
 
@@ -924,6 +972,8 @@ async def _run_tool_calls(
     calls: list[ToolCall],
     log: Any,
     background: BackgroundChildren | None = None,
+    *,
+    setup: TypeSetup | None = None,
 ) -> None:
     """Run one turn's tool calls and add their results to the history, in call order whatever
     order they end in — also when the agent is cancelled half-way (the calls that did not
@@ -935,7 +985,8 @@ async def _run_tool_calls(
     turn's ``agent`` calls get their ids in call order before any of them starts: the same
     script gives the same ids and the same order, run after run.
     """
-    setup = type_setup(run, spec.agent_type)
+    if setup is None:
+        setup = type_setup(run, spec.agent_type)
     tools = setup.tools
     results: list[ToolResultBlock | None] = [None] * len(calls)
     parallel = len(calls) > 1 and all(
@@ -1158,12 +1209,12 @@ async def _run_tool(record: _Call, tool: Tool, args: dict[str, Any]) -> tuple[To
         report_progress=spawner,
         secrets=run.bus.secrets,
         sandbox=run.sandbox,
-        messenger=Messenger(run, spec),
+        messenger=spawner,
         report_todos=spawner.report_todos,
         agent_type=spec.agent_type.name,
         model=spec.agent_type.model or run.settings.model,
         parent_tool_use_id=spec.parent_tool_use_id,
-        add_usage=_usage_adder(record.state),
+        add_usage=None if record.state is None else spawner.add_usage,
     )
     try:
         if run.middleware is not None and run.middleware.tool_layers:
@@ -1176,17 +1227,6 @@ async def _run_tool(record: _Call, tool: Tool, args: dict[str, Any]) -> tuple[To
     except Exception as exc:  # a bug in a tool is a result the model reads, not a crash
         log.exception("tool raised", tool=tool.name, tool_use_id=call.id)
         return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"
-
-
-def _usage_adder(state: AgentState | None) -> Callable[[int, int], None] | None:
-    if state is None:
-        return None
-
-    def add(input_tokens: int, output_tokens: int) -> None:
-        state.input_tokens += input_tokens
-        state.output_tokens += output_tokens
-
-    return add
 
 
 def _takes_background(tool: Tool) -> bool:
@@ -1309,7 +1349,9 @@ async def _report_progress(
 
 class _Spawner:
     """Starts sub-agents for one tool call, inside that call's scope; called, it reports the
-    call's progress (a ``tool_progress`` event)."""
+    call's progress (a ``tool_progress`` event). It is also the call's messenger and adds
+    the usage of model calls the tool makes: one object per call, not one per service
+    (bench/README.md, "The tenth session: fan-out won back")."""
 
     def __init__(self, record: _Call) -> None:
         self._record = record
@@ -1323,6 +1365,17 @@ class _Spawner:
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         await _report_progress(self._run, self._parent, self._tool_use_id, progress, total, message)
+
+    async def send(self, to: str, text: str) -> str:
+        """A ``send_message`` call's delivery (:meth:`Messenger.send`)."""
+        return await Messenger(self._run, self._parent).send(to, text)
+
+    def add_usage(self, input_tokens: int, output_tokens: int) -> None:
+        """A model call the tool made for the calling agent counts in its usage."""
+        state = self._record.state
+        assert state is not None  # given as ToolContext.add_usage only with a state
+        state.input_tokens += input_tokens
+        state.output_tokens += output_tokens
 
     async def report_todos(self, todos: list[dict[str, str]]) -> None:
         """A ``todo_updated`` event: the calling agent's whole todo list, as it is now."""
@@ -1472,7 +1525,10 @@ class _Spawner:
         depth = self._check_depth()
         if not run.scheduler.reserve_agent():
             raise ToolError(f"max agents {run.settings.limits.max_agents} reached for this run")
-        effective = (atype.budget or Budget()).tighter(call_budget)
+        if atype.budget is None and call_budget is None:
+            effective = None  # the common case: no Budget to make and find empty
+        else:
+            effective = (atype.budget or Budget()).tighter(call_budget)
         spec = AgentSpec(
             agent_id=self._take_agent_id(),
             agent_type=atype,
@@ -1480,7 +1536,7 @@ class _Spawner:
             depth=depth,
             parent_tool_use_id=self._tool_use_id,
             parent_agent_id=self._parent.agent_id,
-            budget=None if effective.empty else effective,
+            budget=None if effective is None or effective.empty else effective,
             description=description,
             workspace=self._parent.workspace,
         )
@@ -1518,7 +1574,7 @@ class _Spawner:
         finally:
             run.scheduler.child_finished(parent_id)
 
-    async def _run_placed(
+    def _run_placed(
         self,
         spec: AgentSpec,
         runner: SubtreeRunner | None,
@@ -1526,24 +1582,22 @@ class _Spawner:
         on_outcome: Callable[[AgentOutcome], None] | None,
         *,
         own_task: bool = False,
-    ) -> AgentOutcome:
-        """*spec*'s agent here or, with a *runner*, its subtree on a host. *own_task*: this
-        task runs nothing else (a background child's); else the call's first sub-agent may
-        have the call's task."""
+    ) -> Awaitable[AgentOutcome]:
+        """*spec*'s agent here or, with a *runner*, its subtree on a host (to be awaited by
+        the caller: no coroutine of its own per sub-agent). *own_task*: this task runs nothing
+        else (a background child's); else the call's first sub-agent may have the call's
+        task."""
         run = self._run
-        if runner is None:
-            if task_status is not trio.TASK_STATUS_IGNORED:
-                return await run_agent_actor(
-                    run, spec, own_task=True, on_outcome=on_outcome, task_status=task_status
-                )
-            if not own_task:
-                own_task = self._own_task is trio.lowlevel.current_task()
-                self._own_task = None
-            return await run_agent_actor(run, spec, own_task=own_task, on_outcome=on_outcome)
-        outcome = await runner.run_subtree(run, spec)
-        if on_outcome is not None:
-            on_outcome(outcome)
-        return outcome
+        if runner is not None:
+            return _run_remote(run, spec, runner, on_outcome)
+        if task_status is not trio.TASK_STATUS_IGNORED:
+            return run_agent_actor(
+                run, spec, own_task=True, on_outcome=on_outcome, task_status=task_status
+            )
+        if not own_task:
+            own_task = self._own_task is trio.lowlevel.current_task()
+            self._own_task = None
+        return run_agent_actor(run, spec, own_task=own_task, on_outcome=on_outcome)
 
     async def _run_isolated(
         self,
@@ -1570,7 +1624,13 @@ class _Spawner:
             into=worktree_folder(run.settings.workspace),
         )
         # A background agent's call has ended (or is ending): its result is not told.
-        worktrees = [] if spec.background else self._record.worktrees
+        record = self._record
+        if spec.background:
+            worktrees: list[Worktree] = []
+        else:
+            if record.worktrees is None:
+                record.worktrees = []
+            worktrees = record.worktrees
         index = len(worktrees)
         # Named as unfinished until it is known: a cancel from here on keeps it so.
         worktrees.append(attrs.evolve(worktree, changes="its agent did not finish"))
@@ -1587,6 +1647,19 @@ class _Spawner:
         if not finished.kept:
             run.worktrees.remove(worktree.workspace)
         return attrs.evolve(outcome, worktree=finished)
+
+
+async def _run_remote(
+    run: RunContext,
+    spec: AgentSpec,
+    runner: SubtreeRunner,
+    on_outcome: Callable[[AgentOutcome], None] | None,
+) -> AgentOutcome:
+    """*spec*'s subtree on a host (docs/cluster.md), its outcome told as a local one's is."""
+    outcome = await runner.run_subtree(run, spec)
+    if on_outcome is not None:
+        on_outcome(outcome)
+    return outcome
 
 
 def _child_result(run: RunContext, outcome: AgentOutcome) -> str:

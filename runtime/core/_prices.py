@@ -209,6 +209,24 @@ def check_prices(value: Any, *, where: str = "prices") -> dict[str, Price]:
     return out
 
 
+_BUILTIN_FOUND: dict[str, Price | None] = {}
+
+
+def _builtin_price(model: str) -> Price | None:
+    """*model*'s row of the built-in table (by its most specific name there), cached for the
+    process: a table without rows of the user's is made for every run, and finding a name
+    costs a regular expression (bench/README.md, "The tenth session: fan-out won back")."""
+    try:
+        return _BUILTIN_FOUND[model]
+    except KeyError:
+        pass
+    found = next((BUILTIN_PRICES[n] for n in _candidates(model) if n in BUILTIN_PRICES), None)
+    if len(_BUILTIN_FOUND) >= 256:
+        _BUILTIN_FOUND.clear()
+    _BUILTIN_FOUND[model] = found
+    return found
+
+
 class PriceTable:
     """The built-in table with the user's rows over it; lookups are cached per model name.
 
@@ -244,7 +262,9 @@ class PriceTable:
         except KeyError:
             pass
         found = None
-        for name in _candidates(model):
+        if not self.overrides:  # most runs: the built-in table's answer, known process-wide
+            found = _builtin_price(model)
+        for name in _candidates(model) if self.overrides else ():
             found = self.overrides.get(name) or BUILTIN_PRICES.get(name)
             if found is not None:
                 break
