@@ -33,6 +33,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+import anyio
 import httpx2
 import mcp_types
 import trio
@@ -281,7 +282,9 @@ class McpServer:
             await self.requests.roots_changed()
             try:
                 await session.send_notification(mcp_types.RootsListChangedNotification())
-            except Exception as exc:  # the connection is going: its loss is reported elsewhere
+            # The SDK drops a notification after the connection closed; one that is closing
+            # may still fail to take it: the loss is reported by the connection itself.
+            except (MCPError, OSError, *_CLOSED) as exc:
                 _log.debug("mcp.roots_not_told", server=self.name, error=type(exc).__name__)
                 return
 
@@ -860,6 +863,12 @@ async def open_mcp_servers(
             nursery.cancel_scope.cancel(reason="the run is over")
             oauth.close()
 
+
+# A stream the SDK writes to that closed or broke, in either library's spelling.
+_CLOSED = (
+    trio.ClosedResourceError, trio.BrokenResourceError,
+    anyio.ClosedResourceError, anyio.BrokenResourceError,
+)  # fmt: skip
 
 _log = get_logger("trio_agents.mcp")
 
