@@ -1,9 +1,10 @@
 """Events: the one flat stream every consumer reads (docs/events.md).
 
 Every event is a frozen attrs class. On the wire (the JSONL trace, ``--json`` output) an event is
-one JSON object whose ``type`` key names its class; :data:`converter` is the one cattrs converter
-that turns events into such objects and back. :func:`encode_event` / :func:`decode_event` are the
-fast paths used by the trace writer and readers.
+one JSON object whose ``type`` key names its class; :func:`event_converter` is the one cattrs
+converter that turns events into such objects and back (made on first use).
+:func:`encode_event` / :func:`decode_event` are the fast paths used by the trace writer and
+readers.
 """
 
 from __future__ import annotations
@@ -428,10 +429,27 @@ def _never_text(hint: Any) -> bool:
     return all(a in (int, float, bool, type(None)) or typing.get_origin(a) is Literal for a in args)
 
 
-converter: cattrs.Converter = make_converter(forbid_extra_keys=False)
+_CONVERTER: list[cattrs.Converter] = []
+_STRUCTURE: dict[str, Any] = {}
 
 
-def _make_unstructure(cls: type[Event]) -> Any:
+def event_converter() -> cattrs.Converter:
+    """The one cattrs converter of events, made on first use: generating its functions for
+    every event class is tens of milliseconds, and a process that only writes events (the
+    trace writer's fast path below) or reads a trace as JSON objects never needs it
+    (bench/README.md, "Resume")."""
+    if not _CONVERTER:
+        converter = make_converter(forbid_extra_keys=False)
+        for tag, cls in EVENT_TYPES.items():
+            _STRUCTURE[tag] = make_dict_structure_fn(cls, converter)
+            converter.register_unstructure_hook(cls, _make_unstructure(cls, converter))
+            converter.register_structure_hook(cls, _STRUCTURE[tag])
+        converter.register_structure_hook(Event, _structure_event)
+        _CONVERTER.append(converter)
+    return _CONVERTER[0]
+
+
+def _make_unstructure(cls: type[Event], converter: cattrs.Converter) -> Any:
     inner = make_dict_unstructure_fn(cls, converter)
     tag = cls.type
 
@@ -443,12 +461,6 @@ def _make_unstructure(cls: type[Event]) -> Any:
     return unstructure
 
 
-_STRUCTURE: dict[str, Any] = {}
-for _tag, _cls in EVENT_TYPES.items():
-    _STRUCTURE[_tag] = make_dict_structure_fn(_cls, converter)
-    converter.register_unstructure_hook(_cls, _make_unstructure(_cls))
-
-
 def _structure_event(obj: Any, _: Any) -> Event:
     if not isinstance(obj, dict):
         raise EventDecodeError(f"an event is a JSON object, not {type(obj).__name__}")
@@ -457,7 +469,11 @@ def _structure_event(obj: Any, _: Any) -> Event:
         raise EventDecodeError("field 'type': missing or not a string")
     structure = _STRUCTURE.get(tag)
     if structure is None:
-        raise UnknownEventType(tag)
+        if not _CONVERTER:  # the structure functions are made with the converter
+            event_converter()
+        structure = _STRUCTURE.get(tag)
+        if structure is None:
+            raise UnknownEventType(tag)
     for name in _STAMPED:  # defaults only for emitters: every line on the wire has them
         if name not in obj:
             raise EventDecodeError(f"invalid {tag} event: required field missing @ {tag}.{name}")
@@ -471,14 +487,9 @@ def _structure_event(obj: Any, _: Any) -> Event:
         raise EventDecodeError(f"invalid {tag} event: {exc}") from exc
 
 
-for _tag, _cls in EVENT_TYPES.items():
-    converter.register_structure_hook(_cls, _STRUCTURE[_tag])
-converter.register_structure_hook(Event, _structure_event)
-
-
 def event_to_dict(event: Event) -> dict[str, Any]:
     """The JSON object of *event* (``type`` first)."""
-    result: dict[str, Any] = converter.unstructure(event, type(event))
+    result: dict[str, Any] = event_converter().unstructure(event, type(event))
     return result
 
 
