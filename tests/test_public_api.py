@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import re
 import subprocess
 import sys
@@ -170,3 +171,42 @@ def test_every_name_imported_from_a_package_is_one_it_exports() -> None:
             missing += [f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}.{a.name}"
                         for a in node.names if a.name not in exported and a.name != "*"]
     assert missing == []
+
+
+def test_a_run_whose_output_is_not_a_terminal_imports_neither_rich_nor_the_converter(
+    tmp_path: Path,
+) -> None:
+    # structlog imports rich for tracebacks the command line never draws, the run's summary
+    # line once came from the renderer, and the events' converter was built at import: ~70 ms
+    # of CPU at every start (bench/README.md, "Resume").
+    scenario = tmp_path / "s.json"
+    scenario.write_text(json.dumps({"agents": {"main": {"turns": [{"text": "done"}]}}}))
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.argv = ["trio-agents", "run", "go", "--scenario", {str(scenario)!r},
+                    "--workspace", {str(tmp_path)!r}, "--trace", {str(tmp_path / "t.jsonl")!r}]
+        from runtime.cli._main import main
+        code = main()
+        import runtime.core._events as events
+        print(code, "rich" in sys.modules, bool(events._CONVERTER), file=sys.stderr)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60, cwd=tmp_path)
+    assert out.stderr.splitlines()[-1].split() == ["0", "False", "False"], out.stderr
+    assert "done" in out.stdout
+
+
+def test_structlog_imported_by_the_command_line_still_lets_rich_import() -> None:
+    code = textwrap.dedent(
+        """
+        from runtime.cli._options import import_structlog
+        import_structlog()
+        import structlog, rich.text
+        print(structlog.dev.rich is None, rich.text.Text("x").plain)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.split() == ["True", "x"]

@@ -606,6 +606,24 @@ _QUIET: Final = logging.CRITICAL + 10
 """Above every level: nothing is logged (stderr carries only the command's own lines)."""
 
 
+def import_structlog() -> None:
+    """Import structlog without rich, for a command about to run agents (their modules log).
+
+    structlog imports rich, when it is installed, for tracebacks the command line never draws
+    (its renderer is given ``plain_traceback``, below): about 40 ms of CPU at every start,
+    most of what a resume of a small trace costs above reading it (bench/README.md, "Resume").
+    Nothing is hidden once either is imported (the live view imports rich when it draws), and
+    rich imports as usual afterwards; a library application's structlog is its own.
+    """
+    if "structlog" in sys.modules or "rich" in sys.modules:
+        return
+    sys.modules["rich"] = None  # type: ignore[assignment]  # its import fails: structlog goes on
+    try:
+        import structlog  # noqa: F401
+    finally:
+        del sys.modules["rich"]
+
+
 def setup_logging(debug: bool, verbose: bool = False) -> None:
     """Send structlog (and stdlib logging) to stderr only: nothing by default, WARNING and up
     with *verbose* (``-v``), DEBUG with *debug*.
@@ -614,6 +632,7 @@ def setup_logging(debug: bool, verbose: bool = False) -> None:
     the one-line outcome is printed by the command. Stdout is left to the view or to
     ``--json`` events.
     """
+    import_structlog()
     import structlog
 
     from runtime.core import RedactingLogFilter, redact_log_event

@@ -44,11 +44,13 @@ def note(text: str) -> None:
 
 def cmd_resume(ns: argparse.Namespace, opts: RunOptions) -> int:
     """``trio-agents resume TRACE``; returns the exit code."""
+    from ._options import check_output_paths, import_structlog, run_command, setup_logging
+
+    import_structlog()  # before the runtime's modules that log import it with rich
     from runtime.core import AgentsError
     from runtime.replay import load_resume
     from runtime.trace import TraceTree
 
-    from ._options import check_output_paths, run_command, setup_logging
     from ._replay import _recorded_defaults
 
     existing_file(opts.scenario, "--scenario")

@@ -21,10 +21,6 @@ if TYPE_CHECKING:
     from ._render import StyledLine as StyledLine
     from ._render import compaction_line as compaction_line
     from ._render import event_line as event_line
-    from ._render import fmt_duration as fmt_duration
-    from ._render import fmt_tokens as fmt_tokens
-    from ._render import fmt_usd as fmt_usd
-    from ._render import outcome_notes as outcome_notes
     from ._render import render_header as render_header
     from ._render import render_mermaid as render_mermaid
     from ._render import render_timeline as render_timeline
@@ -52,6 +48,10 @@ if TYPE_CHECKING:
     from ._view import PageBuilder as PageBuilder
     from ._view import data_json as data_json
     from ._view import render_page as render_page
+    from ._words import fmt_duration as fmt_duration
+    from ._words import fmt_tokens as fmt_tokens
+    from ._words import fmt_usd as fmt_usd
+    from ._words import outcome_notes as outcome_notes
 
 _LAZY: dict[str, str] = {
     "AgentNode": "._tree",
@@ -70,9 +70,9 @@ _LAZY: dict[str, str] = {
     "data_json": "._view",
     "event_line": "._render",
     "existing_trace": "._sinks",
-    "fmt_duration": "._render",
-    "fmt_tokens": "._render",
-    "fmt_usd": "._render",
+    "fmt_duration": "._words",
+    "fmt_tokens": "._words",
+    "fmt_usd": "._words",
     "follow_lines": "._tracefile",
     "open_live_spans": "._otel",
     "open_pipe_writer": "._sinks",
@@ -80,7 +80,7 @@ _LAZY: dict[str, str] = {
     "continue_trace_file": "._sinks",
     "open_trace_file": "._sinks",
     "otlp_json_lines": "._otlp",
-    "outcome_notes": "._render",
+    "outcome_notes": "._words",
     "read_events": "._tracefile",
     "read_turns": "._otlp",
     "render_header": "._render",

@@ -26,11 +26,12 @@ from typing import Any, Final
 
 import orjson
 
-from ._render import compaction_line, first_line, fmt_duration, fmt_tokens
+from ._render import compaction_line, first_line
 from ._stats import run_stats
 from ._tracefile import OnError, TraceLoader
 from ._tree import AgentNode, ToolNode, TraceSet, TraceTree
 from ._turns import TurnLog
+from ._words import fmt_duration, fmt_tokens
 
 MAX_ROWS: Final = 500
 """Event rows kept per node; the rest are counted (a tool reporting progress a million times)."""
