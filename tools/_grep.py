@@ -27,9 +27,7 @@ import threading
 import time
 import warnings
 from collections.abc import Generator, Iterator, Mapping
-from typing import Any, ClassVar
-
-import regex
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from runtime.core import (
     ConfigError,
@@ -48,6 +46,9 @@ from runtime.core import (
 
 from ._glob import FoundFile, iter_files, run_in_thread_with_stop
 from ._read import BINARY_SNIFF_BYTES, looks_binary
+
+if TYPE_CHECKING:
+    import regex
 
 __all__ = ["GrepTool"]
 
@@ -122,6 +123,10 @@ class _Search:
 
     def compiled(self) -> regex.Pattern[str]:
         if self._compiled is None:
+            # Imported here, in the worker thread of the first search: its ~10 ms are not
+            # every run's start-up (bench/README.md, "Resume").
+            import regex
+
             try:
                 self._compiled = regex.compile(self.pattern, cache_pattern=False)
             except (regex.error, RecursionError) as exc:  # re accepted it: should not happen
