@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from runtime.core._events import Event as Event
     from runtime.core._events import HookFinished as HookFinished
     from runtime.core._events import McpSampled as McpSampled
+    from runtime.core._events import MessageQueued as MessageQueued
     from runtime.core._events import PermissionRequested as PermissionRequested
     from runtime.core._events import PermissionResolved as PermissionResolved
     from runtime.core._events import ProviderRetry as ProviderRetry
@@ -172,6 +173,7 @@ _LAZY: dict[str, str] = {
     "HookFinished": "runtime.core._events",
     "RunResumed": "runtime.core._events",
     "McpSampled": "runtime.core._events",
+    "MessageQueued": "runtime.core._events",
     "ElicitationRequested": "runtime.core._events",
     "ElicitationResolved": "runtime.core._events",
     "RetryNotice": "runtime.core._provider",

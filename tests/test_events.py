@@ -43,6 +43,7 @@ _SAMPLES: dict[str, dict[str, Any]] = {
                       "tool_use_ids": ["tu-2", "tu-3"], "cost_usd": 0.000072,
                       "cache_read_tokens": 2, "cache_write_tokens": None},
     "user_message": {"text": "also check the tests"},
+    "message_queued": {"text": "also check the tests"},
     "cancel_requested": {"target": "tu-2", "reason": "too slow", "by": "user"},
     "agent_finished": {"status": "cancelled", "result": None, "error": "cancelled: x", "turns": 1,
                        "input_tokens": 3, "output_tokens": 4, "duration_s": 1.0,

@@ -84,6 +84,7 @@ if TYPE_CHECKING:
     from ._events import Event as Event
     from ._events import HookFinished as HookFinished
     from ._events import McpSampled as McpSampled
+    from ._events import MessageQueued as MessageQueued
     from ._events import PermissionRequested as PermissionRequested
     from ._events import PermissionResolved as PermissionResolved
     from ._events import ProviderRetry as ProviderRetry
@@ -265,6 +266,7 @@ _LAZY: dict[str, str] = {
     "HookRunner": "._hooks",
     "HookTable": "._hook_table",
     "McpSampled": "._events",
+    "MessageQueued": "._events",
     "ElicitationDesk": "._elicitation",
     "PendingElicitation": "._elicitation",
     "ElicitAction": "._elicitation",

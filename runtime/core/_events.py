@@ -153,6 +153,18 @@ class UserMessage(Event):
 
 
 @attrs.frozen(kw_only=True)
+class MessageQueued(Event):
+    """A message from outside the run (``Runtime.send_message``: the control socket's
+    ``message``, a line typed during a chat turn) is in a running agent's mailbox, emitted as
+    that agent. It reaches its history at its next step (its ``user_message``, with the same
+    text); one the process died before it read goes into its mailbox again on a resume
+    (docs/resume.md)."""
+
+    type: ClassVar[str] = "message_queued"
+    text: str
+
+
+@attrs.frozen(kw_only=True)
 class CancelRequested(Event):
     type: ClassVar[str] = "cancel_requested"
     target: str
@@ -379,6 +391,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ToolFinished,
         TurnFinished,
         UserMessage,
+        MessageQueued,
         CancelRequested,
         AgentFinished,
         RunFinished,

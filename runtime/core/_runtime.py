@@ -17,10 +17,10 @@ from ._agent_types import AgentTypes
 from ._approvals import PendingRequest
 from ._bus import EventBus, Policy, Subscription, Tap
 from ._compaction import agent_window
-from ._context import RunContext, cancel_node, stop_node
+from ._context import Owner, RunContext, cancel_node, stop_node
 from ._elicitation import ElicitAction, PendingElicitation
 from ._errors import ConfigError
-from ._events import AgentStatus, CancelBy
+from ._events import AgentStatus, CancelBy, MessageQueued
 from ._limits import Budget, Limits
 from ._loop import run_agent_actor
 from ._messages import Message
@@ -421,16 +421,31 @@ class Runtime:
         """Queue *text* for a running agent; it is delivered at its next turn boundary as a
         ``user_message`` event and a user message in its history.
 
+        A queued message is a ``message_queued`` event at once (masked like every event), so
+        a run killed before the agent read it puts it back on resume (docs/resume.md).
+
         Returns:
-            ``False`` when the agent is unknown, finished, or its mailbox is full.
+            ``False`` when the agent is unknown, finished, or its mailbox is full (nothing
+            is queued, nothing emitted).
         """
-        mailbox = self._run.scheduler.inbox(agent_id)
+        run = self._run
+        mailbox = run.scheduler.inbox(agent_id)
         if mailbox is None:
             return False
         try:
             mailbox.send_nowait(text)
         except (trio.WouldBlock, trio.ClosedResourceError):
             return False
+        # Nothing yields between the two: the agent cannot read it before the event is out.
+        node = run.registry.get(agent_id)
+        owner = node.data if node is not None else None
+        run.bus.emit_nowait(
+            MessageQueued(
+                agent_id=agent_id,
+                parent_tool_use_id=owner.parent_tool_use_id if isinstance(owner, Owner) else None,
+                text=text,
+            )
+        )
         return True
 
     def resolve_permission(

@@ -530,6 +530,10 @@ def _scan(state: ResumeState, events: Iterable[dict[str, Any]]) -> None:
                 waiting = state.unread.get(ev["agent_id"])
                 if waiting and ev["text"] in waiting:
                     waiting.remove(ev["text"])
+        elif kind == "message_queued":
+            # A user's message (Runtime.send_message): matched by its user_message as an
+            # agent's message is, above; the mailbox keeps them in the order they came.
+            state.unread.setdefault(ev["agent_id"], []).append(ev["text"])
         elif kind == "agent_message":
             sender = ev["from_agent_id"]
             text = f"[message from {_described(rec, sender)}]\n{ev['text']}"
@@ -830,8 +834,8 @@ class Resumer(Replayer):
             return not self._ended_as_recorded(fields.target)
         if kind == "run_started":
             return False
-        if kind == "user_message":
-            return True  # nothing recorded is delivered again: every one is new
+        if kind in ("user_message", "message_queued"):
+            return True  # nothing recorded is delivered or queued again: every one is new
         if fields.agent_id is None:
             return True
         live = self._agents.get(fields.agent_id)

@@ -741,6 +741,7 @@ class TraceTree:
             "provider_retry": self._provider_retry,
             "rate_limited": self._rate_limited,
             "user_message": self._user_message,
+            "message_queued": self._message_queued,
             "cancel_requested": self._cancel_requested,
             "stop_requested": self._stop_requested,
             "agent_message": self._agent_message,
@@ -1762,6 +1763,17 @@ class TraceTree:
         for name in ("from_agent_id", "to_agent_id", "text"):
             if fields[name].__class__ is not str:
                 raise _invalid("agent_message", name)
+        if ts > self.last_ts:
+            self.last_ts = ts
+
+    def _message_queued(self, fields: Fields) -> None:
+        # Checked and timed, kept on no node: the agent's user_message holds the text once
+        # it reads it (docs/events.md).
+        ts = fields["ts"]
+        if not _num(ts):
+            raise _invalid("message_queued", "ts")
+        if fields["text"].__class__ is not str:
+            raise _invalid("message_queued", "text")
         if ts > self.last_ts:
             self.last_ts = ts
 

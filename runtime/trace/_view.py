@@ -177,6 +177,8 @@ def describe(fields: dict[str, Any]) -> str:
         return f"run {get('status')} in {fmt_duration(get('duration_s'))}"
     if kind == "user_message":
         return f"message: {first_line(get('text'), 200)}"
+    if kind == "message_queued":
+        return f"message queued: {first_line(get('text'), 200)}"
     rest = {k: v for k, v in fields.items() if k not in _COMMON}
     return first_line(orjson.dumps(rest).decode(), 300)
 
