@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -213,6 +215,59 @@ def test_a_line_typed_mid_run_reaches_the_agent_at_its_next_turn(
     assert history[2]["role"] == "user"
     assert history[2]["content"][0]["kind"] == "tool_result"
     assert history[2]["content"][-1] == {"kind": "text", "text": "also check the tests"}
+
+
+def test_a_chat_killed_in_its_first_turn_goes_on_with_chat_resume(
+    spawn: Spawn, tmp_path: Path
+) -> None:
+    """SIGKILL during the first turn, with a line typed and queued: the session file is
+    there (written as the turn started), ``chat --list`` shows its first turn cut, and
+    ``chat --resume`` goes on with that turn: the command the crash cut is not run again
+    (the model reads it was interrupted), the queued line reaches the agent once, and the
+    turn ends as it would have."""
+    trace = tmp_path / "t.jsonl"
+    args = ("--scenario", str(SCENARIOS / "chat_typing.json"), "--permission-mode", "allow-all")
+    child = spawn(*args, "--trace", str(trace))
+    prompt(child)
+    child.sendline("look around")
+    child.expect_exact("bash: sleep 30")
+    child.sendline("also check the tests")
+    child.expect(styled("queued ", f"{PROMPT}also check the tests"))
+    running = session(tmp_path)
+    assert (running["turns"], running["first_prompt"]) == (0, "look around")
+    listed = spawn("--list")
+    listed.expect_exact("first turn running")
+    assert finish(listed) == 0
+    deadline = time.monotonic() + TIMEOUT  # another process writes the trace: polled
+    while b'"message_queued"' not in trace.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    child.kill(signal.SIGKILL)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.signalstatus == signal.SIGKILL
+    listed = spawn("--list")
+    listed.expect(r"first turn cut\s+look around")
+    assert finish(listed) == 0
+
+    child = spawn(*args, "--resume")
+    child.expect_exact("Going on with the turn the crash cut: look around")
+    child.expect_exact("Noted your message: checking the tests too.")
+    turn_done(child)
+    child.sendcontrol("d")
+    assert finish(child) == 0
+    events = read_trace(trace)
+    check_invariants(events)
+    assert [e.text for e in events if e.type == "user_message"] == [  # type: ignore[attr-defined]
+        "also check the tests"]
+    [bash] = [e for e in events if e.type == "tool_finished"]
+    assert bash.status == "error"  # type: ignore[attr-defined]
+    assert bash.output.startswith("interrupted: ")  # type: ignore[attr-defined]
+    assert roots(events) == [("look around", "completed")]
+    saved = session(tmp_path)
+    assert saved["turns"] == 1
+    texts = [b.get("text") for m in saved["messages"] for b in m["content"] if b.get("text")]
+    assert texts == ["look around", "Looking around.", "also check the tests",
+                     "Noted your message: checking the tests too."]
 
 
 def test_a_line_the_agent_never_took_becomes_the_next_message(spawn: Spawn, tmp_path: Path) -> None:

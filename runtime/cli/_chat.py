@@ -21,8 +21,9 @@ Without a terminal the chat reads stdin, one message per line, each run to its e
 next line is read, and prints plain lines: scriptable. SIGINT then ends the chat (exit 130);
 the exit code is otherwise 0, or 1 when some turn did not complete.
 
-The conversation is a session (:mod:`runtime.cli._sessions`), written after every turn, resumed
-with ``--resume [ID]`` and listed with ``--list``.
+The conversation is a session (:mod:`runtime.cli._sessions`), written as its first turn starts
+(when there is a trace to resume that turn from) and after every turn, resumed with
+``--resume [ID]`` and listed with ``--list``.
 
 The task tree, inside :func:`~runtime.cli._options.open_session`'s::
 
@@ -202,6 +203,7 @@ def print_sessions(store: SessionStore, *, as_json: bool = False) -> int:
                 "updated_ts": info.updated_ts,
                 "turns": info.turns,
                 "first_prompt": info.first_prompt,
+                "first_turn": info.first_turn,
                 "error": info.error,
             }
             sys.stdout.write(orjson.dumps(row).decode() + "\n")
@@ -215,6 +217,8 @@ def print_sessions(store: SessionStore, *, as_json: bool = False) -> int:
             print(f"{info.id}  {date}  (unreadable: {info.error})")
             continue
         turns = f"{info.turns} turn" + ("" if info.turns == 1 else "s")
+        if info.first_turn is not None:
+            turns = f"first turn {info.first_turn}"
         print(f"{info.id}  {date}  {turns:>9}  {one_line(info.first_prompt or '', 70)}")
     print(f"Resume one: {command_name()} chat --resume ID (or --resume alone for the latest)")
     return EXIT_OK
@@ -475,6 +479,10 @@ class Chat:
         if kb is not None:
             kb.show_in_view()
         try:
+            if rec.turns == 0 and not self.saved and rec.trace_path is not None:
+                # The session's file is there from its first turn on: killed during it, the
+                # chat resumes with `chat --resume` from the trace (docs/resume.md).
+                await self._save(quiet=True)
             async with trio.open_nursery() as nursery:
                 if kb is not None:
                     nursery.start_soon(self._forward_lines, kb, handle)

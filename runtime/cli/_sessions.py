@@ -1,4 +1,5 @@
-"""Chat sessions on disk: one JSON file per conversation, written atomically after every turn.
+"""Chat sessions on disk: one JSON file per conversation, written atomically as its first turn
+starts (so a chat killed during it can be resumed) and after every turn.
 
 A session (:class:`ChatSession`) is what ``trio-agents chat`` needs to carry a conversation on
 another day: the messages (serialised with :data:`runtime.core._messages.state_converter`), the
@@ -149,6 +150,10 @@ class SessionInfo:
     turns: int = 0
     first_prompt: str | None = None
     error: str | None = None
+    first_turn: str | None = None
+    """For a session saved as its first turn started and never after: ``running`` (a chat
+    holds it now) or ``cut`` (its process died: ``chat --resume`` goes on with that turn);
+    ``None`` otherwise."""
 
 
 # Messages are (un)structured by the one converter of the message classes (its hooks for the
@@ -556,6 +561,34 @@ class SessionStore:
                 "move it away first"
             ) from exc
 
+    def _first_turn(self, session: ChatSession) -> str | None:
+        # A session file with no turn but a prompt was written as its first turn started.
+        if session.turns or session.first_prompt is None:
+            return None
+        return "running" if self.in_use(session.id) else "cut"
+
+    def in_use(self, session_id: str) -> bool:
+        """Whether a live process holds *session_id*'s lock (:meth:`hold`); this store's own
+        lock does not count. Nothing is taken."""
+        if session_id in self._locks:
+            return False
+        path = self.root / f".{self.path_for(session_id).stem}.lock"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return False  # never locked, or not a lock file we could read
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError as exc:
+                return exc.errno in (errno.EAGAIN, errno.EACCES)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        finally:
+            os.close(fd)
+
     def list_sessions(self) -> list[SessionInfo]:
         """Every session in the folder, the latest first; unreadable files carry an *error*."""
         out: list[SessionInfo] = []
@@ -581,6 +614,7 @@ class SessionStore:
                     updated_ts=session.updated_ts,
                     turns=session.turns,
                     first_prompt=session.first_prompt,
+                    first_turn=self._first_turn(session),
                 )
             )
         out.sort(key=lambda s: (s.updated_ts, s.id), reverse=True)
