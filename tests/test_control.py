@@ -203,6 +203,7 @@ async def test_bad_lines_get_error_answers_and_the_run_goes_on(
             outcome = await handle.wait()
     assert outcome.status == "completed"
     check_invariants(run.events)
+    assert not [e for e in run.events if e.type == "message_queued"]  # refused: not recorded
 
 
 async def test_several_clients_at_once(sock_path: Path, workspace: Path) -> None:
@@ -227,6 +228,9 @@ async def test_several_clients_at_once(sock_path: Path, workspace: Path) -> None
                 assert answer == {"ok": True}
             outcome = await handle.wait()
     assert outcome.status == "completed"
+    # The message is recorded as it is queued (a resume puts it back if never read).
+    queued = [(e.agent_id, e.text) for e in run.events if e.type == "message_queued"]  # type: ignore[attr-defined]
+    assert queued == [(started.agent_id, "hurry up")]
 
 
 async def test_control_clients_answer_permission_questions_in_ask_mode(
