@@ -157,35 +157,43 @@ async def test_messages_queued_at_the_crash_are_read_once_in_order_after_resume(
     assert load_resume(trace).finished
 
 
+class _Waiter:
+    """An agent that calls ``wait_here`` once (it waits for :attr:`go`), then says done."""
+
+    def __init__(self) -> None:
+        self.reached, self.go = trio.Event(), trio.Event()
+
+        @tool
+        async def wait_here() -> str:
+            """Wait for the user."""
+            self.reached.set()
+            await self.go.wait()
+            return "went on"
+
+        self.tool = wait_here
+
+    def answer(self, request: Any) -> Any:
+        turns = sum(1 for m in request.messages if m.role == "assistant")
+        return [ToolCall(name="wait_here", input={}, id="w1")] if turns == 0 else "done"
+
+
 async def test_a_key_in_a_message_never_reaches_the_trace(tmp_path: Path) -> None:
     """A secret typed into a message is masked in ``message_queued`` and ``user_message``
     alike, in the trace and in the events a program reads; a resume puts back the masked
     text (the trace never had the key)."""
     key = "sk-live-0123456789abcdef"
-    reached, go = trio.Event(), trio.Event()
-
-    @tool
-    async def wait_here() -> str:
-        """Wait for the user."""
-        reached.set()
-        await go.wait()
-        return "went on"
-
-    def answer(request: Any) -> Any:
-        turns = sum(1 for m in request.messages if m.role == "assistant")
-        return [ToolCall(name="wait_here", input={}, id="w1")] if turns == 0 else "done"
-
+    waiter = _Waiter()
     trace = tmp_path / "t.jsonl"
     seen: list[Any] = []
     async with open_runtime(
-        FunctionProvider(answer), extra_tools=[wait_here], workspace=tmp_path, trace=trace,
+        FunctionProvider(waiter.answer), extra_tools=[waiter.tool], workspace=tmp_path, trace=trace,
         permission_mode="allow-all", env={"SERVICE_API_KEY": key, "PATH": os.environ["PATH"]},
         on_event=seen.append,
     ) as rt:
         handle = await rt.start("go")
-        await reached.wait()
+        await waiter.reached.wait()
         assert rt.send_message(handle.agent_id, f"use the key {key} now")
-        go.set()
+        waiter.go.set()
         outcome = await handle.wait()
     assert outcome.status == "completed"
     data = trace.read_bytes()
@@ -207,28 +215,16 @@ async def test_a_message_is_not_queued_for_a_finished_agent_nor_for_a_full_mailb
 ) -> None:
     """Refused messages (the agent has ended, its mailbox is full) are not recorded: the
     mailbox bound holds, and a resume has nothing of theirs to deliver."""
-    reached, go = trio.Event(), trio.Event()
-
-    @tool
-    async def wait_here() -> str:
-        """Wait for the user."""
-        reached.set()
-        await go.wait()
-        return "went on"
-
-    def answer(request: Any) -> Any:
-        turns = sum(1 for m in request.messages if m.role == "assistant")
-        return [ToolCall(name="wait_here", input={}, id="w1")] if turns == 0 else "done"
-
+    waiter = _Waiter()
     trace = tmp_path / "t.jsonl"
     async with open_runtime(
-        FunctionProvider(answer), extra_tools=[wait_here], workspace=tmp_path, trace=trace,
+        FunctionProvider(waiter.answer), extra_tools=[waiter.tool], workspace=tmp_path, trace=trace,
         permission_mode="allow-all", limits=Limits(mailbox_size=2),
     ) as rt:
         handle = await rt.start("go")
-        await reached.wait()
+        await waiter.reached.wait()
         sent = [rt.send_message(handle.agent_id, f"n{i}") for i in range(3)]
-        go.set()
+        waiter.go.set()
         await handle.wait()
         late = rt.send_message(handle.agent_id, "too late")
     assert sent == [True, True, False]
@@ -236,3 +232,46 @@ async def test_a_message_is_not_queued_for_a_finished_agent_nor_for_a_full_mailb
     queued = [e.text for e in read_events(trace) if e.type == "message_queued"]  # type: ignore[attr-defined]
     assert queued == ["n0", "n1"]
     assert _read(trace) == ["n0", "n1"]
+
+
+async def test_a_message_its_agent_ended_before_reading_is_not_delivered_after_resume(
+    tmp_path: Path,
+) -> None:
+    """An agent that ended before it read a message (here: its last turn allowed, the message
+    came during it) hands it back in its outcome, as in any run; killed after that, the
+    resume leaves it finished and delivers nothing: the trace keeps the message queued and
+    never read."""
+    box: dict[str, Any] = {}
+
+    def answer(request: Any) -> Any:
+        assert box["rt"].send_message(request.agent_id, "late")
+        return [ToolCall(name="look", input={}, id="l1")]
+
+    @tool(read_only=True)
+    def look() -> str:
+        """Look."""
+        return "seen"
+
+    trace = tmp_path / "t.jsonl"
+    async with open_runtime(
+        FunctionProvider(answer), extra_tools=[look], workspace=tmp_path, trace=trace,
+        permission_mode="allow-all", limits=Limits(max_turns=1),
+    ) as rt:
+        box["rt"] = rt
+        outcome = await rt.run("go")
+    assert (outcome.status, outcome.undelivered) == ("max_turns", ("late",))
+    lines = trace.read_bytes().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if b'"agent_finished"' in line) + 1
+    (tmp_path / "cut.jsonl").write_bytes(b"".join(lines[:cut]))  # killed before run_finished
+    state = load_resume(tmp_path / "cut.jsonl")
+    assert state.unread == {}
+    async with open_runtime(
+        FunctionProvider(answer), extra_tools=[look], workspace=tmp_path,
+        permission_mode="allow-all", resume=tmp_path / "cut.jsonl", limits=Limits(max_turns=1),
+    ) as rt:
+        again = await rt.resume()
+        assert rt._run.provider.delivered == 0  # type: ignore[attr-defined]
+    assert again.status == "max_turns"
+    events = list(read_events(tmp_path / "cut.jsonl"))
+    assert [e.type for e in events].count("message_queued") == 1
+    assert _read(tmp_path / "cut.jsonl") == []
