@@ -28,12 +28,14 @@ from runtime import (
 )
 from runtime.core import (
     AgentSpec,
+    Worktree,
     WorktreeError,
     add_worktree,
     agent_types_from_mapping,
     list_worktrees,
     remove_entry,
 )
+from runtime.core._worktree import finish_worktree
 from runtime.project import load_project
 from tests.harness import EventLog, agent_call, run_scenario
 from tests.invariants import by_type, check_invariants
@@ -129,6 +131,26 @@ async def test_two_parallel_editors_of_one_file_each_keep_a_branch_and_main_is_u
     outcome, events = await _two_editors(repo, "write")
     assert outcome.result == "both done"
     _check_two_branches_kept(repo, events)
+
+
+async def test_many_worktrees_made_and_removed_at_once_in_one_repository(repo: Path) -> None:
+    # git reads every worktree's admin folder while it adds one, and fails ("failed to read
+    # .git/worktrees/…/commondir") when another add is half way through writing its own: a
+    # fan-out of isolated agents must not lose one to that.
+    made: list[Worktree] = []
+
+    async def make(i: int) -> None:
+        made.append(await add_worktree(repo, run_id="r1", agent_id=f"agent-{i}", agent_type="ed"))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(12):
+            nursery.start_soon(make, i)
+    assert len(made) == 12
+    async with trio.open_nursery() as nursery:
+        for tree in made:
+            nursery.start_soon(functools.partial(finish_worktree, tree, cancelled=False))
+    assert _branches(repo) == ["main"]
+    assert (await list_worktrees(repo))[1] == []
 
 
 async def test_bash_of_an_isolated_agent_runs_in_its_worktree(repo: Path) -> None:

@@ -50,6 +50,15 @@ _FOLDER: Final = "worktrees"
 _QUOTE: Final = 300
 # Characters git's ref names and a folder's name take without second thoughts.
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+# git reads every worktree's admin folder (.git/worktrees/NAME) while it adds or removes one,
+# and fails when another add is half way through writing its own ("failed to read
+# .git/worktrees/NAME/commondir"). Within a process the changes to one repository's worktrees
+# take turns (_changing); another process's add can still cross one: such a failure is tried
+# again, a bounded number of times, after a short pause.
+_RACE = re.compile(r"failed to read \.git/worktrees/|\.git/worktrees/[^ ]*: (No such file|Success)")
+_RACE_TRIES: Final = 5
+_RACE_PAUSE_S: Final = 0.05
+_locks: dict[Path, trio.Lock] = {}
 
 
 @attrs.frozen(kw_only=True)
@@ -163,6 +172,28 @@ async def git(args: Sequence[str], cwd: Path) -> tuple[int, str]:
     return done.returncode, out
 
 
+def _changing(repo: Path) -> trio.Lock:
+    """The lock a change to *repo*'s list of worktrees holds (see ``_RACE``)."""
+    lock = _locks.get(repo)
+    if lock is None:
+        lock = _locks[repo] = trio.Lock()
+    return lock
+
+
+async def _git_worktrees(args: Sequence[str], repo: Path, what: str) -> str:
+    """``git ARGS`` that adds or removes one of *repo*'s worktrees, taking turns with the
+    process's other such changes, and tried again when another process's crossed it."""
+    async with _changing(repo):
+        for attempt in range(1, _RACE_TRIES + 1):
+            code, out = await git(args, repo)
+            if code == 0 or attempt == _RACE_TRIES or not _RACE.search(out):
+                break
+            await trio.sleep(_RACE_PAUSE_S * attempt)
+    if code != 0:
+        raise WorktreeError(f"{what}: git {args[0]} failed: {_quote(out)}")
+    return out
+
+
 async def _git_ok(args: Sequence[str], cwd: Path, what: str) -> str:
     code, out = await git(args, cwd)
     if code != 0:
@@ -218,7 +249,7 @@ async def add_worktree(
     branch = BRANCH_PREFIX + "/".join(_UNSAFE.sub("-", p) for p in (run_id, agent_id))
     path = folder / name
     what = f"cannot make a worktree for {agent_id}"
-    await _git_ok(["worktree", "add", "--quiet", "-b", branch, str(path), base], repo, what)
+    await _git_worktrees(["worktree", "add", "--quiet", "-b", branch, str(path), base], repo, what)
     sub = ws.relative_to(repo) if ws != repo else Path()
     return Worktree(path=path, workspace=path / sub, branch=branch, base=base, repo=repo)
 
@@ -273,7 +304,7 @@ async def finish_worktree(worktree: Worktree, *, cancelled: bool) -> Worktree:
         if files or commits:
             return attrs.evolve(worktree, changes=_describe(files, commits))
         what = f"cannot remove the worktree {worktree.path}"
-        await _git_ok(["worktree", "remove", str(worktree.path)], worktree.repo, what)
+        await _git_worktrees(["worktree", "remove", str(worktree.path)], worktree.repo, what)
         await _git_ok(["branch", "-D", worktree.branch], worktree.repo, what)
     except WorktreeError as exc:
         return attrs.evolve(worktree, changes=f"kept: {exc}")
