@@ -183,12 +183,17 @@ def _changing(repo: Path) -> trio.Lock:
 async def _git_worktrees(args: Sequence[str], repo: Path, what: str) -> str:
     """``git ARGS`` that adds or removes one of *repo*'s worktrees, taking turns with the
     process's other such changes, and tried again when another process's crossed it."""
-    async with _changing(repo):
-        for attempt in range(1, _RACE_TRIES + 1):
-            code, out = await git(args, repo)
-            if code == 0 or attempt == _RACE_TRIES or not _RACE.search(out):
-                break
-            await trio.sleep(_RACE_PAUSE_S * attempt)
+    lock = _changing(repo)
+    try:
+        async with lock:
+            for attempt in range(1, _RACE_TRIES + 1):
+                code, out = await git(args, repo)
+                if code == 0 or attempt == _RACE_TRIES or not _RACE.search(out):
+                    break
+                await trio.sleep(_RACE_PAUSE_S * attempt)
+    finally:
+        if not lock.locked() and not lock.statistics().tasks_waiting:
+            _locks.pop(repo, None)  # one lock per repository being changed, not per one ever seen
     if code != 0:
         raise WorktreeError(f"{what}: git {args[0]} failed: {_quote(out)}")
     return out
