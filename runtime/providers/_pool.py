@@ -41,6 +41,8 @@ import trio
 
 from runtime.core import ConfigError
 
+from ._h1 import H1Connection
+
 # The largest pool by default: as many connections as the official OpenAI client allows (its
 # DEFAULT_CONNECTION_LIMITS), well under the usual 1,024 open files less what a run needs besides.
 DEFAULT_MAX_CONNECTIONS: Final = 1000
@@ -190,12 +192,8 @@ class _StackPool:
         finally:
             if not sent:  # a failure or a cancel (any exception): the permit goes back
                 self._permits.release()
-        return httpcore.Response(
-            response.status,
-            headers=response.headers,
-            content=_Returning(response.stream, self, conn, request.url.origin),
-            extensions=response.extensions,
-        )
+        response.stream = _Returning(response.stream, self, conn, request.url.origin)
+        return response
 
     async def _take(self, origin: httpcore.Origin) -> _Conn:
         idle = self._idle.get(_key(origin))
@@ -206,12 +204,7 @@ class _StackPool:
             await _close(conn)
         self.opened += 1
         backend = _Backend()
-        http = httpcore.AsyncHTTPConnection(
-            origin,
-            ssl_context=self._ssl,
-            keepalive_expiry=self._limits.keepalive_expiry_s,
-            network_backend=backend,
-        )
+        http = H1Connection(origin, self._ssl, self._limits.keepalive_expiry_s, backend)
         return _Conn(http, backend)
 
     async def give_back(self, conn: _Conn, origin: httpcore.Origin) -> None:
@@ -259,7 +252,7 @@ async def _close(conn: _Conn) -> None:
 class _Conn:
     """A pooled connection and the backend its socket came from (which holds its deadline)."""
 
-    http: httpcore.AsyncHTTPConnection
+    http: H1Connection
     backend: _Backend
 
 
