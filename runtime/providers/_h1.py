@@ -84,7 +84,7 @@ class H1Connection:
         self._state = _NEW
         self._expire_at = math.inf
         self.requests = 0
-        """Requests sent on this connection (for tests)."""
+        """Requests sent on this connection (in its repr)."""
 
     async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
         """Send ``request`` and read its reply's head; the response's stream reads the body.
