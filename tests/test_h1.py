@@ -81,9 +81,6 @@ class Peer:
             await self.send(reply)
         await self.request()
 
-    async def close(self) -> None:
-        await self.stream.aclose()
-
 
 Handler = Callable[[Peer], Awaitable[None]]
 
@@ -144,6 +141,26 @@ def _pool_of(client: httpx.AsyncClient) -> _pool._StackPool:
     return client._transport._pool  # type: ignore[attr-defined,no-any-return]
 
 
+async def _always_ok(peer: Peer) -> None:
+    """Answer every request with :data:`OK` until the client closes."""
+    while await peer.request() is not None:
+        await peer.send(OK)
+
+
+def _first_then_ok(first: bytes) -> Handler:
+    """The first connection answers its first request with ``first`` and closes; the others
+    answer each request with :data:`OK`."""
+
+    async def handler(peer: Peer) -> None:
+        if peer.index == 0:
+            await peer.request()
+            await peer.send(first)
+            return  # and close
+        await _always_ok(peer)
+
+    return handler
+
+
 def _chunked(*pieces: bytes) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
 
@@ -199,10 +216,7 @@ async def test_a_content_length_body_is_read_to_its_length_and_the_connection_re
 async def test_sequential_calls_share_one_connection_counted_at_the_server(
     serve: Callable[..., Awaitable[Server]],
 ) -> None:
-    async def handler(peer: Peer) -> None:
-        await peer.serve(*[OK] * 5)
-
-    server = await serve(handler)
+    server = await serve(_always_ok)
     async with _client(server) as client:
         for _ in range(5):
             assert (await client.post(server.url, content=b"{}")).content == b"ok"
@@ -213,10 +227,7 @@ async def test_sequential_calls_share_one_connection_counted_at_the_server(
 async def test_the_request_head_and_a_small_body_go_in_one_write(
     serve: Callable[..., Awaitable[Server]],
 ) -> None:
-    async def handler(peer: Peer) -> None:
-        await peer.serve(OK)
-
-    server = await serve(handler)
+    server = await serve(_always_ok)
     async with _client(server) as client:
         await client.post(server.url + "/v1/x?q=1", content=b"hello", headers={"X-Key": "k"})
     (request,) = server.peers[0].requests
@@ -233,16 +244,13 @@ async def test_the_request_head_and_a_small_body_go_in_one_write(
 async def test_a_streamed_request_body_is_sent_chunked_and_a_large_one_whole(
     serve: Callable[..., Awaitable[Server]],
 ) -> None:
-    async def handler(peer: Peer) -> None:
-        await peer.serve(OK, OK)
-
     async def parts() -> AsyncIterator[bytes]:
         yield b"ab"
         yield b""
         yield b"cde"
 
     big = bytes(range(256)) * 1024  # 256 KiB: several writes
-    server = await serve(handler)
+    server = await serve(_always_ok)
     async with _client(server) as client:
         await client.post(server.url, content=parts())
         await client.post(server.url, content=big)
@@ -255,10 +263,7 @@ async def test_a_streamed_request_body_is_sent_chunked_and_a_large_one_whole(
 async def test_a_header_that_would_inject_another_is_refused_before_anything_is_sent(
     serve: Callable[..., Awaitable[Server]],
 ) -> None:
-    async def handler(peer: Peer) -> None:
-        await peer.serve(OK)
-
-    server = await serve(handler)
+    server = await serve(_always_ok)
     async with _client(server) as client:
         with pytest.raises(httpx.LocalProtocolError, match="does not allow") as caught:
             await client.get(server.url, headers={"x-a": "secret\r\nX-Evil: 1"})
@@ -311,14 +316,7 @@ async def test_head_204_and_304_have_no_body_and_keep_the_connection(
 async def test_a_body_that_ends_with_the_connection_is_read_and_not_kept(
     serve: Callable[..., Awaitable[Server]],
 ) -> None:
-    async def handler(peer: Peer) -> None:
-        if peer.index == 0:
-            await peer.request()
-            await peer.send(b"HTTP/1.1 200 OK\r\n\r\nuntil the end")
-            return  # closes
-        await peer.serve(OK)
-
-    server = await serve(handler)
+    server = await serve(_first_then_ok(b"HTTP/1.1 200 OK\r\n\r\nuntil the end"))
     async with _client(server) as client:
         assert (await client.get(server.url)).content == b"until the end"
         assert (await client.get(server.url)).content == b"ok"
@@ -354,10 +352,7 @@ async def test_a_connection_the_reply_does_not_keep_alive_is_not_reused(
 async def test_a_request_saying_connection_close_does_not_reuse_its_connection(
     serve: Callable[..., Awaitable[Server]],
 ) -> None:
-    async def handler(peer: Peer) -> None:
-        await peer.serve(OK, OK)
-
-    server = await serve(handler)
+    server = await serve(_always_ok)
     async with _client(server) as client:
         await client.get(server.url, headers={"connection": "close"})
         await client.get(server.url)
@@ -367,14 +362,8 @@ async def test_a_request_saying_connection_close_does_not_reuse_its_connection(
 async def test_an_idle_connection_the_server_closed_is_replaced_without_a_failure(
     serve: Callable[..., Awaitable[Server]],
 ) -> None:
-    async def handler(peer: Peer) -> None:
-        await peer.request()
-        await peer.send(OK)  # says nothing of closing, then closes while the client is idle
-        if peer.index == 0:
-            return
-        await peer.serve(OK)
-
-    server = await serve(handler)
+    # The first reply says nothing of closing; the server closes while the client is idle.
+    server = await serve(_first_then_ok(OK))
     async with _client(server) as client:
         assert (await client.get(server.url)).content == b"ok"
         await server.closed.wait()
@@ -402,14 +391,7 @@ async def test_an_idle_connection_the_server_closed_is_replaced_without_a_failur
 async def test_a_reply_cut_short_or_malformed_is_one_error_and_its_connection_dropped(
     serve: Callable[..., Awaitable[Server]], sent: bytes, error: str
 ) -> None:
-    async def handler(peer: Peer) -> None:
-        if peer.index == 0:
-            await peer.request()
-            await peer.send(sent)
-            return  # and close
-        await peer.serve(OK)
-
-    server = await serve(handler)
+    server = await serve(_first_then_ok(sent))
     async with _client(server) as client:
         with pytest.raises(httpx.RemoteProtocolError, match=error):
             await client.get(server.url)
@@ -553,10 +535,7 @@ async def test_the_read_timeout_ends_a_stalled_head(
 async def test_an_idle_connection_past_its_expiry_is_not_reused(
     serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
 ) -> None:
-    async def handler(peer: Peer) -> None:
-        await peer.serve(OK, OK)
-
-    server = await serve(handler)
+    server = await serve(_always_ok)
     async with _client(server, keepalive_expiry_s=10) as client:
         await client.get(server.url)
         await trio.sleep(5)
