@@ -222,7 +222,10 @@ class LLMServer:
         sent = 0
         finished = False
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch, stream, nursery.cancel_scope, index, lambda: sent)
+            watching = trio.CancelScope()
+            nursery.start_soon(
+                self._watch, stream, watching, nursery.cancel_scope, index, lambda: sent
+            )
             # Errors are caught here, in the body: leaving the nursery they would be grouped.
             try:
                 for piece in reply.pieces:
@@ -237,6 +240,8 @@ class LLMServer:
                     if reply.drop_after_bytes is not None and sent >= reply.drop_after_bytes:
                         break
                 else:
+                    # Before the reply's end: once it has it, the client may send its next request.
+                    watching.cancel()
                     await stream.send_all(conn.send(h11.EndOfMessage()))
                     finished = True
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -245,17 +250,23 @@ class LLMServer:
         return finished
 
     async def _watch(
-        self, stream: trio.SocketStream, scope: trio.CancelScope, index: int, sent: Any
+        self,
+        stream: trio.SocketStream,
+        watching: trio.CancelScope,
+        scope: trio.CancelScope,
+        index: int,
+        sent: Any,
     ) -> None:
         # The client sends nothing while it reads a reply (httpx does not pipeline), so any
         # readable event here is the connection closing.
-        try:
-            data = await stream.receive_some(65536)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            data = b""
-        assert not data, f"unexpected bytes from the client mid-reply: {data!r:.80}"
-        self._disconnected(index, sent())
-        scope.cancel()
+        with watching:
+            try:
+                data = await stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            assert not data, f"unexpected bytes from the client mid-reply: {data!r:.80}"
+            self._disconnected(index, sent())
+            scope.cancel()
 
     def _disconnected(self, index: int, sent: int) -> None:
         if not any(d.index == index for d in self.disconnects):

@@ -9,6 +9,10 @@ A run talks to each model endpoint (a base URL and a key) through one provider, 
   still open (httpx's own pool checks every pooled connection on every request and every
   release, which costs more than the request itself once the pool holds hundreds: the numbers
   are in bench/README.md, "HTTP fan-out");
+* **HTTP/1.1 spoken by the pool's own connections** (:class:`~runtime.providers._h1.H1Connection`),
+  replies parsed in C by llhttp (``httptools``) where httpcore's connections parse them with h11,
+  in Python, which was a third of the client's CPU on a streamed reply (bench/README.md, "The
+  HTTP/1.1 parser"); httpx still builds the requests and maps the errors, as for httpcore's;
 * **no cookie jar** (a model API sets none, and httpx parses every response for them) and **one
   SSL context per process**, not one per client;
 * **one cancel scope per network read**, bounding it by the read timeout and the call's
@@ -40,6 +44,8 @@ import httpx
 import trio
 
 from runtime.core import ConfigError
+
+from ._h1 import H1Connection
 
 # The largest pool by default: as many connections as the official OpenAI client allows (its
 # DEFAULT_CONNECTION_LIMITS), well under the usual 1,024 open files less what a run needs besides.
@@ -154,7 +160,8 @@ def _proxied(base_url: str) -> bool:
 
 
 class _StackPool:
-    """HTTP/1.1 connections, idle ones on a stack: the cost of a request does not grow with it.
+    """HTTP/1.1 connections (``_h1.py``), idle ones on a stack: a request costs the same
+    however many there are.
 
     A request waits for one of ``max_connections`` permits, takes the most recently used idle
     connection to its origin (checking that one alone is still open: a server may have closed it),
@@ -177,7 +184,7 @@ class _StackPool:
         """Send ``request`` on a pooled connection (see the class docstring).
 
         Cancellation: cancelled while waiting for a permit, nothing is held; while sending, the
-        connection is closed (httpcore does that: it is in an unknown state) and the permit
+        connection is closed (it closes itself: it is in an unknown state) and the permit
         given back.
         """
         await self._permits.acquire()
@@ -190,12 +197,8 @@ class _StackPool:
         finally:
             if not sent:  # a failure or a cancel (any exception): the permit goes back
                 self._permits.release()
-        return httpcore.Response(
-            response.status,
-            headers=response.headers,
-            content=_Returning(response.stream, self, conn, request.url.origin),
-            extensions=response.extensions,
-        )
+        response.stream = _Returning(response.stream, self, conn, request.url.origin)
+        return response
 
     async def _take(self, origin: httpcore.Origin) -> _Conn:
         idle = self._idle.get(_key(origin))
@@ -206,12 +209,7 @@ class _StackPool:
             await _close(conn)
         self.opened += 1
         backend = _Backend()
-        http = httpcore.AsyncHTTPConnection(
-            origin,
-            ssl_context=self._ssl,
-            keepalive_expiry=self._limits.keepalive_expiry_s,
-            network_backend=backend,
-        )
+        http = H1Connection(origin, self._ssl, self._limits.keepalive_expiry_s, backend)
         return _Conn(http, backend)
 
     async def give_back(self, conn: _Conn, origin: httpcore.Origin) -> None:
@@ -259,7 +257,7 @@ async def _close(conn: _Conn) -> None:
 class _Conn:
     """A pooled connection and the backend its socket came from (which holds its deadline)."""
 
-    http: httpcore.AsyncHTTPConnection
+    http: H1Connection
     backend: _Backend
 
 
