@@ -147,3 +147,21 @@ async def test_a_corrupt_line_is_refused_where_the_resume_reads_it(
     garbage.write_bytes(b"".join([*lines[:at], b"not json\n", *lines[at:]]))
     with pytest.raises(TraceError, match=f":{at + 1}: corrupt line"):
         load_resume(garbage)
+
+
+async def test_a_sub_agent_cut_mid_run_is_read_whole_whatever_the_block_size(
+    cut: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cut after a worker's second turn: it is rebuilt, and its lines come from a second
+    # reading (a root's are found by the first).
+    lines = _lines(cut)
+    at = [i for i, ln in enumerate(lines)
+          if ln.startswith(b'{"type":"turn_finished"') and b'"agent_id":"agent-3"' in ln][1]  # fmt: skip
+    mid = tmp_path / "mid.jsonl"
+    mid.write_bytes(b"".join(lines[: at + 1]))
+    whole = _summary(mid)
+    worker = next(a for a in whole[0] if a[0] == "agent-3")
+    assert worker[1] is None  # running at the crash
+    assert [t[1] for t in worker[4]] == ["looking around", "looking around"]
+    monkeypatch.setattr(_resume, "_BLOCK", 100)
+    assert _summary(mid) == whole

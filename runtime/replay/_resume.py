@@ -291,6 +291,10 @@ class _Reader:
         self.open_agent_calls: set[str] = set()
         self.background_parent: dict[str, str] = {}
         self.reports_read: set[str] = set()
+        self.roots: list[str] = []
+        self.early = _Wanted(name)
+        """The lines of the roots, found as the first reading goes (the lines of the other
+        agents that are rebuilt are found by a second one)."""
         self.sent: list[tuple[str, str, int]] = []
         """Messages between agents: (as the mailbox holds it, sender, sender's turn)."""
         self.handlers: dict[str, Any] = {
@@ -418,6 +422,10 @@ class _Reader:
             handler = handlers.get(fields["type"])
             if handler is not None:
                 handler(fields)
+        if self.roots:  # the roots' lines, found now: a root is always rebuilt
+            self.early.add(self.roots)
+            self.roots = []
+        self.early.take(base, buf, end)
         if not self.rec.run_id and self.runs:
             self.rec.run_id = next(iter(self.runs))
         last = buf.rfind(b"\n", 0, end) + 1
@@ -447,6 +455,8 @@ class _Reader:
         if match:
             self.top = max(self.top, int(match.group(1)))
         self.parents[ev["agent_id"]] = ev["parent_tool_use_id"]
+        if ev["parent_tool_use_id"] is None:
+            self.roots.append(ev["agent_id"])
         if ev.get("background"):
             self.background_parent[ev["agent_id"]] = ev["parent_agent_id"]
 
@@ -546,7 +556,16 @@ class _Reader:
             or agent in state.unread_reports
         }  # fmt: skip
         decoded = {fields["seq"] for _, fields in self.turn_lines}
-        lines = _rebuilt_lines(f, self.name, rebuilt, decoded)
+        lines = self.early.lines
+        late = _Wanted(self.name, rebuilt - self.early.agents)
+        if late.agents:
+            f.seek(0)
+            for base, buf, end in _Blocks(f):
+                late.take(base, buf, end)
+            lines = list(heapq.merge(lines, late.lines, key=_seq))
+        lines = [
+            e for e in lines if e["type"] != "turn_finished" or e["seq"] not in decoded
+        ]  # those of the first reading
         mine = [
             e for e in self.events if e["agent_id"] in rebuilt or e["type"] == "run_resumed"
         ]
@@ -648,24 +667,33 @@ def _non_delta_starts(buf: bytearray, end: int) -> list[int]:
     return starts
 
 
-def _rebuilt_lines(
-    f: Any, name: str, wanted: set[str], skip: set[int]
-) -> list[dict[str, Any]]:
-    """The deltas and the turns not decoded yet (their ``seq`` not in *skip*) of the
-    *wanted* agents, decoded, in order: a second reading of the file."""
-    f.seek(0)
-    needles = [b'"agent_id":' + orjson.dumps(agent) + b"," for agent in wanted]
-    few = len(wanted) <= _FEW and all(b"\\" not in n for n in needles)
-    keys = {n[len(b'"agent_id":"') : -2] for n in needles}
-    out: list[dict[str, Any]] = []
-    loads = orjson.loads
-    for base, buf, end in _Blocks(f):
-        if few:
+class _Wanted:
+    """The deltas and the ``turn_finished`` lines not decoded of some agents, looked for in
+    each block (see :class:`_Blocks`) and decoded, in order."""
+
+    def __init__(self, name: str, agents: Iterable[str] = ()) -> None:
+        self.name = name
+        self.lines: list[dict[str, Any]] = []
+        self.agents: set[str] = set()
+        self.needles: list[bytes] = []
+        self.keys: set[bytes] = set()
+        self.add(agents)
+
+    def add(self, agents: Iterable[str]) -> None:
+        self.agents.update(agents)
+        self.needles = [b'"agent_id":' + orjson.dumps(agent) + b"," for agent in self.agents]
+        self.keys = {n[len(_AGENT_KEY) : -2] for n in self.needles}
+
+    def take(self, base: int, buf: bytearray, end: int) -> None:
+        """Decode the lines of the block that are wanted."""
+        if not self.agents:
+            return
+        if len(self.needles) <= _FEW and all(b"\\" not in n for n in self.needles):
             # `"agent_id":"ID",` occurs in a line as that key only: a string value's quotes
             # are escaped. So each id is searched for in the block (in C, where a loop over a
             # million lines in Python costs a tenth of a second per id).
             found: set[int] = set()
-            for needle in needles:
+            for needle in self.needles:
                 at = buf.find(needle, 0, end)
                 while at >= 0:
                     found.add(buf.rfind(b"\n", 0, at))
@@ -675,19 +703,19 @@ def _rebuilt_lines(
                     at = buf.find(needle, stop, end)
             starts: Iterable[int] = sorted(found)
         else:
-            starts = _lines_of(buf, end, keys)
+            starts = _lines_of(buf, end, self.keys)
+        loads = orjson.loads
         for start in starts:
             first = start + 1
             if not buf.startswith(_DELTAS, first) and _TURN.match(buf, first) is None:
                 continue
             line = bytes(buf[first : buf.find(b"\n", first)])
             try:
-                fields = _decoded(line, 0, name, None, loads)
+                fields = _decoded(line, 0, self.name, None, loads)
             except TraceError:
-                fields = _decoded(line, base + buf.count(b"\n", 0, start), name, None, loads)
-            if fields["type"] != "turn_finished" or fields["seq"] not in skip:
-                out.append(fields)
-    return out
+                index = base + buf.count(b"\n", 0, start)
+                fields = _decoded(line, index, self.name, None, loads)
+            self.lines.append(fields)
 
 
 _AGENT_KEY = b'"agent_id":"'
