@@ -218,42 +218,24 @@ def load_recording(
 def _build(rec: Recording, events: Iterable[Mapping[str, Any]]) -> None:
     """Fill *rec* from its run's events, each given as its JSON object (a trace line decoded:
     a resume reads its trace without building an event per line, bench/README.md, "Resume")."""
-    text: dict[str | None, list[str]] = {}
-    thinking: dict[str | None, list[str]] = {}
+    streamed = Streamed()
+    text, thinking, take = streamed.text, streamed.thinking, streamed.take
     last_ts: dict[str | None, float] = {}
     ordered_ids = True
     agents, calls = rec.agents, rec.calls
     for ev in events:
+        if take(ev):
+            continue
         aid = ev["agent_id"]
         kind = ev["type"]
-        if kind == "text_delta":
-            text.setdefault(aid, []).append(ev["text"])
-            continue
-        if kind == "thinking_delta":
-            thinking.setdefault(aid, []).append(ev["text"])
-            continue
         agent = agents.get(aid) if aid is not None else None
         if kind == "run_started":
             rec.version, rec.config = ev["version"], dict(ev["config"])
         elif kind == "agent_started":
             _agent_started(rec, ev)
         elif kind == "turn_finished" and agent is not None:
-            ids = ev.get("tool_use_ids")
-            agent.turns.append(
-                RecordedTurn(
-                    number=len(agent.turns) + 1,
-                    text="".join(text.pop(aid, ())),
-                    thinking="".join(thinking.pop(aid, ())),
-                    stop_reason=ev["stop_reason"],
-                    input_tokens=ev["input_tokens"],
-                    output_tokens=ev["output_tokens"],
-                    delay_s=max(0.0, ev["ts"] - last_ts.get(aid, ev["ts"])),
-                    call_ids=None if ids is None else list(ids),
-                    cache_read_tokens=ev.get("cache_read_tokens") or 0,
-                    cache_write_tokens=ev.get("cache_write_tokens") or 0,
-                )
-            )
-            if ids is None:
+            turn = recorded_turn(ev, agent, text.pop(aid, ()), thinking.pop(aid, ()), last_ts)
+            if turn.call_ids is None:
                 ordered_ids = False
         elif kind == "tool_started" and agent is not None and agent.turns:
             call = RecordedCall(
@@ -284,6 +266,54 @@ def _build(rec: Recording, events: Iterable[Mapping[str, Any]]) -> None:
         if aid is not None:
             last_ts[aid] = ev["ts"]
     _finish_build(rec, text, ordered_ids)
+
+
+class Streamed:
+    """The text and thinking each agent streamed since its last turn (deltas are no events
+    of a recording: they are joined into the turn they end in)."""
+
+    __slots__ = ("text", "thinking")
+
+    def __init__(self) -> None:
+        self.text: dict[str | None, list[str]] = {}
+        self.thinking: dict[str | None, list[str]] = {}
+
+    def take(self, ev: Mapping[str, Any]) -> bool:
+        """Keep the text of *ev* if it is a delta; returns whether it was."""
+        kind = ev["type"]
+        if kind == "text_delta":
+            self.text.setdefault(ev["agent_id"], []).append(ev["text"])
+            return True
+        if kind == "thinking_delta":
+            self.thinking.setdefault(ev["agent_id"], []).append(ev["text"])
+            return True
+        return False
+
+
+def recorded_turn(
+    ev: Mapping[str, Any],
+    agent: RecordedAgent,
+    text: Iterable[str],
+    thinking: Iterable[str],
+    last_ts: Mapping[str | None, float],
+) -> RecordedTurn:
+    """The ``turn_finished`` *ev* as *agent*'s next turn (appended), with the text and
+    thinking streamed since its last one; *last_ts*: each agent's last event's ``ts``."""
+    ids = ev.get("tool_use_ids")
+    turn = RecordedTurn(
+        number=len(agent.turns) + 1,
+        text="".join(text),
+        thinking="".join(thinking),
+        stop_reason=ev["stop_reason"],
+        input_tokens=ev["input_tokens"],
+        output_tokens=ev["output_tokens"],
+        delay_s=max(0.0, ev["ts"] - last_ts.get(agent.id, ev["ts"])),
+        call_ids=None if ids is None else list(ids),
+        cache_read_tokens=ev.get("cache_read_tokens") or 0,
+        cache_write_tokens=ev.get("cache_write_tokens") or 0,
+    )
+    agent.turns.append(turn)
+    return turn
 
 
 def _agent_started(rec: Recording, ev: Mapping[str, Any]) -> None:

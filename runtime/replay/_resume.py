@@ -59,7 +59,17 @@ from runtime.core import (
 )
 from runtime.trace import TraceTree
 
-from ._recording import RecordedAgent, RecordedCall, RecordedTurn, Recording, _build
+from ._recording import (
+    RecordedAgent,
+    RecordedCall,
+    RecordedTurn,
+    Recording,
+    Streamed,
+    _agent_started,
+    _cancel_requested,
+    _finish_build,
+    recorded_turn,
+)
 from ._replayer import Replayer, _Live, _MockTool, call_label
 
 INTERRUPTED_TEXT = (
@@ -147,74 +157,29 @@ def load_resume(
     """Read the trace at *path* for a resume; with *tree*, its events are applied to it too
     (a live view that shows the run so far).
 
+    The file is read a few megabytes at a time, once for the run and once more for the text
+    of the agents that are rebuilt (:class:`_Reader`); nothing holds the whole file.
+
     Raises:
         TraceError: one line: not there, being written by a live process, written by
             another version, a corrupt line, a gap in ``seq``, several runs, no agent.
     """
     where = Path(path)
     name = os.fspath(path)
-    try:
-        with open(where, "rb") as f:
-            _refuse_live_writer(f.fileno(), name)
-            data = f.read()
-    except OSError as exc:
-        raise TraceError(f"cannot read {name}: {exc.strerror}") from exc
-    keep = data.rfind(b"\n") + 1
     # The cycle collector is off while the recording is built: its passes over a growing heap
     # of a million objects that all live on cost more than the build (as for `trace show`,
     # docs/architecture.md, "Reading a trace file").
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        state = _load(data, keep, name, where, this_version, tree)
+        with open(where, "rb", buffering=0) as f:
+            _refuse_live_writer(f.fileno(), name)
+            return _Reader(name, where, this_version, tree).read(f)
+    except OSError as exc:
+        raise TraceError(f"cannot read {name}: {exc.strerror}") from exc
     finally:
         if was_enabled:
             gc.enable()
-    return state
-
-
-def _load(
-    data: bytes, keep: int, name: str, where: Path, this_version: str, tree: TraceTree | None
-) -> ResumeState:
-    events, last_seq, last_ts = _decode(data, keep, name, tree)
-    if not events:
-        raise TraceError(f"{name}: not a trace (no whole event line)")
-    runs = {e["run_id"] for e in events}
-    if len(runs) > 1:
-        raise TraceError(f"{name} holds {len(runs)} runs ({', '.join(sorted(runs))}): "
-                         "a resumed trace holds one run")
-    rec = Recording(source=name, run_id=events[0]["run_id"])
-    try:
-        _build(rec, events)
-    except (TypeError, AttributeError, ValueError, KeyError) as exc:  # a field of the wrong type
-        raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
-    if rec.version is None:
-        raise TraceError(f"{name}: no run_started: not the beginning of a run")
-    if rec.version != this_version:
-        raise TraceError(
-            f"{name}: written by trio-agents {rec.version}; this is {this_version}: resume it "
-            "with the version that wrote it (its state is rebuilt as that version made it)"
-        )
-    if not rec.roots:
-        raise TraceError(f"{name}: run {rec.run_id} has no agent to resume")
-    state = ResumeState(
-        recording=rec,
-        path=where,
-        size=len(data),
-        keep=keep,
-        last_seq=last_seq,
-        last_ts=last_ts,
-        agent_ids={},
-        next_agent=1,
-        decided={},
-        next_request=1,
-        touched={},
-    )
-    try:
-        _scan(state, events)
-    except (TypeError, AttributeError, ValueError, KeyError) as exc:
-        raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
-    return state
 
 
 def _refuse_live_writer(fd: int, name: str) -> None:
@@ -230,75 +195,553 @@ def _refuse_live_writer(fd: int, name: str) -> None:
     fcntl.flock(fd, fcntl.LOCK_UN)
 
 
-_DELTAS = (b'{"type":"text_delta",', b'{"type":"thinking_delta",')
+# How the trace writer starts the lines a resume reads only for the agents it rebuilds.
+_DELTAS = (b'{"type":"text_delta","seq":', b'{"type":"thinking_delta","seq":')
+_TURN_PREFIX = b'{"type":"turn_finished","seq":'
+_OTHER_LINE = re.compile(
+    rb'\n\{"type":"(?:[^t]|t[^eh]|te(?!xt_delta","seq":)|th(?!inking_delta","seq":))'
+)
+"""A newline followed by an event line that is not a delta as the writer starts them."""
+_TURN = re.compile(
+    rb'\{"type":"turn_finished","seq":(\d+),"ts":[-+.0-9eE]+,"run_id":"[^"\\]*",'
+    rb'"agent_id":"([^"\\]*)","parent_tool_use_id":(?:null|"[^"\\]*"),"turn":\d+,'
+    rb'"stop_reason":"(tool_use|end_turn)","input_tokens":(\d+),"output_tokens":(\d+),'
+)
+"""A ``turn_finished`` line as the writer lays it out, of a turn that ended as most do: its
+place, agent, stop reason and tokens are read from it without decoding it."""
+_BLOCK = 1 << 23
+"""The bytes of trace read at a time (about 40,000 lines)."""
 _FEW = 8
-"""Up to this many rebuilt agents, their deltas are found by a search for each id (in C);
+"""Up to this many rebuilt agents, their lines are found by a search for each id (in C);
 past it, each delta's id is read."""
 
 
-def _decode(
-    data: bytes, keep: int, name: str, tree: TraceTree | None
-) -> tuple[list[dict[str, Any]], int, float]:
-    """Every event the resume needs, each as its JSON object, the whole lines checked: no
-    corrupt line, no gap in ``seq``; each but the deltas also applied to *tree* (a view needs
-    no recorded text).
+class _Blocks:
+    """The whole lines of the file *f* (unbuffered, at its start) a block at a time: each as
+    ``(index of its first line, buffer, end)``, where ``buffer[0]`` is the newline that ended
+    the line before (every line starts after a newline) and ``buffer[end]`` is its last
+    newline. The buffer is reused: it holds the next block once the loop goes on. A last line
+    without its newline (a killed writer) is left out: :attr:`cut` is its length."""
 
-    Deltas are the bulk of a trace and only the agents that are rebuilt need their text (the
-    ones running at the crash, the roots, the sub-agents of interrupted calls: a finished
-    call answers from the trace, bench/README.md, "Resume"). So every other line is decoded,
-    and its ``seq`` checked against its place: a missing line (a delta's too) shifts every
-    later place, and the last line's ``seq`` is read, so a gap anywhere is found; then the
-    deltas of the rebuilt agents are decoded. The text is split a few megabytes at a time:
-    a million lines at once cost more in memory than in work.
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.cut = 0
 
-    Returns:
-        The events in line order (without the deltas not needed), the last ``seq`` and the
-        last line's ``ts``.
-    """
-    loads = orjson.loads
-    apply = tree.apply_dict if tree is not None else None
-    blanks = 0
-    count = 0
-    others: list[dict[str, Any]] = []
-    for base, lines in _pieces(data, keep):
-        count += len(lines)
-        wanted = [not line.startswith(_DELTAS) for line in lines]
-        for index in itertools.compress(range(len(lines)), wanted):
-            line = lines[index]
-            if not line.strip():
-                blanks += 1
+    def __iter__(self) -> Iterator[tuple[int, bytearray, int]]:
+        buf = bytearray(min(_BLOCK, os.fstat(self.f.fileno()).st_size) + 2)
+        buf[0] = 10
+        have = 1
+        base = 0
+        while True:
+            if have == len(buf):  # a line longer than a block
+                buf.extend(bytes(len(buf)))
+            read = self.f.readinto(memoryview(buf)[have:])
+            if not read:
+                break
+            have += read
+            end = buf.rfind(b"\n", 0, have)
+            if end <= 0:
                 continue
-            fields = _decoded(line, base + index, name, apply, loads)
-            if fields["seq"] != base + index + 1 - blanks:
-                raise _gap(data, keep, name)
-            others.append(fields)
-    last_seq, last_ts = _last_seq_ts(data, keep)
-    if last_seq != count - blanks:
-        raise _gap(data, keep, name)
-    texts = _wanted_deltas(data, keep, name, _rebuilt_agents(others))
-    if not texts:
-        return others, last_seq, last_ts
-    # Both in the order of the file; a delta's seq is its place (checked above by the lines
-    # around it), so the two merge by seq.
-    return list(heapq.merge(others, texts, key=_seq)), last_seq, last_ts
+            yield base, buf, end
+            base += buf.count(b"\n", 0, end)
+            rest = have - end
+            buf[:rest] = buf[end:have]
+            have = rest
+        self.cut = have - 1
 
 
-_PIECE = 1 << 23
-"""The bytes of trace split into lines at a time (about 30,000 lines)."""
+class _Reader:
+    """One reading of a trace for a resume: the checks (a corrupt line, a gap in ``seq``,
+    several runs, the version) and the run's state (:class:`ResumeState`), built from each
+    line as it is decoded, once.
+
+    What a resume never needs is not decoded (bench/README.md, "Resume"): the deltas, and
+    the ``turn_finished`` lines in the writer's layout of a turn that ended on a tool call or
+    its answer, whose place, agent, stop reason and tokens are read in C (:data:`_TURN`);
+    these are decoded whole only for the agents that are rebuilt (the roots, those the crash
+    left running, those under an interrupted call, background children whose report was not
+    read), by a second reading that looks for their lines only. Every line is counted, so a
+    missing or extra one shifts the place of every later line and is found by its ``seq``.
+    """
+
+    def __init__(self, name: str, where: Path, this_version: str, tree: TraceTree | None):
+        self.name = name
+        self.where = where
+        self.this_version = this_version
+        self.tree = tree
+        self.rec = Recording(source=name, run_id="")
+        self.state = ResumeState(
+            recording=self.rec, path=where, size=0, keep=0, last_seq=0, last_ts=0.0,
+            agent_ids={}, next_agent=1, decided={}, next_request=1, touched={},
+        )  # fmt: skip
+        self.events: list[dict[str, Any]] = []
+        """Every decoded line but the turns, in order."""
+        self.turn_lines: list[tuple[int, dict[str, Any]]] = []
+        """The decoded ``turn_finished`` lines, with their line index."""
+        self.blanks = 0
+        self.last_line = b""
+        self.runs: set[str] = set()
+        self.ordered_ids = True
+        # Agents with a turn decoded: their later turns are decoded too, so that the tree's
+        # last stop reason is their last turn's (a finished agent's turns are not applied).
+        self.stopped: set[str] = set()
+        self.top = self.request = 0
+        self.parents: dict[str, str | None] = {}
+        self.finished: set[str] = set()
+        self.open_agent_calls: set[str] = set()
+        self.background_parent: dict[str, str] = {}
+        self.reports_read: set[str] = set()
+        self.roots: list[str] = []
+        self.early = _Wanted(name)
+        """The lines of the roots, found as the first reading goes (the lines of the other
+        agents that are rebuilt are found by a second one)."""
+        self.sent: list[tuple[str, str, int]] = []
+        """Messages between agents: (as the mailbox holds it, sender, sender's turn)."""
+        self.handlers: dict[str, Any] = {
+            "run_started": self._run_started,
+            "agent_started": self._agent_started,
+            "turn_finished": self._turn_finished,
+            "tool_started": self._tool_started,
+            "tool_finished": self._tool_finished,
+            "cancel_requested": self._cancel_requested,
+            "agent_finished": self._agent_finished,
+            "run_finished": self._run_finished,
+            "run_resumed": self._run_resumed,
+            "permission_requested": self._permission,
+            "permission_resolved": self._permission,
+            "context_compacted": self._shaped,
+            "user_message": self._user_message,
+            "agent_message": self._agent_message,
+            "message_queued": self._message_queued,
+        }
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read(self, f: Any) -> ResumeState:
+        name, rec, state = self.name, self.rec, self.state
+        count = 0
+        blocks = _Blocks(f)
+        try:
+            for base, buf, end in blocks:
+                count = base + self._block(base, buf, end)
+        except _Gap:
+            raise _gap(self.where, name) from None
+        except (TypeError, AttributeError, ValueError, KeyError) as exc:  # a field's type
+            raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
+        state.size = f.tell()
+        state.keep = state.size - blocks.cut
+        if not self.runs:
+            raise TraceError(f"{name}: not a trace (no whole event line)")
+        state.last_seq, state.last_ts = _seq_ts(self.last_line)
+        if state.last_seq != count - self.blanks:
+            raise _gap(self.where, name)
+        if len(self.runs) > 1:
+            raise TraceError(f"{name} holds {len(self.runs)} runs "
+                             f"({', '.join(sorted(self.runs))}): a resumed trace holds one run")
+        if rec.version is None:
+            raise TraceError(f"{name}: no run_started: not the beginning of a run")
+        if rec.version != self.this_version:
+            raise TraceError(
+                f"{name}: written by trio-agents {rec.version}; this is {self.this_version}: "
+                "resume it with the version that wrote it (its state is rebuilt as that "
+                "version made it)"
+            )
+        if not rec.roots:
+            raise TraceError(f"{name}: run {rec.run_id} has no agent to resume")
+        try:
+            self._rebuild(f)
+            self._finish()
+        except (TypeError, AttributeError, ValueError, KeyError) as exc:
+            raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
+        return state
+
+    def _block(self, base: int, buf: bytearray, end: int) -> int:
+        """Read one block (see :class:`_Blocks`); returns how many lines it holds."""
+        lines = buf.count(b"\n", 0, end)
+        if buf.count(b'\n{"type":"', 0, end) == lines:
+            starts = [m.start() for m in _OTHER_LINE.finditer(buf, 0, end)]
+        else:
+            # A line that is not an event as the writer starts one (a blank one, a corrupt
+            # one): every line but the deltas is looked at.
+            starts = _non_delta_starts(buf, end)
+        index = base
+        at = 0
+        loads = orjson.loads
+        types = EVENT_TYPES
+        apply = self.tree.apply_dict if self.tree is not None else None
+        handlers = self.handlers
+        agents = self.rec.agents
+        stopped = self.stopped
+        events = self.events
+        run_id = None
+        for start in starts:
+            index += buf.count(b"\n", at, start)
+            at = start
+            first = start + 1
+            line = buf[first : buf.find(b"\n", first)]
+            turn = line.startswith(_TURN_PREFIX)
+            if turn:
+                match = _TURN.match(line)
+                if match is not None and match[2].decode() not in stopped:
+                    if int(match[1]) != index + 1 - self.blanks:
+                        raise _Gap
+                    agent = agents.get(match[2].decode())
+                    if agent is not None:
+                        agent.turns.append(RecordedTurn(
+                            number=len(agent.turns) + 1, stop_reason=match[3].decode(),
+                            input_tokens=int(match[4]), output_tokens=int(match[5]),
+                        ))  # fmt: skip
+                    continue
+            try:
+                fields = loads(line)
+                seq, ts = fields["seq"], fields["ts"]
+                if not (
+                    fields["type"] in types and seq.__class__ is int
+                    and fields["run_id"].__class__ is str
+                    and (ts.__class__ is float or ts.__class__ is int) and "agent_id" in fields
+                ):  # fmt: skip
+                    raise EventDecodeError("not an event")
+                if apply is not None and not turn:
+                    apply(fields)
+            except (orjson.JSONDecodeError, EventDecodeError, KeyError, TypeError):
+                if not line.strip():
+                    self.blanks += 1
+                    continue
+                # What is wrong, with the line's number (an error; else as above).
+                fields = _decoded(bytes(line), index, self.name, None if turn else apply, loads)
+                seq = fields["seq"]
+            if seq != index + 1 - self.blanks:
+                raise _Gap
+            if turn:
+                self.turn_lines.append((index, fields))
+                stopped.add(fields["agent_id"])
+            else:
+                events.append(fields)
+            if fields["run_id"] != run_id:
+                run_id = fields["run_id"]
+                self.runs.add(run_id)
+            handler = handlers.get(fields["type"])
+            if handler is not None:
+                handler(fields)
+        if self.roots:  # the roots' lines, found now: a root is always rebuilt
+            self.early.add(self.roots)
+            self.roots = []
+        self.early.take(base, buf, end)
+        if not self.rec.run_id and self.runs:
+            self.rec.run_id = next(iter(self.runs))
+        last = buf.rfind(b"\n", 0, end) + 1
+        self.last_line = bytes(buf[last:end]) if buf[last:end].strip() else self._last_of(buf, end)
+        return lines
+
+    def _last_of(self, buf: bytearray, end: int) -> bytes:
+        """The last line of the block that is not blank (else the last block's)."""
+        while end > 0:
+            start = buf.rfind(b"\n", 0, end) + 1
+            line = bytes(buf[start:end])
+            if line.strip():
+                return line
+            end = start - 1
+        return self.last_line
+
+    # -- what each event says ----------------------------------------------------------------
+
+    def _run_started(self, ev: dict[str, Any]) -> None:
+        self.rec.version, self.rec.config = ev["version"], dict(ev["config"])
+
+    def _agent_started(self, ev: dict[str, Any]) -> None:
+        _agent_started(self.rec, ev)
+        agent_id = ev["agent_id"] or ""
+        self.state.agent_ids.setdefault(ev["parent_tool_use_id"], []).append(agent_id)
+        match = _AGENT_NUMBER.search(agent_id)
+        if match:
+            self.top = max(self.top, int(match.group(1)))
+        self.parents[ev["agent_id"]] = ev["parent_tool_use_id"]
+        if ev["parent_tool_use_id"] is None:
+            self.roots.append(ev["agent_id"])
+        if ev.get("background"):
+            self.background_parent[ev["agent_id"]] = ev["parent_agent_id"]
+
+    def _turn_finished(self, ev: dict[str, Any]) -> None:
+        agent = self.rec.agents.get(ev["agent_id"])
+        if agent is not None:
+            recorded_turn(ev, agent, (), (), {})
+
+    def _tool_started(self, ev: dict[str, Any]) -> None:
+        agent = self.rec.agents.get(ev["agent_id"])
+        if agent is None or not agent.turns:
+            return
+        inputs = ev["input"]  # read only, as the tree's (a call's input is copied to run)
+        if inputs.__class__ is not dict:
+            raise TypeError(f"tool_started input is not an object: {inputs!r}")
+        call = RecordedCall(
+            id=ev["tool_use_id"], name=ev["name"], input=inputs, agent=agent,
+            turn=len(agent.turns),
+        )  # fmt: skip
+        self.rec.calls[call.id] = call
+        agent.turns[-1].calls.append(call)
+        if call.name == "agent":
+            self.open_agent_calls.add(call.id)
+
+    def _tool_finished(self, ev: dict[str, Any]) -> None:
+        self.open_agent_calls.discard(ev["tool_use_id"])
+        call = self.rec.calls.get(ev["tool_use_id"])
+        if call is None:
+            return
+        call.status, call.output = ev["status"], ev["output"]
+        if call.status == "ok" and call.name in _FILE_TOOLS:
+            target = call.input.get("path")
+            if isinstance(target, str):
+                self.state.touched.pop(target, None)
+                self.state.touched[target] = call
+
+    def _cancel_requested(self, ev: dict[str, Any]) -> None:
+        _cancel_requested(self.rec, ev)
+
+    def _agent_finished(self, ev: dict[str, Any]) -> None:
+        agent = self.rec.agents.get(ev["agent_id"])
+        if agent is not None:
+            agent.status, agent.result, agent.error = ev["status"], ev["result"], ev["error"]
+            self.finished.add(agent.id)
+
+    def _run_finished(self, ev: dict[str, Any]) -> None:
+        self.rec.status = ev["status"]
+
+    def _run_resumed(self, ev: dict[str, Any]) -> None:
+        self.state.resumes += 1
+
+    def _permission(self, ev: dict[str, Any]) -> None:
+        match = _REQUEST_NUMBER.search(ev["request_id"])
+        if match:
+            self.request = max(self.request, int(match.group(1)))
+        if ev["type"] == "permission_resolved":
+            self.state.decided[ev["tool_use_id"]] = (ev["granted"], ev["reason"])
+            self.state.waiting.discard(ev["tool_use_id"])
+        else:
+            self.state.waiting.add(ev["tool_use_id"])
+
+    def _shaped(self, ev: dict[str, Any]) -> None:
+        """An event after which an agent's history holds more than its turns."""
+        self.state.replayed_whole.add(ev["agent_id"])
+
+    def _user_message(self, ev: dict[str, Any]) -> None:
+        self._shaped(ev)
+        waiting = self.state.unread.get(ev["agent_id"])
+        if waiting and ev["text"] in waiting:
+            waiting.remove(ev["text"])  # a message from another agent, read
+        if ev["text"].startswith(_REPORT_HEAD):  # a background sub-agent's report, read
+            child = ev["text"][len(_REPORT_HEAD) :].split(" ", 1)[0]
+            if self.background_parent.get(child) == ev["agent_id"]:
+                self.reports_read.add(child)
+
+    def _agent_message(self, ev: dict[str, Any]) -> None:
+        """A message between agents: unread until the recipient's ``user_message`` of it."""
+        sender = ev["from_agent_id"]
+        text = f"[message from {_described(self.rec, sender)}]\n{ev['text']}"
+        self.state.unread.setdefault(ev["to_agent_id"], []).append(text)
+        agent = self.rec.agents.get(sender)
+        self.sent.append((text, sender, len(agent.turns) if agent is not None else 0))
+
+    def _message_queued(self, ev: dict[str, Any]) -> None:
+        """A user's message (``Runtime.send_message``): unread until the recipient's
+        ``user_message`` of it, as a message between agents; the mailbox keeps their order."""
+        self.state.unread.setdefault(ev["agent_id"], []).append(ev["text"])
+
+    # -- the agents that are rebuilt ---------------------------------------------------------
+
+    def _rebuild(self, f: Any) -> None:
+        """Give the rebuilt agents their turns whole (text, thinking, the model's order of
+        calls, delays) from their lines, and the tree the turns of the agents that had not
+        finished (a finished agent's ``agent_finished`` has its totals)."""
+        state, rec = self.state, self.rec
+        state.unread_reports = set(self.background_parent) - self.reports_read
+        finished, open_calls = self.finished, self.open_agent_calls
+        rebuilt = {
+            agent
+            for agent, call in self.parents.items()
+            if call is None or agent not in finished or call in open_calls
+            or agent in state.unread_reports
+        }  # fmt: skip
+        decoded = {fields["seq"] for _, fields in self.turn_lines}
+        lines = self.early.lines
+        late = _Wanted(self.name, rebuilt - self.early.agents)
+        if late.agents:
+            f.seek(0)
+            for base, buf, end in _Blocks(f):
+                late.take(base, buf, end)
+            lines = list(heapq.merge(lines, late.lines, key=_seq))
+        lines = [
+            e for e in lines if e["type"] != "turn_finished" or e["seq"] not in decoded
+        ]  # those of the first reading
+        mine = [
+            e for e in self.events if e["agent_id"] in rebuilt or e["type"] == "run_resumed"
+        ]
+        mine.extend(fields for _, fields in self.turn_lines if fields["agent_id"] in rebuilt)
+        mine.sort(key=_seq)
+        for agent_id in rebuilt:
+            if agent_id in rec.agents:
+                rec.agents[agent_id].turns = []
+        text = _turns_of(rec, heapq.merge(mine, lines, key=_seq))
+        self.ordered_ids = all(
+            t.call_ids is not None for a in rebuilt if a in rec.agents
+            for t in rec.agents[a].turns
+        ) and all(fields.get("tool_use_ids") is not None for _, fields in self.turn_lines)
+        _finish_build(rec, text, self.ordered_ids)
+        if self.tree is not None:
+            self._tree_turns(lines)
+
+    def _tree_turns(self, lines: list[dict[str, Any]]) -> None:
+        """The tree's turns: those decoded, and of the agents not finished every one."""
+        assert self.tree is not None
+        tree = self.tree
+        running = {a for a, node in tree.agents.items() if node.finished_ts is None}
+        turns = list(self.turn_lines)
+        turns.extend(
+            (-1, fields) for fields in lines
+            if fields["type"] == "turn_finished" and fields["agent_id"] in running
+        )  # fmt: skip
+        turns.sort(key=lambda pair: _seq(pair[1]))
+        for index, fields in turns:
+            try:
+                tree.apply_dict(fields)
+            except EventDecodeError as exc:
+                where = f":{index + 1}" if index >= 0 else ""
+                raise TraceError(
+                    f"{self.name}{where}: corrupt line ({exc}); a resume needs every event "
+                    "of the run"
+                ) from None
+
+    def _finish(self) -> None:
+        state, rec = self.state, self.rec
+        state.next_agent = self.top + 1
+        state.next_request = self.request + 1
+        # A message whose send_message call did not finish is not delivered again: the call
+        # runs again (it is read-only, so it sends it again) or the model reads it was cut.
+        cut = set()
+        for text, sender, turn in self.sent:
+            call = _sending_call(rec, sender, turn)
+            if call is not None and call.status is None:
+                cut.add(text)
+        state.unread = {
+            agent: kept for agent, texts in state.unread.items()
+            if agent in rec.agents and rec.agents[agent].status is None
+            and (kept := [t for t in texts if t not in cut])
+        }  # fmt: skip
+        for call in rec.calls.values():
+            if call.status == "denied":
+                state.decided[call.id] = (False, (call.output or "").removeprefix(_DENIED))
+            elif call.status is not None:
+                state.decided[call.id] = (True, "decided before the resume")
 
 
-def _pieces(data: bytes, keep: int) -> Iterator[tuple[int, list[bytes]]]:
-    """The whole lines of ``data[:keep]`` (which ends with a newline) a piece at a time, each
-    with the index of its first line."""
-    start = base = 0
-    while start < keep:
-        end = data.rfind(b"\n", start, min(start + _PIECE, keep)) + 1
-        if end <= start:  # a line longer than a piece
-            end = data.find(b"\n", start + _PIECE - 1) + 1
-        lines = data[start:end].splitlines()
-        yield base, lines
-        base += len(lines)
-        start = end
+def _turns_of(rec: Recording, events: Iterable[dict[str, Any]]) -> dict[str | None, list[str]]:
+    """Give agents their turns from *events* (theirs, in order, their deltas and turns
+    decoded): as :func:`~runtime.replay._recording._build`, with the calls and ends the first
+    reading recorded already. Returns the text streamed after each one's last turn."""
+    streamed = Streamed()
+    text, thinking = streamed.text, streamed.thinking
+    last_ts: dict[str | None, float] = {}
+    for ev in itertools.filterfalse(streamed.take, events):  # the deltas kept, not events
+        aid, kind = ev["agent_id"], ev["type"]
+        agents, calls = rec.agents, rec.calls
+        if kind == "turn_finished" and aid in agents:
+            recorded_turn(ev, agents[aid], text.pop(aid, ()), thinking.pop(aid, ()), last_ts)
+        elif kind == "tool_started" and aid in agents:
+            call = calls.get(ev["tool_use_id"])
+            if call is not None and call.agent is agents[aid]:
+                call.agent.turns[call.turn - 1].calls.append(call)
+        elif kind == "agent_finished" and aid in agents:
+            agents[aid].tail_text = "".join(text.pop(aid, ()))
+            agents[aid].tail_thinking = "".join(thinking.pop(aid, ()))
+        elif kind == "run_resumed":
+            # A turn cut by the crash was asked again: its streamed text is no turn's.
+            text.clear()
+            thinking.clear()
+        if aid is not None:
+            last_ts[aid] = ev["ts"]
+    return text
+
+
+def _non_delta_starts(buf: bytearray, end: int) -> list[int]:
+    """Where each line of the block (see :class:`_Blocks`) that is not a delta starts (its
+    newline before), line by line: for a block with a line the fast search does not take."""
+    starts = []
+    at = 0
+    while at < end:
+        if not buf.startswith(_DELTAS, at + 1):
+            starts.append(at)
+        at = buf.find(b"\n", at + 1)
+    return starts
+
+
+class _Wanted:
+    """The deltas and the ``turn_finished`` lines not decoded of some agents, looked for in
+    each block (see :class:`_Blocks`) and decoded, in order."""
+
+    def __init__(self, name: str, agents: Iterable[str] = ()) -> None:
+        self.name = name
+        self.lines: list[dict[str, Any]] = []
+        self.agents: set[str] = set()
+        self.needles: list[bytes] = []
+        self.keys: set[bytes] = set()
+        self.add(agents)
+
+    def add(self, agents: Iterable[str]) -> None:
+        self.agents.update(agents)
+        self.needles = [b'"agent_id":' + orjson.dumps(agent) + b"," for agent in self.agents]
+        self.keys = {n[len(_AGENT_KEY) : -2] for n in self.needles}
+
+    def take(self, base: int, buf: bytearray, end: int) -> None:
+        """Decode the lines of the block that are wanted."""
+        if not self.agents:
+            return
+        if len(self.needles) <= _FEW and all(b"\\" not in n for n in self.needles):
+            # `"agent_id":"ID",` occurs in a line as that key only: a string value's quotes
+            # are escaped. So each id is searched for in the block (in C, where a loop over a
+            # million lines in Python costs a tenth of a second per id).
+            found: set[int] = set()
+            for needle in self.needles:
+                at = buf.find(needle, 0, end)
+                while at >= 0:
+                    found.add(buf.rfind(b"\n", 0, at))
+                    stop = buf.find(b"\n", at, end)
+                    if stop < 0:
+                        break
+                    at = buf.find(needle, stop, end)
+            starts: Iterable[int] = sorted(found)
+        else:
+            starts = _lines_of(buf, end, self.keys)
+        loads = orjson.loads
+        for start in starts:
+            first = start + 1
+            if not buf.startswith(_DELTAS, first) and _TURN.match(buf, first) is None:
+                continue
+            line = bytes(buf[first : buf.find(b"\n", first)])
+            try:
+                fields = _decoded(line, 0, self.name, None, loads)
+            except TraceError:
+                index = base + buf.count(b"\n", 0, start)
+                fields = _decoded(line, index, self.name, None, loads)
+            self.lines.append(fields)
+
+
+_AGENT_KEY = b'"agent_id":"'
+
+
+def _lines_of(buf: bytearray, end: int, keys: set[bytes]) -> list[int]:
+    """Where each delta or turn line of the block of an agent of *keys* starts (its newline
+    before), with those whose agent id is escaped (they are decoded to know it)."""
+    starts = []
+    at = 0
+    while at < end:
+        stop = buf.find(b"\n", at + 1)
+        if buf.startswith(_DELTAS, at + 1) or buf.startswith(_TURN_PREFIX, at + 1):
+            key = buf.find(_AGENT_KEY, at + 1, stop)
+            close = buf.find(b'"', key + len(_AGENT_KEY), stop) if key >= 0 else -1
+            agent = bytes(buf[key + len(_AGENT_KEY) : close]) if close >= 0 else None
+            if agent is None or b"\\" in agent or agent in keys:
+                starts.append(at)
+        at = stop
+    return starts
 
 
 def _seq(fields: dict[str, Any]) -> int:
@@ -306,108 +749,42 @@ def _seq(fields: dict[str, Any]) -> int:
     return seq
 
 
-def _wanted_deltas(
-    data: bytes, keep: int, name: str, wanted: set[str]
-) -> list[dict[str, Any]]:
-    """The delta events of the *wanted* agents, in order."""
-    needles = [orjson.dumps(agent) for agent in wanted]
-    if len(wanted) <= _FEW and all(b"\\" not in n for n in needles):
-        # `"agent_id":"ID",` occurs in a line as that key only: a string value's quotes are
-        # escaped. So each id is searched for in the whole text (in C, where a loop over a
-        # million lines in Python costs a tenth of a second per id). An id that needs
-        # escaping itself is looked for the slow way, below.
-        found: set[int] = set()
-        for needle in needles:
-            found.update(_lines_with(data, keep, b'"agent_id":' + needle + b","))
-        return [
-            _delta_at(data, at, name) for at in sorted(found) if data.startswith(_DELTAS, at)
-        ]
-    keys = {n[1:-1] for n in needles}
-    out: list[dict[str, Any]] = []
-    for base, lines in _pieces(data, keep):
-        for index in itertools.compress(
-            range(len(lines)), [line.startswith(_DELTAS) for line in lines]
-        ):
-            line = lines[index]
-            agent = _delta_agent(line)
-            if agent is None or b"\\" in agent or agent in keys:  # an escaped id: decode it
-                out.append(_decoded(line, base + index, name, None, orjson.loads))
-    return out
-
-
-def _lines_with(data: bytes, keep: int, key: bytes) -> Iterator[int]:
-    """Where each line of ``data[:keep]`` holding *key* starts."""
-    at = data.find(key, 0, keep)
-    while at >= 0:
-        yield data.rfind(b"\n", 0, at) + 1
-        end = data.find(b"\n", at, keep)
-        if end < 0:
-            return
-        at = data.find(key, end, keep)
-
-
-def _delta_at(data: bytes, start: int, name: str) -> dict[str, Any]:
-    """The delta line starting at *start* decoded; its line number is counted only for an
-    error."""
-    line = data[start : data.find(b"\n", start)]
-    try:
-        return _decoded(line, 0, name, None, orjson.loads)
-    except TraceError:
-        return _decoded(line, data.count(b"\n", 0, start), name, None, orjson.loads)
-
-
-_AGENT_KEY = b'"agent_id":"'
-
-
-def _delta_agent(line: bytes) -> bytes | None:
-    """The agent id of a delta line as the runtime writes it, without decoding the line."""
-    start = line.find(_AGENT_KEY)
-    if start < 0:
-        return None
-    start += len(_AGENT_KEY)
-    end = line.find(b'"', start)
-    return line[start:end] if end > 0 else None
-
-
-def _gap(data: bytes, keep: int, name: str) -> TraceError:
-    """The error naming the first gap in ``seq`` (read line by line: only on a bad trace)."""
-    last = 0
-    for index, line in enumerate(data[:keep].splitlines()):
-        if not line.strip():
-            continue
-        try:
-            seq = orjson.loads(line)["seq"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            continue
-        if seq != last + 1:
-            return TraceError(
-                f"{name}:{index + 1}: seq goes from {last} to {seq}: events are missing, "
-                "so the run's state cannot be rebuilt"
-            )
-        last = seq
-    return TraceError(f"{name}: seq does not go 1, 2, …: the run's state cannot be rebuilt")
-
-
-def _last_seq_ts(data: bytes, keep: int) -> tuple[int, float]:
+def _seq_ts(line: bytes) -> tuple[int, float]:
     """The ``seq`` and ``ts`` of the last event line (the gap of ``run_resumed`` is measured
     from it)."""
-    end = keep
-    while end > 0:
-        start = data.rfind(b"\n", 0, end - 1) + 1
-        line = data[start:end]
-        end = start
-        if not line.strip():
-            continue
-        try:
-            fields = orjson.loads(line)
-            seq, ts = fields.get("seq"), fields.get("ts")
-        except (orjson.JSONDecodeError, AttributeError):
-            return -1, 0.0
-        return (
-            seq if isinstance(seq, int) else -1,
-            float(ts) if isinstance(ts, int | float) else 0.0,
-        )
-    return 0, 0.0
+    try:
+        fields = orjson.loads(line)
+        seq, ts = fields.get("seq"), fields.get("ts")
+    except (orjson.JSONDecodeError, AttributeError):
+        return -1, 0.0
+    return (
+        seq if isinstance(seq, int) else -1,
+        float(ts) if isinstance(ts, int | float) else 0.0,
+    )
+
+
+class _Gap(Exception):
+    """A line whose ``seq`` is not its place: :func:`_gap` names the first gap."""
+
+
+def _gap(where: Path, name: str) -> TraceError:
+    """The error naming the first gap in ``seq`` (read line by line: only on a bad trace)."""
+    last = 0
+    with open(where, "rb", buffering=1 << 16) as f:
+        for index, line in enumerate(f):
+            if not line.strip() or not line.endswith(b"\n"):
+                continue
+            try:
+                seq = orjson.loads(line)["seq"]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                continue
+            if seq != last + 1:
+                return TraceError(
+                    f"{name}:{index + 1}: seq goes from {last} to {seq}: events are missing, "
+                    "so the run's state cannot be rebuilt"
+                )
+            last = seq
+    return TraceError(f"{name}: seq does not go 1, 2, …: the run's state cannot be rebuilt")
 
 
 def _decoded(line: bytes, index: int, name: str, apply: Any, loads: Any) -> dict[str, Any]:
@@ -444,118 +821,8 @@ def _plain_event(fields: dict[str, Any]) -> bool:
     )
 
 
-def _rebuilt_agents(events: list[dict[str, Any]]) -> set[str]:
-    """The ids of the agents a resume plays back: the roots, those not finished, those whose
-    ``agent`` call did not finish, and the background sub-agents whose report their parent
-    had not read (:func:`_unread_reports`)."""
-    finished: set[str] = set()
-    open_calls: set[str] = set()
-    parents: dict[str, str | None] = {}
-    unread = _unread_reports(events)
-    for event in events:
-        kind = event["type"]
-        if kind == "agent_started":
-            parents[event["agent_id"]] = event["parent_tool_use_id"]
-        elif kind == "agent_finished":
-            finished.add(event["agent_id"])
-        elif kind == "tool_started" and event["name"] == "agent":
-            open_calls.add(event["tool_use_id"])
-        elif kind == "tool_finished":
-            open_calls.discard(event["tool_use_id"])
-    return {
-        agent
-        for agent, call in parents.items()
-        if call is None or agent not in finished or call in open_calls or agent in unread
-    }
-
-
 _REPORT_HEAD = "[background sub-agent "
-
-
-def _unread_reports(events: Iterable[dict[str, Any]]) -> set[str]:
-    """The background sub-agents whose report (docs/collaboration.md#background-sub-agents)
-    their parent had not read at the crash: those still running, and those that ended but
-    whose report was still in the mailbox."""
-    parent_of: dict[str, str] = {}
-    read: set[str] = set()
-    for event in events:
-        kind = event["type"]
-        if kind == "agent_started" and event.get("background"):
-            parent_of[event["agent_id"]] = event["parent_agent_id"]
-        elif kind == "user_message" and event["text"].startswith(_REPORT_HEAD):
-            child = event["text"][len(_REPORT_HEAD) :].split(" ", 1)[0]
-            if parent_of.get(child) == event["agent_id"]:
-                read.add(child)
-    return set(parent_of) - read
-
-
-def _scan(state: ResumeState, events: Iterable[dict[str, Any]]) -> None:
-    """The ids, permission decisions and touched files of the recorded run."""
-    rec = state.recording
-    top = request = 0
-    sent_by: dict[str, RecordedCall] = {}
-    turns: dict[str, int] = {}
-    for ev in events:
-        kind = ev["type"]
-        if kind == "turn_finished":
-            turns[ev["agent_id"]] = turns.get(ev["agent_id"], 0) + 1
-            continue
-        if kind == "agent_started":
-            agent_id = ev["agent_id"] or ""
-            state.agent_ids.setdefault(ev["parent_tool_use_id"], []).append(agent_id)
-            match = _AGENT_NUMBER.search(agent_id)
-            if match:
-                top = max(top, int(match.group(1)))
-        elif kind in ("permission_requested", "permission_resolved"):
-            match = _REQUEST_NUMBER.search(ev["request_id"])
-            if match:
-                request = max(request, int(match.group(1)))
-            if kind == "permission_resolved":
-                state.decided[ev["tool_use_id"]] = (ev["granted"], ev["reason"])
-                state.waiting.discard(ev["tool_use_id"])
-            else:
-                state.waiting.add(ev["tool_use_id"])
-        elif kind == "tool_finished":
-            call = rec.calls.get(ev["tool_use_id"])
-            if call is not None and call.status == "ok" and call.name in _FILE_TOOLS:
-                target = call.input.get("path")
-                if isinstance(target, str):
-                    state.touched.pop(target, None)
-                    state.touched[target] = call
-        elif kind == "run_resumed":
-            state.resumes += 1
-        elif kind in _SHAPED:
-            state.replayed_whole.add(ev["agent_id"])
-            if kind == "user_message":
-                waiting = state.unread.get(ev["agent_id"])
-                if waiting and ev["text"] in waiting:
-                    waiting.remove(ev["text"])
-        elif kind == "message_queued":
-            # A user's message (Runtime.send_message): matched by its user_message as an
-            # agent's message is, above; the mailbox keeps them in the order they came.
-            state.unread.setdefault(ev["agent_id"], []).append(ev["text"])
-        elif kind == "agent_message":
-            sender = ev["from_agent_id"]
-            text = f"[message from {_described(rec, sender)}]\n{ev['text']}"
-            state.unread.setdefault(ev["to_agent_id"], []).append(text)
-            call = _sending_call(rec, sender, turns.get(sender, 0))
-            if call is not None:
-                sent_by[text] = call
-    state.next_agent = top + 1
-    state.next_request = request + 1
-    # A message whose send_message call did not finish is not delivered again: the call
-    # runs again (it is read-only, so it sends it again) or the model reads it was cut.
-    state.unread = {
-        agent: kept for agent, texts in state.unread.items()
-        if agent in rec.agents and rec.agents[agent].status is None
-        and (kept := [t for t in texts if t not in sent_by or sent_by[t].status is not None])
-    }  # fmt: skip
-    state.unread_reports = _unread_reports(events)
-    for call in rec.calls.values():
-        if call.status == "denied":
-            state.decided[call.id] = (False, (call.output or "").removeprefix(_DENIED))
-        elif call.status is not None:
-            state.decided[call.id] = (True, "decided before the resume")
+"""How a background sub-agent's report to its parent begins (docs/collaboration.md)."""
 
 
 def _sending_call(rec: Recording, agent_id: str, turn: int) -> RecordedCall | None:
