@@ -65,6 +65,9 @@ _WINDOW_S: Final = 1.0  # a bucket holds this many seconds of its rate (see the 
 _MARGIN_S: Final = 0.1
 _JITTER: Final = 0.1  # a pause is lengthened by up to this share of itself, at random
 _BACKOFF_S: Final = (0.5, 8.0)  # a refusal that names no wait: 0.5 s, doubling, at most 8 s
+# A wait this short is none: a bucket's refill leaves float crumbs (a delay of 1e-16 s) that a
+# deadline cannot land on, and the head would wake at once and spin until the clock moved.
+_READY_S: Final = 1e-9
 
 _log: Any = get_logger("trio_agents.providers")
 
@@ -313,7 +316,7 @@ class EndpointLimiter:
             while True:
                 if self._queue and self._queue[0] is ticket:
                     delay = self._ready_in(ticket)
-                    if delay <= 0:
+                    if delay <= _READY_S:
                         self._admit(ticket)
                         return
                     with trio.move_on_after(delay):
