@@ -142,7 +142,8 @@ async def open_provider(
     # One limiter for the endpoint, so for every agent of the run (docs/rate-limits.md),
     # wherever the server is: its admission policy has no case by host ("The first calls").
     limiter = limiter or EndpointLimiter(
-        endpoint_label(public_url(base_url), api_key), limit=limit,
+        endpoint_label(public_url(base_url), api_key),
+        limit=limit,
         max_concurrent=pool.concurrency,
     )
     async with _client(http_client, pool, timeout, base_url) as client:
