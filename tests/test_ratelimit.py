@@ -84,10 +84,10 @@ async def test_a_refusal_pauses_everyone_and_the_refused_call_keeps_its_place(
     assert limiter.refusals == 1
 
 
-async def test_until_the_limits_are_known_one_call_goes_alone(
+async def test_probe_first_sends_one_call_alone_until_the_limits_are_known(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    limiter = EndpointLimiter("http://x/v1")
+    limiter = EndpointLimiter("http://x/v1", limit=RateLimit(probe_first=True))
     probe = limiter.ask(0, asked_at=trio.current_time())
     await limiter.wait(probe)
     order: list[tuple[str, float]] = []
@@ -117,10 +117,12 @@ async def _first_calls_admitted_at_once(limiter: EndpointLimiter) -> int:
     return admitted
 
 
-async def test_an_endpoint_not_probed_first_admits_its_first_calls_at_once() -> None:
-    assert await _first_calls_admitted_at_once(EndpointLimiter("http://x/v1")) == 1
-    optimistic = EndpointLimiter("http://x/v1", probe_first=False)
+async def test_with_no_rate_information_every_first_call_goes_at_once() -> None:
+    optimistic = EndpointLimiter("http://x/v1")
     assert await _first_calls_admitted_at_once(optimistic) == 3
+    assert await _first_calls_admitted_at_once(
+        EndpointLimiter("http://x/v1", limit=RateLimit(probe_first=True))
+    ) == 1
     # A refusal still pauses every call and sets a pace (docs/rate-limits.md).
     probe = optimistic.ask(0, asked_at=trio.current_time())
     assert optimistic.refused(probe, 429, 1.0) >= 1.0
@@ -129,27 +131,74 @@ async def test_an_endpoint_not_probed_first_admits_its_first_calls_at_once() -> 
 
 
 @pytest.mark.parametrize(
-    ("base_url", "alone"),
-    [("http://127.0.0.1:9/v1", False), ("http://localhost:9/v1", False),
-     ("https://api.example.com/v1", True)],
+    "base_url", ["http://127.0.0.1:9/v1", "http://localhost:9/v1", "https://api.example.com/v1"]
 )
-async def test_only_a_server_on_this_machine_skips_the_first_lone_call(
-    base_url: str, alone: bool
+@pytest.mark.parametrize("probe_first", [False, True])
+async def test_the_first_calls_go_the_same_way_wherever_the_server_is(
+    base_url: str, probe_first: bool
 ) -> None:
     env = {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "k"}
-    async with open_provider("openai", env=env) as provider:  # no call: nothing connects
+    limits = {"openai": {"probe_first": True}} if probe_first else None
+    async with open_provider("openai", env=env, rate_limits=limits) as provider:  # no call
         limiter = provider.limiter
         assert limiter is not None
-        assert await _first_calls_admitted_at_once(limiter) == (1 if alone else 3)
+        assert await _first_calls_admitted_at_once(limiter) == (1 if probe_first else 3)
+
+
+async def test_the_first_headers_that_say_little_remains_hold_back_what_has_not_gone(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = EndpointLimiter("http://x/v1")
+    first = [limiter.ask(0, asked_at=trio.current_time()) for _ in range(5)]
+    for ticket in first:
+        await limiter.wait(ticket)  # nothing known: all five go at once
+    assert limiter.in_flight == 5
+    # The first reply (of the first call sent) says 60 a minute, none left: the four sent
+    # after it are owed too, so the next call waits for five requests' worth, at one a second.
+    limiter.learn(first[0], {"x-ratelimit-limit-requests": "60",
+                             "x-ratelimit-remaining-requests": "0"})
+    later = limiter.ask(0, asked_at=trio.current_time())
+    assert (later.reason, later.wait_s) == ("requests", pytest.approx(5.1))
+    start = trio.current_time()
+    await limiter.wait(later)
+    assert trio.current_time() - start == pytest.approx(5.1)
+
+
+@pytest.mark.parametrize(("retry_after", "pause"), [(None, 0.5), (1.0, 1.0)])
+async def test_a_bursts_refusals_are_one_back_off_not_one_each(
+    autojump_clock: trio.testing.MockClock, retry_after: float | None, pause: float
+) -> None:
+    limiter = EndpointLimiter("http://x/v1", rng=random.Random(0))
+    burst = [limiter.ask(0, asked_at=trio.current_time()) for _ in range(10)]
+    for ticket in burst:
+        await limiter.wait(ticket)
+    # Nine of the ten are refused, one after another, as their replies come in.
+    pauses = []
+    for ticket in burst[1:]:
+        pauses.append(limiter.refused(ticket, 429, retry_after))
+        limiter.done(ticket)
+        await trio.sleep(0.01)
+    assert limiter.refusals == 9
+    # One step of the back-off for the burst (0.5 s without Retry-After, not 8), plus jitter;
+    # each refusal's pause ends about when the first one's does.
+    assert pause <= pauses[0] <= pause * 1.1
+    assert all(p <= pauses[0] for p in pauses[1:])
+    # A try sent after the burst and refused again is the next step in a row.
+    limiter.done(burst[0])
+    await trio.sleep(pauses[0])
+    again = limiter.ask(0, asked_at=trio.current_time())
+    await limiter.wait(again)
+    expected = 2 * pause if retry_after is None else pause
+    assert expected <= limiter.refused(again, 429, retry_after) <= expected * 1.1
 
 
 async def test_a_server_without_rate_limit_headers_is_not_limited(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    limiter = EndpointLimiter("http://x/v1")
+    limiter = EndpointLimiter("http://x/v1", limit=RateLimit(probe_first=True))
     probe = limiter.ask(0, asked_at=trio.current_time())
     await limiter.wait(probe)
-    limiter.learn(probe, {"content-type": "text/event-stream"})
+    limiter.learn(probe, {"content-type": "text/event-stream"})  # the probe's reply says none
     tickets = [limiter.ask(0, asked_at=trio.current_time()) for _ in range(50)]
     with trio.fail_after(0.001):
         for ticket in tickets:
@@ -254,10 +303,14 @@ def test_an_endpoint_is_named_without_its_key() -> None:
         ({"anthropic": {"max_concurrent": 2.5}},
          "rate_limits: anthropic.max_concurrent: expected a whole number above 0; got 2.5"),
         ({"openai": {"rps": 5}},
-         "rate_limits: openai.rps: unknown key; the keys are rpm, tpm, max_concurrent"),
+         "rate_limits: openai.rps: unknown key; the keys are rpm, tpm, max_concurrent, "
+         "probe_first"),
+        ({"openai": {"probe_first": 1}},
+         "rate_limits: openai.probe_first: expected true or false; got 1"),
         ({"gemini": {"rpm": 5}},
          "rate_limits: 'gemini': an endpoint is openai, anthropic or a base URL (http(s)://…)"),
-        ({"openai": 5}, "rate_limits: openai: expected a table of rpm, tpm, max_concurrent; got 5"),
+        ({"openai": 5}, "rate_limits: openai: expected a table of rpm, tpm, max_concurrent, "
+         "probe_first; got 5"),
     ],
 )
 def test_bad_limits_are_one_line_naming_the_setting(table: Any, message: str) -> None:
@@ -270,6 +323,9 @@ def test_limits_by_base_url_and_by_provider() -> None:
     limits = check_rate_limits({"openai": {"rpm": 5}, "http://proxy:8080/v1/": {"tpm": 9}})
     assert limits["openai"] == RateLimit(rpm=5)
     assert limits["http://proxy:8080/v1/"] == RateLimit(tpm=9)
+    assert check_rate_limits({"openai": {"probe_first": True}})["openai"] == RateLimit(
+        probe_first=True
+    )
 
 
 async def test_open_runtime_refuses_bad_limits_before_anything_opens(tmp_path: Path) -> None:
@@ -323,20 +379,22 @@ def test_rate_limit_flags_add_to_the_files_a_later_key_winning(workspace: Path) 
     )
     ns = build_parser().parse_args([
         "run", "hi", "--rate-limit", "openai:rpm=60,max_concurrent=8",
-        "--rate-limit", "http://127.0.0.1:9/v1:tpm=1.5e3"])
+        "--rate-limit", "http://127.0.0.1:9/v1:tpm=1.5e3,probe_first=true"])
     settings = load_settings(workspace, flags=flags_from_args(ns))
     config = run_config(options_from_settings(settings))
     assert config.rate_limits == {
         "openai": {"rpm": 60, "tpm": 90000, "max_concurrent": 8},
         "anthropic": {"rpm": 50},
-        "http://127.0.0.1:9/v1": {"tpm": 1500.0},
+        "http://127.0.0.1:9/v1": {"tpm": 1500.0, "probe_first": True},
     }
     assert settings.source("rate_limits").endswith("; flag --rate-limit")
 
 
 @pytest.mark.parametrize(("flag", "message"), [
     ("openai:rpm=-5", "openai.rpm: expected a number above 0; got -5"),
-    ("openai:rps=5", "openai.rps: unknown key; the keys are rpm, tpm, max_concurrent"),
+    ("openai:rps=5",
+     "openai.rps: unknown key; the keys are rpm, tpm, max_concurrent, probe_first"),
+    ("openai:probe_first=yes", "openai.probe_first: expected true or false; got 'yes'"),
     ("openai:max_concurrent=2.5", "openai.max_concurrent: expected a whole number above 0; got 2.5"),
     ("openai:rpm=lots", "openai.rpm: expected a number; got 'lots'"),
     ("gemini:rpm=5", "'gemini': an endpoint is openai, anthropic or a base URL (http(s)://…)"),

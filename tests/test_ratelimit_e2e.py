@@ -8,16 +8,23 @@ take as the real APIs do. Wall-clock times are real (the server's buckets run on
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import attrs
+import h11
+import orjson
 import pytest
 import structlog
 import trio
+import trio.testing
 
 from runtime import AgentFinished, Event, RateLimited, open_runtime
+from runtime.core._provider import RateLimitNotice, RetryNotice, TextChunk
+from runtime.providers import open_provider
+from tests.llm_server import collect, make_request
 from tests.ratelimit_server import RateLimitedServer
 
 KEY = "sk-ratelimit-test-key-0123456789"
@@ -146,8 +153,6 @@ async def test_refusals_pause_every_agent_and_spend_no_try(workspace: Path) -> N
     """A server that states no limits (10 a second, 2 at once): the fan-out meets 429s, the
     agents wait out each pause together, at the pace the refusals' retry-after implies, and
     all complete, although every agent's retry policy allows only one retry."""
-    from runtime.providers import open_provider
-
     async with trio.open_nursery() as nursery:
         server = await serve(RateLimitedServer(rps=10, burst=2, rate_headers=False), nursery)
         env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": KEY}
@@ -181,8 +186,6 @@ async def test_nonsense_headers_are_clamped_and_logged_once(
 ) -> None:
     """Negative remaining counts, resets in the past and a two-day retry-after: the run still
     completes (the pause is clamped to a minute, so a short call deadline fails it first)."""
-    from runtime.providers import open_provider
-
     async with trio.open_nursery() as nursery:
         server = await serve(
             RateLimitedServer(rps=5, burst=1, nonsense=True, advertised_rps=50), nursery
@@ -291,3 +294,168 @@ async def test_waiting_agents_show_as_waiting_and_trace_stats_adds_up_their_wait
     root = stats["by_subtree"][0]
     assert (root["depth"], root["wait_s"]) == (0, stats["wait_s"])
     assert stats["refusals"] == 0
+
+
+# -- the first calls, with no rate information (docs/rate-limits.md, "The first calls") --------
+
+
+class GatedServer(RateLimitedServer):
+    """A server that bounds calls in flight, not a rate, and can hold its answers.
+
+    Every request counts as in flight from its arrival until its reply is sent. With
+    ``hold``, an answer (but a fan-out root's) waits for :attr:`release`; with
+    ``max_in_flight``, a request past it is refused at once (``429``, ``retry-after`` in whole
+    seconds, no rate-limit headers: a gateway that bounds concurrency); ``answer_s`` is how
+    long an answer takes.
+    """
+
+    def __init__(
+        self, *, hold: bool = False, max_in_flight: int | None = None,
+        retry_after: str = "1", answer_s: float = 0.0,
+    ) -> None:
+        super().__init__(rps=1e9, rate_headers=False)
+        self.max_in_flight = max_in_flight
+        self.retry_after = retry_after
+        self.answer_s = answer_s
+        self.release = trio.Event()
+        if not hold:
+            self.release.set()
+        self.in_flight = 0
+        self._arrived = trio.Event()
+
+    async def until_in_flight(self, n: int) -> None:
+        """Wait until *n* requests are in flight at once."""
+        while self.in_flight < n:
+            await self._arrived.wait()
+
+    async def _serve_request(
+        self, stream: trio.SocketStream, conn: h11.Connection, head: h11.Request, body: bytes
+    ) -> bool:
+        self.in_flight += 1
+        self._arrived.set()
+        self._arrived = trio.Event()
+        try:
+            return await super()._serve_request(stream, conn, head, body)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(
+        self, head: h11.Request, body: bytes
+    ) -> tuple[int, list[tuple[str, str]], list[bytes]]:
+        if self.max_in_flight is not None and self.in_flight > self.max_in_flight:
+            self.stats.requests += 1
+            self.stats.refused += 1
+            error = orjson.dumps({"error": {"message": "Too many requests in flight",
+                                            "type": "requests", "code": "rate_limit_exceeded"}})
+            return 429, [("content-type", "application/json"),
+                         ("content-length", str(len(error))),
+                         ("retry-after", self.retry_after)], [error]
+        if b"FANOUT" not in body:
+            await self.release.wait()
+            await trio.sleep(self.answer_s)
+        return await super()._answer(head, body)
+
+
+class Alias(trio.abc.HostnameResolver):
+    """Resolves one made-up host name to 127.0.0.1: a base URL that does not look local."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def getaddrinfo(
+        self, host: bytes | None, port: bytes | str | int | None, family: int = 0,
+        type: int = 0, proto: int = 0, flags: int = 0,
+    ) -> Any:
+        assert host is not None
+        assert host.decode() == self.name, host
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "",
+                 ("127.0.0.1", int(port or 0)))]
+
+    async def getnameinfo(self, sockaddr: Any, flags: int) -> tuple[str, str]:
+        raise NotImplementedError
+
+
+async def _calls(provider: Any, n: int) -> list[list[Any]]:
+    """*n* model calls asked together, each an agent's first: every call's items."""
+    results: list[list[Any]] = []
+
+    async def one(i: int) -> None:
+        request = attrs.evolve(make_request(), agent_id=f"agent-{i}")
+        results.append(await collect(provider, request))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(n):
+            nursery.start_soon(one, i)
+    return results
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "model.example.test"])
+async def test_with_nothing_known_a_fan_out_of_n_starts_n_wherever_the_server_is(
+    autojump_clock: trio.testing.MockClock, host: str
+) -> None:
+    n = 20
+    if host != "127.0.0.1":
+        trio.socket.set_custom_hostname_resolver(Alias(host))
+    async with trio.open_nursery() as nursery:
+        server = await serve(GatedServer(hold=True), nursery)
+        env = {"OPENAI_BASE_URL": f"http://{host}:{server.port}/v1", "OPENAI_API_KEY": KEY}
+        async with (
+            open_provider("openai", model="m", env=env) as provider,
+            trio.open_nursery() as calls,
+        ):
+            calls.start_soon(_calls, provider, n)
+            with trio.fail_after(60):  # virtual time: fails only if the n never come
+                await server.until_in_flight(n)
+            # Every call is at the server, none answered: the limiter held none back.
+            assert server.stats.served == 0
+            server.release.set()
+        nursery.cancel_scope.cancel()
+    assert server.stats.served == n
+    assert server.stats.connections == n
+
+
+async def test_probe_first_sends_the_first_call_alone_then_the_rest(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    n = 20
+    async with trio.open_nursery() as nursery:
+        server = await serve(GatedServer(hold=True), nursery)
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": KEY}
+        limits = {server.url: {"probe_first": True}}
+        async with open_provider("openai", model="m", env=env, rate_limits=limits) as provider:
+            limiter = provider.limiter
+            assert limiter is not None
+            async with trio.open_nursery() as calls:
+                calls.start_soon(_calls, provider, n)
+                await server.until_in_flight(1)
+                await trio.testing.wait_all_tasks_blocked()
+                # One call out, the others waiting for its reply's headers.
+                assert (limiter.in_flight, limiter.waiting, server.in_flight) == (1, n - 1, 1)
+                server.release.set()
+        nursery.cancel_scope.cancel()
+    assert server.stats.served == n
+
+
+async def test_a_burst_against_a_server_allowing_ten_at_once_completes_spending_no_try(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """100 first calls at once against a gateway that serves 10 at once and refuses the rest
+    with ``retry-after: 1``: the 90 refusals are one pause, the refused calls go back to their
+    places, and every call completes; none spends a try of its retry policy (max_retries=1)."""
+    n = 100
+    async with trio.open_nursery() as nursery:
+        server = await serve(GatedServer(max_in_flight=10, answer_s=0.5), nursery)
+        env = {"OPENAI_BASE_URL": server.url, "OPENAI_API_KEY": KEY}
+        async with open_provider("openai", model="m", env=env, max_retries=1) as provider:
+            limiter = provider.limiter
+            assert limiter is not None
+            results = await _calls(provider, n)
+        nursery.cancel_scope.cancel()
+    assert len(results) == n
+    texts = {"".join(i.text for i in items if isinstance(i, TextChunk)) for items in results}
+    assert texts == {"Child work done."}
+    assert not [i for items in results for i in items if isinstance(i, RetryNotice)]
+    refusals = [i for items in results for i in items if isinstance(i, RateLimitNotice)]
+    assert server.stats.served == n
+    assert server.stats.refused == limiter.refusals == len(refusals) >= n - 10
+    assert (limiter.in_flight, limiter.waiting) == (0, 0)

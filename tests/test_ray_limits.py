@@ -169,3 +169,60 @@ def test_only_rate_limit_headers_travel_to_the_driver() -> None:
     assert isinstance(report, LimiterReport)
     assert dict(report.headers) == {"x-ratelimit-remaining-requests": "5",
                                     "retry-after-ms": "20"}
+
+
+@pytest.mark.parametrize("probe_first", [False, True])
+async def test_with_nothing_known_every_hosts_first_calls_go_at_once_unless_probed(
+    probe_first: bool,
+) -> None:
+    """The driver's policy is the hosts' too: nothing known, a fan-out over two hosts starts
+    every call; with ``probe_first`` one goes, and the rest when its reply's headers arrive
+    (from its host, as a report)."""
+    limiter = EndpointLimiter("test endpoint", limit=RateLimit(probe_first=probe_first))
+    async with trio.open_nursery() as nursery:
+        link = Link(nursery, limiter)
+        h1, h2 = link.host("h1"), link.host("h2")
+        tickets = []
+        for i in range(6):
+            remote = h1 if i % 2 else h2
+            CURRENT_CALL.set(f"c{i}")
+            tickets.append((remote, remote.ask(10, asked_at=trio.current_time())))
+        await trio.testing.wait_all_tasks_blocked()
+        granted = [t for _, t in tickets if t.admitted]
+        assert len(granted) == (1 if probe_first else 6)
+        if probe_first:
+            first_host = next(r for r, t in tickets if t is granted[0])
+            first_host.learn(granted[0], {"content-type": "text/event-stream"})  # no limits
+            await trio.testing.wait_all_tasks_blocked()
+            assert all(t.admitted for _, t in tickets)
+        for remote, ticket in tickets:
+            remote.done(ticket)
+        assert (limiter.in_flight, link.service.held) == (0, 0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_bursts_refusals_on_two_hosts_are_one_pause(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Six first calls over two hosts, five refused without a Retry-After: one step of the
+    back-off on the driver and on each host (0.5 s), not one step per refusal (8 s)."""
+    limiter = EndpointLimiter("test endpoint")
+    async with trio.open_nursery() as nursery:
+        link = Link(nursery, limiter)
+        hosts = [link.host("h1"), link.host("h2")]
+        tickets = []
+        for i in range(6):
+            CURRENT_CALL.set(f"c{i}")
+            tickets.append((hosts[i % 2], hosts[i % 2].ask(10, asked_at=trio.current_time())))
+        await trio.testing.wait_all_tasks_blocked()
+        assert all(t.admitted for _, t in tickets)
+        pauses = []
+        for remote, ticket in tickets[1:]:
+            pauses.append(remote.refused(ticket, 429, None))
+            remote.done(ticket)
+        assert pauses == [0.5] * 5
+        assert limiter.refusals == 5
+        assert 0.5 <= limiter._pause_until - trio.current_time() <= 0.55
+        remote, ticket = tickets[0]
+        remote.done(ticket)
+        nursery.cancel_scope.cancel()

@@ -36,7 +36,7 @@ import attrs
 import trio
 
 from runtime.core import Event
-from runtime.providers import MAX_PAUSE_S, EndpointLimiter, Ticket
+from runtime.providers import EndpointLimiter, Ticket
 
 # The subtree a host's task runs for (set by the host for each subtree's task; its agents'
 # tasks inherit it): where a RemoteLimiter sends that call's messages.
@@ -44,7 +44,6 @@ CURRENT_CALL: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "trio_agents_ray_call", default=None
 )
 _HEADERS: Final = ("x-ratelimit-", "anthropic-ratelimit-", "retry-after")
-_BACKOFF_S: Final = (0.5, 8.0)  # as the driver's limiter pauses a refusal without Retry-After
 
 
 @attrs.frozen(kw_only=True)
@@ -93,8 +92,11 @@ class RemoteLimiter(EndpointLimiter):
     """A Ray host's stand-in for the driver's limiter of an endpoint (see the module doc).
 
     The same calls as :class:`~runtime.providers.EndpointLimiter`, so a provider cannot tell
-    them apart; the decisions are the driver's. One per run on a host, shared by its subtrees
-    (whose calls it tells apart by :data:`CURRENT_CALL`).
+    them apart; the decisions are the driver's (its admission policy too: with no rate
+    information, every call at once). One per run on a host, shared by its subtrees (whose
+    calls it tells apart by :data:`CURRENT_CALL`). A ticket's bookkeeping (its slot, the
+    refusals in a row, ``settle`` and ``done`` once each) is the base class's; here each step
+    becomes a message to the driver.
 
     Args:
         label: the endpoint in logs.
@@ -152,8 +154,7 @@ class RemoteLimiter(EndpointLimiter):
         if held is None or held[0].done or held[0].admitted:
             return
         ticket = held[0]
-        ticket.admitted = True
-        self._in_flight += 1
+        self._admitted(ticket)
         ticket.wake.set()
 
     def learn(self, ticket: Ticket | None, headers: Mapping[str, str]) -> None:
@@ -168,37 +169,29 @@ class RemoteLimiter(EndpointLimiter):
 
     def refused(self, ticket: Ticket | None, status: int, retry_after_s: float | None) -> float:
         """Tell the driver of a refusal; the pause foreseen here: the server's ``Retry-After``
-        (clamped as the driver clamps it), else the driver's back-off."""
+        (clamped as the driver clamps it), else the driver's back-off (a burst's refusals
+        one step of it, as on the driver)."""
         now = trio.current_time()
-        self.refusals += 1
-        self._strikes += 1
-        if retry_after_s is None:
-            pause = min(_BACKOFF_S[1], _BACKOFF_S[0] * 2 ** (self._strikes - 1))
-        else:
-            pause = min(max(retry_after_s, 0.0), MAX_PAUSE_S)
+        pause = self._refusal_pause(ticket, retry_after_s)
         self._remote_pause = max(self._remote_pause, now + pause)
         if ticket is not None and ticket.order in self._tickets:
             self._report(ticket, "refused", status=status, retry_after_s=retry_after_s)
         return max(0.0, self._remote_pause - now)
 
-    def settle(self, ticket: Ticket, input_tokens: int, output_tokens: int) -> None:
-        """Send what the call used."""
-        if ticket.settled or not ticket.admitted or ticket.order not in self._tickets:
-            return
-        ticket.settled = True
-        self._strikes = 0
-        self._report(ticket, "settle", input_tokens=input_tokens, output_tokens=output_tokens)
+    def _used(self, ticket: Ticket, input_tokens: int, output_tokens: int) -> None:
+        """Settled: what the call used goes to the driver."""
+        if ticket.order in self._tickets:
+            self._report(ticket, "settle", input_tokens=input_tokens,
+                         output_tokens=output_tokens)
 
-    def done(self, ticket: Ticket) -> None:
-        """The try is over (or gave up its wait): the driver's ticket is given back."""
-        if ticket.done:
-            return
-        ticket.done = True
-        if ticket.admitted:
-            self._in_flight -= 1
+    def _given_back(self, ticket: Ticket) -> None:
+        """Done (the try is over, or gave up its wait): the driver's ticket is given back."""
         if ticket.order in self._tickets:
             self._report(ticket, "done", urgent=True)
             del self._tickets[ticket.order]
+
+    def _warn_once(self, header: str, value: object, action: str) -> None:
+        """Nothing: the driver's limiter, which gets the same refusal, logs the nonsense."""
 
     def _report(self, ticket: Ticket, what: Any, *, urgent: bool = False, **values: Any) -> None:
         call_id = self._tickets[ticket.order][1]

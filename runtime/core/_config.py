@@ -224,14 +224,15 @@ def _check_prices(value: Any) -> tuple[tuple[str, tuple[tuple[str, float], ...]]
     )
 
 
-RATE_LIMIT_KEYS: Final = ("rpm", "tpm", "max_concurrent")
+RATE_LIMIT_KEYS: Final = ("rpm", "tpm", "max_concurrent", "probe_first")
 _ENDPOINT = re.compile(r"https?://[^/\s]+\S*")
 
 
 def check_rate_limit_table(value: Any) -> dict[str, dict[str, float]]:
     """``[rate_limits.NAME]`` tables (docs/rate-limits.md): NAME is ``openai``, ``anthropic``
-    or a base URL; each table has ``rpm`` and ``tpm`` (numbers above 0) and ``max_concurrent``
-    (a whole number above 0). The one check of the setting, for files and ``open_runtime``.
+    or a base URL; each table has ``rpm`` and ``tpm`` (numbers above 0), ``max_concurrent``
+    (a whole number above 0) and ``probe_first`` (true or false). The one check of the
+    setting, for files and ``open_runtime``.
 
     Raises:
         ValueError: naming ``NAME.KEY`` at fault.
@@ -252,6 +253,10 @@ def check_rate_limit_table(value: Any) -> dict[str, dict[str, float]]:
             if key not in RATE_LIMIT_KEYS:
                 raise ValueError(f"{name}.{key}: unknown key; the keys are "
                                  f"{', '.join(RATE_LIMIT_KEYS)}")
+            if key == "probe_first":
+                if not isinstance(number, bool):
+                    raise ValueError(f"{name}.{key}: expected true or false; got {number!r}")
+                continue
             whole = key == "max_concurrent"
             if (not _is_number(number) or (whole and not isinstance(number, int))
                     or not 0 < number < math.inf):
@@ -273,24 +278,29 @@ def _check_rate_limits(value: Any) -> RateLimitRows:
 
 
 def _parse_rate_limit(text: str) -> tuple[str, tuple[tuple[str, float], ...]]:
-    """``--rate-limit NAME:KEY=N,…`` (``openai:rpm=500,tpm=200000``; NAME may be a base URL,
-    whose own colons stay in it): one endpoint's entry, checked as a file's is."""
+    """``--rate-limit NAME:KEY=N,…`` (``openai:rpm=500,tpm=200000``, ``openai:probe_first=true``;
+    NAME may be a base URL, whose own colons stay in it): one endpoint's entry, checked as a
+    file's is."""
     name, sep, pairs = text.strip().rpartition(":")
     if not sep or not name or "=" not in pairs:
         raise ValueError(f"expected NAME:KEY=N,… (openai:rpm=500,tpm=200000); got {text!r}")
     table: dict[str, float] = {}
     for pair in pairs.split(","):
         key, _, raw = (part.strip() for part in pair.partition("="))
+        if raw.lower() in ("true", "false"):  # probe_first=true
+            table[key] = raw.lower() == "true"
+            continue
         try:
             table[key] = int(raw) if raw.lstrip("+-").isdigit() else float(raw)
         except ValueError:
-            raise ValueError(f"{name}.{key}: expected a number; got {raw!r}") from None
+            kind = "true or false" if key == "probe_first" else "a number"
+            raise ValueError(f"{name}.{key}: expected {kind}; got {raw!r}") from None
     [row] = _check_rate_limits({name: table})
     return row
 
 
-RATE_LIMITS: Final = Kind("tables of rpm, tpm, max_concurrent by endpoint", _check_rate_limits,
-                          _parse_rate_limit, "NAME:KEY=N,…")
+RATE_LIMITS: Final = Kind("tables of rpm, tpm, max_concurrent, probe_first by endpoint",
+                          _check_rate_limits, _parse_rate_limit, "NAME:KEY=N,…")
 STRING: Final = Kind("a non-empty string", _check_string)
 PATH: Final = Kind("a path (relative: to the file's folder)", _check_string, metavar="DIR")
 BOOLEAN: Final = Kind("true or false", _check_boolean)
@@ -594,11 +604,12 @@ TABLE: Final[tuple[Setting, ...]] = (
        group="mcp", default_doc="30"),
     # files only (but rate_limits: also --rate-limit)
     _S("rate_limits", RATE_LIMITS, "an endpoint's rate limits, shared by every agent of the "
-       "run: openai, anthropic or a base URL, then rpm, tpm, max_concurrent "
+       "run: openai, anthropic or a base URL, then rpm, tpm, max_concurrent, probe_first "
        "(--rate-limit openai:rpm=500,tpm=200000; repeatable)", NEUTRAL, param="rate_limits",
        default=(), flags=("--rate-limit",), merge="append",
        doc="`[rate_limits.NAME]` (`openai`, `anthropic` or a base URL): `rpm`, `tpm`, "
-       "`max_concurrent` (`docs/rate-limits.md`); on the command line `--rate-limit "
+       "`max_concurrent`, `probe_first` (send the first call alone until its reply's headers "
+       "say the limits; default false) (`docs/rate-limits.md`); on the command line `--rate-limit "
        "NAME:KEY=N,…`, repeatable; entries add up, a later key of an endpoint wins; the "
        "servers' headers are read as well",
        default_doc="none: learned from the servers"),

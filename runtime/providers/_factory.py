@@ -139,14 +139,12 @@ async def open_provider(
     # parallel agents may queue for a connection.
     timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=30.0, pool=None)
     pool = pool or PoolLimits()
-    # One limiter for the endpoint, so for every agent of the run (docs/rate-limits.md). A
-    # server on this machine (vLLM, llama.cpp, a proxy) is not probed with a first lone call:
-    # docs/rate-limits.md, "The first calls".
+    # One limiter for the endpoint, so for every agent of the run (docs/rate-limits.md),
+    # wherever the server is: its admission policy has no case by host ("The first calls").
     limiter = limiter or EndpointLimiter(
         endpoint_label(public_url(base_url), api_key),
         limit=limit,
         max_concurrent=pool.concurrency,
-        probe_first=not _is_loopback(host),
     )
     async with _client(http_client, pool, timeout, base_url) as client:
         provider: Provider

@@ -21,12 +21,15 @@ endpoint (a base URL and a key). It holds:
   behind the agents that asked before it, never behind a subtree's future turns.
 * **a bound on calls in flight** (``max_concurrent``, by default the connection pool's size).
 
-Until an endpoint's limits are known (configured, or read from a reply), one call goes out
-alone, and the others wait for its reply's headers: a fan-out's first wave then goes at the
-rate the server states instead of meeting a wall of 429s. A server that sends no rate-limit
-headers is not limited until it refuses a call. An endpoint made with ``probe_first=False``
-(the factory's choice for a server on this machine) skips that first lone call: its calls go
-at once and the first refusal sets the pace.
+With no rate information (nothing configured, nothing learned yet) every call goes at once:
+a fan-out of N starts N. Each reply's headers are read as they arrive, so the first that say
+little remains hold back the calls not yet gone; a server that refuses sets the pace with the
+pause above, one pause for a whole burst of refusals (a refusal of a call sent before the last
+one counted is the same burst: the pause does not grow with it). A server that sends no
+rate-limit headers is not limited until it refuses a call. ``probe_first`` (a
+``[rate_limits.NAME]`` key) chooses the other way: until the limits are known one call goes
+out alone and the others wait for its reply's headers (one time to first byte, against a
+burst of refusals).
 
 Nonsense from a server (a negative remaining count, a reset in the past, a ``Retry-After`` of
 days) is clamped and logged once per endpoint and header; no wait is longer than
@@ -62,6 +65,9 @@ _WINDOW_S: Final = 1.0  # a bucket holds this many seconds of its rate (see the 
 _MARGIN_S: Final = 0.1
 _JITTER: Final = 0.1  # a pause is lengthened by up to this share of itself, at random
 _BACKOFF_S: Final = (0.5, 8.0)  # a refusal that names no wait: 0.5 s, doubling, at most 8 s
+# A wait this short is none: a bucket's refill leaves float crumbs (a delay of 1e-16 s) that a
+# deadline cannot land on, and the head would wake at once and spin until the clock moved.
+_READY_S: Final = 1e-9
 
 _log: Any = get_logger("trio_agents.providers")
 
@@ -83,11 +89,14 @@ class RateLimit:
         rpm: requests a minute.
         tpm: tokens a minute, input and output together.
         max_concurrent: calls in flight at once.
+        probe_first: until the limits are known, the first call goes alone and the others
+            wait for its reply's headers (by default they all go at once).
     """
 
     rpm: float | None = attrs.field(default=None, validator=_positive)
     tpm: float | None = attrs.field(default=None, validator=_positive)
     max_concurrent: int | None = attrs.field(default=None, validator=_positive)
+    probe_first: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
 
 def check_rate_limits(obj: Any) -> dict[str, RateLimit]:
@@ -112,6 +121,7 @@ def check_rate_limits(obj: Any) -> dict[str, RateLimit]:
             rpm=table.get("rpm"),
             tpm=table.get("tpm"),
             max_concurrent=int(table["max_concurrent"]) if "max_concurrent" in table else None,
+            probe_first=bool(table.get("probe_first", False)),
         )
         for name, table in checked.items()
     }
@@ -217,13 +227,15 @@ class EndpointLimiter:
     ticket back when the try is over (:meth:`done`). Every method but :meth:`wait` is
     synchronous.
 
+    The bookkeeping of a ticket's life (its slot, the counts, the refusals in a row) is
+    here once, for this limiter and a Ray host's stand-in for it
+    (``runtime/cluster/_limits.py``), which overrides only what happens next: here the
+    buckets and the queue, there a message to the driver (:meth:`_used`, :meth:`_given_back`).
+
     Args:
         label: the endpoint in logs (:func:`endpoint_label`).
-        limit: the configured limits, if any.
+        limit: the configured limits, if any (``probe_first`` among them).
         max_concurrent: calls in flight at once (the pool's size unless *limit* says less).
-        probe_first: with no limit configured, the first call goes alone and the others
-            wait for its reply's headers; ``False`` admits them at once, on the way the
-            limits are learned otherwise (the headers of every reply, the first refusal).
     """
 
     def __init__(
@@ -232,7 +244,6 @@ class EndpointLimiter:
         *,
         limit: RateLimit | None = None,
         max_concurrent: int = 1000,
-        probe_first: bool = True,
         log: Any = _log,
         rng: random.Random | None = None,
     ) -> None:
@@ -247,12 +258,14 @@ class EndpointLimiter:
             self._buckets["requests"] = _Bucket.full(self.limit.rpm / 60, now)
         if self.limit.tpm:
             self._buckets["tokens"] = _Bucket.full(self.limit.tpm / 60, now)
-        self._known = bool(self._buckets) or not probe_first
+        # Only a probing endpoint waits for the limits to be known (the module docstring).
+        self._known = bool(self._buckets) or not self.limit.probe_first
         self._queue: list[Ticket] = []
         self._order = itertools.count()
         self._in_flight = 0
         self._pause_until = -math.inf
         self._strikes = 0
+        self._burst_mark = 0  # what had been sent when the last refusal in a row was counted
         self._sent = 0
         self._sent_tokens = 0
         self._warned: set[str] = set()
@@ -303,7 +316,7 @@ class EndpointLimiter:
             while True:
                 if self._queue and self._queue[0] is ticket:
                     delay = self._ready_in(ticket)
-                    if delay <= 0:
+                    if delay <= _READY_S:
                         self._admit(ticket)
                         return
                     with trio.move_on_after(delay):
@@ -344,19 +357,11 @@ class EndpointLimiter:
         """A 429 or 529: pause the endpoint; returns the pause in seconds.
 
         The pause is the server's ``Retry-After`` (clamped to :data:`MAX_PAUSE_S`; without
-        one, 0.5 s doubling with each refusal in a row, at most 8 s), plus up to a tenth more
-        at random so that runs sharing a key do not come back in step.
+        one, 0.5 s doubling with each refusal in a row, at most 8 s: :meth:`_refusal_pause`),
+        plus up to a tenth more at random so that runs sharing a key do not come back in step.
         """
         now = trio.current_time()
-        self.refusals += 1
-        self._strikes += 1
-        if retry_after_s is None:
-            wait = min(_BACKOFF_S[1], _BACKOFF_S[0] * 2 ** (self._strikes - 1))
-        else:
-            wait = retry_after_s
-            if wait > MAX_PAUSE_S:
-                self._warn_once("retry-after", retry_after_s, f"clamped to {MAX_PAUSE_S:g} s")
-                wait = MAX_PAUSE_S
+        wait = self._refusal_pause(ticket, retry_after_s)
         wait += self._rng.uniform(0, _JITTER * wait)
         self._pause_until = max(self._pause_until, now + wait)
         requests = self._buckets.get("requests")
@@ -383,6 +388,49 @@ class EndpointLimiter:
             return
         ticket.settled = True
         self._strikes = 0
+        self._used(ticket, input_tokens, output_tokens)
+
+    def done(self, ticket: Ticket) -> None:
+        """The try is over (or never went): its slot or its place is given back."""
+        if ticket.done:
+            return
+        ticket.done = True
+        if ticket.admitted:
+            self._in_flight -= 1
+        self._given_back(ticket)
+
+    # -- the bookkeeping a Ray host's limiter shares ----------------------------------------------
+
+    def _admitted(self, ticket: Ticket) -> None:
+        """*ticket* holds a slot now: counted as sent (what a later header's remaining count
+        is measured against, and which refusals are one burst)."""
+        ticket.admitted = True
+        self._in_flight += 1
+        self._sent += 1
+        self._sent_tokens += ticket.tokens
+        ticket.sent_mark, ticket.tokens_mark = self._sent, self._sent_tokens
+
+    def _refusal_pause(self, ticket: Ticket | None, retry_after_s: float | None) -> float:
+        """Count a refusal; the pause it asks for, before jitter.
+
+        A refusal of a try sent before the last counted one arrived is the same burst (a
+        fan-out's first calls refused together): it is not one more in a row, so the back-off
+        does not double for each call of the burst.
+        """
+        self.refusals += 1
+        if ticket is None or not ticket.admitted or ticket.sent_mark > self._burst_mark:
+            self._strikes += 1
+            self._burst_mark = self._sent
+        if retry_after_s is None:
+            step: float = _BACKOFF_S[0] * 2.0 ** (max(self._strikes, 1) - 1)
+            return min(_BACKOFF_S[1], step)
+        if retry_after_s > MAX_PAUSE_S:
+            self._warn_once("retry-after", retry_after_s, f"clamped to {MAX_PAUSE_S:g} s")
+            return MAX_PAUSE_S
+        return max(retry_after_s, 0.0)
+
+    def _used(self, ticket: Ticket, input_tokens: int, output_tokens: int) -> None:
+        """Settled (:meth:`settle`): the token buckets are corrected by what was used."""
         now = trio.current_time()
         for name, used, reserved in (
             ("tokens", input_tokens + output_tokens, ticket.tokens),
@@ -394,13 +442,9 @@ class EndpointLimiter:
                 bucket.refill(now)
                 bucket.level -= used - reserved
 
-    def done(self, ticket: Ticket) -> None:
-        """The try is over (or never went): its slot or its place is given back."""
-        if ticket.done:
-            return
-        ticket.done = True
+    def _given_back(self, ticket: Ticket) -> None:
+        """Done (:meth:`done`): the next in line may take the slot, or the place is left."""
         if ticket.admitted:
-            self._in_flight -= 1
             self._wake_head()
         else:
             self._leave(ticket)
@@ -416,7 +460,7 @@ class EndpointLimiter:
         if self._in_flight >= self.max_concurrent:
             return math.inf
         if not self._known and self._in_flight:
-            return math.inf  # the first call's headers will say the limits
+            return math.inf  # probe_first: the first call's headers will say the limits
         now = trio.current_time()
         delay = self._pause_until - now
         weights = self._weights(ticket)
@@ -453,15 +497,11 @@ class EndpointLimiter:
     def _admit(self, ticket: Ticket) -> None:
         now = trio.current_time()
         self._queue.pop(0)
-        ticket.admitted = True
-        self._in_flight += 1
+        self._admitted(ticket)
         weights = self._weights(ticket)
         for name, bucket in self._buckets.items():
             bucket.refill(now)
             bucket.level -= weights[name]
-        self._sent += 1
-        self._sent_tokens += ticket.tokens
-        ticket.sent_mark, ticket.tokens_mark = self._sent, self._sent_tokens
         self._wake_head()
 
     def _leave(self, ticket: Ticket) -> None:
