@@ -194,6 +194,28 @@ def test_a_stream_holds_back_what_could_be_the_start_of_a_secret() -> None:
     assert r2.split_stream("XYZW" + "Q1 end") == ("***Q1 end", "")
 
 
+_PIECES = st.text(alphabet="ab-]^\\xz ", max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    secret=st.permutations("ab-]^\\x").map(lambda chars: "".join(chars[:5])),
+    pieces=st.lists(_PIECES, max_size=12),
+)
+def test_a_text_streamed_in_any_pieces_is_masked_as_the_whole_text(
+    secret: str, pieces: list[str]
+) -> None:
+    # Characters a regex class would read (``]^\-``), and a secret cut anywhere, over any number
+    # of pieces. (A secret that overlaps itself, "aaaa", is not masked the same streamed.)
+    r = Secrets([secret, secret[0] + "zzzz"])  # two sharing a first character
+    out, held = [], ""
+    for piece in pieces:
+        sent, held = r.split_stream(held + piece)
+        out.append(sent)
+    out.append(r.text(held))  # the stream ended: the rest goes out masked
+    assert "".join(out) == r.text("".join(pieces))
+
+
 def test_the_halves_of_a_secret_cut_by_the_output_cap_are_masked() -> None:
     r = Secrets(["SECRETVALUE-0123456789"])
     for offset in range(0, 40, 3):

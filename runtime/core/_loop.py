@@ -766,6 +766,11 @@ async def _stream_turn(
     async with aclosing(run.provider.stream(request)) as stream:
         try:
             async for item in stream:
+                if type(item) is TextChunk and not pending and has_room():
+                    # The common item, tested first: a text delta, and room to send it now.
+                    texts.append(item.text)
+                    await emit(TextDelta(agent_id=aid, parent_tool_use_id=pid, text=item.text))
+                    continue
                 if isinstance(item, TextChunk | ThinkingChunk):
                     if isinstance(item, TextChunk):
                         texts.append(item.text)

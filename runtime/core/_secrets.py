@@ -280,6 +280,11 @@ class Secrets:
         self._by_first: dict[str, tuple[str, ...]] = {}
         for secret in self.values:
             self._by_first[secret[0]] = (*self._by_first.get(secret[0], ()), secret)
+        # Where one could start, found by one search (most streamed pieces hold none).
+        self._firsts = (
+            re.compile(f"[{''.join(re.escape(c) for c in self._by_first)}]")
+            if self._by_first else None
+        )
 
     @staticmethod
     @functools.lru_cache(maxsize=32)
@@ -385,19 +390,23 @@ class Secrets:
         secret. Send it with the next piece, or on its own (masked) once the stream ends.
         """
         pattern = self._pattern
-        if pattern is None or not text:
+        firsts = self._firsts
+        if pattern is None or firsts is None or not text:
             return text, ""
         end = len(text)
         start = max(0, end - self.max_len + 1)
+        found = firsts.search(text, start)
+        if found is None:
+            return self.text(text), ""  # the common case: no secret could start in the tail
         hold_from = end
-        for first, secrets in self._by_first.items():
-            i = text.find(first, start, hold_from)
-            while i != -1:
-                tail = text[i:]
-                if any(len(s) > len(tail) and s.startswith(tail) for s in secrets):
-                    hold_from = i
-                    break
-                i = text.find(first, i + 1, hold_from)
+        # Left to right from where a secret would no longer fit: the first tail that starts a
+        # secret is the one held (the longest).
+        for first in firsts.finditer(text, found.start()):
+            i = first.start()
+            tail = text[i:]
+            if any(len(s) > len(tail) and s.startswith(tail) for s in self._by_first[tail[0]]):
+                hold_from = i
+                break
         if hold_from < end:
             # Never hold back part of a secret found whole: hold all of it.
             for match in pattern.finditer(text, max(0, hold_from - self.max_len)):
