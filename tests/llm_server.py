@@ -227,10 +227,16 @@ class LLMServer:
                 self._watch, stream, watching, nursery.cancel_scope, index, lambda: sent
             )
             # Errors are caught here, in the body: leaving the nursery they would be grouped.
+            # A body of known length is whole for the client with its last piece (its end
+            # sends no bytes), so the watch stops before that piece goes.
+            sized = "content-length" in (name for name, _ in headers)
+            last = len(reply.pieces) - 1
             try:
-                for piece in reply.pieces:
+                for i, piece in enumerate(reply.pieces):
                     if piece.delay_s:
                         await trio.sleep(piece.delay_s)
+                    if sized and i == last and reply.drop_after_bytes is None:
+                        watching.cancel()
                     data = piece.data
                     if reply.drop_after_bytes is not None:
                         data = data[: max(0, reply.drop_after_bytes - sent)]
