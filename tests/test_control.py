@@ -521,6 +521,11 @@ async def test_trio_agents_pending_and_permit_from_another_process(
     assert b"cannot connect" in gone.stderr
 
 
+# The sleeper's bash call waits for the test to release it (at most 30 s), so the two `stop`
+# commands reach the run while the call is running however slowly this machine starts them.
+RELEASED = "for i in $(seq 600); do [ -e release ] && break; sleep 0.05; done; echo slept"
+
+
 async def test_trio_agents_stop_from_another_process(sock_path: Path, tmp_path: Path) -> None:
     scenario = tmp_path / "stop.json"
     scenario.write_text(json.dumps({"agents": {
@@ -530,7 +535,7 @@ async def test_trio_agents_stop_from_another_process(sock_path: Path, tmp_path: 
             {"text": "done"}]},
         "sleeper": {"tools": ["bash"], "turns": [
             {"text": "on it", "tool_calls": [
-                {"name": "bash", "input": {"command": "sleep 4; echo slept"}}]},
+                {"name": "bash", "input": {"command": RELEASED}}]},
             {"text": "a turn the stop prevents"}]}}}))  # fmt: skip
     proc = await trio.lowlevel.open_process(
         _cli("run", "go", "--json", "--permission-mode", "allow-all", "--no-trace",
@@ -541,7 +546,7 @@ async def test_trio_agents_stop_from_another_process(sock_path: Path, tmp_path: 
     buf = b""
     try:
         with trio.fail_after(20):
-            while b'"sleep 4; echo slept"' not in buf:
+            while b'"tool_started"' not in buf:
                 data = await proc.stdout.receive_some(65536)
                 assert data, "the run ended early"
                 buf += data
@@ -560,6 +565,7 @@ async def test_trio_agents_stop_from_another_process(sock_path: Path, tmp_path: 
             assert refused.stderr.decode().strip().startswith(
                 "trio-agents: error: no running node 'agent-9' to stop"
             )
+            (tmp_path / "release").touch()  # the bash call ends only now
             while data := await proc.stdout.receive_some(65536):
                 buf += data
             code = await proc.wait()
