@@ -12,14 +12,22 @@ when it is logged:
   lines with its own. structlog's own default would print every line, debug included, to the
   application's stdout.
 
-It sits beside the layers (it imports nothing of the runtime, and structlog only when a logger is
-made), so every layer can use it and the command line's start-up does not pay for it; the
+It sits beside the layers (it imports nothing of the runtime), so every layer can use it; the
 masking comes from the core layer, which adds it with :func:`add_mask` when it is imported.
+
+structlog itself is imported only when a line is logged at a level that is on (or by whoever
+configures it: the command line does with ``--debug`` or ``-v``). A line below its level (a
+debug line, nearly always) is dropped by the standard library's level check alone, and a run
+that logs nothing, every command without ``--debug``, never imports structlog, nor the asyncio
+and rich it imports (tens of milliseconds at each start: bench/README.md, "Resume"). If the
+application has not imported structlog it has not configured it either: its lines go the
+standard library's way. The first line that does go out pays for the import, once.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -29,9 +37,14 @@ _masks: list[Processor] = []
 
 
 _LEVELS = {
-    "debug": logging.DEBUG, "info": logging.INFO, "msg": logging.INFO,
-    "warning": logging.WARNING, "warn": logging.WARNING,
-    "error": logging.ERROR, "exception": logging.ERROR, "critical": logging.CRITICAL,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "msg": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
 }
 _chains: dict[int, list[Any]] = {}  # by the number of masks added
 
@@ -105,10 +118,6 @@ def add_mask(processor: Processor) -> None:
 def get_logger(name: str) -> Any:
     """The runtime's logger *name*: a structlog-style logger (``debug``, ``info``, ``warning``,
     ``error``, ``exception``, ``bind``) that picks its way per line (see the module doc)."""
-    # Imported with the module that logs (they all stand on trio already), never at its first
-    # line: importing structlog takes tens of milliseconds, a freeze of a running event loop.
-    import structlog  # noqa: F401
-
     return _Logger(name, {})
 
 
@@ -137,15 +146,16 @@ class _Logger:
     def __getattr__(self, method: str) -> Any:
         if method.startswith("_"):  # copy/pickle probes: not the logger's
             raise AttributeError(method)
-        import structlog  # already imported by get_logger: a lookup
-
-        if _configured_by_the_application(structlog):
-            logger = structlog.get_logger(self._name)
+        imported = sys.modules.get("structlog")  # not imported: not configured either
+        if imported is not None and _configured_by_the_application(imported):
+            logger = imported.get_logger(self._name)
         else:
             std = logging.getLogger(self._name)
             level = _LEVELS.get(method)
             if level is not None and not std.isEnabledFor(level):
                 return _dropped  # below the level (a debug line, nearly always): nothing built
+            import structlog
+
             logger = structlog.wrap_logger(
                 std, processors=_chain(), wrapper_class=_stdlib_wrapper()
             )

@@ -41,7 +41,10 @@ def _run(tmp_path: Path, setup: str) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "app.py"
     script.write_text(_APP.replace("SETUP", setup))
     return subprocess.run(
-        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=60,
+        [sys.executable, str(script), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=False,
     )
 
@@ -119,8 +122,9 @@ _UNIT = textwrap.dedent(
 def test_exceptions_captures_and_binding_methods_on_the_logging_path(tmp_path: Path) -> None:
     script = tmp_path / "unit.py"
     script.write_text(_UNIT)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "captured: ['captured']\n", "nothing of the runtime's on stdout"
     # The traceback once, masked (the stdlib's exception() would append it again, unmasked).
@@ -134,3 +138,79 @@ def test_exceptions_captures_and_binding_methods_on_the_logging_path(tmp_path: P
     assert "c=3" in rebound
     assert "b=" not in rebound
     assert "run_id" not in rebound  # new() started from nothing
+
+
+def _python(code: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=cwd,
+    )
+
+
+def test_structlog_is_imported_only_for_a_line_that_goes_out() -> None:
+    # Below its level a line is dropped by the standard library's check alone: structlog (and
+    # the asyncio and rich it imports) costs tens of milliseconds at every start.
+    done = _python(
+        """
+        import sys
+        from runtime.core import get_logger
+        from runtime.core._lazylog import LazyLogger
+
+        log = LazyLogger(get_logger("trio_agents.x"), run_id="r").bind(agent_id="a")
+        log.debug("below"); log.info("below too")
+        print("structlog" in sys.modules, "rich" in sys.modules, "asyncio" in sys.modules)
+        log.warning("it goes out", detail=2)
+        print("structlog" in sys.modules)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "False", "True"]
+    assert "below" not in done.stderr
+    out = next(line for line in done.stderr.splitlines() if "it goes out" in line)
+    assert "detail=2" in out
+    assert "agent_id=a" in out
+
+
+def test_a_quiet_command_imports_no_structlog_and_logs_nothing(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.json"
+    scenario.write_text('{"agents": {"main": {"turns": [{"text": "done"}]}}}')
+    done = _python(
+        """
+        import sys
+        sys.argv = ["trio-agents", "run", "go", "--scenario", sys.argv[1], "--no-trace",
+                    "--workspace", sys.argv[2]]
+        from runtime.cli._main import main
+        code = main()
+        print(code, "structlog" in sys.modules, "rich" in sys.modules, file=sys.stderr)
+        """,
+        str(scenario),
+        str(tmp_path),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1].split() == ["0", "False", "False"], done.stderr
+    assert "done" in done.stdout
+
+
+def test_a_quiet_command_after_a_debug_one_in_one_process_logs_nothing() -> None:
+    # structlog configured to print by the first: the second configures it to drop again.
+    done = _python(
+        """
+        from runtime.cli._options import setup_logging
+        from runtime.core import get_logger
+
+        setup_logging(debug=True)
+        get_logger("trio_agents.x").debug("debug on")
+        setup_logging(debug=False)
+        get_logger("trio_agents.x").error("quiet now")
+        import structlog
+        structlog.get_logger("other").error("quiet too")
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert "debug on" in done.stderr
+    assert "quiet" not in done.stderr + done.stdout

@@ -196,17 +196,3 @@ def test_a_run_whose_output_is_not_a_terminal_imports_neither_rich_nor_the_conve
                          check=True, timeout=60, cwd=tmp_path)
     assert out.stderr.splitlines()[-1].split() == ["0", "False", "False"], out.stderr
     assert "done" in out.stdout
-
-
-def test_structlog_imported_by_the_command_line_still_lets_rich_import() -> None:
-    code = textwrap.dedent(
-        """
-        from runtime.cli._options import import_structlog
-        import_structlog()
-        import structlog, rich.text
-        print(structlog.dev.rich is None, rich.text.Text("x").plain)
-        """
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60)
-    assert out.stdout.split() == ["True", "x"]

@@ -183,15 +183,91 @@ async def test_bash_does_not_see_filtered_secrets(workspace: Path) -> None:
 SECRET = "open sesame 4242 xyz"  # spaces: the scripted provider streams it over four deltas
 
 
+def _masked_by_hand(text: str, secrets: list[str]) -> str:
+    """The masking the matcher must give, the slow obvious way: every character of every
+    occurrence of every secret (overlapping ones too) hidden, each run of overlapping
+    occurrences one MASK."""
+    hidden = [False] * len(text)
+    runs: list[tuple[int, int]] = []
+    for start in range(len(text)):
+        ends = [start + len(s) for s in secrets if text.startswith(s, start)]
+        if not ends:
+            continue
+        end = max(ends)
+        if runs and start < runs[-1][1]:
+            runs[-1] = (runs[-1][0], max(end, runs[-1][1]))
+        else:
+            runs.append((start, end))
+        for i in range(start, end):
+            hidden[i] = True
+    out, pos = [], 0
+    for start, end in runs:
+        out += [text[pos:start], MASK]
+        pos = end
+    return "".join(out) + text[pos:]
+
+
+def _streamed(r: Secrets, pieces: list[str]) -> str:
+    """*pieces* through ``split_stream`` as the bus sends them: the held tail goes with the next
+    piece, and out on its own (masked) once the stream ends."""
+    out, held = [], ""
+    for piece in pieces:
+        sent, held = r.split_stream(held + piece)
+        out.append(sent)
+    out.append(r.text(held))
+    return "".join(out)
+
+
 def test_a_stream_holds_back_what_could_be_the_start_of_a_secret() -> None:
     r = Secrets(["sk-abcdef123"])
     assert r.split_stream("key: sk-ab") == ("key: ", "sk-ab")
     assert r.split_stream("sk-abcdef123 and s") == ("*** and ", "s")
     assert r.split_stream("nothing here") == ("nothing here", "")
-    # Overlapping secrets: the one found whole is never cut by the hold-back.
+    # Overlapping secrets: the run of them found whole is never cut by the hold-back.
     r2 = Secrets(["XYZW", "ZWQ1"])
     assert r2.split_stream("..XYZW") == ("..", "XYZW")
-    assert r2.split_stream("XYZW" + "Q1 end") == ("***Q1 end", "")
+    assert r2.split_stream("XYZW" + "Q1 end") == ("*** end", "")
+
+
+# Secrets that overlap themselves (a prefix that is also a suffix) or each other (one's end is
+# another's start), or are prefixes of each other, with texts where they chain.
+_OVERLAPPING = [
+    (["abab-key-ab"], "xx abab-key-abab-key-ab yy abab-key-a"),
+    (["aaaa1"], "aaaaa1 aaaa aaaaaaa1 aaa"),
+    (["abcab"], "abcabcab abcab abca"),
+    (["XYZW", "ZWQ1"], "..XYZWQ1 end XYZW ZWQ1 XYZ"),
+    (["abc", "bcdefg"], "abcdefg abcdef bcdefg"),
+    (["abcdefgh", "abcdefghijkl"], "abcdefghijk abcdefghijkl abcdefgh"),
+    (["aab", "babaa"], "bbabaaaba"),
+]
+
+
+@pytest.mark.parametrize(("secrets", "text"), _OVERLAPPING)
+def test_overlapping_secrets_are_masked_whole(secrets: list[str], text: str) -> None:
+    # Each character of every occurrence hidden: masking them one after another from the left
+    # showed the part of a secret that overlaps an earlier one ("***ab-key-ab").
+    assert Secrets(secrets).text(text) == _masked_by_hand(text, secrets)
+
+
+def test_a_secret_inside_a_longer_run_of_its_characters_or_a_longer_secret() -> None:
+    assert Secrets(["aaaa1"]).text("aaaaa1") == "a***"
+    assert Secrets(["abcdefgh", "abcdefghijkl"]).text("<abcdefghijkl>") == "<***>"
+    assert Secrets(["abcdefgh", "abcdefghijkl"]).text("<abcdefghijk>") == "<***ijk>"
+    assert Secrets(["abc", "bcdefg"]).text("abcdefg") == "***"
+    assert Secrets(["abab-key-ab"]).text("abab-key-abab-key-ab") == "***"
+
+
+@pytest.mark.parametrize(("secrets", "text"), _OVERLAPPING)
+def test_overlapping_secrets_streamed_cut_anywhere_are_masked_as_the_whole_text(
+    secrets: list[str], text: str
+) -> None:
+    r = Secrets(secrets)
+    whole = _masked_by_hand(text, secrets)
+    for i in range(len(text) + 1):
+        for j in range(i, len(text) + 1):
+            pieces = [text[:i], text[i:j], text[j:]]
+            assert _streamed(r, pieces) == whole, (i, j)
+    assert _streamed(r, list(text)) == whole, "a character a delta"
 
 
 _PIECES = st.text(alphabet="ab-]^\\xz ", max_size=6)
@@ -206,14 +282,59 @@ def test_a_text_streamed_in_any_pieces_is_masked_as_the_whole_text(
     secret: str, pieces: list[str]
 ) -> None:
     # Characters a regex class would read (``]^\-``), and a secret cut anywhere, over any number
-    # of pieces. (A secret that overlaps itself, "aaaa", is not masked the same streamed.)
+    # of pieces.
     r = Secrets([secret, secret[0] + "zzzz"])  # two sharing a first character
-    out, held = [], ""
-    for piece in pieces:
-        sent, held = r.split_stream(held + piece)
-        out.append(sent)
-    out.append(r.text(held))  # the stream ended: the rest goes out masked
-    assert "".join(out) == r.text("".join(pieces))
+    assert _streamed(r, pieces) == r.text("".join(pieces))
+
+
+_SMALL = st.text(alphabet="ab1", min_size=MIN_SECRET_LEN, max_size=6)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    secrets=st.lists(_SMALL, min_size=1, max_size=3),
+    pieces=st.lists(st.text(alphabet="ab1", max_size=7), max_size=10),
+)
+def test_self_and_mutually_overlapping_secrets_streamed_in_any_pieces(
+    secrets: list[str], pieces: list[str]
+) -> None:
+    # Two letters: secrets that overlap themselves ("abab", "aaa1") and each other, prefixes
+    # of each other, chained in the text.
+    r = Secrets(secrets)
+    whole = "".join(pieces)
+    assert r.text(whole) == _masked_by_hand(whole, list(r.values))
+    assert _streamed(r, pieces) == r.text(whole)
+
+
+@pytest.mark.parametrize(("secrets", "text"), _OVERLAPPING)
+def test_the_bus_masks_streamed_text_and_thinking_as_the_whole_text(
+    secrets: list[str], text: str
+) -> None:
+    """Through a real bus: each cut of the text into deltas, a text and a thinking stream
+    interleaved (each releases the other's held tail), then the turn's end releases the rest."""
+    from runtime.core._events import TurnFinished
+
+    whole = _masked_by_hand(text, secrets)
+    for i in range(len(text) + 1):
+        bus = EventBus("r", secrets=Secrets(secrets))
+        seen: list[Event] = []
+        bus.add_tap(seen.append)
+        for kind in (TextDelta, ThinkingDelta):
+            for piece in (text[:i], text[i:]):
+                bus.emit_nowait(kind(agent_id="a", parent_tool_use_id=None, text=piece))
+        bus.emit_nowait(
+            TurnFinished(
+                agent_id="a",
+                parent_tool_use_id=None,
+                turn=1,
+                stop_reason="end_turn",
+                input_tokens=0,
+                output_tokens=0,
+            )
+        )
+        for kind in (TextDelta, ThinkingDelta):
+            got = "".join(e.text for e in seen if isinstance(e, kind))
+            assert got == whole, (kind.type, i)
 
 
 def test_the_halves_of_a_secret_cut_by_the_output_cap_are_masked() -> None:

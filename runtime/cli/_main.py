@@ -386,10 +386,8 @@ def _main(argv: list[str] | None) -> int:
 
             return cmd_config(ns, as_json=ns.json)
         if ns.command in ("run", "chat"):
-            from ._options import import_structlog
             from ._project import apply_project
 
-            import_structlog()  # before the tools' modules import it with rich
             opts = apply_project(ns)  # the settings files under the flags
         else:
             opts = options_from_args(ns)  # demo, replay and resume read no settings file

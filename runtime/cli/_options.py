@@ -606,24 +606,6 @@ _QUIET: Final = logging.CRITICAL + 10
 """Above every level: nothing is logged (stderr carries only the command's own lines)."""
 
 
-def import_structlog() -> None:
-    """Import structlog without rich, for a command about to run agents (their modules log).
-
-    structlog imports rich, when it is installed, for tracebacks the command line never draws
-    (its renderer is given ``plain_traceback``, below): about 40 ms of CPU at every start,
-    most of what a resume of a small trace costs above reading it (bench/README.md, "Resume").
-    Nothing is hidden once either is imported (the live view imports rich when it draws), and
-    rich imports as usual afterwards; a library application's structlog is its own.
-    """
-    if "structlog" in sys.modules or "rich" in sys.modules:
-        return
-    sys.modules["rich"] = None  # type: ignore[assignment]  # its import fails: structlog goes on
-    try:
-        import structlog  # noqa: F401
-    finally:
-        del sys.modules["rich"]
-
-
 def setup_logging(debug: bool, verbose: bool = False) -> None:
     """Send structlog (and stdlib logging) to stderr only: nothing by default, WARNING and up
     with *verbose* (``-v``), DEBUG with *debug*.
@@ -631,13 +613,25 @@ def setup_logging(debug: bool, verbose: bool = False) -> None:
     Quiet by default: what a user needs (a retry, a failure) is in the view and the events;
     the one-line outcome is printed by the command. Stdout is left to the view or to
     ``--json`` events.
-    """
-    import_structlog()
-    import structlog
 
+    Quiet, structlog is not even imported (the runtime's loggers then drop every line by the
+    root logger's level, runtime/_logs.py), unless something imported it already: then it is
+    configured to drop every line too (an earlier ``--debug`` run in this process may have
+    configured it to print).
+    """
     from runtime.core import RedactingLogFilter, redact_log_event
 
     level = logging.DEBUG if debug else logging.WARNING if verbose else _QUIET
+    handler = logging.StreamHandler(_Stderr())
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingLogFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    if level > logging.CRITICAL and "structlog" not in sys.modules:
+        return
+    import structlog
+
     processors: list[Any] = [] if level <= logging.CRITICAL else [_drop_all]
     processors += [
         _drop_said_by_the_cli,
@@ -661,12 +655,6 @@ def setup_logging(debug: bool, verbose: bool = False) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
-    handler = logging.StreamHandler(_Stderr())
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(RedactingLogFilter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
 
 
 # -- errors and exit codes -----------------------------------------------------------------

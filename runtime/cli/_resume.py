@@ -44,13 +44,11 @@ def note(text: str) -> None:
 
 def cmd_resume(ns: argparse.Namespace, opts: RunOptions) -> int:
     """``trio-agents resume TRACE``; returns the exit code."""
-    from ._options import check_output_paths, import_structlog, run_command, setup_logging
-
-    import_structlog()  # before the runtime's modules that log import it with rich
     from runtime.core import AgentsError
     from runtime.replay import load_resume
     from runtime.trace import TraceTree
 
+    from ._options import check_output_paths, run_command, setup_logging
     from ._replay import _recorded_defaults
 
     existing_file(opts.scenario, "--scenario")
@@ -107,11 +105,10 @@ async def _check_workspace(state: ResumeState, workspace: Path, *, force: bool) 
     Raises:
         UsageError: something changed, and not *force*.
     """
-    import structlog
     import trio
 
     from runtime._tools import builtin_tools
-    from runtime.core import ToolContext, ToolLimits, run_environ
+    from runtime.core import ToolContext, ToolLimits, get_logger, run_environ
     from runtime.replay import workspace_changes
 
     read_tool = next((t for t in builtin_tools() if t.name == "read"), None)
@@ -122,7 +119,7 @@ async def _check_workspace(state: ResumeState, workspace: Path, *, force: bool) 
         depth=0,
         env=run_environ(),
         limits=ToolLimits(),
-        log=structlog.get_logger(),
+        log=get_logger("trio_agents.resume"),
     )
     changes = await workspace_changes(state, workspace, read_tool, ctx)
     if not changes:

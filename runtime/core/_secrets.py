@@ -283,7 +283,8 @@ class Secrets:
         # Where one could start, found by one search (most streamed pieces hold none).
         self._firsts = (
             re.compile(f"[{''.join(re.escape(c) for c in self._by_first)}]")
-            if self._by_first else None
+            if self._by_first
+            else None
         )
 
     @staticmethod
@@ -310,12 +311,64 @@ class Secrets:
         return f"<Secrets: {len(self.values)} values>"  # never the values themselves
 
     def text(self, text: str) -> str:
-        """*text* with every secret masked."""
+        """*text* with every secret masked: every character of every occurrence, overlapping
+        ones too (``abab-key-ab`` twice in ``abab-key-abab-key-ab``), each run of overlapping
+        occurrences one :data:`MASK`."""
         pattern = self._pattern
-        # A search first: about three times cheaper than a sub that finds nothing (most text).
-        if pattern is None or pattern.search(text) is None:
+        # A search first: most text holds no secret.
+        if pattern is None or (found := pattern.search(text)) is None:
             return text
-        return pattern.sub(MASK, text)
+        if not self._chained:
+            return pattern.sub(MASK, text)  # no occurrence can overlap another: one C pass
+        return self._masked(text, found, len(text))[0]
+
+    @functools.cached_property
+    def _chained(self) -> bool:
+        """Whether an occurrence of a secret can start inside another and end beyond it (a
+        secret that overlaps itself, ``abab``, or whose end starts another): then the regex's
+        left-to-right replacing would show the overlapping part."""
+        values = self.values
+        return any(
+            a.endswith(b[:k]) for a in values for b in values for k in range(1, min(len(a), len(b)))
+        )
+
+    def _masked(self, text: str, found: re.Match[str] | None, stop: int) -> tuple[str, int]:
+        """``text[:stop]`` masked, from *found* (the first occurrence in *text*, or ``None``),
+        and *stop*; or, when a run of occurrences crosses *stop*, the text before that run
+        masked and where it starts (the cut no occurrence crosses)."""
+        parts: list[str] = []
+        pos = 0
+        for start, end in self._runs(text, found):
+            if start >= stop:
+                break
+            if end > stop:
+                stop = start
+                break
+            parts += (text[pos:start], MASK)
+            pos = end
+        parts.append(text[pos:stop])
+        return "".join(parts), stop
+
+    def _runs(self, text: str, found: re.Match[str] | None) -> Iterator[tuple[int, int]]:
+        """The runs of overlapping occurrences of the secrets in *text*, left to right, from
+        *found* (the first one): ``(start, end)`` of each.
+
+        The pattern finds the leftmost occurrence and the longest there (the alternatives are
+        longest first); one starting inside it, at a secret's first character, extends it."""
+        assert self._pattern is not None
+        assert self._firsts is not None
+        search, match, firsts = self._pattern.search, self._pattern.match, self._firsts.search
+        while found is not None:
+            start, end = found.span()
+            inner = firsts(text, start + 1, end)
+            while inner is not None:
+                at = inner.start()
+                longer = match(text, at)
+                if longer is not None and longer.end() > end:
+                    end = longer.end()
+                inner = firsts(text, at + 1, end)
+            yield start, end
+            found = search(text, end)
 
     __call__ = text
 
@@ -376,46 +429,53 @@ class Secrets:
         return False
 
     def spans(self, text: str) -> Iterator[tuple[int, int]]:
-        """Where the secrets are in *text*: ``(start, end)`` of each, left to right."""
+        """Where the secrets are in *text*: ``(start, end)`` of each run of overlapping
+        occurrences (what :meth:`text` masks as one), left to right."""
         if self._pattern is not None:
-            for match in self._pattern.finditer(text):
-                yield match.span()
+            yield from self._runs(text, self._pattern.search(text))
 
     def split_stream(self, text: str) -> tuple[str, str]:
         """Split streamed *text* into what can go out now (masked) and what to hold back: the
         matcher across deltas.
 
-        The held part is the shortest tail that could be the start of a secret the next piece
-        completes (and never cuts a secret found whole): at most about twice the longest
-        secret. Send it with the next piece, or on its own (masked) once the stream ends.
+        *text* is the held part of the last call and the next piece. The held part is the
+        longest tail that could be the start of a secret the next piece completes (every
+        secret that could end beyond *text* starts in it), or, when a run of occurrences found
+        whole reaches into that tail, from the start of that run: at most about twice the
+        longest secret. What goes out is masked as the whole stream will be, as no occurrence
+        crosses the cut. Send the held part with the next piece, or on its own (masked) once
+        the stream ends.
         """
-        pattern = self._pattern
         firsts = self._firsts
-        if pattern is None or firsts is None or not text:
+        if firsts is None or not text:
             return text, ""
         end = len(text)
-        start = max(0, end - self.max_len + 1)
-        found = firsts.search(text, start)
+        found = firsts.search(text, max(0, end - self.max_len + 1))
         if found is None:
             return self.text(text), ""  # the common case: no secret could start in the tail
-        hold_from = end
-        # Left to right from where a secret would no longer fit: the first tail that starts a
-        # secret is the one held (the longest).
-        for first in firsts.finditer(text, found.start()):
-            i = first.start()
-            tail = text[i:]
-            if any(len(s) > len(tail) and s.startswith(tail) for s in self._by_first[tail[0]]):
-                hold_from = i
-                break
-        if hold_from < end:
-            # Never hold back part of a secret found whole: hold all of it.
-            for match in pattern.finditer(text, max(0, hold_from - self.max_len)):
-                if match.start() < hold_from < match.end():
-                    hold_from = match.start()
-                    break
-                if match.start() >= hold_from:
-                    break
-        return self.text(text[:hold_from]), text[hold_from:]
+        hold_from = self._tail_start(text, found.start())
+        if hold_from == end:
+            return self.text(text), ""
+        assert self._pattern is not None
+        # Never cut a run of occurrences found whole: held from its start.
+        out, hold_from = self._masked(text, self._pattern.search(text), hold_from)
+        return out, text[hold_from:]
+
+    def _tail_start(self, text: str, first: int) -> int:
+        """Where the longest tail of *text* that is the start of a secret (not all of it)
+        starts, looking from *first* (a secret's first character, where a secret would still
+        reach the end of *text*) on; ``len(text)`` when none is."""
+        assert self._firsts is not None
+        end = len(text)
+        by_first = self._by_first
+        # Left to right: the first tail that starts a secret is the longest.
+        for found in self._firsts.finditer(text, first):
+            i = found.start()
+            tail = end - i
+            for secret in by_first[text[i]]:
+                if len(secret) > tail and text.startswith(secret[:tail], i):
+                    return i
+        return end
 
     def cut(self, text: str, cut: Callable[[str], str]) -> str:
         """*text* masked, then *cut* (a head and a tail kept, say): masked first, as a cut
@@ -501,9 +561,7 @@ class RedactingLogFilter(logging.Filter):
             record.msg = mask.text(message)
             record.args = None
             if record.exc_info and record.exc_info[1] is not None:
-                record.exc_text = mask.text(
-                    logging.Formatter().formatException(record.exc_info)
-                )
+                record.exc_text = mask.text(logging.Formatter().formatException(record.exc_info))
                 record.exc_info = None
         return True
 
