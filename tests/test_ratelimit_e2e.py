@@ -313,14 +313,11 @@ class GatedServer(RateLimitedServer):
         self, *, hold: bool = False, max_in_flight: int | None = None,
         retry_after: str = "1", answer_s: float = 0.0,
     ) -> None:
-        super().__init__(rps=1e9, rate_headers=False)
-        self.max_in_flight = max_in_flight
-        self.retry_after = retry_after
-        self.answer_s = answer_s
+        super().__init__(rps=1e9, rate_headers=False, max_in_flight=max_in_flight,
+                         answer_s=answer_s, retry_after=retry_after)
         self.release = trio.Event()
         if not hold:
             self.release.set()
-        self.in_flight = 0
         self._arrived = trio.Event()
 
     async def until_in_flight(self, n: int) -> None:
@@ -328,31 +325,19 @@ class GatedServer(RateLimitedServer):
         while self.in_flight < n:
             await self._arrived.wait()
 
-    async def _serve_request(
+    async def _reply(
         self, stream: trio.SocketStream, conn: h11.Connection, head: h11.Request, body: bytes
     ) -> bool:
-        self.in_flight += 1
         self._arrived.set()
         self._arrived = trio.Event()
-        try:
-            return await super()._serve_request(stream, conn, head, body)
-        finally:
-            self.in_flight -= 1
+        return await super()._reply(stream, conn, head, body)
 
     async def _answer(
         self, head: h11.Request, body: bytes
     ) -> tuple[int, list[tuple[str, str]], list[bytes]]:
-        if self.max_in_flight is not None and self.in_flight > self.max_in_flight:
-            self.stats.requests += 1
-            self.stats.refused += 1
-            error = orjson.dumps({"error": {"message": "Too many requests in flight",
-                                            "type": "requests", "code": "rate_limit_exceeded"}})
-            return 429, [("content-type", "application/json"),
-                         ("content-length", str(len(error))),
-                         ("retry-after", self.retry_after)], [error]
-        if b"FANOUT" not in body:
+        crowded = self.max_in_flight is not None and self.in_flight > self.max_in_flight
+        if b"FANOUT" not in body and not crowded:
             await self.release.wait()
-            await trio.sleep(self.answer_s)
         return await super()._answer(head, body)
 
 
@@ -459,3 +444,41 @@ async def test_a_burst_against_a_server_allowing_ten_at_once_completes_spending_
     assert server.stats.served == n
     assert server.stats.refused == limiter.refusals == len(refusals) >= n - 10
     assert (limiter.in_flight, limiter.waiting) == (0, 0)
+
+
+# -- a strict server that states no limits (docs/rate-limits.md, "Learning the pace") ---------
+
+STRICT = {
+    # 8 answered at once, each in 0.25 s: at most 32 a second.
+    "8-at-once": ({"rps": 1e9, "max_in_flight": 8, "answer_s": 0.25}, 32.0),
+    # 10 a second, 2 at most at once, each answered at once.
+    "10-a-second": ({"rps": 10, "burst": 2}, 10.0),
+}
+
+
+@pytest.mark.parametrize("shape", list(STRICT))
+async def test_a_strict_server_that_states_no_limits_is_learned_not_crawled(
+    autojump_clock: trio.testing.MockClock, workspace: Path, shape: str
+) -> None:
+    """300 sub-agents against a server that says nothing of its limits, refusing beyond them
+    with ``429`` and ``retry-after: 1`` only. One call per ``retry-after`` would take 300 s
+    (virtual time: the server's own pace, not this machine's); the pace learned from the
+    refusals and successes finishes within four times the server's minimum, every agent
+    completes, and after the first burst's refusals few more are met."""
+    server_args, capacity = STRICT[shape]
+    n = 300
+    async with trio.open_nursery() as nursery:
+        server = await serve(
+            RateLimitedServer(rate_headers=False, retry_after="1", **server_args), nursery
+        )
+        run = await fan_out(server, n, workspace)
+        nursery.cancel_scope.cancel()
+    minimum = (n + 2) / capacity
+    refused_at = run.stats["refused_after_s"]
+    burst = [t for t in refused_at if t < refused_at[0] + 0.1] if refused_at else []
+    summary = (shape, run.wall_s, run.stats["requests"], len(refused_at), len(burst))
+    assert run.completed == n + 1, summary
+    assert run.wall_s < 4 * minimum, summary  # one call per retry-after: about n seconds
+    # After the first burst, at most one refusal in ten requests.
+    assert len(refused_at) - len(burst) <= n / 10, summary
+    assert run.stats["requests"] == n + 2 + len(refused_at), summary
