@@ -15,7 +15,6 @@ from typing import Any
 
 import attrs
 import h11
-import orjson
 import pytest
 import structlog
 import trio
@@ -463,7 +462,7 @@ async def test_a_strict_server_that_states_no_limits_is_learned_not_crawled(
     """300 sub-agents against a server that says nothing of its limits, refusing beyond them
     with ``429`` and ``retry-after: 1`` only. One call per ``retry-after`` would take 300 s
     (virtual time: the server's own pace, not this machine's); the pace learned from the
-    refusals and successes finishes within four times the server's minimum, every agent
+    refusals and successes finishes within five times the server's minimum, every agent
     completes, and after the first burst's refusals few more are met."""
     server_args, capacity = STRICT[shape]
     n = 300
@@ -478,7 +477,7 @@ async def test_a_strict_server_that_states_no_limits_is_learned_not_crawled(
     burst = [t for t in refused_at if t < refused_at[0] + 0.1] if refused_at else []
     summary = (shape, run.wall_s, run.stats["requests"], len(refused_at), len(burst))
     assert run.completed == n + 1, summary
-    assert run.wall_s < 4 * minimum, summary  # one call per retry-after: about n seconds
+    assert run.wall_s < 5 * minimum, summary  # one call per retry-after: about n seconds
     # After the first burst, at most one refusal in ten requests.
     assert len(refused_at) - len(burst) <= n / 10, summary
     assert run.stats["requests"] == n + 2 + len(refused_at), summary
