@@ -306,13 +306,19 @@ def test_an_endpoint_is_named_without_its_key() -> None:
          "rate_limits: anthropic.max_concurrent: expected a whole number above 0; got 2.5"),
         ({"openai": {"rps": 5}},
          "rate_limits: openai.rps: unknown key; the keys are rpm, tpm, max_concurrent, "
-         "probe_first"),
+         "probe_first, min_concurrent, min_rpm"),
+        ({"openai": {"min_concurrent": 0}},
+         "rate_limits: openai.min_concurrent: expected a whole number above 0; got 0"),
+        ({"openai": {"min_rpm": -1}},
+         "rate_limits: openai.min_rpm: expected a number above 0; got -1"),
+        ({"openai": {"min_concurrent": 9, "max_concurrent": 8}},
+         "rate_limits: openai.min_concurrent: above max_concurrent (9 > 8)"),
         ({"openai": {"probe_first": 1}},
          "rate_limits: openai.probe_first: expected true or false; got 1"),
         ({"gemini": {"rpm": 5}},
          "rate_limits: 'gemini': an endpoint is openai, anthropic or a base URL (http(s)://…)"),
         ({"openai": 5}, "rate_limits: openai: expected a table of rpm, tpm, max_concurrent, "
-         "probe_first; got 5"),
+         "probe_first, min_concurrent, min_rpm; got 5"),
     ],
 )
 def test_bad_limits_are_one_line_naming_the_setting(table: Any, message: str) -> None:
@@ -381,12 +387,13 @@ def test_rate_limit_flags_add_to_the_files_a_later_key_winning(workspace: Path) 
     )
     ns = build_parser().parse_args([
         "run", "hi", "--rate-limit", "openai:rpm=60,max_concurrent=8",
-        "--rate-limit", "http://127.0.0.1:9/v1:tpm=1.5e3,probe_first=true"])
+        "--rate-limit", "http://127.0.0.1:9/v1:tpm=1.5e3,probe_first=true",
+        "--rate-limit", "anthropic:min_concurrent=2,min_rpm=30"])
     settings = load_settings(workspace, flags=flags_from_args(ns))
     config = run_config(options_from_settings(settings))
     assert config.rate_limits == {
         "openai": {"rpm": 60, "tpm": 90000, "max_concurrent": 8},
-        "anthropic": {"rpm": 50},
+        "anthropic": {"rpm": 50, "min_concurrent": 2, "min_rpm": 30},
         "http://127.0.0.1:9/v1": {"tpm": 1500.0, "probe_first": True},
     }
     assert settings.source("rate_limits").endswith("; flag --rate-limit")
@@ -395,7 +402,8 @@ def test_rate_limit_flags_add_to_the_files_a_later_key_winning(workspace: Path) 
 @pytest.mark.parametrize(("flag", "message"), [
     ("openai:rpm=-5", "openai.rpm: expected a number above 0; got -5"),
     ("openai:rps=5",
-     "openai.rps: unknown key; the keys are rpm, tpm, max_concurrent, probe_first"),
+     "openai.rps: unknown key; the keys are rpm, tpm, max_concurrent, probe_first, "
+     "min_concurrent, min_rpm"),
     ("openai:probe_first=yes", "openai.probe_first: expected true or false; got 'yes'"),
     ("openai:max_concurrent=2.5", "openai.max_concurrent: expected a whole number above 0; got 2.5"),
     ("openai:rpm=lots", "openai.rpm: expected a number; got 'lots'"),
@@ -567,3 +575,8 @@ async def test_a_lone_refusal_learns_no_window_and_a_stated_rate_holds(
     configured = _limiter(rpm=120)
     _refuse(configured, await _admit(configured, 1))
     assert configured.rates() == {"requests": pytest.approx(2.0)}  # configured: it holds
+
+
+def test_the_floors_of_the_learned_pace_are_settings() -> None:
+    [(name, limit)] = check_rate_limits({"openai": {"min_concurrent": 2, "min_rpm": 30}}).items()
+    assert (name, limit.min_concurrent, limit.min_rpm) == ("openai", 2, 30)
