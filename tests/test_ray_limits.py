@@ -226,3 +226,42 @@ async def test_a_bursts_refusals_on_two_hosts_are_one_pause(
         remote, ticket = tickets[0]
         remote.done(ticket)
         nursery.cancel_scope.cancel()
+
+
+async def test_the_pace_learned_from_every_hosts_refusals_and_successes_is_the_drivers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Ten first calls over two hosts against a server that takes four at once: six refusals,
+    met on both hosts, narrow the driver's window to the four still out; the next asks from
+    either host get four turns, and the hosts' successes widen the window on the driver."""
+    limiter = EndpointLimiter("test endpoint")
+    async with trio.open_nursery() as nursery:
+        link = Link(nursery, limiter)
+        hosts = [link.host("h1"), link.host("h2")]
+        tickets = []
+        for i in range(10):
+            CURRENT_CALL.set(f"c{i}")
+            tickets.append((hosts[i % 2], hosts[i % 2].ask(10, asked_at=trio.current_time())))
+        await trio.testing.wait_all_tasks_blocked()
+        assert all(t.admitted for _, t in tickets)
+        for remote, ticket in tickets[4:]:
+            remote.refused(ticket, 429, 1.0)
+            remote.done(ticket)
+        assert limiter.window == 4
+        await trio.sleep(3)  # the pause, and the learned rate's bucket full again
+        for remote, ticket in tickets[:4]:
+            remote.settle(ticket, 10, 5)
+            remote.done(ticket)
+        assert 4.9 < limiter.window < 5  # four successes: 4 + 4/4.5
+        more = []
+        for i in range(10, 20):
+            CURRENT_CALL.set(f"c{i}")
+            more.append((hosts[i % 2], hosts[i % 2].ask(10, asked_at=trio.current_time())))
+        await trio.testing.wait_all_tasks_blocked()
+        assert sum(t.admitted for _, t in more) == 4
+        assert {r for r, t in more if t.admitted} == set(hosts)
+        for remote, ticket in more:
+            remote.done(ticket)
+        await trio.testing.wait_all_tasks_blocked()
+        assert (limiter.in_flight, link.service.held) == (0, 0)
+        nursery.cancel_scope.cancel()
