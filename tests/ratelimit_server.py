@@ -476,7 +476,11 @@ def _anthropic_answer(request: dict[str, Any], prompt: int, completion: int) -> 
 
 
 async def _main(args: argparse.Namespace) -> None:
-    server = RateLimitedServer(rps=args.rps, burst=args.burst, tps=args.tps, mode=args.mode)
+    server = RateLimitedServer(
+        rps=args.rps, burst=args.burst, tps=args.tps, mode=args.mode,
+        rate_headers=not args.no_rate_headers, max_in_flight=args.max_in_flight,
+        answer_s=args.answer_s, retry_after=args.retry_after,
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
         print(server.port, flush=True)
@@ -492,4 +496,8 @@ if __name__ == "__main__":
     parser.add_argument("--burst", type=float, default=None)
     parser.add_argument("--tps", type=float, default=None)
     parser.add_argument("--mode", choices=("openai", "anthropic"), default="openai")
+    parser.add_argument("--no-rate-headers", action="store_true")
+    parser.add_argument("--max-in-flight", type=int, default=None)
+    parser.add_argument("--answer-s", type=float, default=0.0)
+    parser.add_argument("--retry-after", default=None)
     trio.run(_main, parser.parse_args())

@@ -275,11 +275,13 @@ class EndpointLimiter:
         self._min_rate = (self.limit.min_rpm or _MIN_RPM) / 60
         self._learning = False  # a refusal has been met: successes widen what it narrowed
         self._window_cut = -1  # the burst (its mark) that narrowed the window
-        # The tries sent in this second and the one before (slot: the second's number), for
-        # the rate sent when a burst of refusals comes.
-        self._slot = 0
-        self._slot_sent = 0
-        self._prev_sent = 0
+        # The tries sent lately, for the rate sent when a burst of refusals comes: a second
+        # from the first try sent after the last one's end (a slot), and the slot before it:
+        # what had been sent when each began, and when the one before ended. Kept by a
+        # compare per try sent (:meth:`_admit`), and a little more once a second.
+        self._slot_end = -math.inf
+        self._slot_mark = self._prev_mark = 0
+        self._prev_end = -math.inf
         self._log = log
         self._rng = rng or random.Random()
         now = trio.current_time()
@@ -502,15 +504,21 @@ class EndpointLimiter:
             requests.set_rate(rate, now, learned=True)
 
     def _sent_lately(self, now: float) -> float:
-        """The tries sent in the last second (the one before this second's weighed by how
-        much of it is within a second), at least one: the refused try was sent."""
-        slot = int(now)
-        part = 1.0 - (now - slot)
-        if self._slot == slot:
-            sent = self._slot_sent + self._prev_sent * part
-        else:
-            sent = self._slot_sent * part if self._slot == slot - 1 else 0.0
+        """The tries sent in the last second, about (the slot before this one weighed by the
+        share of it within the last second), at least one: the refused try was sent."""
+        if now >= self._slot_end:
+            self._roll(now)
+        share = min(1.0, max(0.0, self._prev_end - (now - 1.0)))
+        sent = self._sent - self._slot_mark + (self._slot_mark - self._prev_mark) * share
         return max(sent, 1.0)
+
+    def _roll(self, now: float) -> None:
+        """A new slot of a second, from *now* (see ``__init__``)."""
+        if now < self._slot_end + 1.0:
+            self._prev_mark, self._prev_end = self._slot_mark, self._slot_end
+        else:  # nothing was sent in the second before
+            self._prev_mark, self._prev_end = self._sent, -math.inf
+        self._slot_mark, self._slot_end = self._sent, now + 1.0
 
     def _speed_up(self, now: float) -> None:
         """A success: the additive increase of the learned pace, up to its ceilings."""
@@ -560,9 +568,10 @@ class EndpointLimiter:
             return math.inf  # probe_first: the first call's headers will say the limits
         now = trio.current_time()
         delay = self._pause_until - now
-        weights = self._weights(ticket)
-        for name, bucket in self._buckets.items():
-            delay = max(delay, bucket.ready_in(weights[name], now))
+        if self._buckets:  # (no rate known: no weights to make)
+            weights = self._weights(ticket)
+            for name, bucket in self._buckets.items():
+                delay = max(delay, bucket.ready_in(weights[name], now))
         return delay
 
     def _foresee(self, ticket: Ticket) -> tuple[float, Reason]:
@@ -594,16 +603,14 @@ class EndpointLimiter:
     def _admit(self, ticket: Ticket) -> None:
         now = trio.current_time()
         self._queue.pop(0)
+        if now >= self._slot_end:
+            self._roll(now)
         self._admitted(ticket)
-        slot = int(now)
-        if slot != self._slot:
-            self._prev_sent = self._slot_sent if slot == self._slot + 1 else 0
-            self._slot, self._slot_sent = slot, 0
-        self._slot_sent += 1
-        weights = self._weights(ticket)
-        for name, bucket in self._buckets.items():
-            bucket.refill(now)
-            bucket.level -= weights[name]
+        if self._buckets:
+            weights = self._weights(ticket)
+            for name, bucket in self._buckets.items():
+                bucket.refill(now)
+                bucket.level -= weights[name]
         self._wake_head()
 
     def _leave(self, ticket: Ticket) -> None:
