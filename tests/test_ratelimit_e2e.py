@@ -178,7 +178,7 @@ async def test_three_hundred_sub_agents_against_ten_requests_a_second(
 
 async def test_refusals_pause_every_agent_and_spend_no_try(workspace: Path) -> None:
     """A server that states no limits (10 a second, 2 at once): the fan-out meets 429s, the
-    agents wait out each pause together, at the pace the refusals' retry-after implies, and
+    agents wait out each pause together, at the pace learned from the refusals, and
     all complete, although every agent's retry policy allows only one retry."""
     async with trio.open_nursery() as nursery:
         server = await serve(RateLimitedServer(rps=10, burst=2, rate_headers=False), nursery)
