@@ -392,7 +392,8 @@ class EndpointLimiter:
             self._wake_head()
 
     def refused(self, ticket: Ticket | None, status: int, retry_after_s: float | None) -> float:
-        """A 429 or 529: pause the endpoint; returns the pause in seconds.
+        """A 429 or 529: pause the endpoint and slow its learned pace (:meth:`_slow_down`);
+        returns the pause in seconds.
 
         The pause is the server's ``Retry-After`` (clamped to :data:`MAX_PAUSE_S`; without
         one, 0.5 s doubling with each refusal in a row, at most 8 s: :meth:`_refusal_pause`),
@@ -475,9 +476,8 @@ class EndpointLimiter:
         the server met: when they had filled the window (wider than its floor), the window is
         halved; else (or at the first burst, with no window yet) the learned rate is halved,
         from the rate sent in the last second, unless a rate is configured or stated by a
-        header (that rate holds). A burst that
-        narrowed the window narrows it on to the calls still out as its refusals come (the
-        server took those), never below its floor.
+        header (that rate holds). A burst that narrowed the window narrows it on to the calls
+        still out as its refusals come (the server took those), never below its floor.
         """
         self._learning = True
         flight = self._in_flight
