@@ -64,7 +64,9 @@ class FanOut:
     wall_s: float
     stats: dict[str, Any]
     events: list[Event]
-    machine_s: float = 0.0  # the run's machine_s(): its CPU time and its wait for a CPU
+    # The run's machine_s(): its CPU time and its wait for a CPU (by name: a subclass's fields,
+    # tests/test_ray_ratelimit.py's, follow by position).
+    machine_s: float = attrs.field(default=0.0, kw_only=True)
 
     @property
     def completed(self) -> int:
@@ -102,7 +104,7 @@ async def fan_out(
     wall = trio.current_time() - t0
     statuses = [e.status for e in events if isinstance(e, AgentFinished)]
     assert outcome.status in statuses
-    return FanOut(statuses, wall, server.stats.as_json(), events, machine_s() - m0)
+    return FanOut(statuses, wall, server.stats.as_json(), events, machine_s=machine_s() - m0)
 
 
 async def test_thirty_parallel_sub_agents_against_ten_requests_a_second_all_complete(
