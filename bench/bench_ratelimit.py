@@ -24,7 +24,17 @@ Targets (docs/rate-limits.md, "Against the peers"): configured, wall within 1.15
 and at most one 429; unconfigured, every child completes within 1.5x of the minimum; the
 runtime completes more children than either peer.
 
-Usage: ``python bench/bench_ratelimit.py [--ns 30,100] [--rps 10] [--clients …]``
+``--strict concurrency`` or ``--strict rate``: the server states no limits at all and refuses
+with ``429`` and ``retry-after: 1`` only (docs/rate-limits.md, "Learning the pace"), beyond 8
+requests at once, each answered in 0.25 s (at most 32 a second: the minimum is ``(n + 2) /
+32``), or beyond ``--rps`` a second, 2 at once (the minimum ``(n + 2) / rps``). Target: every
+child completes within 5x the minimum (one call per ``retry-after`` would take ``n`` seconds).
+
+``--admission N``: the CPU time of the limiter's own work per model call with nothing
+configured and nothing refused (``ask``, ``wait``, ``settle``, ``done``; N calls, one at a time,
+in one trio loop; ``getrusage``): what every call of an unlimited endpoint pays.
+
+Usage: ``python bench/bench_ratelimit.py [--ns 30,100] [--rps 10] [--clients …] [--strict …]``
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ ROOT = peers.ROOT
 SERVER = "tests.ratelimit_server"  # run from ROOT (it shares tests/llm_server.py's HTTP)
 CLIENTS = ("trio-agents", "trio-agents-configured", "openai-agents", "pydantic-ai")
 MODEL = "bench-ratelimit"
+STRICT_IN_FLIGHT, STRICT_ANSWER_S = 8, 0.25  # --strict concurrency: 8 at once, 0.25 s each
 
 
 def _runtime_client(url: str, n: int, rps: float, configured: bool) -> Callable[[], int]:
@@ -86,16 +97,20 @@ def run_client(name: str, url: str, n: int, rps: float) -> dict[str, Any]:
     return {"wall_s": time.perf_counter() - t0, "completed": completed}
 
 
-def measure(port: int, name: str, n: int, rps: float) -> dict[str, Any]:
+def measure(port: int, name: str, n: int, rps: float, strict: str | None = None) -> dict[str, Any]:
     """One client's fan-out of ``n`` in a subprocess of its own; its row."""
     peers.control(port, "POST", "/__reset")
-    row: dict[str, Any] = {"name": f"ratelimit_{n} {name}", "client": name, "n": n, "rps": rps}
+    label = f"ratelimit_{n} {name}" + (f" strict-{strict}" if strict else "")
+    row: dict[str, Any] = {"name": label, "client": name, "n": n, "rps": rps}
+    if strict:
+        row["strict"] = strict
     got = peers.run_client(__file__, ["--client", name, "--url", f"http://127.0.0.1:{port}/v1",
                                       "--n", str(n), "--rps", str(rps)])
     stats = peers.control(port, "GET", "/__stats")
     if "error" in got or "skipped" in got:
         return {**row, **got}
-    minimum = (n + 2) / rps
+    capacity = STRICT_IN_FLIGHT / STRICT_ANSWER_S if strict == "concurrency" else rps
+    minimum = (n + 2) / capacity
     row.update(
         completed=got["completed"],
         refused=stats["refused"],
@@ -128,13 +143,54 @@ def _targets(rows: dict[str, dict[str, Any]]) -> None:
         row["met"] = all(checks)
 
 
+def _strict_targets(rows: dict[str, dict[str, Any]]) -> None:
+    for row in rows.values():
+        if "completed" in row:
+            row["target"] = f"all {row['n']} complete, wall <= 5 x minimum"
+            row["met"] = row["completed"] == row["n"] and row["vs_minimum"] <= 5
+
+
 def main(args: argparse.Namespace) -> None:
-    with peers.serving(["-m", SERVER, "--rps", str(args.rps)]) as port:
+    argv = ["-m", SERVER, "--rps", str(args.rps)]
+    if args.strict:
+        # A fan-out at one call per retry-after takes n seconds and more: let it finish.
+        peers.CLIENT_TIMEOUT_S = max(peers.CLIENT_TIMEOUT_S, 1200)
+        argv += ["--no-rate-headers", "--retry-after", "1"]
+        if args.strict == "concurrency":
+            argv += ["--rps", "1e9", "--max-in-flight", str(STRICT_IN_FLIGHT),
+                     "--answer-s", str(STRICT_ANSWER_S)]
+        else:
+            argv += ["--burst", "2"]
+    with peers.serving(argv) as port:
         for n in args.ns:
-            rows = {name: measure(port, name, n, args.rps) for name in args.clients}
-            _targets(rows)
+            rows = {name: measure(port, name, n, args.rps, args.strict)
+                    for name in args.clients}
+            (_strict_targets if args.strict else _targets)(rows)
             for row in rows.values():
                 print(json.dumps(row), flush=True)
+
+
+def admission(n: int) -> dict[str, Any]:
+    """``--admission``: the limiter's CPU time per call, unlimited (see the module doc)."""
+    import resource
+
+    import trio
+
+    from runtime.providers import EndpointLimiter
+
+    async def go() -> float:
+        limiter = EndpointLimiter("http://127.0.0.1:9/v1")
+        t0 = resource.getrusage(resource.RUSAGE_SELF)
+        for _ in range(n):
+            ticket = limiter.ask(100, asked_at=trio.current_time())
+            await limiter.wait(ticket)
+            limiter.settle(ticket, 100, 7)
+            limiter.done(ticket)
+        t1 = resource.getrusage(resource.RUSAGE_SELF)
+        return (t1.ru_utime + t1.ru_stime) - (t0.ru_utime + t0.ru_stime)
+
+    cpu = trio.run(go)
+    return {"name": "ratelimit_admission", "calls": n, "cpu_us_per_call": round(cpu / n * 1e6, 3)}
 
 
 def _ints(text: str) -> list[int]:
@@ -149,8 +205,12 @@ if __name__ == "__main__":
     parser.add_argument("--ns", type=_ints, default=[30, 100])
     parser.add_argument("--rps", type=float, default=10.0)
     parser.add_argument("--clients", type=lambda s: s.split(","), default=list(CLIENTS))
+    parser.add_argument("--strict", choices=("concurrency", "rate"), default=None)
+    parser.add_argument("--admission", type=int, default=None)
     args = parser.parse_args()
-    if args.client:
+    if args.admission:
+        print(json.dumps(admission(args.admission)))
+    elif args.client:
         peers.client_main(lambda: run_client(args.client, args.url, args.n, args.rps))
     else:
         main(args)

@@ -20,6 +20,12 @@ it:
 * Anthropic: ``429`` with ``retry-after`` and the ``anthropic-ratelimit-*`` headers; the first
   ``overloaded`` requests get ``529 overloaded_error`` instead of an answer.
 
+With ``max_in_flight``, a request that arrives while that many are being answered is refused
+too (a gateway that bounds concurrency); ``answer_s`` is how long each answer but a fan-out
+root's takes. ``retry_after="1"`` sends that ``retry-after`` on every refusal and no
+``retry-after-ms``: with ``rate_headers=False``, a strict server that says nothing of its
+limits but "come back in a second".
+
 Every answer carries the same rate-limit headers (limits per minute, what remains, when the
 bucket is full again), so a client can learn the limit from its first reply. ``nonsense=True``
 sends headers no real server should: a negative remaining count, a reset in the past, and on a
@@ -138,6 +144,10 @@ class RateLimitedServer:
             that says more than it serves.
         rate_headers: send the rate-limit headers (``False``: none, but a refusal's
             ``retry-after``, as some proxies do).
+        max_in_flight: refuse a request that arrives while this many are being answered.
+        answer_s: how long an answer takes (a fan-out root's: none).
+        retry_after: a refusal's ``retry-after``, always this, and no ``retry-after-ms``
+            (default: the time until the bucket holds a request).
     """
 
     def __init__(
@@ -151,6 +161,9 @@ class RateLimitedServer:
         nonsense: bool = False,
         advertised_rps: float | None = None,
         rate_headers: bool = True,
+        max_in_flight: int | None = None,
+        answer_s: float = 0.0,
+        retry_after: str | None = None,
     ) -> None:
         if mode not in ("openai", "anthropic"):
             raise ValueError(f"mode must be openai or anthropic, not {mode!r}")
@@ -162,6 +175,10 @@ class RateLimitedServer:
         self.nonsense = nonsense
         self.advertised_rps = advertised_rps or rps
         self.rate_headers = rate_headers
+        self.max_in_flight = max_in_flight
+        self.answer_s = answer_s
+        self.retry_after = retry_after
+        self.in_flight = 0
         self.port = 0
         self.stats = Stats()
         self._keys: dict[str, _Key] = {}
@@ -194,6 +211,15 @@ class RateLimitedServer:
         await serve_requests(stream, self._serve_request)
 
     async def _serve_request(
+        self, stream: trio.SocketStream, conn: h11.Connection, head: h11.Request, body: bytes
+    ) -> bool:
+        self.in_flight += 1
+        try:
+            return await self._reply(stream, conn, head, body)
+        finally:
+            self.in_flight -= 1
+
+    async def _reply(
         self, stream: trio.SocketStream, conn: h11.Connection, head: h11.Request, body: bytes
     ) -> bool:
         status, headers, chunks = await self._answer(head, body)
@@ -230,7 +256,8 @@ class RateLimitedServer:
             return _json(529, {"type": "error", "error": error})
         bucket = self._key(key)
         prompt_tokens = max(1, len(body) // 8)
-        ok = bucket.requests.take(1)
+        crowded = self.max_in_flight is not None and self.in_flight > self.max_in_flight
+        ok = not crowded and bucket.requests.take(1)
         if ok and bucket.tokens is not None and not bucket.tokens.take(prompt_tokens):
             ok = False
             bucket.requests.level += 1  # not served: the request is not counted
@@ -239,6 +266,8 @@ class RateLimitedServer:
             stats.refused_at.append(now)
             return self._refusal(bucket, prompt_tokens)
         stats.served += 1
+        if self.answer_s and b"FANOUT" not in body:
+            await trio.sleep(self.answer_s)
         completion = 7
         if bucket.tokens is not None:
             bucket.tokens.charge(completion)
@@ -269,7 +298,12 @@ class RateLimitedServer:
         if self.nonsense:
             wait = 2 * 86400.0
         headers = self._limit_headers(bucket)
-        if self.mode == "anthropic":
+        if self.retry_after is not None:
+            headers.append(("retry-after", self.retry_after))
+            error = {"message": "Too many requests", "type": "requests",
+                     "code": "rate_limit_exceeded"}
+            status, base, chunks = _json(429, {"error": error})
+        elif self.mode == "anthropic":
             headers.append(("retry-after", str(math.ceil(wait))))
             error = {"type": "rate_limit_error", "message": "Number of requests has exceeded"
                      " your rate limit"}
@@ -442,7 +476,11 @@ def _anthropic_answer(request: dict[str, Any], prompt: int, completion: int) -> 
 
 
 async def _main(args: argparse.Namespace) -> None:
-    server = RateLimitedServer(rps=args.rps, burst=args.burst, tps=args.tps, mode=args.mode)
+    server = RateLimitedServer(
+        rps=args.rps, burst=args.burst, tps=args.tps, mode=args.mode,
+        rate_headers=not args.no_rate_headers, max_in_flight=args.max_in_flight,
+        answer_s=args.answer_s, retry_after=args.retry_after,
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
         print(server.port, flush=True)
@@ -458,4 +496,8 @@ if __name__ == "__main__":
     parser.add_argument("--burst", type=float, default=None)
     parser.add_argument("--tps", type=float, default=None)
     parser.add_argument("--mode", choices=("openai", "anthropic"), default="openai")
+    parser.add_argument("--no-rate-headers", action="store_true")
+    parser.add_argument("--max-in-flight", type=int, default=None)
+    parser.add_argument("--answer-s", type=float, default=0.0)
+    parser.add_argument("--retry-after", default=None)
     trio.run(_main, parser.parse_args())

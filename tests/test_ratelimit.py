@@ -4,6 +4,7 @@ docs/rate-limits.md); the fan-outs against a real server are in test_ratelimit_e
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -123,11 +124,12 @@ async def test_with_no_rate_information_every_first_call_goes_at_once() -> None:
     assert await _first_calls_admitted_at_once(
         EndpointLimiter("http://x/v1", limit=RateLimit(probe_first=True))
     ) == 1
-    # A refusal still pauses every call and sets a pace (docs/rate-limits.md).
+    # A refusal still pauses every call and sets a pace (docs/rate-limits.md): half the
+    # rate sent in the last second (three calls).
     probe = optimistic.ask(0, asked_at=trio.current_time())
     assert optimistic.refused(probe, 429, 1.0) >= 1.0
     optimistic.done(probe)
-    assert 0 < optimistic.rates()["requests"] <= 1.0
+    assert optimistic.rates()["requests"] == pytest.approx(1.5)
 
 
 @pytest.mark.parametrize(
@@ -304,13 +306,19 @@ def test_an_endpoint_is_named_without_its_key() -> None:
          "rate_limits: anthropic.max_concurrent: expected a whole number above 0; got 2.5"),
         ({"openai": {"rps": 5}},
          "rate_limits: openai.rps: unknown key; the keys are rpm, tpm, max_concurrent, "
-         "probe_first"),
+         "probe_first, min_concurrent, min_rpm"),
+        ({"openai": {"min_concurrent": 0}},
+         "rate_limits: openai.min_concurrent: expected a whole number above 0; got 0"),
+        ({"openai": {"min_rpm": -1}},
+         "rate_limits: openai.min_rpm: expected a number above 0; got -1"),
+        ({"openai": {"min_concurrent": 9, "max_concurrent": 8}},
+         "rate_limits: openai.min_concurrent: above max_concurrent (9 > 8)"),
         ({"openai": {"probe_first": 1}},
          "rate_limits: openai.probe_first: expected true or false; got 1"),
         ({"gemini": {"rpm": 5}},
          "rate_limits: 'gemini': an endpoint is openai, anthropic or a base URL (http(s)://…)"),
         ({"openai": 5}, "rate_limits: openai: expected a table of rpm, tpm, max_concurrent, "
-         "probe_first; got 5"),
+         "probe_first, min_concurrent, min_rpm; got 5"),
     ],
 )
 def test_bad_limits_are_one_line_naming_the_setting(table: Any, message: str) -> None:
@@ -379,12 +387,13 @@ def test_rate_limit_flags_add_to_the_files_a_later_key_winning(workspace: Path) 
     )
     ns = build_parser().parse_args([
         "run", "hi", "--rate-limit", "openai:rpm=60,max_concurrent=8",
-        "--rate-limit", "http://127.0.0.1:9/v1:tpm=1.5e3,probe_first=true"])
+        "--rate-limit", "http://127.0.0.1:9/v1:tpm=1.5e3,probe_first=true",
+        "--rate-limit", "anthropic:min_concurrent=2,min_rpm=30"])
     settings = load_settings(workspace, flags=flags_from_args(ns))
     config = run_config(options_from_settings(settings))
     assert config.rate_limits == {
         "openai": {"rpm": 60, "tpm": 90000, "max_concurrent": 8},
-        "anthropic": {"rpm": 50},
+        "anthropic": {"rpm": 50, "min_concurrent": 2, "min_rpm": 30},
         "http://127.0.0.1:9/v1": {"tpm": 1500.0, "probe_first": True},
     }
     assert settings.source("rate_limits").endswith("; flag --rate-limit")
@@ -393,7 +402,8 @@ def test_rate_limit_flags_add_to_the_files_a_later_key_winning(workspace: Path) 
 @pytest.mark.parametrize(("flag", "message"), [
     ("openai:rpm=-5", "openai.rpm: expected a number above 0; got -5"),
     ("openai:rps=5",
-     "openai.rps: unknown key; the keys are rpm, tpm, max_concurrent, probe_first"),
+     "openai.rps: unknown key; the keys are rpm, tpm, max_concurrent, probe_first, "
+     "min_concurrent, min_rpm"),
     ("openai:probe_first=yes", "openai.probe_first: expected true or false; got 'yes'"),
     ("openai:max_concurrent=2.5", "openai.max_concurrent: expected a whole number above 0; got 2.5"),
     ("openai:rpm=lots", "openai.rpm: expected a number; got 'lots'"),
@@ -420,3 +430,153 @@ def test_the_trace_page_says_what_a_wait_was() -> None:
     assert refused == "waits 1.5s for the rate limit (refused, HTTP 429)"
     paced = describe({"type": "rate_limited", "wait_s": 0.25, "reason": "requests", "status": None})
     assert paced == "waits 250ms for the rate limit (requests)"
+
+
+# -- the learned pace: additive increase, multiplicative decrease ------------------------------
+
+
+async def _admit(limiter: EndpointLimiter, n: int) -> list[Any]:
+    """*n* calls asked together; those the limiter lets go at once (the rest keep waiting)."""
+    tickets = [limiter.ask(0, asked_at=trio.current_time()) for _ in range(n)]
+    out = []
+    for ticket in tickets:
+        with trio.move_on_after(0):
+            await limiter.wait(ticket)
+        if ticket.admitted:
+            out.append(ticket)
+    return out
+
+
+def _succeed(limiter: EndpointLimiter, tickets: list[Any]) -> None:
+    for ticket in tickets:
+        limiter.settle(ticket, 0, 0)
+        limiter.done(ticket)
+
+
+def _refuse(limiter: EndpointLimiter, tickets: list[Any], retry_after: float = 1.0) -> None:
+    for ticket in tickets:
+        limiter.refused(ticket, 429, retry_after)
+        limiter.done(ticket)
+
+
+async def test_a_burst_of_refusals_narrows_the_window_to_what_the_server_took(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """20 first calls, 12 refused (a server that takes 8 at once): the window becomes the 8
+    still out, and the rate half the 20 sent in the last second."""
+    limiter = _limiter()
+    assert limiter.window == math.inf
+    out = await _admit(limiter, 20)
+    assert len(out) == 20
+    _refuse(limiter, out[8:])
+    assert limiter.window == 8
+    assert limiter.rates() == {"requests": pytest.approx(10.0)}
+    await trio.sleep(2.5)  # the pause, and the learned rate's bucket full again (9)
+    assert await _admit(limiter, 1) == []  # the server's 8 are still out
+    # As they answer, the window widens by one over its size per success: 8 + 8/8.5 < 9.
+    _succeed(limiter, out[:8])
+    assert 8.9 < limiter.window < 9
+    assert len(await _admit(limiter, 20)) == 8
+
+
+async def test_successes_widen_the_window_and_a_full_window_refused_is_halved(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = _limiter()
+    out = await _admit(limiter, 10)
+    _refuse(limiter, out[4:])
+    assert limiter.window == 4
+    rate = limiter.rates()["requests"]
+    _succeed(limiter, out[:4])
+    answered = 4
+    await trio.sleep(1.2)
+    for _ in range(20):  # a window's worth at once, widened as each answers
+        batch = await _admit(limiter, int(limiter.window) + 1)
+        assert len(batch) <= int(limiter.window)
+        _succeed(limiter, batch)
+        answered += len(batch)
+        await trio.sleep(1)
+    # w += 1/w per success: w² grows by 2 and a crumb (1/w²) each, from 2² at the burst.
+    assert 4 + 2 * answered <= limiter.window**2 <= 4 + 2.1 * answered
+    assert limiter.rates()["requests"] > rate  # the learned rate sped up too
+    # The server refuses when the window is full: the window halves, the rate holds.
+    wide = limiter.window
+    full = await _admit(limiter, int(wide))
+    rate = limiter.rates()["requests"]
+    _refuse(limiter, full[-1:])
+    assert limiter.window == int(wide) / 2  # half the calls out
+    assert limiter.rates()["requests"] == rate
+    _succeed(limiter, full[:-1])
+
+
+async def test_refusals_below_a_full_window_halve_the_learned_rate_and_successes_speed_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A server that takes few calls a second, each answered at once: the window does not fill
+    (one out at a time), so the refusal says the rate was too high."""
+    limiter = _limiter()
+    out = await _admit(limiter, 4)
+    _refuse(limiter, out[1:])  # the first burst: the window is the one still out
+    assert limiter.window == 1
+    _succeed(limiter, out[:1])
+    await trio.sleep(2)
+    for _ in range(12):  # one at a time, as the learned rate lets them
+        [one] = await _admit_one(limiter)
+        _succeed(limiter, [one])
+    before = limiter.rates()["requests"]
+    [one] = await _admit_one(limiter)
+    window = limiter.window
+    _refuse(limiter, [one])
+    assert limiter.window == window  # one out, the window not full: the rate was the bound
+    assert limiter.rates()["requests"] < before / 2 + 0.2
+
+
+async def _admit_one(limiter: EndpointLimiter) -> list[Any]:
+    ticket = limiter.ask(0, asked_at=trio.current_time())
+    await limiter.wait(ticket)
+    return [ticket]
+
+
+async def test_the_learned_pace_keeps_to_its_floors_and_ceiling(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = _limiter(min_concurrent=4, min_rpm=300, max_concurrent=12)
+    out = await _admit(limiter, 14)
+    assert len(out) == 12  # the ceiling, before anything is learned
+    _refuse(limiter, out[1:])  # the server took one: the window keeps to its floor
+    assert limiter.window == 4
+    assert limiter.rates()["requests"] == pytest.approx(6.0)  # half the 12 sent
+    _succeed(limiter, out[:1])
+    await trio.sleep(1.5)
+    lone = await _admit_one(limiter)
+    _refuse(limiter, lone)  # one sent in the last second: half of it is below the floor
+    assert limiter.rates()["requests"] == pytest.approx(5.0)
+    for _ in range(200):
+        await trio.sleep(1.5)
+        _succeed(limiter, await _admit(limiter, 12))
+    assert limiter.window == 12  # the ceiling
+
+
+async def test_a_lone_refusal_learns_no_window_and_a_stated_rate_holds(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limiter = _limiter()
+    lone = await _admit_one(limiter)
+    _refuse(limiter, lone)  # one call out says nothing of how many the server takes
+    assert limiter.window == math.inf
+    stated = _limiter()
+    out = await _admit(stated, 10)
+    stated.learn(out[0], {"x-ratelimit-limit-requests": "600"})
+    _refuse(stated, out[5:])
+    assert stated.window == 5  # the window is learned; the rate is the header's
+    assert stated.rates() == {"requests": pytest.approx(10.0)}
+    _succeed(stated, out[:5])
+    assert stated.rates() == {"requests": pytest.approx(10.0)}
+    configured = _limiter(rpm=120)
+    _refuse(configured, await _admit(configured, 1))
+    assert configured.rates() == {"requests": pytest.approx(2.0)}  # configured: it holds
+
+
+def test_the_floors_of_the_learned_pace_are_settings() -> None:
+    [(name, limit)] = check_rate_limits({"openai": {"min_concurrent": 2, "min_rpm": 30}}).items()
+    assert (name, limit.min_concurrent, limit.min_rpm) == ("openai", 2, 30)

@@ -53,6 +53,31 @@ class Link:
             self.hosts[host].granted(number)
 
 
+def ask_alternately(
+    hosts: list[RemoteLimiter], numbers: range
+) -> list[tuple[RemoteLimiter, Any]]:
+    """A call for each of *numbers* (its subtree ``c{i}``), asked on each host in turn."""
+    tickets = []
+    for i in numbers:
+        CURRENT_CALL.set(f"c{i}")
+        remote = hosts[i % len(hosts)]
+        tickets.append((remote, remote.ask(10, asked_at=trio.current_time())))
+    return tickets
+
+
+async def first_calls(
+    nursery: trio.Nursery, limiter: EndpointLimiter, n: int
+) -> tuple[Link, list[RemoteLimiter], list[tuple[RemoteLimiter, Any]]]:
+    """Two hosts, and *n* first calls asked on them in turn, every one granted (nothing known:
+    the driver admits them all at once)."""
+    link = Link(nursery, limiter)
+    hosts = [link.host("h1"), link.host("h2")]
+    tickets = ask_alternately(hosts, range(n))
+    await trio.testing.wait_all_tasks_blocked()
+    assert all(t.admitted for _, t in tickets)
+    return link, hosts, tickets
+
+
 async def call(remote: RemoteLimiter, call_id: str, order: list[str], name: str) -> None:
     """One model call through a host's limiter: ask, wait, done."""
     CURRENT_CALL.set(call_id)
@@ -208,14 +233,7 @@ async def test_a_bursts_refusals_on_two_hosts_are_one_pause(
     back-off on the driver and on each host (0.5 s), not one step per refusal (8 s)."""
     limiter = EndpointLimiter("test endpoint")
     async with trio.open_nursery() as nursery:
-        link = Link(nursery, limiter)
-        hosts = [link.host("h1"), link.host("h2")]
-        tickets = []
-        for i in range(6):
-            CURRENT_CALL.set(f"c{i}")
-            tickets.append((hosts[i % 2], hosts[i % 2].ask(10, asked_at=trio.current_time())))
-        await trio.testing.wait_all_tasks_blocked()
-        assert all(t.admitted for _, t in tickets)
+        _, _, tickets = await first_calls(nursery, limiter, 6)
         pauses = []
         for remote, ticket in tickets[1:]:
             pauses.append(remote.refused(ticket, 429, None))
@@ -225,4 +243,33 @@ async def test_a_bursts_refusals_on_two_hosts_are_one_pause(
         assert 0.5 <= limiter._pause_until - trio.current_time() <= 0.55
         remote, ticket = tickets[0]
         remote.done(ticket)
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_pace_learned_from_every_hosts_refusals_and_successes_is_the_drivers(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Ten first calls over two hosts against a server that takes four at once: six refusals,
+    met on both hosts, narrow the driver's window to the four still out; the next asks from
+    either host get four turns, and the hosts' successes widen the window on the driver."""
+    limiter = EndpointLimiter("test endpoint")
+    async with trio.open_nursery() as nursery:
+        link, hosts, tickets = await first_calls(nursery, limiter, 10)
+        for remote, ticket in tickets[4:]:
+            remote.refused(ticket, 429, 1.0)
+            remote.done(ticket)
+        assert limiter.window == 4
+        await trio.sleep(3)  # the pause, and the learned rate's bucket full again
+        for remote, ticket in tickets[:4]:
+            remote.settle(ticket, 10, 5)
+            remote.done(ticket)
+        assert 4.9 < limiter.window < 5  # four successes: 4 + 4/4.5
+        more = ask_alternately(hosts, range(10, 20))
+        await trio.testing.wait_all_tasks_blocked()
+        assert sum(t.admitted for _, t in more) == 4
+        assert {r for r, t in more if t.admitted} == set(hosts)
+        for remote, ticket in more:
+            remote.done(ticket)
+        await trio.testing.wait_all_tasks_blocked()
+        assert (limiter.in_flight, link.service.held) == (0, 0)
         nursery.cancel_scope.cancel()

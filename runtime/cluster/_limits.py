@@ -172,7 +172,7 @@ class RemoteLimiter(EndpointLimiter):
         (clamped as the driver clamps it), else the driver's back-off (a burst's refusals
         one step of it, as on the driver)."""
         now = trio.current_time()
-        pause = self._refusal_pause(ticket, retry_after_s)
+        pause, _ = self._refusal_pause(ticket, retry_after_s)
         self._remote_pause = max(self._remote_pause, now + pause)
         if ticket is not None and ticket.order in self._tickets:
             self._report(ticket, "refused", status=status, retry_after_s=retry_after_s)

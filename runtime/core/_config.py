@@ -224,15 +224,18 @@ def _check_prices(value: Any) -> tuple[tuple[str, tuple[tuple[str, float], ...]]
     )
 
 
-RATE_LIMIT_KEYS: Final = ("rpm", "tpm", "max_concurrent", "probe_first")
+RATE_LIMIT_KEYS: Final = ("rpm", "tpm", "max_concurrent", "probe_first", "min_concurrent",
+                          "min_rpm")
+_WHOLE_KEYS: Final = ("max_concurrent", "min_concurrent")
 _ENDPOINT = re.compile(r"https?://[^/\s]+\S*")
 
 
 def check_rate_limit_table(value: Any) -> dict[str, dict[str, float]]:
     """``[rate_limits.NAME]`` tables (docs/rate-limits.md): NAME is ``openai``, ``anthropic``
-    or a base URL; each table has ``rpm`` and ``tpm`` (numbers above 0), ``max_concurrent``
-    (a whole number above 0) and ``probe_first`` (true or false). The one check of the
-    setting, for files and ``open_runtime``.
+    or a base URL; each table has ``rpm``, ``tpm`` and ``min_rpm`` (numbers above 0),
+    ``max_concurrent`` and ``min_concurrent`` (whole numbers above 0, the floor not above the
+    ceiling) and ``probe_first`` (true or false). The one check of the setting, for files and
+    ``open_runtime``.
 
     Raises:
         ValueError: naming ``NAME.KEY`` at fault.
@@ -257,11 +260,14 @@ def check_rate_limit_table(value: Any) -> dict[str, dict[str, float]]:
                 if not isinstance(number, bool):
                     raise ValueError(f"{name}.{key}: expected true or false; got {number!r}")
                 continue
-            whole = key == "max_concurrent"
+            whole = key in _WHOLE_KEYS
             if (not _is_number(number) or (whole and not isinstance(number, int))
                     or not 0 < number < math.inf):
                 kind = "a whole number" if whole else "a number"
                 raise ValueError(f"{name}.{key}: expected {kind} above 0; got {number!r}")
+        if table.get("min_concurrent", 0) > table.get("max_concurrent", math.inf):
+            raise ValueError(f"{name}.min_concurrent: above max_concurrent "
+                             f"({table['min_concurrent']} > {table['max_concurrent']})")
         out[name] = dict(table)
     return out
 
@@ -299,7 +305,8 @@ def _parse_rate_limit(text: str) -> tuple[str, tuple[tuple[str, float], ...]]:
     return row
 
 
-RATE_LIMITS: Final = Kind("tables of rpm, tpm, max_concurrent, probe_first by endpoint",
+RATE_LIMITS: Final = Kind("tables of rpm, tpm, max_concurrent, probe_first, min_concurrent, "
+                          "min_rpm by endpoint",
                           _check_rate_limits, _parse_rate_limit, "NAME:KEY=N,…")
 STRING: Final = Kind("a non-empty string", _check_string)
 PATH: Final = Kind("a path (relative: to the file's folder)", _check_string, metavar="DIR")
@@ -604,12 +611,15 @@ TABLE: Final[tuple[Setting, ...]] = (
        group="mcp", default_doc="30"),
     # files only (but rate_limits: also --rate-limit)
     _S("rate_limits", RATE_LIMITS, "an endpoint's rate limits, shared by every agent of the "
-       "run: openai, anthropic or a base URL, then rpm, tpm, max_concurrent, probe_first "
-       "(--rate-limit openai:rpm=500,tpm=200000; repeatable)", NEUTRAL, param="rate_limits",
+       "run: openai, anthropic or a base URL, then rpm, tpm, max_concurrent, probe_first, "
+       "min_concurrent, min_rpm (--rate-limit openai:rpm=500,tpm=200000; repeatable)", NEUTRAL,
+       param="rate_limits",
        default=(), flags=("--rate-limit",), merge="append",
        doc="`[rate_limits.NAME]` (`openai`, `anthropic` or a base URL): `rpm`, `tpm`, "
        "`max_concurrent`, `probe_first` (send the first call alone until its reply's headers "
-       "say the limits; default false) (`docs/rate-limits.md`); on the command line `--rate-limit "
+       "say the limits; default false), `min_concurrent`, `min_rpm` (the floors of the pace "
+       "learned from refusals; default 1 and 60) (`docs/rate-limits.md`); on the command line "
+       "`--rate-limit "
        "NAME:KEY=N,…`, repeatable; entries add up, a later key of an endpoint wins; the "
        "servers' headers are read as well",
        default_doc="none: learned from the servers"),

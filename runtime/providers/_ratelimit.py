@@ -31,6 +31,15 @@ rate-limit headers is not limited until it refuses a call. ``probe_first`` (a
 out alone and the others wait for its reply's headers (one time to first byte, against a
 burst of refusals).
 
+**The pace a server does not state is learned** (additive increase, multiplicative decrease,
+as TCP learns a path's room): a burst of refusals halves the *window* (the calls allowed in
+flight; at the first burst, to the calls that were out and not refused) when the calls in
+flight had filled it, and else the learned *request rate* (to half the rate sent in the last
+second), unless a header states the rate; every success widens the window by one over its
+size and speeds the rate by a request a second per second (a tenth a second above ten a
+second). ``min_concurrent`` and ``min_rpm`` are the floors, ``max_concurrent`` the window's
+ceiling; a configured ``rpm`` or a rate a header states holds instead of a learned one.
+
 Nonsense from a server (a negative remaining count, a reset in the past, a ``Retry-After`` of
 days) is clamped and logged once per endpoint and header; no wait is longer than
 :data:`MAX_PAUSE_S`. Nothing here names a key: an endpoint is its public URL and a short hash
@@ -65,6 +74,8 @@ _WINDOW_S: Final = 1.0  # a bucket holds this many seconds of its rate (see the 
 _MARGIN_S: Final = 0.1
 _JITTER: Final = 0.1  # a pause is lengthened by up to this share of itself, at random
 _BACKOFF_S: Final = (0.5, 8.0)  # a refusal that names no wait: 0.5 s, doubling, at most 8 s
+_DECREASE: Final = 0.5  # a burst of refusals multiplies the learned window or rate by this
+_MIN_RPM: Final = 60.0  # the learned rate's floor unless min_rpm says otherwise: 1 a second
 # A wait this short is none: a bucket's refill leaves float crumbs (a delay of 1e-16 s) that a
 # deadline cannot land on, and the head would wake at once and spin until the clock moved.
 _READY_S: Final = 1e-9
@@ -91,12 +102,16 @@ class RateLimit:
         max_concurrent: calls in flight at once.
         probe_first: until the limits are known, the first call goes alone and the others
             wait for its reply's headers (by default they all go at once).
+        min_concurrent: the floor of the learned window of calls in flight (default 1).
+        min_rpm: the floor of the learned request rate, a minute (default 60).
     """
 
     rpm: float | None = attrs.field(default=None, validator=_positive)
     tpm: float | None = attrs.field(default=None, validator=_positive)
     max_concurrent: int | None = attrs.field(default=None, validator=_positive)
     probe_first: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    min_concurrent: int | None = attrs.field(default=None, validator=_positive)
+    min_rpm: float | None = attrs.field(default=None, validator=_positive)
 
 
 def check_rate_limits(obj: Any) -> dict[str, RateLimit]:
@@ -122,6 +137,8 @@ def check_rate_limits(obj: Any) -> dict[str, RateLimit]:
             tpm=table.get("tpm"),
             max_concurrent=int(table["max_concurrent"]) if "max_concurrent" in table else None,
             probe_first=bool(table.get("probe_first", False)),
+            min_concurrent=int(table["min_concurrent"]) if "min_concurrent" in table else None,
+            min_rpm=table.get("min_rpm"),
         )
         for name, table in checked.items()
     }
@@ -155,12 +172,12 @@ class _Bucket:
     capacity: float
     level: float
     at: float
-    guessed: bool = False  # a rate guessed from a refusal's Retry-After, until a header says
+    learned: bool = False  # a rate learned from refusals, until a header states one
 
     @classmethod
-    def full(cls, rate: float, now: float, *, guessed: bool = False) -> _Bucket:
+    def full(cls, rate: float, now: float, *, learned: bool = False) -> _Bucket:
         capacity = max(1.0, rate * (_WINDOW_S - _MARGIN_S))
-        return cls(rate, capacity, capacity, now, guessed)
+        return cls(rate, capacity, capacity, now, learned)
 
     def refill(self, now: float) -> None:
         if now > self.at:
@@ -173,12 +190,12 @@ class _Bucket:
         need = min(amount, self.capacity)
         return 0.0 if self.level >= need else (need - self.level) / self.rate
 
-    def set_rate(self, rate: float, now: float) -> None:
+    def set_rate(self, rate: float, now: float, *, learned: bool = False) -> None:
         self.refill(now)
         self.rate = rate
         self.capacity = max(1.0, rate * (_WINDOW_S - _MARGIN_S))
         self.level = min(self.level, self.capacity)
-        self.guessed = False
+        self.learned = learned
 
 
 @attrs.define(eq=False)
@@ -250,6 +267,21 @@ class EndpointLimiter:
         self.label = label
         self.limit = limit or RateLimit()
         self.max_concurrent = min(max_concurrent, self.limit.max_concurrent or max_concurrent)
+        # The learned pace (the module docstring): the window of calls in flight (``inf``
+        # until a burst of refusals says less) and its whole part, the bound _ready_in uses.
+        self._window = math.inf
+        self._cap = self.max_concurrent
+        self._min_window = min(self.limit.min_concurrent or 1, self.max_concurrent)
+        self._min_rate = (self.limit.min_rpm or _MIN_RPM) / 60
+        self._learning = False  # a refusal has been met: successes widen what it narrowed
+        self._window_cut = -1  # the burst (its mark) that narrowed the window
+        # The tries sent lately, for the rate sent when a burst of refusals comes: a second
+        # from the first try sent after the last one's end (a slot), and the slot before it:
+        # what had been sent when each began, and when the one before ended. Kept by a
+        # compare per try sent (:meth:`_admit`), and a little more once a second.
+        self._slot_end = -math.inf
+        self._slot_mark = self._prev_mark = 0
+        self._prev_end = -math.inf
         self._log = log
         self._rng = rng or random.Random()
         now = trio.current_time()
@@ -285,6 +317,12 @@ class EndpointLimiter:
     def rates(self) -> dict[str, float]:
         """The rates a second the limiter goes by now, by bucket (for tests and logs)."""
         return {name: b.rate for name, b in self._buckets.items()}
+
+    @property
+    def window(self) -> float:
+        """The learned window of calls in flight (``inf``: none learned; ``max_concurrent``
+        bounds the calls in flight all the same)."""
+        return self._window
 
     # -- a try's life ------------------------------------------------------------------------------
 
@@ -354,28 +392,26 @@ class EndpointLimiter:
             self._wake_head()
 
     def refused(self, ticket: Ticket | None, status: int, retry_after_s: float | None) -> float:
-        """A 429 or 529: pause the endpoint; returns the pause in seconds.
+        """A 429 or 529: pause the endpoint and slow its learned pace (:meth:`_slow_down`);
+        returns the pause in seconds.
 
         The pause is the server's ``Retry-After`` (clamped to :data:`MAX_PAUSE_S`; without
         one, 0.5 s doubling with each refusal in a row, at most 8 s: :meth:`_refusal_pause`),
         plus up to a tenth more at random so that runs sharing a key do not come back in step.
         """
         now = trio.current_time()
-        wait = self._refusal_pause(ticket, retry_after_s)
+        wait, first = self._refusal_pause(ticket, retry_after_s)
+        self._slow_down(first, now)
         wait += self._rng.uniform(0, _JITTER * wait)
         self._pause_until = max(self._pause_until, now + wait)
         requests = self._buckets.get("requests")
-        if requests is None:
-            # No rate known: the server's own wait is the best guess of its pace.
-            requests = self._buckets["requests"] = _Bucket.full(
-                1 / max(wait, 0.05), now, guessed=True
+        if requests is not None:
+            # The server is out of requests until the pause ends: one is there then, and the
+            # calls resume at the rate, not all at once.
+            requests.refill(now)
+            requests.level = min(
+                requests.level, 1.0 - requests.rate * (self._pause_until - now + _MARGIN_S)
             )
-        # The server is out of requests until the pause ends: one is there then, and the
-        # calls resume at the rate, not all at once.
-        requests.refill(now)
-        requests.level = min(
-            requests.level, 1.0 - requests.rate * (self._pause_until - now + _MARGIN_S)
-        )
         self._known = True
         self._log.debug("ratelimit.refused", endpoint=self.label, status=status,
                         pause_s=round(wait, 3))
@@ -410,24 +446,91 @@ class EndpointLimiter:
         self._sent_tokens += ticket.tokens
         ticket.sent_mark, ticket.tokens_mark = self._sent, self._sent_tokens
 
-    def _refusal_pause(self, ticket: Ticket | None, retry_after_s: float | None) -> float:
-        """Count a refusal; the pause it asks for, before jitter.
+    def _refusal_pause(
+        self, ticket: Ticket | None, retry_after_s: float | None
+    ) -> tuple[float, bool]:
+        """Count a refusal; the pause it asks for, before jitter, and whether it is the first
+        of a burst.
 
         A refusal of a try sent before the last counted one arrived is the same burst (a
         fan-out's first calls refused together): it is not one more in a row, so the back-off
         does not double for each call of the burst.
         """
         self.refusals += 1
-        if ticket is None or not ticket.admitted or ticket.sent_mark > self._burst_mark:
+        first = ticket is None or not ticket.admitted or ticket.sent_mark > self._burst_mark
+        if first:
             self._strikes += 1
             self._burst_mark = self._sent
         if retry_after_s is None:
             step: float = _BACKOFF_S[0] * 2.0 ** (max(self._strikes, 1) - 1)
-            return min(_BACKOFF_S[1], step)
+            return min(_BACKOFF_S[1], step), first
         if retry_after_s > MAX_PAUSE_S:
             self._warn_once("retry-after", retry_after_s, f"clamped to {MAX_PAUSE_S:g} s")
-            return MAX_PAUSE_S
-        return max(retry_after_s, 0.0)
+            return MAX_PAUSE_S, first
+        return max(retry_after_s, 0.0), first
+
+    def _slow_down(self, first: bool, now: float) -> None:
+        """A refusal: the multiplicative decrease of the learned pace (the module docstring).
+
+        At the first refusal of a burst the calls out (this one among them) say which bound
+        the server met: when they had filled the window (wider than its floor), the window is
+        halved; else (or at the first burst, with no window yet) the learned rate is halved,
+        from the rate sent in the last second, unless a rate is configured or stated by a
+        header (that rate holds). A burst that narrowed the window narrows it on to the calls
+        still out as its refusals come (the server took those), never below its floor.
+        """
+        self._learning = True
+        flight = self._in_flight
+        if first:
+            unbounded = self._window == math.inf
+            filled = not unbounded and flight >= self._cap > self._min_window
+            if (unbounded or filled) and flight > self._min_window:
+                self._set_window(_DECREASE * min(self._window, flight))
+                self._window_cut = self._burst_mark
+            if not filled:
+                self._slow_rate(now)
+        elif self._window_cut == self._burst_mark:
+            self._set_window(min(self._window, flight - 1))
+
+    def _slow_rate(self, now: float) -> None:
+        requests = self._buckets.get("requests")
+        if requests is not None and not requests.learned:
+            return  # configured, or stated by the server's headers: that rate holds
+        rate = min(requests.rate if requests is not None else math.inf, self._sent_lately(now))
+        rate = max(self._min_rate, _DECREASE * rate)
+        if requests is None:
+            self._buckets["requests"] = _Bucket.full(rate, now, learned=True)
+        else:
+            requests.set_rate(rate, now, learned=True)
+
+    def _sent_lately(self, now: float) -> float:
+        """The tries sent in the last second, about (the slot before this one weighed by the
+        share of it within the last second), at least one: the refused try was sent."""
+        if now >= self._slot_end:
+            self._roll(now)
+        share = min(1.0, max(0.0, self._prev_end - (now - 1.0)))
+        sent = self._sent - self._slot_mark + (self._slot_mark - self._prev_mark) * share
+        return max(sent, 1.0)
+
+    def _roll(self, now: float) -> None:
+        """A new slot of a second, from *now* (see ``__init__``)."""
+        if now < self._slot_end + 1.0:
+            self._prev_mark, self._prev_end = self._slot_mark, self._slot_end
+        else:  # nothing was sent in the second before
+            self._prev_mark, self._prev_end = self._sent, -math.inf
+        self._slot_mark, self._slot_end = self._sent, now + 1.0
+
+    def _speed_up(self, now: float) -> None:
+        """A success: the additive increase of the learned pace, up to its ceilings."""
+        if self._window < self.max_concurrent:
+            self._set_window(self._window + 1.0 / self._window)
+        requests = self._buckets.get("requests")
+        if requests is not None and requests.learned:
+            requests.set_rate(requests.rate + max(1.0 / requests.rate, 0.1), now, learned=True)
+
+    def _set_window(self, window: float) -> None:
+        self._window = min(max(window, self._min_window), self.max_concurrent)
+        self._cap = int(self._window)
 
     def _used(self, ticket: Ticket, input_tokens: int, output_tokens: int) -> None:
         """Settled (:meth:`settle`): the token buckets are corrected by what was used."""
@@ -441,6 +544,8 @@ class EndpointLimiter:
             if bucket is not None and used != reserved:
                 bucket.refill(now)
                 bucket.level -= used - reserved
+        if self._learning:
+            self._speed_up(now)
 
     def _given_back(self, ticket: Ticket) -> None:
         """Done (:meth:`done`): the next in line may take the slot, or the place is left."""
@@ -457,15 +562,16 @@ class EndpointLimiter:
 
     def _ready_in(self, ticket: Ticket) -> float:
         """Seconds until the head *ticket* may go (``inf``: until something changes)."""
-        if self._in_flight >= self.max_concurrent:
+        if self._in_flight >= self._cap:
             return math.inf
         if not self._known and self._in_flight:
             return math.inf  # probe_first: the first call's headers will say the limits
         now = trio.current_time()
         delay = self._pause_until - now
-        weights = self._weights(ticket)
-        for name, bucket in self._buckets.items():
-            delay = max(delay, bucket.ready_in(weights[name], now))
+        if self._buckets:  # (no rate known: no weights to make)
+            weights = self._weights(ticket)
+            for name, bucket in self._buckets.items():
+                delay = max(delay, bucket.ready_in(weights[name], now))
         return delay
 
     def _foresee(self, ticket: Ticket) -> tuple[float, Reason]:
@@ -497,11 +603,14 @@ class EndpointLimiter:
     def _admit(self, ticket: Ticket) -> None:
         now = trio.current_time()
         self._queue.pop(0)
+        if now >= self._slot_end:
+            self._roll(now)
         self._admitted(ticket)
-        weights = self._weights(ticket)
-        for name, bucket in self._buckets.items():
-            bucket.refill(now)
-            bucket.level -= weights[name]
+        if self._buckets:
+            weights = self._weights(ticket)
+            for name, bucket in self._buckets.items():
+                bucket.refill(now)
+                bucket.level -= weights[name]
         self._wake_head()
 
     def _leave(self, ticket: Ticket) -> None:
@@ -537,7 +646,7 @@ class EndpointLimiter:
         bucket = self._buckets.get(name)
         if bucket is None:
             bucket = self._buckets[name] = _Bucket.full(rate, now)
-        elif bucket.rate != rate or bucket.guessed:
+        elif bucket.rate != rate or bucket.learned:
             bucket.set_rate(rate, now)
         if remaining_text is not None:
             remaining = _number(remaining_text)
