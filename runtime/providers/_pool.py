@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 import math
 import ssl
 import urllib.request
 import weakref
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -45,19 +46,21 @@ import trio
 
 from runtime.core import ConfigError
 
-from ._h1 import H1Connection
+from ._h1 import H1Connection, checked_lines
 
 # The largest pool by default: as many connections as the official OpenAI client allows (its
 # DEFAULT_CONNECTION_LIMITS), well under the usual 1,024 open files less what a run needs besides.
 DEFAULT_MAX_CONNECTIONS: Final = 1000
 _CLOSE_S: Final = 5.0
+_HEADS: Final = 64
+_httpx_log: Final = logging.getLogger("httpx")
 
 DEADLINE: Final = "trio_agents.deadline"
 """The request extension that carries a call's deadline (a :func:`trio.current_time` value) to
 the pool: every read of the reply ends by then (:class:`DeadlinePassed`)."""
 
-# The clients whose pool reads by DEADLINE (see reads_by_deadline).
-_BOUNDED: weakref.WeakSet[httpx.AsyncClient] = weakref.WeakSet()
+# The clients whose pool is a _StackPool, which reads by DEADLINE (see reads_by_deadline).
+_BOUNDED: weakref.WeakKeyDictionary[httpx.AsyncClient, _StackPool] = weakref.WeakKeyDictionary()
 
 
 class DeadlinePassed(Exception):
@@ -140,12 +143,111 @@ def make_client(limits: PoolLimits, timeouts: httpx.Timeout, base_url: str) -> h
     else:
         transport = httpx.AsyncHTTPTransport(verify=verify)
         # httpx maps httpcore's errors and streams in this transport; only its pool is ours.
-        transport._pool = _StackPool(limits, verify)  # type: ignore[assignment]
+        pool = _StackPool(limits, verify)
+        transport._pool = pool  # type: ignore[assignment]
         client = httpx.AsyncClient(timeout=timeouts, transport=transport, trust_env=False)
-        _BOUNDED.add(client)
+        _BOUNDED[client] = pool
     # Set in place: httpx copies a jar it is given into a plain one.
     client._cookies = _NoCookies()
     return client
+
+
+class Reply:
+    """A reply of :func:`post`, its head read: what a provider reads of an ``httpx.Response``.
+
+    Attributes:
+        status_code: the HTTP status.
+        headers: each header by its lower-case name, as ``httpx.Headers.get`` gives it
+            (several of one name joined by ``", "``).
+        raw_headers: the headers as received.
+        stream: the body's bytes; closing it gives the connection back to the pool.
+    """
+
+    __slots__ = ("headers", "http_version", "raw_headers", "reason_phrase", "status_code", "stream")
+
+    def __init__(self, reply: Any, stream: _Returning) -> None:
+        self.status_code: int = reply.status
+        self.reason_phrase: str = reply.reason.decode("ascii", "replace")
+        self.http_version: bytes = reply.http_version
+        self.raw_headers: list[tuple[bytes, bytes]] = reply.headers
+        self.headers = _header_map(reply.headers)
+        self.stream = stream
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    def as_httpx(self, url: httpx.URL) -> httpx.Response:
+        """The same reply as an ``httpx.Response`` (which decodes a compressed body), for the
+        rarer replies: an error, a compressed stream."""
+        return httpx.Response(
+            self.status_code,
+            headers=self.raw_headers,
+            stream=self.stream,
+            request=httpx.Request("POST", url),
+            extensions={
+                "http_version": self.http_version,
+                "reason_phrase": self.reason_phrase.encode(),
+            },
+        )
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+def _header_map(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key = name.decode("latin-1").lower()
+        try:
+            text = value.decode("ascii")
+        except UnicodeDecodeError:  # as httpx: UTF-8 if it is, else Latin-1
+            try:
+                text = value.decode("utf-8")
+            except UnicodeDecodeError:
+                text = value.decode("latin-1")
+        old = headers.get(key)
+        headers[key] = text if old is None else f"{old}, {text}"
+    return headers
+
+
+async def post(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    deadline: float,
+) -> Reply | None:
+    """POST ``body`` to ``url`` through *client*'s own pool without an ``httpx.Request``, or
+    ``None`` for a client that is not :func:`make_client`'s over its pool (the caller then
+    sends through httpx).
+
+    The request is the one httpx would send: the client's headers updated by ``headers`` (as
+    ``Headers.update``), ``Host`` first, ``Content-Length`` last; the client's timeouts; the
+    head checked as :func:`~runtime.providers._h1.checked_lines` checks it (made once per
+    client headers, request headers and URL, then reused). Every read of the reply ends by
+    ``deadline`` (:class:`DeadlinePassed`). Errors are httpcore's (the caller maps them as
+    httpx does). What httpx adds that this client has not is left out: auth, cookies (none
+    kept), event hooks, redirects (never followed for a stream). httpx's per-request
+    ``Headers`` and ``Request`` were the largest share of a request's CPU left
+    (bench/README.md, "CPU per sub-agent, third pass").
+    """
+    pool = _BOUNDED.get(client)
+    if pool is None:
+        return None
+    lines, reusable, origin = pool.head(url, client.headers, headers)
+    head = b"%bContent-Length: %d\r\n\r\n" % (lines, len(body))
+    reply = await pool.send(origin, head, body, reusable, deadline, client.timeout.as_dict())
+    if _httpx_log.isEnabledFor(logging.INFO):  # httpx's line for each request, as it logs it
+        _httpx_log.info(
+            'HTTP Request: %s %s "%s %d %s"',
+            "POST",
+            httpx.URL(url),
+            reply.http_version.decode("ascii", "ignore"),
+            reply.status_code,
+            reply.reason_phrase,
+        )
+    return reply
 
 
 def _proxied(base_url: str) -> bool:
@@ -177,6 +279,7 @@ class _StackPool:
         self._keep = limits.max_keepalive or limits.max_connections
         self._permits = trio.Semaphore(limits.max_connections)
         self._idle: dict[tuple[bytes, bytes, int], list[_Conn]] = {}
+        self._heads: dict[Any, tuple[bytes, bool, httpcore.Origin]] = {}
         self.opened = 0
         """Connections made since the pool was (for tests and the bench)."""
 
@@ -199,6 +302,59 @@ class _StackPool:
                 self._permits.release()
         response.stream = _Returning(response.stream, self, conn, request.url.origin)
         return response
+
+    def head(
+        self, url: str, defaults: httpx.Headers, headers: Mapping[str, str]
+    ) -> tuple[bytes, bool, httpcore.Origin]:
+        """The checked lines of a request's head but its ``Content-Length`` (see :func:`post`),
+        whether it lets the connection be reused, and its origin; remembered."""
+        key = (url, tuple(defaults._list), tuple(headers.items()))  # httpx's raw list: cheap
+        known = self._heads.get(key)
+        if known is not None:
+            return known
+        parsed = httpx.URL(url)
+        given = {name.lower() for name in headers}
+        merged = [
+            (raw, value)
+            for raw, lower, value in defaults._list
+            if lower.decode("ascii") not in given
+        ]
+        # Encoded as httpx encodes a str header (ASCII: anything else fails as it does there).
+        merged += [(name.encode("ascii"), value.encode("ascii")) for name, value in headers.items()]
+        if not any(raw.lower() == b"host" for raw, _ in merged):
+            merged.insert(0, (b"Host", parsed.netloc))
+        merged = [(raw, value) for raw, value in merged if raw.lower() != b"content-length"]
+        lines, reusable = checked_lines(b"POST", parsed.raw_path, merged)
+        scheme = parsed.raw_scheme
+        port = parsed.port or {b"http": 80, b"https": 443}.get(scheme, 0)
+        origin = httpcore.Origin(scheme, parsed.raw_host, port)
+        if len(self._heads) >= _HEADS:  # a header that changes per request (a trace id)
+            self._heads.clear()
+        known = self._heads[key] = (lines, reusable, origin)
+        return known
+
+    async def send(
+        self,
+        origin: httpcore.Origin,
+        head: bytes,
+        body: bytes,
+        reusable: bool,
+        deadline: float,
+        timeouts: Mapping[str, float | None],
+    ) -> Reply:
+        """Send a request made by :func:`post` on a pooled connection (as
+        :meth:`handle_async_request`)."""
+        await self._permits.acquire()
+        sent = False
+        try:
+            conn = await self._take(origin)
+            conn.backend.deadline = deadline
+            reply = await conn.http.send(head, body, reusable, timeouts)
+            sent = True
+        finally:
+            if not sent:  # a failure or a cancel (any exception): the permit goes back
+                self._permits.release()
+        return Reply(reply, _Returning(reply, self, conn, origin))
 
     async def _take(self, origin: httpcore.Origin) -> _Conn:
         idle = self._idle.get(_key(origin))
@@ -365,7 +521,7 @@ class _Stream(httpcore.AsyncNetworkStream):
         return None
 
 
-class _Returning:
+class _Returning(httpx.AsyncByteStream):
     """A reply's body that gives its connection back to the pool when closed."""
 
     def __init__(
