@@ -721,3 +721,62 @@ async def test_the_direct_path_reads_end_at_the_deadline(
         assert chunks == [b"hi"]
         assert trio.current_time() == pytest.approx(deadline)
         assert _pool_of(client)._permits.value == PoolLimits().max_connections
+
+
+async def test_a_read_whose_bytes_are_there_still_ends_at_a_passed_deadline(
+    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
+) -> None:
+    more = trio.Event()
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n")
+        await more.wait()
+        await peer.send(b"5\r\nlater\r\n")
+        await trio.sleep_forever()
+
+    server = await serve(handler)
+    async with _client(server, read_s=600) as client:
+        deadline = trio.current_time() + 5
+        reply = await _pool.post(client, server.url, {}, b"", deadline)
+        assert reply is not None
+        chunks = aiter(reply.stream)
+        assert await anext(chunks) == b"hi"
+        more.set()
+        await trio.sleep(5)  # the rest of the body has come, and the deadline passed
+        conn = reply.stream._conn.http  # type: ignore[union-attr]
+        assert conn._stream.get_extra_info("is_readable")  # the bytes are there
+        with pytest.raises(DeadlinePassed):
+            await anext(chunks)
+        await reply.aclose()
+        assert _pool_of(client)._permits.value == PoolLimits().max_connections
+
+
+async def test_a_read_whose_bytes_are_there_is_still_a_cancellation_point(
+    serve: Callable[..., Awaitable[Server]],
+) -> None:
+    more = trio.Event()
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n")
+        await more.wait()
+        await peer.send(b"5\r\nlater\r\n")
+        await trio.sleep_forever()
+
+    server = await serve(handler)
+    async with _client(server) as client:
+        reply = await _pool.post(client, server.url, {}, b"", math.inf)
+        assert reply is not None
+        chunks = aiter(reply.stream)
+        assert await anext(chunks) == b"hi"
+        more.set()
+        await trio.testing.wait_all_tasks_blocked()
+        conn = reply.stream._conn.http  # type: ignore[union-attr]
+        assert conn._stream.get_extra_info("is_readable")  # the bytes are there
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await anext(chunks)
+        assert scope.cancelled_caught
+        await reply.aclose()
+    assert _pool_of(client).opened == 1

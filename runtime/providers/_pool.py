@@ -451,20 +451,58 @@ class _Stream(httpcore.AsyncNetworkStream):
     """A connection's socket (or TLS over it) for httpcore, as its trio stream but that a read
     has one cancel scope for its timeout and the call's deadline, and errors are mapped by
     ``except``, not a context manager per read. (The ``timeout`` parameters are httpcore's
-    interface, ASYNC109's exception.)"""
+    interface, ASYNC109's exception.)
+
+    Over a plain socket a read or write first tries the socket at once, as trio's own does (a
+    checkpoint for cancellation before, a yield after), and opens its cancel scope only when it
+    must wait: most reads of a busy fan-out find their bytes there already, and a scope per read
+    was a large share of a sub-agent's CPU (bench/README.md, "CPU per sub-agent, third pass")."""
 
     def __init__(self, stream: trio.SocketStream | trio.SSLStream[Any], owner: _Backend) -> None:
         self._stream = stream
         self._owner = owner
+        # The plain socket under trio's, for the try at once (TLS keeps trio's path).
+        self._sock: Any = (
+            stream.socket._sock  # type: ignore[attr-defined]
+            if isinstance(stream, trio.SocketStream)
+            else None
+        )
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
         deadline = self._owner.deadline
-        at = deadline if timeout is None else min(deadline, trio.current_time() + timeout)
-        try:
-            with trio.move_on_at(at):
-                return bytes(await self._stream.receive_some(max_bytes))
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise httpcore.ReadError(exc) from exc
+        sock = self._sock
+        if sock is not None:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            now = trio.current_time()
+            if now >= deadline:
+                raise DeadlinePassed("the call deadline passed")
+            try:
+                data: bytes = sock.recv(max_bytes)
+            except BlockingIOError:
+                pass  # nothing yet: wait below, under the deadline
+            except OSError as exc:
+                raise httpcore.ReadError(exc) from exc
+            else:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return data
+            at = deadline if timeout is None else min(deadline, now + timeout)
+            try:
+                with trio.move_on_at(at):
+                    while True:
+                        await trio.lowlevel.wait_readable(sock)
+                        try:
+                            return sock.recv(max_bytes)  # type: ignore[no-any-return]
+                        except BlockingIOError:
+                            pass
+            except (OSError, trio.ClosedResourceError) as exc:  # closed under the wait, reset
+                raise httpcore.ReadError(exc) from exc
+        else:
+            at = deadline if timeout is None else min(deadline, trio.current_time() + timeout)
+            try:
+                with trio.move_on_at(at):
+                    return bytes(await self._stream.receive_some(max_bytes))
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise httpcore.ReadError(exc) from exc
         if at >= deadline:
             raise DeadlinePassed("the call deadline passed")
         raise httpcore.ReadTimeout("timed out")
@@ -472,6 +510,19 @@ class _Stream(httpcore.AsyncNetworkStream):
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
         if not buffer:
             return
+        sock = self._sock
+        if sock is not None:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                sent = sock.send(buffer)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                raise httpcore.WriteError(exc) from exc
+            if sent == len(buffer):
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return
+            buffer = buffer[sent:]  # the socket's buffer is full: trio waits for room
         try:
             with trio.fail_after(math.inf if timeout is None else timeout):
                 await self._stream.send_all(buffer)
