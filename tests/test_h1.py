@@ -745,7 +745,7 @@ async def test_a_read_whose_bytes_are_there_still_ends_at_a_passed_deadline(
         more.set()
         await trio.sleep(5)  # the rest of the body has come, and the deadline passed
         conn = reply.stream._conn.http  # type: ignore[union-attr]
-        assert conn._stream.get_extra_info("is_readable")  # the bytes are there
+        assert conn._stream.get_extra_info("is_readable")  # type: ignore[union-attr]
         with pytest.raises(DeadlinePassed):
             await anext(chunks)
         await reply.aclose()
@@ -773,10 +773,49 @@ async def test_a_read_whose_bytes_are_there_is_still_a_cancellation_point(
         more.set()
         await trio.testing.wait_all_tasks_blocked()
         conn = reply.stream._conn.http  # type: ignore[union-attr]
-        assert conn._stream.get_extra_info("is_readable")  # the bytes are there
+        assert conn._stream.get_extra_info("is_readable")  # type: ignore[union-attr]
         with trio.CancelScope() as scope:
             scope.cancel()
             await anext(chunks)
         assert scope.cancelled_caught
         await reply.aclose()
     assert _pool_of(client).opened == 1
+
+
+async def test_a_direct_request_waiting_for_a_connection_ends_at_its_deadline(
+    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
+) -> None:
+    server = await serve(_always_ok)
+    async with _client(server, max_connections=1) as client:
+        held = await _pool.post(client, server.url, {}, b"", math.inf)  # the one connection
+        assert held is not None
+        deadline = trio.current_time() + 5
+        with pytest.raises(DeadlinePassed):
+            await _pool.post(client, server.url, {}, b"", deadline)
+        assert trio.current_time() == pytest.approx(deadline)
+        await held.aclose()
+        assert _pool_of(client)._permits.value == 1
+        again = await _pool.post(client, server.url, {}, b"", math.inf)
+        assert again is not None
+        await again.aclose()
+
+
+async def test_an_address_connects_straight_and_a_name_through_the_resolver(
+    serve: Callable[..., Awaitable[Server]],
+) -> None:
+    server = await serve(_always_ok)
+    by_name = f"http://localhost:{server.port}"
+    async with _client(server) as client:
+        for url in (server.url, by_name):
+            reply = await _pool.post(client, url, {}, b"", math.inf)
+            assert reply is not None
+            assert reply.status_code == 200
+            await reply.aclose()
+    assert server.connections == 2  # one per origin
+    with trio.socket.socket() as probe:  # a port nothing listens on
+        await probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    async with _client(server) as client:
+        with pytest.raises(httpcore.ConnectError):
+            await _pool.post(client, f"http://127.0.0.1:{closed}", {}, b"", math.inf)
+        assert _pool_of(client)._permits.value == PoolLimits().max_connections

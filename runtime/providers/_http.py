@@ -252,11 +252,11 @@ async def open_event_stream(
     limiter = admission.limiter if admission is not None else None
     ticket = admission.ticket if admission is not None else None
     try:
-        response: httpx.Response | Reply | None = None
-        with trio.move_on_at(deadline):
-            # The runtime's own pool takes the request as it is (no httpx.Request); else httpx.
-            response = await post(client, url, headers, body, deadline)
-            if response is None:
+        # The runtime's own pool takes the request as it is (no httpx.Request), each of its
+        # steps bounded by the deadline; any other client through httpx, under a scope.
+        response: httpx.Response | Reply | None = await post(client, url, headers, body, deadline)
+        if response is None:
+            with trio.move_on_at(deadline):
                 request = client.build_request(
                     "POST",
                     _parsed_url(url),
@@ -265,8 +265,8 @@ async def open_event_stream(
                     extensions={DEADLINE: deadline},
                 )
                 response = await client.send(request, stream=True)
-        if response is None:
-            raise DeadlineExceeded("the call deadline passed")
+            if response is None:
+                raise DeadlineExceeded("the call deadline passed")
         if limiter is not None:
             limiter.learn(ticket, response.headers)
         if not response.is_success:

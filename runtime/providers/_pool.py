@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import ipaddress
 import logging
 import math
+import socket
 import ssl
 import urllib.request
 import weakref
@@ -343,8 +345,18 @@ class _StackPool:
         timeouts: Mapping[str, float | None],
     ) -> Reply:
         """Send a request made by :func:`post` on a pooled connection (as
-        :meth:`handle_async_request`)."""
-        await self._permits.acquire()
+        :meth:`handle_async_request`), every step of it by ``deadline``: the wait for a
+        permit, the connect, the write and each read (:class:`DeadlinePassed`)."""
+        permits = self._permits
+        try:
+            permits.acquire_nowait()  # the write below is the checkpoint
+        except trio.WouldBlock:
+            waited = False
+            with trio.move_on_at(deadline):
+                await permits.acquire()
+                waited = True
+            if not waited:
+                raise DeadlinePassed("the call deadline passed") from None
         sent = False
         try:
             conn = await self._take(origin)
@@ -432,19 +444,59 @@ class _Backend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
+        stream: trio.SocketStream | None = None
+        at = _bound(self.deadline, timeout)
         try:
-            with trio.fail_after(math.inf if timeout is None else timeout):
-                stream = await trio.open_tcp_stream(host, port, local_address=local_address)
-        except trio.TooSlowError as exc:
-            raise httpcore.ConnectTimeout(exc) from exc
+            with trio.move_on_at(at):
+                stream = await _open_tcp(host, port, local_address)
         except (trio.BrokenResourceError, OSError) as exc:
             raise httpcore.ConnectError(exc) from exc
+        if stream is None:
+            raise _late(at, self.deadline, httpcore.ConnectTimeout)
         for option in socket_options or ():
             stream.setsockopt(*option)
         return _Stream(stream, self)
 
     async def sleep(self, seconds: float) -> None:
         await trio.sleep(seconds)
+
+
+def _bound(deadline: float, timeout: float | None) -> float:
+    """When a step given ``timeout`` must end, the call's ``deadline`` included."""
+    return deadline if timeout is None else min(deadline, trio.current_time() + timeout)
+
+
+def _late(at: float, deadline: float, timed_out: type[Exception]) -> Exception:
+    """The error of a step that reached ``at``: the call's deadline, or the step's timeout."""
+    if at >= deadline:
+        return DeadlinePassed("the call deadline passed")
+    return timed_out("timed out")
+
+
+@functools.lru_cache(maxsize=64)
+def _ip_family(host: str) -> int | None:
+    """The address family of an IP address written out, ``None`` for a name."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return socket.AF_INET6 if address.version == 6 else socket.AF_INET
+
+
+async def _open_tcp(host: str, port: int, local_address: str | None) -> trio.SocketStream:
+    """A TCP connection to ``host``: an IP address straight to its socket (trio's
+    ``open_tcp_stream`` makes a nursery and a task per connection for its happy eyeballs,
+    which one address does not need), a name through trio's resolver and happy eyeballs."""
+    family = _ip_family(host) if local_address is None else None
+    if family is None:
+        return await trio.open_tcp_stream(host, port, local_address=local_address)
+    sock = trio.socket.socket(family, socket.SOCK_STREAM)
+    try:
+        await sock.connect((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketStream(sock)
 
 
 class _Stream(httpcore.AsyncNetworkStream):
@@ -485,7 +537,7 @@ class _Stream(httpcore.AsyncNetworkStream):
             else:
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return data
-            at = deadline if timeout is None else min(deadline, now + timeout)
+            at = _bound(deadline, timeout)
             try:
                 with trio.move_on_at(at):
                     while True:
@@ -497,15 +549,13 @@ class _Stream(httpcore.AsyncNetworkStream):
             except (OSError, trio.ClosedResourceError) as exc:  # closed under the wait, reset
                 raise httpcore.ReadError(exc) from exc
         else:
-            at = deadline if timeout is None else min(deadline, trio.current_time() + timeout)
+            at = _bound(deadline, timeout)
             try:
                 with trio.move_on_at(at):
                     return bytes(await self._stream.receive_some(max_bytes))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise httpcore.ReadError(exc) from exc
-        if at >= deadline:
-            raise DeadlinePassed("the call deadline passed")
-        raise httpcore.ReadTimeout("timed out")
+        raise _late(at, deadline, httpcore.ReadTimeout)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
         if not buffer:
@@ -523,13 +573,15 @@ class _Stream(httpcore.AsyncNetworkStream):
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return
             buffer = buffer[sent:]  # the socket's buffer is full: trio waits for room
+        deadline = self._owner.deadline
+        at = _bound(deadline, timeout)
         try:
-            with trio.fail_after(math.inf if timeout is None else timeout):
+            with trio.move_on_at(at):
                 await self._stream.send_all(buffer)
-        except trio.TooSlowError as exc:
-            raise httpcore.WriteTimeout(exc) from exc
+                return
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise httpcore.WriteError(exc) from exc
+        raise _late(at, deadline, httpcore.WriteTimeout)
 
     async def aclose(self) -> None:
         await self._stream.aclose()
@@ -543,16 +595,17 @@ class _Stream(httpcore.AsyncNetworkStream):
         tls = trio.SSLStream(
             self._stream, ssl_context, server_hostname=server_hostname, https_compatible=True
         )
+        deadline = self._owner.deadline
+        at = _bound(deadline, timeout)
         try:
-            with trio.fail_after(math.inf if timeout is None else timeout):
+            with trio.move_on_at(at):
                 await tls.do_handshake()
-        except trio.TooSlowError as exc:
-            await self.aclose()
-            raise httpcore.ConnectTimeout(exc) from exc
+                return _Stream(tls, self._owner)
         except trio.BrokenResourceError as exc:
             await self.aclose()
             raise httpcore.ConnectError(exc) from exc
-        return _Stream(tls, self._owner)
+        await self.aclose()
+        raise _late(at, deadline, httpcore.ConnectTimeout)
 
     def get_extra_info(self, info: str) -> Any:
         stream: Any = self._stream
