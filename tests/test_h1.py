@@ -493,8 +493,9 @@ async def test_a_reply_closed_before_its_end_closes_its_connection(
     assert server.connections == 2
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["through-httpx", "direct"])
 async def test_the_call_deadline_ends_a_stalled_read(
-    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
+    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock, direct: bool
 ) -> None:
     async def handler(peer: Peer) -> None:
         await peer.request()
@@ -504,12 +505,18 @@ async def test_the_call_deadline_ends_a_stalled_read(
     server = await serve(handler)
     async with _client(server, read_s=600) as client:
         deadline = trio.current_time() + 5
-        request = client.build_request("GET", server.url, extensions={DEADLINE: deadline})
-        response = await client.send(request, stream=True)
+        response: Any
+        if direct:  # the providers' path: _pool.post
+            response = await _pool.post(client, server.url, {}, b"", deadline)
+            body = response.stream
+        else:
+            request = client.build_request("GET", server.url, extensions={DEADLINE: deadline})
+            response = await client.send(request, stream=True)
+            body = response.aiter_raw()
         chunks: list[bytes] = []
 
         async def read() -> None:
-            async for chunk in response.aiter_raw():
+            async for chunk in body:
                 chunks.append(chunk)  # noqa: PERF401 - the error comes from the loop
 
         with pytest.raises(DeadlinePassed):
@@ -696,35 +703,9 @@ async def test_a_client_not_over_the_runtimes_pool_takes_httpx_path(
         assert await _pool.post(proxied, "https://api.example/v1", {}, b"", math.inf) is None
 
 
-async def test_the_direct_path_reads_end_at_the_deadline(
-    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
-) -> None:
-    async def handler(peer: Peer) -> None:
-        await peer.request()
-        await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n")
-        await trio.sleep_forever()
-
-    server = await serve(handler)
-    async with _client(server, read_s=600) as client:
-        deadline = trio.current_time() + 5
-        reply = await _pool.post(client, server.url, {}, b"", deadline)
-        assert reply is not None
-        chunks: list[bytes] = []
-
-        async def read() -> None:
-            async for chunk in reply.stream:
-                chunks.append(chunk)  # noqa: PERF401 - the error comes from the loop
-
-        with pytest.raises(DeadlinePassed):
-            await read()
-        await reply.aclose()
-        assert chunks == [b"hi"]
-        assert trio.current_time() == pytest.approx(deadline)
-        assert _pool_of(client)._permits.value == PoolLimits().max_connections
-
-
-async def test_a_read_whose_bytes_are_there_still_ends_at_a_passed_deadline(
-    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
+@pytest.mark.parametrize("ended_by", ["deadline", "cancel"])
+async def test_a_read_whose_bytes_are_there_still_ends_at_the_deadline_or_a_cancel(
+    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock, ended_by: str
 ) -> None:
     more = trio.Event()
 
@@ -743,43 +724,22 @@ async def test_a_read_whose_bytes_are_there_still_ends_at_a_passed_deadline(
         chunks = aiter(reply.stream)
         assert await anext(chunks) == b"hi"
         more.set()
-        await trio.sleep(5)  # the rest of the body has come, and the deadline passed
+        if ended_by == "deadline":
+            await trio.sleep(5)  # the rest of the body has come, and the deadline passed
+        else:
+            await trio.testing.wait_all_tasks_blocked()
         conn = reply.stream._conn.http  # type: ignore[union-attr]
         assert conn._stream.get_extra_info("is_readable")  # type: ignore[union-attr]
-        with pytest.raises(DeadlinePassed):
-            await anext(chunks)
+        if ended_by == "deadline":
+            with pytest.raises(DeadlinePassed):
+                await anext(chunks)
+        else:
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await anext(chunks)
+            assert scope.cancelled_caught
         await reply.aclose()
         assert _pool_of(client)._permits.value == PoolLimits().max_connections
-
-
-async def test_a_read_whose_bytes_are_there_is_still_a_cancellation_point(
-    serve: Callable[..., Awaitable[Server]],
-) -> None:
-    more = trio.Event()
-
-    async def handler(peer: Peer) -> None:
-        await peer.request()
-        await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n")
-        await more.wait()
-        await peer.send(b"5\r\nlater\r\n")
-        await trio.sleep_forever()
-
-    server = await serve(handler)
-    async with _client(server) as client:
-        reply = await _pool.post(client, server.url, {}, b"", math.inf)
-        assert reply is not None
-        chunks = aiter(reply.stream)
-        assert await anext(chunks) == b"hi"
-        more.set()
-        await trio.testing.wait_all_tasks_blocked()
-        conn = reply.stream._conn.http  # type: ignore[union-attr]
-        assert conn._stream.get_extra_info("is_readable")  # type: ignore[union-attr]
-        with trio.CancelScope() as scope:
-            scope.cancel()
-            await anext(chunks)
-        assert scope.cancelled_caught
-        await reply.aclose()
-    assert _pool_of(client).opened == 1
 
 
 async def test_a_direct_request_waiting_for_a_connection_ends_at_its_deadline(
