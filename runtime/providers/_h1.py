@@ -199,10 +199,14 @@ class H1Connection:
         return self._state == _CLOSED
 
     async def aclose(self) -> None:
-        """Close the socket (bounded, and done even when cancelled)."""
+        """Close the socket (bounded, and done even when cancelled): a plain socket at once, TLS
+        after its close notice."""
         self._state = _CLOSED
         stream, self._stream = self._stream, None
         if stream is not None:
+            close_now = getattr(stream, "close_now", None)  # the pool's streams have it
+            if close_now is not None and close_now():
+                return
             with trio.move_on_after(_CLOSE_S, shield=True):
                 await stream.aclose()
 
