@@ -456,6 +456,8 @@ def _ideal(row: dict[str, Any], pace_ms: int) -> dict[str, float]:
         "client_ideal_s": round(answer_s + client_s / cores, 3),
         "one_thread_s": round(client_s, 3),
         "vs_ideal": round(row["wall_s"] / (answer_s + (client_s + row["server_cpu_s"]) / cores), 3),
+        # The issue's own formula (answer time x turns + client CPU / cores): wall over it.
+        "vs_client_ideal": round(row["wall_s"] / (answer_s + client_s / cores), 3),
     }
 
 

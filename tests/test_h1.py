@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import math
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
+import httpcore
 import httpx
 import pytest
 import trio
@@ -491,8 +493,9 @@ async def test_a_reply_closed_before_its_end_closes_its_connection(
     assert server.connections == 2
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["through-httpx", "direct"])
 async def test_the_call_deadline_ends_a_stalled_read(
-    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
+    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock, direct: bool
 ) -> None:
     async def handler(peer: Peer) -> None:
         await peer.request()
@@ -502,12 +505,18 @@ async def test_the_call_deadline_ends_a_stalled_read(
     server = await serve(handler)
     async with _client(server, read_s=600) as client:
         deadline = trio.current_time() + 5
-        request = client.build_request("GET", server.url, extensions={DEADLINE: deadline})
-        response = await client.send(request, stream=True)
+        response: Any
+        if direct:  # the providers' path: _pool.post
+            response = await _pool.post(client, server.url, {}, b"", deadline)
+            body = response.stream
+        else:
+            request = client.build_request("GET", server.url, extensions={DEADLINE: deadline})
+            response = await client.send(request, stream=True)
+            body = response.aiter_raw()
         chunks: list[bytes] = []
 
         async def read() -> None:
-            async for chunk in response.aiter_raw():
+            async for chunk in body:
                 chunks.append(chunk)  # noqa: PERF401 - the error comes from the loop
 
         with pytest.raises(DeadlinePassed):
@@ -623,4 +632,150 @@ async def test_a_server_that_does_not_speak_tls_is_a_connect_error(
     async with make_client(PoolLimits(), httpx.Timeout(30.0), server.url) as client:
         with pytest.raises(httpx.ConnectError):
             await client.get(f"https://127.0.0.1:{server.port}")
+        assert _pool_of(client)._permits.value == PoolLimits().max_connections
+
+
+# -- the direct path (``_pool.post``: the providers' requests without an httpx.Request) ----------
+
+
+async def test_the_direct_path_sends_the_request_httpx_would_and_keeps_the_connection(
+    serve: Callable[..., Awaitable[Server]],
+) -> None:
+    server = await serve(_always_ok)
+    headers = {"content-type": "application/json", "authorization": "Bearer k", "accept": "x/y"}
+    async with _client(server) as client:
+        await client.post(server.url + "/v1/c?q=1", content=b'{"a":1}', headers=headers)
+        for body in (b'{"a":1}', b"[]"):  # the second from the remembered head
+            reply = await _pool.post(client, server.url + "/v1/c?q=1", headers, body, math.inf)
+            assert reply is not None
+            assert reply.status_code == 200
+            assert reply.headers == {"content-length": "2"}
+            assert b"".join([chunk async for chunk in reply.stream]) == b"ok"
+            await reply.aclose()
+    via_httpx, direct, second = server.peers[0].requests  # one connection for all three
+    assert direct == via_httpx
+    assert second == direct.replace(b"Content-Length: 7", b"Content-Length: 2").replace(
+        b'{"a":1}', b"[]"
+    )
+
+
+async def test_the_direct_path_sends_the_client_headers_as_they_are_now(
+    serve: Callable[..., Awaitable[Server]],
+) -> None:
+    server = await serve(_always_ok)
+    async with _client(server) as client:
+        for extra in ("1", "2"):
+            client.headers["x-extra"] = extra
+            reply = await _pool.post(client, server.url, {"a": "b"}, b"", math.inf)
+            assert reply is not None
+            await reply.aclose()
+    first, second = server.peers[0].requests
+    assert b"x-extra: 1\r\n" in first
+    assert b"x-extra: 2\r\n" in second
+
+
+async def test_a_direct_head_that_would_inject_a_header_is_refused_before_a_connection(
+    serve: Callable[..., Awaitable[Server]],
+) -> None:
+    server = await serve(_always_ok)
+    async with _client(server) as client:
+        with pytest.raises(httpcore.LocalProtocolError, match="does not allow") as caught:
+            await _pool.post(client, server.url, {"x-a": "secret\r\nX-Evil: 1"}, b"", math.inf)
+        assert "secret" not in str(caught.value)  # a value may be a key: never in the message
+        with pytest.raises(httpcore.LocalProtocolError, match="does not allow"):
+            await _pool.post(client, server.url, {"bad name": "v"}, b"", math.inf)
+        with pytest.raises(httpcore.LocalProtocolError, match="does not allow"):
+            await _pool.post(client, server.url, {"x-b": "a\nb"}, b"", math.inf)
+        assert _pool_of(client)._permits.value == PoolLimits().max_connections
+    assert server.connections == 0
+
+
+async def test_a_client_not_over_the_runtimes_pool_takes_httpx_path(
+    serve: Callable[..., Awaitable[Server]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await serve(_always_ok)
+    async with httpx.AsyncClient() as own:  # a caller's client: its auth, hooks, proxies
+        assert await _pool.post(own, server.url, {}, b"", math.inf) is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:1")
+    monkeypatch.setenv("NO_PROXY", "")
+    proxied = make_client(PoolLimits(), httpx.Timeout(1.0), "https://api.example")
+    async with proxied:
+        assert await _pool.post(proxied, "https://api.example/v1", {}, b"", math.inf) is None
+
+
+@pytest.mark.parametrize("ended_by", ["deadline", "cancel"])
+async def test_a_read_whose_bytes_are_there_still_ends_at_the_deadline_or_a_cancel(
+    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock, ended_by: str
+) -> None:
+    more = trio.Event()
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n")
+        await more.wait()
+        await peer.send(b"5\r\nlater\r\n")
+        await trio.sleep_forever()
+
+    server = await serve(handler)
+    async with _client(server, read_s=600) as client:
+        deadline = trio.current_time() + 5
+        reply = await _pool.post(client, server.url, {}, b"", deadline)
+        assert reply is not None
+        chunks = aiter(reply.stream)
+        assert await anext(chunks) == b"hi"
+        more.set()
+        if ended_by == "deadline":
+            await trio.sleep(5)  # the rest of the body has come, and the deadline passed
+        else:
+            await trio.testing.wait_all_tasks_blocked()
+        conn = reply.stream._conn.http  # type: ignore[union-attr]
+        assert conn._stream.get_extra_info("is_readable")  # type: ignore[union-attr]
+        if ended_by == "deadline":
+            with pytest.raises(DeadlinePassed):
+                await anext(chunks)
+        else:
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await anext(chunks)
+            assert scope.cancelled_caught
+        await reply.aclose()
+        assert _pool_of(client)._permits.value == PoolLimits().max_connections
+
+
+async def test_a_direct_request_waiting_for_a_connection_ends_at_its_deadline(
+    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
+) -> None:
+    server = await serve(_always_ok)
+    async with _client(server, max_connections=1) as client:
+        held = await _pool.post(client, server.url, {}, b"", math.inf)  # the one connection
+        assert held is not None
+        deadline = trio.current_time() + 5
+        with pytest.raises(DeadlinePassed):
+            await _pool.post(client, server.url, {}, b"", deadline)
+        assert trio.current_time() == pytest.approx(deadline)
+        await held.aclose()
+        assert _pool_of(client)._permits.value == 1
+        again = await _pool.post(client, server.url, {}, b"", math.inf)
+        assert again is not None
+        await again.aclose()
+
+
+async def test_an_address_connects_straight_and_a_name_through_the_resolver(
+    serve: Callable[..., Awaitable[Server]],
+) -> None:
+    server = await serve(_always_ok)
+    by_name = f"http://localhost:{server.port}"
+    async with _client(server) as client:
+        for url in (server.url, by_name):
+            reply = await _pool.post(client, url, {}, b"", math.inf)
+            assert reply is not None
+            assert reply.status_code == 200
+            await reply.aclose()
+    assert server.connections == 2  # one per origin
+    with trio.socket.socket() as probe:  # a port nothing listens on
+        await probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    async with _client(server) as client:
+        with pytest.raises(httpcore.ConnectError):
+            await _pool.post(client, f"http://127.0.0.1:{closed}", {}, b"", math.inf)
         assert _pool_of(client)._permits.value == PoolLimits().max_connections

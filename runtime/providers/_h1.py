@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 import ssl
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Iterable, Mapping
 from typing import Final, cast
 
 import httpcore
@@ -50,11 +50,11 @@ _NEW, _ACTIVE, _IDLE, _CLOSED = range(4)
 # a target of visible characters, then header lines "token: value" whose value holds no control
 # character but a tab. Checked in one pass, on the head as it will be sent.
 _TOKEN: Final = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
-_HEAD: Final = re.compile(
+_LINES: Final = re.compile(
     _TOKEN
     + rb" [\x21-\x7e\x80-\xff]+ HTTP/1\.1\r\n(?:"
     + _TOKEN
-    + rb": [\t\x20-\x7e\x80-\xff]*\r\n)*\r\n"
+    + rb": [\t\x20-\x7e\x80-\xff]*\r\n)*"
 )
 
 
@@ -92,30 +92,10 @@ class H1Connection:
         Cancellation: cancelled, or failed, before the head has come, the connection is closed
         (it is in an unknown state), as it is when its response is closed before its end.
         """
-        if self._state not in (_NEW, _IDLE):
-            raise httpcore.ConnectionNotAvailable()
-        self._state = _ACTIVE
-        self.requests += 1
-        timeouts = request.extensions.get("timeout", {})
-        done = False
-        try:
-            head, reusable = _request_head(request)  # a bad header opens no connection
-            stream = self._stream
-            if stream is None:
-                stream = self._stream = await self._connect(request, timeouts.get("connect"))
-            try:
-                await _send(stream, head, request, timeouts.get("write"))
-            except httpcore.WriteError:
-                # As httpcore: a server may answer (an error) and close before reading all of
-                # the request; its answer is then the better error.
-                reusable = False
-            reply = _Reply(self, stream, request.method == b"HEAD", timeouts.get("read"))
-            reply.reusable = reusable
-            await reply.read_head()
-            done = True
-        finally:
-            if not done:
-                await self.aclose()
+        extensions = request.extensions
+        reply = await self._exchange(
+            request, b"", b"", True, extensions.get("timeout", {}), extensions.get("sni_hostname")
+        )
         return httpcore.Response(
             reply.status,
             headers=reply.headers,
@@ -123,8 +103,62 @@ class H1Connection:
             extensions={"http_version": reply.http_version, "reason_phrase": reply.reason},
         )
 
+    async def send(
+        self, head: bytes, body: bytes, reusable: bool, timeouts: Mapping[str, float | None]
+    ) -> _Reply:
+        """Send a request whose head is written already (:func:`checked_lines`, then its last
+        lines) and whose ``body`` its ``Content-Length`` counts; the reply, its head read, is
+        the body's stream. The pool's direct path (no ``httpcore.Request``); otherwise as
+        :meth:`handle_async_request`."""
+        return await self._exchange(None, head, body, reusable, timeouts, None)
+
+    async def _exchange(
+        self,
+        request: httpcore.Request | None,
+        head: bytes,
+        body: bytes,
+        reusable: bool,
+        timeouts: Mapping[str, float | None],
+        sni: str | None,
+    ) -> _Reply:
+        """Send ``request`` (or ``head`` and ``body``), read the reply's head."""
+        if self._state not in (_NEW, _IDLE):
+            raise httpcore.ConnectionNotAvailable()
+        self._state = _ACTIVE
+        self.requests += 1
+        done = False
+        try:
+            if request is not None:
+                head, reusable = _request_head(request)  # a bad header opens no connection
+            stream = self._stream
+            if stream is None:
+                stream = self._stream = await self._connect(sni, timeouts.get("connect"))
+            try:
+                if request is not None:
+                    await _send(stream, head, request, timeouts.get("write"))
+                elif len(body) <= _COALESCE:
+                    await stream.write(head + body, timeouts.get("write"))
+                else:
+                    await stream.write(head, timeouts.get("write"))
+                    await stream.write(body, timeouts.get("write"))
+            except httpcore.WriteError:
+                # As httpcore: a server may answer (an error) and close before reading all of
+                # the request; its answer is then the better error.
+                reusable = False
+            head_only = request is not None and request.method == b"HEAD"
+            reply = _Reply(self, stream, head_only, timeouts.get("read"))
+            reply.reusable = reusable
+            await reply.read_head()
+            done = True
+        finally:
+            if not done:
+                await self.aclose()
+        return reply
+
     async def _connect(
-        self, request: httpcore.Request, timeout: float | None  # noqa: ASYNC109 - httpcore's
+        self,
+        sni: str | None,
+        timeout: float | None,  # noqa: ASYNC109 - httpcore's
     ) -> httpcore.AsyncNetworkStream:
         scheme = self._origin.scheme
         if scheme not in (b"http", b"https"):
@@ -134,8 +168,7 @@ class H1Connection:
         if scheme == b"https":
             # As httpcore sets it, just before the handshake's SSL object is made.
             self._ssl.set_alpn_protocols(["http/1.1"])
-            sni = request.extensions.get("sni_hostname") or host
-            stream = await stream.start_tls(self._ssl, server_hostname=sni, timeout=timeout)
+            stream = await stream.start_tls(self._ssl, server_hostname=sni or host, timeout=timeout)
         return stream
 
     async def release(self, reusable: bool) -> None:
@@ -166,10 +199,14 @@ class H1Connection:
         return self._state == _CLOSED
 
     async def aclose(self) -> None:
-        """Close the socket (bounded, and done even when cancelled)."""
+        """Close the socket (bounded, and done even when cancelled): a plain socket at once, TLS
+        after its close notice."""
         self._state = _CLOSED
         stream, self._stream = self._stream, None
         if stream is not None:
+            close_now = getattr(stream, "close_now", None)  # the pool's streams have it
+            if close_now is not None and close_now():
+                return
             with trio.move_on_after(_CLOSE_S, shield=True):
                 await stream.aclose()
 
@@ -182,31 +219,44 @@ def _request_head(request: httpcore.Request) -> tuple[bytes, bool]:
     """The request line and headers as sent, and whether the request lets the connection be
     reused (no ``Connection: close``). A ``Host`` header is added if the request has none."""
     url = request.url
-    parts = [request.method, b" ", url.target, b" HTTP/1.1\r\n"]
-    host = False
-    reusable = True
-    for name, value in request.headers:
-        parts += (name, b": ", value, b"\r\n")
-        lower = name.lower()
-        if lower == b"host":
-            host = True
-        elif lower == b"connection" and b"close" in value.lower():
-            reusable = False
-    if not host:
+    headers = request.headers
+    if not any(name.lower() == b"host" for name, _ in headers):
         default = {b"http": 80, b"https": 443}.get(url.scheme)
         where = url.host if url.port in (None, default) else b"%s:%d" % (url.host, url.port)
-        parts[4:4] = (b"Host: ", where, b"\r\n")
-    parts.append(b"\r\n")
-    head = b"".join(parts)
+        headers = [(b"Host", where), *headers]
+    lines, reusable = checked_lines(request.method, url.target, headers)
+    return lines + b"\r\n", reusable
+
+
+def checked_lines(
+    method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]]
+) -> tuple[bytes, bool]:
+    """The request line and header lines (each ending in CR LF, not yet the blank line that
+    ends the head), checked against HTTP/1.1's grammar, and whether they let the connection be
+    reused (no ``Connection: close``).
+
+    Raises:
+        httpcore.LocalProtocolError: a control character (a CR or LF above all: a header
+            smuggled in) or a space where the grammar allows none; the message never quotes
+            the value, which may be a key.
+    """
+    parts = [method, b" ", target, b" HTTP/1.1\r\n"]
+    reusable = True
+    count = 1
+    for name, value in headers:
+        parts += (name, b": ", value, b"\r\n")
+        count += 1
+        if len(name) == 10 and name.lower() == b"connection" and b"close" in value.lower():
+            reusable = False
+    lines = b"".join(parts)
     # As many line ends as lines (a CR LF inside a value would make two lines that both match).
-    lines = len(request.headers) + (2 if host else 3)  # the request line, Host, the blank line
-    if head.count(b"\n") != lines or _HEAD.fullmatch(head) is None:
+    if lines.count(b"\n") != count or _LINES.fullmatch(lines) is None:
         # Never the value itself: it may be a key.
         raise httpcore.LocalProtocolError(
             "the request's method, target or a header holds a character HTTP/1.1 does not allow"
             " there (a control character such as CR or LF, or a space in a name)"
         )
-    return head, reusable
+    return lines, reusable
 
 
 def _framing(request: httpcore.Request) -> tuple[int | None, bool]:

@@ -28,6 +28,7 @@ from datetime import UTC
 from typing import Any, Final, cast
 
 import attrs
+import httpcore
 import httpx
 import httpx_sse
 import orjson
@@ -45,7 +46,7 @@ from runtime.core import (
     parse_overflow,
 )
 
-from ._pool import DEADLINE, DeadlinePassed, reads_by_deadline
+from ._pool import DEADLINE, DeadlinePassed, Reply, post, reads_by_deadline
 from ._ratelimit import EndpointLimiter, Ticket
 from ._scripted import estimate_input_tokens
 
@@ -239,27 +240,38 @@ async def open_event_stream(
     529) pauses the endpoint: the :class:`TransientError` then carries the pause as
     ``retry_after_s``.
 
+    The request goes straight to the pool of a client of
+    :func:`~runtime.providers._pool.make_client` (:func:`~runtime.providers._pool.post`: the
+    bytes httpx would send, without its per-request ``Request`` and ``Headers``); any other
+    client (a caller's, a proxy's, HTTP/2) sends it through httpx.
+
     Cancellation: leaving the block for any reason closes the response; a response not read to
-    its end closes its connection at once (httpcore shields that close from the cancellation).
+    its end closes its connection at once (the pool shields that close from the cancellation).
     """
-    request = client.build_request(
-        "POST",
-        _parsed_url(url),
-        headers={**headers, "accept": "text/event-stream", "cache-control": "no-store"},
-        content=body,
-        extensions={DEADLINE: deadline},
-    )
+    headers = {**headers, "accept": "text/event-stream", "cache-control": "no-store"}
     limiter = admission.limiter if admission is not None else None
     ticket = admission.ticket if admission is not None else None
     try:
-        response: httpx.Response | None = None
-        with trio.move_on_at(deadline):
-            response = await client.send(request, stream=True)
+        # The runtime's own pool takes the request as it is (no httpx.Request), each of its
+        # steps bounded by the deadline; any other client through httpx, under a scope.
+        response: httpx.Response | Reply | None = await post(client, url, headers, body, deadline)
         if response is None:
-            raise DeadlineExceeded("the call deadline passed")
+            with trio.move_on_at(deadline):
+                request = client.build_request(
+                    "POST",
+                    _parsed_url(url),
+                    headers=headers,
+                    content=body,
+                    extensions={DEADLINE: deadline},
+                )
+                response = await client.send(request, stream=True)
+            if response is None:
+                raise DeadlineExceeded("the call deadline passed")
         if limiter is not None:
             limiter.learn(ticket, response.headers)
         if not response.is_success:
+            if isinstance(response, Reply):
+                response = response.as_httpx(_parsed_url(url))
             try:
                 with trio.move_on_at(deadline):
                     await _raise_for_status(response, provider, secrets)
@@ -277,14 +289,18 @@ async def open_event_stream(
             events = parse_events(response.headers, chunks)
         else:
             # A compressed reply: httpx decodes it, httpx-sse parses it.
+            raw = response.raw_headers if isinstance(response, Reply) else response.headers
             timed = httpx.Response(
-                response.status_code, headers=response.headers, stream=chunks, request=request
+                response.status_code,
+                headers=raw,
+                stream=chunks,
+                request=httpx.Request("POST", _parsed_url(url)),
             )
             events = httpx_sse.EventSource(timed).aiter_sse()
         try:
             yield events
         finally:
-            # Neither await can hang: httpcore closes under a shield, and once the reply is
+            # Neither await can hang: the pool closes under a shield, and once the reply is
             # closed every read fails at once. Cancelled, each still ends what it must.
             try:
                 await response.aclose()
@@ -298,15 +314,24 @@ async def open_event_stream(
         ) from exc
     except DeadlinePassed as exc:
         raise DeadlineExceeded("the call deadline passed") from exc
-    except httpx.TimeoutException as exc:
+    except (httpx.TimeoutException, httpcore.TimeoutException) as exc:
         kind = type(exc).__name__
         raise TransientError(f"{provider}: {_TIMEOUTS.get(kind, 'timed out')} ({kind})") from exc
-    except httpx.TransportError as exc:
+    except (httpx.TransportError, *_HTTPCORE_TRANSPORT) as exc:  # httpcore's: the direct path
         detail = str(exc) or type(exc).__name__
         where = public_url(url)
         raise TransientError(
             secrets.text(f"{provider}: connection failed ({where}): {detail}")
         ) from exc
+
+
+_HTTPCORE_TRANSPORT: Final = (
+    httpcore.NetworkError,
+    httpcore.ProtocolError,
+    httpcore.ProxyError,
+    httpcore.UnsupportedProtocol,
+)
+"""httpcore's errors that httpx maps to a ``TransportError`` (``map_httpcore_exceptions``)."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -317,7 +342,7 @@ def _parsed_url(url: str) -> httpx.URL:
 
 
 async def parse_events(
-    headers: httpx.Headers, chunks: AsyncIterable[bytes]
+    headers: Mapping[str, str], chunks: AsyncIterable[bytes]
 ) -> AsyncGenerator[httpx_sse.ServerSentEvent, None]:
     """The server-sent events in a reply's body, as httpx-sse reads them, for less per event.
 

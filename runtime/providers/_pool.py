@@ -31,11 +31,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import ipaddress
+import logging
 import math
+import socket
 import ssl
 import urllib.request
 import weakref
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -45,19 +48,20 @@ import trio
 
 from runtime.core import ConfigError
 
-from ._h1 import H1Connection
+from ._h1 import H1Connection, checked_lines
 
 # The largest pool by default: as many connections as the official OpenAI client allows (its
 # DEFAULT_CONNECTION_LIMITS), well under the usual 1,024 open files less what a run needs besides.
 DEFAULT_MAX_CONNECTIONS: Final = 1000
-_CLOSE_S: Final = 5.0
+_HEADS: Final = 64
+_httpx_log: Final = logging.getLogger("httpx")
 
 DEADLINE: Final = "trio_agents.deadline"
 """The request extension that carries a call's deadline (a :func:`trio.current_time` value) to
 the pool: every read of the reply ends by then (:class:`DeadlinePassed`)."""
 
-# The clients whose pool reads by DEADLINE (see reads_by_deadline).
-_BOUNDED: weakref.WeakSet[httpx.AsyncClient] = weakref.WeakSet()
+# The clients whose pool is a _StackPool, which reads by DEADLINE (see reads_by_deadline).
+_BOUNDED: weakref.WeakKeyDictionary[httpx.AsyncClient, _StackPool] = weakref.WeakKeyDictionary()
 
 
 class DeadlinePassed(Exception):
@@ -140,12 +144,111 @@ def make_client(limits: PoolLimits, timeouts: httpx.Timeout, base_url: str) -> h
     else:
         transport = httpx.AsyncHTTPTransport(verify=verify)
         # httpx maps httpcore's errors and streams in this transport; only its pool is ours.
-        transport._pool = _StackPool(limits, verify)  # type: ignore[assignment]
+        pool = _StackPool(limits, verify)
+        transport._pool = pool  # type: ignore[assignment]
         client = httpx.AsyncClient(timeout=timeouts, transport=transport, trust_env=False)
-        _BOUNDED.add(client)
+        _BOUNDED[client] = pool
     # Set in place: httpx copies a jar it is given into a plain one.
     client._cookies = _NoCookies()
     return client
+
+
+class Reply:
+    """A reply of :func:`post`, its head read: what a provider reads of an ``httpx.Response``.
+
+    Attributes:
+        status_code: the HTTP status.
+        headers: each header by its lower-case name, as ``httpx.Headers.get`` gives it
+            (several of one name joined by ``", "``).
+        raw_headers: the headers as received.
+        stream: the body's bytes; closing it gives the connection back to the pool.
+    """
+
+    __slots__ = ("headers", "http_version", "raw_headers", "reason_phrase", "status_code", "stream")
+
+    def __init__(self, reply: Any, stream: _Returning) -> None:
+        self.status_code: int = reply.status
+        self.reason_phrase: str = reply.reason.decode("ascii", "replace")
+        self.http_version: bytes = reply.http_version
+        self.raw_headers: list[tuple[bytes, bytes]] = reply.headers
+        self.headers = _header_map(reply.headers)
+        self.stream = stream
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    def as_httpx(self, url: httpx.URL) -> httpx.Response:
+        """The same reply as an ``httpx.Response`` (which decodes a compressed body), for the
+        rarer replies: an error, a compressed stream."""
+        return httpx.Response(
+            self.status_code,
+            headers=self.raw_headers,
+            stream=self.stream,
+            request=httpx.Request("POST", url),
+            extensions={
+                "http_version": self.http_version,
+                "reason_phrase": self.reason_phrase.encode(),
+            },
+        )
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+def _header_map(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key = name.decode("latin-1").lower()
+        try:
+            text = value.decode("ascii")
+        except UnicodeDecodeError:  # as httpx: UTF-8 if it is, else Latin-1
+            try:
+                text = value.decode("utf-8")
+            except UnicodeDecodeError:
+                text = value.decode("latin-1")
+        old = headers.get(key)
+        headers[key] = text if old is None else f"{old}, {text}"
+    return headers
+
+
+async def post(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    deadline: float,
+) -> Reply | None:
+    """POST ``body`` to ``url`` through *client*'s own pool without an ``httpx.Request``, or
+    ``None`` for a client that is not :func:`make_client`'s over its pool (the caller then
+    sends through httpx).
+
+    The request is the one httpx would send: the client's headers updated by ``headers`` (as
+    ``Headers.update``), ``Host`` first, ``Content-Length`` last; the client's timeouts; the
+    head checked as :func:`~runtime.providers._h1.checked_lines` checks it (made once per
+    client headers, request headers and URL, then reused). Every read of the reply ends by
+    ``deadline`` (:class:`DeadlinePassed`). Errors are httpcore's (the caller maps them as
+    httpx does). What httpx adds that this client has not is left out: auth, cookies (none
+    kept), event hooks, redirects (never followed for a stream). httpx's per-request
+    ``Headers`` and ``Request`` were the largest share of a request's CPU left
+    (bench/README.md, "CPU per sub-agent, third pass").
+    """
+    pool = _BOUNDED.get(client)
+    if pool is None:
+        return None
+    lines, reusable, origin = pool.head(url, client.headers, headers)
+    head = b"%bContent-Length: %d\r\n\r\n" % (lines, len(body))
+    reply = await pool.send(origin, head, body, reusable, deadline, client.timeout.as_dict())
+    if _httpx_log.isEnabledFor(logging.INFO):  # httpx's line for each request, as it logs it
+        _httpx_log.info(
+            'HTTP Request: %s %s "%s %d %s"',
+            "POST",
+            httpx.URL(url),
+            reply.http_version.decode("ascii", "ignore"),
+            reply.status_code,
+            reply.reason_phrase,
+        )
+    return reply
 
 
 def _proxied(base_url: str) -> bool:
@@ -177,6 +280,7 @@ class _StackPool:
         self._keep = limits.max_keepalive or limits.max_connections
         self._permits = trio.Semaphore(limits.max_connections)
         self._idle: dict[tuple[bytes, bytes, int], list[_Conn]] = {}
+        self._heads: dict[Any, tuple[bytes, bool, httpcore.Origin]] = {}
         self.opened = 0
         """Connections made since the pool was (for tests and the bench)."""
 
@@ -199,6 +303,69 @@ class _StackPool:
                 self._permits.release()
         response.stream = _Returning(response.stream, self, conn, request.url.origin)
         return response
+
+    def head(
+        self, url: str, defaults: httpx.Headers, headers: Mapping[str, str]
+    ) -> tuple[bytes, bool, httpcore.Origin]:
+        """The checked lines of a request's head but its ``Content-Length`` (see :func:`post`),
+        whether it lets the connection be reused, and its origin; remembered."""
+        key = (url, tuple(defaults._list), tuple(headers.items()))  # httpx's raw list: cheap
+        known = self._heads.get(key)
+        if known is not None:
+            return known
+        parsed = httpx.URL(url)
+        given = {name.lower() for name in headers}
+        merged = [
+            (raw, value)
+            for raw, lower, value in defaults._list
+            if lower.decode("ascii") not in given
+        ]
+        # Encoded as httpx encodes a str header (ASCII: anything else fails as it does there).
+        merged += [(name.encode("ascii"), value.encode("ascii")) for name, value in headers.items()]
+        if not any(raw.lower() == b"host" for raw, _ in merged):
+            merged.insert(0, (b"Host", parsed.netloc))
+        merged = [(raw, value) for raw, value in merged if raw.lower() != b"content-length"]
+        lines, reusable = checked_lines(b"POST", parsed.raw_path, merged)
+        scheme = parsed.raw_scheme
+        port = parsed.port or {b"http": 80, b"https": 443}.get(scheme, 0)
+        origin = httpcore.Origin(scheme, parsed.raw_host, port)
+        if len(self._heads) >= _HEADS:  # a header that changes per request (a trace id)
+            self._heads.clear()
+        known = self._heads[key] = (lines, reusable, origin)
+        return known
+
+    async def send(
+        self,
+        origin: httpcore.Origin,
+        head: bytes,
+        body: bytes,
+        reusable: bool,
+        deadline: float,
+        timeouts: Mapping[str, float | None],
+    ) -> Reply:
+        """Send a request made by :func:`post` on a pooled connection (as
+        :meth:`handle_async_request`), every step of it by ``deadline``: the wait for a
+        permit, the connect, the write and each read (:class:`DeadlinePassed`)."""
+        permits = self._permits
+        try:
+            permits.acquire_nowait()  # the write below is the checkpoint
+        except trio.WouldBlock:
+            waited = False
+            with trio.move_on_at(deadline):
+                await permits.acquire()
+                waited = True
+            if not waited:
+                raise DeadlinePassed("the call deadline passed") from None
+        sent = False
+        try:
+            conn = await self._take(origin)
+            conn.backend.deadline = deadline
+            reply = await conn.http.send(head, body, reusable, timeouts)
+            sent = True
+        finally:
+            if not sent:  # a failure or a cancel (any exception): the permit goes back
+                self._permits.release()
+        return Reply(reply, _Returning(reply, self, conn, origin))
 
     async def _take(self, origin: httpcore.Origin) -> _Conn:
         idle = self._idle.get(_key(origin))
@@ -248,9 +415,7 @@ def _key(origin: httpcore.Origin) -> tuple[bytes, bytes, int]:
 
 
 async def _close(conn: _Conn) -> None:
-    # Closing a socket does not block; bounded all the same, and done even when cancelled.
-    with trio.move_on_after(_CLOSE_S, shield=True):
-        await conn.http.aclose()
+    await conn.http.aclose()  # bounded, and done even when cancelled
 
 
 @attrs.define(eq=False)
@@ -276,13 +441,15 @@ class _Backend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
+        stream: trio.SocketStream | None = None
+        at = _bound(self.deadline, timeout)
         try:
-            with trio.fail_after(math.inf if timeout is None else timeout):
-                stream = await trio.open_tcp_stream(host, port, local_address=local_address)
-        except trio.TooSlowError as exc:
-            raise httpcore.ConnectTimeout(exc) from exc
+            with trio.move_on_at(at):
+                stream = await _open_tcp(host, port, local_address)
         except (trio.BrokenResourceError, OSError) as exc:
             raise httpcore.ConnectError(exc) from exc
+        if stream is None:
+            raise _late(at, self.deadline, httpcore.ConnectTimeout)
         for option in socket_options or ():
             stream.setsockopt(*option)
         return _Stream(stream, self)
@@ -291,41 +458,140 @@ class _Backend(httpcore.AsyncNetworkBackend):
         await trio.sleep(seconds)
 
 
+def _bound(deadline: float, timeout: float | None) -> float:
+    """When a step given ``timeout`` must end, the call's ``deadline`` included."""
+    return deadline if timeout is None else min(deadline, trio.current_time() + timeout)
+
+
+def _late(at: float, deadline: float, timed_out: type[Exception]) -> Exception:
+    """The error of a step that reached ``at``: the call's deadline, or the step's timeout."""
+    if at >= deadline:
+        return DeadlinePassed("the call deadline passed")
+    return timed_out("timed out")
+
+
+@functools.lru_cache(maxsize=64)
+def _ip_family(host: str) -> int | None:
+    """The address family of an IP address written out, ``None`` for a name."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return socket.AF_INET6 if address.version == 6 else socket.AF_INET
+
+
+async def _open_tcp(host: str, port: int, local_address: str | None) -> trio.SocketStream:
+    """A TCP connection to ``host``: an IP address straight to its socket (trio's
+    ``open_tcp_stream`` makes a nursery and a task per connection for its happy eyeballs,
+    which one address does not need), a name through trio's resolver and happy eyeballs."""
+    family = _ip_family(host) if local_address is None else None
+    if family is None:
+        return await trio.open_tcp_stream(host, port, local_address=local_address)
+    sock = trio.socket.socket(family, socket.SOCK_STREAM)
+    try:
+        await sock.connect((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketStream(sock)
+
+
 class _Stream(httpcore.AsyncNetworkStream):
     """A connection's socket (or TLS over it) for httpcore, as its trio stream but that a read
     has one cancel scope for its timeout and the call's deadline, and errors are mapped by
     ``except``, not a context manager per read. (The ``timeout`` parameters are httpcore's
-    interface, ASYNC109's exception.)"""
+    interface, ASYNC109's exception.)
+
+    Over a plain socket a read or write first tries the socket at once, as trio's own does (a
+    checkpoint for cancellation before, a yield after), and opens its cancel scope only when it
+    must wait: most reads of a busy fan-out find their bytes there already, and a scope per read
+    was a large share of a sub-agent's CPU (bench/README.md, "CPU per sub-agent, third pass")."""
 
     def __init__(self, stream: trio.SocketStream | trio.SSLStream[Any], owner: _Backend) -> None:
         self._stream = stream
         self._owner = owner
+        # The plain socket under trio's, for the try at once (TLS keeps trio's path).
+        self._sock: Any = (
+            stream.socket._sock  # type: ignore[attr-defined]
+            if isinstance(stream, trio.SocketStream)
+            else None
+        )
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
         deadline = self._owner.deadline
-        at = deadline if timeout is None else min(deadline, trio.current_time() + timeout)
-        try:
-            with trio.move_on_at(at):
-                return bytes(await self._stream.receive_some(max_bytes))
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise httpcore.ReadError(exc) from exc
-        if at >= deadline:
-            raise DeadlinePassed("the call deadline passed")
-        raise httpcore.ReadTimeout("timed out")
+        sock = self._sock
+        if sock is not None:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            now = trio.current_time()
+            if now >= deadline:
+                raise DeadlinePassed("the call deadline passed")
+            try:
+                data: bytes = sock.recv(max_bytes)
+            except BlockingIOError:
+                pass  # nothing yet: wait below, under the deadline
+            except OSError as exc:
+                raise httpcore.ReadError(exc) from exc
+            else:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return data
+            at = _bound(deadline, timeout)
+            try:
+                with trio.move_on_at(at):
+                    while True:
+                        await trio.lowlevel.wait_readable(sock)
+                        try:
+                            return sock.recv(max_bytes)  # type: ignore[no-any-return]
+                        except BlockingIOError:
+                            pass
+            except (OSError, trio.ClosedResourceError) as exc:  # closed under the wait, reset
+                raise httpcore.ReadError(exc) from exc
+        else:
+            at = _bound(deadline, timeout)
+            try:
+                with trio.move_on_at(at):
+                    return bytes(await self._stream.receive_some(max_bytes))
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise httpcore.ReadError(exc) from exc
+        raise _late(at, deadline, httpcore.ReadTimeout)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
         if not buffer:
             return
+        sock = self._sock
+        if sock is not None:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                sent = sock.send(buffer)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                raise httpcore.WriteError(exc) from exc
+            if sent == len(buffer):
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return
+            buffer = buffer[sent:]  # the socket's buffer is full: trio waits for room
+        deadline = self._owner.deadline
+        at = _bound(deadline, timeout)
         try:
-            with trio.fail_after(math.inf if timeout is None else timeout):
+            with trio.move_on_at(at):
                 await self._stream.send_all(buffer)
-        except trio.TooSlowError as exc:
-            raise httpcore.WriteTimeout(exc) from exc
+                return
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise httpcore.WriteError(exc) from exc
+        raise _late(at, deadline, httpcore.WriteTimeout)
 
     async def aclose(self) -> None:
         await self._stream.aclose()
+
+    def close_now(self) -> bool:
+        """Close a plain socket at once, as trio's ``aclose`` does but for its checkpoint (the
+        connection's close is shielded from cancellation anyway, and a scope to shield it cost
+        as much as the close: bench/README.md, "CPU per sub-agent, third pass"); ``False``
+        for TLS, whose close sends a notice first."""
+        if self._sock is None:
+            return False
+        self._stream.socket.close()
+        return True
 
     async def start_tls(
         self,
@@ -336,16 +602,17 @@ class _Stream(httpcore.AsyncNetworkStream):
         tls = trio.SSLStream(
             self._stream, ssl_context, server_hostname=server_hostname, https_compatible=True
         )
+        deadline = self._owner.deadline
+        at = _bound(deadline, timeout)
         try:
-            with trio.fail_after(math.inf if timeout is None else timeout):
+            with trio.move_on_at(at):
                 await tls.do_handshake()
-        except trio.TooSlowError as exc:
-            await self.aclose()
-            raise httpcore.ConnectTimeout(exc) from exc
+                return _Stream(tls, self._owner)
         except trio.BrokenResourceError as exc:
             await self.aclose()
             raise httpcore.ConnectError(exc) from exc
-        return _Stream(tls, self._owner)
+        await self.aclose()
+        raise _late(at, deadline, httpcore.ConnectTimeout)
 
     def get_extra_info(self, info: str) -> Any:
         stream: Any = self._stream
@@ -365,7 +632,7 @@ class _Stream(httpcore.AsyncNetworkStream):
         return None
 
 
-class _Returning:
+class _Returning(httpx.AsyncByteStream):
     """A reply's body that gives its connection back to the pool when closed."""
 
     def __init__(
