@@ -57,16 +57,21 @@ def cmd_resume(ns: argparse.Namespace, opts: RunOptions) -> int:
     existing_file(opts.agents, "--agents")
     check_output_paths(opts)  # --trace NEW (an existing file is kept unless --force)
     tree = TraceTree()  # the live view starts from the run so far
+    # What the trace is read into lives as long as the run: the cycle collector need not walk
+    # it again and again (a trace of a million events leaves millions of objects;
+    # bench/README.md, "Resume"), so it is frozen before the collector runs again: left on
+    # after the reading, its first pass (of the youngest generation, which holds every object
+    # made while it was off) walked them all once, a third of a second at a million events.
+    # Only cyclic garbage is never freed once frozen, and the process ends with the run.
+    gc.disable()
     try:
         state = load_resume(ns.trace_file, tree=tree)
     except AgentsError as exc:
         error_line(str(exc))
         return EXIT_USAGE
-    # What the trace was read into lives as long as the run: the cycle collector need not
-    # walk it again and again (a trace of a million events leaves millions of objects;
-    # bench/README.md, "Resume"). Only cyclic garbage is never freed once frozen, and the
-    # process ends with the run.
-    gc.freeze()
+    finally:
+        gc.freeze()
+        gc.enable()
     rec = state.recording
     if state.finished:
         note(f"{ns.trace_file}: run {rec.run_id} finished ({rec.status}); nothing to resume")
