@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import io
 import itertools
 import os
 import re
@@ -198,10 +199,6 @@ def _refuse_live_writer(fd: int, name: str) -> None:
 # How the trace writer starts the lines a resume reads only for the agents it rebuilds.
 _DELTAS = (b'{"type":"text_delta","seq":', b'{"type":"thinking_delta","seq":')
 _TURN_PREFIX = b'{"type":"turn_finished","seq":'
-_OTHER_LINE = re.compile(
-    rb'\n\{"type":"(?:[^t]|t[^eh]|te(?!xt_delta","seq":)|th(?!inking_delta","seq":))'
-)
-"""A newline followed by an event line that is not a delta as the writer starts them."""
 _TURN = re.compile(
     rb'\{"type":"turn_finished","seq":(\d+),"ts":[-+.0-9eE]+,"run_id":"[^"\\]*",'
     rb'"agent_id":"([^"\\]*)","parent_tool_use_id":(?:null|"[^"\\]*"),"turn":\d+,'
@@ -210,7 +207,9 @@ _TURN = re.compile(
 """A ``turn_finished`` line as the writer lays it out, of a turn that ended as most do: its
 place, agent, stop reason and tokens are read from it without decoding it."""
 _BLOCK = 1 << 23
-"""The bytes of trace read at a time (about 40,000 lines)."""
+"""The bytes of trace the second reading takes at a time (about 40,000 lines)."""
+_READ_BUFFER = 1 << 16
+"""The first reading's buffer (its lines are split by the file object, in C)."""
 _FEW = 8
 """Up to this many rebuilt agents, their lines are found by a search for each id (in C);
 past it, each delta's id is read."""
@@ -250,6 +249,53 @@ class _Blocks:
         self.cut = have - 1
 
 
+class _Whole(io.RawIOBase):
+    """The file *f* (unbuffered, at its start) up to byte *end*: its whole lines, for a
+    buffered reader to split (a killed writer's cut last line is never seen)."""
+
+    def __init__(self, f: Any, end: int) -> None:
+        super().__init__()
+        self.f = f
+        self.left = end
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self.left <= 0:
+            return 0
+        with memoryview(b) as view:
+            read: int = self.f.readinto(view[: min(len(view), self.left)])
+        self.left -= read
+        return read
+
+
+def _tail(f: Any, size: int) -> tuple[int, bytes]:
+    """Where the whole lines of the file *f* (unbuffered) end (past its last newline), and
+    its last whole line that is not blank (b"" if none), read from its end."""
+    window = 1 << 16
+    end = -1
+    while True:
+        start = max(0, size - window)
+        f.seek(start)
+        data = f.read(size - start)
+        if end < 0:
+            last = data.rfind(b"\n")
+            if last < 0 and start > 0:
+                window *= 4
+                continue
+            end = start + last + 1
+            size = end  # what follows is the cut line
+            data = data[: last + 1]
+        lines = data.split(b"\n")
+        for line in reversed(lines if start == 0 else lines[1:]):  # the first may be a part
+            if line.strip():
+                return end, line
+        if start == 0:
+            return end, b""
+        window *= 4
+
+
 class _Reader:
     """One reading of a trace for a resume: the checks (a corrupt line, a gap in ``seq``,
     several runs, the version) and the run's state (:class:`ResumeState`), built from each
@@ -274,12 +320,13 @@ class _Reader:
             recording=self.rec, path=where, size=0, keep=0, last_seq=0, last_ts=0.0,
             agent_ids={}, next_agent=1, decided={}, next_request=1, touched={},
         )  # fmt: skip
-        self.events: list[dict[str, Any]] = []
-        """Every decoded line but the turns, in order."""
+        self.events: dict[str | None, list[dict[str, Any]]] = {}
+        """Per agent, its decoded lines but the turns, in order (those of an agent that is
+        not rebuilt are let go once that is known: a finished subtree's are most of a big
+        trace's, and nothing reads them again)."""
         self.turn_lines: list[tuple[int, dict[str, Any]]] = []
         """The decoded ``turn_finished`` lines, with their line index."""
         self.blanks = 0
-        self.last_line = b""
         self.runs: set[str] = set()
         self.ordered_ids = True
         # Agents with a turn decoded: their later turns are decoded too, so that the tree's
@@ -291,10 +338,6 @@ class _Reader:
         self.open_agent_calls: set[str] = set()
         self.background_parent: dict[str, str] = {}
         self.reports_read: set[str] = set()
-        self.roots: list[str] = []
-        self.early = _Wanted(name)
-        """The lines of the roots, found as the first reading goes (the lines of the other
-        agents that are rebuilt are found by a second one)."""
         self.sent: list[tuple[str, str, int]] = []
         """Messages between agents: (as the mailbox holds it, sender, sender's turn)."""
         self.handlers: dict[str, Any] = {
@@ -319,20 +362,20 @@ class _Reader:
 
     def read(self, f: Any) -> ResumeState:
         name, rec, state = self.name, self.rec, self.state
-        count = 0
-        blocks = _Blocks(f)
+        state.size = os.fstat(f.fileno()).st_size
+        state.keep, last_line = _tail(f, state.size)
+        f.seek(0)
         try:
-            for base, buf, end in blocks:
-                count = base + self._block(base, buf, end)
+            count = self._lines(io.BufferedReader(_Whole(f, state.keep), _READ_BUFFER))
         except _Gap:
             raise _gap(self.where, name) from None
         except (TypeError, AttributeError, ValueError, KeyError) as exc:  # a field's type
             raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
-        state.size = f.tell()
-        state.keep = state.size - blocks.cut
         if not self.runs:
             raise TraceError(f"{name}: not a trace (no whole event line)")
-        state.last_seq, state.last_ts = _seq_ts(self.last_line)
+        if not rec.run_id:
+            rec.run_id = next(iter(self.runs))
+        state.last_seq, state.last_ts = _seq_ts(last_line)
         if state.last_seq != count - self.blanks:
             raise _gap(self.where, name)
         if len(self.runs) > 1:
@@ -355,17 +398,11 @@ class _Reader:
             raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
         return state
 
-    def _block(self, base: int, buf: bytearray, end: int) -> int:
-        """Read one block (see :class:`_Blocks`); returns how many lines it holds."""
-        lines = buf.count(b"\n", 0, end)
-        if buf.count(b'\n{"type":"', 0, end) == lines:
-            starts = [m.start() for m in _OTHER_LINE.finditer(buf, 0, end)]
-        else:
-            # A line that is not an event as the writer starts one (a blank one, a corrupt
-            # one): every line but the deltas is looked at.
-            starts = _non_delta_starts(buf, end)
-        index = base
-        at = 0
+    def _lines(self, lines: Iterable[bytes]) -> int:
+        """Read every whole line (the first reading); returns how many there are.
+
+        The loop is the floor's (``trace show``): the file object splits the lines, and a
+        delta is passed over on its first bytes. Its place is its index, counted."""
         loads = orjson.loads
         types = EVENT_TYPES
         apply = self.tree.apply_dict if self.tree is not None else None
@@ -374,11 +411,10 @@ class _Reader:
         stopped = self.stopped
         events = self.events
         run_id = None
-        for start in starts:
-            index += buf.count(b"\n", at, start)
-            at = start
-            first = start + 1
-            line = buf[first : buf.find(b"\n", first)]
+        index = -1
+        for index, line in enumerate(lines):
+            if line.startswith(_DELTAS):
+                continue
             turn = line.startswith(_TURN_PREFIX)
             if turn:
                 match = _TURN.match(line)
@@ -408,7 +444,7 @@ class _Reader:
                     self.blanks += 1
                     continue
                 # What is wrong, with the line's number (an error; else as above).
-                fields = _decoded(bytes(line), index, self.name, None if turn else apply, loads)
+                fields = _decoded(line, index, self.name, None if turn else apply, loads)
                 seq = fields["seq"]
             if seq != index + 1 - self.blanks:
                 raise _Gap
@@ -416,32 +452,18 @@ class _Reader:
                 self.turn_lines.append((index, fields))
                 stopped.add(fields["agent_id"])
             else:
-                events.append(fields)
+                mine = events.get(fields["agent_id"])
+                if mine is None:
+                    events[fields["agent_id"]] = [fields]
+                else:
+                    mine.append(fields)
             if fields["run_id"] != run_id:
                 run_id = fields["run_id"]
                 self.runs.add(run_id)
             handler = handlers.get(fields["type"])
             if handler is not None:
                 handler(fields)
-        if self.roots:  # the roots' lines, found now: a root is always rebuilt
-            self.early.add(self.roots)
-            self.roots = []
-        self.early.take(base, buf, end)
-        if not self.rec.run_id and self.runs:
-            self.rec.run_id = next(iter(self.runs))
-        last = buf.rfind(b"\n", 0, end) + 1
-        self.last_line = bytes(buf[last:end]) if buf[last:end].strip() else self._last_of(buf, end)
-        return lines
-
-    def _last_of(self, buf: bytearray, end: int) -> bytes:
-        """The last line of the block that is not blank (else the last block's)."""
-        while end > 0:
-            start = buf.rfind(b"\n", 0, end) + 1
-            line = bytes(buf[start:end])
-            if line.strip():
-                return line
-            end = start - 1
-        return self.last_line
+        return index + 1
 
     # -- what each event says ----------------------------------------------------------------
 
@@ -456,8 +478,6 @@ class _Reader:
         if match:
             self.top = max(self.top, int(match.group(1)))
         self.parents[ev["agent_id"]] = ev["parent_tool_use_id"]
-        if ev["parent_tool_use_id"] is None:
-            self.roots.append(ev["agent_id"])
         if ev.get("background"):
             self.background_parent[ev["agent_id"]] = ev["parent_agent_id"]
 
@@ -483,8 +503,15 @@ class _Reader:
             self.open_agent_calls.add(call.id)
 
     def _tool_finished(self, ev: dict[str, Any]) -> None:
-        self.open_agent_calls.discard(ev["tool_use_id"])
-        call = self.rec.calls.get(ev["tool_use_id"])
+        call_id = ev["tool_use_id"]
+        if call_id in self.open_agent_calls:
+            self.open_agent_calls.discard(call_id)
+            for child in self.state.agent_ids.get(call_id, ()):
+                if child in self.finished and child not in self.background_parent:
+                    # Finished under a finished call: not rebuilt (see _rebuild), so its
+                    # lines are not needed again.
+                    self.events.pop(child, None)
+        call = self.rec.calls.get(call_id)
         if call is None:
             return
         call.status, call.output = ev["status"], ev["output"]
@@ -562,19 +589,16 @@ class _Reader:
             or agent in state.unread_reports
         }  # fmt: skip
         decoded = {fields["seq"] for _, fields in self.turn_lines}
-        lines = self.early.lines
-        late = _Wanted(self.name, rebuilt - self.early.agents)
-        if late.agents:
-            f.seek(0)
-            for base, buf, end in _Blocks(f):
-                late.take(base, buf, end)
-            lines = list(heapq.merge(lines, late.lines, key=_seq))
+        wanted = _Wanted(self.name, rebuilt)  # never empty: a root is always rebuilt
+        f.seek(0)
+        for base, buf, end in _Blocks(f):
+            wanted.take(base, buf, end)
         lines = [
-            e for e in lines if e["type"] != "turn_finished" or e["seq"] not in decoded
+            e for e in wanted.lines if e["type"] != "turn_finished" or e["seq"] not in decoded
         ]  # those of the first reading
-        mine = [
-            e for e in self.events if e["agent_id"] in rebuilt or e["type"] == "run_resumed"
-        ]
+        events = self.events
+        mine = [e for agent in rebuilt for e in events.get(agent, ())]
+        mine.extend(e for e in events.get(None, ()) if e["type"] == "run_resumed")
         mine.extend(fields for _, fields in self.turn_lines if fields["agent_id"] in rebuilt)
         mine.sort(key=_seq)
         for agent_id in rebuilt:
@@ -659,18 +683,6 @@ def _turns_of(rec: Recording, events: Iterable[dict[str, Any]]) -> dict[str | No
         if aid is not None:
             last_ts[aid] = ev["ts"]
     return text
-
-
-def _non_delta_starts(buf: bytearray, end: int) -> list[int]:
-    """Where each line of the block (see :class:`_Blocks`) that is not a delta starts (its
-    newline before), line by line: for a block with a line the fast search does not take."""
-    starts = []
-    at = 0
-    while at < end:
-        if not buf.startswith(_DELTAS, at + 1):
-            starts.append(at)
-        at = buf.find(b"\n", at + 1)
-    return starts
 
 
 class _Wanted:
