@@ -173,15 +173,18 @@ async def _resume(
     # (--agents, --scenario) are plain types with every tool, as in a replay.
     types = load_agent_types(opts.agents) if opts.agents else []
     known = {t.name for t in (*types, *default_agent_types())}
+    config = attrs.evolve(run_config(opts), resume=state)
     if opts.scenario is not None:
         from runtime.providers import Scenario
 
-        known.update(Scenario.load(opts.scenario).agents)
+        scenario = Scenario.load(opts.scenario)  # read once: the run is given it, not its path
+        known.update(scenario.agents)
+        config = attrs.evolve(config, scenario=scenario)
     types += [
         AgentType(name=name, description="resumed from a trace")
         for name in sorted({a.name for a in rec.agents.values()} - known)
     ]
-    config = attrs.evolve(run_config(opts), agent_types=types, resume=state)
+    config = attrs.evolve(config, agent_types=types)
     if opts.trace.path is None:
         config = attrs.evolve(config, trace=True)  # the same file, continued
     outcome = None

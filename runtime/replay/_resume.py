@@ -217,20 +217,19 @@ past it, each delta's id is read."""
 
 class _Blocks:
     """The whole lines of the file *f* (unbuffered, at its start) a block at a time: each as
-    ``(index of its first line, buffer, end)``, where ``buffer[0]`` is the newline that ended
-    the line before (every line starts after a newline) and ``buffer[end]`` is its last
-    newline. The buffer is reused: it holds the next block once the loop goes on. A last line
-    without its newline (a killed writer) is left out: :attr:`cut` is its length."""
+    ``(offset, buffer, end)``, where ``buffer[0]`` is the newline that ended the line before
+    (every line starts after a newline), ``buffer[end]`` is its last newline and ``offset``
+    is where ``buffer[1]`` is in the file. The buffer is reused: it holds the next block once
+    the loop goes on. A last line without its newline (a killed writer) is left out."""
 
     def __init__(self, f: Any) -> None:
         self.f = f
-        self.cut = 0
 
     def __iter__(self) -> Iterator[tuple[int, bytearray, int]]:
         buf = bytearray(min(_BLOCK, os.fstat(self.f.fileno()).st_size) + 2)
         buf[0] = 10
         have = 1
-        base = 0
+        offset = 0
         while True:
             if have == len(buf):  # a line longer than a block
                 buf.extend(bytes(len(buf)))
@@ -241,12 +240,11 @@ class _Blocks:
             end = buf.rfind(b"\n", 0, have)
             if end <= 0:
                 continue
-            yield base, buf, end
-            base += buf.count(b"\n", 0, end)
+            yield offset, buf, end
+            offset += end
             rest = have - end
             buf[:rest] = buf[end:have]
             have = rest
-        self.cut = have - 1
 
 
 class _Whole(io.RawIOBase):
@@ -589,10 +587,10 @@ class _Reader:
             or agent in state.unread_reports
         }  # fmt: skip
         decoded = {fields["seq"] for _, fields in self.turn_lines}
-        wanted = _Wanted(self.name, rebuilt)  # never empty: a root is always rebuilt
+        wanted = _Wanted(self.name, f, rebuilt)  # never empty: a root is always rebuilt
         f.seek(0)
-        for base, buf, end in _Blocks(f):
-            wanted.take(base, buf, end)
+        for offset, buf, end in _Blocks(f):
+            wanted.take(offset, buf, end)
         lines = [
             e for e in wanted.lines if e["type"] != "turn_finished" or e["seq"] not in decoded
         ]  # those of the first reading
@@ -689,20 +687,15 @@ class _Wanted:
     """The deltas and the ``turn_finished`` lines not decoded of some agents, looked for in
     each block (see :class:`_Blocks`) and decoded, in order."""
 
-    def __init__(self, name: str, agents: Iterable[str] = ()) -> None:
+    def __init__(self, name: str, f: Any, agents: Iterable[str]) -> None:
         self.name = name
+        self.f = f
         self.lines: list[dict[str, Any]] = []
-        self.agents: set[str] = set()
-        self.needles: list[bytes] = []
-        self.keys: set[bytes] = set()
-        self.add(agents)
-
-    def add(self, agents: Iterable[str]) -> None:
-        self.agents.update(agents)
+        self.agents = set(agents)
         self.needles = [b'"agent_id":' + orjson.dumps(agent) + b"," for agent in self.agents]
         self.keys = {n[len(_AGENT_KEY) : -2] for n in self.needles}
 
-    def take(self, base: int, buf: bytearray, end: int) -> None:
+    def take(self, offset: int, buf: bytearray, end: int) -> None:
         """Decode the lines of the block that are wanted."""
         if not self.agents:
             return
@@ -731,12 +724,25 @@ class _Wanted:
             try:
                 fields = _decoded(line, 0, self.name, None, loads)
             except TraceError:
-                index = base + buf.count(b"\n", 0, start)
+                index = _line_index(self.f, offset + start)
                 fields = _decoded(line, index, self.name, None, loads)
             self.lines.append(fields)
 
 
 _AGENT_KEY = b'"agent_id":"'
+
+
+def _line_index(f: Any, at: int) -> int:
+    """The index of the line starting at byte *at* of the file *f* (for an error's line
+    number; the file's position is left as it is)."""
+    count = done = 0
+    while done < at:
+        data = os.pread(f.fileno(), min(_BLOCK, at - done), done)
+        if not data:
+            break
+        count += data.count(b"\n")
+        done += len(data)
+    return count
 
 
 def _lines_of(buf: bytearray, end: int, keys: set[bytes]) -> list[int]:
