@@ -112,6 +112,8 @@ async def _check_workspace(state: ResumeState, workspace: Path, *, force: bool) 
     Raises:
         UsageError: something changed, and not *force*.
     """
+    if not state.touched:  # no recorded read, write or edit: nothing to check
+        return
     import structlog
     import trio
 

@@ -400,51 +400,63 @@ class _Reader:
         """Read every whole line (the first reading); returns how many there are.
 
         The loop is the floor's (``trace show``): the file object splits the lines, and a
-        delta is passed over on its first bytes. Its place is its index, counted."""
+        delta is passed over on its first bytes. Its place is its index, counted. A decoded
+        line goes to the tree's handler of its kind and to this reading's, looked up once."""
         loads = orjson.loads
         types = EVENT_TYPES
-        apply = self.tree.apply_dict if self.tree is not None else None
+        tree = self.tree
+        apply = tree.apply_dict if tree is not None else None
+        tree_handlers = tree.handlers if tree is not None else {}
+        tree_run = tree.run_id if tree is not None else None
         handlers = self.handlers
         agents = self.rec.agents
         stopped = self.stopped
         events = self.events
         run_id = None
         index = -1
+        blanks = 0
         for index, line in enumerate(lines):
             if line.startswith(_DELTAS):
                 continue
             turn = line.startswith(_TURN_PREFIX)
             if turn:
                 match = _TURN.match(line)
-                if match is not None and match[2].decode() not in stopped:
-                    if int(match[1]) != index + 1 - self.blanks:
-                        raise _Gap
-                    agent = agents.get(match[2].decode())
-                    if agent is not None:
-                        agent.turns.append(RecordedTurn(
-                            number=len(agent.turns) + 1, stop_reason=match[3].decode(),
-                            input_tokens=int(match[4]), output_tokens=int(match[5]),
-                        ))  # fmt: skip
-                    continue
+                if match is not None:
+                    agent_id = match[2].decode()
+                    if agent_id not in stopped:
+                        if int(match[1]) != index + 1 - blanks:
+                            raise _Gap
+                        agent = agents.get(agent_id)
+                        if agent is not None:
+                            turns = agent.turns
+                            turns.append(RecordedTurn(
+                                number=len(turns) + 1, stop_reason=match[3].decode(),
+                                input_tokens=int(match[4]), output_tokens=int(match[5]),
+                            ))  # fmt: skip
+                        continue
             try:
                 fields = loads(line)
-                seq, ts = fields["seq"], fields["ts"]
+                kind, seq, ts, rid = fields["type"], fields["seq"], fields["ts"], fields["run_id"]
                 if not (
-                    fields["type"] in types and seq.__class__ is int
-                    and fields["run_id"].__class__ is str
+                    kind in types and seq.__class__ is int and rid.__class__ is str
                     and (ts.__class__ is float or ts.__class__ is int) and "agent_id" in fields
                 ):  # fmt: skip
                     raise EventDecodeError("not an event")
                 if apply is not None and not turn:
-                    apply(fields)
+                    handler = tree_handlers.get(kind)
+                    if rid == tree_run and handler is not None:
+                        handler(fields)  # as apply_dict does, its checks made above
+                    else:
+                        apply(fields)
+                        tree_run = tree.run_id  # type: ignore[union-attr]  # apply is its
             except (orjson.JSONDecodeError, EventDecodeError, KeyError, TypeError):
                 if not line.strip():
-                    self.blanks += 1
+                    blanks += 1
                     continue
                 # What is wrong, with the line's number (an error; else as above).
                 fields = _decoded(line, index, self.name, None if turn else apply, loads)
-                seq = fields["seq"]
-            if seq != index + 1 - self.blanks:
+                kind, seq, rid = fields["type"], fields["seq"], fields["run_id"]
+            if seq != index + 1 - blanks:
                 raise _Gap
             if turn:
                 self.turn_lines.append((index, fields))
@@ -455,12 +467,13 @@ class _Reader:
                     events[fields["agent_id"]] = [fields]
                 else:
                     mine.append(fields)
-            if fields["run_id"] != run_id:
-                run_id = fields["run_id"]
-                self.runs.add(run_id)
-            handler = handlers.get(fields["type"])
+            if rid != run_id:
+                run_id = rid
+                self.runs.add(rid)
+            handler = handlers.get(kind)
             if handler is not None:
                 handler(fields)
+        self.blanks = blanks
         return index + 1
 
     # -- what each event says ----------------------------------------------------------------
@@ -486,34 +499,36 @@ class _Reader:
 
     def _tool_started(self, ev: dict[str, Any]) -> None:
         agent = self.rec.agents.get(ev["agent_id"])
-        if agent is None or not agent.turns:
+        if agent is None:
+            return
+        turns = agent.turns
+        if not turns:
             return
         inputs = ev["input"]  # read only, as the tree's (a call's input is copied to run)
         if inputs.__class__ is not dict:
             raise TypeError(f"tool_started input is not an object: {inputs!r}")
-        call = RecordedCall(
-            id=ev["tool_use_id"], name=ev["name"], input=inputs, agent=agent,
-            turn=len(agent.turns),
-        )  # fmt: skip
-        self.rec.calls[call.id] = call
-        agent.turns[-1].calls.append(call)
-        if call.name == "agent":
-            self.open_agent_calls.add(call.id)
+        call_id, name = ev["tool_use_id"], ev["name"]
+        call = RecordedCall(id=call_id, name=name, input=inputs, agent=agent, turn=len(turns))
+        self.rec.calls[call_id] = call
+        turns[-1].calls.append(call)
+        if name == "agent":
+            self.open_agent_calls.add(call_id)
 
     def _tool_finished(self, ev: dict[str, Any]) -> None:
         call_id = ev["tool_use_id"]
-        if call_id in self.open_agent_calls:
+        call = self.rec.calls.get(call_id)
+        if call is None:
+            self.open_agent_calls.discard(call_id)
+            return
+        call.status, call.output = ev["status"], ev["output"]
+        if call.name == "agent" and call_id in self.open_agent_calls:
             self.open_agent_calls.discard(call_id)
             for child in self.state.agent_ids.get(call_id, ()):
                 if child in self.finished and child not in self.background_parent:
                     # Finished under a finished call: not rebuilt (see _rebuild), so its
                     # lines are not needed again.
                     self.events.pop(child, None)
-        call = self.rec.calls.get(call_id)
-        if call is None:
-            return
-        call.status, call.output = ev["status"], ev["output"]
-        if call.status == "ok" and call.name in _FILE_TOOLS:
+        elif call.status == "ok" and call.name in _FILE_TOOLS:
             target = call.input.get("path")
             if isinstance(target, str):
                 self.state.touched.pop(target, None)
