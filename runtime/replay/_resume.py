@@ -207,6 +207,8 @@ _TURN = re.compile(
 )
 """A ``turn_finished`` line as the writer lays it out, of a turn that ended as most do: its
 place, agent, stop reason and tokens are read from it without decoding it."""
+_STOPS = {b"tool_use": "tool_use", b"end_turn": "end_turn"}
+"""The stop reasons :data:`_TURN` reads, as one string each (not one per turn)."""
 _BLOCK = 1 << 23
 """The bytes of trace the second reading takes at a time (about 40,000 lines)."""
 _READ_BUFFER = 1 << 16
@@ -326,6 +328,8 @@ class _Reader:
         self.turn_lines: list[tuple[int, dict[str, Any]]] = []
         """The decoded ``turn_finished`` lines, with their line index."""
         self.blanks = 0
+        self.words: dict[str, str] = {}
+        """Tool names and statuses, each kept once (a million-event trace repeats them)."""
         self.runs: set[str] = set()
         self.ordered_ids = True
         # Agents with a turn decoded: their later turns are decoded too, so that the tree's
@@ -434,7 +438,7 @@ class _Reader:
                         if agent is not None:
                             turns = agent.turns
                             turns.append(RecordedTurn(
-                                number=len(turns) + 1, stop_reason=match[3].decode(),
+                                number=len(turns) + 1, stop_reason=_STOPS[match[3]],
                                 input_tokens=int(match[4]), output_tokens=int(match[5]),
                             ))  # fmt: skip
                         continue
@@ -512,6 +516,7 @@ class _Reader:
         if inputs.__class__ is not dict:
             raise TypeError(f"tool_started input is not an object: {inputs!r}")
         call_id, name = ev["tool_use_id"], ev["name"]
+        name = self.words.setdefault(name, name)  # one string per tool, not one per call
         call = RecordedCall(id=call_id, name=name, input=inputs, agent=agent, turn=len(turns))
         self.rec.calls[call_id] = call
         turns[-1].calls.append(call)
@@ -524,7 +529,8 @@ class _Reader:
         if call is None:
             self.open_agent_calls.discard(call_id)
             return
-        call.status, call.output = ev["status"], ev["output"]
+        status = ev["status"]
+        call.status, call.output = self.words.setdefault(status, status), ev["output"]
         if call.name == "agent" and call_id in self.open_agent_calls:
             self.open_agent_calls.discard(call_id)
             for child in self.state.agent_ids.get(call_id, ()):
