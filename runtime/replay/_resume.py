@@ -19,7 +19,6 @@ from __future__ import annotations
 import gc
 import heapq
 import io
-import itertools
 import os
 import re
 from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
@@ -208,6 +207,11 @@ _TURN = re.compile(
 """A ``turn_finished`` line as the writer lays it out, of a turn that ended as most do: its
 place, agent, stop reason and tokens are read from it without decoding it."""
 _STOPS = {b"tool_use": "tool_use", b"end_turn": "end_turn"}
+_KINDS = {kind: kind for kind in EVENT_TYPES}
+"""The event types this version knows, each as one string (a line's is looked up here)."""
+_Mark = tuple[int, float, str, str | None, str | None]
+"""What a rebuild reads of a decoded line that is not a turn: its ``seq``, ``ts``, type,
+agent and ``tool_use_id`` (:func:`_turns_of`)."""
 """The stop reasons :data:`_TURN` reads, as one string each (not one per turn)."""
 _BLOCK = 1 << 23
 """The bytes of trace the second reading takes at a time (about 40,000 lines)."""
@@ -321,10 +325,10 @@ class _Reader:
             recording=self.rec, path=where, size=0, keep=0, last_seq=0, last_ts=0.0,
             agent_ids={}, next_agent=1, decided={}, next_request=1, touched={},
         )  # fmt: skip
-        self.events: dict[str | None, list[dict[str, Any]]] = {}
-        """Per agent, its decoded lines but the turns, in order (those of an agent that is
-        not rebuilt are let go once that is known: a finished subtree's are most of a big
-        trace's, and nothing reads them again)."""
+        self.events: dict[str | None, list[_Mark]] = {}
+        """Per agent, the marks of its decoded lines but the turns, in order (those of an
+        agent that is not rebuilt are let go once that is known: a finished subtree's are
+        most of a big trace's, and nothing reads them again)."""
         self.turn_lines: list[tuple[int, dict[str, Any]]] = []
         """The decoded ``turn_finished`` lines, with their line index."""
         self.blanks = 0
@@ -408,7 +412,7 @@ class _Reader:
         delta is passed over on its first bytes. Its place is its index, counted. A decoded
         line goes to the tree's handler of its kind and to this reading's, looked up once."""
         loads = orjson.loads
-        types = EVENT_TYPES
+        kinds = _KINDS
         tree = self.tree
         apply = tree.apply_dict if tree is not None else None
         tree_handlers = tree.handlers if tree is not None else {}
@@ -444,9 +448,10 @@ class _Reader:
                         continue
             try:
                 fields = loads(line)
-                kind, seq, ts, rid = fields["type"], fields["seq"], fields["ts"], fields["run_id"]
+                kind = kinds[fields["type"]]  # a known type, as one string
+                seq, ts, rid = fields["seq"], fields["ts"], fields["run_id"]
                 if not (
-                    kind in types and seq.__class__ is int and rid.__class__ is str
+                    seq.__class__ is int and rid.__class__ is str
                     and (ts.__class__ is float or ts.__class__ is int) and "agent_id" in fields
                 ):  # fmt: skip
                     raise EventDecodeError("not an event")
@@ -463,18 +468,22 @@ class _Reader:
                     continue
                 # What is wrong, with the line's number (an error; else as above).
                 fields = _decoded(line, index, self.name, None if turn else apply, loads)
-                kind, seq, rid = fields["type"], fields["seq"], fields["run_id"]
+                kind, seq, ts, rid = fields["type"], fields["seq"], fields["ts"], fields["run_id"]
             if seq != index + 1 - blanks:
                 raise _Gap
             if turn:
                 self.turn_lines.append((index, fields))
                 stopped.add(fields["agent_id"])
             else:
-                mine = events.get(fields["agent_id"])
+                # What the rebuild reads of it (the line itself is let go: what the tree and
+                # the recording keep of it, they hold).
+                agent_id = fields["agent_id"]
+                mark = (seq, ts, kind, agent_id, fields.get("tool_use_id"))
+                mine = events.get(agent_id)
                 if mine is None:
-                    events[fields["agent_id"]] = [fields]
+                    events[agent_id] = [mark]
                 else:
-                    mine.append(fields)
+                    mine.append(mark)
             if rid != run_id:
                 run_id = rid
                 self.runs.add(rid)
@@ -620,8 +629,10 @@ class _Reader:
             e for e in wanted.lines if e["type"] != "turn_finished" or e["seq"] not in decoded
         ]  # those of the first reading
         events = self.events
-        mine = [e for agent in rebuilt for e in events.get(agent, ())]
-        mine.extend(e for e in events.get(None, ()) if e["type"] == "run_resumed")
+        mine: list[dict[str, Any] | _Mark] = [
+            e for agent in rebuilt for e in events.get(agent, ())
+        ]
+        mine.extend(e for e in events.get(None, ()) if e[2] == "run_resumed")
         mine.extend(fields for _, fields in self.turn_lines if fields["agent_id"] in rebuilt)
         mine.sort(key=_seq)
         for agent_id in rebuilt:
@@ -680,20 +691,30 @@ class _Reader:
                 state.decided[call.id] = (True, "decided before the resume")
 
 
-def _turns_of(rec: Recording, events: Iterable[dict[str, Any]]) -> dict[str | None, list[str]]:
-    """Give agents their turns from *events* (theirs, in order, their deltas and turns
-    decoded): as :func:`~runtime.replay._recording._build`, with the calls and ends the first
-    reading recorded already. Returns the text streamed after each one's last turn."""
+def _turns_of(
+    rec: Recording, events: Iterable[dict[str, Any] | _Mark]
+) -> dict[str | None, list[str]]:
+    """Give agents their turns from *events* (theirs, in order: their deltas and turns
+    decoded, the marks of their other lines): as :func:`~runtime.replay._recording._build`,
+    with the calls and ends the first reading recorded already. Returns the text streamed
+    after each one's last turn."""
     streamed = Streamed()
     text, thinking = streamed.text, streamed.thinking
     last_ts: dict[str | None, float] = {}
-    for ev in itertools.filterfalse(streamed.take, events):  # the deltas kept, not events
-        aid, kind = ev["agent_id"], ev["type"]
-        agents, calls = rec.agents, rec.calls
-        if kind == "turn_finished" and aid in agents:
-            recorded_turn(ev, agents[aid], text.pop(aid, ()), thinking.pop(aid, ()), last_ts)
-        elif kind == "tool_started" and aid in agents:
-            call = calls.get(ev["tool_use_id"])
+    agents, calls = rec.agents, rec.calls
+    for ev in events:
+        fields = None
+        if isinstance(ev, tuple):
+            _, ts, kind, aid, tool_use_id = ev
+        elif streamed.take(ev):  # a delta: its text is kept
+            continue
+        else:
+            fields = ev
+            ts, kind, aid, tool_use_id = ev["ts"], ev["type"], ev["agent_id"], None
+        if kind == "turn_finished" and aid in agents and fields is not None:
+            recorded_turn(fields, agents[aid], text.pop(aid, ()), thinking.pop(aid, ()), last_ts)
+        elif kind == "tool_started" and aid in agents and tool_use_id is not None:
+            call = calls.get(tool_use_id)
             if call is not None and call.agent is agents[aid]:
                 call.agent.turns[call.turn - 1].calls.append(call)
         elif kind == "agent_finished" and aid in agents:
@@ -704,7 +725,7 @@ def _turns_of(rec: Recording, events: Iterable[dict[str, Any]]) -> dict[str | No
             text.clear()
             thinking.clear()
         if aid is not None:
-            last_ts[aid] = ev["ts"]
+            last_ts[aid] = ts
     return text
 
 
@@ -787,8 +808,8 @@ def _lines_of(buf: bytearray, end: int, keys: set[bytes]) -> list[int]:
     return starts
 
 
-def _seq(fields: dict[str, Any]) -> int:
-    seq: int = fields["seq"]
+def _seq(fields: dict[str, Any] | _Mark) -> int:
+    seq: int = fields[0] if isinstance(fields, tuple) else fields["seq"]
     return seq
 
 
