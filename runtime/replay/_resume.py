@@ -629,9 +629,7 @@ class _Reader:
             e for e in wanted.lines if e["type"] != "turn_finished" or e["seq"] not in decoded
         ]  # those of the first reading
         events = self.events
-        mine: list[dict[str, Any] | _Mark] = [
-            e for agent in rebuilt for e in events.get(agent, ())
-        ]
+        mine: list[dict[str, Any] | _Mark] = [e for agent in rebuilt for e in events.get(agent, ())]
         mine.extend(e for e in events.get(None, ()) if e[2] == "run_resumed")
         mine.extend(fields for _, fields in self.turn_lines if fields["agent_id"] in rebuilt)
         mine.sort(key=_seq)
