@@ -82,6 +82,8 @@ INTERRUPTED_TEXT = (
 _AGENT_NUMBER = re.compile(r"agent-(\d+)$")
 _REQUEST_NUMBER = re.compile(r"perm-(\d+)$")
 _DENIED = "permission denied: "
+_DECIDED = (True, "decided before the resume")
+"""The decision of a recorded call that ran (one tuple for them all: it is only read)."""
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -686,7 +688,7 @@ class _Reader:
             if call.status == "denied":
                 state.decided[call.id] = (False, (call.output or "").removeprefix(_DENIED))
             elif call.status is not None:
-                state.decided[call.id] = (True, "decided before the resume")
+                state.decided[call.id] = _DECIDED
 
 
 def _turns_of(
