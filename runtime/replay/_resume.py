@@ -159,8 +159,8 @@ def load_resume(
     """Read the trace at *path* for a resume; with *tree*, its events are applied to it too
     (a live view that shows the run so far).
 
-    The file is read a few megabytes at a time, once for the run and once more for the text
-    of the agents that are rebuilt (:class:`_Reader`); nothing holds the whole file.
+    The file is read twice, line by line for the run and a few megabytes at a time for the
+    text of the agents that are rebuilt (:class:`_Reader`); nothing holds the whole file.
 
     Raises:
         TraceError: one line: not there, being written by a live process, written by
