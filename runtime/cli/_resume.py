@@ -55,16 +55,21 @@ def cmd_resume(ns: argparse.Namespace, opts: RunOptions) -> int:
     existing_file(opts.agents, "--agents")
     check_output_paths(opts)  # --trace NEW (an existing file is kept unless --force)
     tree = TraceTree()  # the live view starts from the run so far
+    # What the trace is read into lives as long as the run: the cycle collector need not walk
+    # it again and again (a trace of a million events leaves millions of objects;
+    # bench/README.md, "Resume"), so it is frozen before the collector runs again: left on
+    # after the reading, its first pass (of the youngest generation, which holds every object
+    # made while it was off) walked them all once, a third of a second at a million events.
+    # Only cyclic garbage is never freed once frozen, and the process ends with the run.
+    gc.disable()
     try:
         state = load_resume(ns.trace_file, tree=tree)
     except AgentsError as exc:
         error_line(str(exc))
         return EXIT_USAGE
-    # What the trace was read into lives as long as the run: the cycle collector need not
-    # walk it again and again (a trace of a million events leaves millions of objects;
-    # bench/README.md, "Resume"). Only cyclic garbage is never freed once frozen, and the
-    # process ends with the run.
-    gc.freeze()
+    finally:
+        gc.freeze()
+        gc.enable()
     rec = state.recording
     if state.finished:
         note(f"{ns.trace_file}: run {rec.run_id} finished ({rec.status}); nothing to resume")
@@ -105,6 +110,8 @@ async def _check_workspace(state: ResumeState, workspace: Path, *, force: bool) 
     Raises:
         UsageError: something changed, and not *force*.
     """
+    if not state.touched:  # no recorded read, write or edit: nothing to check
+        return
     import trio
 
     from runtime._tools import builtin_tools
@@ -165,15 +172,18 @@ async def _resume(
     # (--agents, --scenario) are plain types with every tool, as in a replay.
     types = load_agent_types(opts.agents) if opts.agents else []
     known = {t.name for t in (*types, *default_agent_types())}
+    config = attrs.evolve(run_config(opts), resume=state)
     if opts.scenario is not None:
         from runtime.providers import Scenario
 
-        known.update(Scenario.load(opts.scenario).agents)
+        scenario = Scenario.load(opts.scenario)  # read once: the run is given it, not its path
+        known.update(scenario.agents)
+        config = attrs.evolve(config, scenario=scenario)
     types += [
         AgentType(name=name, description="resumed from a trace")
         for name in sorted({a.name for a in rec.agents.values()} - known)
     ]
-    config = attrs.evolve(run_config(opts), agent_types=types, resume=state)
+    config = attrs.evolve(config, agent_types=types)
     if opts.trace.path is None:
         config = attrs.evolve(config, trace=True)  # the same file, continued
     outcome = None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 import heapq
-import itertools
+import io
 import os
 import re
 from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping
@@ -82,6 +82,8 @@ INTERRUPTED_TEXT = (
 _AGENT_NUMBER = re.compile(r"agent-(\d+)$")
 _REQUEST_NUMBER = re.compile(r"perm-(\d+)$")
 _DENIED = "permission denied: "
+_DECIDED = (True, "decided before the resume")
+"""The decision of a recorded call that ran (one tuple for them all: it is only read)."""
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -157,8 +159,8 @@ def load_resume(
     """Read the trace at *path* for a resume; with *tree*, its events are applied to it too
     (a live view that shows the run so far).
 
-    The file is read a few megabytes at a time, once for the run and once more for the text
-    of the agents that are rebuilt (:class:`_Reader`); nothing holds the whole file.
+    The file is read twice, line by line for the run and a few megabytes at a time for the
+    text of the agents that are rebuilt (:class:`_Reader`); nothing holds the whole file.
 
     Raises:
         TraceError: one line: not there, being written by a live process, written by
@@ -198,10 +200,7 @@ def _refuse_live_writer(fd: int, name: str) -> None:
 # How the trace writer starts the lines a resume reads only for the agents it rebuilds.
 _DELTAS = (b'{"type":"text_delta","seq":', b'{"type":"thinking_delta","seq":')
 _TURN_PREFIX = b'{"type":"turn_finished","seq":'
-_OTHER_LINE = re.compile(
-    rb'\n\{"type":"(?:[^t]|t[^eh]|te(?!xt_delta","seq":)|th(?!inking_delta","seq":))'
-)
-"""A newline followed by an event line that is not a delta as the writer starts them."""
+assert [len(p) for p in (*_DELTAS, _TURN_PREFIX)] == [27, 31, 30]  # the first reading's slices
 _TURN = re.compile(
     rb'\{"type":"turn_finished","seq":(\d+),"ts":[-+.0-9eE]+,"run_id":"[^"\\]*",'
     rb'"agent_id":"([^"\\]*)","parent_tool_use_id":(?:null|"[^"\\]*"),"turn":\d+,'
@@ -209,8 +208,17 @@ _TURN = re.compile(
 )
 """A ``turn_finished`` line as the writer lays it out, of a turn that ended as most do: its
 place, agent, stop reason and tokens are read from it without decoding it."""
+_STOPS = {b"tool_use": "tool_use", b"end_turn": "end_turn"}
+_KINDS = {kind: kind for kind in EVENT_TYPES}
+"""The event types this version knows, each as one string (a line's is looked up here)."""
+_Mark = tuple[int, float, str, str | None, str | None]
+"""What a rebuild reads of a decoded line that is not a turn: its ``seq``, ``ts``, type,
+agent and ``tool_use_id`` (:func:`_turns_of`)."""
+"""The stop reasons :data:`_TURN` reads, as one string each (not one per turn)."""
 _BLOCK = 1 << 23
-"""The bytes of trace read at a time (about 40,000 lines)."""
+"""The bytes of trace the second reading takes at a time (about 40,000 lines)."""
+_READ_BUFFER = 1 << 16
+"""The first reading's buffer (its lines are split by the file object, in C)."""
 _FEW = 8
 """Up to this many rebuilt agents, their lines are found by a search for each id (in C);
 past it, each delta's id is read."""
@@ -218,20 +226,19 @@ past it, each delta's id is read."""
 
 class _Blocks:
     """The whole lines of the file *f* (unbuffered, at its start) a block at a time: each as
-    ``(index of its first line, buffer, end)``, where ``buffer[0]`` is the newline that ended
-    the line before (every line starts after a newline) and ``buffer[end]`` is its last
-    newline. The buffer is reused: it holds the next block once the loop goes on. A last line
-    without its newline (a killed writer) is left out: :attr:`cut` is its length."""
+    ``(offset, buffer, end)``, where ``buffer[0]`` is the newline that ended the line before
+    (every line starts after a newline), ``buffer[end]`` is its last newline and ``offset``
+    is where ``buffer[1]`` is in the file. The buffer is reused: it holds the next block once
+    the loop goes on. A last line without its newline (a killed writer) is left out."""
 
     def __init__(self, f: Any) -> None:
         self.f = f
-        self.cut = 0
 
     def __iter__(self) -> Iterator[tuple[int, bytearray, int]]:
         buf = bytearray(min(_BLOCK, os.fstat(self.f.fileno()).st_size) + 2)
         buf[0] = 10
         have = 1
-        base = 0
+        offset = 0
         while True:
             if have == len(buf):  # a line longer than a block
                 buf.extend(bytes(len(buf)))
@@ -242,12 +249,58 @@ class _Blocks:
             end = buf.rfind(b"\n", 0, have)
             if end <= 0:
                 continue
-            yield base, buf, end
-            base += buf.count(b"\n", 0, end)
+            yield offset, buf, end
+            offset += end
             rest = have - end
             buf[:rest] = buf[end:have]
             have = rest
-        self.cut = have - 1
+
+
+class _Whole(io.RawIOBase):
+    """The file *f* (unbuffered, at its start) up to byte *end*: its whole lines, for a
+    buffered reader to split (a killed writer's cut last line is never seen)."""
+
+    def __init__(self, f: Any, end: int) -> None:
+        super().__init__()
+        self.f = f
+        self.left = end
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self.left <= 0:
+            return 0
+        with memoryview(b) as view:
+            read: int = self.f.readinto(view[: min(len(view), self.left)])
+        self.left -= read
+        return read
+
+
+def _tail(f: Any, size: int) -> tuple[int, bytes]:
+    """Where the whole lines of the file *f* (unbuffered) end (past its last newline), and
+    its last whole line that is not blank (b"" if none), read from its end."""
+    window = 1 << 16
+    end = -1
+    while True:
+        start = max(0, size - window)
+        f.seek(start)
+        data = f.read(size - start)
+        if end < 0:
+            last = data.rfind(b"\n")
+            if last < 0 and start > 0:
+                window *= 4
+                continue
+            end = start + last + 1
+            size = end  # what follows is the cut line
+            data = data[: last + 1]
+        lines = data.split(b"\n")
+        for line in reversed(lines if start == 0 else lines[1:]):  # the first may be a part
+            if line.strip():
+                return end, line
+        if start == 0:
+            return end, b""
+        window *= 4
 
 
 class _Reader:
@@ -274,12 +327,15 @@ class _Reader:
             recording=self.rec, path=where, size=0, keep=0, last_seq=0, last_ts=0.0,
             agent_ids={}, next_agent=1, decided={}, next_request=1, touched={},
         )  # fmt: skip
-        self.events: list[dict[str, Any]] = []
-        """Every decoded line but the turns, in order."""
+        self.events: dict[str | None, list[_Mark]] = {}
+        """Per agent, the marks of its decoded lines but the turns, in order (those of an
+        agent that is not rebuilt are let go once that is known: a finished subtree's are
+        most of a big trace's, and nothing reads them again)."""
         self.turn_lines: list[tuple[int, dict[str, Any]]] = []
         """The decoded ``turn_finished`` lines, with their line index."""
         self.blanks = 0
-        self.last_line = b""
+        self.words: dict[str, str] = {}
+        """Tool names and statuses, each kept once (a million-event trace repeats them)."""
         self.runs: set[str] = set()
         self.ordered_ids = True
         # Agents with a turn decoded: their later turns are decoded too, so that the tree's
@@ -291,10 +347,6 @@ class _Reader:
         self.open_agent_calls: set[str] = set()
         self.background_parent: dict[str, str] = {}
         self.reports_read: set[str] = set()
-        self.roots: list[str] = []
-        self.early = _Wanted(name)
-        """The lines of the roots, found as the first reading goes (the lines of the other
-        agents that are rebuilt are found by a second one)."""
         self.sent: list[tuple[str, str, int]] = []
         """Messages between agents: (as the mailbox holds it, sender, sender's turn)."""
         self.handlers: dict[str, Any] = {
@@ -319,20 +371,20 @@ class _Reader:
 
     def read(self, f: Any) -> ResumeState:
         name, rec, state = self.name, self.rec, self.state
-        count = 0
-        blocks = _Blocks(f)
+        state.size = os.fstat(f.fileno()).st_size
+        state.keep, last_line = _tail(f, state.size)
+        f.seek(0)
         try:
-            for base, buf, end in blocks:
-                count = base + self._block(base, buf, end)
+            count = self._lines(io.BufferedReader(_Whole(f, state.keep), _READ_BUFFER))
         except _Gap:
             raise _gap(self.where, name) from None
         except (TypeError, AttributeError, ValueError, KeyError) as exc:  # a field's type
             raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
-        state.size = f.tell()
-        state.keep = state.size - blocks.cut
         if not self.runs:
             raise TraceError(f"{name}: not a trace (no whole event line)")
-        state.last_seq, state.last_ts = _seq_ts(self.last_line)
+        if not rec.run_id:
+            rec.run_id = next(iter(self.runs))
+        state.last_seq, state.last_ts = _seq_ts(last_line)
         if state.last_seq != count - self.blanks:
             raise _gap(self.where, name)
         if len(self.runs) > 1:
@@ -355,93 +407,93 @@ class _Reader:
             raise TraceError(f"{name}: corrupt trace ({exc}); it cannot be resumed") from None
         return state
 
-    def _block(self, base: int, buf: bytearray, end: int) -> int:
-        """Read one block (see :class:`_Blocks`); returns how many lines it holds."""
-        lines = buf.count(b"\n", 0, end)
-        if buf.count(b'\n{"type":"', 0, end) == lines:
-            starts = [m.start() for m in _OTHER_LINE.finditer(buf, 0, end)]
-        else:
-            # A line that is not an event as the writer starts one (a blank one, a corrupt
-            # one): every line but the deltas is looked at.
-            starts = _non_delta_starts(buf, end)
-        index = base
-        at = 0
+    def _lines(self, lines: Iterable[bytes]) -> int:
+        """Read every whole line (the first reading); returns how many there are.
+
+        The loop is the floor's (``trace show``): the file object splits the lines, and a
+        delta is passed over on its first bytes. Its place is its index, counted. A decoded
+        line goes to the tree's handler of its kind and to this reading's, looked up once."""
         loads = orjson.loads
-        types = EVENT_TYPES
-        apply = self.tree.apply_dict if self.tree is not None else None
+        kinds = _KINDS
+        tree = self.tree
+        apply = tree.apply_dict if tree is not None else None
+        tree_handlers = tree.handlers if tree is not None else {}
+        tree_run = tree.run_id if tree is not None else None
         handlers = self.handlers
         agents = self.rec.agents
         stopped = self.stopped
         events = self.events
         run_id = None
-        for start in starts:
-            index += buf.count(b"\n", at, start)
-            at = start
-            first = start + 1
-            line = buf[first : buf.find(b"\n", first)]
-            turn = line.startswith(_TURN_PREFIX)
+        index = -1
+        blanks = 0
+        text, thinking = _DELTAS
+        turn_prefix = _TURN_PREFIX
+        for index, line in enumerate(lines):
+            # A slice compared costs half what startswith does (its arguments are parsed).
+            if line[:27] == text or line[:31] == thinking:
+                continue
+            turn = line[:30] == turn_prefix
             if turn:
                 match = _TURN.match(line)
-                if match is not None and match[2].decode() not in stopped:
-                    if int(match[1]) != index + 1 - self.blanks:
-                        raise _Gap
-                    agent = agents.get(match[2].decode())
-                    if agent is not None:
-                        agent.turns.append(RecordedTurn(
-                            number=len(agent.turns) + 1, stop_reason=match[3].decode(),
-                            input_tokens=int(match[4]), output_tokens=int(match[5]),
-                        ))  # fmt: skip
-                    continue
+                if match is not None:
+                    agent_id = match[2].decode()
+                    if agent_id not in stopped:
+                        if int(match[1]) != index + 1 - blanks:
+                            raise _Gap
+                        agent = agents.get(agent_id)
+                        if agent is not None:
+                            turns = agent.turns
+                            turns.append(RecordedTurn(
+                                number=len(turns) + 1, stop_reason=_STOPS[match[3]],
+                                input_tokens=int(match[4]), output_tokens=int(match[5]),
+                            ))  # fmt: skip
+                        continue
             try:
                 fields = loads(line)
-                seq, ts = fields["seq"], fields["ts"]
+                kind = kinds[fields["type"]]  # a known type, as one string
+                seq, ts, rid = fields["seq"], fields["ts"], fields["run_id"]
                 if not (
-                    fields["type"] in types and seq.__class__ is int
-                    and fields["run_id"].__class__ is str
+                    seq.__class__ is int and rid.__class__ is str
                     and (ts.__class__ is float or ts.__class__ is int) and "agent_id" in fields
                 ):  # fmt: skip
                     raise EventDecodeError("not an event")
                 if apply is not None and not turn:
-                    apply(fields)
+                    handler = tree_handlers.get(kind)
+                    if rid == tree_run and handler is not None:
+                        handler(fields)  # as apply_dict does, its checks made above
+                    else:
+                        apply(fields)
+                        tree_run = tree.run_id  # type: ignore[union-attr]  # apply is its
             except (orjson.JSONDecodeError, EventDecodeError, KeyError, TypeError):
                 if not line.strip():
-                    self.blanks += 1
+                    blanks += 1
                     continue
                 # What is wrong, with the line's number (an error; else as above).
-                fields = _decoded(bytes(line), index, self.name, None if turn else apply, loads)
-                seq = fields["seq"]
-            if seq != index + 1 - self.blanks:
+                fields = _decoded(line, index, self.name, None if turn else apply, loads)
+                kind, seq, ts, rid = fields["type"], fields["seq"], fields["ts"], fields["run_id"]
+            if seq != index + 1 - blanks:
                 raise _Gap
             if turn:
                 self.turn_lines.append((index, fields))
                 stopped.add(fields["agent_id"])
             else:
-                events.append(fields)
-            if fields["run_id"] != run_id:
-                run_id = fields["run_id"]
-                self.runs.add(run_id)
-            handler = handlers.get(fields["type"])
+                # What the rebuild reads of it (the line itself is let go: what the tree and
+                # the recording keep of it, they hold).
+                agent_id = fields["agent_id"]
+                mark = (seq, ts, kind, agent_id, fields.get("tool_use_id"))
+                mine = events.get(agent_id)
+                if mine is None:
+                    events[agent_id] = [mark]
+                else:
+                    mine.append(mark)
+            if rid != run_id:
+                run_id = rid
+                self.runs.add(rid)
+            handler = handlers.get(kind)
             if handler is not None:
                 handler(fields)
-        if self.roots:  # the roots' lines, found now: a root is always rebuilt
-            self.early.add(self.roots)
-            self.roots = []
-        self.early.take(base, buf, end)
-        if not self.rec.run_id and self.runs:
-            self.rec.run_id = next(iter(self.runs))
-        last = buf.rfind(b"\n", 0, end) + 1
-        self.last_line = bytes(buf[last:end]) if buf[last:end].strip() else self._last_of(buf, end)
-        return lines
-
-    def _last_of(self, buf: bytearray, end: int) -> bytes:
-        """The last line of the block that is not blank (else the last block's)."""
-        while end > 0:
-            start = buf.rfind(b"\n", 0, end) + 1
-            line = bytes(buf[start:end])
-            if line.strip():
-                return line
-            end = start - 1
-        return self.last_line
+        self.blanks = blanks
+        return index + 1
 
     # -- what each event says ----------------------------------------------------------------
 
@@ -456,8 +508,6 @@ class _Reader:
         if match:
             self.top = max(self.top, int(match.group(1)))
         self.parents[ev["agent_id"]] = ev["parent_tool_use_id"]
-        if ev["parent_tool_use_id"] is None:
-            self.roots.append(ev["agent_id"])
         if ev.get("background"):
             self.background_parent[ev["agent_id"]] = ev["parent_agent_id"]
 
@@ -468,27 +518,38 @@ class _Reader:
 
     def _tool_started(self, ev: dict[str, Any]) -> None:
         agent = self.rec.agents.get(ev["agent_id"])
-        if agent is None or not agent.turns:
+        if agent is None:
+            return
+        turns = agent.turns
+        if not turns:
             return
         inputs = ev["input"]  # read only, as the tree's (a call's input is copied to run)
         if inputs.__class__ is not dict:
             raise TypeError(f"tool_started input is not an object: {inputs!r}")
-        call = RecordedCall(
-            id=ev["tool_use_id"], name=ev["name"], input=inputs, agent=agent,
-            turn=len(agent.turns),
-        )  # fmt: skip
-        self.rec.calls[call.id] = call
-        agent.turns[-1].calls.append(call)
-        if call.name == "agent":
-            self.open_agent_calls.add(call.id)
+        call_id, name = ev["tool_use_id"], ev["name"]
+        name = self.words.setdefault(name, name)  # one string per tool, not one per call
+        call = RecordedCall(id=call_id, name=name, input=inputs, agent=agent, turn=len(turns))
+        self.rec.calls[call_id] = call
+        turns[-1].calls.append(call)
+        if name == "agent":
+            self.open_agent_calls.add(call_id)
 
     def _tool_finished(self, ev: dict[str, Any]) -> None:
-        self.open_agent_calls.discard(ev["tool_use_id"])
-        call = self.rec.calls.get(ev["tool_use_id"])
+        call_id = ev["tool_use_id"]
+        call = self.rec.calls.get(call_id)
         if call is None:
+            self.open_agent_calls.discard(call_id)
             return
-        call.status, call.output = ev["status"], ev["output"]
-        if call.status == "ok" and call.name in _FILE_TOOLS:
+        status = ev["status"]
+        call.status, call.output = self.words.setdefault(status, status), ev["output"]
+        if call.name == "agent" and call_id in self.open_agent_calls:
+            self.open_agent_calls.discard(call_id)
+            for child in self.state.agent_ids.get(call_id, ()):
+                if child in self.finished and child not in self.background_parent:
+                    # Finished under a finished call: not rebuilt (see _rebuild), so its
+                    # lines are not needed again.
+                    self.events.pop(child, None)
+        elif call.status == "ok" and call.name in _FILE_TOOLS:
             target = call.input.get("path")
             if isinstance(target, str):
                 self.state.touched.pop(target, None)
@@ -562,19 +623,16 @@ class _Reader:
             or agent in state.unread_reports
         }  # fmt: skip
         decoded = {fields["seq"] for _, fields in self.turn_lines}
-        lines = self.early.lines
-        late = _Wanted(self.name, rebuilt - self.early.agents)
-        if late.agents:
-            f.seek(0)
-            for base, buf, end in _Blocks(f):
-                late.take(base, buf, end)
-            lines = list(heapq.merge(lines, late.lines, key=_seq))
+        wanted = _Wanted(self.name, f, rebuilt)  # never empty: a root is always rebuilt
+        f.seek(0)
+        for offset, buf, end in _Blocks(f):
+            wanted.take(offset, buf, end)
         lines = [
-            e for e in lines if e["type"] != "turn_finished" or e["seq"] not in decoded
+            e for e in wanted.lines if e["type"] != "turn_finished" or e["seq"] not in decoded
         ]  # those of the first reading
-        mine = [
-            e for e in self.events if e["agent_id"] in rebuilt or e["type"] == "run_resumed"
-        ]
+        events = self.events
+        mine: list[dict[str, Any] | _Mark] = [e for agent in rebuilt for e in events.get(agent, ())]
+        mine.extend(e for e in events.get(None, ()) if e[2] == "run_resumed")
         mine.extend(fields for _, fields in self.turn_lines if fields["agent_id"] in rebuilt)
         mine.sort(key=_seq)
         for agent_id in rebuilt:
@@ -630,23 +688,33 @@ class _Reader:
             if call.status == "denied":
                 state.decided[call.id] = (False, (call.output or "").removeprefix(_DENIED))
             elif call.status is not None:
-                state.decided[call.id] = (True, "decided before the resume")
+                state.decided[call.id] = _DECIDED
 
 
-def _turns_of(rec: Recording, events: Iterable[dict[str, Any]]) -> dict[str | None, list[str]]:
-    """Give agents their turns from *events* (theirs, in order, their deltas and turns
-    decoded): as :func:`~runtime.replay._recording._build`, with the calls and ends the first
-    reading recorded already. Returns the text streamed after each one's last turn."""
+def _turns_of(
+    rec: Recording, events: Iterable[dict[str, Any] | _Mark]
+) -> dict[str | None, list[str]]:
+    """Give agents their turns from *events* (theirs, in order: their deltas and turns
+    decoded, the marks of their other lines): as :func:`~runtime.replay._recording._build`,
+    with the calls and ends the first reading recorded already. Returns the text streamed
+    after each one's last turn."""
     streamed = Streamed()
     text, thinking = streamed.text, streamed.thinking
     last_ts: dict[str | None, float] = {}
-    for ev in itertools.filterfalse(streamed.take, events):  # the deltas kept, not events
-        aid, kind = ev["agent_id"], ev["type"]
-        agents, calls = rec.agents, rec.calls
-        if kind == "turn_finished" and aid in agents:
-            recorded_turn(ev, agents[aid], text.pop(aid, ()), thinking.pop(aid, ()), last_ts)
-        elif kind == "tool_started" and aid in agents:
-            call = calls.get(ev["tool_use_id"])
+    agents, calls = rec.agents, rec.calls
+    for ev in events:
+        fields = None
+        if isinstance(ev, tuple):
+            _, ts, kind, aid, tool_use_id = ev
+        elif streamed.take(ev):  # a delta: its text is kept
+            continue
+        else:
+            fields = ev
+            ts, kind, aid, tool_use_id = ev["ts"], ev["type"], ev["agent_id"], None
+        if kind == "turn_finished" and aid in agents and fields is not None:
+            recorded_turn(fields, agents[aid], text.pop(aid, ()), thinking.pop(aid, ()), last_ts)
+        elif kind == "tool_started" and aid in agents and tool_use_id is not None:
+            call = calls.get(tool_use_id)
             if call is not None and call.agent is agents[aid]:
                 call.agent.turns[call.turn - 1].calls.append(call)
         elif kind == "agent_finished" and aid in agents:
@@ -657,40 +725,23 @@ def _turns_of(rec: Recording, events: Iterable[dict[str, Any]]) -> dict[str | No
             text.clear()
             thinking.clear()
         if aid is not None:
-            last_ts[aid] = ev["ts"]
+            last_ts[aid] = ts
     return text
-
-
-def _non_delta_starts(buf: bytearray, end: int) -> list[int]:
-    """Where each line of the block (see :class:`_Blocks`) that is not a delta starts (its
-    newline before), line by line: for a block with a line the fast search does not take."""
-    starts = []
-    at = 0
-    while at < end:
-        if not buf.startswith(_DELTAS, at + 1):
-            starts.append(at)
-        at = buf.find(b"\n", at + 1)
-    return starts
 
 
 class _Wanted:
     """The deltas and the ``turn_finished`` lines not decoded of some agents, looked for in
     each block (see :class:`_Blocks`) and decoded, in order."""
 
-    def __init__(self, name: str, agents: Iterable[str] = ()) -> None:
+    def __init__(self, name: str, f: Any, agents: Iterable[str]) -> None:
         self.name = name
+        self.f = f
         self.lines: list[dict[str, Any]] = []
-        self.agents: set[str] = set()
-        self.needles: list[bytes] = []
-        self.keys: set[bytes] = set()
-        self.add(agents)
-
-    def add(self, agents: Iterable[str]) -> None:
-        self.agents.update(agents)
+        self.agents = set(agents)
         self.needles = [b'"agent_id":' + orjson.dumps(agent) + b"," for agent in self.agents]
         self.keys = {n[len(_AGENT_KEY) : -2] for n in self.needles}
 
-    def take(self, base: int, buf: bytearray, end: int) -> None:
+    def take(self, offset: int, buf: bytearray, end: int) -> None:
         """Decode the lines of the block that are wanted."""
         if not self.agents:
             return
@@ -719,12 +770,25 @@ class _Wanted:
             try:
                 fields = _decoded(line, 0, self.name, None, loads)
             except TraceError:
-                index = base + buf.count(b"\n", 0, start)
+                index = _line_index(self.f, offset + start)
                 fields = _decoded(line, index, self.name, None, loads)
             self.lines.append(fields)
 
 
 _AGENT_KEY = b'"agent_id":"'
+
+
+def _line_index(f: Any, at: int) -> int:
+    """The index of the line starting at byte *at* of the file *f* (for an error's line
+    number; the file's position is left as it is)."""
+    count = done = 0
+    while done < at:
+        data = os.pread(f.fileno(), min(_BLOCK, at - done), done)
+        if not data:
+            break
+        count += data.count(b"\n")
+        done += len(data)
+    return count
 
 
 def _lines_of(buf: bytearray, end: int, keys: set[bytes]) -> list[int]:
@@ -744,8 +808,8 @@ def _lines_of(buf: bytearray, end: int, keys: set[bytes]) -> list[int]:
     return starts
 
 
-def _seq(fields: dict[str, Any]) -> int:
-    seq: int = fields["seq"]
+def _seq(fields: dict[str, Any] | _Mark) -> int:
+    seq: int = fields[0] if isinstance(fields, tuple) else fields["seq"]
     return seq
 
 

@@ -754,6 +754,8 @@ class TraceTree:
             "todo_updated": self._todo_updated,
             "run_resumed": self._run_resumed,
             "mcp_sampled": self._mcp_sampled,
+            "elicitation_requested": self._elicitation,
+            "elicitation_resolved": self._elicitation,
         }
 
     # ------------------------------------------------------------------ building
@@ -1774,6 +1776,15 @@ class TraceTree:
             raise _invalid("message_queued", "ts")
         if fields["text"].__class__ is not str:
             raise _invalid("message_queued", "text")
+        if ts > self.last_ts:
+            self.last_ts = ts
+
+    def _elicitation(self, fields: Fields) -> None:
+        # An MCP server's question and its answer (docs/events.md): timed, kept on no node
+        # (the terminal's prompts ask it; its content is not in the stream).
+        ts = fields["ts"]
+        if not _num(ts):
+            raise _invalid(str(fields["type"]), "ts")
         if ts > self.last_ts:
             self.last_ts = ts
 
