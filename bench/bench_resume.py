@@ -10,11 +10,20 @@ everything and asks for one live turn. Each figure is the best of --repeat runs,
 subprocess each (imports count), the two commands taking turns; every resume starts from a
 fresh copy of the cut trace (not timed). Target: ratio <= 1.5.
 
-Prints one JSON object per line: {"name", "value", "floor", "ratio", "unit", "cpu",
-"floor_cpu", "cpu_ratio", "events", "target", "met"}, and with --base DIR (another revision's
-source tree, timed in the same sitting) "base_cpu" and "base_cpu_ratio".
+Both commands also pay a start that does not depend on the trace: the interpreter and, for
+the resume, trio and the runtime a run needs (importing trio alone takes longer on this
+machine than `trace show --json` of ten thousand events). So a trace of --start events (one
+worker) is measured first, and each larger row also says how the part that grows with the
+trace compares: "growth_ratio" = (resume - resume of the start trace) / (floor - floor of the
+start trace), wall and CPU ("growth_cpu_ratio").
 
-    .venv/bin/python bench/bench_resume.py [--repeat 3] [--sizes 10000,1000000] [--base DIR]
+Prints one JSON object per line: {"name", "value", "floor", "ratio", "unit", "cpu",
+"floor_cpu", "cpu_ratio", "events", "target", "met"} (and the growth ratios), and with --base
+DIR (another revision's source tree, timed in the same sitting) "base_cpu" and
+"base_cpu_ratio".
+
+    .venv/bin/python bench/bench_resume.py [--repeat 3] [--sizes 10000,1000000] [--start 100]
+        [--base DIR]
 """
 
 from __future__ import annotations
@@ -161,6 +170,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sizes", default="10000,1000000", help="events per trace")
+    parser.add_argument("--start", type=int, default=100,
+                        help="events of the start trace the growth ratios subtract (0: none)")
     parser.add_argument(
         "--base", type=Path, default=None,
         help="the source tree of another revision (git archive REV | tar -x -C DIR): its "
@@ -172,8 +183,26 @@ def main() -> None:
 
         for package in ("runtime", "tools"):
             compileall.compile_dir(args.base / package, quiet=1)
+    start = measure(args.start, args.repeat, args.base) if args.start else None
+    if start is not None:
+        print(json.dumps(start), flush=True)
     for size in (int(s) for s in args.sizes.split(",")):
-        print(json.dumps(measure(size, args.repeat, args.base)), flush=True)
+        row = measure(size, args.repeat, args.base)
+        if start is not None:
+            row.update(growth(row, start))
+        print(json.dumps(row), flush=True)
+
+
+def growth(row: dict[str, Any], start: dict[str, Any]) -> dict[str, float]:
+    """The part of *row* that grows with the trace, against the floor's: both less what the
+    start trace costs them."""
+    out: dict[str, float] = {}
+    for key, value, floor in (("growth_ratio", "value", "floor"),
+                              ("growth_cpu_ratio", "cpu", "floor_cpu")):
+        floor_part = row[floor] - start[floor]
+        if floor_part > 0:
+            out[key] = round((row[value] - start[value]) / floor_part, 3)
+    return out
 
 
 if __name__ == "__main__":
