@@ -541,6 +541,91 @@ async def test_the_read_timeout_ends_a_stalled_head(
         assert _pool_of(client)._permits.value == PoolLimits().max_connections
 
 
+async def test_the_read_timeout_ends_a_stalled_body_read_and_its_connection(
+    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
+) -> None:
+    """The watchdog's path (a read that waits, no cancel scope of its own): its timeout is
+    httpx's ReadTimeout at its time, and the connection is not reused."""
+
+    async def handler(peer: Peer) -> None:
+        if peer.index == 0:
+            await peer.request()
+            await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n")
+            await trio.sleep_forever()
+        await _always_ok(peer)
+
+    server = await serve(handler)
+    async with _client(server, read_s=2) as client:
+        async with client.stream("GET", server.url) as response:
+            chunks = response.aiter_raw()
+            assert await anext(chunks) == b"hi"
+            started = trio.current_time()
+            with pytest.raises(httpx.ReadTimeout):
+                await anext(chunks)
+            assert trio.current_time() == pytest.approx(started + 2)
+        assert (await client.get(server.url)).content == b"ok"
+        assert _pool_of(client)._permits.value == PoolLimits().max_connections
+    assert server.connections == 2
+
+
+async def test_reads_that_each_wait_less_than_the_timeout_are_not_ended_by_an_earlier_one(
+    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
+) -> None:
+    """Each read's timeout counts from its own start: a stream's entry with the watchdog, made
+    by an earlier read, ends no later one that is still inside its own timeout."""
+
+    async def handler(peer: Peer) -> None:
+        await peer.request()
+        await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for piece in (b"a", b"b", b"c", b"d"):
+            await trio.sleep(8)  # 8 s a read, 32 s in all, against a 10 s read timeout
+            await peer.send(b"1\r\n%s\r\n" % piece)
+        await peer.send(b"0\r\n\r\n")
+        await _always_ok(peer)
+
+    server = await serve(handler)
+    async with _client(server, read_s=10) as client:
+        start = trio.current_time()
+        async with client.stream("GET", server.url) as response:
+            assert [chunk async for chunk in response.aiter_raw()] == [b"a", b"b", b"c", b"d"]
+        assert trio.current_time() == pytest.approx(start + 32)
+        assert (await client.get(server.url)).content == b"ok"
+    assert server.connections == 1
+
+
+async def test_a_cancelled_waiting_read_leaves_nothing_for_the_watchdog(
+    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
+) -> None:
+    """Cancelled while it waits, a read ends at once, its connection is closed (not reused),
+    and once its timeout has passed the watchdog holds no entry of it."""
+
+    async def handler(peer: Peer) -> None:
+        if peer.index == 0:
+            await peer.request()
+            await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            await trio.sleep_forever()
+        await _always_ok(peer)
+
+    server = await serve(handler)
+    async with _client(server, read_s=5) as client:
+        response = await client.send(client.build_request("GET", server.url), stream=True)
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(response.aread)
+                await trio.testing.wait_all_tasks_blocked()
+                started = trio.current_time()
+                scope.cancel()
+        assert scope.cancelled_caught
+        assert trio.current_time() == started
+        await response.aclose()
+        watchdog = _pool._WATCHDOG.get()
+        assert len(watchdog._heap) == 1
+        await trio.sleep(6)
+        assert watchdog._heap == []
+        assert (await client.get(server.url)).content == b"ok"
+    assert server.connections == 2
+
+
 async def test_an_idle_connection_past_its_expiry_is_not_reused(
     serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
 ) -> None:

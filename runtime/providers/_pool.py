@@ -15,10 +15,11 @@ A run talks to each model endpoint (a base URL and a key) through one provider, 
   HTTP/1.1 parser"); httpx still builds the requests and maps the errors, as for httpcore's;
 * **no cookie jar** (a model API sets none, and httpx parses every response for them) and **one
   SSL context per process**, not one per client;
-* **one cancel scope per network read**, bounding it by the read timeout and the call's
-  deadline at once (:data:`DEADLINE`), where httpcore's own streams open one for the timeout and
-  the provider another for the deadline, around every event of a reply (bench/README.md,
-  "HTTP fan-out");
+* **no cancel scope per network read**: a read bounded by the read timeout and the call's
+  deadline at once (:data:`DEADLINE`), where httpcore's own streams open one scope for the
+  timeout and the provider another for the deadline, around every event of a reply
+  (bench/README.md, "HTTP fan-out"); a read on a plain socket that must wait is ended at its
+  deadline by one watchdog per trio run (:class:`_Watchdog`), TLS by a scope per read;
 * **a bound on model calls in flight**, by default the pool's size, so a call never queues
   inside the pool; ``max_concurrent`` lowers it. The endpoint's limiter
   (``runtime/providers/_ratelimit.py``) holds it, with the endpoint's rate limits.
@@ -30,6 +31,7 @@ connection pool".
 from __future__ import annotations
 
 import functools
+import heapq
 import importlib.util
 import ipaddress
 import logging
@@ -503,13 +505,19 @@ class _Stream(httpcore.AsyncNetworkStream):
     interface, ASYNC109's exception.)
 
     Over a plain socket a read or write first tries the socket at once, as trio's own does (a
-    checkpoint for cancellation before, a yield after), and opens its cancel scope only when it
-    must wait: most reads of a busy fan-out find their bytes there already, and a scope per read
-    was a large share of a sub-agent's CPU (bench/README.md, "CPU per sub-agent, third pass")."""
+    checkpoint for cancellation before, a yield after): most reads of a busy fan-out find their
+    bytes there already, and a scope per read was a large share of a sub-agent's CPU
+    (bench/README.md, "CPU per sub-agent, third pass"). A read that must wait opens no scope
+    either: the run's :class:`_Watchdog` ends it at its deadline (a cancel of the reader's
+    scopes still ends it at once, as any trio wait); a write that must wait opens one."""
 
     def __init__(self, stream: trio.SocketStream | trio.SSLStream[Any], owner: _Backend) -> None:
         self._stream = stream
         self._owner = owner
+        self._dog: _Watchdog | None = None
+        self._due = math.inf  # when the read waiting now must end (inf: none waits)
+        self._queued = math.inf  # the time of its latest entry in the watchdog's heap
+        self._expired = False  # the watchdog ended the waiting read
         # The plain socket under trio's, for the try at once (TLS keeps trio's path).
         self._sock: Any = (
             stream.socket._sock  # type: ignore[attr-defined]
@@ -534,17 +542,26 @@ class _Stream(httpcore.AsyncNetworkStream):
             else:
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return data
-            at = _bound(deadline, timeout)
+            at = deadline if timeout is None else min(deadline, now + timeout)
+            if at < math.inf:
+                dog = self._dog
+                if dog is None:
+                    dog = self._dog = _watchdog()
+                dog.watch(self, at)
+            self._due = at
             try:
-                with trio.move_on_at(at):
-                    while True:
-                        await trio.lowlevel.wait_readable(sock)
-                        try:
-                            return sock.recv(max_bytes)  # type: ignore[no-any-return]
-                        except BlockingIOError:
-                            pass
+                while not self._expired:  # (a wake with nothing to read, past the deadline)
+                    await trio.lowlevel.wait_readable(sock)
+                    try:
+                        return sock.recv(max_bytes)  # type: ignore[no-any-return]
+                    except BlockingIOError:
+                        pass
             except (OSError, trio.ClosedResourceError) as exc:  # closed under the wait, reset
-                raise httpcore.ReadError(exc) from exc
+                if not self._expired:
+                    raise httpcore.ReadError(exc) from exc
+            finally:
+                self._due = math.inf
+                self._expired = False
         else:
             at = _bound(deadline, timeout)
             try:
@@ -630,6 +647,68 @@ class _Stream(httpcore.AsyncNetworkStream):
         if info == "server_addr":
             return sock.getpeername()
         return None
+
+
+class _Watchdog:
+    """Ends the waiting reads of the pool's plain sockets at their deadlines (the read timeout
+    or the call's deadline), for every connection of one trio run: a heap and one system task,
+    where a cancel scope per waiting read was the largest cost of a read at full speed
+    (bench/README.md, "CPU per sub-agent, third pass").
+
+    A waiting read makes sure its stream has an entry in the heap at or before its deadline
+    (one entry a stream: a later read whose deadline is later adds none). When an entry's time
+    comes, the stream's read waiting then, if any, is ended if its own deadline has passed
+    (:func:`trio.lowlevel.notify_closing` wakes it with ``ClosedResourceError``, which it reads
+    as its timeout; the connection is then closed, as after any failed read), else looked at
+    again at its deadline. A read that ends, or is cancelled, leaves its entry inert."""
+
+    __slots__ = ("_heap", "_scope", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Stream]] = []
+        self._scope = trio.CancelScope()  # the task's sleep, its deadline the heap's first
+        self._seq = 0
+
+    def watch(self, stream: _Stream, at: float) -> None:
+        """Look at ``stream``'s waiting read by ``at``."""
+        if stream._queued <= at:
+            return
+        stream._queued = at
+        self._seq += 1
+        heapq.heappush(self._heap, (at, self._seq, stream))
+        if at < self._scope.deadline:
+            self._scope.deadline = at
+
+    async def run(self) -> None:
+        heap = self._heap
+        while True:
+            with trio.CancelScope(deadline=heap[0][0] if heap else math.inf) as self._scope:
+                await trio.sleep_forever()
+            now = trio.current_time()
+            while heap and heap[0][0] <= now:
+                at, _, stream = heapq.heappop(heap)
+                if stream._queued == at:
+                    stream._queued = math.inf
+                due = stream._due
+                if due <= now:
+                    stream._expired = True
+                    trio.lowlevel.notify_closing(stream._sock)
+                elif due < math.inf:
+                    self.watch(stream, due)
+
+
+_WATCHDOG: Final[trio.lowlevel.RunVar[_Watchdog]] = trio.lowlevel.RunVar("trio_agents.watchdog")
+
+
+def _watchdog() -> _Watchdog:
+    """The current trio run's watchdog, its task started on first use."""
+    try:
+        return _WATCHDOG.get()
+    except LookupError:
+        dog = _Watchdog()
+        _WATCHDOG.set(dog)
+        trio.lowlevel.spawn_system_task(dog.run, name="trio_agents.read_watchdog")
+        return dog
 
 
 class _Returning(httpx.AsyncByteStream):
