@@ -163,6 +163,20 @@ def _first_then_ok(first: bytes) -> Handler:
     return handler
 
 
+def _first_stalls(body: bytes) -> Handler:
+    """The first connection answers its first request with a chunked head and ``body``, then
+    sends nothing more; the others answer each request with :data:`OK`."""
+
+    async def handler(peer: Peer) -> None:
+        if peer.index == 0:
+            await peer.request()
+            await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
+            await trio.sleep_forever()
+        await _always_ok(peer)
+
+    return handler
+
+
 def _chunked(*pieces: bytes) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
 
@@ -547,14 +561,7 @@ async def test_the_read_timeout_ends_a_stalled_body_read_and_its_connection(
     """The watchdog's path (a read that waits, no cancel scope of its own): its timeout is
     httpx's ReadTimeout at its time, and the connection is not reused."""
 
-    async def handler(peer: Peer) -> None:
-        if peer.index == 0:
-            await peer.request()
-            await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n")
-            await trio.sleep_forever()
-        await _always_ok(peer)
-
-    server = await serve(handler)
+    server = await serve(_first_stalls(b"2\r\nhi\r\n"))
     async with _client(server, read_s=2) as client:
         async with client.stream("GET", server.url) as response:
             chunks = response.aiter_raw()
@@ -599,14 +606,7 @@ async def test_a_cancelled_waiting_read_leaves_nothing_for_the_watchdog(
     """Cancelled while it waits, a read ends at once, its connection is closed (not reused),
     and once its timeout has passed the watchdog holds no entry of it."""
 
-    async def handler(peer: Peer) -> None:
-        if peer.index == 0:
-            await peer.request()
-            await peer.send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-            await trio.sleep_forever()
-        await _always_ok(peer)
-
-    server = await serve(handler)
+    server = await serve(_first_stalls(b""))
     async with _client(server, read_s=5) as client:
         response = await client.send(client.build_request("GET", server.url), stream=True)
         with trio.CancelScope() as scope:
