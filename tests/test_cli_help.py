@@ -25,7 +25,7 @@ def test_the_defaults_in_help_are_the_real_ones(capsys: pytest.CaptureFixture[st
     out = " ".join(capsys.readouterr().out.split())
     assert f"--max-turns N model turns per agent (default: {limits.max_turns})" in out
     assert f"(default: {limits.max_depth})" in out
-    assert f"(default: {limits.max_parallel})" in out
+    assert f"(default: {limits.max_parallel}, from the open-files limit" in out
     assert "root is 0" not in out  # --max-depth 0 is refused: the help no longer suggests it
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.core import fan_out_default
 from runtime.project import SETTINGS, ProjectFileError, load_settings
 
 
@@ -54,7 +55,7 @@ def test_workspace_over_user_over_defaults_and_flags_over_both(
     assert settings.source("limits.max_depth") == f"user {user}:5"
     assert settings["limits.max_turns"] == 11
     assert settings.source("limits.max_turns") == "flag --max-turns"
-    assert settings["limits.max_parallel"] == 1000
+    assert settings["limits.max_parallel"] == fan_out_default()
 
 
 def test_allow_and_deny_rules_add_up_user_then_workspace_then_flags(

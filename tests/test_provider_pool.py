@@ -26,6 +26,7 @@ from llm_server import (
 )
 
 from runtime import Limits, open_runtime
+from runtime.core import fan_out_default
 from runtime.core._errors import ConfigError
 from runtime.core._provider import TextChunk
 from runtime.providers import _pool, open_provider
@@ -86,8 +87,7 @@ async def test_a_fan_out_starts_every_sub_agent_at_once_by_default(
     server: LLMServer, tmp_path: Path
 ) -> None:
     """40 sub-agents: every child's request arrives before any child's answer has started."""
-    assert Limits().max_parallel == 1000
-    assert PoolLimits().concurrency == 1000
+    assert Limits().max_parallel == PoolLimits().concurrency == fan_out_default() >= 40
     server.route = _fan_out_route(40, child_delay_s=1.0)  # type: ignore[assignment]
     with trio.fail_after(30):
         async with open_runtime("openai", env=_env(server), workspace=tmp_path, trace=False) as rt:
@@ -205,3 +205,33 @@ async def test_a_connection_the_server_closes_is_not_reused(server: LLMServer) -
     assert texts == ["one", "two", "three"]
     assert server.connections == 2  # a new one after the close, then that one kept alive
     assert len(server.requests) == 3  # nothing was retried
+
+
+_DEFAULTS = (
+    "from runtime import Limits; from runtime.providers import PoolLimits; "
+    "print(Limits().max_parallel, PoolLimits().max_connections, PoolLimits().concurrency)"
+)
+
+
+@pytest.mark.parametrize(
+    ("soft", "expected"),
+    [(1024, 768), (4096, 3840), (12_000, 10_000), (300, 150), (12, 8)],
+)
+def test_the_fan_out_defaults_follow_the_open_files_limit(soft: int, expected: int) -> None:
+    """A process with ``ulimit -n`` at *soft* runs that many less 256 sub-agents and
+    connections at once by default (half under 512, at most 10,000): a fan-out never runs out
+    of file descriptors by default, and one the limit allows is not split into waves."""
+    import resource
+    import sys
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < soft:
+        pytest.skip(f"the hard open-files limit here is {hard}")
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    done = subprocess.run([sys.executable, "-c", _DEFAULTS], capture_output=True, text=True,
+                          preexec_fn=lower, check=False, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(expected)] * 3

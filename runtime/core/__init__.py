@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from ._config import TABLE as TABLE
     from ._config import Setting as Setting
     from ._config import check_rate_limit_table as check_rate_limit_table
+    from ._config import fan_out_default as fan_out_default
     from ._context import Owner as Owner
     from ._context import RunContext as RunContext
     from ._context import SystemPromptBuilder as SystemPromptBuilder
@@ -281,6 +282,7 @@ _LAZY: dict[str, str] = {
     "Runtime": "._runtime",
     "SCHEMA": "._config",
     "check_rate_limit_table": "._config",
+    "fan_out_default": "._config",
     "SECTIONS": "._config",
     "SUMMARY_HEADER": "._compaction",
     "Sandbox": "._sandbox",

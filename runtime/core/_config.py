@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -381,6 +382,33 @@ MORE_LOOSENS: Final = Trust("more", "a larger limit lets a run spend more")
 ANY_LOOSENS: Final = Trust("any", "decides where data or code comes from or goes")
 
 
+FAN_OUT_CEILING: Final = 10_000
+"""The largest default of ``limits.max_parallel`` and of an endpoint's connections."""
+
+
+def fan_out_default() -> int:
+    """The default bound of sub-agents running at once (``limits.max_parallel``) and of an
+    endpoint's connections (``PoolLimits.max_connections``): what this process's open-files
+    limit (``ulimit -n``, the soft limit) leaves once 256 are set aside for what a run opens
+    besides (trace, pipes of tools and hooks, MCP servers; half the limit under 512), at most
+    :data:`FAN_OUT_CEILING` and at least 8. A fan-out of N up to it starts N at once, each
+    sub-agent's model call on a connection of its own, without running out of file
+    descriptors (docs/configuration.md, "Concurrency and the connection pool")."""
+    if sys.platform == "win32":  # no RLIMIT_NOFILE; sockets are not bound by the CRT's limit
+        return FAN_OUT_CEILING
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return FAN_OUT_CEILING
+    room = soft - 256 if soft >= 512 else soft // 2
+    return max(8, min(FAN_OUT_CEILING, room))
+
+
+_FAN_OUT: Final = fan_out_default()
+_FAN_OUT_DOC: Final = "the open-files limit (`ulimit -n`) less 256, at most 10,000"
+
+
 # -- the table ------------------------------------------------------------------------------------
 
 
@@ -506,8 +534,9 @@ TABLE: Final[tuple[Setting, ...]] = (
        default=4, flags=("--max-depth",), param="limits",
        event_key="limits.max_depth", doc="deepest sub-agent (the root is 0)"),
     _S("limits.max_parallel", POSITIVE_INT,
-       "sub-agents running at once in the whole run (default: 1000)", MORE_LOOSENS,
-       default=1000,
+       f"sub-agents running at once in the whole run (default: {_FAN_OUT}, from the "
+       "open-files limit: ulimit -n less 256, at most 10,000)", MORE_LOOSENS,
+       default=_FAN_OUT, default_doc=_FAN_OUT_DOC,
        flags=("--max-parallel",), param="limits",
        event_key="limits.max_parallel", doc="sub-agents running at once"),
     _S("limits.max_agents", POSITIVE_INT, "sub-agents started in one run", MORE_LOOSENS,

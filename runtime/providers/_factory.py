@@ -95,8 +95,9 @@ async def open_provider(
         structured_output: OpenAI only: ask the server natively for a typed agent's output
             (``response_format``); see :class:`OpenAIProvider`.
         secrets: the run's secrets, masked (with the key) in the provider's error messages.
-        pool: the connection pool and the calls in flight (default :class:`PoolLimits`: 1,000
-            connections, all kept alive, as many calls in flight).
+        pool: the connection pool and the calls in flight (default :class:`PoolLimits`: as
+            many connections as the open-files limit leaves, at most 10,000, all kept alive, as
+            many calls in flight).
         rate_limits: the endpoints' limits, by ``openai``, ``anthropic`` or base URL
             (:class:`RateLimit` or ``{"rpm": …, "tpm": …, "max_concurrent": …}``); the entry
             for this endpoint's base URL, else its provider's, sets its limiter

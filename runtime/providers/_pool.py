@@ -48,13 +48,14 @@ import httpcore
 import httpx
 import trio
 
-from runtime.core import ConfigError
+from runtime.core import ConfigError, fan_out_default
 
 from ._h1 import H1Connection, checked_lines
 
-# The largest pool by default: as many connections as the official OpenAI client allows (its
-# DEFAULT_CONNECTION_LIMITS), well under the usual 1,024 open files less what a run needs besides.
-DEFAULT_MAX_CONNECTIONS: Final = 1000
+# The largest pool by default: as many connections as the open-files limit leaves, as many
+# sub-agents as run at once by default (limits.max_parallel), so that a fan-out's calls all go
+# at once; at most 10,000 (runtime/core/_config.py, fan_out_default).
+DEFAULT_MAX_CONNECTIONS: Final = fan_out_default()
 _HEADS: Final = 64
 _httpx_log: Final = logging.getLogger("httpx")
 
