@@ -10,6 +10,7 @@ import ipaddress
 import math
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,13 @@ import trio.testing
 
 from runtime.providers import _pool
 from runtime.providers._h1 import MAX_HEAD_BYTES
-from runtime.providers._pool import DEADLINE, DeadlinePassed, PoolLimits, make_client
+from runtime.providers._pool import (
+    DEADLINE,
+    DeadlinePassed,
+    PoolLimits,
+    make_client,
+    open_client,
+)
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
@@ -135,8 +142,10 @@ async def serve(nursery: trio.Nursery) -> Callable[..., Awaitable[Server]]:
     return start
 
 
-def _client(server: Server, *, read_s: float = 30.0, **limits: Any) -> httpx.AsyncClient:
-    return make_client(PoolLimits(**limits), httpx.Timeout(30.0, read=read_s), server.url)
+def _client(
+    server: Server, *, read_s: float = 30.0, **limits: Any
+) -> AbstractAsyncContextManager[httpx.AsyncClient]:
+    return open_client(PoolLimits(**limits), httpx.Timeout(30.0, read=read_s), server.url)
 
 
 def _pool_of(client: httpx.AsyncClient) -> _pool._StackPool:
@@ -618,7 +627,8 @@ async def test_a_cancelled_waiting_read_leaves_nothing_for_the_watchdog(
         assert scope.cancelled_caught
         assert trio.current_time() == started
         await response.aclose()
-        watchdog = _pool._WATCHDOG.get()
+        watchdog = _pool_of(client).watchdog
+        assert watchdog is not None
         assert len(watchdog._heap) == 1
         await trio.sleep(6)
         assert watchdog._heap == []
@@ -864,3 +874,32 @@ async def test_an_address_connects_straight_and_a_name_through_the_resolver(
         with pytest.raises(httpcore.ConnectError):
             await _pool.post(client, f"http://127.0.0.1:{closed}", {}, b"", math.inf)
         assert _pool_of(client)._permits.value == PoolLimits().max_connections
+
+
+async def test_a_client_made_without_open_client_bounds_a_waiting_read_by_a_scope(
+    serve: Callable[..., Awaitable[Server]], autojump_clock: trio.testing.MockClock
+) -> None:
+    """``make_client`` alone (no watchdog task): a stalled read still ends at its timeout."""
+    server = await serve(_first_stalls(b""))
+    async with make_client(PoolLimits(), httpx.Timeout(30.0, read=5), server.url) as client:
+        assert _pool_of(client).watchdog is None
+        start = trio.current_time()
+        with pytest.raises(httpx.ReadTimeout):
+            await client.get(server.url)
+        assert trio.current_time() == pytest.approx(start + 5)
+
+
+async def test_an_error_of_the_block_leaves_open_client_as_it_is() -> None:
+    """The watchdog's nursery does not wrap the block's exception in a group, and the task is
+    gone once the block has left."""
+    pools: list[_pool._StackPool] = []
+
+    async def block() -> None:
+        async with open_client(PoolLimits(), httpx.Timeout(1.0), "http://127.0.0.1:9") as client:
+            pools.append(_pool_of(client))
+            assert pools[0].watchdog is not None
+            raise KeyError("raised in the block")
+
+    with pytest.raises(KeyError, match="raised in the block"):
+        await block()
+    assert pools[0].watchdog is None

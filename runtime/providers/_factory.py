@@ -29,7 +29,7 @@ from runtime.core import NO_SECRETS, ConfigError, Provider, Secrets
 
 from . import _anthropic, _openai
 from ._http import RetryPolicy, public_url
-from ._pool import PoolLimits, make_client
+from ._pool import PoolLimits, open_client
 from ._ratelimit import EndpointLimiter, RateLimit, check_rate_limits, endpoint_label, limit_for
 
 
@@ -183,7 +183,7 @@ async def _client(
     if given is not None:
         yield given  # the caller's: the caller closes it
         return
-    async with make_client(pool, timeouts, base_url) as client:
+    async with open_client(pool, timeouts, base_url) as client:
         yield client
 
 

@@ -19,7 +19,8 @@ A run talks to each model endpoint (a base URL and a key) through one provider, 
   deadline at once (:data:`DEADLINE`), where httpcore's own streams open one scope for the
   timeout and the provider another for the deadline, around every event of a reply
   (bench/README.md, "HTTP fan-out"); a read on a plain socket that must wait is ended at its
-  deadline by one watchdog per trio run (:class:`_Watchdog`), TLS by a scope per read;
+  deadline by the client's one watchdog task (:class:`_Watchdog`, run by :func:`open_client`
+  in a nursery of its own), TLS by a scope per read;
 * **a bound on model calls in flight**, by default the pool's size, so a call never queues
   inside the pool; ``max_concurrent`` lowers it. The endpoint's limiter
   (``runtime/providers/_ratelimit.py``) holds it, with the endpoint's rate limits.
@@ -40,7 +41,8 @@ import socket
 import ssl
 import urllib.request
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import attrs
@@ -122,6 +124,39 @@ class _NoCookies(httpx.Cookies):
 
     def extract_cookies(self, response: httpx.Response) -> None:
         return None
+
+
+@asynccontextmanager
+async def open_client(
+    limits: PoolLimits, timeouts: httpx.Timeout, base_url: str
+) -> AsyncGenerator[httpx.AsyncClient, None]:
+    """The HTTP client of one endpoint (:func:`make_client`), open for the block and closed
+    after it, with the runtime's pool's read watchdog (:class:`_Watchdog`) running in a nursery
+    of the block's own: the task lives exactly as long as the client.
+
+    An exception of the block leaves unchanged (not in an exception group): the block runs
+    inside the nursery, which holds only the watchdog, so the nursery is cancelled and closed
+    first and the exception raised after it.
+    """
+    client = make_client(limits, timeouts, base_url)
+    pool = _BOUNDED.get(client)
+    async with client:
+        if pool is None:  # httpx's own pool (a proxy, HTTP/2): its own timeouts, no watchdog
+            yield client
+            return
+        failed: BaseException | None = None
+        async with trio.open_nursery() as nursery:
+            pool.watchdog = dog = _Watchdog()
+            nursery.start_soon(dog.run, name="trio_agents.read_watchdog")
+            try:
+                yield client
+            except BaseException as exc:  # re-raised below, outside the nursery
+                failed = exc
+            finally:
+                pool.watchdog = None
+                nursery.cancel_scope.cancel(reason="the endpoint's client closed")
+        if failed is not None:
+            raise failed
 
 
 def make_client(limits: PoolLimits, timeouts: httpx.Timeout, base_url: str) -> httpx.AsyncClient:
@@ -286,6 +321,8 @@ class _StackPool:
         self._heads: dict[Any, tuple[bytes, bool, httpcore.Origin]] = {}
         self.opened = 0
         """Connections made since the pool was (for tests and the bench)."""
+        self.watchdog: _Watchdog | None = None
+        """Ends its waiting reads at their deadlines, while :func:`open_client` runs it."""
 
     async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
         """Send ``request`` on a pooled connection (see the class docstring).
@@ -378,7 +415,7 @@ class _StackPool:
                 return conn
             await _close(conn)
         self.opened += 1
-        backend = _Backend()
+        backend = _Backend(self.watchdog)
         http = H1Connection(origin, self._ssl, self._limits.keepalive_expiry_s, backend)
         return _Conn(http, backend)
 
@@ -433,8 +470,9 @@ class _Backend(httpcore.AsyncNetworkBackend):
     """Opens one connection's socket as httpcore's trio backend does; each read on it also ends
     at the deadline of the call it carries (:data:`DEADLINE`, set by the pool per request)."""
 
-    def __init__(self) -> None:
+    def __init__(self, watchdog: _Watchdog | None = None) -> None:
         self.deadline = math.inf
+        self.watchdog = watchdog
 
     async def connect_tcp(
         self,
@@ -515,7 +553,6 @@ class _Stream(httpcore.AsyncNetworkStream):
     def __init__(self, stream: trio.SocketStream | trio.SSLStream[Any], owner: _Backend) -> None:
         self._stream = stream
         self._owner = owner
-        self._dog: _Watchdog | None = None
         self._due = math.inf  # when the read waiting now must end (inf: none waits)
         self._queued = math.inf  # the time of its latest entry in the watchdog's heap
         self._expired = False  # the watchdog ended the waiting read
@@ -545,9 +582,9 @@ class _Stream(httpcore.AsyncNetworkStream):
                 return data
             at = deadline if timeout is None else min(deadline, now + timeout)
             if at < math.inf:
-                dog = self._dog
-                if dog is None:
-                    dog = self._dog = _watchdog()
+                dog = self._owner.watchdog
+                if dog is None:  # a client not opened by open_client: a scope bounds the wait
+                    return await self._read_by(at, max_bytes)
                 dog.watch(self, at)
             self._due = at
             try:
@@ -571,6 +608,21 @@ class _Stream(httpcore.AsyncNetworkStream):
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise httpcore.ReadError(exc) from exc
         raise _late(at, deadline, httpcore.ReadTimeout)
+
+    async def _read_by(self, at: float, max_bytes: int) -> bytes:
+        """A plain socket's read that waits under a cancel scope ending at ``at``."""
+        sock = self._sock
+        try:
+            with trio.move_on_at(at):
+                while True:
+                    await trio.lowlevel.wait_readable(sock)
+                    try:
+                        return sock.recv(max_bytes)  # type: ignore[no-any-return]
+                    except BlockingIOError:
+                        pass
+        except (OSError, trio.ClosedResourceError) as exc:  # closed under the wait, reset
+            raise httpcore.ReadError(exc) from exc
+        raise _late(at, self._owner.deadline, httpcore.ReadTimeout)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
         if not buffer:
@@ -652,9 +704,9 @@ class _Stream(httpcore.AsyncNetworkStream):
 
 class _Watchdog:
     """Ends the waiting reads of the pool's plain sockets at their deadlines (the read timeout
-    or the call's deadline), for every connection of one trio run: a heap and one system task,
-    where a cancel scope per waiting read was the largest cost of a read at full speed
-    (bench/README.md, "CPU per sub-agent, third pass").
+    or the call's deadline), for every connection of one client: a heap and one task (in
+    :func:`open_client`'s nursery), where a cancel scope per waiting read was the largest cost
+    of a read at full speed (bench/README.md, "CPU per sub-agent, third pass").
 
     A waiting read makes sure its stream has an entry in the heap at or before its deadline
     (one entry a stream: a later read whose deadline is later adds none). When an entry's time
@@ -696,20 +748,6 @@ class _Watchdog:
                     trio.lowlevel.notify_closing(stream._sock)
                 elif due < math.inf:
                     self.watch(stream, due)
-
-
-_WATCHDOG: Final[trio.lowlevel.RunVar[_Watchdog]] = trio.lowlevel.RunVar("trio_agents.watchdog")
-
-
-def _watchdog() -> _Watchdog:
-    """The current trio run's watchdog, its task started on first use."""
-    try:
-        return _WATCHDOG.get()
-    except LookupError:
-        dog = _Watchdog()
-        _WATCHDOG.set(dog)
-        trio.lowlevel.spawn_system_task(dog.run, name="trio_agents.read_watchdog")
-        return dog
 
 
 class _Returning(httpx.AsyncByteStream):
