@@ -547,7 +547,7 @@ class _Stream(httpcore.AsyncNetworkStream):
     checkpoint for cancellation before, a yield after): most reads of a busy fan-out find their
     bytes there already, and a scope per read was a large share of a sub-agent's CPU
     (bench/README.md, "CPU per sub-agent, third pass"). A read that must wait opens no scope
-    either: the run's :class:`_Watchdog` ends it at its deadline (a cancel of the reader's
+    either: the client's :class:`_Watchdog` ends it at its deadline (a cancel of the reader's
     scopes still ends it at once, as any trio wait); a write that must wait opens one."""
 
     def __init__(self, stream: trio.SocketStream | trio.SSLStream[Any], owner: _Backend) -> None:
