@@ -146,7 +146,11 @@ class _Logger:
     def __getattr__(self, method: str) -> Any:
         if method.startswith("_"):  # copy/pickle probes: not the logger's
             raise AttributeError(method)
-        imported = sys.modules.get("structlog")  # not imported: not configured either
+        imported: Any = None  # not imported: not configured either
+        if "structlog" in sys.modules:
+            # Imported, or being imported by another thread: the import statement waits for
+            # that import to finish, where the module in sys.modules may be half made.
+            import structlog as imported
         if imported is not None and _configured_by_the_application(imported):
             logger = imported.get_logger(self._name)
         else:

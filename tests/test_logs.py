@@ -214,3 +214,55 @@ def test_a_quiet_command_after_a_debug_one_in_one_process_logs_nothing() -> None
     assert done.returncode == 0, done.stderr
     assert "debug on" in done.stderr
     assert "quiet" not in done.stderr + done.stdout
+
+
+_HALF_IMPORTED = r'''
+import importlib.abc, importlib.machinery, sys, threading, time
+
+started, go = threading.Event(), threading.Event()
+
+class Paused(importlib.abc.MetaPathFinder):
+    """structlog's import stops halfway (in sys.modules, not yet run) until `go`."""
+    def find_spec(self, name, path=None, target=None):
+        if name != "structlog":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        real = spec.loader.exec_module
+        def exec_module(module):
+            started.set()
+            go.wait(10)
+            real(module)
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, Paused())
+from runtime._logs import get_logger
+
+importer = threading.Thread(target=lambda: __import__("structlog"))
+importer.start()
+started.wait(10)
+errors = []
+def log():
+    try:
+        get_logger("trio_agents.test").warning("a line while structlog is half imported")
+    except BaseException as exc:
+        errors.append(repr(exc))
+logger = threading.Thread(target=log)
+logger.start()
+time.sleep(0.3)
+go.set()
+importer.join(10)
+logger.join(10)
+print(errors)
+'''
+
+
+def test_a_line_logged_while_another_thread_imports_structlog_waits_for_it() -> None:
+    """A Ray host's tool thread logged while the main thread was importing structlog: the
+    logger read the half-made module from sys.modules and the tool failed ("partially
+    initialized module 'structlog' has no attribute 'is_configured'")."""
+    done = subprocess.run([sys.executable, "-c", _HALF_IMPORTED], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert "a line while structlog is half imported" in done.stderr
